@@ -1,0 +1,196 @@
+"""Starting, finding and stopping the local cluster (``raynb start|status|stop``).
+
+The head runs as a daemon in its own session, so it outlives the shell or
+kernel that started it; the connection file is how everyone else finds it.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+
+import psutil
+
+from . import protocol as P
+from .connection import (connection_file_path, head_alive, process_alive, raynb_home,
+                         read_connection_file, remove_connection_file)
+from .errors import ClusterError
+
+
+@contextmanager
+def _start_lock():
+    """Serialize starts so two kernels starting at once get one cluster."""
+    with open(raynb_home() / "start.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _log_tail(name: str, lines: int = 20) -> str:
+    try:
+        with open(raynb_home() / "logs" / name, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def running_cluster() -> dict | None:
+    """The connection info of the live local cluster, or None.
+
+    A connection file whose head is dead or does not answer is stale: it is
+    removed, never followed.
+    """
+    from .client import Client
+
+    info = read_connection_file()
+    if info is None:
+        return None
+    if head_alive(info):
+        c = Client(info["address"], info["key"].encode(), info)
+        try:
+            if c.ping(timeout=3.0):
+                return info
+        finally:
+            c.close()
+    remove_connection_file()
+    return None
+
+
+def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
+    """Block until the cluster has ``num_workers`` workers; returns the status."""
+    from .client import Client
+
+    c = Client(info["address"], info["key"].encode(), info)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            st = c.status(timeout=max(1.0, deadline - time.monotonic()))
+            if len(st["workers"]) >= num_workers:
+                return st
+            node_pid = info.get("pids", {}).get("node")
+            if node_pid and not process_alive(node_pid, "raynb.node"):
+                raise ClusterError("the local node agent exited while starting:\n" + _log_tail("node-local.log"))
+            if time.monotonic() > deadline:
+                raise ClusterError(f"only {len(st['workers'])} of {num_workers} workers became ready "
+                                   f"in {timeout:.0f}s:\n" + _log_tail("node-local.log"))
+            time.sleep(0.05)
+    finally:
+        c.close()
+
+
+def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
+                  host: str = "127.0.0.1", port: int = 0) -> tuple[dict, bool]:
+    """Start the local cluster in the background, or find the running one.
+
+    Args:
+        num_workers (int): warm workers to keep on this machine (>= 1).
+        max_workers (int | None): the most workers this machine may hold.
+        timeout (float): seconds to wait for the workers to be ready.
+        host, port: where the head listens (127.0.0.1 and a free port by default).
+
+    Returns:
+        (connection info, started): ``started`` is False when a cluster was already running.
+
+    Raises:
+        ValueError: ``num_workers`` is not a positive integer.
+        ClusterError: the head or its workers did not come up (with their log's tail).
+    """
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    with _start_lock():
+        info = running_cluster()
+        if info is not None:
+            return info, False
+        token = uuid.uuid4().hex
+        log_dir = raynb_home() / "logs"
+        log_dir.mkdir(exist_ok=True)
+        cmd = [sys.executable, "-m", "raynb.head", "--daemon", "--token", token,
+               "--workers", str(num_workers), "--host", host, "--port", str(port)]
+        if max_workers:
+            cmd += ["--max-workers", str(max_workers)]
+        env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
+        with open(log_dir / "head.log", "ab") as log:
+            launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        launcher.wait(timeout=30)  # the launcher forks the daemon and exits at once
+        deadline = time.monotonic() + timeout
+        while True:
+            info = read_connection_file()
+            if info is not None and info.get("token") == token:
+                break
+            if time.monotonic() > deadline:
+                raise ClusterError("the raynb head did not start:\n" + _log_tail("head.log"))
+            time.sleep(0.02)
+    wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
+    return info, True
+
+
+def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0) -> dict:
+    """The running local cluster's info, starting one when none runs."""
+    info = running_cluster()
+    if info is not None:
+        return info
+    info, _ = start_cluster(num_workers=num_workers, timeout=timeout)
+    return info
+
+
+def cluster_pids(info: dict) -> list[int]:
+    """The head's and node agent's pids and all their descendants (zygote, workers)."""
+    pids = []
+    for pid in info.get("pids", {}).values():
+        try:
+            p = psutil.Process(pid)
+            pids.append(p.pid)
+            pids.extend(c.pid for c in p.children(recursive=True))
+        except psutil.Error:
+            continue
+    return pids
+
+
+def stop_cluster(timeout: float = 10.0) -> bool:
+    """Stop the local cluster and every process it started.
+
+    Returns False when no cluster was running. A head that does not answer is
+    killed (only if its pid still belongs to a raynb head).
+    """
+    from .client import Client
+
+    info = read_connection_file()
+    if info is None:
+        return False
+    procs = []
+    for pid in cluster_pids(info):
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    if head_alive(info):
+        c = Client(info["address"], info["key"].encode(), info)
+        try:
+            c.request(P.SHUTDOWN, reply_types=(P.STATUS_REPLY,), timeout=3.0)
+        except ClusterError:
+            pass
+        finally:
+            c.close()
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:  # did not stop by itself: make sure
+        try:
+            if any("raynb" in part for part in p.cmdline()):
+                p.send_signal(signal.SIGKILL)
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    if read_connection_file() is not None and not head_alive(info):
+        remove_connection_file()
+    return True
+
+
+__all__ = ["start_cluster", "stop_cluster", "running_cluster", "ensure_local_cluster",
+           "connection_file_path", "cluster_pids"]

@@ -1,0 +1,572 @@
+"""The head: one per cluster. Owns the registry of nodes, workers and runs,
+schedules runs onto idle warm workers, relays their events to clients and
+writes each run's directory.
+
+Everything happens on one thread around one ROUTER socket; every peer (client,
+node agent, worker) is a DEALER that names itself with its routing id.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import zmq
+
+from . import protocol as P
+from .connection import raynb_home, remove_connection_file, write_connection_file
+from .procutil import describe_exit, die_with_parent, python_env, signal_name
+from .rundir import RunDirectory, default_storage_path, make_run_name
+
+log = logging.getLogger("raynb.head")
+
+# A cancelled or failed run's ranks get this long to return before they are
+# killed and replaced (a rank stuck in a collective never returns on its own).
+CANCEL_GRACE_S = 1.0
+TICK_S = 0.1
+
+
+@dataclass
+class WorkerInfo:
+    worker_id: str
+    identity: bytes
+    node_id: str
+    pid: int
+    hostname: str
+    ip: str
+    run_id: str | None = None
+    rank: int | None = None
+    group_key: str | None = None
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def busy(self) -> bool:
+        return self.run_id is not None
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    identity: bytes
+    hostname: str
+    ip: str
+    pid: int
+    num_workers: int
+    max_workers: int
+    spawning: int = 0  # forks asked for, not yet ready
+
+
+@dataclass
+class Run:
+    run_id: str
+    name: str
+    client: bytes
+    spec: dict
+    payload: list
+    rundir: RunDirectory
+    state: str = "PENDING"
+    ranks: list = field(default_factory=list)         # worker_id by rank
+    done: dict = field(default_factory=dict)          # rank -> status
+    errors: list = field(default_factory=list)
+    result: list = field(default_factory=list)        # rank 0's return value frames
+    submitted: float = field(default_factory=time.time)
+    started: float | None = None
+    ended: float | None = None
+    deadline: float | None = None                     # when unfinished ranks get killed
+    reports: int = 0
+    last_metrics: dict = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return int(self.spec["num_workers"])
+
+    @property
+    def finishing(self) -> bool:
+        return self.state in ("CANCELLING", "FAILING")
+
+
+class Head:
+    """Args:
+        bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
+        port: TCP port, 0 for a free one.
+        key: the cluster's HMAC key.
+        num_workers: workers the local node keeps warm (0 = no local node).
+    """
+
+    def __init__(self, key: bytes, bind_host: str = "127.0.0.1", port: int = 0,
+                 num_workers: int = 4, max_workers: int | None = None):
+        self.key = key
+        self.session = P.Session(key)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        P.configure_socket(self.sock)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if port:
+            self.sock.bind(f"tcp://{bind_host}:{port}")
+        else:
+            port = self.sock.bind_to_random_port(f"tcp://{bind_host}")
+        self.address = f"tcp://{bind_host}:{port}"
+        self.num_workers = num_workers
+        self.max_workers = max_workers
+        self.nodes: dict[str, NodeInfo] = {}
+        self.workers: dict[str, WorkerInfo] = {}
+        self.runs: dict[str, Run] = {}
+        self.queue: list[str] = []  # pending run ids, FIFO
+        self.groups: dict[tuple, str] = {}  # worker ids in rank order -> process group key
+        self.local_node: subprocess.Popen | None = None
+        self.started = time.time()
+        self._stop = False
+
+    # -- plumbing ---------------------------------------------------------------
+    def send(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
+        try:
+            self.session.send(self.sock, msg_type, content, buffers, identity=identity)
+        except zmq.ZMQError as e:
+            log.warning("could not send %s to %r: %s", msg_type, identity, e)
+
+    def start_local_node(self) -> None:
+        cmd = [sys.executable, "-m", "raynb.node", "--address", self.address,
+               "--workers", str(self.num_workers), "--node-id", "local", "--die-with-parent"]
+        if self.max_workers:
+            cmd += ["--max-workers", str(self.max_workers)]
+        log_path = raynb_home() / "logs" / "node-local.log"
+        log_path.parent.mkdir(exist_ok=True)
+        self.local_node = subprocess.Popen(
+            cmd, env=python_env({"RAYNB_KEY": self.key.decode()}),
+            stdin=subprocess.DEVNULL, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
+
+    # -- main loop --------------------------------------------------------------
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self._stop:
+            if poller.poll(TICK_S * 1000):
+                for _ in range(1000):  # drain what is there, then tick
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._receive(frames)
+            self.tick()
+        self.shutdown_nodes()
+
+    def _receive(self, frames) -> None:
+        identity = frames[0].bytes
+        try:
+            msg = self.session.deserialize(frames[1:], identity)
+        except Exception as e:  # noqa: BLE001 - a hostile peer must never crash the head
+            self.session.rejected += 1
+            log.warning("rejected message from %r: %s", identity[:64], e)
+            return
+        handler = getattr(self, "on_" + msg.msg_type, None)
+        if handler is None:
+            log.warning("unexpected %s from %r", msg.msg_type, identity)
+            return
+        try:
+            handler(msg)
+        except Exception:  # noqa: BLE001 - one bad request must not take the cluster down
+            log.exception("error handling %s from %r", msg.msg_type, identity)
+            if identity.startswith(b"client:"):
+                self.send(identity, P.ERROR, {"message": f"the head failed to handle {msg.msg_type}; "
+                                                         "see head.log in RAYNB_HOME"})
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for run in list(self.runs.values()):
+            if run.finishing and run.deadline is not None and now >= run.deadline:
+                self._kill_unfinished(run)
+
+    # -- clients ----------------------------------------------------------------
+    def on_hello(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
+                                                "version": P.PROTOCOL_VERSION})
+
+    def on_ping(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.PONG, {"time": time.time()})
+
+    def on_status_request(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.STATUS_REPLY, self.status())
+
+    def status(self) -> dict:
+        return {
+            "address": self.address,
+            "pid": os.getpid(),
+            "uptime_s": time.time() - self.started,
+            "rejected_messages": self.session.rejected,
+            "nodes": [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
+                       "num_workers": n.num_workers, "max_workers": n.max_workers,
+                       "spawning": n.spawning} for n in self.nodes.values()],
+            "workers": [{"worker_id": w.worker_id, "node_id": w.node_id, "pid": w.pid,
+                         "state": "busy" if w.busy else "idle", "run_id": w.run_id,
+                         "run": self.runs[w.run_id].name if w.run_id in self.runs else None,
+                         "rank": w.rank, **w.stats} for w in self.workers.values()],
+            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state,
+                      "world_size": r.world_size, "path": str(r.rundir.path)}
+                     for r in self.runs.values()],
+        }
+
+    def on_shutdown(self, msg: P.Message) -> None:
+        log.info("shutdown requested")
+        self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
+        self._stop = True
+
+    def on_submit_run(self, msg: P.Message) -> None:
+        spec = dict(msg.content)
+        n = spec.get("num_workers")
+        limit = self.capacity()
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return self.send(msg.identity, P.ERROR, {
+                "run_id": spec.get("run_id"),
+                "message": f"num_workers must be a positive integer, got {n!r}"})
+        if n > limit:
+            return self.send(msg.identity, P.ERROR, {
+                "run_id": spec.get("run_id"),
+                "message": f"num_workers={n} is more than this cluster can hold ({limit} workers "
+                           f"over {len(self.nodes)} node(s)); ask for at most {limit}, or add a node "
+                           "with `raynb node --address ...`, or restart with `raynb start "
+                           "--max-workers N`"})
+        if not msg.buffers:
+            return self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"),
+                                                     "message": "submit_run carries no function"})
+        run_id = spec.get("run_id") or uuid.uuid4().hex
+        name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
+        storage = spec.get("storage_path") or default_storage_path()
+        rundir = RunDirectory(storage, name)
+        rundir.write_params(spec.get("params", {}))
+        run = Run(run_id, name, msg.identity, spec, list(msg.buffers), rundir)
+        self.runs[run_id] = run
+        self.queue.append(run_id)
+        self.send(msg.identity, P.RUN_ACCEPTED, {"run_id": run_id, "name": name,
+                                                 "path": str(rundir.path)})
+        self._event(run, {"kind": "state", "state": "PENDING"})
+        self.schedule()
+
+    def on_cancel_run(self, msg: P.Message) -> None:
+        run = self.runs.get(msg.content.get("run_id"))
+        if run is None:
+            return
+        if run.state == "PENDING":
+            self.queue.remove(run.run_id)
+            run.errors.append({"message": "cancelled before it started"})
+            self._finish(run, "CANCELLED")
+        elif run.state == "RUNNING":
+            self._begin_finishing(run, "CANCELLING")
+
+    # -- nodes and workers ------------------------------------------------------
+    def on_node_register(self, msg: P.Message) -> None:
+        c = msg.content
+        self.nodes[c["node_id"]] = NodeInfo(
+            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
+            c["num_workers"], c["max_workers"], spawning=c["num_workers"])
+        log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
+
+    def on_worker_ready(self, msg: P.Message) -> None:
+        c = msg.content
+        w = WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"], c["hostname"], c["ip"])
+        self.workers[w.worker_id] = w
+        node = self.nodes.get(w.node_id)
+        if node is not None and node.spawning > 0:
+            node.spawning -= 1
+        self.schedule()
+
+    def on_node_stats(self, msg: P.Message) -> None:
+        by_run: dict[str, dict] = {}
+        for wid, st in msg.content.get("workers", {}).items():
+            w = self.workers.get(wid)
+            if w is None:
+                continue
+            w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
+            if w.run_id is not None:
+                by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
+        for run_id, workers in by_run.items():
+            run = self.runs.get(run_id)
+            if run is not None and run.state == "RUNNING":
+                self._event(run, {"kind": "stats", "workers": workers})
+
+    def on_worker_exited(self, msg: P.Message) -> None:
+        c = msg.content
+        w = self.workers.pop(c["worker_id"], None)
+        how = describe_exit(c.get("exitcode"), c.get("signal"))
+        log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
+        if w is not None and w.run_id in self.runs:
+            run = self.runs[w.run_id]
+            if w.rank not in run.done:
+                run.done[w.rank] = "died"
+                if not run.finishing:
+                    run.errors.append({
+                        "rank": w.rank, "pid": w.pid, "hostname": w.hostname,
+                        "signal": signal_name(c.get("signal")), "exitcode": c.get("exitcode"),
+                        "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
+                    self._begin_finishing(run, "FAILING")
+                self._maybe_finish(run)
+        self._forget_groups_with(c["worker_id"])
+        self._refill(c.get("node_id"))
+        self.schedule()
+
+    def _refill(self, node_id: str | None) -> None:
+        """Keep each node at its warm worker count: replace the dead from the zygote."""
+        node = self.nodes.get(node_id) if node_id else None
+        if node is None:
+            return
+        have = sum(1 for w in self.workers.values() if w.node_id == node.node_id) + node.spawning
+        if have < node.num_workers:
+            node.spawning += node.num_workers - have
+            self.send(node.identity, P.SPAWN_WORKERS, {"count": node.num_workers - have})
+
+    def capacity(self) -> int:
+        return sum(n.max_workers for n in self.nodes.values()) or (self.max_workers or 0) or 1
+
+    # -- scheduling -------------------------------------------------------------
+    def schedule(self) -> None:
+        while self.queue:
+            run = self.runs[self.queue[0]]
+            n = run.world_size
+            idle = [w for w in self.workers.values() if not w.busy]
+            if len(idle) < n:
+                self._grow(n - len(idle))
+                return
+            self.queue.pop(0)
+            self._start(run, self._pick(idle, n))
+
+    def _grow(self, missing: int) -> None:
+        """Fork more workers when a run needs more than are idle (never a silent wait)."""
+        missing -= sum(n.spawning for n in self.nodes.values())
+        for node in sorted(self.nodes.values(), key=lambda n: n.node_id != "local"):
+            if missing <= 0:
+                return
+            have = sum(1 for w in self.workers.values() if w.node_id == node.node_id)
+            room = node.max_workers - have - node.spawning
+            k = min(room, missing)
+            if k > 0:
+                node.spawning += k
+                missing -= k
+                self.send(node.identity, P.SPAWN_WORKERS, {"count": k})
+
+    def _pick(self, idle: list[WorkerInfo], n: int) -> list[WorkerInfo]:
+        idle_ids = {w.worker_id for w in idle}
+        # Reuse a process group whose members are all idle: no rendezvous needed.
+        for members in self.groups:
+            if len(members) == n and idle_ids.issuperset(members):
+                return [self.workers[m] for m in members]
+        # Otherwise pack onto as few nodes as possible, local node first.
+        idle.sort(key=lambda w: (w.node_id != "local", w.node_id, w.worker_id))
+        return idle[:n]
+
+    def _forget_groups_with(self, worker_id: str) -> None:
+        for members in [m for m in self.groups if worker_id in m]:
+            del self.groups[members]
+
+    def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool) -> dict:
+        members = tuple(w.worker_id for w in chosen)
+        for other in [m for m in self.groups if m != members and set(m) & set(members)]:
+            del self.groups[other]  # these workers now leave that group
+        key = self.groups.get(members)
+        if key is None:
+            key = uuid.uuid4().hex
+            self.groups[members] = key
+        master = chosen[0]
+        return {"key": key, "backend": "nccl" if use_gpu else "gloo",
+                "master_addr": master.ip, "master_port": _free_port(master.ip)}
+
+    def _start(self, run: Run, chosen: list[WorkerInfo]) -> None:
+        spec = run.spec
+        group = self._group_for(chosen, bool(spec.get("use_gpu")))
+        if spec.get("timeout_s"):
+            group["timeout_s"] = spec["timeout_s"]
+        nodes = []
+        for w in chosen:
+            if w.node_id not in nodes:
+                nodes.append(w.node_id)
+        local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
+        seen: dict[str, int] = {}
+        run.ranks = [w.worker_id for w in chosen]
+        run.state = "RUNNING"
+        run.started = time.time()
+        for rank, w in enumerate(chosen):
+            w.run_id, w.rank = run.run_id, rank
+            local_rank = seen.get(w.node_id, 0)
+            seen[w.node_id] = local_rank + 1
+            self.send(w.identity, P.RUN_TASK, {
+                "run_id": run.run_id, "name": run.name, "path": str(run.rundir.path),
+                "rank": rank, "world_size": len(chosen), "local_rank": local_rank,
+                "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
+                "group": group, "use_gpu": bool(spec.get("use_gpu")),
+                "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
+            }, run.payload)
+        self._event(run, {"kind": "state", "state": "RUNNING",
+                          "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
+                                     "hostname": w.hostname} for r, w in enumerate(chosen)]})
+
+    # -- run events -------------------------------------------------------------
+    def _event(self, run: Run, event: dict) -> None:
+        event.setdefault("time", time.time())
+        self.send(run.client, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+
+    def on_task_event(self, msg: P.Message) -> None:
+        c = msg.content
+        run = self.runs.get(c["run_id"])
+        if run is None or run.state not in ("RUNNING", "CANCELLING", "FAILING"):
+            return
+        event = c["event"]
+        event["rank"] = c["rank"]
+        if event.get("kind") == "report" and isinstance(event.get("metrics"), dict):
+            if c["rank"] == 0:
+                run.reports += 1
+                metrics = run.rundir.append_result(event["metrics"], run.started, event.get("time"))
+                event["metrics"] = metrics
+                run.last_metrics = metrics
+        self._event(run, event)
+
+    def on_task_done(self, msg: P.Message) -> None:
+        c = msg.content
+        run = self.runs.get(c["run_id"])
+        worker = self.workers.get(msg.identity.decode().split(":", 1)[-1])
+        if worker is not None and worker.run_id == c["run_id"]:
+            worker.run_id = worker.rank = None
+        if run is None:
+            self.schedule()
+            return
+        rank = c["rank"]
+        if rank not in run.done:
+            run.done[rank] = c["status"]
+            if c["status"] == "ok" and rank == 0:
+                run.result = list(msg.buffers)
+            elif c["status"] == "error":
+                run.errors.append(c["error"])
+                if not run.finishing:
+                    self._begin_finishing(run, "FAILING")
+            if c["status"] != "ok" and worker is not None:
+                self._forget_groups_with(worker.worker_id)
+        self._maybe_finish(run)
+        self.schedule()
+
+    def _begin_finishing(self, run: Run, state: str) -> None:
+        run.state = state
+        run.deadline = time.monotonic() + CANCEL_GRACE_S
+        for rank, wid in enumerate(run.ranks):
+            if rank not in run.done and wid in self.workers:
+                self.send(self.workers[wid].identity, P.CANCEL_TASK, {"run_id": run.run_id})
+        self._maybe_finish(run)
+
+    def _kill_unfinished(self, run: Run) -> None:
+        """Ranks that did not return within the grace period (stuck in a collective,
+        or ignoring interrupts) are killed; their node replaces them."""
+        run.deadline = None
+        for rank, wid in enumerate(run.ranks):
+            w = self.workers.get(wid)
+            if rank in run.done or w is None:
+                continue
+            log.info("run %s: rank %d (pid %d) did not stop in %.1fs; killing it",
+                     run.name, rank, w.pid, CANCEL_GRACE_S)
+            node = self.nodes.get(w.node_id)
+            run.done[rank] = "killed"
+            w.run_id = w.rank = None
+            self.workers.pop(wid, None)  # gone for scheduling; its exit is reported later
+            self._forget_groups_with(wid)
+            if node is not None:
+                self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+        self._maybe_finish(run)
+
+    def _maybe_finish(self, run: Run) -> None:
+        if run.state in ("FINISHED", "FAILED", "CANCELLED") or len(run.done) < run.world_size:
+            return
+        if run.state == "CANCELLING":
+            self._finish(run, "CANCELLED")
+        elif run.errors or run.state == "FAILING":
+            self._finish(run, "FAILED")
+        else:
+            self._finish(run, "FINISHED")
+
+    def _finish(self, run: Run, state: str) -> None:
+        run.state = state
+        run.ended = time.time()
+        for wid in run.ranks:
+            w = self.workers.get(wid)
+            if w is not None and w.run_id == run.run_id:
+                w.run_id = w.rank = None
+        run.rundir.write_error(run.errors if state == "FAILED" else None)
+        run.rundir.close()
+        self._event(run, {"kind": "state", "state": state})
+        self.send(run.client, P.RUN_DONE, {
+            "run_id": run.run_id, "name": run.name, "state": state, "errors": run.errors,
+            "path": str(run.rundir.path), "metrics": run.last_metrics,
+            "time_total_s": (run.ended - (run.started or run.submitted)),
+        }, run.result)
+        run.payload = []  # the function is not needed any more
+        run.result = []
+        self._prune_runs()
+
+    def _prune_runs(self, keep: int = 1000) -> None:
+        done = [r for r in self.runs.values() if r.state in ("FINISHED", "FAILED", "CANCELLED")]
+        for r in done[:-keep] if len(done) > keep else []:
+            del self.runs[r.run_id]
+
+    def shutdown_nodes(self) -> None:
+        for node in self.nodes.values():
+            self.send(node.identity, P.SHUTDOWN, {})
+        if self.local_node is not None:
+            try:
+                self.local_node.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.local_node.kill()
+                self.local_node.wait()
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def _free_port(host: str) -> int:
+    """A TCP port free right now on ``host`` (for torch.distributed's rendezvous store)."""
+    s = socket.socket()
+    try:
+        s.bind((host if host != "0.0.0.0" else "", 0))
+        return s.getsockname()[1]
+    except OSError:
+        return 20000 + int.from_bytes(os.urandom(2), "little") % 20000
+    finally:
+        s.close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raynb.head")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--max-workers", type=int, default=None)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--daemon", action="store_true", help="fork into the background first")
+    ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    args = ap.parse_args(argv)
+    if args.daemon and os.fork() > 0:
+        os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
+    key = P.key_from_env()
+    head = Head(key, args.host, args.port, args.workers, args.max_workers)
+    stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    head.start_local_node()
+    write_connection_file({
+        "address": head.address, "key": key.decode(), "workers": args.workers,
+        "pids": {"head": os.getpid(), "node": head.local_node.pid},
+        "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
+    })
+    log.info("head listening on %s", head.address)
+    try:
+        head.serve()
+    finally:
+        remove_connection_file()
+        head.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""IPython magics: ``%%ray_train`` and ``%ray_cluster`` (loaded by ``%load_ext raynb``)."""
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from .cellfunc import build_cell_function
+from .errors import RunError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.format_usage().strip()}\n{self.prog}: {message}")
+
+    def exit(self, status=0, message=None):  # --help
+        raise UsageError(self.format_help())
+
+
+def _train_parser() -> _Parser:
+    p = _Parser(prog="%%ray_train", add_help=True,
+                description="Run the cell body on N warm ranks (torch.distributed DDP).")
+    p.add_argument("--workers", "-n", type=_positive_int, default=4, help="ranks (world size)")
+    p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
+    p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
+    p.add_argument("--epochs", type=_positive_int, default=None,
+                   help="total epochs, for the progress bars (also config['epochs'] if unset)")
+    p.add_argument("--name", default=None, help="run name (its directory name)")
+    p.add_argument("--storage-path", default=None, help="parent directory of the run directory")
+    p.add_argument("--out", default="", help="comma-separated names rank 0 sends back to the notebook")
+    p.add_argument("--result", default="_ray_result", help="notebook name bound to the Result")
+    p.add_argument("--all-ranks", action="store_true", help="show every rank's output, not only rank 0's")
+    p.add_argument("--timeout", type=float, default=None, help="collective timeout in seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress pane")
+    return p
+
+
+def _cluster_parser() -> _Parser:
+    p = _Parser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
+    p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop"])
+    p.add_argument("--workers", "-n", type=_positive_int, default=4)
+    return p
+
+
+@magics_class
+class RayNBMagics(Magics):
+    @cell_magic
+    def ray_train(self, line: str, cell: str):
+        """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
+        [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
+        from .runner import execute_run
+        from .train.config import RunConfig, ScalingConfig
+
+        args = _train_parser().parse_args(shlex.split(line))
+        ns = self.shell.user_ns
+        out = [n.strip() for n in args.out.split(",") if n.strip()]
+        for n in out + [args.result]:
+            if not n.isidentifier():
+                raise UsageError(f"{n!r} is not a valid Python name (in --out / --result)")
+        config = {}
+        if args.config:
+            try:
+                config = eval(args.config, ns)  # noqa: S307 - the user's own expression, in their kernel
+            except Exception as e:
+                raise UsageError(f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}") from None
+        if args.epochs and isinstance(config, dict):
+            config.setdefault("epochs", args.epochs)
+        count = getattr(self.shell, "execution_count", 0)
+        filename = f"<ray_train cell {count}>"
+        cf = build_cell_function(cell, ns, magic_line=f"%%ray_train {line}", out=out, filename=filename)
+        import linecache
+
+        linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
+        try:
+            result, ret = execute_run(
+                cf.fn, config, ScalingConfig(num_workers=args.workers, use_gpu=args.gpu,
+                                             timeout_s=args.timeout),
+                RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1),
+                sources={filename: cf.source}, captured=cf.captured, epochs=args.epochs,
+                all_ranks=args.all_ranks, name_prefix="ray_train")
+        except RunError as e:
+            ns[args.result] = e.result
+            raise
+        ns[args.result] = result
+        missing = [n for n in out if n not in (ret or {})]
+        for n, v in (ret or {}).items():
+            ns[n] = v
+        if missing:
+            print(f"--out: rank 0 never assigned {', '.join(missing)}; left unchanged in the notebook")
+
+    @line_magic
+    def ray_cluster(self, line: str):
+        """%ray_cluster [start|status|stop] [--workers N]"""
+        from .cli import format_status
+        from .client import connect, disconnect, get_client
+        from .cluster import start_cluster, stop_cluster
+
+        args = _cluster_parser().parse_args(shlex.split(line))
+        if args.action == "start":
+            info, started = start_cluster(num_workers=args.workers)
+            connect()
+            print(("started" if started else "already running") + f": {info['address']}")
+        elif args.action == "stop":
+            disconnect()
+            print("stopped" if stop_cluster() else "no cluster was running")
+        else:
+            client = get_client(connect_if_needed=False)
+            if client is None:
+                from .cluster import running_cluster
+
+                if running_cluster() is None:
+                    print("no cluster running; `%ray_cluster start` or run a %%ray_train cell")
+                    return
+                client = connect()
+            print(format_status(client.status()))
+
+
+def load_ipython_extension(ipython) -> None:
+    ipython.register_magics(RayNBMagics)

@@ -1,0 +1,228 @@
+"""The node agent: one per machine. Owns the zygote, spawns/kills/reaps workers,
+samples their CPU and memory, and tells the head about all of it.
+
+Run as ``python -m raynb.node --address tcp://HEAD:PORT --workers N`` with the
+cluster key in ``$RAYNB_KEY`` (the head does this for the local node; ``raynb
+node`` does it on other machines).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import zmq
+
+from . import protocol as P
+from .connection import raynb_home
+from .procutil import die_with_parent, python_env
+
+log = logging.getLogger("raynb.node")
+
+STATS_INTERVAL_S = 1.0
+
+
+def _local_ip_for(address: str) -> str:
+    """The IP of this host's interface that routes to the head (for MASTER_ADDR)."""
+    host = address.split("//", 1)[-1].rsplit(":", 1)[0]
+    if host in ("127.0.0.1", "localhost", "*"):
+        return "127.0.0.1"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect((host, 9))  # no packet is sent for a UDP connect
+        return s.getsockname()[0]
+    finally:
+        s.close()
+
+
+class NodeAgent:
+    """Args:
+        address: the head's ZeroMQ address (``tcp://host:port``).
+        key: the cluster's HMAC key.
+        num_workers: workers to keep warm on this node.
+        max_workers: the most workers this node will hold; more is refused.
+    """
+
+    def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
+                 node_id: str | None = None):
+        self.address = address
+        self.key = key
+        self.num_workers = num_workers
+        self.max_workers = max_workers
+        self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
+        self.hostname = socket.gethostname()
+        self.ip = _local_ip_for(address)
+        self.session = P.Session(key)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        P.configure_socket(self.sock)
+        self.sock.setsockopt(zmq.IDENTITY, f"node:{self.node_id}".encode())
+        self.sock.connect(address)
+        self.workers: dict[int, str] = {}  # pid -> worker_id
+        self.procs: dict[int, psutil.Process] = {}
+        self._next_index = 0
+        self._stop = False
+        log_dir = raynb_home() / "logs"
+        log_dir.mkdir(exist_ok=True)
+        self.zygote = subprocess.Popen(
+            [sys.executable, "-m", "raynb.zygote"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=python_env({"RAYNB_KEY": key.decode(), "RAYNB_ADDRESS": address,
+                            "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
+                            "RAYNB_LOG_DIR": str(log_dir)}),
+            preexec_fn=lambda: die_with_parent(signal.SIGKILL),
+        )
+        self._zbuf = b""
+
+    # -- zygote ----------------------------------------------------------------
+    def _zygote_send(self, line: str) -> None:
+        self.zygote.stdin.write(line.encode() + b"\n")
+        self.zygote.stdin.flush()
+
+    def spawn(self, count: int) -> None:
+        room = self.max_workers - len(self.workers)
+        for _ in range(max(0, min(count, room))):
+            self._next_index += 1
+            self._zygote_send(f"spawn {self.node_id}-w{self._next_index}")
+
+    def _on_zygote_line(self, line: str) -> None:
+        parts = line.split()
+        if not parts:
+            return
+        if parts[0] == "ready":
+            log.info("zygote ready; spawning %d workers", self.num_workers)
+            self.spawn(self.num_workers)
+        elif parts[0] == "spawned":
+            wid, pid = parts[1], int(parts[2])
+            self.workers[pid] = wid
+            try:
+                self.procs[pid] = psutil.Process(pid)
+                self.procs[pid].cpu_percent(None)  # prime the counter
+            except psutil.Error:
+                pass
+        elif parts[0] == "exited":
+            pid, code, sig = int(parts[1]), int(parts[2]), int(parts[3])
+            wid = self.workers.pop(pid, None)
+            self.procs.pop(pid, None)
+            if wid is not None:
+                self.session.send(self.sock, P.WORKER_EXITED, {
+                    "worker_id": wid, "pid": pid, "exitcode": code if not sig else None,
+                    "signal": sig or None, "node_id": self.node_id})
+
+    def _read_zygote(self) -> bool:
+        chunk = os.read(self.zygote.stdout.fileno(), 65536)
+        if not chunk:
+            return False
+        self._zbuf += chunk
+        *lines, self._zbuf = self._zbuf.split(b"\n")
+        for line in lines:
+            self._on_zygote_line(line.decode())
+        return True
+
+    # -- head ------------------------------------------------------------------
+    def _on_head(self, msg: P.Message) -> None:
+        if msg.msg_type == P.SPAWN_WORKERS:
+            self.spawn(int(msg.content.get("count", 1)))
+        elif msg.msg_type == P.KILL_WORKER:
+            sig = int(msg.content.get("signal", signal.SIGKILL))
+            for pid, wid in list(self.workers.items()):
+                if wid == msg.content["worker_id"]:
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
+        elif msg.msg_type == P.SHUTDOWN:
+            self._stop = True
+
+    def _send_stats(self) -> None:
+        stats = {}
+        for pid, proc in list(self.procs.items()):
+            try:
+                with proc.oneshot():
+                    stats[self.workers[pid]] = {
+                        "pid": pid, "cpu_percent": proc.cpu_percent(None),
+                        "rss": proc.memory_info().rss}
+            except (psutil.Error, KeyError):
+                continue
+        self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats})
+
+    def serve(self) -> int:
+        self.session.send(self.sock, P.NODE_REGISTER, {
+            "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
+            "pid": os.getpid(), "num_workers": self.num_workers,
+            "max_workers": self.max_workers})
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+        next_stats = time.monotonic() + STATS_INTERVAL_S
+        try:
+            while not self._stop:
+                timeout = max(0.0, next_stats - time.monotonic())
+                for sock, _ in poller.poll(timeout * 1000):
+                    if sock is self.sock:
+                        msg = self.session.recv(self.sock)
+                        if msg is not None:
+                            self._on_head(msg)
+                    elif not self._read_zygote():
+                        log.error("zygote exited (code %s); node agent stops", self.zygote.poll())
+                        return 1
+                if time.monotonic() >= next_stats:
+                    self._send_stats()
+                    next_stats = time.monotonic() + STATS_INTERVAL_S
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        for pid in list(self.workers):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self._zygote_send("exit")
+        except (BrokenPipeError, ValueError):
+            pass
+        try:
+            self.zygote.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.zygote.kill()
+            self.zygote.wait()
+        for pid in list(self.workers):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def default_max_workers() -> int:
+    return max(16, 4 * (os.cpu_count() or 1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="raynb node", description="Run a raynb node agent.")
+    ap.add_argument("--address", required=True, help="the head's address, tcp://HOST:PORT")
+    ap.add_argument("--workers", type=int, default=0, help="workers to keep warm on this node")
+    ap.add_argument("--max-workers", type=int, default=default_max_workers())
+    ap.add_argument("--node-id", default=None)
+    ap.add_argument("--die-with-parent", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
+    if args.die_with_parent:
+        die_with_parent(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id)
+    return agent.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,464 @@
+"""The data behind a run's progress pane, kept apart from any display.
+
+`RunProgress` folds the run's event stream (state changes, ``report`` calls,
+resource samples, worker output, notes) into a small state that the views in
+``widgets.py`` (Jupyter) and ``text_progress.py`` (terminal) read. Nothing here
+imports ipywidgets or IPython, so the model is testable on its own; matplotlib
+is imported only when a loss-curve PNG is asked for.
+
+Events are dicts with a ``"kind"`` key; see `RunProgress.on_event`. Events come
+from the network, so junk (missing keys, non-numeric values, unknown ranks or
+kinds, events out of order) is tolerated, never raised on.
+"""
+from __future__ import annotations
+
+import base64
+import bisect
+import html
+import io
+import math
+import threading
+import time
+from collections import deque
+from typing import Any, Callable, Iterable
+
+TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELLED"})
+KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES
+
+# Tried in this order when looking for the curve to plot.
+LOSS_KEYS = ("loss", "train_loss", "training_loss", "val_loss", "valid_loss",
+             "validation_loss", "eval_loss", "test_loss")
+
+# Keys that the head or the progress bars already account for; the compact
+# views leave them out of the metric listing.
+BOOKKEEPING_KEYS = frozenset({"epoch", "step", "training_iteration", "time_total_s",
+                              "timestamp", "time_this_iter_s", "done"})
+
+OUTPUT_TAIL_LINES = 20
+
+
+# ----------------------------------------------------------------- formatting
+def as_number(value: Any) -> float | int | None:
+    """``value`` as a finite int/float, or None (bools, NaN, inf, strings that
+    are not numbers, anything else)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def fmt_value(value: Any) -> str:
+    """A metric value for display: floats to 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def fmt_bytes(n: Any) -> str:
+    """A byte count as MiB (or GiB from 1 GiB up); '?' when not a number."""
+    n = as_number(n)
+    if n is None:
+        return "?"
+    if n >= 2 ** 30:
+        return f"{n / 2 ** 30:.1f} GiB"
+    return f"{n / 2 ** 20:.0f} MiB"
+
+
+def fmt_duration(seconds: float) -> str:
+    """Seconds as '12.3s', '4m 05s' or '1h 02m 03s'."""
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(int(seconds), 60)
+    if m < 60:
+        return f"{m}m {s:02d}s"
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m {s:02d}s"
+
+
+def render_curve_png(xs: list, ys: list, label: str = "loss",
+                     size_in: tuple[float, float] = (5.0, 2.6), dpi: int = 80) -> bytes | None:
+    """A line plot of ``ys`` against ``xs`` as PNG bytes, or None when there is
+    nothing to plot or matplotlib is missing.
+
+    Uses a bare ``Figure`` on the Agg canvas rather than pyplot, so the user's
+    backend and pyplot's global figure list are left alone (and it is safe to
+    call from the client's event thread).
+    """
+    if not xs:
+        return None
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    fig = Figure(figsize=size_in, dpi=dpi)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    ax.plot(xs, ys, marker="." if len(xs) < 50 else None, linewidth=1.2)
+    ax.set_xlabel("training_iteration")
+    ax.set_ylabel(label)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------- the model
+class RunProgress:
+    """Everything the progress views show about one run.
+
+    Args:
+        run_name: shown in the header.
+        world_size: number of ranks (one progress bar each).
+        total_epochs: epochs the run will do (``--epochs`` or
+            ``config["epochs"]``), or None when unknown; reports carrying an
+            ``"epoch"`` key are then measured against it.
+        metric_keys: metrics shown first, and tried first for the plotted curve.
+        clock: returns wall time in seconds (``time.time``); only used for the
+            elapsed time of a running run and for events without a ``"time"``.
+
+    Read by the views (all safe to read from another thread):
+        run_name, world_size, total_epochs, state, message, error, elapsed_s,
+        ranks, rank_progress, latest_metrics, history, worker_stats, notes,
+        restarts, output_tail, loss_series(), summary_lines(), summary_html().
+    """
+
+    def __init__(self, run_name: str, world_size: int, total_epochs: int | None = None,
+                 metric_keys: Iterable[str] = ("loss",),
+                 clock: Callable[[], float] = time.time):
+        self.run_name = str(run_name)
+        self.world_size = max(0, int(world_size))
+        n = as_number(total_epochs)
+        self.total_epochs = int(n) if n is not None and n > 0 else None
+        self.metric_keys = tuple(metric_keys)
+        self._clock = clock
+        # The client's event thread writes while the notebook's thread may read.
+        self._lock = threading.RLock()
+        self.state = "PENDING"
+        self.message: str | None = None
+        self.error: str | None = None
+        self.started_at: float | None = None   # wall time of the first RUNNING
+        self.ended_at: float | None = None     # wall time of the terminal state
+        # rank -> (iteration, done, total, unit) of the newest report seen
+        self._progress: dict[int, tuple[int, int, int | None, str]] = {}
+        self._report_counts: dict[int, int] = {}
+        self._latest: dict[str, Any] = {}
+        self._latest_iter = -1
+        self._history: list[tuple[float, dict]] = []
+        self._stats: dict[int, dict] = {}
+        self._stats_time: dict[int, float] = {}
+        self.peak_rss: dict[int, int] = {}
+        self._notes: list[str] = []
+        self._output: dict[int, deque] = {}
+        self.report_count = 0   # all ranks; views use it to see whether anything changed
+
+    # ------------------------------------------------------------- events
+    def on_event(self, event: dict) -> None:
+        """Fold one event into the state. Unknown kinds and malformed events
+        are ignored. Kinds:
+
+        - ``state``: ``{"state": "PENDING"|"RUNNING"|"FINISHED"|"FAILED"|"CANCELLED", "message": str?}``
+        - ``report``: ``{"rank": int, "metrics": dict}``; metrics may hold
+          ``epoch`` (0-based), ``step`` (0-based), ``training_iteration`` (1-based).
+        - ``stats``: ``{"workers": {rank: {"pid": int, "cpu_percent": float, "rss": bytes}}}``
+        - ``output``: ``{"rank": int, "stream": str, "text": str}`` (a tail is kept)
+        - ``note``: ``{"text": str}`` (e.g. a restart)
+
+        All may carry ``"time"`` (wall seconds, ``time.time()``).
+        """
+        if not isinstance(event, dict):
+            return
+        t = as_number(event.get("time"))
+        t = float(t) if t is not None else self._clock()
+        handler = {"state": self._on_state, "report": self._on_report,
+                   "stats": self._on_stats, "output": self._on_output,
+                   "note": self._on_note}.get(event.get("kind"))
+        if handler is None:
+            return
+        with self._lock:
+            handler(event, t)
+
+    def _on_state(self, ev: dict, t: float) -> None:
+        state = str(ev.get("state", "")).upper()
+        if state not in KNOWN_STATES or self.state in TERMINAL_STATES:
+            return  # the first terminal state wins; a late RUNNING must not revive a run
+        msg = ev.get("message")
+        self.message = str(msg) if msg is not None else None
+        if state == "RUNNING":
+            self._mark_started(t)
+        elif state in TERMINAL_STATES:
+            self.ended_at = t
+            if state == "FAILED":
+                self.error = self.message or "failed"
+        self.state = state
+
+    def _mark_started(self, t: float) -> None:
+        if self.started_at is None or t < self.started_at:
+            self.started_at = t
+        if self.state == "PENDING":
+            self.state = "RUNNING"
+
+    def _on_report(self, ev: dict, t: float) -> None:
+        rank = _as_rank(ev.get("rank"))
+        metrics = ev.get("metrics")
+        if rank is None or not isinstance(metrics, dict):
+            return
+        if self.state not in TERMINAL_STATES:
+            self._mark_started(t)  # a report proves the run is running
+        self.report_count += 1
+        count = self._report_counts[rank] = self._report_counts.get(rank, 0) + 1
+        it = as_number(metrics.get("training_iteration"))
+        it = int(it) if it is not None else count
+        prev = self._progress.get(rank)
+        if prev is None or it >= prev[0]:  # an older report arriving late changes nothing
+            self._progress[rank] = (it, *self._done_of(metrics, it))
+        if rank == 0:
+            if it >= self._latest_iter:
+                self._latest, self._latest_iter = dict(metrics), it
+            bisect.insort(self._history, (it, dict(metrics)), key=lambda h: h[0])
+
+    def _done_of(self, m: dict, iteration: int) -> tuple[int, int | None, str]:
+        """(done, total, unit) for one report; see `rank_progress`."""
+        epoch, step = as_number(m.get("epoch")), as_number(m.get("step"))
+        if epoch is not None and epoch >= 0 and self.total_epochs:
+            return int(epoch) + 1, self.total_epochs, "epoch"
+        if step is not None and step >= 0:
+            return int(step) + 1, None, "step"
+        if epoch is not None and epoch >= 0:
+            return int(epoch) + 1, None, "epoch"
+        return max(0, iteration), None, "report"
+
+    def _on_stats(self, ev: dict, t: float) -> None:
+        workers = ev.get("workers")
+        if not isinstance(workers, dict):
+            return
+        # Merged, not replaced: each node agent samples only its own workers.
+        for key, s in workers.items():
+            rank = _as_rank(key)
+            if rank is None or not isinstance(s, dict) or t < self._stats_time.get(rank, -math.inf):
+                continue
+            pid, cpu, rss = as_number(s.get("pid")), as_number(s.get("cpu_percent")), as_number(s.get("rss"))
+            self._stats[rank] = {"pid": int(pid) if pid is not None else None,
+                                 "cpu_percent": float(cpu) if cpu is not None else None,
+                                 "rss": int(rss) if rss is not None else None}
+            self._stats_time[rank] = t
+            if rss is not None:
+                self.peak_rss[rank] = max(self.peak_rss.get(rank, 0), int(rss))
+
+    def _on_output(self, ev: dict, t: float) -> None:
+        rank, text = _as_rank(ev.get("rank")), ev.get("text")
+        if rank is None or not isinstance(text, str):
+            return
+        tail = self._output.setdefault(rank, deque(maxlen=OUTPUT_TAIL_LINES))
+        tail.extend(line for line in text.splitlines() if line.strip())
+
+    def _on_note(self, ev: dict, t: float) -> None:
+        text = ev.get("text")
+        if text is not None:
+            self._notes.append(str(text))
+
+    # ------------------------------------------------------------- reads
+    @property
+    def finished(self) -> bool:
+        """True once a terminal state (FINISHED, FAILED, CANCELLED) arrived."""
+        return self.state in TERMINAL_STATES
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the first RUNNING state (or first report); 0.0 before
+        that; frozen at the terminal state's time once the run ended."""
+        with self._lock:
+            if self.started_at is None:
+                return 0.0
+            end = self.ended_at if self.ended_at is not None else self._clock()
+            return max(0.0, end - self.started_at)
+
+    @property
+    def ranks(self) -> list[int]:
+        """0..world_size-1, plus any other rank that sent a report or stats."""
+        with self._lock:
+            return sorted(set(range(self.world_size)) | set(self._progress) | set(self._stats))
+
+    @property
+    def rank_progress(self) -> dict[int, tuple[int, int | None]]:
+        """rank -> (done, total). ``done`` is the last epoch+1 (when
+        total_epochs is known), else step+1, else the number of reports;
+        ``total`` is total_epochs or None. Ranks yet to report: (0, total_epochs)."""
+        with self._lock:
+            return {r: (p[1], p[2]) if (p := self._progress.get(r)) else (0, self.total_epochs)
+                    for r in self.ranks}
+
+    @property
+    def progress_unit(self) -> str:
+        """What ``done`` counts: 'epoch', 'step' or 'report' (from the newest report)."""
+        with self._lock:
+            newest = max(self._progress.values(), default=None, key=lambda p: p[0])
+            if newest:
+                return newest[3]
+            return "epoch" if self.total_epochs else "report"
+
+    @property
+    def latest_metrics(self) -> dict:
+        """A copy of rank 0's newest report (by training_iteration); {} before any."""
+        with self._lock:
+            return dict(self._latest)
+
+    @property
+    def history(self) -> list[tuple[float, dict]]:
+        """(training_iteration, metrics) of every rank-0 report, in iteration order."""
+        with self._lock:
+            return [(x, dict(m)) for x, m in self._history]
+
+    @property
+    def worker_stats(self) -> dict[int, dict]:
+        """rank -> {"pid": int, "cpu_percent": float, "rss": bytes} (latest sample;
+        a field is None when the sample lacked it)."""
+        with self._lock:
+            return {r: dict(s) for r, s in sorted(self._stats.items())}
+
+    @property
+    def notes(self) -> list[str]:
+        """Notes in arrival order (restarts, warnings from the head)."""
+        with self._lock:
+            return list(self._notes)
+
+    @property
+    def restarts(self) -> int:
+        """How many notes announce a restart (text starting 'restart')."""
+        return sum(n.lower().startswith("restart") for n in self.notes)
+
+    @property
+    def output_tail(self) -> dict[int, list[str]]:
+        """rank -> its last few non-blank output lines."""
+        with self._lock:
+            return {r: list(d) for r, d in sorted(self._output.items())}
+
+    def loss_key(self, key: str = "loss") -> str | None:
+        """The metric plotted by `loss_series`: the first of ``key``, the
+        metric_keys, the usual loss names, then any key containing 'loss',
+        that some rank-0 report gave as a number."""
+        with self._lock:
+            present = {k for _, m in self._history for k, v in m.items() if as_number(v) is not None}
+        for k in (key, *self.metric_keys, *LOSS_KEYS):
+            if k in present:
+                return k
+        return min((k for k in present if "loss" in k.lower()), default=None)
+
+    def loss_series(self, key: str = "loss") -> tuple[list, list]:
+        """(xs, ys): training_iteration and value of the `loss_key` metric over
+        rank-0 reports, skipping reports where it is missing or not finite."""
+        k = self.loss_key(key)
+        if k is None:
+            return [], []
+        pts = [(x, as_number(m.get(k))) for x, m in self.history]
+        pts = [(x, y) for x, y in pts if y is not None]
+        return [x for x, _ in pts], [y for _, y in pts]
+
+    def ordered_metrics(self, compact: bool = False) -> list[tuple[str, Any]]:
+        """latest_metrics as (key, value) pairs, metric_keys first. ``compact``
+        leaves out bookkeeping keys (epoch, step, training_iteration, ...)."""
+        m = self.latest_metrics
+        keys = [k for k in self.metric_keys if k in m] + [k for k in m if k not in self.metric_keys]
+        return [(k, m[k]) for k in keys if not (compact and k in BOOKKEEPING_KEYS)]
+
+    def progress_text(self) -> str:
+        """E.g. 'epoch 3/10' or 'step 120' ('epoch 2-3/10' when ranks differ)."""
+        prog = self.rank_progress
+        if not prog:
+            return ""
+        dones = [d for d, _ in prog.values()]
+        lo, hi = min(dones), max(dones)
+        total = next((t for _, t in prog.values() if t), None)
+        span = str(hi) if lo == hi else f"{lo}-{hi}"
+        return f"{self.progress_unit} {span}" + (f"/{total}" if total else "")
+
+    # ------------------------------------------------------------- summaries
+    def summary_lines(self) -> list[str]:
+        """A plain-text summary: header, progress, final metrics, workers, notes, error."""
+        lines = [f"[{self.run_name}] {self.state} in {fmt_duration(self.elapsed_s)}"
+                 + (f" | {self.progress_text()}" if self.report_count else "")]
+        metrics = self.ordered_metrics()
+        if metrics:
+            lines.append("  metrics: " + " ".join(f"{k}={fmt_value(v)}" for k, v in metrics))
+        stats = self.worker_stats
+        if stats:
+            lines.append("  workers: " + ", ".join(
+                f"rank{r} pid {s['pid']} peak {fmt_bytes(self.peak_rss.get(r))}" for r, s in stats.items()))
+        lines += [f"  note: {n}" for n in self.notes]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return lines
+
+    def summary_html(self, plot: bool = True) -> str:
+        """A self-contained HTML summary (no widgets, no scripts) that survives
+        a reopened or exported notebook: state, elapsed, one bar per rank, the
+        final metrics, worker peak memory, notes, the error, and the loss curve
+        as an inline base64 PNG when ``plot`` and matplotlib are available."""
+        e = html.escape
+        colour = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00"}.get(self.state, "#1565c0")
+        parts = [f'<div class="raynb-summary" style="font-family:sans-serif;font-size:13px">',
+                 f'<div><b>{e(self.run_name)}</b> &mdash; <span style="color:{colour};font-weight:bold">'
+                 f'{e(self.state)}</span> in {e(fmt_duration(self.elapsed_s))}</div>']
+        parts.append(progress_bars_html(self))
+        metrics = self.ordered_metrics()
+        if metrics:
+            parts.append(kv_table_html(metrics))
+        stats = self.worker_stats
+        if stats:
+            rows = "".join(f"<tr><td>rank {r}</td><td>{e(str(s['pid']))}</td>"
+                           f"<td>{e(fmt_bytes(self.peak_rss.get(r)))}</td></tr>" for r, s in stats.items())
+            parts.append(f'<table><tr><th>worker</th><th>pid</th><th>peak RSS</th></tr>{rows}</table>')
+        if self.notes:
+            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>")
+        if self.error:
+            parts.append(f'<pre style="color:#c62828;white-space:pre-wrap">{e(self.error)}</pre>')
+        if plot:
+            xs, ys = self.loss_series()
+            png = render_curve_png(xs, ys, self.loss_key() or "loss")
+            if png:
+                parts.append(f'<img alt="{e(self.loss_key() or "loss")} curve" '
+                             f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"/>')
+        parts.append("</div>")
+        return "\n".join(parts)
+
+
+# ----------------------------------------------------------------- shared HTML pieces
+def kv_table_html(pairs: list[tuple[str, Any]]) -> str:
+    """A two-column metric/value HTML table."""
+    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td style='text-align:right'>"
+                   f"{html.escape(fmt_value(v))}</td></tr>" for k, v in pairs)
+    return f"<table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+
+
+def progress_bars_html(p: RunProgress) -> str:
+    """One static CSS bar per rank (for the summary; the live pane uses widgets)."""
+    prog = p.rank_progress
+    scale = max([t or d for d, t in prog.values()] + [1])
+    rows = []
+    for r, (done, total) in prog.items():
+        pct = 100.0 * min(done, total or scale) / (total or scale)
+        label = f"{done}/{total}" if total else str(done)
+        rows.append(f'<div>rank {r} <span style="display:inline-block;width:160px;height:10px;'
+                    f'background:#eee;vertical-align:middle"><span style="display:block;height:100%;'
+                    f'width:{pct:.0f}%;background:#42a5f5"></span></span> {html.escape(label)} '
+                    f'{html.escape(p.progress_unit)}</div>')
+    return "".join(rows)
+
+
+def _as_rank(value: Any) -> int | None:
+    """A rank from an int or a numeric string (JSON turns dict keys into strings)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        r = int(value)
+    except (TypeError, ValueError):
+        return None
+    return r if r >= 0 else None

@@ -1,0 +1,156 @@
+"""Submitting one run and following it to the end, from the notebook's thread.
+
+Shared by ``TorchTrainer.fit()`` and ``%%ray_train``: ship the function, relay
+the event stream to the progress pane and to the cell's output, turn an
+interrupt into a cancel on every rank, and build the ``Result``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+
+import cloudpickle
+
+from . import protocol as P
+from .client import get_client
+from .errors import ClusterError, RunError
+from .shipping import dumps_payload, notebook_sources
+from .train.config import Result, RunConfig, ScalingConfig
+
+# After a cancel, how long to wait for the head to confirm every rank stopped (s).
+CANCEL_WAIT_S = 5.0
+
+
+def _json_safe(value):
+    try:
+        return json.loads(json.dumps(value, default=repr))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _total_epochs(config, epochs):
+    if epochs:
+        return int(epochs)
+    if isinstance(config, dict) and isinstance(config.get("epochs"), int):
+        return config["epochs"]
+    return None
+
+
+def _make_display(name, world_size, total_epochs, verbose):
+    from .display import NullProgress, progress_display
+    from .progress import RunProgress
+
+    progress = RunProgress(name, world_size, total_epochs=total_epochs)
+    display = progress_display(progress) if verbose else NullProgress(progress)
+    display.display()
+    return display
+
+
+def _print_output(event: dict, all_ranks: bool) -> None:
+    rank = event.get("rank")
+    if rank != 0 and not all_ranks:
+        return
+    stream = sys.stderr if event.get("stream") == "stderr" else sys.stdout
+    text = event.get("text", "")
+    tag = f"(rank {rank}) "
+    lines = text.split("\n")
+    end = "\n" if text.endswith("\n") else ""
+    if end:
+        lines = lines[:-1]
+    stream.write("".join(f"{tag}{line}\n" for line in lines[:-1]) + (f"{tag}{lines[-1]}{end}" if lines else ""))
+    stream.flush()
+
+
+def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
+                run_config: RunConfig | None = None, *, sources: dict | None = None,
+                captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
+                name_prefix: str = "TorchTrainer"):
+    """Run ``fn`` on ``scaling_config.num_workers`` warm ranks and wait for it.
+
+    Returns:
+        (Result, rank 0's return value).
+
+    Raises:
+        RunError: a rank raised or died (the error carries the ``Result``).
+        UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
+        KeyboardInterrupt: the run was interrupted; every rank was cancelled first.
+    """
+    scaling_config = scaling_config or ScalingConfig()
+    run_config = run_config or RunConfig()
+    all_sources = notebook_sources()
+    all_sources.update(sources or {})
+    payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+    client = get_client()
+    run_id = uuid.uuid4().hex
+    spec = {
+        "run_id": run_id, "name": run_config.name, "name_prefix": name_prefix,
+        "num_workers": scaling_config.num_workers, "use_gpu": scaling_config.use_gpu,
+        "timeout_s": scaling_config.timeout_s, "storage_path": run_config.storage_path,
+        "params": _json_safe(config if config is not None else {}),
+        "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+    }
+    accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
+    if accepted.msg_type == P.ERROR:
+        raise ValueError(accepted.content.get("message", "the head refused the run"))
+    name, path = accepted.content["name"], accepted.content["path"]
+    display = _make_display(name, scaling_config.num_workers, _total_epochs(config, epochs),
+                            run_config.verbose)
+    reports: list[dict] = []
+    done = _follow(client, run_id, display, reports, all_ranks)
+    return _build_result(done, reports, display)
+
+
+def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
+    """Relay the run's events until it ends; an interrupt cancels it on every rank."""
+    cancel_sent_at = None
+    while True:
+        try:
+            timeout = None if cancel_sent_at is None else max(
+                0.0, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at))
+            msg = client.recv(timeout)
+            if msg is None:
+                raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
+                                   "check `raynb status`")
+            if msg.content.get("run_id") != run_id:
+                continue
+            if msg.msg_type == P.RUN_DONE:
+                if cancel_sent_at is not None:
+                    display.handle({"kind": "state", "state": msg.content["state"], "time": time.time()})
+                    display.finish()
+                    raise KeyboardInterrupt(f"run {msg.content['name']!r} cancelled on every rank")
+                return msg
+            if msg.msg_type == P.RUN_EVENT:
+                event = msg.content["event"]
+                if event.get("kind") == "output":
+                    _print_output(event, all_ranks)
+                elif event.get("kind") == "report" and event.get("rank") == 0:
+                    reports.append(event["metrics"])
+                display.handle(event)
+        except KeyboardInterrupt:
+            if cancel_sent_at is not None:
+                raise
+            client.send(P.CANCEL_RUN, {"run_id": run_id})
+            cancel_sent_at = time.monotonic()
+
+
+def _build_result(done: P.Message, reports: list, display):
+    import pandas as pd
+
+    c = done.content
+    result = Result(
+        metrics=reports[-1] if reports else (c.get("metrics") or None),
+        metrics_dataframe=pd.DataFrame(reports),
+        path=c.get("path"), name=c.get("name"), state=c.get("state"),
+        time_total_s=c.get("time_total_s"), _reports=reports)
+    display.finish()
+    ret = None
+    if c["state"] == "FINISHED" and done.buffers:
+        ret = cloudpickle.loads(P.buffer_bytes(done.buffers[0]))
+    if c["state"] != "FINISHED":
+        err = RunError(c.get("name", "?"), c.get("errors", []), result=result, state=c["state"])
+        result.error = err
+        raise err
+    return result, ret

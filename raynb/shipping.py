@@ -1,0 +1,139 @@
+"""Turning a training function and what it reads into bytes for the workers.
+
+cloudpickle ships notebook-defined functions and classes by value and library
+ones by reference. When that fails, the user needs the *name* of the variable
+that cannot travel, not a pickling stack trace, and must learn it before
+anything is sent.
+"""
+from __future__ import annotations
+
+import io
+import linecache
+import os
+import types
+from collections import ChainMap
+
+import cloudpickle
+
+
+class UnpicklableError(TypeError):
+    """A value the training function needs cannot be sent to the workers.
+
+    Attributes:
+        name (str): the variable, e.g. ``"log_file"`` or ``"helper -> lock"``.
+        reason (str): why pickling it failed.
+    """
+
+    def __init__(self, name: str, value, reason: str):
+        self.name, self.reason = name, reason
+        super().__init__(
+            f"cannot send variable {name!r} ({type(value).__module__}.{type(value).__qualname__}) "
+            f"to the workers: {reason}. Create it inside the training function (it then runs on "
+            "each worker), or pass something picklable (a path instead of an open file, a list "
+            "instead of a generator).")
+
+
+def _referenced_globals(fn: types.FunctionType) -> dict:
+    """Globals and closure values that ``fn`` reads (what cloudpickle would ship)."""
+    out = {}
+    code_objs = [fn.__code__]
+    names = set()
+    while code_objs:
+        co = code_objs.pop()
+        names.update(co.co_names)
+        code_objs.extend(c for c in co.co_consts if isinstance(c, types.CodeType))
+    for n in names:
+        if n in fn.__globals__:
+            out[n] = fn.__globals__[n]
+    for n, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            out[n] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def find_unpicklable(values: dict, _prefix: str = "", _depth: int = 0, _seen=None):
+    """The first (name, value, reason) in ``values`` that cloudpickle refuses, or None.
+
+    Descends into functions defined in the notebook, so ``helper -> lock`` is
+    reported rather than just ``helper``.
+    """
+    _seen = set() if _seen is None else _seen
+    for name, value in values.items():
+        if isinstance(value, types.ModuleType) or id(value) in _seen:
+            continue
+        _seen.add(id(value))
+        try:
+            cloudpickle.dumps(value)
+            continue
+        except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same way
+            reason = f"{type(e).__name__}: {e}"
+        if isinstance(value, types.FunctionType) and _depth < 4:
+            inner = find_unpicklable(_referenced_globals(value), f"{_prefix}{name} -> ",
+                                     _depth + 1, _seen)
+            if inner is not None:
+                return inner
+        return f"{_prefix}{name}", value, reason
+    return None
+
+
+def notebook_sources() -> dict:
+    """Source text of notebook cells in ``linecache`` (files that do not exist on disk).
+
+    Sent along so remote tracebacks show the lines of functions defined in other cells.
+    """
+    out = {}
+    for filename, entry in list(linecache.cache.items()):
+        if len(entry) == 4 and entry[2] and not os.path.exists(filename):
+            out[filename] = "".join(entry[2])
+    return out
+
+
+def _rebuild_code(ctor, args, filename: str) -> types.CodeType:
+    return ctor(*args).replace(co_filename=filename)
+
+
+def _reduce_code(code: types.CodeType):
+    # cloudpickle blanks co_filename ("<dynamic-code>"); remote tracebacks need it
+    # to name the cell and show its lines, so it is put back on arrival.
+    ctor, args = cloudpickle.cloudpickle._code_reduce(code)
+    return _rebuild_code, (ctor, args, code.co_filename)
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    if hasattr(cloudpickle.cloudpickle, "_code_reduce"):
+        dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.CloudPickler.dispatch_table)
+
+
+def dumps(obj) -> bytes:
+    """cloudpickle.dumps (protocol 5) that keeps code objects' filenames."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=5).dump(obj)
+    return buf.getvalue()
+
+
+def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None = None) -> bytes:
+    """cloudpickle (protocol 5) of what a worker needs to run ``fn(config)``.
+
+    Args:
+        fn: the training function (``f()`` or ``f(config)``).
+        config: its ``train_loop_config`` (any picklable value).
+        sources: filename -> source text, registered in the workers' linecache.
+        captured: for error messages only: the notebook variables ``fn`` reads.
+
+    Raises:
+        UnpicklableError: naming the variable that cannot be sent, and why.
+    """
+    payload = {"fn": fn, "config": config, "sources": dict(sources or {})}
+    try:
+        return dumps(payload)
+    except Exception as e:  # noqa: BLE001
+        suspects = dict(captured or {})
+        if isinstance(fn, types.FunctionType):
+            suspects.update(_referenced_globals(fn))
+        suspects["config"] = config
+        found = find_unpicklable(suspects)
+        if found is None:
+            found = (getattr(fn, "__name__", "the training function"), fn, f"{type(e).__name__}: {e}")
+        raise UnpicklableError(*found) from None

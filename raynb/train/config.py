@@ -1,0 +1,89 @@
+"""Run configuration and results (names and fields follow ``ray.train``)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class ScalingConfig:
+    """How many workers a run gets and what each holds.
+
+    Args:
+        num_workers (int): ranks in the run (the world size), >= 1.
+        use_gpu (bool): one CUDA device per worker and the NCCL backend (gloo otherwise).
+        resources_per_worker (dict | None): e.g. ``{"CPU": 1, "GPU": 1}``; recorded
+            with the run (the warm pool runs one worker per rank regardless).
+        timeout_s (float | None): torch.distributed collective timeout in seconds
+            (torch's default, 1800 s, when None).
+    """
+
+    num_workers: int = 4
+    use_gpu: bool = False
+    resources_per_worker: dict | None = None
+    timeout_s: float | None = None
+
+    def __post_init__(self):
+        n = self.num_workers
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"ScalingConfig(num_workers={n!r}): num_workers must be an integer >= 1")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"ScalingConfig(timeout_s={self.timeout_s!r}) must be a positive number of seconds")
+
+
+@dataclass
+class RunConfig:
+    """Where and under what name a run's results go.
+
+    Args:
+        name (str | None): the run directory's name; ``TorchTrainer_<date>_<time>_<id>`` when None.
+        storage_path (str | None): the parent directory (on the head's file system);
+            ``$RAYNB_STORAGE_PATH`` or ``~/raynb_results`` when None.
+        verbose (int): 0 shows no progress pane or text, 1 (default) shows it.
+    """
+
+    name: str | None = None
+    storage_path: str | None = None
+    verbose: int = 1
+
+    def __post_init__(self):
+        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
+            raise ValueError(f"RunConfig(name={self.name!r}): the name must be a plain directory name")
+
+
+@dataclass
+class Result:
+    """The outcome of ``fit()``.
+
+    Attributes:
+        metrics (dict | None): rank 0's last report, with Ray's automatic fields
+            (``training_iteration``, ``time_total_s``, ...).
+        metrics_dataframe (pandas.DataFrame | None): every rank-0 report, one row each.
+        error (Exception | None): the run's error, if it failed.
+        path (str | None): the run directory.
+        checkpoint: None (checkpoints are not supported in this version).
+    """
+
+    metrics: dict | None = None
+    metrics_dataframe: Any = None
+    error: Exception | None = None
+    path: str | None = None
+    checkpoint: Any = None
+    name: str | None = None
+    state: str | None = None
+    time_total_s: float | None = None
+    _reports: list = field(default_factory=list, repr=False)
+
+    @property
+    def config(self) -> dict | None:
+        """The run's ``train_loop_config`` as recorded in ``params.json``."""
+        try:
+            return json.loads((Path(self.path) / "params.json").read_text())
+        except (OSError, TypeError, ValueError):
+            return None
+
+    def __repr__(self) -> str:
+        return (f"Result(name={self.name!r}, state={self.state!r}, metrics={self.metrics!r}, "
+                f"path={self.path!r}, error={self.error!r})")

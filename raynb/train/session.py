@@ -1,0 +1,135 @@
+"""The per-worker training session: what ``report`` and ``get_context`` see.
+
+The worker starts a session before calling the user's function and ends it
+after; outside a session these functions raise a clear error instead of
+silently doing nothing.
+"""
+from __future__ import annotations
+
+import numbers
+import time
+from typing import Any, Callable
+
+_task: dict | None = None
+_emit: Callable[[dict], None] | None = None
+
+
+class TrainContext:
+    """Where this worker sits in the run (as ``ray.train.get_context()``)."""
+
+    def __init__(self, task: dict):
+        self._task = task
+
+    def get_world_rank(self) -> int:
+        """Rank of this worker among all workers of the run, 0..world_size-1."""
+        return self._task["rank"]
+
+    def get_local_rank(self) -> int:
+        """Rank of this worker among the run's workers on the same node."""
+        return self._task["local_rank"]
+
+    def get_world_size(self) -> int:
+        """Number of workers in the run."""
+        return self._task["world_size"]
+
+    def get_local_world_size(self) -> int:
+        """Number of the run's workers on this node."""
+        return self._task["local_world_size"]
+
+    def get_node_rank(self) -> int:
+        """Index of this worker's node among the run's nodes."""
+        return self._task["node_rank"]
+
+    def get_experiment_name(self) -> str:
+        """The run's name (its directory under ``storage_path``)."""
+        return self._task["name"]
+
+    def get_storage_path(self) -> str:
+        """The run directory (str path on the head's file system)."""
+        return self._task["path"]
+
+    def __repr__(self) -> str:
+        return (f"TrainContext(world_rank={self.get_world_rank()}, local_rank={self.get_local_rank()}, "
+                f"world_size={self.get_world_size()}, node_rank={self.get_node_rank()})")
+
+
+def start(task: dict, config: Any, emit: Callable[[dict], None]) -> None:
+    global _task, _emit
+    _task, _emit = task, emit
+
+
+def end() -> None:
+    global _task, _emit
+    _task, _emit = None, None
+
+
+def in_session() -> bool:
+    return _task is not None
+
+
+def _require(what: str) -> dict:
+    if _task is None:
+        raise RuntimeError(
+            f"{what}() was called outside a training function. Call it inside "
+            "train_loop_per_worker (TorchTrainer) or a %%ray_train cell, which run on the workers.")
+    return _task
+
+
+def _plain(value: Any) -> Any:
+    """Metrics as plain JSON-able values: tensors and numpy scalars become numbers."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, numbers.Number):
+        return float(value) if not isinstance(value, numbers.Integral) else int(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    item = getattr(value, "item", None)
+    numel = getattr(value, "numel", None) or getattr(value, "size", None)
+    if callable(item):
+        try:
+            n = numel() if callable(numel) else numel
+            if n == 1:
+                return item()
+        except Exception:  # noqa: BLE001 - fall through to tolist/repr
+            pass
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        return tolist()
+    return repr(value)
+
+
+def report(metrics: dict, checkpoint=None) -> None:
+    """Report metrics for this step/epoch (``ray.train.report``).
+
+    Args:
+        metrics: dict of str -> number (tensors of one element and numpy scalars
+            are converted). Rank 0's reports become ``Result.metrics`` and the
+            rows of ``result.json`` / ``progress.csv``; every rank's ``epoch`` or
+            ``step`` drives its progress bar.
+        checkpoint: not supported yet; passing one raises ``NotImplementedError``.
+
+    Never blocks the training loop: the report is queued to the worker's I/O thread.
+
+    Raises:
+        TypeError: ``metrics`` is not a dict with string keys.
+        RuntimeError: called outside a training function.
+    """
+    _require("report")
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r:.80}")
+    if checkpoint is not None:
+        raise NotImplementedError("report(checkpoint=...) is not supported yet in this raynb version")
+    _emit({"kind": "report", "metrics": _plain(metrics), "time": time.time()})
+
+
+def get_context() -> TrainContext:
+    """This worker's :class:`TrainContext` (ranks, world size, node rank)."""
+    return TrainContext(_require("get_context"))
+
+
+def get_checkpoint():
+    """The checkpoint to resume from; None (checkpoint support is not in this version)."""
+    _require("get_checkpoint")
+    return None

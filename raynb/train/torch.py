@@ -1,0 +1,184 @@
+"""PyTorch specifics (``ray.train.torch``): the trainer and the DDP helpers.
+
+``prepare_model`` and ``prepare_data_loader`` run on the workers, inside the
+training function, where the process group is already formed.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from . import session as _session
+from .config import Result, RunConfig, ScalingConfig
+
+
+def get_device():
+    """This worker's ``torch.device``: ``cuda:<local rank>`` when the run uses GPUs, else cpu."""
+    import torch
+
+    task = _session._require("get_device")
+    if task.get("use_gpu") and torch.cuda.is_available():
+        return torch.device("cuda", task["local_rank"] % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | None = "ddp",
+                  parallel_strategy_kwargs: dict | None = None):
+    """Move ``model`` to this worker's device and wrap it in DistributedDataParallel.
+
+    Args:
+        model (torch.nn.Module): the model, built the same way on every rank.
+        move_to_device (bool): move parameters to :func:`get_device` first.
+        parallel_strategy ("ddp" | None): None returns the model unwrapped.
+        parallel_strategy_kwargs (dict | None): passed to ``DistributedDataParallel``.
+
+    Returns:
+        The DDP-wrapped model when the world size is > 1, else the model itself.
+        DDP broadcasts rank 0's initial parameters, so every rank starts equal.
+    """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    task = _session._require("prepare_model")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"prepare_model() takes a torch.nn.Module, got {type(model).__name__}")
+    device = get_device()
+    if move_to_device:
+        model = model.to(device)
+    if parallel_strategy is None or task["world_size"] < 2:
+        return model
+    if parallel_strategy != "ddp":
+        raise ValueError(f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp' or None")
+    kwargs = dict(parallel_strategy_kwargs or {})
+    if device.type == "cuda":
+        kwargs.setdefault("device_ids", [device.index])
+    return DistributedDataParallel(model, **kwargs)
+
+
+def _to_device(batch, device):
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, (list, tuple)):
+        moved = [_to_device(b, device) for b in batch]
+        return type(batch)(*moved) if hasattr(batch, "_fields") else type(batch)(moved)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class _PreparedDataLoader:
+    """A DataLoader whose DistributedSampler advances its epoch on every pass and
+    whose batches arrive on this worker's device."""
+
+    def __init__(self, loader, sampler, device):
+        self._loader = loader
+        self._sampler = sampler
+        self._device = device
+        self._epoch = 0
+
+    def __iter__(self):
+        if self._sampler is not None:
+            self._sampler.set_epoch(self._epoch)  # a new shuffle order each pass, same on all ranks
+        self._epoch += 1
+        for batch in self._loader:
+            yield _to_device(batch, self._device) if self._device is not None else batch
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_device: bool = True):
+    """Shard ``data_loader`` across ranks (``ray.train.torch.prepare_data_loader``).
+
+    With a world size > 1 the loader's sampler is replaced by a
+    ``DistributedSampler`` that keeps the loader's ``shuffle`` (a RandomSampler
+    means shuffle=True) and whose epoch advances on each pass; batches are moved to
+    :func:`get_device` when ``move_to_device``.
+
+    Args:
+        data_loader (torch.utils.data.DataLoader): built as for a single process.
+
+    Returns:
+        An iterable with the loader's ``len``, ``batch_size``, ``dataset``, ``sampler``.
+
+    Raises:
+        ValueError: the loader uses a custom ``batch_sampler`` (it cannot be sharded
+            automatically; shard it yourself with ``get_context().get_world_rank()``).
+    """
+    from torch.utils.data import DataLoader, RandomSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    task = _session._require("prepare_data_loader")
+    device = get_device() if move_to_device else None
+    sampler = data_loader.sampler
+    if add_dist_sampler and task["world_size"] > 1 and not isinstance(sampler, DistributedSampler):
+        if data_loader.batch_size is None:
+            raise ValueError("prepare_data_loader() cannot shard a loader with a custom batch_sampler; "
+                             "shard it yourself with get_context().get_world_rank()")
+        sampler = DistributedSampler(
+            data_loader.dataset, num_replicas=task["world_size"], rank=task["rank"],
+            shuffle=isinstance(data_loader.sampler, RandomSampler))
+        data_loader = DataLoader(
+            data_loader.dataset, batch_size=data_loader.batch_size, sampler=sampler,
+            num_workers=data_loader.num_workers, collate_fn=data_loader.collate_fn,
+            pin_memory=data_loader.pin_memory, drop_last=data_loader.drop_last,
+            timeout=data_loader.timeout, worker_init_fn=data_loader.worker_init_fn,
+            persistent_workers=data_loader.persistent_workers if data_loader.num_workers else False)
+    if not isinstance(sampler, DistributedSampler):
+        sampler = None
+    return _PreparedDataLoader(data_loader, sampler, device)
+
+
+class TorchTrainer:
+    """Data-parallel PyTorch training on the warm cluster (``ray.train.torch.TorchTrainer``).
+
+    Args:
+        train_loop_per_worker: ``f()`` or ``f(config)``, run on every rank. Inside it
+            use ``report``, ``get_context``, ``prepare_model``, ``prepare_data_loader``.
+        train_loop_config (dict | None): passed to ``train_loop_per_worker``.
+        scaling_config (ScalingConfig | None): workers and GPUs (4 CPU workers by default).
+        run_config (RunConfig | None): run name, storage path, verbosity.
+        datasets (dict | None): name -> object, available on every rank through
+            ``raynb.train.get_dataset_shard(name)``... not supported yet: must be None.
+
+    ``fit()`` connects to the local cluster when this process has no connection
+    (as ``raynb.connect()``).
+    """
+
+    def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
+                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
+                 datasets: dict | None = None):
+        if not callable(train_loop_per_worker):
+            raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
+                            f"{type(train_loop_per_worker).__name__}")
+        if datasets is not None:
+            raise NotImplementedError("TorchTrainer(datasets=...) is not supported yet; build the "
+                                      "dataset inside train_loop_per_worker or capture it in config")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.scaling_config = scaling_config or ScalingConfig()
+        self.run_config = run_config or RunConfig()
+        if not isinstance(self.scaling_config, ScalingConfig):
+            raise TypeError(f"scaling_config must be a ScalingConfig, got {type(scaling_config).__name__}")
+        if not isinstance(self.run_config, RunConfig):
+            raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
+
+    def fit(self) -> Result:
+        """Run training to the end and return its :class:`Result`.
+
+        Raises:
+            raynb.RunError: a rank raised an exception or died.
+            UnpicklableError: the function reads something that cannot be shipped.
+        """
+        from ..runner import execute_run
+
+        result, _ = execute_run(self.train_loop_per_worker, self.train_loop_config,
+                                self.scaling_config, self.run_config)
+        return result
+
+
+Any  # re-exported typing name kept for annotations above

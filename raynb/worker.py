@@ -1,0 +1,368 @@
+"""A warm worker: forked from the zygote, runs training functions on its main thread.
+
+Two threads:
+- the main thread waits for tasks and runs the user's function, so that a cancel
+  can reach it as a KeyboardInterrupt (a signal is only delivered to the main
+  thread);
+- the I/O thread owns the DEALER socket to the head: it forwards what the main
+  thread (and any thread of the user's) sends, hands tasks over, and turns a
+  cancel into SIGINT for the main thread.
+
+Between runs a worker keeps its torch.distributed process group, so a re-run on
+the same ranks skips the rendezvous entirely.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import linecache
+import logging
+import os
+import queue
+import signal
+import socket
+import sys
+import sysconfig
+import threading
+import time
+import traceback
+from datetime import timedelta
+
+import cloudpickle
+import zmq
+
+from . import protocol as P
+from .train import session as train_session
+
+log = logging.getLogger("raynb.worker")
+
+_THIS_FILE = __file__.rstrip("c")
+_LIBRARY_ROOTS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
+              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"],
+              os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+)
+
+
+class _RankStream:
+    """sys.stdout / sys.stderr of a worker: lines go to the head while a run is live.
+
+    Complete lines are sent as soon as they are written; a partial line waits
+    for its newline, a flush(), or the end of the run.
+    """
+
+    def __init__(self, worker: "Worker", name: str, fallback):
+        self._worker = worker
+        self._name = name
+        self._fallback = fallback
+        self._buf = ""
+        self._lock = threading.Lock()
+        self.encoding = "utf-8"
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self._worker.current_task is None:
+            return self._fallback.write(text)
+        with self._lock:
+            self._buf += text
+            if "\n" not in text:
+                return len(text)
+            head, _, self._buf = self._buf.rpartition("\n")
+        self._worker.emit({"kind": "output", "stream": self._name, "text": head + "\n"})
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            text, self._buf = self._buf, ""
+        if text and self._worker.current_task is not None:
+            self._worker.emit({"kind": "output", "stream": self._name, "text": text})
+        self._fallback.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._fallback.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+
+def _is_user_module_file(path: str) -> bool:
+    """A .py file the user may edit (not stdlib, site-packages or raynb itself)."""
+    if not path.endswith(".py"):
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_LIBRARY_ROOTS)
+
+
+def format_remote_error(exc: BaseException, rank: int) -> dict:
+    """Describe an exception raised by the user's function, for the notebook.
+
+    raynb's own frames are dropped so the traceback starts at the user's code,
+    whose line numbers are the cell's (the client compiled it that way).
+    """
+    tbe = traceback.TracebackException.from_exception(exc)
+    tbe.stack = traceback.StackSummary.from_list(
+        [f for f in tbe.stack if os.path.realpath(f.filename) != os.path.realpath(_THIS_FILE)])
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "hostname": socket.gethostname(),
+        "exc_type": type(exc).__qualname__,
+        "exc_module": type(exc).__module__,
+        "message": str(exc),
+        "traceback": "".join(tbe.format()),
+    }
+
+
+class Worker:
+    def __init__(self, worker_id: str, address: str, key: bytes):
+        self.worker_id = worker_id
+        self.address = address
+        self.key = key
+        self.node_id = os.environ.get("RAYNB_NODE_ID", "")
+        self.node_ip = os.environ.get("RAYNB_NODE_IP", "127.0.0.1")
+        self.ctx = zmq.Context()
+        self.tasks: queue.Queue = queue.Queue()
+        self.lock = threading.Lock()
+        self.current_task: dict | None = None
+        self._cancel_requested = False
+        self._cancelled_early: set[str] = set()
+        self._main_ident = threading.get_ident()
+        self._io_ready = threading.Event()
+        self._out_session = P.Session(key)
+        self.group_key: str | None = None
+        self._module_files: dict[str, str | bool] = {}
+        self._module_mtimes: dict[str, float] = {}
+        self._sys_path_seen: tuple = ()
+        self._threads = None
+        io = threading.Thread(target=self._io_loop, name="raynb-io", daemon=True)
+        io.start()
+        self._io_ready.wait()
+        self._push = self.ctx.socket(zmq.PUSH)
+        self._push.setsockopt(zmq.SNDHWM, 0)  # report() must never block training
+        self._push.setsockopt(zmq.LINGER, 0)
+        self._push.connect("inproc://raynb-out")
+        sys.stdout = _RankStream(self, "stdout", sys.__stdout__)
+        sys.stderr = _RankStream(self, "stderr", sys.__stderr__)
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    # -- outgoing (any thread) ------------------------------------------------
+    def send(self, msg_type: str, content: dict, buffers=()) -> None:
+        with self.lock:
+            frames = self._out_session.serialize(msg_type, content, buffers)
+            self._push.send_multipart(frames, copy=False)
+
+    def emit(self, event: dict) -> None:
+        """Send a progress event (report, output) for the current task."""
+        task = self.current_task
+        if task is None:
+            return
+        event.setdefault("time", time.time())
+        self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
+
+    # -- the I/O thread -------------------------------------------------------
+    def _io_loop(self) -> None:
+        session = P.Session(self.key)
+        dealer = self.ctx.socket(zmq.DEALER)
+        P.configure_socket(dealer)
+        dealer.setsockopt(zmq.IDENTITY, f"worker:{self.worker_id}".encode())
+        dealer.connect(self.address)
+        pull = self.ctx.socket(zmq.PULL)
+        pull.bind("inproc://raynb-out")
+        session.send(dealer, P.WORKER_READY, {
+            "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
+            "hostname": socket.gethostname(), "ip": self.node_ip})
+        self._io_ready.set()
+        poller = zmq.Poller()
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(pull, zmq.POLLIN)
+        while True:
+            for sock, _ in poller.poll():
+                if sock is pull:
+                    dealer.send_multipart(pull.recv_multipart(copy=False), copy=False)
+                    continue
+                msg = session.recv(dealer)
+                if msg is None:
+                    continue
+                if msg.msg_type == P.RUN_TASK:
+                    self.tasks.put(msg)
+                elif msg.msg_type == P.CANCEL_TASK:
+                    self._cancel(msg.content["run_id"])
+                elif msg.msg_type == P.SHUTDOWN:
+                    os._exit(0)
+
+    def _cancel(self, run_id: str) -> None:
+        with self.lock:
+            task = self.current_task
+            if task is not None and task["run_id"] == run_id:
+                self._cancel_requested = True
+                signal.pthread_kill(self._main_ident, signal.SIGINT)
+            else:
+                self._cancelled_early.add(run_id)
+
+    def _on_sigint(self, signum, frame):
+        # Only a cancel of the running task interrupts; a late SIGINT is ignored.
+        if self._cancel_requested and self.current_task is not None:
+            raise KeyboardInterrupt("run cancelled")
+
+    # -- the main thread ------------------------------------------------------
+    def serve(self) -> int:
+        while True:
+            try:
+                msg = self.tasks.get()
+                self.execute(msg)
+            except KeyboardInterrupt:
+                continue
+
+    def execute(self, msg: P.Message) -> None:
+        task = msg.content
+        run_id, rank = task["run_id"], task["rank"]
+        status, error, ret = "ok", None, None
+        with self.lock:
+            if run_id in self._cancelled_early:
+                self._cancelled_early.discard(run_id)
+                status = "cancelled"
+            else:
+                self.current_task = task
+                self._cancel_requested = False
+        if status == "ok":
+            try:
+                self._prepare(task)
+                payload = cloudpickle.loads(P.buffer_bytes(msg.buffers[0]))
+                for filename, source in payload.get("sources", {}).items():
+                    lines = source.splitlines(True)
+                    linecache.cache[filename] = (len(source), None, lines, filename)
+                train_session.start(task, payload.get("config"), self.emit)
+                fn = payload["fn"]
+                ret = fn(payload["config"]) if _takes_config(fn) else fn()
+            except KeyboardInterrupt:
+                status = "cancelled" if self._cancel_requested else "error"
+                if status == "error":
+                    error = format_remote_error(KeyboardInterrupt(), rank)
+            except BaseException as exc:  # noqa: BLE001 - SystemExit too: the worker lives on
+                status, error = "error", format_remote_error(exc, rank)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                with self.lock:
+                    self.current_task = None
+                    self._cancel_requested = False
+                train_session.end()
+        buffers = []
+        if status == "ok" and ret is not None and rank == 0:
+            try:
+                buffers = [cloudpickle.dumps(ret, protocol=5)]
+            except Exception as exc:  # noqa: BLE001
+                status, error = "error", format_remote_error(
+                    TypeError(f"the training function's return value could not be sent "
+                              f"back: {exc}"), rank)
+        if status != "ok":
+            # Peers may be mid-collective or dead: never reuse this process group.
+            self.group_key = None
+        self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
+                                "error": error}, buffers)
+        self._note_user_modules()
+
+    def _prepare(self, task: dict) -> None:
+        os.environ.update({
+            "RANK": str(task["rank"]), "WORLD_SIZE": str(task["world_size"]),
+            "LOCAL_RANK": str(task["local_rank"]),
+            "LOCAL_WORLD_SIZE": str(task["local_world_size"]),
+            "NODE_RANK": str(task["node_rank"]),
+            "MASTER_ADDR": task["group"]["master_addr"],
+            "MASTER_PORT": str(task["group"]["master_port"]),
+        })
+        cwd = task.get("cwd")
+        if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
+            os.chdir(cwd)
+        paths = tuple(task.get("sys_path") or ())
+        if paths != self._sys_path_seen:
+            for p in reversed(paths):
+                if p not in sys.path and os.path.isdir(p):
+                    sys.path.insert(0, p)
+            self._sys_path_seen = paths
+        self._reload_user_modules()
+        import torch
+
+        threads = max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"]))
+        if threads != self._threads:
+            torch.set_num_threads(threads)
+            self._threads = threads
+        self._ensure_group(task)
+
+    def _ensure_group(self, task: dict) -> None:
+        import torch.distributed as dist
+
+        g = task["group"]
+        if self.group_key == g["key"] and dist.is_initialized():
+            return
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        self.group_key = None
+        if g["backend"] == "nccl":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise RuntimeError(
+                    f"use_gpu=True but no CUDA device is visible on {socket.gethostname()} "
+                    f"(worker {self.worker_id}); run with use_gpu=False or add a GPU node")
+            torch.cuda.set_device(task["local_rank"] % torch.cuda.device_count())
+        dist.init_process_group(
+            g["backend"], init_method=f"tcp://{g['master_addr']}:{g['master_port']}",
+            rank=task["rank"], world_size=task["world_size"],
+            timeout=timedelta(seconds=float(g.get("timeout_s") or 1800)))
+        self.group_key = g["key"]
+
+    # -- reloading edited local modules ----------------------------------------
+    def _user_module_file(self, name: str, mod) -> str | bool:
+        known = self._module_files.get(name)
+        if known is None:
+            f = getattr(mod, "__file__", None)
+            known = f if f and _is_user_module_file(f) else False
+            self._module_files[name] = known
+        return known
+
+    def _note_user_modules(self) -> None:
+        """Remember the mtime of user modules imported by the last run."""
+        for name, mod in list(sys.modules.items()):
+            if name not in self._module_mtimes:
+                f = self._user_module_file(name, mod)
+                if f:
+                    try:
+                        self._module_mtimes[name] = os.stat(f).st_mtime_ns
+                    except OSError:
+                        pass
+
+    def _reload_user_modules(self) -> None:
+        """Re-import user modules whose file changed since the last run."""
+        for name, mtime in list(self._module_mtimes.items()):
+            mod = sys.modules.get(name)
+            f = self._module_files.get(name)
+            if mod is None or not f:
+                continue
+            try:
+                now = os.stat(f).st_mtime_ns
+            except OSError:
+                continue
+            if now != mtime:
+                importlib.reload(mod)
+                self._module_mtimes[name] = now
+
+
+def _takes_config(fn) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)
+
+
+def main(worker_id: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    worker = Worker(worker_id, os.environ["RAYNB_ADDRESS"], P.key_from_env())
+    return worker.serve()
