@@ -1,0 +1,78 @@
+"""Shared fixtures: one real warm cluster for the whole session.
+
+Every test here talks to real processes over real sockets. The session cluster
+fails the run if stopping it leaves any of its processes behind.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+
+@pytest.fixture(scope="session")
+def raynb_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp("raynb_home")
+    storage = tmp_path_factory.mktemp("raynb_results")
+    old = {k: os.environ.get(k) for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_PROGRESS")}
+    os.environ["RAYNB_HOME"] = str(home)
+    os.environ["RAYNB_STORAGE_PATH"] = str(storage)
+    os.environ["RAYNB_PROGRESS"] = "text"
+    yield home
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def alive(pids) -> list[int]:
+    """The pids that still run (zombies count as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
+
+
+@pytest.fixture(scope="session")
+def cluster(raynb_home):
+    """A started 4-worker local cluster and a connected client, shared by all tests."""
+    import raynb
+    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+
+    info, started = start_cluster(num_workers=4)
+    assert started, "a cluster was already running in the test's RAYNB_HOME"
+    client = raynb.connect()
+    yield client
+    pids = set(cluster_pids(info))
+    raynb.disconnect()
+    assert stop_cluster()
+    deadline = time.monotonic() + 10
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids), f"raynb processes left behind after stop: {alive(pids)}"
+
+
+def wait_idle_workers(client, n: int = 4, timeout: float = 30.0) -> dict:
+    """Wait until the cluster has at least ``n`` idle workers; returns the status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        st = client.status()
+        if sum(w["state"] == "idle" for w in st["workers"]) >= n:
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"cluster did not get back to {n} idle workers: {st['workers']}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def warm(cluster):
+    """The session cluster, with 4 idle workers before the test starts."""
+    wait_idle_workers(cluster, 4)
+    return cluster
