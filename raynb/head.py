@@ -61,6 +61,12 @@ class NodeInfo:
     num_workers: int
     max_workers: int
     spawning: int = 0  # forks asked for, not yet ready
+    gpus: list = field(default_factory=list)       # CUDA device indices on this node
+    gpus_in_use: set = field(default_factory=set)
+
+    @property
+    def free_gpus(self) -> list:
+        return [g for g in self.gpus if g not in self.gpus_in_use]
 
 
 @dataclass
@@ -80,6 +86,7 @@ class Run:
     started: float | None = None
     ended: float | None = None
     deadline: float | None = None                     # when unfinished ranks get killed
+    gpu_ids: dict = field(default_factory=dict)       # rank -> (node_id, CUDA device index)
     reports: int = 0
     last_metrics: dict = field(default_factory=dict)
 
@@ -120,7 +127,8 @@ class Head:
         self.workers: dict[str, WorkerInfo] = {}
         self.runs: dict[str, Run] = {}
         self.queue: list[str] = []  # pending run ids, FIFO
-        self.groups: dict[tuple, str] = {}  # worker ids in rank order -> process group key
+        # worker ids in rank order -> (backend, key) of the process group they form
+        self.groups: dict[tuple, tuple] = {}
         self.local_node: subprocess.Popen | None = None
         self.started = time.time()
         self._stop = False
@@ -203,7 +211,8 @@ class Head:
             "rejected_messages": self.session.rejected,
             "nodes": [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
                        "num_workers": n.num_workers, "max_workers": n.max_workers,
-                       "spawning": n.spawning} for n in self.nodes.values()],
+                       "spawning": n.spawning, "gpus": n.gpus,
+                       "gpus_in_use": sorted(n.gpus_in_use)} for n in self.nodes.values()],
             "workers": [{"worker_id": w.worker_id, "node_id": w.node_id, "pid": w.pid,
                          "state": "busy" if w.busy else "idle", "run_id": w.run_id,
                          "run": self.runs[w.run_id].name if w.run_id in self.runs else None,
@@ -233,6 +242,13 @@ class Head:
                            f"over {len(self.nodes)} node(s)); ask for at most {limit}, or add a node "
                            "with `raynb node --address ...`, or restart with `raynb start "
                            "--max-workers N`"})
+        total_gpus = sum(len(node.gpus) for node in self.nodes.values())
+        if spec.get("use_gpu") and n > total_gpus:
+            return self.send(msg.identity, P.ERROR, {
+                "run_id": spec.get("run_id"),
+                "message": f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
+                           f"cluster has {total_gpus}. Ask for at most {total_gpus} workers, run on "
+                           "CPU (use_gpu=False), or add a GPU node with `raynb node`"})
         if not msg.buffers:
             return self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"),
                                                      "message": "submit_run carries no function"})
@@ -265,7 +281,7 @@ class Head:
         c = msg.content
         self.nodes[c["node_id"]] = NodeInfo(
             c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
-            c["num_workers"], c["max_workers"], spawning=c["num_workers"])
+            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])))
         log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
 
     def on_worker_ready(self, msg: P.Message) -> None:
@@ -331,17 +347,36 @@ class Head:
             n = run.world_size
             idle = [w for w in self.workers.values() if not w.busy]
             if len(idle) < n:
-                self._grow(n - len(idle))
+                if self._grow(n - len(idle)) > 0 and not run.spec.get("_wait_noted"):
+                    run.spec["_wait_noted"] = True
+                    busy = sum(1 for w in self.workers.values() if w.busy)
+                    self._event(run, {"kind": "note", "text": (
+                        f"waiting: the run needs {n} workers; {len(idle)} idle, {busy} busy with "
+                        f"other runs, and the cluster holds at most {self.capacity()}")})
                 return
+            if run.spec.get("use_gpu"):
+                idle = self._gpu_eligible(idle, n)
+                if idle is None:
+                    return  # GPUs busy with another run: wait for it
             self.queue.pop(0)
             self._start(run, self._pick(idle, n))
 
-    def _grow(self, missing: int) -> None:
-        """Fork more workers when a run needs more than are idle (never a silent wait)."""
+    def _gpu_eligible(self, idle: list[WorkerInfo], n: int) -> list[WorkerInfo] | None:
+        """Idle workers, at most one per free GPU of their node; None if fewer than ``n``."""
+        out = []
+        for node in self.nodes.values():
+            on_node = [w for w in idle if w.node_id == node.node_id]
+            out += on_node[:len(node.free_gpus)]
+        return out if len(out) >= n else None
+
+    def _grow(self, missing: int) -> int:
+        """Fork more workers when a run needs more than are idle (never a silent wait).
+
+        Returns how many of the missing workers no node has room for."""
         missing -= sum(n.spawning for n in self.nodes.values())
         for node in sorted(self.nodes.values(), key=lambda n: n.node_id != "local"):
             if missing <= 0:
-                return
+                return 0
             have = sum(1 for w in self.workers.values() if w.node_id == node.node_id)
             room = node.max_workers - have - node.spawning
             k = min(room, missing)
@@ -349,6 +384,7 @@ class Head:
                 node.spawning += k
                 missing -= k
                 self.send(node.identity, P.SPAWN_WORKERS, {"count": k})
+        return max(0, missing)
 
     def _pick(self, idle: list[WorkerInfo], n: int) -> list[WorkerInfo]:
         idle_ids = {w.worker_id for w in idle}
@@ -366,14 +402,14 @@ class Head:
 
     def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool) -> dict:
         members = tuple(w.worker_id for w in chosen)
+        backend = "nccl" if use_gpu else "gloo"
         for other in [m for m in self.groups if m != members and set(m) & set(members)]:
             del self.groups[other]  # these workers now leave that group
-        key = self.groups.get(members)
-        if key is None:
-            key = uuid.uuid4().hex
-            self.groups[members] = key
+        known = self.groups.get(members)
+        if known is None or known[0] != backend:
+            known = self.groups[members] = (backend, uuid.uuid4().hex)
         master = chosen[0]
-        return {"key": key, "backend": "nccl" if use_gpu else "gloo",
+        return {"key": known[1], "backend": backend,
                 "master_addr": master.ip, "master_port": _free_port(master.ip)}
 
     def _start(self, run: Run, chosen: list[WorkerInfo]) -> None:
@@ -394,11 +430,17 @@ class Head:
             w.run_id, w.rank = run.run_id, rank
             local_rank = seen.get(w.node_id, 0)
             seen[w.node_id] = local_rank + 1
+            gpu_id = None
+            if spec.get("use_gpu"):
+                node = self.nodes[w.node_id]
+                gpu_id = node.free_gpus[0]
+                node.gpus_in_use.add(gpu_id)
+                run.gpu_ids[rank] = (w.node_id, gpu_id)
             self.send(w.identity, P.RUN_TASK, {
                 "run_id": run.run_id, "name": run.name, "path": str(run.rundir.path),
                 "rank": rank, "world_size": len(chosen), "local_rank": local_rank,
                 "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
-                "group": group, "use_gpu": bool(spec.get("use_gpu")),
+                "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
             }, run.payload)
         self._event(run, {"kind": "state", "state": "RUNNING",
@@ -488,6 +530,9 @@ class Head:
     def _finish(self, run: Run, state: str) -> None:
         run.state = state
         run.ended = time.time()
+        for node_id, gpu_id in run.gpu_ids.values():
+            if node_id in self.nodes:
+                self.nodes[node_id].gpus_in_use.discard(gpu_id)
         for wid in run.ranks:
             w = self.workers.get(wid)
             if w is not None and w.run_id == run.run_id:

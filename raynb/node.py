@@ -42,6 +42,20 @@ def _local_ip_for(address: str) -> str:
         s.close()
 
 
+def visible_gpus() -> list[int]:
+    """CUDA device indices this node's workers may use, found without initializing CUDA
+    (the zygote must fork before any CUDA context exists)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        n = len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
+    else:
+        try:
+            n = len(os.listdir("/proc/driver/nvidia/gpus"))
+        except OSError:
+            n = 0
+    return list(range(n))
+
+
 class NodeAgent:
     """Args:
         address: the head's ZeroMQ address (``tcp://host:port``).
@@ -157,7 +171,7 @@ class NodeAgent:
         self.session.send(self.sock, P.NODE_REGISTER, {
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers})
+            "max_workers": self.max_workers, "gpus": visible_gpus()})
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)

@@ -130,6 +130,7 @@ class Worker:
         self.lock = threading.Lock()
         self.current_task: dict | None = None
         self._cancel_requested = False
+        self._interruptible = False
         self._cancelled_early: set[str] = set()
         self._main_ident = threading.get_ident()
         self._io_ready = threading.Event()
@@ -205,8 +206,9 @@ class Worker:
                 self._cancelled_early.add(run_id)
 
     def _on_sigint(self, signum, frame):
-        # Only a cancel of the running task interrupts; a late SIGINT is ignored.
-        if self._cancel_requested and self.current_task is not None:
+        # Only a cancel of the running task interrupts, and only while the task's
+        # own code runs; a late SIGINT (the task already returned) is ignored.
+        if self._cancel_requested and self._interruptible:
             raise KeyboardInterrupt("run cancelled")
 
     # -- the main thread ------------------------------------------------------
@@ -231,6 +233,7 @@ class Worker:
                 self._cancel_requested = False
         if status == "ok":
             try:
+                self._interruptible = True
                 self._prepare(task)
                 payload = cloudpickle.loads(P.buffer_bytes(msg.buffers[0]))
                 for filename, source in payload.get("sources", {}).items():
@@ -239,6 +242,7 @@ class Worker:
                 train_session.start(task, payload.get("config"), self.emit)
                 fn = payload["fn"]
                 ret = fn(payload["config"]) if _takes_config(fn) else fn()
+                self._interruptible = False
             except KeyboardInterrupt:
                 status = "cancelled" if self._cancel_requested else "error"
                 if status == "error":
@@ -246,6 +250,7 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the worker lives on
                 status, error = "error", format_remote_error(exc, rank)
             finally:
+                self._interruptible = False
                 sys.stdout.flush()
                 sys.stderr.flush()
                 with self.lock:
@@ -310,7 +315,7 @@ class Worker:
                 raise RuntimeError(
                     f"use_gpu=True but no CUDA device is visible on {socket.gethostname()} "
                     f"(worker {self.worker_id}); run with use_gpu=False or add a GPU node")
-            torch.cuda.set_device(task["local_rank"] % torch.cuda.device_count())
+            torch.cuda.set_device(task["gpu_id"])
         dist.init_process_group(
             g["backend"], init_method=f"tcp://{g['master_addr']}:{g['master_port']}",
             rank=task["rank"], world_size=task["world_size"],

@@ -12,12 +12,13 @@ from .config import Result, RunConfig, ScalingConfig
 
 
 def get_device():
-    """This worker's ``torch.device``: ``cuda:<local rank>`` when the run uses GPUs, else cpu."""
+    """This worker's ``torch.device``: the CUDA device the head assigned to this rank
+    when the run uses GPUs (one GPU per rank), else cpu."""
     import torch
 
     task = _session._require("get_device")
-    if task.get("use_gpu") and torch.cuda.is_available():
-        return torch.device("cuda", task["local_rank"] % torch.cuda.device_count())
+    if task.get("use_gpu") and task.get("gpu_id") is not None:
+        return torch.device("cuda", task["gpu_id"])
     return torch.device("cpu")
 
 
