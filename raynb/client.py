@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import zmq
@@ -35,7 +34,7 @@ class Client:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.IDENTITY, f"client:{uuid.uuid4().hex}".encode())
+        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()

@@ -114,7 +114,10 @@ class Head:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        # No ROUTER_HANDOVER: routing ids are guessable (worker:local-w1), and with
+        # handover anyone who can connect, key or not, would take over a worker's or
+        # node's route and receive its tasks. A peer with an id already in use is
+        # ignored until the first one disconnects.
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
         if port:
             self.sock.bind(f"tcp://{bind_host}:{port}")
@@ -470,7 +473,7 @@ class Head:
     def on_task_done(self, msg: P.Message) -> None:
         c = msg.content
         run = self.runs.get(c["run_id"])
-        worker = self.workers.get(msg.identity.decode().split(":", 1)[-1])
+        worker = self.workers.get(P.routing_name(msg.identity))
         if worker is not None and worker.run_id == c["run_id"]:
             worker.run_id = worker.rank = None
         if run is None:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import re
 import shlex
 
 from IPython.core.error import UsageError
@@ -27,6 +29,39 @@ class _Parser(argparse.ArgumentParser):
 
     def exit(self, status=0, message=None):  # --help
         raise UsageError(self.format_help())
+
+    def parse_line(self, line: str):
+        try:
+            words = shlex.split(line)
+        except ValueError as e:  # an unclosed quote
+            self.error(str(e))
+        return self.parse_args(words)
+
+
+_CONFIG_OPTION = re.compile(r"(?:^|\s)--config(?:=|\s+)(?=\S)")
+_NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
+
+
+def _split_config(line: str) -> tuple[str, str | None]:
+    """Take ``--config EXPR`` out of the magic line before shell-style splitting.
+
+    EXPR is Python, so it may hold spaces and quotes (``--config {'epochs': 2}``)
+    that shlex would split or strip. It ends at the first following option
+    (`` --name``) before which the text parses as an expression. A quoted value
+    (``--config "{...}"``) is left to shlex, as before.
+    """
+    m = _CONFIG_OPTION.search(line)
+    if m is None or line[m.end()] in "'\"":
+        return line, None
+    rest = line[m.end():]
+    for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
+        expr = rest[:end].strip()
+        try:
+            ast.parse(expr, mode="eval")
+        except SyntaxError:
+            continue
+        return line[:m.start()] + rest[end:], expr
+    return line, None  # not an expression: let the usual parsing report it
 
 
 def _train_parser() -> _Parser:
@@ -63,7 +98,10 @@ class RayNBMagics(Magics):
         from .runner import execute_run
         from .train.config import RunConfig, ScalingConfig
 
-        args = _train_parser().parse_args(shlex.split(line))
+        line_rest, config_expr = _split_config(line)
+        args = _train_parser().parse_line(line_rest)
+        if config_expr is not None:
+            args.config = config_expr
         ns = self.shell.user_ns
         out = [n.strip() for n in args.out.split(",") if n.strip()]
         for n in out + [args.result]:
@@ -107,7 +145,7 @@ class RayNBMagics(Magics):
         from .client import connect, disconnect, get_client
         from .cluster import start_cluster, stop_cluster
 
-        args = _cluster_parser().parse_args(shlex.split(line))
+        args = _cluster_parser().parse_line(line)
         if args.action == "start":
             info, started = start_cluster(num_workers=args.workers)
             connect()

@@ -77,7 +77,7 @@ class NodeAgent:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.IDENTITY, f"node:{self.node_id}".encode())
+        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("node", self.node_id))
         self.sock.connect(address)
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}

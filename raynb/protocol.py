@@ -78,7 +78,7 @@ MESSAGE_TYPES = frozenset(
 
 # Frames larger than this are refused by ZeroMQ itself before reaching Python
 # (ZMQ_MAXMSGSIZE), so a hostile peer cannot make the head allocate without bound.
-DEFAULT_MAX_MESSAGE_BYTES = 1 << 31
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # How long a signed message stays acceptable (seconds); older ones are replays or
 # come from a clock too far off to trust.
 MAX_MESSAGE_AGE_S = 300.0
@@ -217,15 +217,38 @@ class Session:
             return None
 
 
+def routing_id(role: str, name: str = "") -> bytes:
+    """A socket's routing id: ``role:name:<random>``.
+
+    The random part makes ids unguessable, so a peer without the key cannot
+    connect under a worker's id to take (or block) its route to the head.
+    """
+    return f"{role}:{name}:{uuid.uuid4().hex[:16]}".encode()
+
+
+def routing_name(identity: bytes) -> str:
+    """The ``name`` part of a routing id made by :func:`routing_id`."""
+    parts = identity.decode(errors="replace").split(":")
+    return parts[1] if len(parts) >= 3 else ""
+
+
+def max_message_bytes() -> int:
+    """The largest message any raynb socket accepts (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
+    try:
+        return int(os.environ.get("RAYNB_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
+    except ValueError:
+        return DEFAULT_MAX_MESSAGE_BYTES
+
+
 def buffer_bytes(buf) -> bytes:
     """The bytes of a received buffer frame (zmq.Frame or bytes)."""
     return buf.bytes if isinstance(buf, zmq.Frame) else bytes(buf)
 
 
-def configure_socket(sock: zmq.Socket, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+def configure_socket(sock: zmq.Socket, limit: int | None = None) -> None:
     """Options every raynb socket gets: no lingering on close, bounded message size."""
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    sock.setsockopt(zmq.MAXMSGSIZE, limit or max_message_bytes())
 
 
 def key_from_env() -> bytes:

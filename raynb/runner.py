@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -49,19 +50,46 @@ def _make_display(name, world_size, total_epochs, verbose):
     return display
 
 
-def _print_output(event: dict, all_ranks: bool) -> None:
-    rank = event.get("rank")
-    if rank != 0 and not all_ranks:
-        return
-    stream = sys.stderr if event.get("stream") == "stderr" else sys.stdout
-    text = event.get("text", "")
-    tag = f"(rank {rank}) "
-    lines = text.split("\n")
-    end = "\n" if text.endswith("\n") else ""
-    if end:
-        lines = lines[:-1]
-    stream.write("".join(f"{tag}{line}\n" for line in lines[:-1]) + (f"{tag}{lines[-1]}{end}" if lines else ""))
-    stream.flush()
+class _OutputRelay:
+    """Writes the ranks' output to the cell's stdout / stderr, each line tagged ``(rank N)``.
+
+    A rank's unfinished line (``print(".", end="", flush=True)``) is continued
+    without a second tag, and ended before another rank's output starts there.
+    """
+
+    def __init__(self, all_ranks: bool):
+        self.all_ranks = all_ranks
+        self._open: dict[str, int] = {}  # stream name -> rank whose line is unfinished
+
+    @staticmethod
+    def _stream(name: str):
+        return sys.stderr if name == "stderr" else sys.stdout
+
+    def write(self, event: dict) -> None:
+        rank = event.get("rank")
+        if rank != 0 and not self.all_ranks:
+            return
+        name = "stderr" if event.get("stream") == "stderr" else "stdout"
+        text = event.get("text", "")
+        if not text:
+            return
+        open_rank = self._open.pop(name, None)
+        out = "\n" if open_rank is not None and open_rank != rank else ""
+        for piece in re.findall(r"[^\n]*\n|[^\n]+", text):
+            out += piece if open_rank == rank else f"(rank {rank}) {piece}"
+            open_rank = None if piece.endswith("\n") else rank
+        if open_rank is not None:
+            self._open[name] = open_rank
+        stream = self._stream(name)
+        stream.write(out)
+        stream.flush()
+
+    def end(self) -> None:
+        """End unfinished lines, so what the cell prints next starts on its own line."""
+        for name in list(self._open):
+            del self._open[name]
+            self._stream(name).write("\n")
+            self._stream(name).flush()
 
 
 def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
@@ -83,6 +111,12 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     all_sources = notebook_sources()
     all_sources.update(sources or {})
     payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+    limit = P.max_message_bytes() - (1 << 20)
+    if len(payload) > limit:
+        raise ValueError(
+            f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
+            f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
+            "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
     client = get_client()
     run_id = uuid.uuid4().hex
     spec = {
@@ -106,6 +140,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
 def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
+    relay = _OutputRelay(all_ranks)
     while True:
         try:
             timeout = None if cancel_sent_at is None else max(
@@ -117,6 +152,7 @@ def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
             if msg.content.get("run_id") != run_id:
                 continue
             if msg.msg_type == P.RUN_DONE:
+                relay.end()
                 if cancel_sent_at is not None:
                     display.handle({"kind": "state", "state": msg.content["state"], "time": time.time()})
                     display.finish()
@@ -125,7 +161,7 @@ def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
             if msg.msg_type == P.RUN_EVENT:
                 event = msg.content["event"]
                 if event.get("kind") == "output":
-                    _print_output(event, all_ranks)
+                    relay.write(event)
                 elif event.get("kind") == "report" and event.get("rank") == 0:
                     reports.append(event["metrics"])
                 display.handle(event)

@@ -170,7 +170,7 @@ class Worker:
         session = P.Session(self.key)
         dealer = self.ctx.socket(zmq.DEALER)
         P.configure_socket(dealer)
-        dealer.setsockopt(zmq.IDENTITY, f"worker:{self.worker_id}".encode())
+        dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))
         dealer.connect(self.address)
         pull = self.ctx.socket(zmq.PULL)
         pull.bind("inproc://raynb-out")

@@ -33,6 +33,9 @@ def _preload() -> None:
     import torch.distributed  # noqa: F401
     import torch.nn  # noqa: F401
     import torch.nn.parallel  # noqa: F401
+    # DistributedDataParallel(...) imports torch._dynamo on first use: ~1 s of CPU
+    # in every fresh worker (4 at once on a small machine: seconds) unless done here.
+    import torch._dynamo  # noqa: F401
     import torch.utils.data  # noqa: F401
     import torch.utils.data.distributed  # noqa: F401
     import cloudpickle  # noqa: F401
