@@ -59,9 +59,10 @@ def main(argv=None) -> int:
             if args.workers < 1:
                 ap.error(f"--workers must be >= 1, got {args.workers}")
             info, started = start_cluster(args.workers, args.max_workers, host=args.host, port=args.port)
+            from .connection import connection_file_path
+
             print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
-                  f"(head pid {info['pids']['head']}); connection file: "
-                  f"{os.path.join(os.environ.get('RAYNB_HOME') or '~/.raynb', 'cluster.json')}")
+                  f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
         elif args.cmd == "status":
             from .cluster import running_cluster
             from .client import Client

@@ -142,16 +142,22 @@ def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0) -> dict:
 
 
 def cluster_pids(info: dict) -> list[int]:
-    """The head's and node agent's pids and all their descendants (zygote, workers)."""
+    """The head's and node agent's pids and all their descendants (zygote, workers).
+
+    A pid that no longer belongs to that raynb process (it exited, and the pid may
+    have been reused by an unrelated process) is skipped with its descendants.
+    """
     pids = []
-    for pid in info.get("pids", {}).values():
+    for role, pid in info.get("pids", {}).items():
+        if not process_alive(pid, {"head": "raynb.head", "node": "raynb.node"}.get(role, "raynb")):
+            continue
         try:
             p = psutil.Process(pid)
             pids.append(p.pid)
             pids.extend(c.pid for c in p.children(recursive=True))
         except psutil.Error:
             continue
-    return pids
+    return list(dict.fromkeys(pids))  # the node agent is also among the head's descendants
 
 
 def stop_cluster(timeout: float = 10.0) -> bool:
@@ -171,6 +177,9 @@ def stop_cluster(timeout: float = 10.0) -> bool:
             procs.append(psutil.Process(pid))
         except psutil.Error:
             pass
+    if not procs and not head_alive(info):
+        remove_connection_file()  # stale: nothing of that cluster runs any more
+        return False
     if head_alive(info):
         c = Client(info["address"], info["key"].encode(), info)
         try:

@@ -126,7 +126,12 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }
-    accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
+    try:
+        accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
+    except KeyboardInterrupt:
+        # Interrupted before the head's answer: the run may exist already; cancel it by id.
+        client.send(P.CANCEL_RUN, {"run_id": run_id})
+        raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
     name, path = accepted.content["name"], accepted.content["path"]

@@ -231,6 +231,7 @@ class Worker:
             else:
                 self.current_task = task
                 self._cancel_requested = False
+        started_ns = time.time_ns()
         if status == "ok":
             try:
                 self._interruptible = True
@@ -270,7 +271,7 @@ class Worker:
             self.group_key = None
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
-        self._note_user_modules()
+        self._note_user_modules(started_ns)
 
     def _prepare(self, task: dict) -> None:
         os.environ.update({
@@ -331,16 +332,23 @@ class Worker:
             self._module_files[name] = known
         return known
 
-    def _note_user_modules(self) -> None:
-        """Remember the mtime of user modules imported by the last run."""
+    def _note_user_modules(self, run_started_ns: int) -> None:
+        """Remember the mtime of user modules imported by the last run.
+
+        A file modified since the run started (give or take the file system's
+        timestamp granularity) may have been edited after the run imported it:
+        it is marked to be reloaded before the next run.
+        """
+        recent = run_started_ns - 2_000_000_000
         for name, mod in list(sys.modules.items()):
             if name not in self._module_mtimes:
                 f = self._user_module_file(name, mod)
                 if f:
                     try:
-                        self._module_mtimes[name] = os.stat(f).st_mtime_ns
+                        mtime = os.stat(f).st_mtime_ns
                     except OSError:
-                        pass
+                        continue
+                    self._module_mtimes[name] = -1 if mtime >= recent else mtime
 
     def _reload_user_modules(self) -> None:
         """Re-import user modules whose file changed since the last run."""
