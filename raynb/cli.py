@@ -30,24 +30,34 @@ def format_status(st: dict) -> str:
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="raynb", description="A warm local cluster for distributed "
                                  "PyTorch from Jupyter.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("start", help="start the local cluster in the background")
-    s.add_argument("--workers", type=int, default=4, help="warm workers to keep (default 4)")
-    s.add_argument("--max-workers", type=int, default=None, help="most workers this machine may hold")
+    s.add_argument("--workers", type=_positive_int, default=4, help="warm workers to keep (default 4)")
+    s.add_argument("--max-workers", type=_positive_int, default=None, help="most workers this machine may hold")
     s.add_argument("--host", default="127.0.0.1", help="interface the head listens on")
     s.add_argument("--port", type=int, default=0, help="port the head listens on (0: any free)")
     sub.add_parser("status", help="show nodes, workers and runs")
     sub.add_parser("stop", help="stop the local cluster and all its processes")
     n = sub.add_parser("node", help="join this machine to a head as a node agent")
     n.add_argument("--address", required=True, help="the head's tcp://HOST:PORT")
-    n.add_argument("--workers", type=int, default=4)
+    n.add_argument("--workers", type=_positive_int, default=4, help="warm workers to keep on this machine")
     n.add_argument("--key", default=None, help="cluster key (default: $RAYNB_KEY)")
     d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
-    d.add_argument("--workers", type=int, default=4)
-    d.add_argument("--epochs", type=int, default=12)
+    d.add_argument("--workers", type=_positive_int, default=4, help="ranks (world size), default 4")
+    d.add_argument("--epochs", type=_positive_int, default=12, help="epochs per run, default 12")
     args = ap.parse_args(argv)
 
     from .errors import ClusterError
@@ -56,8 +66,6 @@ def main(argv=None) -> int:
         if args.cmd == "start":
             from .cluster import start_cluster
 
-            if args.workers < 1:
-                ap.error(f"--workers must be >= 1, got {args.workers}")
             info, started = start_cluster(args.workers, args.max_workers, host=args.host, port=args.port)
             from .connection import connection_file_path
 
@@ -87,8 +95,6 @@ def main(argv=None) -> int:
         elif args.cmd == "demo":
             from .demo import run_demo
 
-            if args.workers < 1:
-                ap.error(f"--workers must be >= 1, got {args.workers}")
             return run_demo(args.workers, args.epochs)
     except ClusterError as e:
         print(f"raynb: {e}", file=sys.stderr)

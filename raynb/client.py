@@ -34,6 +34,7 @@ class Client:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
+        self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
         self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
         self.sock.connect(address)
         self._pid = os.getpid()

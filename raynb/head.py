@@ -31,6 +31,11 @@ log = logging.getLogger("raynb.head")
 # killed and replaced (a rank stuck in a collective never returns on its own).
 CANCEL_GRACE_S = 1.0
 TICK_S = 0.1
+# A node agent sends stats every second; one silent this long is lost (its machine
+# died or the network split), and its ranks fail the runs they were in.
+NODE_TIMEOUT_S = 10.0
+# The local node agent is restarted when it dies, at most this often per minute.
+LOCAL_NODE_RESTARTS_PER_MIN = 3
 
 
 @dataclass
@@ -63,6 +68,7 @@ class NodeInfo:
     spawning: int = 0  # forks asked for, not yet ready
     gpus: list = field(default_factory=list)       # CUDA device indices on this node
     gpus_in_use: set = field(default_factory=set)
+    last_seen: float = field(default_factory=time.monotonic)
 
     @property
     def free_gpus(self) -> list:
@@ -119,6 +125,11 @@ class Head:
         # node's route and receive its tasks. A peer with an id already in use is
         # ignored until the first one disconnects.
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # A ROUTER silently drops what it sends to a peer whose queue is at the high-water
+        # mark: a client slower than its run's output (a notebook's stdout is slow) would
+        # lose events and, worse, the run_done it waits for. Never drop; a gone peer's
+        # queue is freed when it disconnects.
+        self.sock.setsockopt(zmq.SNDHWM, 0)
         if port:
             self.sock.bind(f"tcp://{bind_host}:{port}")
         else:
@@ -133,6 +144,8 @@ class Head:
         # worker ids in rank order -> (backend, key) of the process group they form
         self.groups: dict[tuple, tuple] = {}
         self.local_node: subprocess.Popen | None = None
+        self._local_node_starts: list[float] = []
+        self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
         self._stop = False
 
@@ -150,9 +163,14 @@ class Head:
             cmd += ["--max-workers", str(self.max_workers)]
         log_path = raynb_home() / "logs" / "node-local.log"
         log_path.parent.mkdir(exist_ok=True)
-        self.local_node = subprocess.Popen(
-            cmd, env=python_env({"RAYNB_KEY": self.key.decode()}),
-            stdin=subprocess.DEVNULL, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT)
+        with open(log_path, "ab") as log_file:
+            self.local_node = subprocess.Popen(
+                cmd, env=python_env({"RAYNB_KEY": self.key.decode()}),
+                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+        self._local_node_starts.append(time.monotonic())
+        if self.connection_info is not None:
+            self.connection_info["pids"]["node"] = self.local_node.pid
+            write_connection_file(self.connection_info)
 
     # -- main loop --------------------------------------------------------------
     def serve(self) -> None:
@@ -167,6 +185,8 @@ class Head:
                         break
                     self._receive(frames)
             self.tick()
+        self._fail_active_runs("the raynb cluster was stopped (`raynb stop`, or the head got "
+                               "SIGTERM) while this run was active")
         self.shutdown_nodes()
 
     def _receive(self, frames) -> None:
@@ -177,6 +197,10 @@ class Head:
             self.session.rejected += 1
             log.warning("rejected message from %r: %s", identity[:64], e)
             return
+        if identity.startswith(b"node:"):
+            for node in self.nodes.values():
+                if node.identity == identity:
+                    node.last_seen = time.monotonic()
         handler = getattr(self, "on_" + msg.msg_type, None)
         if handler is None:
             log.warning("unexpected %s from %r", msg.msg_type, identity)
@@ -194,6 +218,44 @@ class Head:
         for run in list(self.runs.values()):
             if run.finishing and run.deadline is not None and now >= run.deadline:
                 self._kill_unfinished(run)
+        # Without these checks a dead node agent's ranks (its zygote kills them) would
+        # never be reported, and their runs and clients would wait forever.
+        if self.local_node is not None and self.local_node.poll() is not None:
+            code = self.local_node.returncode
+            how = describe_exit(code, None) if code >= 0 else describe_exit(None, -code)
+            self.local_node = None
+            if "local" in self.nodes:
+                self._lose_node(self.nodes["local"], how)
+            restarts = [t for t in self._local_node_starts[1:] if now - t < 60]
+            if not self._stop and len(restarts) < LOCAL_NODE_RESTARTS_PER_MIN:
+                log.warning("the local node agent %s; restarting it", how)
+                self.start_local_node()
+            elif not self._stop:
+                log.error("the local node agent %s again; not restarting it (see node-local.log)", how)
+        for node in list(self.nodes.values()):
+            if now - node.last_seen > NODE_TIMEOUT_S:
+                if node.node_id == "local" and self.local_node is not None:
+                    self.local_node.kill()  # hung: the check above restarts it next tick
+                    node.last_seen = now
+                else:
+                    self._lose_node(node, f"stopped answering ({NODE_TIMEOUT_S:.0f}s without a message)")
+
+    def _lose_node(self, node: NodeInfo, why: str) -> None:
+        """Forget a dead or silent node and its workers; their runs fail naming the rank."""
+        log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
+        self.nodes.pop(node.node_id, None)
+        for w in [w for w in self.workers.values() if w.node_id == node.node_id]:
+            del self.workers[w.worker_id]
+            self._forget_groups_with(w.worker_id)
+            self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
+                               f"{node.hostname}: {why})")
+        self.schedule()
+
+    def _fail_active_runs(self, why: str) -> None:
+        for run in list(self.runs.values()):
+            if run.state in ("PENDING", "RUNNING", "CANCELLING", "FAILING"):
+                run.errors.append({"message": why})
+                self._finish(run, "FAILED")
 
     # -- clients ----------------------------------------------------------------
     def on_hello(self, msg: P.Message) -> None:
@@ -315,20 +377,23 @@ class Head:
         w = self.workers.pop(c["worker_id"], None)
         how = describe_exit(c.get("exitcode"), c.get("signal"))
         log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
-        if w is not None and w.run_id in self.runs:
-            run = self.runs[w.run_id]
-            if w.rank not in run.done:
-                run.done[w.rank] = "died"
-                if not run.finishing:
-                    run.errors.append({
-                        "rank": w.rank, "pid": w.pid, "hostname": w.hostname,
-                        "signal": signal_name(c.get("signal")), "exitcode": c.get("exitcode"),
-                        "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
-                    self._begin_finishing(run, "FAILING")
-                self._maybe_finish(run)
+        if w is not None:
+            self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
         self._forget_groups_with(c["worker_id"])
         self._refill(c.get("node_id"))
         self.schedule()
+
+    def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
+        """A worker died or vanished: the rank it held fails its run."""
+        run = self.runs.get(w.run_id) if w.run_id is not None else None
+        if run is None or w.rank in run.done:
+            return
+        run.done[w.rank] = "died"
+        if not run.finishing:
+            run.errors.append({"rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
+                               "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
+            self._begin_finishing(run, "FAILING")
+        self._maybe_finish(run)
 
     def _refill(self, node_id: str | None) -> None:
         """Keep each node at its warm worker count: replace the dead from the zygote."""
@@ -542,7 +607,7 @@ class Head:
                 w.run_id = w.rank = None
         run.rundir.write_error(run.errors if state == "FAILED" else None)
         run.rundir.close()
-        self._event(run, {"kind": "state", "state": state})
+        self._event(run, {"kind": "state", "state": state, "message": _error_summary(run.errors)})
         self.send(run.client, P.RUN_DONE, {
             "run_id": run.run_id, "name": run.name, "state": state, "errors": run.errors,
             "path": str(run.rundir.path), "metrics": run.last_metrics,
@@ -568,8 +633,20 @@ class Head:
                 self.local_node.wait()
 
     def close(self) -> None:
-        self.sock.close(0)
+        self.sock.close(linger=500)  # let the last run_done messages reach their clients
         self.ctx.term()
+
+
+def _error_summary(errors: list) -> str | None:
+    """One line naming the first failure, e.g. 'rank 2 raised ValueError: boom'."""
+    if not errors:
+        return None
+    e = errors[0]
+    if e.get("exc_type"):
+        line = f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
+    else:
+        line = e.get("message", "")
+    return line + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
 
 
 def _free_port(host: str) -> int:
@@ -602,11 +679,12 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     head.start_local_node()
-    write_connection_file({
+    head.connection_info = {
         "address": head.address, "key": key.decode(), "workers": args.workers,
         "pids": {"head": os.getpid(), "node": head.local_node.pid},
         "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
-    })
+    }
+    write_connection_file(head.connection_info)
     log.info("head listening on %s", head.address)
     try:
         head.serve()

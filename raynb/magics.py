@@ -10,17 +10,8 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from .cellfunc import build_cell_function
+from .cli import _positive_int
 from .errors import RunError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-    return n
 
 
 class _Parser(argparse.ArgumentParser):
@@ -115,7 +106,8 @@ class RayNBMagics(Magics):
                 raise UsageError(f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}") from None
         if args.epochs and isinstance(config, dict):
             config.setdefault("epochs", args.epochs)
-        count = getattr(self.shell, "execution_count", 0)
+        # The cell's In [n]: IPython 9 advances execution_count before the cell runs, 8 after.
+        count = self.shell.displayhook.prompt_count
         filename = f"<ray_train cell {count}>"
         cf = build_cell_function(cell, ns, magic_line=f"%%ray_train {line}", out=out, filename=filename)
         import linecache

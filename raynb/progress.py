@@ -33,6 +33,15 @@ LOSS_KEYS = ("loss", "train_loss", "training_loss", "val_loss", "valid_loss",
 # views leave them out of the metric listing.
 BOOKKEEPING_KEYS = frozenset({"epoch", "step", "training_iteration", "time_total_s",
                               "timestamp", "time_this_iter_s", "done"})
+# Added to every row by the head; a wall-clock number (1.7e9) is noise in any view.
+HIDDEN_KEYS = frozenset({"timestamp"})
+
+# Terminal-state colours, shared by the live pane and the static summary.
+STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00",
+                 "RUNNING": "#1565c0", "PENDING": "#757575"}
+BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00"}
+MUTED = "color:#888"
+PLOT_WIDTH_PX = 360    # the loss curve is drawn at 2x this, for sharp high-DPI screens
 
 OUTPUT_TAIL_LINES = 20
 
@@ -55,6 +64,8 @@ def as_number(value: Any) -> float | int | None:
 def fmt_value(value: Any) -> str:
     """A metric value for display: floats to 4 significant digits."""
     if isinstance(value, float):
+        if 1e4 <= abs(value) < 1e12:   # 12346, not 1.235e+04
+            return f"{value:.0f}"
         return f"{value:.4g}"
     text = str(value)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -70,6 +81,24 @@ def fmt_bytes(n: Any) -> str:
     return f"{n / 2 ** 20:.0f} MiB"
 
 
+def fmt_range(values: Iterable, fmt: Callable[[Any], str]) -> str:
+    """'257 MiB', or '250-262 MiB' when the values differ (the unit once); '?' when none."""
+    vals = sorted(v for v in values if as_number(v) is not None)
+    if not vals:
+        return "?"
+    lo, hi = fmt(vals[0]), fmt(vals[-1])
+    if lo == hi:
+        return lo
+    (lo_num, lo_unit), (hi_num, hi_unit) = _num_unit(lo), _num_unit(hi)
+    return f"{lo_num}-{hi}" if lo_unit == hi_unit and lo_num else f"{lo}-{hi}"
+
+
+def _num_unit(text: str) -> tuple[str, str]:
+    """'257 MiB' -> ('257', ' MiB'); '28%' -> ('28', '%')."""
+    n = len(text) - len(text.lstrip("0123456789.-"))
+    return text[:n], text[n:]
+
+
 def fmt_duration(seconds: float) -> str:
     """Seconds as '12.3s', '4m 05s' or '1h 02m 03s'."""
     seconds = max(0.0, float(seconds))
@@ -83,15 +112,20 @@ def fmt_duration(seconds: float) -> str:
 
 
 def render_curve_png(xs: list, ys: list, label: str = "loss",
-                     size_in: tuple[float, float] = (5.0, 2.6), dpi: int = 80) -> bytes | None:
-    """A line plot of ``ys`` against ``xs`` as PNG bytes, or None when there is
-    nothing to plot or matplotlib is missing.
+                     size_in: tuple[float, float] = (4.5, 2.4), dpi: int = 160) -> bytes | None:
+    """A line plot of ``ys`` against ``xs`` as PNG bytes, or None when there
+    are fewer than two points or matplotlib is missing.
+
+    The default is drawn at twice the pixels it is shown at (`PLOT_WIDTH_PX`),
+    so it stays sharp on high-DPI screens. A positive curve that falls over
+    more than two decades (a loss from 2.3 to 0.002) gets a log y axis, where
+    the late, small improvements stay visible instead of hugging zero.
 
     Uses a bare ``Figure`` on the Agg canvas rather than pyplot, so the user's
     backend and pyplot's global figure list are left alone (and it is safe to
     call from the client's event thread).
     """
-    if not xs:
+    if len(xs) < 2:   # one point is no curve; its value is in the metrics table
         return None
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -101,9 +135,14 @@ def render_curve_png(xs: list, ys: list, label: str = "loss",
     fig = Figure(figsize=size_in, dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    ax.plot(xs, ys, marker="." if len(xs) < 50 else None, linewidth=1.2)
+    ax.plot(xs, ys, marker="." if len(xs) < 50 else None, linewidth=1.2, color="#1e88e5")
+    if len(ys) > 1 and min(ys) > 0 and max(ys) / min(ys) > 100:
+        ax.set_yscale("log")
     ax.set_xlabel("training_iteration")
     ax.set_ylabel(label)
+    ax.set_title(f"{label} {fmt_value(ys[-1])}", fontsize="medium", loc="right")
+    if all(isinstance(x, int) for x in xs):   # no 2.5th iteration
+        ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -126,7 +165,7 @@ class RunProgress:
             elapsed time of a running run and for events without a ``"time"``.
 
     Read by the views (all safe to read from another thread):
-        run_name, world_size, total_epochs, state, message, error, elapsed_s,
+        run_name, world_size, total_epochs, state, message, error, error_text, elapsed_s,
         ranks, rank_progress, latest_metrics, history, worker_stats, notes,
         restarts, output_tail, loss_series(), summary_lines(), summary_html().
     """
@@ -331,6 +370,13 @@ class RunProgress:
             return list(self._notes)
 
     @property
+    def error_text(self) -> str | None:
+        """The failure's message, for the views: None unless the FAILED state
+        carried one (a bare 'failed' adds nothing to the state shown beside it)."""
+        with self._lock:
+            return self.error if self.error and self.message else None
+
+    @property
     def restarts(self) -> int:
         """How many notes announce a restart (text starting 'restart')."""
         return sum(n.lower().startswith("restart") for n in self.notes)
@@ -385,72 +431,161 @@ class RunProgress:
         """A plain-text summary: header, progress, final metrics, workers, notes, error."""
         lines = [f"[{self.run_name}] {self.state} in {fmt_duration(self.elapsed_s)}"
                  + (f" | {self.progress_text()}" if self.report_count else "")]
-        metrics = self.ordered_metrics()
+        shown, bookkeeping = split_metrics(self.ordered_metrics())
+        metrics = shown + bookkeeping
         if metrics:
             lines.append("  metrics: " + " ".join(f"{k}={fmt_value(v)}" for k, v in metrics))
         stats = self.worker_stats
-        if stats:
+        if 0 < len(stats) <= 2:
             lines.append("  workers: " + ", ".join(
                 f"rank{r} pid {s['pid']} peak {fmt_bytes(self.peak_rss.get(r))}" for r, s in stats.items()))
+        elif stats:   # one line however many ranks; the pids are in `raynb status` and the HTML summary
+            peaks = {r: self.peak_rss[r] for r in stats if r in self.peak_rss}
+            top = max(peaks, key=peaks.get) if peaks else None
+            lines.append(f"  workers: {len(stats)} ranks, peak RSS {fmt_range(peaks.values(), fmt_bytes)}"
+                         + (f" (highest rank{top})" if top is not None and len(set(peaks.values())) > 1 else ""))
         lines += [f"  note: {n}" for n in self.notes]
-        if self.error:
-            lines.append(f"  error: {self.error}")
+        if self.error_text:
+            lines.append(f"  error: {self.error_text}")
         return lines
 
     def summary_html(self, plot: bool = True) -> str:
         """A self-contained HTML summary (no widgets, no scripts) that survives
-        a reopened or exported notebook: state, elapsed, one bar per rank, the
-        final metrics, worker peak memory, notes, the error, and the loss curve
-        as an inline base64 PNG when ``plot`` and matplotlib are available."""
+        a reopened or exported notebook: state, elapsed, one bar per rank (with
+        its pid and peak memory), the final metrics, notes, the error, and the
+        loss curve as an inline base64 PNG when ``plot`` and matplotlib are
+        available.
+
+        Every element carries its own inline style, so the notebook front end's
+        table styling (right-aligned, striped, padded rows in JupyterLab and
+        nbconvert) does not spread it out; with styles stripped it degrades to
+        plain tables."""
         e = html.escape
-        colour = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00"}.get(self.state, "#1565c0")
-        parts = [f'<div class="raynb-summary" style="font-family:sans-serif;font-size:13px">',
-                 f'<div><b>{e(self.run_name)}</b> &mdash; <span style="color:{colour};font-weight:bold">'
-                 f'{e(self.state)}</span> in {e(fmt_duration(self.elapsed_s))}</div>']
-        parts.append(progress_bars_html(self))
-        metrics = self.ordered_metrics()
-        if metrics:
-            parts.append(kv_table_html(metrics))
-        stats = self.worker_stats
-        if stats:
-            rows = "".join(f"<tr><td>rank {r}</td><td>{e(str(s['pid']))}</td>"
-                           f"<td>{e(fmt_bytes(self.peak_rss.get(r)))}</td></tr>" for r, s in stats.items())
-            parts.append(f'<table><tr><th>worker</th><th>pid</th><th>peak RSS</th></tr>{rows}</table>')
-        if self.notes:
-            parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>")
-        if self.error:
-            parts.append(f'<pre style="color:#c62828;white-space:pre-wrap">{e(self.error)}</pre>')
+        colour = STATE_COLOURS.get(self.state, "#1565c0")
+        head = (f'<div style="margin:0 0 4px 0"><b>{e(self.run_name)}</b> &mdash; '
+                f'<span style="color:{colour};font-weight:bold">{e(self.state)}</span> '
+                f'in {e(fmt_duration(self.elapsed_s))}</div>')
+        left = [progress_bars_html(self)]
+        if self.latest_metrics:
+            left.append('<div style="height:8px"></div>' + metrics_html(self.ordered_metrics()))
+        body = [f'<div style="flex:0 1 auto">{"".join(left)}</div>']
         if plot:
             xs, ys = self.loss_series()
-            png = render_curve_png(xs, ys, self.loss_key() or "loss")
+            key = self.loss_key() or "loss"
+            png = render_curve_png(xs, ys, key)
             if png:
-                parts.append(f'<img alt="{e(self.loss_key() or "loss")} curve" '
-                             f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"/>')
+                body.append(f'<img alt="{e(key)} curve" width="{PLOT_WIDTH_PX}" '
+                            f'style="max-width:100%;height:auto;margin:0" '
+                            f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"/>')
+        parts = [f'<div class="raynb-summary" style="font-family:sans-serif;font-size:13px;line-height:1.4">',
+                 head,
+                 '<div style="display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start">',
+                 *body, "</div>"]
+        if self.notes:
+            parts.append('<ul style="margin:6px 0;padding-left:20px;color:#ef6c00">'
+                         + "".join(f"<li>{e(n)}</li>" for n in self.notes) + "</ul>")
+        if self.error_text:
+            parts.append(f'<pre style="color:#c62828;white-space:pre-wrap;margin:6px 0;font-family:monospace">{e(self.error_text)}</pre>')
         parts.append("</div>")
         return "\n".join(parts)
 
 
 # ----------------------------------------------------------------- shared HTML pieces
+# Inline styles that undo what Jupyter front ends do to tables in outputs
+# (JupyterLab / nbconvert: right-aligned cells, 0.5em padding, striped rows,
+# auto margins; ipywidgets' HTML: a 28px line height).
+_TABLE_STYLE = ("border-collapse:collapse;border:none;margin:0;table-layout:auto;width:auto;"
+                "font-size:inherit;color:inherit;line-height:1.4")
+_ROW_STYLE = "background:none;border:none"
+
+
+def _cell(content: str, right: bool = False, head: bool = False, muted: bool = False) -> str:
+    tag = "th" if head else "td"
+    style = (f"padding:1px 12px 1px 0;text-align:{'right' if right else 'left'};border:none;"
+             "line-height:1.4;white-space:nowrap;vertical-align:middle;font-variant-numeric:tabular-nums")
+    if head:
+        style += ";font-weight:600"
+    if muted:
+        style += ";" + MUTED
+    return f'<{tag} style="{style}">{content}</{tag}>'
+
+
+def _table(rows: list[list[str]]) -> str:
+    return (f'<table style="{_TABLE_STYLE}">'
+            + "".join(f'<tr style="{_ROW_STYLE}">{"".join(r)}</tr>' for r in rows) + "</table>")
+
+
+def split_metrics(pairs: list[tuple[str, Any]]) -> tuple[list, list]:
+    """(the run's own metrics, bookkeeping ones such as epoch and time_total_s),
+    each in the given order; `HIDDEN_KEYS` (the wall-clock timestamp) in neither."""
+    shown = [(k, v) for k, v in pairs if k not in BOOKKEEPING_KEYS and k not in HIDDEN_KEYS]
+    books = [(k, v) for k, v in pairs if k in BOOKKEEPING_KEYS and k not in HIDDEN_KEYS]
+    return shown, books
+
+
 def kv_table_html(pairs: list[tuple[str, Any]]) -> str:
-    """A two-column metric/value HTML table."""
-    rows = "".join(f"<tr><td>{html.escape(str(k))}</td><td style='text-align:right'>"
-                   f"{html.escape(fmt_value(v))}</td></tr>" for k, v in pairs)
-    return f"<table><tr><th>metric</th><th>value</th></tr>{rows}</table>"
+    """A two-column metric/value HTML table: names left, values right."""
+    rows = [[_cell("metric", head=True, muted=True), _cell("value", right=True, head=True, muted=True)]]
+    rows += [[_cell(html.escape(str(k))), _cell(html.escape(fmt_value(v)), right=True)] for k, v in pairs]
+    return _table(rows)
 
 
-def progress_bars_html(p: RunProgress) -> str:
-    """One static CSS bar per rank (for the summary; the live pane uses widgets)."""
+def metrics_html(pairs: list[tuple[str, Any]], limit: int | None = None) -> str:
+    """The run's own metrics as a table, then the bookkeeping keys (epoch,
+    training_iteration, time_total_s, ...) on one muted line; past ``limit``
+    metrics, a '+N more' line."""
+    shown, books = split_metrics(pairs)
+    out = []
+    if shown:
+        more = len(shown) - limit if limit is not None and len(shown) > limit else 0
+        out.append(kv_table_html(shown[:len(shown) - more]))
+        if more:
+            out.append(f'<div style="{MUTED}">+{more} more</div>')
+    if books:
+        # Wraps between pairs, never inside one, so it does not widen the column.
+        out.append(f'<div style="{MUTED};white-space:normal;max-width:380px">'
+                   + " &middot; ".join(f'<span style="white-space:nowrap">{html.escape(str(k))} '
+                                       f'{html.escape(fmt_value(v))}</span>' for k, v in books)
+                   + "</div>")
+    return "".join(out)
+
+
+def plural(unit: str, n: int | None) -> str:
+    """'epochs' unless n == 1."""
+    return unit if n == 1 else unit + "s"
+
+
+def progress_label(done: int, total: int | None, unit: str) -> str:
+    """'7/15 epochs', '1 epoch', '42 steps'."""
+    return f"{done}/{total} {plural(unit, total)}" if total else f"{done} {plural(unit, done)}"
+
+
+def progress_bars_html(p: RunProgress, stats: bool = True) -> str:
+    """One static CSS bar per rank (for the summary; the live pane uses widgets),
+    in a table whose rows also carry the rank's pid and peak memory when
+    ``stats`` and samples arrived. Bars take the final state's colour."""
     prog = p.rank_progress
     scale = max([t or d for d, t in prog.values()] + [1])
+    fill = BAR_COLOURS.get(p.state, "#42a5f5")
+    worker_stats = p.worker_stats if stats else {}
     rows = []
+    if worker_stats:
+        rows.append([_cell("rank", head=True, muted=True), _cell("progress", head=True, muted=True), _cell(""),
+                     _cell("pid", right=True, head=True, muted=True),
+                     _cell("peak RSS", right=True, head=True, muted=True)])
+    unit = p.progress_unit
     for r, (done, total) in prog.items():
         pct = 100.0 * min(done, total or scale) / (total or scale)
-        label = f"{done}/{total}" if total else str(done)
-        rows.append(f'<div>rank {r} <span style="display:inline-block;width:160px;height:10px;'
-                    f'background:#eee;vertical-align:middle"><span style="display:block;height:100%;'
-                    f'width:{pct:.0f}%;background:#42a5f5"></span></span> {html.escape(label)} '
-                    f'{html.escape(p.progress_unit)}</div>')
-    return "".join(rows)
+        bar = (f'<span style="display:inline-block;width:160px;height:10px;background:#e0e0e0;'
+               f'border-radius:2px;overflow:hidden;vertical-align:middle">'
+               f'<span style="display:block;height:100%;width:{pct:.0f}%;background:{fill}"></span></span>')
+        row = [_cell(f"rank {r}"), _cell(bar), _cell(html.escape(progress_label(done, total, unit)))]
+        if worker_stats:
+            s = worker_stats.get(r)
+            row += [_cell(html.escape(str(s["pid"])) if s else "", right=True, muted=True),
+                    _cell(html.escape(fmt_bytes(p.peak_rss.get(r))) if s else "", right=True)]
+        rows.append(row)
+    return _table(rows)
 
 
 def _as_rank(value: Any) -> int | None:

@@ -23,6 +23,11 @@ from .train.config import Result, RunConfig, ScalingConfig
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
 CANCEL_WAIT_S = 5.0
+# While following a run, the head is pinged after PING_EVERY_S of quiet; if nothing at
+# all arrives for HEAD_SILENCE_S, the head is gone (killed, its machine down) and the
+# cell fails instead of waiting forever.
+PING_EVERY_S = 2.0
+HEAD_SILENCE_S = 10.0
 
 
 def _json_safe(value):
@@ -138,7 +143,11 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     display = _make_display(name, scaling_config.num_workers, _total_epochs(config, epochs),
                             run_config.verbose)
     reports: list[dict] = []
-    done = _follow(client, run_id, display, reports, all_ranks)
+    try:
+        done = _follow(client, run_id, display, reports, all_ranks)
+    except ClusterError:
+        display.finish()  # leave the pane's last state, not a frozen live widget
+        raise
     return _build_result(done, reports, display)
 
 
@@ -146,14 +155,25 @@ def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
     relay = _OutputRelay(all_ranks)
+    last_heard = time.monotonic()
     while True:
         try:
-            timeout = None if cancel_sent_at is None else max(
-                0.0, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at))
+            timeout = PING_EVERY_S if cancel_sent_at is None else max(
+                0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at)))
             msg = client.recv(timeout)
+            now = time.monotonic()
             if msg is None:
-                raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
-                                   "check `raynb status`")
+                if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
+                    raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
+                                       "check `raynb status`")
+                if now - last_heard >= HEAD_SILENCE_S:
+                    raise ClusterError(
+                        f"lost contact with the raynb head at {client.address}: no answer for "
+                        f"{now - last_heard:.0f}s while this run was active (was the cluster killed "
+                        "or its machine lost?); check `raynb status`")
+                client.send(P.PING)
+                continue
+            last_heard = now
             if msg.content.get("run_id") != run_id:
                 continue
             if msg.msg_type == P.RUN_DONE:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from .progress import RunProgress, fmt_bytes, fmt_duration, fmt_value
+from .progress import RunProgress, fmt_bytes, fmt_duration, fmt_range, fmt_value
 
 MAX_METRICS = 6   # keep the status line to one terminal line, roughly
 
@@ -38,7 +38,8 @@ class TextProgress:
         self.quiet_s = float(quiet_s)
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_line = -float("inf")
+        self._last_line = -float("inf")      # last status line
+        self._last_any = -float("inf")       # last line of any kind (state, note, status)
         self._printed_reports = 0
         self._last_state: str | None = None
         self.finished = False
@@ -56,13 +57,16 @@ class TextProgress:
         kind = event.get("kind") if isinstance(event, dict) else None
         if kind == "state" and p.state != self._last_state:
             self._last_state = p.state
+            self._last_any = self._clock()
             msg = f": {p.message}" if p.message else ""
             self._write(f"[{p.run_name}] {p.state}"
                         + (f" after {fmt_duration(p.elapsed_s)}" if p.finished else "") + msg)
         elif kind == "note":
             for note in p.notes[n_notes:]:
                 self._write(f"[{p.run_name}] note: {note}")
-        elif kind in ("report", "stats"):
+        elif kind == "stats" or (kind == "report" and str(event.get("rank")) == "0"):
+            # Other ranks' reports only feed the model (the next stats sample, once
+            # a second, shows them): a line started by rank 1 would lack the metrics.
             self.refresh()
 
     def refresh(self, force: bool = False) -> bool:
@@ -76,15 +80,20 @@ class TextProgress:
                 return False
             since = now - self._last_line
             fresh = p.report_count != self._printed_reports
-            if not force and (since < self.min_interval_s or (not fresh and since < self.quiet_s)):
+            # Without a new report, a line only every quiet_s, counted from any line:
+            # a stats sample right after "[run] RUNNING" adds nothing worth a line.
+            quiet = now - max(self._last_line, self._last_any)
+            if not force and (since < self.min_interval_s or (not fresh and quiet < self.quiet_s)):
                 return False
-            self._last_line = now
+            self._last_line = self._last_any = now
             self._printed_reports = p.report_count
         self._write(self.status_line())
         return True
 
     def status_line(self) -> str:
-        """E.g. ``[run] RUNNING 12.3s | epoch 3/10 | loss=0.231 | rank0 52% 180 MiB``."""
+        """E.g. ``[run] RUNNING 12.3s | epoch 3/10 | loss=0.231 | rank0 52% 180 MiB``;
+        with more than two ranks the last field is their ranges,
+        ``4 ranks 20-28% 255-262 MiB`` (CPU, RSS)."""
         p = self.progress
         parts = [f"[{p.run_name}] {p.state} {fmt_duration(p.elapsed_s)}"]
         if p.report_count:
@@ -93,10 +102,14 @@ class TextProgress:
         if metrics:
             parts.append(" ".join(f"{k}={fmt_value(v)}" for k, v in metrics))
         stats = p.worker_stats
-        if stats:
+        if 0 < len(stats) <= 2:
             parts.append(" ".join(
                 f"rank{r} {'?' if s['cpu_percent'] is None else format(s['cpu_percent'], '.0f')}% "
                 f"{fmt_bytes(s['rss'])}" for r, s in stats.items()))
+        elif stats:   # '4 ranks 20-28% 255-262 MiB': one field however many ranks
+            cpu = fmt_range((s["cpu_percent"] for s in stats.values()), lambda c: f"{c:.0f}%")
+            rss = fmt_range((s["rss"] for s in stats.values()), fmt_bytes)
+            parts.append(f"{len(stats)} ranks {cpu} {rss}")
         return " | ".join(parts)
 
     def finish(self) -> None:

@@ -21,11 +21,13 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .progress import RunProgress, fmt_bytes, fmt_duration, kv_table_html, render_curve_png
+from .progress import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, RunProgress, fmt_bytes, fmt_duration,
+                       metrics_html, progress_label, render_curve_png)
 
 _BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning"}
-_STATE_COLOUR = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00",
-                 "RUNNING": "#1565c0", "PENDING": "#757575"}
+MAX_METRICS = 12        # rows in the live metrics table; the rest is counted
+SCROLL_RANKS = 8        # more ranks than this: the bars scroll in a box of this many rows
+_ROW_PX = 32            # an IntProgress row: 28px high plus its margins
 
 
 class ProgressPane:
@@ -39,10 +41,16 @@ class ProgressPane:
             interval from a timer thread, so the last update is never lost.
         clock: monotonic seconds, injectable for tests.
 
+    Layout: the header line (name, state, elapsed, progress); then, side by
+    side (wrapping under each other in a narrow output), a column with one
+    bar per rank (labelled with its progress and the worker's CPU and RSS),
+    the latest metrics and the workers' totals, and the loss plot.
+
     Attributes for callers and tests: ``widget`` (the root ``VBox``),
     ``header``, ``bars`` (rank -> ``IntProgress``), ``metrics_html``,
-    ``plot`` (``Image``), ``stats_html``, ``notes_html``, ``refreshes`` and
-    ``plot_renders`` (counters), ``summary`` (the HTML left by `finish`).
+    ``plot`` (``Image``), ``stats_html`` (all workers' CPU and RSS),
+    ``notes_html``, ``refreshes`` and ``plot_renders`` (counters),
+    ``summary`` (the HTML left by `finish`).
     """
 
     def __init__(self, progress: RunProgress, min_interval_s: float = 0.25,
@@ -58,6 +66,7 @@ class ProgressPane:
         self._plotted_reports = -1       # report_count when the plot was last drawn
         self._handle = None              # IPython DisplayHandle, once displayed
         self.finished = False
+        self._closing = False
         self.refreshes = 0
         self.plot_renders = 0
         self.summary: str | None = None
@@ -66,13 +75,15 @@ class ProgressPane:
         self.bars: dict[int, W.IntProgress] = {}
         self._bar_labels: dict[int, W.HTML] = {}
         self.bars_box = W.VBox()
-        self.metrics_html = W.HTML(layout=W.Layout(min_width="220px", margin="0 16px 0 0"))
-        self.plot = W.Image(format="png", layout=W.Layout(display="none"))
+        self.metrics_html = W.HTML()
         self.stats_html = W.HTML()
+        self.plot = W.Image(format="png", layout=W.Layout(
+            display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"))
         self.notes_html = W.HTML()
-        self.widget = W.VBox([self.header, self.bars_box,
-                              W.HBox([self.metrics_html, self.plot]),
-                              self.stats_html, self.notes_html])
+        left = W.VBox([self.bars_box, self.metrics_html, self.stats_html],
+                      layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"))
+        body = W.HBox([left, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
+        self.widget = W.VBox([self.header, body, self.notes_html])
         self.refresh(force=True)
 
     # ------------------------------------------------------------- public
@@ -104,17 +115,24 @@ class ProgressPane:
             self._last_refresh = now
             self.refreshes += 1
             p = self.progress
+            # Render the plot (tens of ms) before touching any widget, so the
+            # browser does not show new numbers next to an old curve meanwhile.
+            png = self._render_plot(p, now, force)
             self._update_header(p)
             self._update_bars(p)
-            self.metrics_html.value = kv_table_html(p.ordered_metrics()) if p.latest_metrics else ""
-            self._update_plot(p, now, force)
+            self.metrics_html.value = (f"<div style='line-height:1.4;margin:6px 0 2px 0'>"
+                                       f"{metrics_html(p.ordered_metrics(), limit=MAX_METRICS)}</div>"
+                                       if p.latest_metrics else "")
             self._update_stats(p)
+            if png:
+                self.plot.value = png
+                self.plot.layout.display = None
             notes = p.notes[-5:]
             self.notes_html.value = "".join(
                 f"<div style='color:#ef6c00'>{html.escape(n)}</div>" for n in notes)
-            if p.error:
-                self.notes_html.value += (f"<pre style='color:#c62828;white-space:pre-wrap'>"
-                                          f"{html.escape(p.error)}</pre>")
+            if p.error_text:
+                self.notes_html.value += (f"<pre style='color:#c62828;white-space:pre-wrap;font-family:monospace;line-height:1.3'>"
+                                          f"{html.escape(p.error_text)}</pre>")
             return True
 
     def finish(self) -> None:
@@ -124,11 +142,12 @@ class ProgressPane:
         with self._lock:
             if self.finished:
                 return
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._closing = True          # the final refresh draws no curve: the summary has it
             self.refresh(force=True)
             self.finished = True
+            if self._timer is not None:   # after the refresh, which may have set one
+                self._timer.cancel()
+                self._timer = None
             self.summary = self.progress.summary_html()
             summary = HTML(self.summary)
             if self._handle is not None:
@@ -153,7 +172,7 @@ class ProgressPane:
         self.refresh()
 
     def _update_header(self, p: RunProgress) -> None:
-        colour = _STATE_COLOUR.get(p.state, "#000")
+        colour = STATE_COLOURS.get(p.state, "#000")
         extra = f" &middot; {html.escape(p.progress_text())}" if p.report_count else ""
         restarts = f" &middot; {p.restarts} restart(s)" if p.restarts else ""
         self.header.value = (f"<b>{html.escape(p.run_name)}</b> &middot; "
@@ -165,48 +184,72 @@ class ProgressPane:
         if set(prog) != set(self.bars):   # a rank beyond world_size showed up
             for r in prog:
                 if r not in self.bars:
-                    self.bars[r] = W.IntProgress(min=0, max=1, value=0, description=f"rank {r}")
-                    self._bar_labels[r] = W.HTML()
-            self.bars_box.children = [W.HBox([self.bars[r], self._bar_labels[r]]) for r in sorted(prog)]
+                    self.bars[r] = W.IntProgress(min=0, max=1, value=0, description=f"rank {r}",
+                                                 style={"description_width": "56px"},
+                                                 layout=W.Layout(width="210px"))
+                    # width auto: as wide as the text, not ipywidgets' 300px default
+                    self._bar_labels[r] = W.HTML(layout=W.Layout(margin="0 0 0 6px", width="auto"))
+            # flex 0 0 auto: past SCROLL_RANKS the box scrolls; rows must not shrink instead
+            self.bars_box.children = [W.HBox([self.bars[r], self._bar_labels[r]],
+                                             layout=W.Layout(flex="0 0 auto"))
+                                      for r in sorted(prog)]
+            if len(prog) > SCROLL_RANKS:  # 64 ranks must not push the metrics off the screen
+                self.bars_box.layout.max_height = f"{SCROLL_RANKS * _ROW_PX}px"
+                self.bars_box.layout.overflow = "auto"
         # Without a known total, bars are scaled to the furthest rank.
         scale = max([d for d, _ in prog.values()] + [1])
         style = _BAR_STYLE.get(p.state, "")
+        stats = p.worker_stats
+        unit = p.progress_unit
         for r, (done, total) in prog.items():
             bar = self.bars[r]
             bar.max = max(total or scale, 1)
             bar.value = min(done, bar.max)
             bar.bar_style = style
-            self._bar_labels[r].value = (f"{done}/{total} {p.progress_unit}" if total
-                                         else f"{done} {p.progress_unit}")
+            label = html.escape(progress_label(done, total, unit))
+            s = stats.get(r)
+            if s is not None and not p.finished:
+                label += (f" <span style='{MUTED}'>&middot; {_cpu(s)} CPU &middot; "
+                          f"{fmt_bytes(s['rss'])}</span>")
+            self._bar_labels[r].value = label
 
-    def _update_plot(self, p: RunProgress, now: float, force: bool) -> None:
-        if p.report_count == self._plotted_reports:
-            return  # nothing new to draw
-        if not force and now - self._last_render < self.min_interval_s:
-            return
+    def _render_plot(self, p: RunProgress, now: float, force: bool) -> bytes | None:
+        """The new loss-curve PNG, or None when there is nothing new to draw.
+
+        A throttled refresh is already spaced by ``min_interval_s``; a forced one
+        (state, note) that comes right after a render leaves the curve to a
+        trailing refresh instead of drawing twice in a row."""
+        if p.report_count == self._plotted_reports or self._closing:
+            return None  # nothing new to draw, or about to be replaced by the summary
+        if force and now - self._last_render < self.min_interval_s:
+            self._schedule(self.min_interval_s)
+            return None
         xs, ys = p.loss_series()
         self._plotted_reports = p.report_count
-        if not xs:
-            return
         png = render_curve_png(xs, ys, p.loss_key() or "loss")
         if png:
             self._last_render = now
             self.plot_renders += 1
-            self.plot.value = png
-            self.plot.layout.display = None
+        return png
 
     def _update_stats(self, p: RunProgress) -> None:
+        """One muted line with all workers together (each rank's own numbers are
+        on its bar): '4 workers · CPU 380% · RSS 1.1 GiB'."""
         stats = p.worker_stats
         if not stats:
             self.stats_html.value = ""
             return
-        def cpu(s):
-            return "?" if s["cpu_percent"] is None else f"{s['cpu_percent']:.0f}%"
-        rows = "".join(f"<tr><td>rank {r}</td><td>{s['pid']}</td><td style='text-align:right'>{cpu(s)}</td>"
-                       f"<td style='text-align:right'>{fmt_bytes(s['rss'])}</td></tr>"
-                       for r, s in stats.items())
-        self.stats_html.value = ("<table><tr><th>worker</th><th>pid</th><th>CPU</th><th>RSS</th></tr>"
-                                 f"{rows}</table>")
+        cpus = [s["cpu_percent"] for s in stats.values() if s["cpu_percent"] is not None]
+        rss = [s["rss"] for s in stats.values() if s["rss"] is not None]
+        n = len(stats)
+        self.stats_html.value = (
+            f"<div style='{MUTED}'>{n} worker{'s' if n != 1 else ''} &middot; "
+            f"CPU {f'{sum(cpus):.0f}%' if cpus else '?'} &middot; "
+            f"RSS {fmt_bytes(sum(rss)) if rss else '?'}</div>")
+
+
+def _cpu(s: dict) -> str:
+    return "?" if s["cpu_percent"] is None else f"{s['cpu_percent']:.0f}%"
 
 
 def _close_tree(w: W.Widget) -> None:

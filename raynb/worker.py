@@ -63,7 +63,7 @@ class _RankStream:
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if self._worker.current_task is None:
+        if self._worker.current_task is None or self._worker.forked():
             return self._fallback.write(text)
         with self._lock:
             self._buf += text
@@ -74,6 +74,8 @@ class _RankStream:
         return len(text)
 
     def flush(self) -> None:
+        if self._worker.forked():
+            return self._fallback.flush()
         with self._lock:
             text, self._buf = self._buf, ""
         if text and self._worker.current_task is not None:
@@ -104,6 +106,10 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
     raynb's own frames are dropped so the traceback starts at the user's code,
     whose line numbers are the cell's (the client compiled it that way).
     """
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a broken __str__ must not kill the worker
+        message = "<exception str() failed>"
     tbe = traceback.TracebackException.from_exception(exc)
     tbe.stack = traceback.StackSummary.from_list(
         [f for f in tbe.stack if os.path.realpath(f.filename) != os.path.realpath(_THIS_FILE)])
@@ -113,7 +119,7 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
         "hostname": socket.gethostname(),
         "exc_type": type(exc).__qualname__,
         "exc_module": type(exc).__module__,
-        "message": str(exc),
+        "message": message,
         "traceback": "".join(tbe.format()),
     }
 
@@ -133,6 +139,7 @@ class Worker:
         self._interruptible = False
         self._cancelled_early: set[str] = set()
         self._main_ident = threading.get_ident()
+        self.pid = os.getpid()
         self._io_ready = threading.Event()
         self._out_session = P.Session(key)
         self.group_key: str | None = None
@@ -147,20 +154,41 @@ class Worker:
         self._push.setsockopt(zmq.SNDHWM, 0)  # report() must never block training
         self._push.setsockopt(zmq.LINGER, 0)
         self._push.connect("inproc://raynb-out")
-        sys.stdout = _RankStream(self, "stdout", sys.__stdout__)
-        sys.stderr = _RankStream(self, "stderr", sys.__stderr__)
+        # The fallbacks are the zygote child's log-file streams, not sys.__stdout__: were
+        # they dropped here, their file objects would be collected and close fds 1 and 2,
+        # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
+        # output would be written into it.
+        sys.stdout = _RankStream(self, "stdout", sys.stdout)
+        sys.stderr = _RankStream(self, "stderr", sys.stderr)
         signal.signal(signal.SIGINT, self._on_sigint)
+
+    def forked(self) -> bool:
+        """True in a process the user's code forked from this worker (a DataLoader worker).
+
+        Such a child must not touch the worker's ZeroMQ sockets (their I/O thread does
+        not exist there) nor its locks (one held by another thread at the fork stays
+        held forever: the child's first print would hang). Its output goes to the
+        worker's log file instead.
+        """
+        return os.getpid() != self.pid
 
     # -- outgoing (any thread) ------------------------------------------------
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
         with self.lock:
             frames = self._out_session.serialize(msg_type, content, buffers)
+            # The head's socket drops the whole connection on a frame over the size limit:
+            # the message (a run's task_done among them) would be lost and its run hang.
+            big = max(len(f) for f in frames)
+            if big > P.max_message_bytes():
+                raise ValueError(
+                    f"raynb cannot send a {msg_type} message of {big / 2**20:.0f} MiB: over the "
+                    f"{P.max_message_bytes() / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
             self._push.send_multipart(frames, copy=False)
 
     def emit(self, event: dict) -> None:
         """Send a progress event (report, output) for the current task."""
         task = self.current_task
-        if task is None:
+        if task is None or self.forked():
             return
         event.setdefault("time", time.time())
         self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
@@ -244,10 +272,10 @@ class Worker:
                 fn = payload["fn"]
                 ret = fn(payload["config"]) if _takes_config(fn) else fn()
                 self._interruptible = False
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"
-                if status == "error":
-                    error = format_remote_error(KeyboardInterrupt(), rank)
+                if status == "error":  # raised by the user's code itself: keep its message and traceback
+                    error = format_remote_error(exc, rank)
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the worker lives on
                 status, error = "error", format_remote_error(exc, rank)
             finally:
@@ -262,6 +290,13 @@ class Worker:
         if status == "ok" and ret is not None and rank == 0:
             try:
                 buffers = [cloudpickle.dumps(ret, protocol=5)]
+                size, limit = len(buffers[0]), P.max_message_bytes() - (1 << 20)
+                if size > limit:
+                    buffers = []
+                    raise ValueError(
+                        f"it pickles to {size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB a "
+                        "message may carry; save it to a file instead, or raise "
+                        "RAYNB_MAX_MESSAGE_BYTES before `raynb start`")
             except Exception as exc:  # noqa: BLE001
                 status, error = "error", format_remote_error(
                     TypeError(f"the training function's return value could not be sent "

@@ -180,7 +180,7 @@ def test_error_on_rank_1_shows_cell_line(ip):
     assert err.errors[0]["exc_type"] == "ValueError"
     rendered = "\n".join(err._render_traceback_())
     assert "rank 1" in rendered
-    count = ip.execution_count - 1  # run_cell advanced it after the cell ran
+    count = res.execution_count  # the cell's In [n]
     assert re.search(rf'File "<ray_train cell {count}>", line 5, in ', rendered), rendered
     assert "raise ValueError(f'boom on rank {rank}')" in rendered
     assert "ValueError: boom on rank 1" in rendered

@@ -10,7 +10,7 @@ import pytest
 from raynb import display as display_mod
 from raynb import widgets as widgets_mod
 from raynb.display import NullProgress, progress_display
-from raynb.progress import RunProgress, fmt_bytes, fmt_duration
+from raynb.progress import RunProgress, fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
 from raynb.text_progress import TextProgress
 from raynb.widgets import ProgressPane
 
@@ -203,6 +203,74 @@ def test_formatters():
     assert fmt_duration(3723) == "1h 02m 03s" and fmt_duration(-1) == "0.0s"
 
 
+def test_value_and_range_formatters():
+    assert fmt_value(0.023467) == "0.02347" and fmt_value(14) == "14"
+    assert fmt_value(12345.6) == "12346"           # not 1.235e+04
+    assert fmt_value(1.2e-7) == "1.2e-07" and fmt_value(3e13) == "3e+13"
+    assert fmt_range([257 * MiB] * 4, fmt_bytes) == "257 MiB"
+    assert fmt_range([262 * MiB, 250 * MiB, None], fmt_bytes) == "250-262 MiB"
+    assert fmt_range([250 * MiB, 2 ** 31], fmt_bytes) == "250 MiB-2.0 GiB"
+    assert fmt_range([28.0, 20.2], lambda c: f"{c:.0f}%") == "20-28%"
+    assert fmt_range([None], fmt_bytes) == "?"
+
+
+def test_curve_needs_two_points():
+    assert render_curve_png([1], [0.5]) is None    # one point is no curve
+    assert render_curve_png([1, 2], [2.3, 0.001]).startswith(PNG_MAGIC)   # log axis
+
+
+def finished_run(world=4, epochs=15):
+    """A finished run shaped like the quickstart's: the head adds timestamp and
+    the time_* keys to every row."""
+    p = RunProgress("quick", world_size=world, total_epochs=epochs)
+    p.on_event(state("RUNNING", T0))
+    for e in range(epochs):
+        for r in range(world):
+            p.on_event(report(r, T0 + e, epoch=e, loss=2.2 / (e + 1) ** 2, val_accuracy=0.5 + e / 40,
+                              training_iteration=e + 1, timestamp=T0 + e, time_total_s=0.3 * (e + 1),
+                              time_this_iter_s=0.3))
+    p.on_event(stats(T0 + 2, **{str(r): {"pid": 100 + r, "cpu_percent": 90.0, "rss": (270 + r) * MiB}
+                                for r in range(world)}))
+    p.on_event(state("FINISHED", T0 + 16))
+    return p
+
+
+def test_summary_html_layout_survives_notebook_table_css():
+    out = finished_run().summary_html()
+    # Every cell is styled inline: JupyterLab and nbconvert right-align, pad and
+    # stripe bare table cells, which spread a summary over a screen.
+    assert "<td>" not in out and "<th>" not in out and "<tr>" not in out
+    assert "text-align:left" in out and "background:none" in out
+    # The wall-clock timestamp is noise (1.796e+09); bookkeeping sits on a muted line.
+    assert "timestamp" not in out and "1.7" + "e+09" not in out
+    assert "time_total_s 4.5" in out and "training_iteration 15" in out
+    assert ">val_accuracy<" in out and ">0.85<" in out
+    # One row per rank: bar (green: finished), progress, pid and peak RSS together.
+    assert out.count("15/15 epochs") == 4 and ">103<" in out and "273 MiB" in out
+    assert "#43a047" in out
+    assert 'width="360"' in out                    # drawn at 2x, shown at 360px
+
+
+def test_failed_without_message_shows_no_empty_error():
+    p = RunProgress("f", world_size=1)
+    p.on_event(state("RUNNING", T0))
+    p.on_event(state("FAILED", T0 + 1))
+    assert p.error == "failed" and p.error_text is None
+    assert not any("error" in line for line in p.summary_lines())
+    assert "<pre" not in p.summary_html()
+    q = RunProgress("f", world_size=1)
+    q.on_event(state("FAILED", T0 + 1, message="rank 2 raised ValueError"))
+    assert q.error_text == "rank 2 raised ValueError"
+    assert "  error: rank 2 raised ValueError" in q.summary_lines()
+    assert "rank 2 raised ValueError</pre>" in q.summary_html()
+
+
+def test_summary_lines_are_short_for_many_ranks():
+    lines = finished_run(world=16).summary_lines()
+    assert lines[1].startswith("  metrics: loss=") and "timestamp" not in lines[1]
+    assert lines[2] == "  workers: 16 ranks, peak RSS 270-285 MiB (highest rank15)"
+
+
 # ------------------------------------------------------------------- the pane
 @pytest.fixture
 def shown(monkeypatch):
@@ -317,6 +385,58 @@ def test_pane_finish_without_display_appends_summary(shown):
     assert shown[-1][0] == "display" and "CANCELLED" in shown[-1][1].data
 
 
+def test_pane_rank_rows_carry_their_worker_stats():
+    p = RunProgress("r", world_size=2, total_epochs=4)
+    pane = ProgressPane(p, trailing=False, clock=FakeClock(0.0))
+    run_epochs(pane, world=2, epochs=1)
+    pane.handle(stats(T0 + 1, **{"0": {"pid": 7, "cpu_percent": 52.4, "rss": 180 * MiB},
+                                 "1": {"pid": 8, "cpu_percent": 40.0, "rss": 200 * MiB}}))
+    pane.refresh(force=True)
+    assert "1/4 epochs" in pane._bar_labels[0].value and "52% CPU" in pane._bar_labels[0].value
+    assert "200 MiB" in pane._bar_labels[1].value
+    assert "2 workers" in pane.stats_html.value and "CPU 92%" in pane.stats_html.value
+    assert "380 MiB" in pane.stats_html.value
+    # No bare cells for the notebook's table CSS to spread out; no timestamp.
+    assert "<td>" not in pane.metrics_html.value and "timestamp" not in pane.metrics_html.value
+
+
+def test_pane_scrolls_many_ranks_instead_of_growing():
+    p = RunProgress("r", world_size=4)
+    pane = ProgressPane(p, trailing=False)
+    assert pane.bars_box.layout.max_height is None
+    q = RunProgress("r", world_size=32)
+    big = ProgressPane(q, trailing=False)
+    assert len(big.bars) == 32
+    assert big.bars_box.layout.max_height and big.bars_box.layout.overflow == "auto"
+    assert all(row.layout.flex == "0 0 auto" for row in big.bars_box.children)
+
+
+def test_pane_forced_refresh_leaves_a_fresh_curve_to_the_trailing_one():
+    clock = FakeClock(0.0)
+    p = RunProgress("r", world_size=1)
+    pane = ProgressPane(p, min_interval_s=0.25, trailing=False, clock=clock)
+    for i in range(3):
+        p.on_event(report(0, T0 + i, loss=1.0 / (i + 1)))
+    clock.t = 1.0
+    assert pane.refresh() and pane.plot_renders == 1
+    p.on_event(report(0, T0 + 3, loss=0.2))
+    clock.t = 1.05
+    pane.handle({"kind": "note", "text": "checkpoint saved", "time": T0})   # forced
+    assert "checkpoint saved" in pane.notes_html.value
+    assert pane.plot_renders == 1                  # not a second render 50 ms later...
+    clock.t = 1.3
+    assert pane.refresh() and pane.plot_renders == 2   # ...the next refresh draws it
+
+
+def test_pane_finish_renders_no_curve_the_summary_replaces():
+    p = RunProgress("r", world_size=1)
+    pane = ProgressPane(p, trailing=False, clock=FakeClock(0.0))
+    for i in range(3):
+        p.on_event(report(0, T0 + i, loss=1.0 / (i + 1)))
+    pane.finish()
+    assert pane.plot_renders == 0 and "data:image/png" in pane.summary
+
+
 # ------------------------------------------------------------------- text view
 def test_text_progress_lines():
     clock = FakeClock(0.0)
@@ -361,6 +481,23 @@ def test_text_progress_quiet_heartbeat():
     clock.t = 11
     tp.handle(stats(T0, **{"0": {"pid": 1, "cpu_percent": 1.0, "rss": MiB}}))
     assert tp.lines_printed == 2
+
+
+def test_text_status_line_stays_short_for_many_ranks():
+    clock = FakeClock(0.0)
+    out = io.StringIO()
+    p = RunProgress("big", world_size=8, total_epochs=5, clock=lambda: T0 + 3)
+    tp = TextProgress(p, stream=out, clock=clock)
+    tp.handle(state("RUNNING", T0))
+    tp.handle(stats(T0, **{str(r): {"pid": r, "cpu_percent": 20.0 + r, "rss": (250 + r) * MiB}
+                           for r in range(8)}))
+    assert out.getvalue().splitlines() == ["[big] RUNNING"]   # a sample alone is no news
+    for r in (3, 1):                               # other ranks first: no line without rank 0's metrics
+        tp.handle(report(r, T0 + 1, epoch=0, loss=0.9))
+    assert len(out.getvalue().splitlines()) == 1
+    tp.handle(report(0, T0 + 1, epoch=0, loss=0.9, timestamp=T0))
+    assert out.getvalue().splitlines()[-1] == (
+        "[big] RUNNING 3.0s | epoch 0-1/5 | loss=0.9 | 8 ranks 20-27% 250-257 MiB")
 
 
 # ------------------------------------------------------------------- choosing a view

@@ -64,6 +64,9 @@ class Result:
         error (Exception | None): the run's error, if it failed.
         path (str | None): the run directory.
         checkpoint: None (checkpoints are not supported in this version).
+        name (str | None): the run's name.
+        state (str | None): ``FINISHED``, ``FAILED`` or ``CANCELLED``.
+        time_total_s (float | None): seconds from the ranks starting to the run's end.
     """
 
     metrics: dict | None = None

@@ -5,7 +5,7 @@ training function, where the process group is already formed.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from . import session as _session
 from .config import Result, RunConfig, ScalingConfig
@@ -102,6 +102,9 @@ def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_devi
 
     Args:
         data_loader (torch.utils.data.DataLoader): built as for a single process.
+        add_dist_sampler (bool): shard with a DistributedSampler (when world size > 1).
+        move_to_device (bool): move each batch's tensors (also inside tuples, lists,
+            dicts) to :func:`get_device`.
 
     Returns:
         An iterable with the loader's ``len``, ``batch_size``, ``dataset``, ``sampler``.
@@ -143,8 +146,8 @@ class TorchTrainer:
         train_loop_config (dict | None): passed to ``train_loop_per_worker``.
         scaling_config (ScalingConfig | None): workers and GPUs (4 CPU workers by default).
         run_config (RunConfig | None): run name, storage path, verbosity.
-        datasets (dict | None): name -> object, available on every rank through
-            ``raynb.train.get_dataset_shard(name)``... not supported yet: must be None.
+        datasets (None): not supported in this version; passing one raises
+            ``NotImplementedError``. Capture the data in the function or its config.
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
@@ -181,5 +184,3 @@ class TorchTrainer:
                                 self.scaling_config, self.run_config)
         return result
 
-
-Any  # re-exported typing name kept for annotations above

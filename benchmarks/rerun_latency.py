@@ -1,0 +1,297 @@
+"""Cold start and warm re-run latency of raynb, next to torchrun. Prints one JSON object.
+
+What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
+``RAYNB_STORAGE_PATH``, so a user's cluster is never touched):
+
+- ``cold_start_s``: wall time of ``raynb start --workers 4`` (the real CLI, in a
+  subprocess) plus the first ``TorchTrainer(...).fit()`` (which forms the process group);
+- ``warm_rerun_ms``: ``--runs`` further ``fit()`` calls of the same trivial function
+  (one ``all_reduce``, one ``report``) on 4 ranks, submit -> every rank done -> Result,
+  median / p90 / min; ``warm_split_ms`` breaks the medians down (see below);
+- ``torchrun_s``: the same function as a script, launched ``--torchrun-runs`` times with
+  ``torchrun --standalone --nproc_per_node 4``, end to end;
+- ``speedup_vs_torchrun``: torchrun median / warm re-run median.
+
+The cluster is always stopped (``raynb stop``) at the end, and any process it left is
+killed, whatever happened.
+
+Usage::
+
+    python benchmarks/rerun_latency.py                 # 50 warm runs, 3 torchruns
+    python benchmarks/rerun_latency.py --quick --skip-torchrun   # smoke test
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+WORKERS = 4
+
+TORCHRUN_SCRIPT = textwrap.dedent("""\
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    assert t.item() == sum(range(1, dist.get_world_size() + 1)), t
+    dist.destroy_process_group()
+""")
+
+
+def trivial_train_fn():
+    """One all-reduce and one report on every rank (what is timed)."""
+    import time as _time
+
+    import torch
+    import torch.distributed as dist
+
+    from raynb.train import report
+
+    t0 = _time.time()
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    report({"sum": t.item(), "fn_start": t0})
+
+
+# -- helpers --------------------------------------------------------------------------
+def _quantile(xs: list[float], q: float) -> float:
+    """The q-quantile with linear interpolation (numpy's default)."""
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _summary_ms(xs_s: list[float], digits: int = 2) -> dict:
+    ms = [x * 1000 for x in xs_s]
+    return {"median": round(statistics.median(ms), digits), "p90": round(_quantile(ms, 0.9), digits),
+            "min": round(min(ms), digits), "n": len(ms)}
+
+
+def _raynb_cli() -> list[str]:
+    """The installed ``raynb`` command of this interpreter, else ``python -m raynb``."""
+    exe = os.path.join(os.path.dirname(sys.executable), "raynb")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "raynb"]
+
+
+def _torchrun_cli() -> list[str]:
+    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _cluster_pids(home: str) -> list[int]:
+    """The pids of the cluster that lives in ``home``: those its connection file names
+    (and their descendants) and any other process started with that ``RAYNB_HOME``
+    (covers a head interrupted before it wrote its connection file)."""
+    import psutil
+
+    pids: list[int] = []
+    try:
+        from raynb.cluster import cluster_pids
+        from raynb.connection import read_connection_file
+
+        info = read_connection_file()
+        pids += cluster_pids(info) if info else []
+    except Exception:  # noqa: BLE001 - best effort: the scan below still finds them
+        pass
+    for p in psutil.process_iter():
+        try:
+            if p.pid != os.getpid() and p.environ().get("RAYNB_HOME") == home:
+                pids.append(p.pid)
+        except psutil.Error:
+            continue
+    return list(dict.fromkeys(pids))
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _kill_leftovers(pids: list[int], home: str) -> list[int]:
+    """SIGKILL the cluster processes that outlived ``raynb stop``; returns who was left.
+
+    A pid is only killed while it still runs with this benchmark's ``RAYNB_HOME``
+    (never a reused pid that now belongs to someone else)."""
+    import psutil
+
+    left = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            if p.status() == psutil.STATUS_ZOMBIE or p.environ().get("RAYNB_HOME") != home:
+                continue
+            left.append(pid)
+            p.kill()
+        except psutil.Error:
+            pass
+    return left
+
+
+def stop_cluster(home: str) -> None:
+    """``raynb stop``, then make sure nothing of the cluster in ``home`` is left."""
+    pids = _cluster_pids(home)
+    try:
+        subprocess.run(_raynb_cli() + ["stop"], stdout=subprocess.DEVNULL, timeout=60)
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        left = _kill_leftovers(pids + [p for p in _cluster_pids(home) if p not in pids], home)
+        if left:
+            print(f"warning: killed raynb processes left after `raynb stop`: {left}", file=sys.stderr)
+
+
+# -- the measurements -----------------------------------------------------------------
+def measure_raynb(runs: int, warmup: int) -> dict:
+    import raynb
+    from raynb import RunConfig, ScalingConfig, TorchTrainer
+
+    def fit():
+        return TorchTrainer(trivial_train_fn, scaling_config=ScalingConfig(num_workers=WORKERS),
+                            run_config=RunConfig(verbose=0)).fit()
+
+    out: dict = {}
+    t0 = time.perf_counter()
+    subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
+                   stdout=subprocess.DEVNULL, timeout=300)
+    t_started = time.perf_counter()
+    result = fit()
+    t_first = time.perf_counter()
+    if result.state != "FINISHED" or result.metrics["sum"] != sum(range(1, WORKERS + 1)):
+        raise RuntimeError(f"the first run went wrong: {result!r}")
+    out["cold_start_s"] = round(t_first - t0, 3)
+    out["cold_start_detail_s"] = {"raynb_start": round(t_started - t0, 3),
+                                  "first_run": round(t_first - t_started, 3)}
+
+    for _ in range(warmup):
+        fit()
+    total, dispatch, in_fn, back, head = [], [], [], [], []
+    for _ in range(runs):
+        wall0 = time.time()
+        t = time.perf_counter()
+        result = fit()
+        dt = time.perf_counter() - t
+        wall1 = time.time()
+        m = result.metrics
+        if result.state != "FINISHED" or m["sum"] != sum(range(1, WORKERS + 1)):
+            raise RuntimeError(f"a warm run went wrong: {result!r}")
+        total.append(dt)
+        # Wall clocks of processes on this one machine: comparable.
+        dispatch.append(m["fn_start"] - wall0)  # submit -> rank 0's function starts
+        in_fn.append(m["timestamp"] - m["fn_start"])  # all_reduce, up to rank 0's report
+        back.append(wall1 - m["timestamp"])  # report -> every rank done -> Result in hand
+        head.append(result.time_total_s)  # the head's view: tasks sent -> last rank done
+    out["warm_rerun_ms"] = _summary_ms(total)
+    med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
+    out["warm_split_ms"] = {
+        "submit_to_rank0_fn_start": med(dispatch),
+        "rank0_fn_start_to_report": med(in_fn),
+        "report_to_result": med(back),
+        "head_run_time": med(head),
+        "outside_head_run_time": med([a - b for a, b in zip(total, head)]),
+    }
+    raynb.disconnect()
+    return out
+
+
+def measure_torchrun(runs: int) -> dict:
+    times = []
+    with tempfile.TemporaryDirectory(prefix="raynb-bench-torchrun-") as d:
+        script = os.path.join(d, "allreduce.py")
+        with open(script, "w") as f:
+            f.write(TORCHRUN_SCRIPT)
+        cmd = _torchrun_cli() + ["--standalone", "--nproc_per_node", str(WORKERS), script]
+        for _ in range(runs):
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+            try:
+                _, err = proc.communicate(timeout=300)
+            except BaseException:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise
+            dt = time.perf_counter() - t
+            if proc.returncode != 0:
+                raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{err.decode(errors='replace')[-2000:]}")
+            times.append(dt)
+    return {"median": round(statistics.median(times), 3), "n": len(times),
+            "all": [round(x, 3) for x in times]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=50, help="warm re-runs timed (default 50)")
+    ap.add_argument("--warmup", type=int, default=2, help="warm runs after the first, not timed (default 2)")
+    ap.add_argument("--torchrun-runs", type=int, default=3, help="torchrun launches timed (default 3)")
+    ap.add_argument("--skip-torchrun", action="store_true", help="do not time torchrun")
+    ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.runs, args.warmup, args.torchrun_runs = min(args.runs, 5), min(args.warmup, 1), 1
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+
+    # A SIGTERM must still run the finally below (stop the cluster).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
+    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
+    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
+    os.environ.pop("RAYNB_KEY", None)
+
+    load_at_start = round(os.getloadavg()[0], 2)
+    report: dict = {}
+    try:
+        try:
+            report.update(measure_raynb(args.runs, args.warmup))
+        finally:
+            stop_cluster(home)
+        if not args.skip_torchrun:
+            report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
+            report["speedup_vs_torchrun"] = round(
+                report["torchrun_s"]["median"] * 1000 / report["warm_rerun_ms"]["median"], 1)
+        else:
+            report["torchrun_s"] = None
+            report["speedup_vs_torchrun"] = None
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(storage, ignore_errors=True)
+    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
+                         "torch": _torch_version(), "platform": platform.platform(),
+                         "load_avg_1m_at_start": load_at_start}
+    report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup,
+                          "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def _torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

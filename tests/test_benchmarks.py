@@ -1,0 +1,58 @@
+"""The benchmark scripts run and print well-formed JSON (no timing thresholds: the
+machines that run the tests are too noisy for that)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _processes_with_home_under(prefix: str) -> list[int]:
+    """Pids of live processes whose RAYNB_HOME lies under ``prefix``."""
+    pids = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("RAYNB_HOME", "").startswith(prefix):
+                pids.append(p.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
+    # TMPDIR puts the benchmark's private RAYNB_HOME and storage under tmp_path, so
+    # what it leaves behind (files, processes) can be told from anyone else's.
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rerun_latency.py"), "--quick",
+                           "--skip-torchrun"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+
+    assert isinstance(out["cold_start_s"], float) and out["cold_start_s"] > 0
+    warm = out["warm_rerun_ms"]
+    assert set(warm) >= {"median", "p90", "min", "n"}
+    for k in ("median", "p90", "min"):
+        assert isinstance(warm[k], float), (k, warm)
+    assert warm["n"] == 5
+    assert warm["median"] > 0
+    assert warm["min"] <= warm["median"] <= warm["p90"]
+    assert all(isinstance(v, float) for v in out["warm_split_ms"].values()), out["warm_split_ms"]
+    assert out["torchrun_s"] is None and out["speedup_vs_torchrun"] is None
+    m = out["machine"]
+    assert isinstance(m["cpus"], int) and m["cpus"] >= 1
+    assert isinstance(m["python"], str) and isinstance(m["torch"], str)
+
+    # Its cluster was stopped and its temporary directories removed.
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
