@@ -137,6 +137,9 @@ def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0) -> dict:
     info = running_cluster()
     if info is not None:
         return info
+    # A cold start takes a few seconds: say why the cell is quiet.
+    print(f"raynb: starting a local cluster with {num_workers} warm workers "
+          f"(it keeps running for later cells; `raynb stop` ends it)", flush=True)
     info, _ = start_cluster(num_workers=num_workers, timeout=timeout)
     return info
 
