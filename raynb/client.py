@@ -39,6 +39,9 @@ class Client:
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()
+        # The token of the local connection file this client came from (connect() with no
+        # address), so a replaced local cluster is noticed; None otherwise.
+        self.local_token: str | None = None
 
     # -- low level ---------------------------------------------------------------
     def send(self, msg_type: str, content: dict | None = None, buffers=()) -> None:
@@ -99,6 +102,16 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
         return connect()
     if _client is not None and _client._pid != os.getpid():
         return connect() if connect_if_needed else None  # forked: the socket is not ours
+    if _client is not None and connect_if_needed and _client.local_token is not None:
+        from .connection import read_connection_file
+
+        current = read_connection_file()
+        if current is None or current.get("token") != _client.local_token:
+            # The local cluster this client attached to was stopped or replaced (`raynb
+            # stop; raynb start` in a terminal): following the dead head would make every
+            # fit() wait for a reply that never comes. Attach as connect() does.
+            disconnect()
+            return connect()
     return _client
 
 
@@ -128,6 +141,7 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, num_w
     if _client is not None and _client._pid == os.getpid() and address is None:
         if _client.ping():
             return _client
+        _client.close()
         _client = None  # the head went away: find or start a fresh one
     if address is None:
         info = ensure_local_cluster(num_workers=num_workers, timeout=timeout)
@@ -142,6 +156,8 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, num_w
         if info is None:
             raise ClusterError(f"{address} is not a readable raynb connection file")
     client = Client(info["address"], info["key"].encode(), info)
+    if address is None:
+        client.local_token = info.get("token")
     if not client.ping(timeout=5.0):
         client.close()
         raise ClusterError(f"the raynb head at {info['address']} does not answer; "

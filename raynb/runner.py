@@ -16,7 +16,7 @@ import uuid
 import cloudpickle
 
 from . import protocol as P
-from .client import get_client
+from .client import disconnect, get_client
 from .errors import ClusterError, RunError
 from .shipping import dumps_payload, notebook_sources
 from .train.config import Result, RunConfig, ScalingConfig
@@ -137,6 +137,9 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         # Interrupted before the head's answer: the run may exist already; cancel it by id.
         client.send(P.CANCEL_RUN, {"run_id": run_id})
         raise
+    except ClusterError:
+        disconnect()  # the head is gone: the next run attaches afresh, as connect() does
+        raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
     name, path = accepted.content["name"], accepted.content["path"]
@@ -147,6 +150,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         done = _follow(client, run_id, display, reports, all_ranks)
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
+        disconnect()
         raise
     return _build_result(done, reports, display)
 

@@ -264,7 +264,14 @@ class Worker:
             try:
                 self._interruptible = True
                 self._prepare(task)
-                payload = cloudpickle.loads(P.buffer_bytes(msg.buffers[0]))
+                try:
+                    payload = cloudpickle.loads(P.buffer_bytes(msg.buffers[0]))
+                except ImportError as e:
+                    raise ModuleNotFoundError(
+                        f"the training function could not be loaded on this worker: {e}. It uses a "
+                        "module the notebook can import but the workers cannot (they get the "
+                        "notebook's working directory and sys.path); install it on every node, or "
+                        "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
                 for filename, source in payload.get("sources", {}).items():
                     lines = source.splitlines(True)
                     linecache.cache[filename] = (len(source), None, lines, filename)
@@ -343,6 +350,15 @@ class Worker:
             return
         if dist.is_initialized():
             dist.destroy_process_group()
+        else:
+            # init_process_group names the default group from a counter that it bumps
+            # before the rendezvous and only destroy_process_group resets. After an init
+            # that was interrupted (a cancel during the rendezvous) or failed, this rank
+            # would name its group "1" while its peers use "0", and gloo would wait for
+            # them forever.
+            from torch.distributed import distributed_c10d
+
+            distributed_c10d._world.group_count = 0
         self.group_key = None
         if g["backend"] == "nccl":
             import torch
