@@ -34,6 +34,50 @@ class ScalingConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Which of a run's checkpoints to keep (``ray.train.CheckpointConfig``).
+
+    Args:
+        num_to_keep (int | None): keep at most this many, None keeps all. The latest
+            checkpoint is always kept (a restart resumes from it).
+        checkpoint_score_attribute (str | None): metric that ranks checkpoints for
+            pruning and ``Result.best_checkpoints``; None ranks by age (newest best).
+        checkpoint_score_order ("max" | "min"): whether a higher or lower score is better.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: str = "max"
+
+    def __post_init__(self):
+        n = self.num_to_keep
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise ValueError(f"CheckpointConfig(num_to_keep={n!r}): give an integer >= 1, or None to keep all")
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): "
+                             "use 'max' or 'min'")
+
+
+@dataclass
+class FailureConfig:
+    """How often a run is restarted after a failure (``ray.train.FailureConfig``).
+
+    Args:
+        max_failures (int): restarts allowed; 0 ends the run at the first failure,
+            -1 restarts without limit. A failure is a rank dying (a signal, ``os._exit``,
+            the OOM killer, its node lost) or raising; every rank is stopped and the run
+            starts again on warm workers from its latest checkpoint.
+    """
+
+    max_failures: int = 0
+
+    def __post_init__(self):
+        n = self.max_failures
+        if not isinstance(n, int) or isinstance(n, bool) or n < -1:
+            raise ValueError(f"FailureConfig(max_failures={n!r}): give an integer >= 0, or -1 for unlimited")
+
+
+@dataclass
 class RunConfig:
     """Where and under what name a run's results go.
 
@@ -42,13 +86,23 @@ class RunConfig:
         storage_path (str | None): the parent directory (on the head's file system);
             ``$RAYNB_STORAGE_PATH`` or ``~/raynb_results`` when None.
         verbose (int): 0 shows no progress pane or text, 1 (default) shows it.
+        checkpoint_config (CheckpointConfig | None): which checkpoints to keep (all by default).
+        failure_config (FailureConfig | None): restarts after failures (none by default).
     """
 
     name: str | None = None
     storage_path: str | None = None
     verbose: int = 1
+    checkpoint_config: CheckpointConfig | None = None
+    failure_config: FailureConfig | None = None
 
     def __post_init__(self):
+        if self.checkpoint_config is not None and not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise TypeError(f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
+                            f"{type(self.checkpoint_config).__name__}")
+        if self.failure_config is not None and not isinstance(self.failure_config, FailureConfig):
+            raise TypeError(f"RunConfig(failure_config=...) takes a FailureConfig, got "
+                            f"{type(self.failure_config).__name__}")
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"RunConfig(name={self.name!r}): the name must be a plain directory name")
 
