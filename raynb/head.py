@@ -32,6 +32,9 @@ log = logging.getLogger("raynb.head")
 # A cancelled or failed run's ranks get this long to return before they are
 # killed and replaced (a rank stuck in a collective never returns on its own).
 CANCEL_GRACE_S = 1.0
+# When a rank died, its peers are most likely blocked inside a collective, where no
+# interrupt reaches them: they are replaced from the zygote sooner (a restart waits on them).
+DEAD_PEER_GRACE_S = 0.3
 TICK_S = 0.1
 # A node agent sends stats every second; one silent this long is lost (its machine
 # died or the network split), and its ranks fail the runs they were in.
@@ -576,7 +579,7 @@ class Head:
             run.errors.append({"rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
                                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
         if not run.finishing:
-            self._begin_finishing(run, "FAILING")
+            self._begin_finishing(run, "FAILING", DEAD_PEER_GRACE_S)
         self._maybe_finish(run)
 
     def _refill(self, node_id: str | None) -> None:
@@ -795,9 +798,9 @@ class Head:
         self._maybe_finish(run)
         self.schedule()
 
-    def _begin_finishing(self, run: Run, state: str) -> None:
+    def _begin_finishing(self, run: Run, state: str, grace_s: float = CANCEL_GRACE_S) -> None:
         run.state = state
-        run.deadline = time.monotonic() + CANCEL_GRACE_S
+        run.deadline = time.monotonic() + grace_s
         for rank, wid in enumerate(run.ranks):
             if rank not in run.done and wid in self.workers:
                 self.send(self.workers[wid].identity, P.CANCEL_TASK,
@@ -812,8 +815,7 @@ class Head:
             w = self.workers.get(wid)
             if rank in run.done or w is None:
                 continue
-            log.info("run %s: rank %d (pid %d) did not stop in %.1fs; killing it",
-                     run.name, rank, w.pid, CANCEL_GRACE_S)
+            log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
             node = self.nodes.get(w.node_id)
             run.done[rank] = "killed"
             w.run_id = w.rank = None
