@@ -154,12 +154,13 @@ class RayNBMagics(Magics):
 
     @line_magic
     def ray_attach(self, line: str):
-        """%ray_attach NAME [--result VAR]: follow a running run (started by another
-        kernel, or before a restart) to its end with the live progress pane."""
+        """%ray_attach [NAME] [--result VAR]: follow a running run (started by another
+        kernel, or before a restart) to its end with the live progress pane; without
+        NAME, the newest active run."""
         from .runs import attach
 
         p = _Parser(prog="%ray_attach", description="Follow a run to its end.")
-        p.add_argument("name")
+        p.add_argument("name", nargs="?", default=None)
         p.add_argument("--result", default="_ray_result", help="notebook name bound to the Result")
         p.add_argument("--all-ranks", action="store_true")
         args = p.parse_line(line)

@@ -70,13 +70,22 @@ def get_run(name: str) -> Result:
     return result_from_record(_record(P.GET_RUN, name))
 
 
-def attach(name: str, verbose: int = 1, all_ranks: bool = False) -> Result:
+def _latest_live_run() -> str:
+    reply = get_client().request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
+    live = [r for r in reply.content.get("runs", []) if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED")]
+    if not live:
+        raise KeyError("no run is active on this cluster to attach to; raynb.runs() lists the finished "
+                       "ones (raynb.get_run(name) reads one)")
+    return max(live, key=lambda r: r.get("submitted") or 0)["name"]
+
+
+def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -> Result:
     """Follow a run from this process until it ends, with the live progress pane
     (``%ray_attach NAME``): reconnect to a run after a kernel restart, or from a
     second notebook. Interrupting the cell detaches (the run goes on).
 
     Args:
-        name (str): the run's name.
+        name (str | None): the run's name; None attaches to the newest active run.
         verbose (int): 0 shows no progress pane.
         all_ranks (bool): show every rank's output, not only rank 0's.
 
@@ -92,6 +101,8 @@ def attach(name: str, verbose: int = 1, all_ranks: bool = False) -> Result:
     from .progress import RunProgress
     from .runner import follow_run
 
+    if name is None:
+        name = _latest_live_run()
     record = _record(P.ATTACH_RUN, name)
     if record["state"] in ("FINISHED", "FAILED", "CANCELLED"):
         return result_from_record(record)
