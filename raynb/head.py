@@ -705,7 +705,6 @@ class Head:
         self._event(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                           "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
                                      "hostname": w.hostname} for r, w in enumerate(chosen)]})
-        self._write_state(run)
 
     # -- run events -------------------------------------------------------------
     def _event(self, run: Run, event: dict) -> None:
@@ -894,7 +893,7 @@ class Head:
             "failures": run.failures, "attempt": run.attempt,
             "checkpoint": run.store.latest_path(), "checkpoints": run.store.records(),
             "checkpoint_config": run.spec.get("checkpoint_config"),
-            "started": run.started, "ended": run.ended,
+            "started": run.started, "ended": run.ended, "num_reports": run.reports,
         }, run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more

@@ -241,13 +241,16 @@ def _build_result(done: P.Message, reports: list, display):
     from .train.config import result_from_record
 
     c = done.content
-    try:
-        # The run directory is the whole record: a restarted or resumed run's reports
-        # from before this client attached are there too.
-        on_disk = read_reports(Path(c["path"])) if c.get("path") else []
-    except Exception:  # noqa: BLE001 - a remote head's directory may not be readable here
-        on_disk = []
-    result = result_from_record(c, on_disk if len(on_disk) >= len(reports) else reports)
+    if len(reports) < c.get("num_reports", 0):
+        try:
+            # Reports from before this client followed the run (a resumed run's earlier
+            # attempts): the run directory has them all.
+            on_disk = read_reports(Path(c["path"]))
+        except Exception:  # noqa: BLE001 - a remote head's directory may not be readable here
+            on_disk = []
+        if len(on_disk) > len(reports):
+            reports = on_disk
+    result = result_from_record(c, reports)
     display.finish()
     ret = None
     if c["state"] == "FINISHED" and done.buffers:
