@@ -835,8 +835,10 @@ class Head:
             if run.max_failures < 0 or len(run.failures) <= run.max_failures:
                 self._restart(run, cause)
             else:
-                if len(run.failures) > 1:  # name every failure, this attempt's first
-                    run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
+                # Name every failure, the cause first: also with a single failure, where a
+                # peer's gloo error ("connection closed by peer") often arrives before the
+                # dead rank's exit and would otherwise be RunError.rank and lead the message.
+                run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
                 self._finish(run, "FAILED")
         else:
             self._commit_checkpoints(run, run_ended=True)
