@@ -580,6 +580,12 @@ class Head:
                                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
         if not run.finishing:
             self._begin_finishing(run, "FAILING", DEAD_PEER_GRACE_S)
+        elif run.state == "FAILING" and run.deadline is not None:
+            # A peer's gloo error ("connection closed by peer") often arrives before the
+            # death and started the longer grace of an exception; the ranks still running
+            # wait on the dead one in a collective, so the dead-peer grace applies from now
+            # (else a DDP run's restart waited a full CANCEL_GRACE_S for them).
+            run.deadline = min(run.deadline, time.monotonic() + DEAD_PEER_GRACE_S)
         self._maybe_finish(run)
 
     def _refill(self, node_id: str | None) -> None:
