@@ -501,6 +501,11 @@ class Head:
             run.last_metrics = rundir.rows[-1] if rundir.rows else {}
             run.store.discard_staging()
             run.failures = list(previous.get("failures") or [])
+            if previous.get("state") not in TERMINAL:
+                # Its run.json still says it was active: the head that ran it died mid-run
+                # (a live run of this head was refused above). That attempt failed too, and
+                # the resumed run's Result.failures must not lose it.
+                run.failures.append({"message": "the raynb head stopped while this run was active"})
         else:
             rundir.write_params(spec.get("params", {}))
         rundir.write_function(P.buffer_bytes(msg.buffers[0]))
