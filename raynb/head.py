@@ -58,6 +58,7 @@ class WorkerInfo:
     rank: int | None = None
     group_key: str | None = None
     stats: dict = field(default_factory=dict)
+    store_port: int | None = None  # its always-listening TCPStore server (rendezvous as rank 0)
 
     @property
     def busy(self) -> bool:
@@ -539,7 +540,8 @@ class Head:
 
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
-        w = WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"], c["hostname"], c["ip"])
+        w = WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"], c["hostname"], c["ip"],
+                       store_port=c.get("store_port"))
         self.workers[w.worker_id] = w
         node = self.nodes.get(w.node_id)
         if node is not None and node.spawning > 0:
@@ -676,8 +678,9 @@ class Head:
         if known is None or known[0] != backend or known[2] != timeout_s:
             known = self.groups[members] = (backend, uuid.uuid4().hex, timeout_s)
         master = chosen[0]
-        group = {"key": known[1], "backend": backend,
-                 "master_addr": master.ip, "master_port": _free_port(master.ip)}
+        group = {"key": known[1], "backend": backend, "master_addr": master.ip,
+                 "master_port": master.store_port or _free_port(master.ip),
+                 "store_port": master.store_port}
         if timeout_s:
             group["timeout_s"] = timeout_s
         return group
