@@ -148,7 +148,6 @@ class Worker:
         self._module_files: dict[str, str | bool] = {}
         self._module_mtimes: dict[str, float] = {}
         self._sys_path_seen: tuple = ()
-        self._threads = None
         self._store = None
         try:
             self._store_server()
@@ -347,9 +346,10 @@ class Worker:
         import torch
 
         threads = max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"]))
-        if threads != self._threads:
+        # Checked against torch itself, not what we last set: the previous run's code may
+        # have called torch.set_num_threads, which must not leak into this run.
+        if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
-            self._threads = threads
         self._ensure_group(task)
 
     def _store_server(self):
