@@ -352,8 +352,10 @@ class Head:
         if run.state not in TERMINAL:
             # The head that ran it died mid-run: the run is over, and says how to continue.
             run.state = "FAILED"
+            run.failures.append({"message": "the raynb head stopped while this run was active"})
             run.errors.append({"message": "the raynb head stopped while this run was active; continue "
                                           "it with TorchTrainer.restore(path) or %%ray_train --resume"})
+            self._write_state(run)  # Result.from_path tells the same, with no head running
         self.runs.setdefault(run.run_id, run)
         return run
 
