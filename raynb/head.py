@@ -682,7 +682,8 @@ class Head:
         master = chosen[0]
         group = {"key": known[1], "backend": backend, "master_addr": master.ip,
                  "master_port": master.store_port or _free_port(master.ip),
-                 "store_port": master.store_port}
+                 "store_port": master.store_port,
+                 "file_store": len({w.node_id for w in chosen}) == 1}
         if timeout_s:
             group["timeout_s"] = timeout_s
         return group
