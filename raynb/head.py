@@ -809,8 +809,8 @@ class Head:
                 run.errors.append({"rank": rank, "message": f"rank {rank} stopped before the run was "
                                                             "cancelled (an interrupt on the worker?)"})
                 self._begin_finishing(run, "FAILING")
-            if c["status"] != "ok" and worker is not None:
-                self._forget_groups_with(worker.worker_id)
+            if c["status"] != "ok" and worker is not None and run.world_size > 1:
+                self._forget_groups_with(worker.worker_id)  # see Worker.execute
         self._maybe_finish(run)
         self.schedule()
 

@@ -318,8 +318,10 @@ class Worker:
                 status, error = "error", format_remote_error(
                     TypeError(f"the training function's return value could not be sent "
                               f"back: {exc}"), rank)
-        if status != "ok":
-            # Peers may be mid-collective or dead: never reuse this process group.
+        if status != "ok" and task["world_size"] > 1:
+            # Peers may be mid-collective or dead: never reuse this process group. A
+            # one-rank group has no peers and stays usable (a Tune STOP then costs no
+            # new group for the worker's next trial).
             self.group_key = None
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
@@ -403,8 +405,10 @@ class Worker:
             # Every rank on this machine: rendezvous through a file, no socket. A TCP
             # connect to the store now and then stalls 5 s here (a dropped SYN to the
             # v4-mapped address torch's client prefers, under gVisor), one group in ~30.
-            store = dist.FileStore(os.path.join(tempfile.gettempdir(), f"raynb-rdzv-{g['key']}"),
-                                   task["world_size"])
+            path = os.path.join(tempfile.gettempdir(), f"raynb-rdzv-{g['key']}")
+            if task["world_size"] == 1 and os.path.exists(path):
+                os.unlink(path)  # left by an init of this one-rank group that was interrupted
+            store = dist.FileStore(path, task["world_size"])
         elif g.get("store_port") and task["rank"] == 0:
             store = self._store_server()  # rank 0 is the worker whose server the head named
         else:
