@@ -97,6 +97,45 @@ class _OutputRelay:
             self._stream(name).flush()
 
 
+def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunConfig, *,
+                     sources: dict | None = None, captured: dict | None = None,
+                     name_prefix: str = "TorchTrainer", extra: dict | None = None) -> tuple[dict, bytes]:
+    """The ``submit_run`` message for ``fn``: (spec dict, cloudpickled payload bytes).
+
+    ``spec["run_id"]`` is a fresh id; ``extra`` keys are added to the spec (e.g.
+    ``resume_from_checkpoint``).
+
+    Raises:
+        UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
+        ValueError: the payload is over the message size limit.
+    """
+    all_sources = notebook_sources()
+    all_sources.update(sources or {})
+    payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+    limit = P.max_message_bytes() - (1 << 20)
+    if len(payload) > limit:
+        raise ValueError(
+            f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
+            f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
+            "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
+    spec = {
+        "run_id": uuid.uuid4().hex, "name": run_config.name, "name_prefix": name_prefix,
+        "num_workers": scaling_config.num_workers, "use_gpu": scaling_config.use_gpu,
+        "timeout_s": scaling_config.timeout_s, "storage_path": run_config.storage_path,
+        "params": _json_safe(config if config is not None else {}),
+        "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+    }
+    cc, fc = run_config.checkpoint_config, run_config.failure_config
+    if cc is not None:
+        spec["checkpoint_config"] = {"num_to_keep": cc.num_to_keep,
+                                     "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+                                     "checkpoint_score_order": cc.checkpoint_score_order}
+    if fc is not None:
+        spec["max_failures"] = fc.max_failures
+    spec.update(extra or {})
+    return spec, payload
+
+
 def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
                 run_config: RunConfig | None = None, *, sources: dict | None = None,
                 captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
@@ -113,24 +152,10 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     """
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
-    all_sources = notebook_sources()
-    all_sources.update(sources or {})
-    payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
-    limit = P.max_message_bytes() - (1 << 20)
-    if len(payload) > limit:
-        raise ValueError(
-            f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
-            f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
-            "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
+    spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
+                                     captured=captured, name_prefix=name_prefix)
+    run_id = spec["run_id"]
     client = get_client()
-    run_id = uuid.uuid4().hex
-    spec = {
-        "run_id": run_id, "name": run_config.name, "name_prefix": name_prefix,
-        "num_workers": scaling_config.num_workers, "use_gpu": scaling_config.use_gpu,
-        "timeout_s": scaling_config.timeout_s, "storage_path": run_config.storage_path,
-        "params": _json_safe(config if config is not None else {}),
-        "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-    }
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
     except KeyboardInterrupt:
