@@ -400,3 +400,13 @@ def test_unreported_metric_names_the_reported_keys(make):
 def test_every_scheduler_is_a_trial_scheduler():
     for make in ALL:
         assert isinstance(make(metric="a", mode="max"), TrialScheduler)
+
+
+@pytest.mark.parametrize("make", ALL)
+def test_non_numeric_metric_is_a_clear_error(make):
+    sched = make(metric="acc", mode="max")
+    tr = Trial("x", {})
+    sched.on_trial_add(tr)
+    with pytest.raises(ValueError, match="acc='high'.*must be a number"):
+        sched.on_trial_result(tr, _result(1, "high"))
+    sched.on_trial_complete(tr, {})   # an empty final result is tolerated

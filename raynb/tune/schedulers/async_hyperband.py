@@ -129,16 +129,16 @@ class ASHAScheduler(TrialScheduler):
         else:
             bracket = self._brackets[self._trial_bracket[trial.trial_id]]
             action = bracket.on_result(trial.trial_id, result[self._time_attr],
-                                       self._metric_op * result[self._metric])
+                                       self._score(result))
         self._num_stopped += action == STOP
         return action
 
     def on_trial_complete(self, trial, result: dict) -> None:
         # The final result counts at its rung (as in Ray); a result without the metric does not.
         s = self._trial_bracket.pop(trial.trial_id, None)
-        if s is not None and result and self._time_attr in result and self._metric in result:
+        if s is not None and self._usable(result, self._time_attr):
             self._brackets[s].on_result(trial.trial_id, result[self._time_attr],
-                                        self._metric_op * result[self._metric])
+                                        self._score(result))
 
     def on_trial_remove(self, trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)

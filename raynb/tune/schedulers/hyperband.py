@@ -132,7 +132,7 @@ class HyperBandScheduler(TrialScheduler):
             action = STOP
         else:
             action = self._trial_bracket[trial.trial_id].on_result(
-                trial.trial_id, t, self._metric_op * result[self._metric])
+                trial.trial_id, t, self._score(result))
         self._num_stopped += action == STOP
         return action
 

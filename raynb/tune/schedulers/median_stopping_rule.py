@@ -61,6 +61,7 @@ class MedianStoppingRule(TrialScheduler):
         if trial.trial_id in self.would_stop:
             return STOP if self._hard_stop else CONTINUE
         t = result[self._time_attr]
+        self._score(result)  # a clear error now if the metric is not a number
         self._results.setdefault(trial.trial_id, []).append(result)
         if t < self._grace_period:
             return CONTINUE
@@ -72,20 +73,20 @@ class MedianStoppingRule(TrialScheduler):
         if len(means) < self._min_samples_required:
             return CONTINUE
         median = float(np.median(means))
-        best = max(self._metric_op * r[self._metric] for r in self._results[trial.trial_id])
+        best = max(self._score(r) for r in self._results[trial.trial_id])
         if best < median and t > self._grace_period:
             self.would_stop.add(trial.trial_id)
             return STOP if self._hard_stop else CONTINUE
         return CONTINUE
 
     def on_trial_complete(self, trial, result: dict) -> None:
-        if result and self._time_attr in result and self._metric in result:
+        if self._usable(result, self._time_attr):
             rs = self._results.setdefault(trial.trial_id, [])
             if not rs or rs[-1] != result:  # the driver may pass the last report again
                 rs.append(result)
 
     def _running_mean(self, trial_id: str, t: float) -> float | None:
-        scoped = [self._metric_op * r[self._metric] for r in self._results[trial_id]
+        scoped = [self._score(r) for r in self._results[trial_id]
                   if self._grace_period <= r[self._time_attr] <= t]
         return float(np.mean(scoped)) if scoped else None
 

@@ -195,7 +195,7 @@ class PopulationBasedTraining(TrialScheduler):
         t = result[self._time_attr]
         if t < st.last_perturbation_time:  # the driver restarted the trial's count
             st.last_perturbation_time = 0.0
-        st.last_score = self._metric_op * result[self._metric]
+        st.last_score = self._score(result)
         st.last_time = t
         if t - st.last_perturbation_time < self._perturbation_interval:
             return CONTINUE

@@ -112,11 +112,36 @@ class TrialScheduler:
         self.validate()
         for key in (self._metric, time_attr):
             if key is not None and key not in result:
-                shown = sorted(k for k in result if not str(k).startswith("_"))
+                shown = sorted(map(str, result))
                 raise ValueError(
                     f"{type(self).__name__}: the trial reported no {key!r}; the reported "
                     f"keys are {shown}. Report {key!r} with raynb.tune.report(...) or set "
                     f"the scheduler's metric/time_attr to one of these keys")
+
+    def _score(self, result: dict) -> float:
+        """``metric_op * result[metric]`` as a float: larger is better.
+
+        Raises:
+            ValueError: the reported metric is not a number.
+        """
+        value = result[self._metric]
+        try:
+            if isinstance(value, (str, bytes)):
+                raise TypeError
+            return self._metric_op * float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{type(self).__name__}: the trial reported {self._metric}="
+                             f"{value!r}; the metric must be a number") from None
+
+    def _usable(self, result: dict | None, time_attr: str | None = None) -> bool:
+        """Whether a final result (which may be empty) can be scored, without raising."""
+        if not result or self._metric not in result or (time_attr and time_attr not in result):
+            return False
+        try:
+            self._score(result)
+        except ValueError:
+            return False
+        return True
 
     # --- hooks (no-ops here) ----------------------------------------------------------
     def on_trial_add(self, trial) -> None:
