@@ -410,3 +410,22 @@ def test_non_numeric_metric_is_a_clear_error(make):
     with pytest.raises(ValueError, match="acc='high'.*must be a number"):
         sched.on_trial_result(tr, _result(1, "high"))
     sched.on_trial_complete(tr, {})   # an empty final result is tolerated
+
+
+def test_explore_rules():
+    from raynb.tune.schedulers.pbt import explore
+    from raynb.tune.search.sample import randint
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(50):
+        new = explore({"opt": "b", "name": "x", "n": 10, "sub": {"lr": 1.0}},
+                      {"opt": choice(["a", "b", "c"]), "name": lambda: "y",
+                       "n": randint(1, 100), "sub": {"lr": uniform(5.0, 6.0)}},
+                      resample_probability=0.0, rng=rng)
+        assert new["opt"] in ("a", "c")          # a neighbour of "b", never resampled
+        assert new["name"] == "y"                # a string cannot be scaled: resampled
+        assert new["n"] in (8, 12) and isinstance(new["n"], int)
+        assert new["sub"]["lr"] in (pytest.approx(0.8), pytest.approx(1.2))
+        seen.add((new["opt"], new["n"]))
+    assert len(seen) == 4                        # both directions and both factors occur

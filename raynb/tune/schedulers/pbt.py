@@ -45,7 +45,10 @@ def explore(config: dict, mutations: dict, resample_probability: float,
     (or if the current value is not in it) a random element, else the neighbour one step
     left or right; a search-space object or callable -> with ``resample_probability`` a
     new sample, else the value times a random one of ``perturbation_factors`` (ints stay
-    ints); a dict -> the same, one level down. Then ``custom_explore_fn(config)``.
+    ints; a value that is not a number is resampled); a dict -> the same, one level down.
+    Then ``custom_explore_fn(config)``. Differences from Ray: ``choice([...])`` moves to a
+    neighbour like a list (Ray would multiply the value by a factor), and non-numbers are
+    resampled rather than multiplied.
     """
     new = copy.deepcopy(config)
     for key, d in mutations.items():
@@ -60,7 +63,9 @@ def explore(config: dict, mutations: dict, resample_probability: float,
             else:
                 idx = values.index(config[key]) + (1 if rng.random() < 0.5 else -1)
                 new[key] = values[min(max(idx, 0), len(values) - 1)]
-        elif rng.random() < resample_probability:
+        elif (rng.random() < resample_probability or isinstance(config[key], bool)
+              or not isinstance(config[key], (int, float, np.number))):
+            # Only numbers can be scaled; anything else is resampled.
             new[key] = _draw(d, rng, config)
         else:
             factor = perturbation_factors[int(rng.integers(len(perturbation_factors)))]
