@@ -93,7 +93,10 @@ def split_expression(line: str, option: str) -> tuple[str, str | None]:
 
     EXPR is Python, so it may hold spaces and quotes that shlex would split or
     strip. It ends at the first following option before which the text parses
-    as an expression. A quoted value is left to shlex."""
+    as an expression. A quoted value is left to shlex.
+
+    Raises:
+        UsageError: no prefix of the text after ``option`` is a Python expression."""
     m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
     if m is None or line[m.end()] in "'\"":
         return line, None
@@ -102,10 +105,11 @@ def split_expression(line: str, option: str) -> tuple[str, str | None]:
         expr = rest[:end].strip()
         try:
             ast.parse(expr, mode="eval")
-        except SyntaxError:
+        except SyntaxError as e:
+            error = e
             continue
         return line[:m.start()] + rest[end:], expr
-    return line, None   # not an expression: the usual parsing reports it
+    raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
 
 
 def parse_line(line: str):
