@@ -327,3 +327,24 @@ def test_tune_display_auto_is_text_outside_a_kernel(monkeypatch, capsys):
     quiet = tune_display(TuneProgress("loss", "min", 1, []), 0)
     quiet.display(), quiet.update(), quiet.finish()
     assert capsys.readouterr().out == ""
+
+
+def test_pane_header_elapsed_ticks_without_redraws():
+    clock = FakeClock(0.0)
+    p = TuneProgress("loss", "min", 1, [], clock=clock)
+    p.add_trial("t0", {})
+    pane = TuneTablePane(p, trailing=False, clock=clock)
+    pane.update()
+    redraws = pane.redraws
+    assert "0.0s" in pane.header.value
+    clock.t = 0.5
+    pane.update()
+    assert "0.0s" in pane.header.value             # under a second: not even the header
+    clock.t = 7.25
+    for _ in range(1000):
+        pane.update()
+    assert "7.2s" in pane.header.value and pane.redraws == redraws
+    p.end()
+    clock.t = 60.0
+    pane.update()                                  # ended: elapsed frozen
+    assert "7.2s" in pane.header.value

@@ -19,6 +19,8 @@ from IPython.display import display as ipy_display
 
 from .table import PLOT_WIDTH_PX, TuneProgress
 
+HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
+
 
 class TuneTablePane:
     """The live trial table: header, table and plot side by side, notes below.
@@ -35,7 +37,8 @@ class TuneTablePane:
 
     Attributes for callers and tests: ``widget`` (root ``VBox``), ``header``,
     ``table`` (``HTML``), ``plot`` (``Image``), ``notes`` (``HTML``),
-    ``redraws`` and ``plot_renders`` (counters), ``summary`` (the HTML left by
+    ``redraws`` and ``plot_renders`` (counters; a header-only tick of the
+    elapsed time is not a redraw), ``summary`` (the HTML left by
     `finish`).
     """
 
@@ -52,6 +55,7 @@ class TuneTablePane:
         self._timer: threading.Timer | None = None
         self._last_redraw = -float("inf")
         self._last_plot = -float("inf")
+        self._last_tick = -float("inf")
         self._drawn_version = -1
         self._plotted_version = -1
         self._handle = None
@@ -79,7 +83,15 @@ class TuneTablePane:
         """Redraw if the model changed and ``min_interval_s`` passed; else
         return at once (a throttled change is drawn by the trailing timer)."""
         if self.progress.version == self._drawn_version:
-            return   # nothing new; a plot still due is the trailing timer's
+            # Nothing new (a plot still due is the trailing timer's); but the elapsed
+            # time in the header still ticks, once a second, while trials run quietly.
+            now = self._clock()
+            if now - self._last_tick >= HEADER_TICK_S and not self.finished:
+                self._last_tick = now
+                with self._lock:
+                    if not self.finished:
+                        self.header.value = self._header()
+            return
         now = self._clock()
         wait = self._last_redraw + self.min_interval_s - now
         if wait > 0:
@@ -125,12 +137,16 @@ class TuneTablePane:
             else:
                 self._schedule(self._last_plot + self.plot_interval_s - now)
         self._drawn_version = version
-        self.header.value = f"<div style='line-height:1.4'>{p.header_html()}</div>"
+        self._last_tick = now
+        self.header.value = self._header()
         self.table.value = p.html_table(self.max_rows)
         if png:
             self.plot.value = png
             self.plot.layout.display = None
         self.notes.value = p.errors_html() + p.notes_html(last=5)
+
+    def _header(self) -> str:
+        return f"<div style='line-height:1.4'>{self.progress.header_html()}</div>"
 
     def _schedule(self, delay: float) -> None:
         if not self.trailing or self._timer is not None or self.finished:
