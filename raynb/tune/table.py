@@ -362,7 +362,7 @@ class TuneProgress:
         df = self.dataframe(rows)
         best = self.best_trial_id
         numeric = {c for c in df.columns if c not in ("trial_id", "status")
-                   and all(v is None or as_number(v) is not None for v in df[c])}
+                   and all(_is_na(v) or as_number(v) is not None for v in df[c])}
         head = "".join(_cell(e(str(c)), right=c in numeric, head=True, muted=True) for c in df.columns)
         out = [f'<table class="raynb-trials" style="{_TABLE_STYLE}">',
                f'<tr style="background:none;border:none">{_cell("", head=True)}{head}</tr>']
@@ -519,7 +519,7 @@ def _param_labels(keys: list[str]) -> list[str]:
 
 
 def _fmt_cell(col: str, v: Any) -> str:
-    if v is None or (isinstance(v, float) and v != v):
+    if _is_na(v) or (col == "iter" and v == 0):   # iterations count from 1: 0 is "none yet"
         return ""
     if col == "time (s)":
         return f"{v:.1f}"
@@ -529,7 +529,7 @@ def _fmt_cell(col: str, v: Any) -> str:
 def _text_formatters(df) -> dict:
     """Numbers as in the HTML table, right-aligned; ids and statuses left-aligned
     (pandas right-aligns strings), padded to the column's widest value or header."""
-    out = {c: (lambda v, c=c: "" if c == "iter" and v == 0 else _fmt_cell(c, None if _is_na(v) else v))
+    out = {c: (lambda v, c=c: _fmt_cell(c, v))
            for c in df.columns if c not in ("", "trial_id", "status")}
     for c in ("trial_id", "status"):
         out[c] = _LeftAligned(max([len(c)] + [len(str(v)) for v in df[c]]))
