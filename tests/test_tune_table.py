@@ -3,6 +3,7 @@ in-process, without a browser), throttling, and the choice between views."""
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import pytest
@@ -220,6 +221,10 @@ def test_pane_widgets_show_the_table_plot_and_notes(shown):
     best_row = table[table.rindex("<tr", 0, table.index("<b>t1</b>")):]
     assert best_row.startswith('<tr style="background:#fff3c4') and "&#9733;" in best_row.split("</tr>")[0]
     assert table.count("&#9733;") == 1
+    # Numbers right-aligned under right-aligned headers, missing values (t3) included.
+    for col in ("lr", "iter", "time (s)", "val_loss", "best val_loss"):
+        assert re.search(rf'text-align:right[^>]*>{re.escape(col)}</th>', table), col
+    assert re.search(r'text-align:left[^>]*>status</th>', table)
     assert bytes(pane.plot.value).startswith(PNG_MAGIC) and pane.plot.layout.display is None
     assert "ValueError: &lt;bad&gt; lr" in pane.notes.value and "PBT: t2 copies t1" in pane.notes.value
 
