@@ -326,3 +326,22 @@ def test_bad_input_is_refused_before_any_trial(warm):
         tune.Tuner(quadratic, param_space={"x": tune.uniform(0, 1)},
                    tune_config=tune.TuneConfig(search_alg=OptunaSearch())).fit()
     assert len(warm.status()["runs"]) == runs_before  # no trial was submitted
+
+
+def test_overhead_benchmark_quick_prints_json(tmp_path):
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(root))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "tune_overhead.py"), "--quick"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    o = out["overhead"]
+    assert o["trials"] == 20 and o["concurrency"] == 2 and o["total_s"] > 0 and o["work_s"] >= 0
+    assert o["per_trial_overhead_ms"] == pytest.approx((o["total_s"] - o["work_s"]) / 20 * 1000, abs=0.06)  # inputs rounded to ms
+    s = out["stop"]["stop_to_next_start_ms"]
+    assert s["n"] == 4 and 0 < s["median"] <= s["p90"] <= s["max"]
+    assert not list(tmp_path.glob("raynb-bench-*")), "the benchmark removes its temporary directories"
