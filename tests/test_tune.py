@@ -156,6 +156,14 @@ def test_max_concurrent_trials_is_never_exceeded(warm):
     assert overlap(grid) == 2  # measured on the workers: never 3, and the limit is used
     grid = tune.Tuner(timed, param_space=space, run_config=QUIET).fit()  # default: as many as the workers
     assert 3 <= overlap(grid) <= 4
+    from raynb.tune.search import ConcurrencyLimiter
+    from raynb.tune.search.optuna import OptunaSearch
+
+    limited = ConcurrencyLimiter(OptunaSearch(seed=0), max_concurrent=2)
+    grid = tune.Tuner(timed, param_space={"i": tune.randint(0, 100), "sleep": 0.15},
+                      tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=6, search_alg=limited),
+                      run_config=QUIET).fit()
+    assert grid.num_terminated == 6 and overlap(grid) == 2
 
 
 class StopAtTwo(TrialScheduler):
@@ -198,6 +206,12 @@ def test_time_budget_stops_everything(warm):
     wait_idle_workers(warm, 4, timeout=3)
 
 
+def _interrupt_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
 def _until_marker(config):
     import os
     import time
@@ -218,19 +232,13 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
     tuner = tune.Tuner(_until_marker, param_space=space,
                        tune_config=tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=2),
                        run_config=QUIET)
-    sent = {}
-
-    def interrupt():
-        sent["at"] = time.monotonic()
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Timer(1.5, interrupt)
-    timer.start()
+    timer = _interrupt_after(1.5)
+    t0 = time.monotonic()
     try:
         grid = tuner.fit()
     finally:
         timer.cancel()
-    returned = time.monotonic() - sent["at"]
+    returned = time.monotonic() - t0 - 1.5
     assert returned < 2.0, returned
     assert grid.interrupted
     assert [r.status for r in grid] == ["TERMINATED", "TERMINATED", "PAUSED", "PAUSED", "PENDING", "PENDING"]
@@ -251,6 +259,51 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
     assert grid2.get_best_result().config["k"] == 5
     with pytest.raises(FileNotFoundError, match="experiment_state.json"):
         tune.Tuner.restore(str(tmp_path), _until_marker)
+
+
+def test_restore_after_a_dead_kernel_with_optuna_creates_the_remaining_trials(warm, tmp_path):
+    from raynb.tune.search.optuna import OptunaSearch
+
+    marker = str(tmp_path / "go")
+    space = {"k": tune.uniform(0, 1), "n": 400, "marker": marker}
+    tuner = tune.Tuner(_until_marker, param_space=space,
+                       tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=5,
+                                                   search_alg=OptunaSearch(seed=0), max_concurrent_trials=2),
+                       run_config=QUIET)
+    timer = _interrupt_after(1.0)
+    try:
+        grid = tuner.fit()
+    finally:
+        timer.cancel()
+    # Optuna suggests as slots free up, so only the two running trials exist yet.
+    assert [r.status for r in grid] == ["PAUSED", "PAUSED"]
+    state_file = Path(grid.experiment_path) / "experiment_state.json"
+    state = json.loads(state_file.read_text())
+    state["trials"][0]["status"] = "RUNNING"  # as a kernel killed mid-trial leaves it
+    state_file.write_text(json.dumps(state))
+
+    Path(marker).touch()
+    grid2 = tune.Tuner.restore(grid.experiment_path, _until_marker).fit()
+    assert len(grid2) == 5 and [r.status for r in grid2] == ["TERMINATED"] * 5
+    assert [r.trial_id for r in grid2[:2]] == [r.trial_id for r in grid]
+    assert len({r.trial_id for r in grid2}) == 5
+    assert all(0 <= r.config["k"] < 1 and r.metrics["score"] == r.config["k"] for r in grid2)
+
+
+def _prints(config):
+    from raynb import tune
+
+    print(f"hello from {config['i']}")
+    tune.report({"i": config["i"]})
+
+
+def test_trial_output_is_relayed_with_its_trial_id_and_the_table_printed(warm, capsys):
+    grid = tune.Tuner(_prints, param_space={"i": tune.grid_search([0, 1])},
+                      tune_config=tune.TuneConfig(metric="i", mode="max"), run_config=RunConfig(verbose=1)).fit()
+    out = capsys.readouterr().out
+    for r in grid:
+        assert f"({r.trial_id}) hello from {r.config['i']}\n" in out
+    assert "Tune finished" in out and "2 TERMINATED" in out
 
 
 def test_optuna_beats_random_search_on_a_quadratic(warm):
@@ -345,3 +398,80 @@ def test_overhead_benchmark_quick_prints_json(tmp_path):
     s = out["stop"]["stop_to_next_start_ms"]
     assert s["n"] == 4 and 0 < s["median"] <= s["p90"] <= s["max"]
     assert not list(tmp_path.glob("raynb-bench-*")), "the benchmark removes its temporary directories"
+
+
+# --- checkpoint-dependent driver logic, on plain Trial objects ------------------------------
+# (End to end, with report(checkpoint=...) on the workers, these wait for the checkpoint merge.)
+
+def _controller(tmp_path, trials):
+    from raynb.tune.controller import TrialRunner, TuneController
+    from raynb.tune.experiment_state import ExperimentState
+    from raynb.tune.schedulers import FIFOScheduler
+    from raynb.tune.table import NullTuneDisplay, TuneProgress
+
+    progress = TuneProgress("loss", "min", 2)
+    search = BasicVariantGenerator()
+    search.set_search_properties("loss", "min", {}, num_samples=0)
+    runner = TrialRunner(quadratic, ScalingConfig(num_workers=1), None, None, QUIET, "quadratic")
+    return TuneController(client=None, runner=runner, trials=trials, search_alg=search,
+                          scheduler=FIFOScheduler(), metric="loss", mode="min", num_samples=0,
+                          concurrency=2, total_workers=2, time_budget_s=None,
+                          experiment_path=str(tmp_path), exp_id="abcde",
+                          state=ExperimentState(str(tmp_path), {}), progress=progress,
+                          display=NullTuneDisplay(progress), search_finished=True, verbose=0)
+
+
+def _trial_with_results(tmp_path, tid, n, checkpoint=None):
+    from raynb.tune.trial import Trial
+
+    path = tmp_path / tid
+    path.mkdir()
+    results = [{"loss": 1.0 / i, "training_iteration": i, "time_total_s": 0.5 * i, "trial_id": tid}
+               for i in range(1, n + 1)]
+    (path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in results))
+    return Trial(tid, {"lr": 0.1}, status="RUNNING", results=results, path=str(path), checkpoint=checkpoint)
+
+
+def test_pbt_exploit_copies_the_donor_checkpoint_and_continues_its_count(tmp_path):
+    from raynb.tune.controller import _rewrite_result_files
+    from raynb.tune.schedulers import Exploit
+
+    donor_ckpt = tmp_path / "donor_ckpt"
+    donor_ckpt.mkdir()
+    (donor_ckpt / "model.pt").write_bytes(b"weights")
+    donor = _trial_with_results(tmp_path, "d", 4, checkpoint=str(donor_ckpt))
+    trial = _trial_with_results(tmp_path, "t", 3)
+    c = _controller(tmp_path, [donor, trial])
+    c._exploit(trial, Exploit(config={"lr": 0.2}, checkpoint=str(donor_ckpt), donor_id="d", donor_time=4))
+
+    copied = Path(trial.path) / "pbt_checkpoint_000001_from_d"
+    assert (copied / "model.pt").read_bytes() == b"weights"
+    assert not list(Path(trial.path).glob("*.tmp"))
+    assert trial.checkpoint == trial.extra["resume_from"] == str(copied)
+    assert trial.config == {"lr": 0.2} and trial.status == "PENDING" and c._pending[0] is trial
+    assert trial.extra["offsets"] == {"training_iteration": 4, "time_total_s": 2.0}
+
+    c._on_report(trial, {"loss": 0.1, "training_iteration": 1, "time_total_s": 0.25})
+    assert trial.last_result["training_iteration"] == 5 and trial.last_result["time_total_s"] == 2.25
+    _rewrite_result_files(trial)
+    lines = [json.loads(x) for x in (Path(trial.path) / "result.json").read_text().splitlines()]
+    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 5]
+    assert (Path(trial.path) / "progress.csv").read_text().splitlines()[0].startswith("loss,training_iteration")
+
+
+def test_restore_requeues_from_the_checkpoint_or_from_scratch(tmp_path):
+    from raynb.tune.tuner import _requeue
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    a = _trial_with_results(tmp_path, "a", 3, checkpoint=str(ckpt))
+    a.extra.update(ckpt_iter=2, ckpt_time=1.0)
+    _requeue(a, from_checkpoint=True)
+    assert a.status == "PENDING" and a.extra["resume_from"] == str(ckpt)
+    assert [r["training_iteration"] for r in a.results] == [1, 2]  # reports after the checkpoint are redone
+    assert a.extra["offsets"] == {"training_iteration": 2, "time_total_s": 1.0}
+
+    b = _trial_with_results(tmp_path, "b", 3, checkpoint=str(tmp_path / "gone"))
+    _requeue(b, from_checkpoint=True)  # its checkpoint no longer exists: start over
+    assert b.results == [] and b.checkpoint is None and "resume_from" not in b.extra
+    assert not (Path(b.path) / "result.json").exists()
