@@ -136,6 +136,18 @@ def test_text_table_exact():
     ]
 
 
+def test_text_table_before_any_report_is_blank_not_none():
+    p = TuneProgress("loss", "min", 2, ["x"])
+    p.add_trial("a_00000", {"x": 0.5})
+    p.add_trial("a_00001", {"x": -1})
+    p.set_status("a_00000", "RUNNING")
+    assert p.text_table().splitlines() == [
+        "  trial_id status    x iter time (s) loss best loss",
+        "  a_00000  RUNNING 0.5                             ",
+        "  a_00001  PENDING  -1                             ",
+    ]
+
+
 def test_row_limit_keeps_best_and_running_and_counts_the_rest():
     p = TuneProgress("loss", "min", 4, ["i"])
     for i in range(12):

@@ -296,7 +296,11 @@ class TuneProgress:
             data[self.metric] = [r.latest for r in rows]
             if self.mode:
                 data[f"best {self.metric}"] = [r.best for r in rows]
-        return pd.DataFrame(data)
+        df = pd.DataFrame(data)
+        # float64 with NaN for "not reported yet": all-None columns would print "None".
+        for c in list(df.columns)[2 + len(keys) + 1:]:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        return df
 
     def status_line(self) -> str:
         """E.g. ``16 trials: 4 RUNNING, 10 TERMINATED, 2 STOPPED | 12.3s | workers 4/4 |
@@ -341,7 +345,7 @@ class TuneProgress:
             return "(no trials yet)"
         df = self.dataframe(rows)
         best = self.best_trial_id
-        df.insert(0, "", [BEST_MARK if r.trial_id == best else "" for r in rows])
+        df.insert(0, "", [BEST_MARK if r.trial_id == best else " " for r in rows])
         formatters = _text_formatters(df)
         # pandas right-aligns headers: a left-aligned column gets a header as wide as it.
         df = df.rename(columns={c: c.ljust(formatters[c].width) for c in ("trial_id", "status")})
