@@ -195,3 +195,25 @@ def test_help_lists_the_options(ip):
                 "--workers-per-trial", "--max-concurrent", "--result", "--name"):
         assert opt in text
     assert "asha" in text and "optuna" in text
+
+
+def test_widget_view_leaves_the_static_table_in_the_output(ip, monkeypatch):
+    """With the ipywidgets pane (as in Jupyter), the cell's last output is the static
+    HTML summary: every trial's row, the best one starred, the plot inline."""
+    monkeypatch.setenv("RAYNB_PROGRESS", "widget")
+    cell = ("%%ray_tune --samples 3 --metric acc --mode max --seed 5 --result widgeted "
+            "--space {'w': randint(0, 1000)}\n"
+            "for i in range(1, 3):\n"
+            "    report({'acc': config['w'] * i})\n")
+    res, cap = ok(ip, cell)
+    grid = ip.user_ns["widgeted"]
+    htmls = [o.data["text/html"] for o in cap.outputs if "text/html" in o.data]
+    assert htmls, [o.data.keys() for o in cap.outputs]
+    summary = htmls[-1]
+    assert 'class="raynb-tune-summary"' in summary and "3 TERMINATED" in summary
+    for r in grid:
+        assert f">{r.trial_id}<" in summary
+    best = grid.get_best_result()
+    assert f"<b>{best.trial_id}</b>" in summary and summary.count("&#9733;") == 1
+    assert "data:image/png;base64," in summary
+    assert "== Tune" not in cap.stdout            # no text table alongside the widget
