@@ -261,6 +261,22 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
         tune.Tuner.restore(str(tmp_path), _until_marker)
 
 
+def test_fit_again_after_an_interrupt_carries_on(warm, tmp_path):
+    marker = str(tmp_path / "go")
+    tuner = tune.Tuner(_until_marker, param_space={"k": tune.grid_search([0, 1, 2]), "n": 400, "marker": marker},
+                       tune_config=tune.TuneConfig(max_concurrent_trials=2), run_config=QUIET)
+    timer = _interrupt_after(0.8)
+    try:
+        grid = tuner.fit()
+    finally:
+        timer.cancel()
+    assert grid.interrupted and [r.status for r in grid] == ["PAUSED", "PAUSED", "PENDING"]
+    Path(marker).touch()
+    grid2 = tuner.fit()
+    assert not grid2.interrupted and grid2.experiment_path == grid.experiment_path
+    assert [r.status for r in grid2] == ["TERMINATED"] * 3
+
+
 def test_restore_after_a_dead_kernel_with_optuna_creates_the_remaining_trials(warm, tmp_path):
     from raynb.tune.search.optuna import OptunaSearch
 

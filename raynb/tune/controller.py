@@ -137,7 +137,8 @@ class TuneController:
                     timeout = max(0.0, min(timeout, deadline - time.monotonic()))
                 if self._interrupt_requested:
                     timeout = 0.0
-                msg = self.client.recv(min(timeout, 0.25) if self.display_live else timeout)
+                # Wake at least every 0.25 s: the table's clock, and interrupt() from another thread.
+                msg = self.client.recv(min(timeout, 0.25))
                 if msg is None:
                     self._quiet()
                 else:
@@ -158,10 +159,6 @@ class TuneController:
             raise
         finally:
             self._flush()
-
-    @property
-    def display_live(self) -> bool:
-        return self.verbose > 0
 
     # -- trials ---------------------------------------------------------------------------
     def _can_create(self) -> bool:

@@ -121,9 +121,10 @@ class Tuner:
 
         A notebook interrupt (Ctrl-C, the stop button) cancels every running trial (within
         about 1 s, at most 2 s) and returns the results so far: ``grid.interrupted`` is True,
-        interrupted trials are PAUSED, unstarted ones PENDING, and
-        ``Tuner.restore(grid.experiment_path, trainable).fit()`` carries on. (As Ray Tune
-        does: the cell ends normally and keeps the partial results.)
+        interrupted trials are PAUSED, unstarted ones PENDING. ``fit()`` again on this Tuner,
+        or ``Tuner.restore(grid.experiment_path, trainable).fit()`` after a kernel restart,
+        carries on. (As Ray Tune does: the cell ends normally and keeps the partial results,
+        rather than raising KeyboardInterrupt and losing them.)
 
         Raises:
             ValueError: trials report without ``TuneConfig.metric`` (naming what they reported),
@@ -146,6 +147,10 @@ class Tuner:
         if self._tune_config.max_concurrent_trials:
             concurrency = min(concurrency, self._tune_config.max_concurrent_trials)
 
+        if self._restored is not None and not self._restored.get("fresh"):
+            for t in self._trials:  # fit() again after an interrupt carries on, as restore does
+                if t.status == PAUSED:
+                    _requeue(t, from_checkpoint=True)
         header = self._prepare_experiment()
         path = self._experiment_path
         progress = TuneProgress(self._metric, self._mode, total_workers, varying_keys(self._param_space))
@@ -253,7 +258,7 @@ class Tuner:
                 _requeue(t, from_checkpoint=not restart_errored)
         tuner = cls(trainable, param_space=settings.get("param_space"),
                     tune_config=settings.get("tune_config"), run_config=settings.get("run_config"),
-                    _restored={"path": path, "trials": trials, "header": header})
+                    _restored={"path": path, "trials": trials, "header": header, "fresh": True})
         tuner._replay()
         return tuner
 
