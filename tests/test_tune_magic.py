@@ -176,6 +176,8 @@ def test_bad_options_print_usage(ip, cluster, line, why):
     ("--space {'a': 1", "--space \"{'a': 1\" failed to evaluate: SyntaxError: '{' was never closed"),
     ("--space [uniform(0, 1)]", "--space must be a dict of hyperparameters"),
     ("--space {'a': no_such_name}", "NameError: name 'no_such_name' is not defined"),
+    ("--space {'lr': uniform(1, 0)}", "param_space key 'lr': uniform(1, 0): lower must be < upper"),
+    ("--space {'m': {'c': choice([])}}", "param_space key 'm/c': choice([]): the list of categories is empty"),
     ("--metric l --mode min --scheduler pbt --space {'a': 1, 'b': grid_search([1, 2])}",
      "--scheduler pbt mutates the sampled hyperparameters of --space, and there are none"),
 ])
