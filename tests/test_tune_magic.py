@@ -219,3 +219,23 @@ def test_widget_view_leaves_the_static_table_in_the_output(ip, monkeypatch):
     assert f"<b>{best.trial_id}</b>" in summary and summary.count("&#9733;") == 1
     assert "data:image/png;base64," in summary
     assert "== Tune" not in cap.stdout            # no text table alongside the widget
+
+
+def test_pbt_mutates_the_sampled_entries_of_the_space(ip):
+    from raynb.tune import schedulers
+    from raynb.tune.magic import _mutations, eval_space, make_scheduler, parse_line
+
+    space = eval_space("{'lr': loguniform(1e-3, 1), 'const': 3, 'g': grid_search([1, 2]), "
+                       "'opt': {'mom': uniform(0, 1), 'fixed': 'sgd'}, 'derived': sample_from(lambda s: 1)}", {})
+    assert _mutations(space) == {"lr": space["lr"], "opt": {"mom": space["opt"]["mom"]}}
+    args = parse_line("--metric loss --mode min --scheduler pbt --perturbation-interval 2 --seed 0")
+    assert isinstance(make_scheduler(args, space), schedulers.PopulationBasedTraining)
+    # End to end without checkpoints: PBT skips exploits (no donor checkpoint) and trials finish.
+    cell = ("%%ray_tune --samples 4 --metric loss --mode min --scheduler pbt --perturbation-interval 2 "
+            "--seed 0 --quiet --result pbt --space {'lr': loguniform(1e-3, 1)}\n"
+            "for i in range(1, 5):\n"
+            "    report({'loss': config['lr'] / i})\n")
+    ok(ip, cell)
+    grid = ip.user_ns["pbt"]
+    assert len(grid) == 4 and grid.num_errors == 0
+    assert all(r.metrics["training_iteration"] == 4 for r in grid)
