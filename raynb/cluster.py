@@ -206,3 +206,28 @@ def stop_cluster(timeout: float = 10.0) -> bool:
 
 __all__ = ["start_cluster", "stop_cluster", "running_cluster", "ensure_local_cluster",
            "connection_file_path", "cluster_pids"]
+
+
+def cluster_status(timeout: float = 10.0) -> dict:
+    """The cluster's status (nodes, workers with pid / run / rank, runs), over a
+    connection of its own, so it is safe to call from any thread, also while this
+    process follows a run (``raynb.cluster_status()``).
+
+    Returns:
+        dict with ``nodes``, ``workers`` (each: ``worker_id``, ``pid``, ``state``,
+        ``run``, ``rank``, ``cpu_percent``, ``rss`` bytes) and ``runs``.
+
+    Raises:
+        ClusterError: no cluster is running or it does not answer in ``timeout`` s.
+    """
+    from .client import Client, get_client
+
+    current = get_client(connect_if_needed=False)
+    info = current.info if current is not None and "key" in current.info else running_cluster()
+    if info is None:
+        raise ClusterError("no raynb cluster is running; start one with raynb.connect() or `raynb start`")
+    client = Client(info["address"], info["key"].encode(), info)
+    try:
+        return client.status(timeout=timeout)
+    finally:
+        client.close()

@@ -21,21 +21,29 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import protocol as P
+from .checkpoint_store import CheckpointStore
 from .connection import raynb_home, remove_connection_file, write_connection_file
-from .procutil import describe_exit, die_with_parent, python_env, signal_name
-from .rundir import RunDirectory, default_storage_path, make_run_name
+from .procutil import describe_exit, python_env, signal_name
+from .rundir import (CorruptRunDirectory, RunDirectory, default_storage_path, make_run_name,
+                     read_run_dir, write_json_atomic)
 
 log = logging.getLogger("raynb.head")
 
 # A cancelled or failed run's ranks get this long to return before they are
 # killed and replaced (a rank stuck in a collective never returns on its own).
 CANCEL_GRACE_S = 1.0
+# When a rank died, its peers are most likely blocked inside a collective, where no
+# interrupt reaches them: they are replaced from the zygote sooner (a restart waits on them).
+DEAD_PEER_GRACE_S = 0.3
 TICK_S = 0.1
 # A node agent sends stats every second; one silent this long is lost (its machine
 # died or the network split), and its ranks fail the runs they were in.
 NODE_TIMEOUT_S = 10.0
 # The local node agent is restarted when it dies, at most this often per minute.
 LOCAL_NODE_RESTARTS_PER_MIN = 3
+# Finished runs read back from disk when the head starts (newest first).
+ARCHIVE_LIMIT = 1000
+TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
 
 @dataclass
@@ -95,10 +103,39 @@ class Run:
     gpu_ids: dict = field(default_factory=dict)       # rank -> (node_id, CUDA device index)
     reports: int = 0
     last_metrics: dict = field(default_factory=dict)
+    # fault tolerance and checkpoints
+    attempt: int = 0                                  # restarts so far
+    failures: list = field(default_factory=list)      # the cause of each failed attempt
+    store: CheckpointStore | None = None
+    report_counts: dict = field(default_factory=dict)  # rank -> reports this attempt
+    staged: dict = field(default_factory=dict)        # report index -> {rank: staged dir}
+    rank0_metrics: dict = field(default_factory=dict)  # report index -> rank 0's metrics
+    followers: set = field(default_factory=set)       # clients attached besides the submitter
+    archived: bool = False                            # read back from disk, not run by this head
 
     @property
     def world_size(self) -> int:
         return int(self.spec["num_workers"])
+
+    @property
+    def max_failures(self) -> int:
+        return int(self.spec.get("max_failures") or 0)
+
+    def summary(self) -> dict:
+        """What ``raynb.runs()`` lists and ``run.json`` holds."""
+        return {
+            "run_id": self.run_id, "name": self.name, "state": self.state,
+            "path": str(self.rundir.path), "world_size": self.world_size,
+            "use_gpu": bool(self.spec.get("use_gpu")), "submitted": self.submitted,
+            "started": self.started, "ended": self.ended, "attempt": self.attempt,
+            "max_failures": self.max_failures, "failures": self.failures,
+            "errors": self.errors if self.state == "FAILED" else [],
+            "metrics": self.last_metrics, "num_reports": self.reports,
+            "checkpoints": [{k: c[k] for k in ("index", "name", "metrics")}
+                            for c in (self.store.records() if self.store else [])],
+            "checkpoint_config": self.spec.get("checkpoint_config"),
+            "timeout_s": self.spec.get("timeout_s"), "kind": self.spec.get("name_prefix"),
+        }
 
     @property
     def finishing(self) -> bool:
@@ -148,6 +185,8 @@ class Head:
         self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
         self._stop = False
+        self._storage_paths: set[str] = set()
+        self._load_archive()
 
     # -- plumbing ---------------------------------------------------------------
     def send(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
@@ -218,6 +257,8 @@ class Head:
         for run in list(self.runs.values()):
             if run.finishing and run.deadline is not None and now >= run.deadline:
                 self._kill_unfinished(run)
+            if run.state == "RUNNING":
+                run.rundir.flush()
         # Without these checks a dead node agent's ranks (its zygote kills them) would
         # never be reported, and their runs and clients would wait forever.
         if self.local_node is not None and self.local_node.poll() is not None:
@@ -253,7 +294,7 @@ class Head:
 
     def _fail_active_runs(self, why: str) -> None:
         for run in list(self.runs.values()):
-            if run.state in ("PENDING", "RUNNING", "CANCELLING", "FAILING"):
+            if run.state not in TERMINAL:
                 run.errors.append({"message": why})
                 self._finish(run, "FAILED")
 
@@ -264,6 +305,116 @@ class Head:
 
     def on_ping(self, msg: P.Message) -> None:
         self.send(msg.identity, P.PONG, {"time": time.time()})
+
+    # -- run records ------------------------------------------------------------
+    def _load_archive(self) -> None:
+        """Read back the runs in known storage paths, so a restarted head lists them."""
+        paths = {default_storage_path()}
+        try:
+            import json
+
+            paths |= set(json.loads((raynb_home() / "storage_paths.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+        self._storage_paths = set(paths)
+        found = []
+        for storage in paths:
+            try:
+                entries = list(os.scandir(os.path.expanduser(storage)))
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir() and os.path.exists(os.path.join(e.path, "run.json")):
+                    found.append((e.stat().st_mtime, e.path))
+        for _, path in sorted(found, reverse=True)[:ARCHIVE_LIMIT]:
+            try:
+                rec = read_run_dir(path, with_reports=False)
+            except (OSError, CorruptRunDirectory, ValueError) as e:
+                log.warning("skipping run directory %s: %s", path, e)
+                continue
+            self._archive_run(rec)
+
+    def _archive_run(self, rec: dict) -> Run:
+        spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
+                "max_failures": rec.get("max_failures"), "name_prefix": rec.get("kind"),
+                "checkpoint_config": rec.get("checkpoint_config")}
+        path = rec["path"]
+        run = Run(rec.get("run_id") or uuid.uuid4().hex, rec["name"], b"", spec, [],
+                  RunDirectory(os.path.dirname(path), os.path.basename(path)),
+                  state=rec.get("state", "FAILED"), submitted=rec.get("submitted") or 0.0,
+                  started=rec.get("started"), ended=rec.get("ended"),
+                  errors=list(rec.get("errors") or []), attempt=rec.get("attempt") or 0,
+                  failures=list(rec.get("failures") or []),
+                  last_metrics=rec.get("metrics") or {}, archived=True,
+                  reports=rec.get("num_reports") or 0)
+        run.store = CheckpointStore(path, spec["checkpoint_config"], rec.get("checkpoints"))
+        if run.state not in TERMINAL:
+            # The head that ran it died mid-run: the run is over, and says how to continue.
+            run.state = "FAILED"
+            run.errors.append({"message": "the raynb head stopped while this run was active; continue "
+                                          "it with TorchTrainer.restore(path) or %%ray_train --resume"})
+        self.runs.setdefault(run.run_id, run)
+        return run
+
+    def _remember_storage(self, storage: str) -> None:
+        if storage in self._storage_paths:
+            return
+        self._storage_paths.add(storage)
+        try:
+            write_json_atomic(raynb_home() / "storage_paths.json", sorted(self._storage_paths))
+        except OSError as e:
+            log.warning("could not record storage path %s: %s", storage, e)
+
+    def _find_run(self, name: str | None, run_id: str | None = None) -> Run | None:
+        if run_id and run_id in self.runs:
+            return self.runs[run_id]
+        matches = [r for r in self.runs.values() if r.name == name]
+        # A name reused (a resumed run): the live or newest one.
+        return max(matches, key=lambda r: (r.state not in TERMINAL, r.submitted), default=None)
+
+    def _record(self, run: Run) -> dict:
+        run.rundir.flush()
+        try:
+            rec = read_run_dir(run.rundir.path)
+        except (OSError, CorruptRunDirectory) as e:
+            rec = {"reports": [], "output": [], "read_error": str(e)}
+        rec.update(run.summary())
+        for c in rec.get("checkpoints", []):
+            c["path"] = str(run.rundir.path / c["name"])
+        return rec
+
+    def _write_state(self, run: Run) -> None:
+        try:
+            run.rundir.write_state(run.summary())
+        except OSError as e:
+            log.warning("could not write %s/run.json: %s", run.rundir.path, e)
+
+    def on_list_runs(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.RUNS_REPLY, {
+            "runs": [r.summary() for r in sorted(self.runs.values(), key=lambda r: r.submitted)]})
+
+    def on_get_run(self, msg: P.Message) -> None:
+        run = self._find_run(msg.content.get("name"), msg.content.get("run_id"))
+        if run is None:
+            return self.send(msg.identity, P.ERROR, {"message": self._no_such_run(msg.content.get("name"))})
+        self.send(msg.identity, P.RUN_RECORD, {"record": self._record(run)})
+
+    def on_attach_run(self, msg: P.Message) -> None:
+        run = self._find_run(msg.content.get("name"), msg.content.get("run_id"))
+        if run is None:
+            return self.send(msg.identity, P.ERROR, {"message": self._no_such_run(msg.content.get("name"))})
+        if run.state not in TERMINAL:
+            run.followers.add(msg.identity)
+        rec = self._record(run)
+        rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": self.workers[wid].pid,
+                         "hostname": self.workers[wid].hostname}
+                        for r, wid in enumerate(run.ranks) if wid in self.workers]
+        self.send(msg.identity, P.RUN_RECORD, {"record": rec})
+
+    def _no_such_run(self, name) -> str:
+        names = [r.name for r in sorted(self.runs.values(), key=lambda r: r.submitted)][-5:]
+        return (f"no run named {name!r} on this cluster; raynb.runs() lists them"
+                + (f" (latest: {', '.join(names)})" if names else ""))
 
     def on_status_request(self, msg: P.Message) -> None:
         self.send(msg.identity, P.STATUS_REPLY, self.status())
@@ -319,12 +470,43 @@ class Head:
                                                      "message": "submit_run carries no function"})
         run_id = spec.get("run_id") or uuid.uuid4().hex
         name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
-        storage = spec.get("storage_path") or default_storage_path()
+        storage = os.path.expanduser(spec.get("storage_path") or default_storage_path())
+        path = os.path.join(storage, name)
+        live = [r for r in self.runs.values() if r.name == name and r.state not in TERMINAL
+                and str(r.rundir.path) == path]
+        if live:
+            return self.send(msg.identity, P.ERROR, {"run_id": run_id, "message": (
+                f"run {name!r} is still {live[0].state.lower()}; attach to it with "
+                f"raynb.attach({name!r}), or cancel it first")})
+        previous = None
+        if spec.get("resume"):
+            try:
+                previous = read_run_dir(path, with_reports=False)
+            except (OSError, CorruptRunDirectory) as e:
+                return self.send(msg.identity, P.ERROR, {"run_id": run_id, "message": (
+                    f"cannot resume run {name!r}: {e}. Nothing was changed in {path}")})
+        elif os.path.exists(os.path.join(path, "run.json")):
+            return self.send(msg.identity, P.ERROR, {"run_id": run_id, "message": (
+                f"a run named {name!r} already exists in {storage}; continue it with "
+                f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
+                "choose another name")})
         rundir = RunDirectory(storage, name)
-        rundir.write_params(spec.get("params", {}))
+        self._remember_storage(storage)
         run = Run(run_id, name, msg.identity, spec, list(msg.buffers), rundir)
+        run.store = CheckpointStore(path, spec.get("checkpoint_config"),
+                                    previous.get("checkpoints") if previous else None)
+        if previous is not None:
+            rundir.load_existing()
+            run.reports = len(rundir.rows)
+            run.last_metrics = rundir.rows[-1] if rundir.rows else {}
+            run.store.discard_staging()
+            run.failures = list(previous.get("failures") or [])
+        else:
+            rundir.write_params(spec.get("params", {}))
+        rundir.write_function(P.buffer_bytes(msg.buffers[0]))
         self.runs[run_id] = run
         self.queue.append(run_id)
+        self._write_state(run)
         self.send(msg.identity, P.RUN_ACCEPTED, {"run_id": run_id, "name": name,
                                                  "path": str(rundir.path)})
         self._event(run, {"kind": "state", "state": "PENDING"})
@@ -335,7 +517,8 @@ class Head:
         if run is None:
             return
         if run.state == "PENDING":
-            self.queue.remove(run.run_id)
+            if run.run_id in self.queue:
+                self.queue.remove(run.run_id)
             run.errors.append({"message": "cancelled before it started"})
             self._finish(run, "CANCELLED")
         elif run.state == "RUNNING":
@@ -367,6 +550,7 @@ class Head:
             w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
             if w.run_id is not None:
                 by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
+        self.send(msg.identity, P.PONG, {"time": time.time()})  # the node's sign of our life
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":
@@ -389,10 +573,13 @@ class Head:
         if run is None or w.rank in run.done:
             return
         run.done[w.rank] = "died"
-        if not run.finishing:
+        if run.state != "CANCELLING":
+            # Recorded even when a peer's error came first: the death is the cause that a
+            # restart note and the final error must name.
             run.errors.append({"rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
                                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
-            self._begin_finishing(run, "FAILING")
+        if not run.finishing:
+            self._begin_finishing(run, "FAILING", DEAD_PEER_GRACE_S)
         self._maybe_finish(run)
 
     def _refill(self, node_id: str | None) -> None:
@@ -468,23 +655,26 @@ class Head:
         for members in [m for m in self.groups if worker_id in m]:
             del self.groups[members]
 
-    def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool) -> dict:
+    def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool, timeout_s: float | None) -> dict:
         members = tuple(w.worker_id for w in chosen)
         backend = "nccl" if use_gpu else "gloo"
         for other in [m for m in self.groups if m != members and set(m) & set(members)]:
             del self.groups[other]  # these workers now leave that group
         known = self.groups.get(members)
-        if known is None or known[0] != backend:
-            known = self.groups[members] = (backend, uuid.uuid4().hex)
+        # The collective timeout is fixed when a group forms: another one needs a new group.
+        if known is None or known[0] != backend or known[2] != timeout_s:
+            known = self.groups[members] = (backend, uuid.uuid4().hex, timeout_s)
         master = chosen[0]
-        return {"key": known[1], "backend": backend,
-                "master_addr": master.ip, "master_port": _free_port(master.ip)}
+        group = {"key": known[1], "backend": backend,
+                 "master_addr": master.ip, "master_port": _free_port(master.ip)}
+        if timeout_s:
+            group["timeout_s"] = timeout_s
+        return group
 
     def _start(self, run: Run, chosen: list[WorkerInfo]) -> None:
         spec = run.spec
-        group = self._group_for(chosen, bool(spec.get("use_gpu")))
-        if spec.get("timeout_s"):
-            group["timeout_s"] = spec["timeout_s"]
+        group = self._group_for(chosen, bool(spec.get("use_gpu")), spec.get("timeout_s"))
+        checkpoint = run.store.latest_path() or spec.get("resume_from_checkpoint")
         nodes = []
         for w in chosen:
             if w.node_id not in nodes:
@@ -493,7 +683,7 @@ class Head:
         seen: dict[str, int] = {}
         run.ranks = [w.worker_id for w in chosen]
         run.state = "RUNNING"
-        run.started = time.time()
+        run.started = run.started or time.time()  # a restart continues the run's clock
         for rank, w in enumerate(chosen):
             w.run_id, w.rank = run.run_id, rank
             local_rank = seen.get(w.node_id, 0)
@@ -510,30 +700,74 @@ class Head:
                 "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
                 "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
+                "attempt": run.attempt, "checkpoint": checkpoint,
             }, run.payload)
-        self._event(run, {"kind": "state", "state": "RUNNING",
+        self._event(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                           "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
                                      "hostname": w.hostname} for r, w in enumerate(chosen)]})
 
     # -- run events -------------------------------------------------------------
     def _event(self, run: Run, event: dict) -> None:
         event.setdefault("time", time.time())
-        self.send(run.client, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+        self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+
+    def _to_clients(self, run: Run, msg_type: str, content: dict, buffers=()) -> None:
+        for identity in (run.client, *run.followers):
+            if identity:
+                self.send(identity, msg_type, content, buffers)
 
     def on_task_event(self, msg: P.Message) -> None:
         c = msg.content
         run = self.runs.get(c["run_id"])
         if run is None or run.state not in ("RUNNING", "CANCELLING", "FAILING"):
             return
+        if not (0 <= c["rank"] < len(run.ranks)) or run.ranks[c["rank"]] != P.routing_name(msg.identity):
+            return  # not a rank of this attempt
         event = c["event"]
-        event["rank"] = c["rank"]
-        if event.get("kind") == "report" and isinstance(event.get("metrics"), dict):
-            if c["rank"] == 0:
+        rank = event["rank"] = c["rank"]
+        kind = event.get("kind")
+        if kind == "output" and isinstance(event.get("text"), str):
+            run.rundir.append_output(rank, event["text"])
+        elif kind == "report" and isinstance(event.get("metrics"), dict):
+            index = event.pop("index", None) or run.report_counts.get(rank, 0) + 1
+            run.report_counts[rank] = index
+            staged = event.pop("checkpoint", None)
+            if staged:
+                run.staged.setdefault(index, {})[rank] = staged
+            if rank == 0:
                 run.reports += 1
                 metrics = run.rundir.append_result(event["metrics"], run.started, event.get("time"))
                 event["metrics"] = metrics
                 run.last_metrics = metrics
+                run.rank0_metrics[index] = metrics
+                if len(run.rank0_metrics) > 64 and not run.staged:
+                    run.rank0_metrics = {index: metrics}
+            self._event(run, event)
+            if run.staged:
+                self._commit_checkpoints(run)
+            return
         self._event(run, event)
+
+    def _commit_checkpoints(self, run: Run, run_ended: bool = False) -> None:
+        """Commit, in order, each staged checkpoint that every rank has reported past.
+
+        ``run_ended``: every rank returned normally, so all its reports are in."""
+        for index in sorted(run.staged):
+            behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < index]
+            if behind and not run_ended:
+                return
+            try:
+                c = run.store.commit(list(run.staged.pop(index).values()),
+                                     run.rank0_metrics.pop(index, {}))
+            except OSError as e:
+                log.error("run %s: could not commit a checkpoint: %s", run.name, e)
+                self._event(run, {"kind": "note", "text": f"checkpoint not saved: {e}"})
+                continue
+            for old in [i for i in run.rank0_metrics if i < index]:
+                del run.rank0_metrics[old]
+            self._event(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],
+                              "path": c["path"], "metrics": c["metrics"]})
+            self._write_state(run)
 
     def on_task_done(self, msg: P.Message) -> None:
         c = msg.content
@@ -553,17 +787,23 @@ class Head:
                 run.errors.append(c["error"])
                 if not run.finishing:
                     self._begin_finishing(run, "FAILING")
+            elif c["status"] == "cancelled" and not run.finishing:
+                # Nobody asked: the rank cannot go on alone (its peers would wait forever).
+                run.errors.append({"rank": rank, "message": f"rank {rank} stopped before the run was "
+                                                            "cancelled (an interrupt on the worker?)"})
+                self._begin_finishing(run, "FAILING")
             if c["status"] != "ok" and worker is not None:
                 self._forget_groups_with(worker.worker_id)
         self._maybe_finish(run)
         self.schedule()
 
-    def _begin_finishing(self, run: Run, state: str) -> None:
+    def _begin_finishing(self, run: Run, state: str, grace_s: float = CANCEL_GRACE_S) -> None:
         run.state = state
-        run.deadline = time.monotonic() + CANCEL_GRACE_S
+        run.deadline = time.monotonic() + grace_s
         for rank, wid in enumerate(run.ranks):
             if rank not in run.done and wid in self.workers:
-                self.send(self.workers[wid].identity, P.CANCEL_TASK, {"run_id": run.run_id})
+                self.send(self.workers[wid].identity, P.CANCEL_TASK,
+                          {"run_id": run.run_id, "attempt": run.attempt})
         self._maybe_finish(run)
 
     def _kill_unfinished(self, run: Run) -> None:
@@ -574,8 +814,7 @@ class Head:
             w = self.workers.get(wid)
             if rank in run.done or w is None:
                 continue
-            log.info("run %s: rank %d (pid %d) did not stop in %.1fs; killing it",
-                     run.name, rank, w.pid, CANCEL_GRACE_S)
+            log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
             node = self.nodes.get(w.node_id)
             run.done[rank] = "killed"
             w.run_id = w.rank = None
@@ -586,33 +825,77 @@ class Head:
         self._maybe_finish(run)
 
     def _maybe_finish(self, run: Run) -> None:
-        if run.state in ("FINISHED", "FAILED", "CANCELLED") or len(run.done) < run.world_size:
+        if run.state in TERMINAL or run.state == "PENDING" or len(run.done) < run.world_size:
             return
         if run.state == "CANCELLING":
             self._finish(run, "CANCELLED")
         elif run.errors or run.state == "FAILING":
-            self._finish(run, "FAILED")
+            cause = _primary_error(run.errors)
+            run.failures.append(cause)
+            if run.max_failures < 0 or len(run.failures) <= run.max_failures:
+                self._restart(run, cause)
+            else:
+                if len(run.failures) > 1:  # name every failure, this attempt's first
+                    run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
+                self._finish(run, "FAILED")
         else:
+            self._commit_checkpoints(run, run_ended=True)
             self._finish(run, "FINISHED")
 
-    def _finish(self, run: Run, state: str) -> None:
-        run.state = state
-        run.ended = time.time()
+    def _release(self, run: Run) -> None:
+        """Give back the run's GPUs and workers (each still alive goes back to idle)."""
         for node_id, gpu_id in run.gpu_ids.values():
             if node_id in self.nodes:
                 self.nodes[node_id].gpus_in_use.discard(gpu_id)
+        run.gpu_ids = {}
         for wid in run.ranks:
             w = self.workers.get(wid)
             if w is not None and w.run_id == run.run_id:
                 w.run_id = w.rank = None
+
+    def _restart(self, run: Run, cause: dict) -> None:
+        """Start the run again on warm workers, from its latest checkpoint.
+
+        Every rank has stopped (returned, or was killed after the grace period); a
+        dead worker's replacement is already being forked by its node."""
+        self._release(run)
+        run.store.discard_staging()
+        run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
+        run.attempt += 1
+        run.done, run.errors, run.deadline = {}, [], None
+        run.state = "PENDING"
+        latest = run.store.latest
+        limit = "unlimited" if run.max_failures < 0 else run.max_failures
+        text = (f"restart {len(run.failures)}/{limit}: {_describe_cause(cause)}; "
+                + (f"resuming from {latest['name']}" if latest else
+                   "no checkpoint yet, starting over" if not run.spec.get("resume_from_checkpoint")
+                   else "resuming from the checkpoint it started with"))
+        log.info("run %s: %s", run.name, text)
+        self._event(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
+        self._event(run, {"kind": "state", "state": "PENDING", "attempt": run.attempt})
+        self._write_state(run)
+        self.queue.insert(0, run.run_id)
+        self.schedule()
+
+    def _finish(self, run: Run, state: str) -> None:
+        run.state = state
+        run.ended = time.time()
+        self._release(run)
+        run.store.discard_staging()  # what was staged and not committed is not a checkpoint
         run.rundir.write_error(run.errors if state == "FAILED" else None)
         run.rundir.close()
+        self._write_state(run)
         self._event(run, {"kind": "state", "state": state, "message": _error_summary(run.errors)})
-        self.send(run.client, P.RUN_DONE, {
+        self._to_clients(run, P.RUN_DONE, {
             "run_id": run.run_id, "name": run.name, "state": state, "errors": run.errors,
             "path": str(run.rundir.path), "metrics": run.last_metrics,
             "time_total_s": (run.ended - (run.started or run.submitted)),
+            "failures": run.failures, "attempt": run.attempt,
+            "checkpoint": run.store.latest_path(), "checkpoints": run.store.records(),
+            "checkpoint_config": run.spec.get("checkpoint_config"),
+            "started": run.started, "ended": run.ended, "num_reports": run.reports,
         }, run.result)
+        run.followers.clear()
         run.payload = []  # the function is not needed any more
         run.result = []
         self._prune_runs()
@@ -635,6 +918,26 @@ class Head:
     def close(self) -> None:
         self.sock.close(linger=500)  # let the last run_done messages reach their clients
         self.ctx.term()
+
+
+def _primary_error(errors: list) -> dict:
+    """The failure that caused the others: a dead rank before the exceptions its
+    peers then raised (a collective with a dead peer fails on every rank)."""
+    for e in errors:
+        if e.get("signal") or e.get("exitcode") is not None:
+            return e
+    return errors[0] if errors else {"message": "failed"}
+
+
+def _describe_cause(e: dict) -> str:
+    """'rank 2 died, SIGKILL', 'rank 0 exited with code 3', 'rank 1 raised ValueError: boom'."""
+    if e.get("signal"):
+        return f"rank {e.get('rank')} died, {e['signal']}"
+    if e.get("exitcode") is not None:
+        return f"rank {e.get('rank')} exited with code {e['exitcode']}"
+    if e.get("exc_type"):
+        return f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
+    return e.get("message", "failed")
 
 
 def _error_summary(errors: list) -> str | None:

@@ -70,7 +70,23 @@ def _train_parser() -> _Parser:
     p.add_argument("--all-ranks", action="store_true", help="show every rank's output, not only rank 0's")
     p.add_argument("--timeout", type=float, default=None, help="collective timeout in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress pane")
+    p.add_argument("--max-failures", type=_max_failures, default=0,
+                   help="restarts from the latest checkpoint after a failure (-1: unlimited)")
+    p.add_argument("--keep", type=_positive_int, default=None, metavar="N",
+                   help="keep only the N newest checkpoints")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run --name NAME from its latest checkpoint, in its directory")
     return p
+
+
+def _max_failures(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is None or n < -1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= -1 (-1 means unlimited)")
+    return n
 
 
 def _cluster_parser() -> _Parser:
@@ -87,12 +103,15 @@ class RayNBMagics(Magics):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
         from .runner import execute_run
-        from .train.config import RunConfig, ScalingConfig
+        from .train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
         line_rest, config_expr = _split_config(line)
         args = _train_parser().parse_line(line_rest)
         if config_expr is not None:
             args.config = config_expr
+        if args.resume and not args.name:
+            raise UsageError("--resume continues a run by name: add --name NAME (raynb.runs() "
+                             "lists the runs)")
         ns = self.shell.user_ns
         out = [n.strip() for n in args.out.split(",") if n.strip()]
         for n in out + [args.result]:
@@ -117,9 +136,12 @@ class RayNBMagics(Magics):
             result, ret = execute_run(
                 cf.fn, config, ScalingConfig(num_workers=args.workers, use_gpu=args.gpu,
                                              timeout_s=args.timeout),
-                RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1),
+                RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1,
+                          checkpoint_config=CheckpointConfig(num_to_keep=args.keep) if args.keep else None,
+                          failure_config=FailureConfig(args.max_failures) if args.max_failures else None),
                 sources={filename: cf.source}, captured=cf.captured, epochs=args.epochs,
-                all_ranks=args.all_ranks, name_prefix="ray_train")
+                all_ranks=args.all_ranks, name_prefix="ray_train",
+                extra={"resume": True} if args.resume else None)
         except RunError as e:
             ns[args.result] = e.result
             raise
@@ -129,6 +151,26 @@ class RayNBMagics(Magics):
             ns[n] = v
         if missing:
             print(f"--out: rank 0 never assigned {', '.join(missing)}; left unchanged in the notebook")
+
+    @line_magic
+    def ray_attach(self, line: str):
+        """%ray_attach [NAME] [--result VAR]: follow a running run (started by another
+        kernel, or before a restart) to its end with the live progress pane; without
+        NAME, the newest active run."""
+        from .runs import attach
+
+        p = _Parser(prog="%ray_attach", description="Follow a run to its end.")
+        p.add_argument("name", nargs="?", default=None)
+        p.add_argument("--result", default="_ray_result", help="notebook name bound to the Result")
+        p.add_argument("--all-ranks", action="store_true")
+        args = p.parse_line(line)
+        try:
+            result = attach(args.name, all_ranks=args.all_ranks)
+        except KeyError as e:
+            raise UsageError(e.args[0]) from None
+        self.shell.user_ns[args.result] = result
+        if result.error is not None:
+            print(f"run {result.name!r} {result.state}: {result.error}")
 
     @line_magic
     def ray_cluster(self, line: str):

@@ -27,6 +27,9 @@ from .procutil import die_with_parent, python_env
 log = logging.getLogger("raynb.node")
 
 STATS_INTERVAL_S = 1.0
+# The head answers every stats message; silent this long, it is dead (or its machine
+# is), and this node exits with its workers rather than hold memory and GPUs for nobody.
+HEAD_TIMEOUT_S = 4.0
 
 
 def _local_ip_for(address: str) -> str:
@@ -176,6 +179,7 @@ class NodeAgent:
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
         next_stats = time.monotonic() + STATS_INTERVAL_S
+        last_head = time.monotonic()
         try:
             while not self._stop:
                 timeout = max(0.0, next_stats - time.monotonic())
@@ -183,6 +187,7 @@ class NodeAgent:
                     if sock is self.sock:
                         msg = self.session.recv(self.sock)
                         if msg is not None:
+                            last_head = time.monotonic()
                             self._on_head(msg)
                     elif not self._read_zygote():
                         log.error("zygote exited (code %s); node agent stops", self.zygote.poll())
@@ -190,6 +195,10 @@ class NodeAgent:
                 if time.monotonic() >= next_stats:
                     self._send_stats()
                     next_stats = time.monotonic() + STATS_INTERVAL_S
+                if time.monotonic() - last_head > HEAD_TIMEOUT_S:
+                    log.error("no word from the head at %s for %.0fs: it is gone; this node "
+                              "agent stops its workers and exits", self.address, HEAD_TIMEOUT_S)
+                    return 1
         finally:
             self.close()
         return 0

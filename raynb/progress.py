@@ -198,6 +198,8 @@ class RunProgress:
         self._notes: list[str] = []
         self._output: dict[int, deque] = {}
         self.report_count = 0   # all ranks; views use it to see whether anything changed
+        self.latest_checkpoint: str | None = None  # name of the newest committed checkpoint
+        self.checkpoint_count = 0
 
     # ------------------------------------------------------------- events
     def on_event(self, event: dict) -> None:
@@ -210,6 +212,7 @@ class RunProgress:
         - ``stats``: ``{"workers": {rank: {"pid": int, "cpu_percent": float, "rss": bytes}}}``
         - ``output``: ``{"rank": int, "stream": str, "text": str}`` (a tail is kept)
         - ``note``: ``{"text": str}`` (e.g. a restart)
+        - ``checkpoint``: ``{"name": "checkpoint_000004", ...}`` (one was committed)
 
         All may carry ``"time"`` (wall seconds, ``time.time()``).
         """
@@ -219,7 +222,7 @@ class RunProgress:
         t = float(t) if t is not None else self._clock()
         handler = {"state": self._on_state, "report": self._on_report,
                    "stats": self._on_stats, "output": self._on_output,
-                   "note": self._on_note}.get(event.get("kind"))
+                   "note": self._on_note, "checkpoint": self._on_checkpoint}.get(event.get("kind"))
         if handler is None:
             return
         with self._lock:
@@ -298,6 +301,12 @@ class RunProgress:
             return
         tail = self._output.setdefault(rank, deque(maxlen=OUTPUT_TAIL_LINES))
         tail.extend(line for line in text.splitlines() if line.strip())
+
+    def _on_checkpoint(self, ev: dict, t: float) -> None:
+        name = ev.get("name")
+        if isinstance(name, str):
+            self.latest_checkpoint = name
+            self.checkpoint_count += 1
 
     def _on_note(self, ev: dict, t: float) -> None:
         text = ev.get("text")
@@ -444,6 +453,8 @@ class RunProgress:
             top = max(peaks, key=peaks.get) if peaks else None
             lines.append(f"  workers: {len(stats)} ranks, peak RSS {fmt_range(peaks.values(), fmt_bytes)}"
                          + (f" (highest rank{top})" if top is not None and len(set(peaks.values())) > 1 else ""))
+        if self.latest_checkpoint:
+            lines.append(f"  checkpoint: {self.latest_checkpoint} ({self.checkpoint_count} saved)")
         lines += [f"  note: {n}" for n in self.notes]
         if self.error_text:
             lines.append(f"  error: {self.error_text}")
@@ -464,7 +475,9 @@ class RunProgress:
         colour = STATE_COLOURS.get(self.state, "#1565c0")
         head = (f'<div style="margin:0 0 4px 0"><b>{e(self.run_name)}</b> &mdash; '
                 f'<span style="color:{colour};font-weight:bold">{e(self.state)}</span> '
-                f'in {e(fmt_duration(self.elapsed_s))}</div>')
+                f'in {e(fmt_duration(self.elapsed_s))}'
+                + (f' &middot; {e(self.latest_checkpoint)}' if self.latest_checkpoint else '')
+                + (f' &middot; {self.restarts} restart(s)' if self.restarts else '') + '</div>')
         left = [progress_bars_html(self)]
         if self.latest_metrics:
             left.append('<div style="height:8px"></div>' + metrics_html(self.ordered_metrics()))

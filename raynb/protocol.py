@@ -48,6 +48,9 @@ CANCEL_RUN = "cancel_run"        # {"run_id"}
 STATUS_REQUEST = "status_request"
 SHUTDOWN = "shutdown"            # stop the whole cluster
 PING = "ping"
+LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
+GET_RUN = "get_run"              # {"name"}: one run's record
+ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
@@ -55,7 +58,9 @@ RUN_EVENT = "run_event"          # {"run_id", "event": {...}} (progress pane eve
 RUN_DONE = "run_done"            # {"run_id", "state", "error", ...}; buffers[0] = rank 0 return value
 STATUS_REPLY = "status_reply"
 ERROR = "error"                  # {"message"}: a request the head refused
-PONG = "pong"
+PONG = "pong"                    # also the head's answer to a node's stats
+RUNS_REPLY = "runs_reply"        # {"runs": [summary, ...]}
+RUN_RECORD = "run_record"        # {"record": {...}}: answer to get_run / attach_run
 # node agent -> head
 NODE_REGISTER = "node_register"
 WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal"}

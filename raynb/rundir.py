@@ -2,7 +2,9 @@
 
 ``<storage_path>/<run name>/``: ``params.json`` (the run's config),
 ``result.json`` (one JSON object per rank-0 report), ``progress.csv`` (the same
-as a table) and ``error.txt`` when the run failed.
+as a table), ``checkpoint_000NNN/``, ``error.txt`` when the run failed, and
+raynb's own ``run.json`` (state, failures, checkpoint list), ``output.log``
+(every rank's output) and ``function.pkl`` (what ``restore`` re-runs).
 """
 from __future__ import annotations
 
@@ -30,6 +32,89 @@ def _json_default(value):
     return repr(value)
 
 
+STATE_FILE = "run.json"
+FUNCTION_FILE = "function.pkl"
+OUTPUT_FILE = "output.log"
+# How many lines of output a run record hands back (the file keeps everything).
+OUTPUT_TAIL_LINES = 2000
+
+
+class CorruptRunDirectory(ValueError):
+    """A run directory lacks a file raynb needs, or has one it cannot read."""
+
+
+def write_json_atomic(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=_json_default)
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CorruptRunDirectory(f"{path} is missing: {path.parent} is not a complete raynb run "
+                                  f"directory ({what})") from None
+    except (OSError, ValueError) as e:
+        raise CorruptRunDirectory(f"{path} cannot be read ({e}): {what}") from None
+
+
+def read_reports(path: Path) -> list[dict]:
+    """The rows of ``result.json`` (a torn last line, from a crash mid-write, is skipped)."""
+    rows = []
+    try:
+        with open(path / "result.json") as f:
+            for line in f:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:
+                    continue
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise CorruptRunDirectory(f"{path / 'result.json'} cannot be read: {e}") from None
+    return rows
+
+
+def read_output_tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
+    try:
+        with open(path / OUTPUT_FILE, errors="replace") as f:
+            return [line.rstrip("\n") for line in f.readlines()[-lines:]]
+    except OSError:
+        return []
+
+
+def read_run_dir(path, with_reports: bool = True) -> dict:
+    """A run's record from its directory, with no cluster needed.
+
+    Returns:
+        ``run.json``'s fields (name, state, world_size, submitted, started, ended,
+        failures, checkpoints, errors, ...) plus ``path``, ``params`` (from
+        params.json), ``reports`` (result.json rows) and ``output`` (tail of output.log).
+
+    Raises:
+        CorruptRunDirectory: ``run.json`` or ``params.json`` is missing or unreadable
+            (the message names the file).
+        FileNotFoundError: ``path`` is not a directory.
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise FileNotFoundError(f"{path}: no such run directory")
+    record = _read_json(p / STATE_FILE, "raynb writes it when a run starts; was this directory "
+                                        "made by raynb, and copied whole?")
+    if not isinstance(record, dict) or "name" not in record:
+        raise CorruptRunDirectory(f"{p / STATE_FILE} is not a raynb run record")
+    record["params"] = _read_json(p / "params.json", "the run's config")
+    record["path"] = str(p)
+    for c in record.get("checkpoints", []):
+        c["path"] = str(p / c["name"])
+    if with_reports:
+        record["reports"] = read_reports(p)
+        record["output"] = read_output_tail(p)
+    return record
+
+
 class RunDirectory:
     """Writes one run's files. Args: storage_path (str), name (str, the run's directory name)."""
 
@@ -39,9 +124,36 @@ class RunDirectory:
         self.path = Path(storage_path).expanduser() / name
         self.path.mkdir(parents=True, exist_ok=True)
         self._result = None
+        self._output = None
         self._rows: list[dict] = []
         self._columns: list[str] = []
         self._last_time: float | None = None
+        self.time_offset = 0.0  # seconds trained by earlier attempts (a resumed run)
+
+    def load_existing(self) -> None:
+        """Continue a resumed run's files: later reports append after its rows."""
+        self._rows = read_reports(self.path)
+        for row in self._rows:
+            self._columns += [k for k in row if k not in self._columns]
+        if self._rows:
+            self.time_offset = float(self._rows[-1].get("time_total_s") or 0.0)
+
+    @property
+    def rows(self) -> list[dict]:
+        return self._rows
+
+    def write_state(self, record: dict) -> None:
+        write_json_atomic(self.path / STATE_FILE, record)
+
+    def write_function(self, payload: bytes) -> None:
+        tmp = self.path / f".{FUNCTION_FILE}.tmp"
+        tmp.write_bytes(payload)
+        os.replace(tmp, self.path / FUNCTION_FILE)
+
+    def append_output(self, rank, text: str) -> None:
+        if self._output is None:
+            self._output = open(self.path / OUTPUT_FILE, "a", errors="replace")
+        self._output.write("".join(f"(rank {rank}) {line}\n" for line in text.splitlines()))
 
     def write_params(self, params: dict) -> None:
         with open(self.path / "params.json", "w") as f:
@@ -59,7 +171,7 @@ class RunDirectory:
         row = dict(metrics)
         row.setdefault("training_iteration", len(self._rows) + 1)
         row["timestamp"] = now
-        row["time_total_s"] = now - started
+        row["time_total_s"] = now - started + self.time_offset
         row["time_this_iter_s"] = now - (self._last_time or started)
         self._last_time = now
         if self._result is None:
@@ -92,7 +204,13 @@ class RunDirectory:
                 text = (e.get("traceback") or e.get("message")) if isinstance(e, dict) else e
                 f.write(f"{text}\n\n")
 
+    def flush(self) -> None:
+        if self._output is not None:
+            self._output.flush()
+
     def close(self) -> None:
-        if self._result is not None:
-            self._result.close()
-            self._result = None
+        for name in ("_result", "_output"):
+            f = getattr(self, name)
+            if f is not None:
+                f.close()
+                setattr(self, name, None)

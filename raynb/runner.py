@@ -12,14 +12,15 @@ import re
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import cloudpickle
 
 from . import protocol as P
 from .client import disconnect, get_client
-from .errors import ClusterError, RunError
+from .errors import ClusterError
 from .shipping import dumps_payload, notebook_sources
-from .train.config import Result, RunConfig, ScalingConfig
+from .train.config import RunConfig, ScalingConfig
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
 CANCEL_WAIT_S = 5.0
@@ -139,7 +140,7 @@ def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunC
 def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
                 run_config: RunConfig | None = None, *, sources: dict | None = None,
                 captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
-                name_prefix: str = "TorchTrainer"):
+                name_prefix: str = "TorchTrainer", extra: dict | None = None):
     """Run ``fn`` on ``scaling_config.num_workers`` warm ranks and wait for it.
 
     Returns:
@@ -153,7 +154,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
     spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
-                                     captured=captured, name_prefix=name_prefix)
+                                     captured=captured, name_prefix=name_prefix, extra=extra)
     run_id = spec["run_id"]
     client = get_client()
     try:
@@ -167,12 +168,21 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
-    name, path = accepted.content["name"], accepted.content["path"]
+    name = accepted.content["name"]
     display = _make_display(name, scaling_config.num_workers, _total_epochs(config, epochs),
                             run_config.verbose)
-    reports: list[dict] = []
+    return follow_run(client, run_id, display, all_ranks=all_ranks)
+
+
+def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,
+               cancel_on_interrupt: bool = True):
+    """Relay a submitted or attached run's events to ``display`` until it ends.
+
+    Returns (Result, rank 0's return value); raises as ``execute_run``. With
+    ``cancel_on_interrupt=False`` (an attached run) an interrupt only detaches."""
+    reports = reports if reports is not None else []
     try:
-        done = _follow(client, run_id, display, reports, all_ranks)
+        done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt)
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
         disconnect()
@@ -180,7 +190,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     return _build_result(done, reports, display)
 
 
-def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
+def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=True) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
     relay = _OutputRelay(all_ranks)
@@ -220,27 +230,31 @@ def _follow(client, run_id, display, reports, all_ranks) -> P.Message:
                     reports.append(event["metrics"])
                 display.handle(event)
         except KeyboardInterrupt:
-            if cancel_sent_at is not None:
+            if cancel_sent_at is not None or not cancel_on_interrupt:
                 raise
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
 
 
 def _build_result(done: P.Message, reports: list, display):
-    import pandas as pd
+    from .rundir import read_reports
+    from .train.config import result_from_record
 
     c = done.content
-    result = Result(
-        metrics=reports[-1] if reports else (c.get("metrics") or None),
-        metrics_dataframe=pd.DataFrame(reports),
-        path=c.get("path"), name=c.get("name"), state=c.get("state"),
-        time_total_s=c.get("time_total_s"), _reports=reports)
+    if len(reports) < c.get("num_reports", 0):
+        try:
+            # Reports from before this client followed the run (a resumed run's earlier
+            # attempts): the run directory has them all.
+            on_disk = read_reports(Path(c["path"]))
+        except Exception:  # noqa: BLE001 - a remote head's directory may not be readable here
+            on_disk = []
+        if len(on_disk) > len(reports):
+            reports = on_disk
+    result = result_from_record(c, reports)
     display.finish()
     ret = None
     if c["state"] == "FINISHED" and done.buffers:
         ret = cloudpickle.loads(P.buffer_bytes(done.buffers[0]))
     if c["state"] != "FINISHED":
-        err = RunError(c.get("name", "?"), c.get("errors", []), result=result, state=c["state"])
-        result.error = err
-        raise err
+        raise result.error
     return result, ret

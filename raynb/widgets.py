@@ -175,6 +175,8 @@ class ProgressPane:
         colour = STATE_COLOURS.get(p.state, "#000")
         extra = f" &middot; {html.escape(p.progress_text())}" if p.report_count else ""
         restarts = f" &middot; {p.restarts} restart(s)" if p.restarts else ""
+        if p.latest_checkpoint:
+            restarts += f" &middot; {html.escape(p.latest_checkpoint)}"
         self.header.value = (f"<b>{html.escape(p.run_name)}</b> &middot; "
                              f"<span style='color:{colour};font-weight:bold'>{html.escape(p.state)}</span>"
                              f" &middot; {fmt_duration(p.elapsed_s)}{extra}{restarts}")

@@ -137,7 +137,9 @@ class Worker:
         self.current_task: dict | None = None
         self._cancel_requested = False
         self._interruptible = False
-        self._cancelled_early: set[str] = set()
+        # (run_id, attempt) cancelled before its task started here (or after it ended:
+        # bounded, since most such cancels are for tasks that already returned).
+        self._cancelled_early: dict[tuple, None] = {}
         self._main_ident = threading.get_ident()
         self.pid = os.getpid()
         self._io_ready = threading.Event()
@@ -220,18 +222,22 @@ class Worker:
                 if msg.msg_type == P.RUN_TASK:
                     self.tasks.put(msg)
                 elif msg.msg_type == P.CANCEL_TASK:
-                    self._cancel(msg.content["run_id"])
+                    self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
                 elif msg.msg_type == P.SHUTDOWN:
                     os._exit(0)
 
-    def _cancel(self, run_id: str) -> None:
+    def _cancel(self, run_id: str, attempt: int) -> None:
+        # A restarted run keeps its run_id: the attempt tells a cancel of the failed
+        # attempt from the new one, which must not be cancelled by it.
         with self.lock:
             task = self.current_task
-            if task is not None and task["run_id"] == run_id:
+            if task is not None and (task["run_id"], task.get("attempt", 0)) == (run_id, attempt):
                 self._cancel_requested = True
                 signal.pthread_kill(self._main_ident, signal.SIGINT)
             else:
-                self._cancelled_early.add(run_id)
+                self._cancelled_early[(run_id, attempt)] = None
+                while len(self._cancelled_early) > 256:
+                    del self._cancelled_early[next(iter(self._cancelled_early))]
 
     def _on_sigint(self, signum, frame):
         # Only a cancel of the running task interrupts, and only while the task's
@@ -253,8 +259,7 @@ class Worker:
         run_id, rank = task["run_id"], task["rank"]
         status, error, ret = "ok", None, None
         with self.lock:
-            if run_id in self._cancelled_early:
-                self._cancelled_early.discard(run_id)
+            if self._cancelled_early.pop((run_id, task.get("attempt", 0)), False) is None:
                 status = "cancelled"
             else:
                 self.current_task = task

@@ -56,3 +56,31 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     # Its cluster was stopped and its temporary directories removed.
     assert _processes_with_home_under(str(tmp_path)) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+
+    resume = out["resume_s"]
+    assert resume["n"] == 3 and len(resume["all"]) == 3
+    assert 0 < resume["min"] <= resume["median"] <= resume["max"]
+    assert all(isinstance(v, float) for v in out["resume_split_ms"].values()), out["resume_split_ms"]
+    assert isinstance(out["resume_median_under_target"], bool)
+    total = out["total_time_s"]
+    for side in ("no_failure", "one_failure"):
+        assert len(total[side]["all"]) == 1 and total[side]["median"] > 0
+        # Both runs trained the digits CNN to the end, the killed one after a restart.
+        assert all(a >= 0.9 for a in total["final_val_accuracy"][side]), total
+    assert abs(total["ratio"] - total["one_failure"]["median"] / total["no_failure"]["median"]) < 0.002
+    assert out["torch_import_s"]["n"] == 1 and out["torch_import_s"]["median"] > 0
+    assert isinstance(out["machine"]["cpus"], int)
+
+    # Its cluster was stopped and its temporary directories removed.
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []

@@ -1,6 +1,7 @@
 """Distributed training (names as in ``ray.train``)."""
-from .config import Result, RunConfig, ScalingConfig
+from .checkpoint import Checkpoint
+from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .session import TrainContext, get_checkpoint, get_context, report
 
-__all__ = ["Result", "RunConfig", "ScalingConfig", "TrainContext", "get_checkpoint",
-           "get_context", "report"]
+__all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig",
+           "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "report"]

@@ -41,6 +41,15 @@ class Checkpoint:
             PermissionError: ``path`` cannot be listed.
         """
         p = Path(path).expanduser()
+        try:
+            # Path.exists() lets EACCES through (a parent this process cannot enter):
+            # it would surface as a bare "[Errno 13]" with no word of what to fix.
+            os.stat(p)
+        except PermissionError:
+            raise PermissionError(f"Checkpoint.from_directory({str(path)!r}): a parent directory is "
+                                  "not accessible to this process; fix its permissions") from None
+        except OSError:
+            pass
         if not p.exists():
             raise FileNotFoundError(
                 f"Checkpoint.from_directory({str(path)!r}): no such directory; save the model "

@@ -109,18 +109,24 @@ class RunConfig:
 
 @dataclass
 class Result:
-    """The outcome of ``fit()``.
+    """The outcome of ``fit()`` (``ray.train.Result``).
 
     Attributes:
         metrics (dict | None): rank 0's last report, with Ray's automatic fields
             (``training_iteration``, ``time_total_s``, ...).
         metrics_dataframe (pandas.DataFrame | None): every rank-0 report, one row each.
-        error (Exception | None): the run's error, if it failed.
+        error (Exception | None): the run's error (a ``RunError``), if it failed.
         path (str | None): the run directory.
-        checkpoint: None (checkpoints are not supported in this version).
+        checkpoint (Checkpoint | None): the latest committed checkpoint.
+        best_checkpoints (list[tuple[Checkpoint, dict]]): the kept checkpoints with
+            the metrics reported with each; best first when
+            ``CheckpointConfig.checkpoint_score_attribute`` is set, else oldest first.
         name (str | None): the run's name.
-        state (str | None): ``FINISHED``, ``FAILED`` or ``CANCELLED``.
+        state (str | None): ``FINISHED``, ``FAILED``, ``CANCELLED``, or ``RUNNING`` /
+            ``PENDING`` for a run still going (``raynb.get_run``).
         time_total_s (float | None): seconds from the ranks starting to the run's end.
+        failures (list[dict]): the cause of each failed attempt (restarts and the last).
+        logs (list[str]): the tail of every rank's output, lines tagged ``(rank N)``.
     """
 
     metrics: dict | None = None
@@ -131,6 +137,9 @@ class Result:
     name: str | None = None
     state: str | None = None
     time_total_s: float | None = None
+    best_checkpoints: list = field(default_factory=list)
+    failures: list = field(default_factory=list)
+    logs: list = field(default_factory=list, repr=False)
     _reports: list = field(default_factory=list, repr=False)
 
     @property
@@ -141,6 +150,63 @@ class Result:
         except (OSError, TypeError, ValueError):
             return None
 
+    @classmethod
+    def from_path(cls, path: str) -> "Result":
+        """Read a run directory back, with no cluster running.
+
+        Args:
+            path (str): a run directory (``<storage_path>/<run name>``).
+
+        Raises:
+            FileNotFoundError: ``path`` is not a directory.
+            raynb.rundir.CorruptRunDirectory: ``run.json`` or ``params.json`` is
+                missing or unreadable (the message names the file). Nothing is written.
+        """
+        from ..rundir import read_run_dir
+
+        return result_from_record(read_run_dir(path))
+
     def __repr__(self) -> str:
         return (f"Result(name={self.name!r}, state={self.state!r}, metrics={self.metrics!r}, "
-                f"path={self.path!r}, error={self.error!r})")
+                f"path={self.path!r}, checkpoint={self.checkpoint!r}, error={self.error!r})")
+
+
+def _score_key(attr: str | None, order: str):
+    def key(item):
+        v = item[1].get(attr) if attr else None
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            return float("inf")
+        return -v if order == "max" else v
+    return key
+
+
+def result_from_record(record: dict, reports: list | None = None) -> Result:
+    """A :class:`Result` from a run record (``read_run_dir``, the head's ``run_record``,
+    or ``run_done``), with ``reports`` (rank-0 rows) when the record lacks them."""
+    import pandas as pd
+
+    from ..errors import RunError
+    from .checkpoint import Checkpoint
+
+    reports = reports if reports is not None else list(record.get("reports") or [])
+    ckpts = [c for c in record.get("checkpoints") or [] if c.get("path")]
+    best = [(Checkpoint(c["path"]), c.get("metrics") or {}) for c in ckpts]
+    cc = record.get("checkpoint_config") or {}
+    if cc.get("checkpoint_score_attribute"):
+        best.sort(key=_score_key(cc["checkpoint_score_attribute"], cc.get("checkpoint_score_order", "max")))
+    latest = record.get("checkpoint") or (ckpts[-1]["path"] if ckpts else None)
+    started, ended = record.get("started"), record.get("ended")
+    total = record.get("time_total_s")
+    if total is None and started and ended:
+        total = ended - started
+    result = Result(
+        metrics=reports[-1] if reports else (record.get("metrics") or None),
+        metrics_dataframe=pd.DataFrame(reports), path=record.get("path"), name=record.get("name"),
+        state=record.get("state"), time_total_s=total,
+        checkpoint=Checkpoint(latest) if latest else None, best_checkpoints=best,
+        failures=list(record.get("failures") or []), logs=list(record.get("output") or []),
+        _reports=reports)
+    if record.get("state") in ("FAILED", "CANCELLED"):
+        result.error = RunError(record.get("name", "?"), record.get("errors") or [], result=result,
+                                state=record["state"])
+    return result

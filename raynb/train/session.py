@@ -7,11 +7,17 @@ silently doing nothing.
 from __future__ import annotations
 
 import numbers
+import os
+import shutil
 import time
+from pathlib import Path
 from typing import Any, Callable
+
+from .checkpoint import Checkpoint
 
 _task: dict | None = None
 _emit: Callable[[dict], None] | None = None
+_reports = 0  # this rank's reports in this attempt of the run
 
 
 class TrainContext:
@@ -54,13 +60,36 @@ class TrainContext:
 
 
 def start(task: dict, config: Any, emit: Callable[[dict], None]) -> None:
-    global _task, _emit
-    _task, _emit = task, emit
+    global _task, _emit, _reports
+    _task, _emit, _reports = task, emit, 0
 
 
 def end() -> None:
     global _task, _emit
     _task, _emit = None, None
+
+
+def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> str:
+    """Copy the checkpoint's files where the head will commit them from.
+
+    ``<run>/.staging/<attempt>_<report>/rank_<r>``: copied under a temporary name
+    and renamed when complete, so a rank killed mid-copy leaves no staged
+    directory the head could mistake for a whole one.
+    """
+    src = Path(checkpoint.path)
+    if not src.is_dir():
+        raise FileNotFoundError(f"report(checkpoint={checkpoint!r}): the directory is gone; "
+                                "report it before deleting it (e.g. inside the TemporaryDirectory block)")
+    stage = Path(task["path"]) / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
+    final = stage / f"rank_{task['rank']}"
+    tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
+    stage.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    if final.exists():  # the same report staged twice (a retried copy): the newer wins
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return str(final)
 
 
 def in_session() -> bool:
@@ -108,20 +137,35 @@ def report(metrics: dict, checkpoint=None) -> None:
             are converted). Rank 0's reports become ``Result.metrics`` and the
             rows of ``result.json`` / ``progress.csv``; every rank's ``epoch`` or
             ``step`` drives its progress bar.
-        checkpoint: not supported yet; passing one raises ``NotImplementedError``.
+        checkpoint (Checkpoint | None): a directory of state to persist with this
+            report. Its files are copied (before ``report`` returns) into the run
+            directory as ``checkpoint_000NNN/``, committed once every rank made this
+            report; when several ranks pass one, their files are merged (rank 0's win
+            on a name clash), which is how sharded state is saved.
 
-    Never blocks the training loop: the report is queued to the worker's I/O thread.
+    Call it on every rank, the same number of times (as in Ray Train): a
+    checkpoint is committed when all ranks reached the report that carries it.
+    Apart from copying a checkpoint, never blocks the training loop: the report
+    is queued to the worker's I/O thread.
 
     Raises:
-        TypeError: ``metrics`` is not a dict with string keys.
+        TypeError: ``metrics`` is not a dict, or ``checkpoint`` is not a Checkpoint.
         RuntimeError: called outside a training function.
     """
-    _require("report")
+    global _reports
+    task = _require("report")
     if not isinstance(metrics, dict):
         raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r:.80}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(
+            f"report(checkpoint=...) takes a raynb.train.Checkpoint, got {type(checkpoint).__name__}: "
+            f"{checkpoint!r:.80}; save the state into a directory and pass "
+            "Checkpoint.from_directory(that_directory)")
+    _reports += 1
+    event = {"kind": "report", "metrics": _plain(metrics), "time": time.time(), "index": _reports}
     if checkpoint is not None:
-        raise NotImplementedError("report(checkpoint=...) is not supported yet in this raynb version")
-    _emit({"kind": "report", "metrics": _plain(metrics), "time": time.time()})
+        event["checkpoint"] = _stage_checkpoint(task, checkpoint, _reports)
+    _emit(event)
 
 
 def get_context() -> TrainContext:
@@ -129,7 +173,13 @@ def get_context() -> TrainContext:
     return TrainContext(_require("get_context"))
 
 
-def get_checkpoint():
-    """The checkpoint to resume from; None (checkpoint support is not in this version)."""
-    _require("get_checkpoint")
-    return None
+def get_checkpoint() -> Checkpoint | None:
+    """The checkpoint to resume from (``ray.train.get_checkpoint``).
+
+    Returns:
+        After a restart (``FailureConfig``) or a resume (``TorchTrainer.restore``,
+        ``%%ray_train --resume``): the run's latest committed checkpoint. Otherwise
+        the ``resume_from_checkpoint`` given to the trainer, or None.
+    """
+    path = _require("get_checkpoint").get("checkpoint")
+    return Checkpoint(path) if path else None

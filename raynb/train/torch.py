@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from typing import Callable
 
+import os
+
 from . import session as _session
-from .config import Result, RunConfig, ScalingConfig
+from .checkpoint import Checkpoint
+from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 
 
 def get_device():
@@ -145,9 +148,12 @@ class TorchTrainer:
             use ``report``, ``get_context``, ``prepare_model``, ``prepare_data_loader``.
         train_loop_config (dict | None): passed to ``train_loop_per_worker``.
         scaling_config (ScalingConfig | None): workers and GPUs (4 CPU workers by default).
-        run_config (RunConfig | None): run name, storage path, verbosity.
+        run_config (RunConfig | None): run name, storage path, verbosity, which
+            checkpoints to keep (``checkpoint_config``), restarts (``failure_config``).
         datasets (None): not supported in this version; passing one raises
             ``NotImplementedError``. Capture the data in the function or its config.
+        resume_from_checkpoint (Checkpoint | None): what ``get_checkpoint()`` returns
+            in the first attempt (later restarts get the run's own latest checkpoint).
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
@@ -155,7 +161,7 @@ class TorchTrainer:
 
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 datasets: dict | None = None):
+                 datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None):
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
                             f"{type(train_loop_per_worker).__name__}")
@@ -170,6 +176,74 @@ class TorchTrainer:
             raise TypeError(f"scaling_config must be a ScalingConfig, got {type(scaling_config).__name__}")
         if not isinstance(self.run_config, RunConfig):
             raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
+        if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
+            raise TypeError("resume_from_checkpoint must be a raynb.train.Checkpoint, got "
+                            f"{type(resume_from_checkpoint).__name__}; use Checkpoint.from_directory(path)")
+        self.resume_from_checkpoint = resume_from_checkpoint
+        self._resume = False  # set by restore(): continue the run directory in place
+
+    @classmethod
+    def restore(cls, path: str, train_loop_per_worker: Callable | None = None,
+                train_loop_config: dict | None = None, **kwargs) -> "TorchTrainer":
+        """A trainer that continues the run in ``path`` (``TorchTrainer.restore``).
+
+        ``fit()`` then runs in the same directory from its latest checkpoint
+        (``get_checkpoint()``), appending to its reports, with the run's scaling,
+        checkpoint and failure settings.
+
+        Args:
+            path (str): the run directory (``Result.path``).
+            train_loop_per_worker: the function to run; None re-runs the one saved
+                with the run (``function.pkl``).
+            train_loop_config (dict | None): None re-uses the saved config.
+            **kwargs: ``scaling_config`` / ``run_config`` to override the saved ones.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a directory.
+            raynb.rundir.CorruptRunDirectory: a file the run needs is missing or
+                unreadable (named in the message). Nothing in ``path`` is changed.
+        """
+        import cloudpickle
+
+        from ..rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
+
+        record = read_run_dir(path, with_reports=False)
+        path = record["path"]
+        saved = None
+        if train_loop_per_worker is None or train_loop_config is None:
+            fpath = os.path.join(path, FUNCTION_FILE)
+            try:
+                with open(fpath, "rb") as f:
+                    saved = cloudpickle.load(f)
+            except FileNotFoundError:
+                raise CorruptRunDirectory(f"{fpath} is missing: pass train_loop_per_worker= to "
+                                          "restore() to re-run the function") from None
+            except Exception as e:  # noqa: BLE001 - any unpickling failure
+                raise CorruptRunDirectory(f"{fpath} cannot be loaded ({type(e).__name__}: {e}); "
+                                          "pass train_loop_per_worker= to restore()") from None
+        cc = record.get("checkpoint_config") or {}
+        run_config = kwargs.pop("run_config", None) or RunConfig(
+            name=os.path.basename(path), storage_path=os.path.dirname(path),
+            checkpoint_config=CheckpointConfig(**cc) if cc else None,
+            failure_config=FailureConfig(record.get("max_failures") or 0))
+        run_config.name, run_config.storage_path = os.path.basename(path), os.path.dirname(path)
+        scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
+            num_workers=record.get("world_size") or 1, use_gpu=bool(record.get("use_gpu")),
+            timeout_s=record.get("timeout_s"))
+        if kwargs:
+            raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
+        trainer = cls(train_loop_per_worker or saved["fn"],
+                      train_loop_config=train_loop_config if train_loop_config is not None
+                      else saved["config"], scaling_config=scaling_config, run_config=run_config)
+        trainer._resume = True
+        return trainer
+
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """True when ``path`` is a raynb run directory that ``restore`` can continue."""
+        from ..rundir import FUNCTION_FILE, STATE_FILE
+
+        return all(os.path.isfile(os.path.join(path, f)) for f in (STATE_FILE, "params.json", FUNCTION_FILE))
 
     def fit(self) -> Result:
         """Run training to the end and return its :class:`Result`.
@@ -180,7 +254,12 @@ class TorchTrainer:
         """
         from ..runner import execute_run
 
+        extra = {}
+        if self.resume_from_checkpoint is not None:
+            extra["resume_from_checkpoint"] = self.resume_from_checkpoint.path
+        if self._resume:
+            extra["resume"] = True
         result, _ = execute_run(self.train_loop_per_worker, self.train_loop_config,
-                                self.scaling_config, self.run_config)
+                                self.scaling_config, self.run_config, extra=extra)
         return result
 
