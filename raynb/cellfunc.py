@@ -79,7 +79,8 @@ def _read_names(tree: ast.AST) -> set[str]:
 
 
 def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_train",
-                        out: list[str] = (), filename: str = "<ray_train cell>") -> CellFunction:
+                        out: list[str] = (), filename: str = "<ray_train cell>",
+                        func_name: str = "ray_train_cell") -> CellFunction:
     """Compile ``cell`` into ``f(config)`` returning ``{name: value}`` for ``out``.
 
     Args:
@@ -88,6 +89,7 @@ def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_tr
         magic_line: the cell's first line, kept for tracebacks.
         out: local names whose values rank 0 returns (``--out``).
         filename: the code's filename in tracebacks.
+        func_name: the function's name in tracebacks (``ray_tune_cell`` for ``%%ray_tune``).
 
     Raises:
         SyntaxError: the body does not parse (line numbers are the cell's).
@@ -106,7 +108,7 @@ def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_tr
         ast.increment_lineno(stmt, last - 1)
     extra = {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
     func = ast.FunctionDef(
-        name="ray_train_cell",
+        name=func_name,
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="config")], vararg=None,
                            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
         body=body + tail, decorator_list=[], returns=None, lineno=1, col_offset=0, **extra)
@@ -123,7 +125,7 @@ def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_tr
     glb.update(CELL_API)
     glb.update(captured)
     exec(code, glb)
-    fn = glb["ray_train_cell"]
+    fn = glb[func_name]
     return CellFunction(fn, filename, source, captured)
 
 
