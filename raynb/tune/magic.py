@@ -224,7 +224,8 @@ class RayTuneMagics(Magics):
         search_alg = make_search(args)
         count = self.shell.displayhook.prompt_count   # the cell's In [n] (see %%ray_train)
         filename = f"<ray_tune cell {count}>"
-        cf = build_cell_function(cell, ns, magic_line=f"%%ray_tune {line}", filename=filename)
+        cf = build_cell_function(cell, ns, magic_line=f"%%ray_tune {line}", filename=filename,
+                                 func_name="ray_tune_cell")
         # In linecache, the cell's source ships with every trial (shipping.notebook_sources),
         # so a trial's traceback shows the cell's lines.
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
