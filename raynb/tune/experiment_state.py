@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -53,8 +54,11 @@ class ExperimentState:
         path (str): the experiment directory.
         header (dict): experiment-wide fields (name, metric, mode, num_samples, ...).
 
-    Only trials marked with :meth:`mark` are serialized again, so a write costs one
-    join of cached strings plus the file write, however many trials there are.
+    Only trials marked with :meth:`mark` are serialized again, so building the file costs
+    one join of cached strings however many trials there are. The file itself is written
+    by a background thread (a rename on a busy disk can take milliseconds, which the driver
+    loop should not wait for); if writes come faster than the disk takes them, only the
+    latest state is written. :meth:`close` waits until it is on disk.
     """
 
     def __init__(self, path: str, header: dict):
@@ -63,6 +67,11 @@ class ExperimentState:
         self._entries: dict[str, str] = {}
         self._order: list[str] = []
         self._dirty: dict[str, Trial] = {}
+        self._cond = threading.Condition()
+        self._pending_text: str | None = None
+        self._busy = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
     def mark(self, trial: Trial) -> None:
         """``trial`` changed (status, config, checkpoint, error): serialize it at the next write."""
@@ -75,7 +84,10 @@ class ExperimentState:
         return bool(self._dirty)
 
     def write(self, **header) -> None:
-        """Rewrite the state file atomically (tmp + rename) with ``header`` fields updated."""
+        """Queue the state file for an atomic rewrite (tmp + rename) with ``header`` updated.
+
+        Raises:
+            OSError: an earlier write failed (disk full, directory removed)."""
         self.header.update(header)
         for tid, trial in self._dirty.items():
             self._entries[tid] = json.dumps(_trial_entry(trial), default=_json_default)
@@ -83,10 +95,58 @@ class ExperimentState:
         head = json.dumps({**self.header, "version": STATE_VERSION, "timestamp": time.time()},
                           default=_json_default)
         text = head[:-1] + ', "trials": [\n' + ",\n".join(self._entries[t] for t in self._order) + "\n]}\n"
-        tmp = self.path / (STATE_FILE + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, self.path / STATE_FILE)
+        with self._cond:
+            self._raise_error()
+            self._pending_text = text
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._writer, name="raynb-tune-state", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Wait until the latest state is on disk and stop the writer thread.
+
+        Raises:
+            OSError: the last write failed."""
+        with self._cond:
+            deadline = time.monotonic() + timeout
+            while (self._pending_text is not None or self._busy) and self._error is None:
+                if not self._cond.wait(max(0.0, deadline - time.monotonic())):
+                    break
+            self._pending_text = None
+            thread, self._thread = self._thread, None
+            self._cond.notify_all()
+            self._raise_error()
+        if thread is not None:
+            thread.join(timeout)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise OSError(f"could not write {self.path / STATE_FILE}: {err}") from err
+
+    def _writer(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                while self._pending_text is None and self._thread is me:
+                    self._cond.wait()
+                if self._pending_text is None:
+                    return  # closed
+                text, self._pending_text = self._pending_text, None
+                self._busy = True
+            try:
+                tmp = self.path / (STATE_FILE + ".tmp")
+                with open(tmp, "w") as f:
+                    f.write(text)
+                os.replace(tmp, self.path / STATE_FILE)
+            except OSError as e:
+                with self._cond:
+                    self._error = e
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
 
 def _trial_entry(t: Trial) -> dict:

@@ -177,6 +177,7 @@ class Tuner:
             controller.run()
         finally:
             display.finish()
+            state.close()
         self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
         grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
         if controller.interrupted:
