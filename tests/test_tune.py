@@ -188,7 +188,11 @@ def test_scheduler_stop_cancels_the_run_and_frees_the_worker_at_once(warm):
                       tune_config=tune.TuneConfig(scheduler=StopAtTwo(), max_concurrent_trials=1),
                       run_config=QUIET).fit()
     assert [r.status for r in grid] == ["STOPPED"] * 4
-    assert all(len(r._reports) == 2 for r in grid)  # reports after the STOP are not results
+    for r in grid:
+        # Stopped at its 2nd report (it would make 500): at most one more was in flight, and
+        # the trial's results are what its run directory holds.
+        assert r._reports[1]["training_iteration"] == 2 and len(r._reports) <= 3
+        assert len((Path(r.path) / "result.json").read_text().splitlines()) == len(r._reports)
     for prev, nxt in zip(grid, grid[1:]):
         gap = nxt.metrics_dataframe["t"].iloc[0] - prev.metrics_dataframe["t"].iloc[-1]
         assert 0 < gap < 1.0, gap  # the next trial starts on the freed worker within 1 s
@@ -416,78 +420,126 @@ def test_overhead_benchmark_quick_prints_json(tmp_path):
     assert not list(tmp_path.glob("raynb-bench-*")), "the benchmark removes its temporary directories"
 
 
-# --- checkpoint-dependent driver logic, on plain Trial objects ------------------------------
-# (End to end, with report(checkpoint=...) on the workers, these wait for the checkpoint merge.)
+# --- checkpoints: PBT's exploit, resuming from a checkpoint --------------------------------
 
-def _controller(tmp_path, trials):
-    from raynb.tune.controller import TrialRunner, TuneController
-    from raynb.tune.experiment_state import ExperimentState
-    from raynb.tune.schedulers import FIFOScheduler
-    from raynb.tune.table import NullTuneDisplay, TuneProgress
+def _pbt_trainable(config):
+    import json
+    import os
+    import tempfile
+    import time
 
-    progress = TuneProgress("loss", "min", 2)
-    search = BasicVariantGenerator()
-    search.set_search_properties("loss", "min", {}, num_samples=0)
-    runner = TrialRunner(quadratic, ScalingConfig(num_workers=1), None, None, QUIET, "quadratic")
-    return TuneController(client=None, runner=runner, trials=trials, search_alg=search,
-                          scheduler=FIFOScheduler(), metric="loss", mode="min", num_samples=0,
-                          concurrency=2, total_workers=2, time_budget_s=None,
-                          experiment_path=str(tmp_path), exp_id="abcde",
-                          state=ExperimentState(str(tmp_path), {}), progress=progress,
-                          display=NullTuneDisplay(progress), search_finished=True, verbose=0)
+    from raynb import tune
+    from raynb.train import Checkpoint
+
+    me = tune.get_context().get_experiment_name()  # the trial's run directory name
+    state = {"w": 0.0, "owner": me, "steps": 0}
+    resumed_from = None
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = json.load(open(os.path.join(d, "state.json")))
+        resumed_from = state["owner"]
+    for _ in range(10):
+        state["w"] += config["lr"]
+        state["steps"] += 1
+        state["owner"] = me
+        with tempfile.TemporaryDirectory() as d:
+            json.dump(state, open(os.path.join(d, "state.json"), "w"))
+            tune.report({"w": state["w"], "lr": config["lr"], "steps": state["steps"],
+                         "resumed_from": resumed_from}, checkpoint=Checkpoint.from_directory(d))
+        time.sleep(0.03)
 
 
-def _trial_with_results(tmp_path, tid, n, checkpoint=None):
+def test_pbt_exploit_resumes_from_the_donor_checkpoint_with_a_perturbed_config(warm):
+    from raynb.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
+                                  hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
+                                  quantile_fraction=0.25, resample_probability=0.0, seed=0)
+    grid = tune.Tuner(_pbt_trainable, param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
+                      tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
+                      run_config=QUIET).fit()
+    assert [r.status for r in grid] == ["TERMINATED"] * 4
+    by_dir = {Path(r.path).name: r for r in grid}
+    exploited = [r for r in grid if any(m.get("resumed_from") for m in r._reports)]
+    assert exploited, [r.metrics for r in grid]
+    for r in exploited:
+        first = next(m for m in r._reports if m.get("resumed_from"))
+        donor = by_dir[first["resumed_from"]]
+        assert donor is not r  # it carries another trial's weights...
+        # ...from that trial's checkpoint, copied into its own run directory: the resumed
+        # state continues the donor's step count, not its own
+        adopted = [json.loads((c / "state.json").read_text()) for c in Path(r.path).glob("checkpoint_*")]
+        adopted = [a for a in adopted if a["owner"] == Path(donor.path).name]
+        assert any(a["steps"] + 1 == first["steps"] for a in adopted), (adopted, first)
+        # with the donor's config perturbed (x1.2 or x0.8 then snapped to the list: a neighbour)
+        assert first["lr"] in (0.01, 0.1, 1.0, 10.0)
+        assert json.loads((Path(r.path) / "params.json").read_text()) == r.config
+        its = [m["training_iteration"] for m in r._reports]
+        assert its == list(range(1, len(its) + 1))  # one run, counting on across the exploit
+    assert grid.get_best_result().trial_id in {r.trial_id for r in grid}
+
+
+def _counting_with_checkpoints(config):
+    import json
+    import os
+    import tempfile
+    import time
+
+    from raynb import tune
+    from raynb.train import Checkpoint
+
+    start = 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            start = json.load(open(os.path.join(d, "c.json")))["step"] + 1
+    for step in range(start, 400):
+        with tempfile.TemporaryDirectory() as d:
+            json.dump({"step": step}, open(os.path.join(d, "c.json"), "w"))
+            tune.report({"step": step, "started_at_step": start}, checkpoint=Checkpoint.from_directory(d))
+        if os.path.exists(config["marker"]):
+            return
+        time.sleep(0.05)
+
+
+def test_interrupted_trials_resume_from_their_checkpoint(warm, tmp_path):
+    marker = str(tmp_path / "go")
+    tuner = tune.Tuner(_counting_with_checkpoints,
+                       param_space={"k": tune.grid_search([0, 1]), "marker": marker}, run_config=QUIET)
+    timer = _interrupt_after(1.0)
+    try:
+        grid = tuner.fit()
+    finally:
+        timer.cancel()
+    assert [r.status for r in grid] == ["PAUSED", "PAUSED"]
+    before = [len(r._reports) for r in grid]
+    assert all(n >= 3 for n in before), before
+    Path(marker).touch()
+    grid2 = tune.Tuner.restore(grid.experiment_path, _counting_with_checkpoints).fit()
+    assert [r.status for r in grid2] == ["TERMINATED", "TERMINATED"]
+    for r, n in zip(grid2, before):
+        last = r.metrics
+        assert last["started_at_step"] > 0  # get_checkpoint() handed back the last checkpoint
+        assert last["step"] == last["started_at_step"]  # and it ended after one more report
+        assert last["training_iteration"] == len(r._reports) == n + 1  # the run counts on
+        assert r.checkpoint is not None and json.loads((Path(r.checkpoint.path) / "c.json").read_text())["step"] == last["step"]
+
+
+def test_restore_requeue_keeps_a_trial_with_a_checkpoint_and_restarts_one_without(tmp_path):
     from raynb.tune.trial import Trial
-
-    path = tmp_path / tid
-    path.mkdir()
-    results = [{"loss": 1.0 / i, "training_iteration": i, "time_total_s": 0.5 * i, "trial_id": tid}
-               for i in range(1, n + 1)]
-    (path / "result.json").write_text("".join(json.dumps(r) + "\n" for r in results))
-    return Trial(tid, {"lr": 0.1}, status="RUNNING", results=results, path=str(path), checkpoint=checkpoint)
-
-
-def test_pbt_exploit_copies_the_donor_checkpoint_and_continues_its_count(tmp_path):
-    from raynb.tune.controller import _rewrite_result_files
-    from raynb.tune.schedulers import Exploit
-
-    donor_ckpt = tmp_path / "donor_ckpt"
-    donor_ckpt.mkdir()
-    (donor_ckpt / "model.pt").write_bytes(b"weights")
-    donor = _trial_with_results(tmp_path, "d", 4, checkpoint=str(donor_ckpt))
-    trial = _trial_with_results(tmp_path, "t", 3)
-    c = _controller(tmp_path, [donor, trial])
-    c._exploit(trial, Exploit(config={"lr": 0.2}, checkpoint=str(donor_ckpt), donor_id="d", donor_time=4))
-
-    copied = Path(trial.path) / "pbt_checkpoint_000001_from_d"
-    assert (copied / "model.pt").read_bytes() == b"weights"
-    assert not list(Path(trial.path).glob("*.tmp"))
-    assert trial.checkpoint == trial.extra["resume_from"] == str(copied)
-    assert trial.config == {"lr": 0.2} and trial.status == "PENDING" and c._pending[0] is trial
-    assert trial.extra["offsets"] == {"training_iteration": 4, "time_total_s": 2.0}
-
-    c._on_report(trial, {"loss": 0.1, "training_iteration": 1, "time_total_s": 0.25})
-    assert trial.last_result["training_iteration"] == 5 and trial.last_result["time_total_s"] == 2.25
-    _rewrite_result_files(trial)
-    lines = [json.loads(x) for x in (Path(trial.path) / "result.json").read_text().splitlines()]
-    assert [r["training_iteration"] for r in lines] == [1, 2, 3, 5]
-    assert (Path(trial.path) / "progress.csv").read_text().splitlines()[0].startswith("loss,training_iteration")
-
-
-def test_restore_requeues_from_the_checkpoint_or_from_scratch(tmp_path):
     from raynb.tune.tuner import _requeue
 
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    a = _trial_with_results(tmp_path, "a", 3, checkpoint=str(ckpt))
-    a.extra.update(ckpt_iter=2, ckpt_time=1.0)
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    (a_dir / "checkpoint_000001").mkdir(parents=True)
+    b_dir.mkdir()
+    (b_dir / "result.json").write_text('{"x": 1}\n')
+    a = Trial("a", {}, status="PAUSED", results=[{"x": 1}], path=str(a_dir),
+              checkpoint=str(a_dir / "checkpoint_000001"))
+    b = Trial("b", {}, status="RUNNING", results=[{"x": 1}], path=str(b_dir),
+              checkpoint=str(b_dir / "checkpoint_000000"))  # recorded, but gone from disk
     _requeue(a, from_checkpoint=True)
-    assert a.status == "PENDING" and a.extra["resume_from"] == str(ckpt)
-    assert [r["training_iteration"] for r in a.results] == [1, 2]  # reports after the checkpoint are redone
-    assert a.extra["offsets"] == {"training_iteration": 2, "time_total_s": 1.0}
-
-    b = _trial_with_results(tmp_path, "b", 3, checkpoint=str(tmp_path / "gone"))
-    _requeue(b, from_checkpoint=True)  # its checkpoint no longer exists: start over
-    assert b.results == [] and b.checkpoint is None and "resume_from" not in b.extra
-    assert not (Path(b.path) / "result.json").exists()
+    _requeue(b, from_checkpoint=True)
+    assert a.status == b.status == "PENDING"
+    assert a.results == [{"x": 1}] and a_dir.exists()  # resumed by the head from its checkpoint
+    assert b.results == [] and b.checkpoint is None and not b_dir.exists()  # starts over

@@ -9,7 +9,6 @@ Ray Tune's ``TuneController`` is the reference for the order of the callbacks.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
@@ -17,9 +16,11 @@ from pathlib import Path
 
 from .. import protocol as P
 from ..errors import ClusterError
+from ..rundir import STATE_FILE as RUN_STATE_FILE
+from ..rundir import read_run_dir, write_json_atomic
 from ..runner import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..train.config import RunConfig, ScalingConfig
-from .experiment_state import ExperimentState, read_results
+from .experiment_state import ExperimentState
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
@@ -208,10 +209,10 @@ class TuneController:
     def _start(self, trial: Trial) -> None:
         r = self.runner
         rc = r.run_config
-        extra = {}
-        resume = trial.extra.pop("resume_from", None)
-        if resume:
-            extra["resume_from_checkpoint"] = resume
+        # A trial whose run directory exists (PBT's exploit, a restored trial with a
+        # checkpoint) continues that run: the head resumes it from its latest checkpoint and
+        # keeps counting training_iteration from its earlier reports.
+        extra = {"resume": True} if trial.path and (Path(trial.path) / RUN_STATE_FILE).exists() else {}
         spec, payload = build_submission(
             r.fn, r.fn_config(trial.config), r.scaling_config,
             RunConfig(name=trial.extra["dirname"], storage_path=self.experiment_path, verbose=0,
@@ -249,8 +250,6 @@ class TuneController:
                     trial.extra["started_at"] = event.get("time")
             elif kind == "checkpoint":
                 trial.checkpoint = event.get("path")
-                trial.extra["ckpt_iter"] = trial.last_result.get("training_iteration")
-                trial.extra["ckpt_time"] = trial.last_result.get("time_total_s")
                 self.state.mark(trial)
             elif kind == "output":
                 if event.get("rank") == 0 and self.verbose:
@@ -263,16 +262,11 @@ class TuneController:
             self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
 
     def _on_report(self, trial: Trial, metrics: dict) -> None:
-        if trial.extra.get("_ending"):
-            return  # stopped, interrupted or exploited: later reports are not its results
-        offsets = trial.extra.get("offsets")
-        if offsets:
-            for k, v in offsets.items():
-                if isinstance(metrics.get(k), (int, float)):
-                    metrics[k] = metrics[k] + v
         metrics["trial_id"] = trial.trial_id
-        trial.results.append(metrics)
+        trial.results.append(metrics)  # as in the run's result.json, which the head writes
         self.progress.add_result(trial.trial_id, metrics)
+        if trial.extra.get("_ending"):
+            return  # made before a STOP/exploit/interrupt reached it: nothing more to decide
         if self.metric is not None and self.metric not in metrics:
             self._missing_metric(trial, metrics)
         self.search_alg.on_trial_result(trial.trial_id, metrics)
@@ -304,8 +298,6 @@ class TuneController:
         state = c.get("state")
         ending = trial.extra.pop("_ending", None)
         trial.extra["ended_at"] = time.time()
-        if trial.extra.get("offsets") and trial.path:
-            _rewrite_result_files(trial)
         if ending == "exploit" and state != "FAILED":
             self._exploit(trial, trial.extra.pop("_exploit"))
         elif ending in ("stop", "budget") and state != "FAILED":
@@ -338,27 +330,17 @@ class TuneController:
         self._workers_changed()
 
     def _exploit(self, trial: Trial, decision: Exploit) -> None:
-        """PBT: copy the donor's checkpoint into this trial's directory, take the new config,
-        and queue the trial first so it restarts from that checkpoint (Jaderberg et al. 2017)."""
-        donor = next((t for t in self.trials if t.trial_id == decision.donor_id), None)
+        """PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks"): copy
+        the donor's checkpoint into this trial's run as its newest checkpoint, take the
+        explored config, and queue the trial first; it then resumes its run from that
+        checkpoint."""
         if decision.checkpoint:
-            n = trial.extra.get("exploits", 0) + 1
-            trial.extra["exploits"] = n
-            dest = Path(trial.path) / f"pbt_checkpoint_{n:06d}_from_{decision.donor_id or 'donor'}"
-            tmp = dest.with_name(dest.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(decision.checkpoint, tmp)
-            os.replace(tmp, dest)
-            trial.checkpoint = str(dest)
-            trial.extra["resume_from"] = str(dest)
-        # The restarted run counts on from the donor's point, as a trainable restored from
-        # the donor's checkpoint would.
-        base = donor.last_result if donor is not None else trial.last_result
-        offsets = {k: base[k] for k in ("training_iteration", "time_total_s") if isinstance(base.get(k), (int, float))}
-        if decision.donor_time is not None and getattr(self.scheduler, "_time_attr", None) in offsets:
-            offsets[self.scheduler._time_attr] = decision.donor_time
-        trial.extra["offsets"] = offsets
+            adopted = adopt_checkpoint(trial.path, decision.checkpoint, self.runner.run_config.checkpoint_config,
+                                       {"donor_trial_id": decision.donor_id})
+            trial.checkpoint = adopted["path"]
+            trial.extra["exploits"] = trial.extra.get("exploits", 0) + 1
         trial.config = decision.config
+        write_params(trial.path, self.runner.fn_config(trial.config))
         trial.status = PENDING
         self._pending.insert(0, trial)
         self.progress.add_trial(trial.trial_id, trial.config)
@@ -431,25 +413,43 @@ def _one_line(errors: list) -> str:
     return str(e.get("message", "failed")).splitlines()[0][:300]
 
 
-def _rewrite_result_files(trial: Trial) -> None:
-    """After a resumed run (restore or PBT), rewrite result.json and progress.csv from the
-    trial's whole history: the head writes each run's reports alone, counting from 1."""
-    import csv
-    import json
+def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dict) -> dict:
+    """Copy the checkpoint directory ``source`` into the ended run at ``run_path`` as its
+    newest committed checkpoint (``checkpoint_000NNN``, recorded in its ``run.json``), so
+    resuming the run resumes from it. Uses the head's own CheckpointStore (copy to a staging
+    directory, then an atomic rename), so the run directory stays as the head writes it.
 
-    path = Path(trial.path)
-    with open(path / "result.json.tmp", "w") as f:
-        for r in trial.results:
-            f.write(json.dumps(r, default=repr) + "\n")
-    os.replace(path / "result.json.tmp", path / "result.json")
-    columns: list[str] = []
-    for r in trial.results:
-        columns += [k for k in r if k not in columns]
-    with open(path / "progress.csv.tmp", "w", newline="") as f:
-        w = csv.DictWriter(f, columns)
-        w.writeheader()
-        w.writerows(trial.results)
-    os.replace(path / "progress.csv.tmp", path / "progress.csv")
+    Returns:
+        ``{"index", "name", "path", "metrics"}`` of the new checkpoint.
+
+    Raises:
+        CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
+        OSError: the copy failed (the run's checkpoints are left as they were).
+    """
+    from ..checkpoint_store import CheckpointStore
+
+    record = read_run_dir(run_path, with_reports=False)
+    cc = checkpoint_config
+    config = None if cc is None else {"num_to_keep": cc.num_to_keep,
+                                      "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+                                      "checkpoint_score_order": cc.checkpoint_score_order}
+    store = CheckpointStore(run_path, config, record.get("checkpoints"))
+    staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging / "rank_0")
+    entry = store.commit([str(staging / "rank_0")], metrics)
+    record["checkpoints"] = [{k: v for k, v in c.items() if k != "path"} for c in store.records()]
+    for key in ("path", "params", "reports", "output"):
+        record.pop(key, None)  # added by read_run_dir, not part of run.json
+    write_json_atomic(Path(run_path) / RUN_STATE_FILE, record)
+    return entry
 
 
-__all__ = ["TuneController", "TrialRunner", "read_results"]
+def write_params(run_path: str, config) -> None:
+    """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
+    from ..runner import _json_safe
+
+    write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))
+
+
+__all__ = ["TuneController", "TrialRunner", "adopt_checkpoint", "write_params"]

@@ -151,7 +151,8 @@ class ExperimentState:
 
 def _trial_entry(t: Trial) -> dict:
     extra = {k: v for k, v in t.extra.items() if not k.startswith("_")}
-    return {"trial_id": t.trial_id, **_encode_config(t.config), "status": t.status, "path": t.path,
+    return {"trial_id": t.trial_id, **_encode_config(t.config), "status": t.status, "run_id": t.run_id,
+            "path": t.path,
             "checkpoint": t.checkpoint, "error": t.error, "last_result": t.last_result,
             "extra": extra}
 
@@ -182,7 +183,7 @@ def read_state(path: str) -> tuple[dict, list[Trial]]:
         raise ValueError(f"{p} is not a raynb experiment state: {e}") from None
     trials = []
     for e in entries:
-        t = Trial(e["trial_id"], _decode_config(e), status=e["status"], path=e.get("path"),
+        t = Trial(e["trial_id"], _decode_config(e), status=e["status"], path=e.get("path"), run_id=e.get("run_id"),
                   checkpoint=e.get("checkpoint"), error=e.get("error"), extra=e.get("extra") or {})
         t.results = read_results(t.path) if t.path else []
         if not t.results and e.get("last_result"):

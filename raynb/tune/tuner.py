@@ -6,7 +6,9 @@ worker (a function trainable) or on ``num_workers`` ranks (a TorchTrainer).
 from __future__ import annotations
 
 import re
+import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -152,6 +154,8 @@ class Tuner:
                 if t.status == PAUSED:
                     _requeue(t, from_checkpoint=True)
         header = self._prepare_experiment()
+        if self._restored and self._restored.get("orphans"):
+            _cancel_orphans(client, self._restored.pop("orphans"))
         path = self._experiment_path
         progress = TuneProgress(self._metric, self._mode, total_workers, varying_keys(self._param_space))
         for t in self._trials:
@@ -250,6 +254,8 @@ class Tuner:
         settings = read_tuner_file(path) or {}
         if param_space is not None:
             settings["param_space"] = param_space
+        # Runs still live on the head from a kernel that died mid-fit: cancelled by fit().
+        orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
         for t in trials:
             if t.status in (RUNNING, PAUSED) and resume_unfinished:
                 _requeue(t, from_checkpoint=True)
@@ -259,7 +265,8 @@ class Tuner:
                 _requeue(t, from_checkpoint=not restart_errored)
         tuner = cls(trainable, param_space=settings.get("param_space"),
                     tune_config=settings.get("tune_config"), run_config=settings.get("run_config"),
-                    _restored={"path": path, "trials": trials, "header": header, "fresh": True})
+                    _restored={"path": path, "trials": trials, "header": header, "fresh": True,
+                              "orphans": orphans})
         tuner._replay()
         return tuner
 
@@ -278,29 +285,35 @@ class Tuner:
                 add_point(t.config, t.last_result, error=t.status == ERROR)
 
 
+def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
+    """Cancel the runs of trials a dead kernel left running, and wait until the head has
+    ended them (a trial's run cannot be resumed while it is live)."""
+    from .. import protocol as P
+
+    for run_id in run_ids:
+        client.send(P.CANCEL_RUN, {"run_id": run_id})
+    deadline = time.monotonic() + timeout
+    ids = set(run_ids)
+    while time.monotonic() < deadline:
+        live = [r for r in client.status().get("runs", []) if r["run_id"] in ids
+                and r["state"] not in ("FINISHED", "FAILED", "CANCELLED")]
+        if not live:
+            return
+        time.sleep(0.05)
+
+
 def _requeue(t: Trial, from_checkpoint: bool) -> None:
-    """Make a restored trial PENDING: from its latest checkpoint, or from scratch."""
+    """Make a restored trial PENDING. With a checkpoint its run resumes from it (the head
+    continues the run: its reports so far stay, training_iteration counts on); without
+    one (or with ``from_checkpoint=False``) its directory is removed and it starts over."""
     t.status = PENDING
     t.run_id = None
-    ckpt = t.checkpoint if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir() else None
-    if ckpt:
-        it, tt = t.extra.get("ckpt_iter"), t.extra.get("ckpt_time")
-        if isinstance(it, (int, float)):
-            t.results = [r for r in t.results if r.get("training_iteration", 0) <= it]
-        t.extra["resume_from"] = ckpt
-        t.extra["offsets"] = {k: v for k, v in (("training_iteration", it), ("time_total_s", tt))
-                              if isinstance(v, (int, float))}
+    if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
         return
     t.checkpoint = None
     t.results = []
-    t.extra.pop("offsets", None)
-    t.extra.pop("resume_from", None)
     if t.path:
-        for name in ("result.json", "progress.csv", "error.txt"):
-            try:
-                (Path(t.path) / name).unlink()
-            except OSError:
-                pass
+        shutil.rmtree(t.path, ignore_errors=True)
 
 
 __all__ = ["Tuner", "TuneConfig"]

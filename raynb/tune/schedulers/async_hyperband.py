@@ -103,6 +103,7 @@ class ASHAScheduler(TrialScheduler):
                           for s in range(brackets)]
         self._rng = np.random.default_rng(seed)
         self._trial_bracket: dict[str, int] = {}
+        self._stopped: set[str] = set()   # trials told to STOP that have not completed yet
         self._num_stopped = 0
 
     def bracket_of(self, trial) -> int:
@@ -130,18 +131,25 @@ class ASHAScheduler(TrialScheduler):
             bracket = self._brackets[self._trial_bracket[trial.trial_id]]
             action = bracket.on_result(trial.trial_id, result[self._time_attr],
                                        self._score(result))
-        self._num_stopped += action == STOP
+        if action == STOP:
+            self._num_stopped += 1
+            self._stopped.add(trial.trial_id)
         return action
 
     def on_trial_complete(self, trial, result: dict) -> None:
-        # The final result counts at its rung (as in Ray); a result without the metric does not.
+        # A trial that ended by itself: its final result counts at its rung (as in Ray). For
+        # one this scheduler stopped, the driver may pass a report made after the STOP; it
+        # must not enter a rung the trial never earned.
         s = self._trial_bracket.pop(trial.trial_id, None)
-        if s is not None and self._usable(result, self._time_attr):
+        stopped = trial.trial_id in self._stopped
+        self._stopped.discard(trial.trial_id)
+        if s is not None and not stopped and self._usable(result, self._time_attr):
             self._brackets[s].on_result(trial.trial_id, result[self._time_attr],
                                         self._score(result))
 
     def on_trial_remove(self, trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)
+        self._stopped.discard(trial.trial_id)
 
     on_trial_error = on_trial_remove
 

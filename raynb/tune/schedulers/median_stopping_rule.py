@@ -80,7 +80,9 @@ class MedianStoppingRule(TrialScheduler):
         return CONTINUE
 
     def on_trial_complete(self, trial, result: dict) -> None:
-        if self._usable(result, self._time_attr):
+        # For a trial this rule stopped, the driver may pass a report made after the STOP:
+        # only a trial that ended by itself adds its final result.
+        if trial.trial_id not in self.would_stop and self._usable(result, self._time_attr):
             rs = self._results.setdefault(trial.trial_id, [])
             if not rs or rs[-1] != result:  # the driver may pass the last report again
                 rs.append(result)

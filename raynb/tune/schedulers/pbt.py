@@ -103,9 +103,10 @@ class PopulationBasedTraining(TrialScheduler):
     ``on_trial_add``.
 
     The driver restarts an exploited trial from ``Exploit.checkpoint`` with
-    ``Exploit.config``; like a restored Ray trainable it should continue ``time_attr``
-    from the donor's (``Exploit.donor_time``). If it restarts the count instead, the
-    trial's perturbation clock restarts with it.
+    ``Exploit.config``. Its next perturbation comes ``perturbation_interval`` after the
+    exploit on its own ``time_attr`` count (Ray's restored trial takes the donor's count and
+    clock, the same thing when trials advance together); if its count restarts lower, the
+    clock restarts there.
 
     Args:
         time_attr (str): result key measuring progress ("training_iteration", or
@@ -198,8 +199,8 @@ class PopulationBasedTraining(TrialScheduler):
         self.on_trial_add(trial)
         st = self._state[trial.trial_id]
         t = result[self._time_attr]
-        if t < st.last_perturbation_time:  # the driver restarted the trial's count
-            st.last_perturbation_time = 0.0
+        if t < st.last_perturbation_time:  # restarted with a lower count: the clock restarts
+            st.last_perturbation_time = t
         st.last_score = self._score(result)
         st.last_time = t
         if t - st.last_perturbation_time < self._perturbation_interval:
@@ -215,9 +216,10 @@ class PopulationBasedTraining(TrialScheduler):
         new_config = explore(donor.config, self._mutations, self._resample_probability,
                              self._rng, self._perturbation_factors, self._custom_explore_fn)
         donor_state = self._state[donor_id]
-        # The clone inherits the donor's perturbation clock (as Ray does) and, until it
-        # reports again, its score: it now carries the donor's weights.
-        st.last_perturbation_time = donor_state.last_perturbation_time
+        # Its perturbation clock stays at t (Ray copies the donor's clock together with the
+        # donor's iteration count; raynb's driver keeps the trial's own count, so copying
+        # would re-perturb it at once). Until it reports again it scores as the donor: it
+        # now carries the donor's weights.
         st.last_score = donor_state.last_score
         self._num_perturbations += 1
         return Exploit(config=new_config, checkpoint=donor.checkpoint, donor_id=donor_id,
