@@ -429,3 +429,38 @@ def test_explore_rules():
         assert new["sub"]["lr"] in (pytest.approx(0.8), pytest.approx(1.2))
         seen.add((new["opt"], new["n"]))
     assert len(seen) == 4                        # both directions and both factors occur
+
+
+@pytest.mark.parametrize("counts", [(3, 4), (1, 3)])  # the count goes on / restarts at 1
+def test_pbt_exploited_trial_waits_a_full_interval_before_the_next_exploit(counts):
+    sched = PopulationBasedTraining(metric="acc", mode="max", perturbation_interval=2,
+                                    hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]}, seed=0)
+    trials = _pbt_population(sched)
+    scores = [0.1, 0.2, 0.3, 0.9]
+    for tr, s in zip(trials, scores):
+        sched.on_trial_result(tr, _result(1, s))
+    for tr, s in reversed(list(zip(trials, scores))):
+        assert sched.on_trial_result(tr, _result(2, s)) == CONTINUE or tr is trials[0]
+    p0 = trials[0]
+    # p0 was exploited at t=2 and stays the worst; nothing happens until a full interval of
+    # its own count has passed after the restart.
+    first, due = counts
+    decisions = {t: sched.on_trial_result(p0, _result(t, 0.05)) for t in range(first, due + 1)}
+    assert all(d == CONTINUE for t, d in decisions.items() if t < due), decisions
+    assert isinstance(decisions[due], Exploit)
+
+
+def test_asha_ignores_a_report_made_after_its_stop():
+    # The driver passes the trial's last report to on_trial_complete, which may have been
+    # made after the STOP (the run had not been cancelled yet). It must not enter rung 2.
+    sched = ASHAScheduler(metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2)
+    a, b, c = _trials(3)
+    for tr in (a, b, c):
+        sched.on_trial_add(tr)
+    for t in (1, 2):
+        assert sched.on_trial_result(a, _result(t, 5 * t)) == CONTINUE   # r1={5}, r2={10}
+    assert sched.on_trial_result(b, _result(1, 3)) == STOP               # 3 < 5
+    sched.on_trial_complete(b, _result(2, 30))                           # made after the STOP
+    assert sched.on_trial_result(c, _result(1, 5.5)) == CONTINUE
+    # r2 is still {10}: 11 goes on (with b's 30 counted, the median 20 would stop it).
+    assert sched.on_trial_result(c, _result(2, 11)) == CONTINUE
