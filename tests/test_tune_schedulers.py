@@ -460,7 +460,28 @@ def test_asha_ignores_a_report_made_after_its_stop():
     for t in (1, 2):
         assert sched.on_trial_result(a, _result(t, 5 * t)) == CONTINUE   # r1={5}, r2={10}
     assert sched.on_trial_result(b, _result(1, 3)) == STOP               # 3 < 5
+    assert sched.on_trial_result(b, _result(2, 30)) == STOP              # e.g. a replay
     sched.on_trial_complete(b, _result(2, 30))                           # made after the STOP
     assert sched.on_trial_result(c, _result(1, 5.5)) == CONTINUE
     # r2 is still {10}: 11 goes on (with b's 30 counted, the median 20 would stop it).
     assert sched.on_trial_result(c, _result(2, 11)) == CONTINUE
+
+
+def test_hyperband_results_after_a_stop_change_nothing():
+    # R=9, eta=3, bracket s=2 keeps 3 at r=1 and 1 at r=3.
+    sched = HyperBandScheduler(metric="acc", mode="max", max_t=9, reduction_factor=3)
+    trials = _trials(5)
+    for tr in trials:
+        sched.on_trial_add(tr)
+    for tr, s in zip(trials[:3], (5, 6, 7)):
+        assert sched.on_trial_result(tr, _result(1, s)) == CONTINUE
+    assert sched.on_trial_result(trials[3], _result(1, 1)) == STOP       # 3 better
+    # Later reports of the stopped trial, however good, are not recorded at r=3 ...
+    assert sched.on_trial_result(trials[3], _result(3, 100)) == STOP
+    # ... so the first trial to reach r=3 is the best there and goes on.
+    assert sched.on_trial_result(trials[0], _result(3, 15)) == CONTINUE
+    assert sched.on_trial_result(trials[1], _result(3, 18)) == CONTINUE  # pushes trial 0 out
+    assert sched.on_trial_result(trials[0], _result(4, 20)) == STOP
+    assert sched.on_trial_result(trials[1], _result(9, 54)) == STOP      # max_t
+    assert sched.on_trial_result(trials[1], _result(10, 60)) == STOP
+    assert "num_stopped=3" in sched.debug_string()

@@ -123,6 +123,8 @@ class ASHAScheduler(TrialScheduler):
 
     def on_trial_result(self, trial, result: dict) -> str:
         self._check_result(result, self._time_attr)
+        if trial.trial_id in self._stopped:
+            return STOP  # a report made after the STOP (or a replay after a restore)
         if trial.trial_id not in self._trial_bracket:
             self.on_trial_add(trial)
         if result[self._time_attr] >= self._max_t and self._stop_last_trials:

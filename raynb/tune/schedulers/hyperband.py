@@ -40,11 +40,6 @@ class _Bracket:
             self.dropped.update(order[keep:])
         return STOP if trial_id in self.dropped else CONTINUE
 
-    def promoted(self, i: int) -> list:
-        """Trial ids currently promoted past decision rung ``i`` (best first)."""
-        recorded = self.rungs[i][2]
-        return [k for k in recorded if k not in self.dropped]
-
 
 class HyperBandScheduler(TrialScheduler):
     """HyperBand's brackets of successive halving, deciding with CONTINUE/STOP only.
@@ -98,7 +93,7 @@ class HyperBandScheduler(TrialScheduler):
         self._s_max_1 = int(round(math.log(max_t) / math.log(reduction_factor))) + 1
         self._brackets: list[_Bracket] = []
         self._trial_bracket: dict[str, _Bracket] = {}
-        self._num_stopped = 0
+        self._stopped: set[str] = set()   # trial ids told to STOP
 
     def _new_bracket(self, s: int) -> _Bracket:
         n0 = int(math.ceil(self._s_max_1 / (s + 1) * self._eta ** s))
@@ -128,16 +123,19 @@ class HyperBandScheduler(TrialScheduler):
         self._check_result(result, self._time_attr)
         self.on_trial_add(trial)
         t = result[self._time_attr]
+        if trial.trial_id in self._stopped:
+            return STOP  # a report made after the STOP (or a replay after a restore)
         if t >= self._max_t and self._stop_last_trials:
             action = STOP
         else:
             action = self._trial_bracket[trial.trial_id].on_result(
                 trial.trial_id, t, self._score(result))
-        self._num_stopped += action == STOP
+        if action == STOP:
+            self._stopped.add(trial.trial_id)
         return action
 
     def debug_string(self) -> str:
-        lines = [f"Using HyperBand: num_stopped={self._num_stopped}"]
+        lines = [f"Using HyperBand: num_stopped={len(self._stopped)}"]
         for b in self._brackets:
             rungs = ", ".join(f"r={r:g}: {len(rec)} in, keep {keep}" for r, keep, rec in b.rungs)
             lines.append(f"Bracket s={b.s}: {len(b.trial_ids)}/{b.n0} trials; {rungs}")
