@@ -109,7 +109,7 @@ def walker(config):
             tune.report({"w": w, "step": step, "lr": config["lr"], **extra},
                         checkpoint=tune.Checkpoint.from_directory(d))
         restored = None
-        time.sleep(0.05)
+        time.sleep(0.1)  # leaves the driver time to exploit before the trial ends
 
 
 def test_pbt_via_the_tuner_restarts_bottom_trials_from_a_top_checkpoint(warm):
