@@ -189,10 +189,10 @@ def test_scheduler_stop_cancels_the_run_and_frees_the_worker_at_once(warm):
                       run_config=QUIET).fit()
     assert [r.status for r in grid] == ["STOPPED"] * 4
     for r in grid:
-        # Stopped at its 2nd report (it would make 500): at most one more was in flight, and
-        # the trial's results are what its run directory holds.
-        assert r._reports[1]["training_iteration"] == 2 and len(r._reports) <= 3
-        assert len((Path(r.path) / "result.json").read_text().splitlines()) == len(r._reports)
+        # Its results end at the STOP (its 2nd report); the run itself (it would report 500
+        # times) made at most one more report before the cancel reached it.
+        assert [m["training_iteration"] for m in r._reports] == [1, 2]
+        assert 2 <= len((Path(r.path) / "result.json").read_text().splitlines()) <= 3
     for prev, nxt in zip(grid, grid[1:]):
         gap = nxt.metrics_dataframe["t"].iloc[0] - prev.metrics_dataframe["t"].iloc[-1]
         assert 0 < gap < 1.0, gap  # the next trial starts on the freed worker within 1 s

@@ -262,11 +262,17 @@ class TuneController:
             self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
 
     def _on_report(self, trial: Trial, metrics: dict) -> None:
+        ending = trial.extra.get("_ending")
+        if ending in ("stop", "budget"):
+            # Made before the STOP reached the run: as in Ray, the trial's results end where
+            # it was stopped (the run's own result.json keeps every report).
+            return
         metrics["trial_id"] = trial.trial_id
-        trial.results.append(metrics)  # as in the run's result.json, which the head writes
+        # Reports after an exploit or interrupt are kept: the resumed run counts them.
+        trial.results.append(metrics)
         self.progress.add_result(trial.trial_id, metrics)
-        if trial.extra.get("_ending"):
-            return  # made before a STOP/exploit/interrupt reached it: nothing more to decide
+        if ending:
+            return
         if self.metric is not None and self.metric not in metrics:
             self._missing_metric(trial, metrics)
         self.search_alg.on_trial_result(trial.trial_id, metrics)
