@@ -400,6 +400,8 @@ def test_unreported_metric_names_the_reported_keys(make):
 def test_every_scheduler_is_a_trial_scheduler():
     for make in ALL:
         assert isinstance(make(metric="a", mode="max"), TrialScheduler)
+    assert ASHAScheduler(time_attr="time_total_s").time_attr == "time_total_s"
+    assert FIFOScheduler().time_attr is None
 
 
 @pytest.mark.parametrize("make", ALL)

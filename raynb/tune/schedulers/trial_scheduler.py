@@ -70,6 +70,11 @@ class TrialScheduler:
         return self._mode
 
     @property
+    def time_attr(self) -> str | None:
+        """The result key measuring progress (None for FIFO)."""
+        return getattr(self, "_time_attr", None)
+
+    @property
     def _metric_op(self) -> float:
         # Internally every scheduler maximises metric_op * value.
         return 1.0 if self._mode == "max" else -1.0
