@@ -395,8 +395,8 @@ class TuneController:
         try:
             while self._by_run and time.monotonic() < deadline:
                 msg = self.client.recv(max(0.0, deadline - time.monotonic()))
-                if msg is not None and msg.msg_type in (P.RUN_DONE, P.ERROR):
-                    self._handle(msg)
+                if msg is not None:
+                    self._handle(msg)  # reports still in flight too: the run's files hold them
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting; the head still ends the runs
         for trial in list(self._by_run.values()):
