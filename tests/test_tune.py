@@ -543,3 +543,30 @@ def test_restore_requeue_keeps_a_trial_with_a_checkpoint_and_restarts_one_withou
     assert a.status == b.status == "PENDING"
     assert a.results == [{"x": 1}] and a_dir.exists()  # resumed by the head from its checkpoint
     assert b.results == [] and b.checkpoint is None and not b_dir.exists()  # starts over
+
+
+def test_get_best_result_scopes_nan_and_clear_errors():
+    from raynb.tune.result_grid import ResultGrid
+    from raynb.tune.trial import Trial
+
+    def t(tid, losses, status="TERMINATED"):
+        return Trial(tid, {"id": tid}, status=status,
+                     results=[{"loss": v, "training_iteration": i + 1} for i, v in enumerate(losses)])
+
+    grid = ResultGrid([t("a", [5, 1, 4]), t("b", [3, 3, 3]), t("c", [float("nan")]), t("d", [], "PENDING")],
+                      "/x", "loss", "min")
+    assert grid.get_best_result().trial_id == "b"  # last: 3 < 4
+    assert grid.get_best_result(scope="all").trial_id == "a"  # its best report, 1
+    assert grid.get_best_result(scope="avg").trial_id == "b"  # 3 < 10/3
+    assert grid.get_best_result(mode="max").trial_id == "a"
+    with pytest.raises(ValueError, match="scope"):
+        grid.get_best_result(scope="best")
+    with pytest.raises(ValueError, match="needs a metric and a mode"):
+        ResultGrid([t("a", [1])], "/x").get_best_result()
+    with pytest.raises(RuntimeError, match=r"reported \['loss'\]"):
+        grid.get_best_result(metric="acc")
+    with pytest.raises(RuntimeError, match="no trial reported anything"):
+        ResultGrid([t("d", [], "PENDING")], "/x", "loss", "min").get_best_result()
+    df = grid.get_dataframe()
+    assert list(df["trial_id"]) == ["a", "b", "c", "d"] and list(df["status"])[-1] == "PENDING"
+    assert df.loc[3, "training_iteration"] is None or df["training_iteration"].isna().iloc[3]

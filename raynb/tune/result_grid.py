@@ -151,6 +151,9 @@ class ResultGrid:
         if best is None:
             seen = sorted({k for t in self._trials for res in t.results for k in res
                            if k not in AUTO_KEYS})
+            if not any(t.results for t in self._trials):
+                raise RuntimeError(f"no trial reported anything, so none has a {metric!r}: call "
+                                   f"raynb.tune.report({{{metric!r}: ...}}) in the trainable")
             raise RuntimeError(f"no trial reported a finite {metric!r}; the trials reported {seen}. "
                                "Pick one of these keys, or report the metric with raynb.tune.report()")
         return best

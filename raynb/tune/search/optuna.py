@@ -75,7 +75,7 @@ class OptunaSearch(Searcher):
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         if not super().set_search_properties(metric, mode, config):
             return False
-        if config:
+        if config and config is not self._space:  # the same space again: a cell re-run
             if self._space is not None:
                 raise ValueError("the search space was given twice: to OptunaSearch(space=...) and to "
                                  "Tuner(param_space=...); give it to one of them")
