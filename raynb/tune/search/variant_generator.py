@@ -77,13 +77,24 @@ def grid_variants(space) -> list[dict]:
     grids = [(path, leaf["grid_search"]) for path, leaf in walk(space) if is_grid(leaf)]
     if not grids:
         return [space]
+    template = _without_grids(space)  # copied per variant without the (possibly long) grid lists
     out = []
     for values in itertools.product(*(vals for _, vals in grids)):
-        variant = copy.deepcopy(space)
+        variant = copy.deepcopy(template)
         for (path, _), v in zip(grids, values):
             set_path(variant, path, copy.deepcopy(v))
         out.extend(grid_variants(variant))  # a grid value may hold grids of its own
     return out
+
+
+def _without_grids(space):
+    if is_grid(space):
+        return None
+    if isinstance(space, dict):
+        return {k: _without_grids(v) for k, v in space.items()}
+    if isinstance(space, list):
+        return [_without_grids(v) for v in space]
+    return space
 
 
 def count_grid(space) -> int:
