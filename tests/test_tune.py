@@ -570,3 +570,19 @@ def test_get_best_result_scopes_nan_and_clear_errors():
     df = grid.get_dataframe()
     assert list(df["trial_id"]) == ["a", "b", "c", "d"] and list(df["status"])[-1] == "PENDING"
     assert df.loc[3, "training_iteration"] is None or df["training_iteration"].isna().iloc[3]
+
+
+def _with_data(config, data=None, scale=1):
+    from raynb import tune
+
+    tune.report({"score": sum(data) * scale * config["m"]})
+
+
+def test_with_parameters_binds_extra_arguments(warm):
+    fn = tune.with_parameters(_with_data, data=[1, 2, 3], scale=10)
+    grid = tune.Tuner(fn, param_space={"m": tune.grid_search([1, 2])},
+                      tune_config=tune.TuneConfig(metric="score", mode="max"), run_config=QUIET).fit()
+    assert [r.metrics["score"] for r in grid] == [60, 120]
+    assert Path(grid[0].path).name.startswith("_with_data_")  # named after the wrapped function
+    with pytest.raises(TypeError, match="takes a function"):
+        tune.with_parameters(3)
