@@ -310,6 +310,26 @@ def test_restore_after_a_dead_kernel_with_optuna_creates_the_remaining_trials(wa
     assert all(0 <= r.config["k"] < 1 and r.metrics["score"] == r.config["k"] for r in grid2)
 
 
+def test_restore_of_a_lazy_grid_search_runs_each_point_once(warm, tmp_path):
+    from raynb.tune.search import ConcurrencyLimiter
+
+    marker = str(tmp_path / "go")
+    space = {"k": tune.grid_search([0, 1, 2, 3, 4, 5]), "n": 400, "marker": marker}
+    tuner = tune.Tuner(_until_marker, param_space=space,
+                       tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(BasicVariantGenerator(), 2)),
+                       run_config=QUIET)
+    timer = _interrupt_after(1.0)
+    try:
+        grid = tuner.fit()
+    finally:
+        timer.cancel()
+    assert [r.config["k"] for r in grid] == [0, 1]  # created as slots free up
+    Path(marker).touch()
+    grid2 = tune.Tuner.restore(grid.experiment_path, _until_marker).fit()
+    assert sorted(r.config["k"] for r in grid2) == [0, 1, 2, 3, 4, 5]
+    assert grid2.num_terminated == 6
+
+
 def _prints(config):
     from raynb import tune
 

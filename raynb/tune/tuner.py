@@ -263,15 +263,24 @@ class Tuner:
                 t.error = None
                 t.extra.pop("errors", None)
                 _requeue(t, from_checkpoint=not restart_errored)
+        tune_config = settings.get("tune_config") or TuneConfig(
+            metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1))
         tuner = cls(trainable, param_space=settings.get("param_space"),
-                    tune_config=settings.get("tune_config"), run_config=settings.get("run_config"),
+                    tune_config=tune_config, run_config=settings.get("run_config"),
                     _restored={"path": path, "trials": trials, "header": header, "fresh": True,
                               "orphans": orphans})
-        tuner._replay()
+        tuner._replay(bool(header.get("search_finished")))
         return tuner
 
-    def _replay(self) -> None:
+    def _replay(self, search_finished: bool) -> None:
         """Rebuild the scheduler's and searcher's view of the trials run so far."""
+        inner = getattr(self._search_alg, "searcher", self._search_alg)
+        if not search_finished and self._search_alg.counts_samples:
+            # A generator that counts its own samples (grid x num_samples) starts over:
+            # skip what it made before, so no grid point runs twice.
+            for i in range(len(self._trials)):
+                if inner.suggest(f"_replayed_{i}") == Searcher.FINISHED:
+                    break
         add_point = getattr(self._search_alg, "add_evaluated_point", None)
         for t in self._trials:
             self._scheduler.on_trial_add(t)
