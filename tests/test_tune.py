@@ -413,6 +413,9 @@ def test_bad_input_is_refused_before_any_trial(warm):
         tune.Tuner(42)
     with pytest.raises(ValueError, match="cluster holds at most"):
         tune.Tuner(TorchTrainer(_ddp_trial, scaling_config=ScalingConfig(num_workers=10_000))).fit()
+    if not any(n["gpus"] for n in warm.status()["nodes"]):
+        with pytest.raises(ValueError, match=r"needs 1 GPU\(s\).*cluster has 0"):
+            tune.Tuner(TorchTrainer(_ddp_trial, scaling_config=ScalingConfig(num_workers=1, use_gpu=True))).fit()
     with pytest.raises(ValueError, match="needs metric= and mode="):
         from raynb.tune.search.optuna import OptunaSearch
 

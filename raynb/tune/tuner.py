@@ -146,6 +146,12 @@ class Tuner:
             raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
                              "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
         concurrency = max(1, total_workers // per_trial)
+        if self._runner.scaling_config.use_gpu:  # one GPU per rank: GPUs may be the tighter limit
+            gpus = sum(len(n.get("gpus") or []) for n in status["nodes"])
+            if gpus < per_trial:
+                raise ValueError(f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
+                                 f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node")
+            concurrency = min(concurrency, gpus // per_trial)
         if self._tune_config.max_concurrent_trials:
             concurrency = min(concurrency, self._tune_config.max_concurrent_trials)
 
@@ -187,7 +193,8 @@ class Tuner:
         if controller.interrupted:
             unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
             sys.stderr.write(f"Tuning interrupted: {grid.num_terminated} trial(s) done, {unfinished} "
-                             f"unfinished. The ResultGrid holds the results so far; to carry on, run "
+                             f"unfinished. The ResultGrid holds the results so far; to carry on, call fit() "
+                             f"on this Tuner again, or after a kernel restart "
                              f"Tuner.restore({path!r}, trainable).fit()\n")
             sys.stderr.flush()
         return grid
