@@ -12,7 +12,9 @@ What is timed, on a private cluster of 4 workers (its own temporary ``RAYNB_HOME
 - ``total_time_s``: the digits CNN of ``raynb demo`` (15 epochs, a checkpoint every
   epoch, 4 ranks), run ``--pairs`` times without a failure and ``--pairs`` times with
   rank 2 killed once ``checkpoint_000007`` is committed, alternating, so both sides see
-  the same machine load. Wall time of ``fit()`` (submit -> Result), medians and their ratio.
+  the same machine load. Wall time of ``fit()`` (submit -> Result), medians and their ratio;
+  also, as for ``resume_s``, kill -> the restarted attempt's first report at the client
+  (which here trained one epoch of the CNN with DDP after loading the checkpoint).
 - ``torch_import_s``: ``python -c "import torch"`` wall time, median of 3: what a fresh
   worker process would spend before it could do anything.
 
@@ -276,7 +278,7 @@ def measure_total_time(pairs: int, storage: str) -> dict:
     fn = partial(digits_fn, data=load_digits_split())
     config = {"lr": 3e-3, "epochs": 15}
     _fit(fn, config, "digits_warmup", storage, max_failures=0)  # untimed
-    clean, failed, acc_clean, acc_failed = [], [], [], []
+    clean, failed, acc_clean, acc_failed, resume, to_note = [], [], [], [], [], []
     for i in range(pairs):
         t = time.perf_counter()
         r = _fit(fn, config, f"digits_clean_{i:03d}", storage, max_failures=1)
@@ -284,8 +286,11 @@ def measure_total_time(pairs: int, storage: str) -> dict:
         if r.state != "FINISHED" or r.failures:
             raise RuntimeError(f"an uninterrupted digits run went wrong: {r!r}")
         acc_clean.append(r.metrics["val_accuracy"])
-        r, _, _, wall = _killed_run(fn, config, f"digits_killed_{i:03d}", storage, kill_after_checkpoint=7)
+        r, killer, log, wall = _killed_run(fn, config, f"digits_killed_{i:03d}", storage, kill_after_checkpoint=7)
         failed.append(wall)
+        to_note.append(next(t for t, ev in log.events if ev.get("kind") == "note") - killer.kill_time)
+        resume.append(next(t for t, ev in log.events if ev.get("kind") == "report"
+                           and ev["metrics"].get("start_epoch", 0) > 0) - killer.kill_time)
         acc_failed.append(r.metrics["val_accuracy"])
     mc, mf = statistics.median(clean), statistics.median(failed)
     return {"total_time_s": {
@@ -293,6 +298,8 @@ def measure_total_time(pairs: int, storage: str) -> dict:
         "one_failure": {"median": round(mf, 3), "all": [round(x, 3) for x in failed]},
         "ratio": round(mf / mc, 3),
         "extra_s": round(mf - mc, 3),
+        "kill_to_first_report_s": _summary_s(resume),
+        "kill_to_restart_note_ms": round(statistics.median(to_note) * 1000, 1),
         "final_val_accuracy": {"no_failure": [round(a, 4) for a in acc_clean],
                                "one_failure": [round(a, 4) for a in acc_failed]},
     }}

@@ -58,6 +58,7 @@ class WorkerInfo:
     rank: int | None = None
     group_key: str | None = None
     stats: dict = field(default_factory=dict)
+    store_port: int | None = None  # its always-listening TCPStore server (rendezvous as rank 0)
 
     @property
     def busy(self) -> bool:
@@ -351,8 +352,10 @@ class Head:
         if run.state not in TERMINAL:
             # The head that ran it died mid-run: the run is over, and says how to continue.
             run.state = "FAILED"
+            run.failures.append({"message": "the raynb head stopped while this run was active"})
             run.errors.append({"message": "the raynb head stopped while this run was active; continue "
                                           "it with TorchTrainer.restore(path) or %%ray_train --resume"})
+            self._write_state(run)  # Result.from_path tells the same, with no head running
         self.runs.setdefault(run.run_id, run)
         return run
 
@@ -501,6 +504,11 @@ class Head:
             run.last_metrics = rundir.rows[-1] if rundir.rows else {}
             run.store.discard_staging()
             run.failures = list(previous.get("failures") or [])
+            if previous.get("state") not in TERMINAL:
+                # Its run.json still says it was active: the head that ran it died mid-run
+                # (a live run of this head was refused above). That attempt failed too, and
+                # the resumed run's Result.failures must not lose it.
+                run.failures.append({"message": "the raynb head stopped while this run was active"})
         else:
             rundir.write_params(spec.get("params", {}))
         rundir.write_function(P.buffer_bytes(msg.buffers[0]))
@@ -534,7 +542,8 @@ class Head:
 
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
-        w = WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"], c["hostname"], c["ip"])
+        w = WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"], c["hostname"], c["ip"],
+                       store_port=c.get("store_port"))
         self.workers[w.worker_id] = w
         node = self.nodes.get(w.node_id)
         if node is not None and node.spawning > 0:
@@ -580,6 +589,12 @@ class Head:
                                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
         if not run.finishing:
             self._begin_finishing(run, "FAILING", DEAD_PEER_GRACE_S)
+        elif run.state == "FAILING" and run.deadline is not None:
+            # A peer's gloo error ("connection closed by peer") often arrives before the
+            # death and started the longer grace of an exception; the ranks still running
+            # wait on the dead one in a collective, so the dead-peer grace applies from now
+            # (else a DDP run's restart waited a full CANCEL_GRACE_S for them).
+            run.deadline = min(run.deadline, time.monotonic() + DEAD_PEER_GRACE_S)
         self._maybe_finish(run)
 
     def _refill(self, node_id: str | None) -> None:
@@ -665,8 +680,9 @@ class Head:
         if known is None or known[0] != backend or known[2] != timeout_s:
             known = self.groups[members] = (backend, uuid.uuid4().hex, timeout_s)
         master = chosen[0]
-        group = {"key": known[1], "backend": backend,
-                 "master_addr": master.ip, "master_port": _free_port(master.ip)}
+        group = {"key": known[1], "backend": backend, "master_addr": master.ip,
+                 "master_port": master.store_port or _free_port(master.ip),
+                 "store_port": master.store_port}
         if timeout_s:
             group["timeout_s"] = timeout_s
         return group
@@ -835,8 +851,10 @@ class Head:
             if run.max_failures < 0 or len(run.failures) <= run.max_failures:
                 self._restart(run, cause)
             else:
-                if len(run.failures) > 1:  # name every failure, this attempt's first
-                    run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
+                # Name every failure, the cause first: also with a single failure, where a
+                # peer's gloo error ("connection closed by peer") often arrives before the
+                # dead rank's exit and would otherwise be RunError.rank and lead the message.
+                run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
                 self._finish(run, "FAILED")
         else:
             self._commit_checkpoints(run, run_ended=True)

@@ -148,7 +148,11 @@ class Worker:
         self._module_files: dict[str, str | bool] = {}
         self._module_mtimes: dict[str, float] = {}
         self._sys_path_seen: tuple = ()
-        self._threads = None
+        self._store = None
+        try:
+            self._store_server()
+        except Exception as e:  # noqa: BLE001 - rendezvous falls back to a per-group port
+            log.warning("no TCPStore server on this worker (%s); rank 0 will open one per group", e)
         io = threading.Thread(target=self._io_loop, name="raynb-io", daemon=True)
         io.start()
         self._io_ready.wait()
@@ -206,7 +210,7 @@ class Worker:
         pull.bind("inproc://raynb-out")
         session.send(dealer, P.WORKER_READY, {
             "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
-            "hostname": socket.gethostname(), "ip": self.node_ip})
+            "hostname": socket.gethostname(), "ip": self.node_ip, "store_port": self.store_port})
         self._io_ready.set()
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
@@ -342,10 +346,30 @@ class Worker:
         import torch
 
         threads = max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"]))
-        if threads != self._threads:
+        # Checked against torch itself, not what we last set: the previous run's code may
+        # have called torch.set_num_threads, which must not leak into this run.
+        if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
-            self._threads = threads
         self._ensure_group(task)
+
+    def _store_server(self):
+        """This worker's torch.distributed TCPStore server, listening from its start.
+
+        When this worker is rank 0 of a new process group its peers rendezvous here.
+        A server created at rendezvous time (init_method="tcp://...") would often
+        start listening after a peer's first connect attempt, and torch's client
+        backs off for ~0.6 s before retrying: a restart after a failure, or any new
+        group, paid that on most rendezvous."""
+        if self._store is None:
+            import torch.distributed as dist
+
+            self._store = dist.TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False,
+                                        timeout=timedelta(seconds=1800))
+        return self._store
+
+    @property
+    def store_port(self) -> int | None:
+        return self._store.port if self._store is not None else None
 
     def _ensure_group(self, task: dict) -> None:
         import torch.distributed as dist
@@ -373,10 +397,17 @@ class Worker:
                     f"use_gpu=True but no CUDA device is visible on {socket.gethostname()} "
                     f"(worker {self.worker_id}); run with use_gpu=False or add a GPU node")
             torch.cuda.set_device(task["gpu_id"])
-        dist.init_process_group(
-            g["backend"], init_method=f"tcp://{g['master_addr']}:{g['master_port']}",
-            rank=task["rank"], world_size=task["world_size"],
-            timeout=timedelta(seconds=float(g.get("timeout_s") or 1800)))
+        timeout = timedelta(seconds=float(g.get("timeout_s") or 1800))
+        if g.get("store_port") and task["rank"] == 0:
+            store = self._store_server()  # rank 0 is the worker whose server the head named
+        else:
+            store = dist.TCPStore(g["master_addr"], int(g["master_port"]), task["world_size"],
+                                  is_master=task["rank"] == 0 and not g.get("store_port"),
+                                  timeout=timeout, wait_for_workers=False)
+        # Each rendezvous gets keys of its own in the long-lived store.
+        store = dist.PrefixStore(f"raynb/{g['key']}/", store)
+        dist.init_process_group(g["backend"], store=store, rank=task["rank"],
+                                world_size=task["world_size"], timeout=timeout)
         self.group_key = g["key"]
 
     # -- reloading edited local modules ----------------------------------------

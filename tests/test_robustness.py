@@ -375,3 +375,26 @@ def test_head_killed_mid_run_fails_the_cell_and_cleans_up(tmp_path, monkeypatch)
         # The next run finds the stale connection file and starts a fresh cluster.
         _, ret = execute_run(_sum_of_ranks, None, _sc(1), QUIET)
         assert ret == 1.0
+
+
+def test_a_runs_thread_count_does_not_leak_into_the_next_run(warm):
+    """torch.set_num_threads in one run's code must not stay in force for the next
+    run on the same warm worker."""
+    def shrink():
+        import os
+
+        import torch
+        torch.set_num_threads(1)
+        return os.getpid()
+
+    def read():
+        import os
+
+        import torch
+        return os.getpid(), torch.get_num_threads()
+
+    cfg = raynb.ScalingConfig(num_workers=1)
+    _, pid = execute_run(shrink, scaling_config=cfg, run_config=raynb.RunConfig(verbose=0))
+    _, (pid2, threads) = execute_run(read, scaling_config=cfg, run_config=raynb.RunConfig(verbose=0))
+    assert pid2 == pid, "the second run should reuse the warm single-rank group"
+    assert threads == max(1, os.cpu_count() or 1)
