@@ -340,15 +340,28 @@ class TuneController:
         the donor's checkpoint into this trial's run as its newest checkpoint, take the
         explored config, and queue the trial first; it then resumes its run from that
         checkpoint."""
+        trial.status = PENDING
+        self._pending.insert(0, trial)
         if decision.checkpoint:
-            adopted = adopt_checkpoint(trial.path, decision.checkpoint, self.runner.run_config.checkpoint_config,
-                                       {"donor_trial_id": decision.donor_id})
+            donor = next((t for t in self.trials if t.trial_id == decision.donor_id), None)
+            # The donor ran on meanwhile: num_to_keep may have pruned that checkpoint; its
+            # newest one is as good a copy of its weights.
+            sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
+            for source in sources:
+                try:
+                    adopted = adopt_checkpoint(trial.path, source, self.runner.run_config.checkpoint_config,
+                                               {"donor_trial_id": decision.donor_id})
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                self.progress.note(f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} "
+                                   "continues as it was")
+                return
             trial.checkpoint = adopted["path"]
             trial.extra["exploits"] = trial.extra.get("exploits", 0) + 1
         trial.config = decision.config
         write_params(trial.path, self.runner.fn_config(trial.config))
-        trial.status = PENDING
-        self._pending.insert(0, trial)
         self.progress.add_trial(trial.trial_id, trial.config)
         self.progress.note(f"PBT: {trial.trial_id} continues from {decision.donor_id}'s checkpoint "
                            "with a perturbed config")
