@@ -547,6 +547,7 @@ def test_interrupted_trials_resume_from_their_checkpoint(warm, tmp_path):
         assert last["step"] == last["started_at_step"]  # and it ended after one more report
         assert last["training_iteration"] == len(r._reports) == n + 1  # the run counts on
         assert r.checkpoint is not None and json.loads((Path(r.checkpoint.path) / "c.json").read_text())["step"] == last["step"]
+        assert r.best_checkpoints and r.best_checkpoints[-1][0].path == r.checkpoint.path
 
 
 def test_restore_requeue_keeps_a_trial_with_a_checkpoint_and_restarts_one_without(tmp_path):

@@ -301,6 +301,9 @@ class TuneController:
         self._by_run.pop(trial.run_id, None)
         if c.get("checkpoint"):
             trial.checkpoint = c["checkpoint"]
+        for key in ("checkpoints", "checkpoint_config", "failures"):  # for the trial's Result
+            if c.get(key):
+                trial.extra[key] = c[key]
         state = c.get("state")
         ending = trial.extra.pop("_ending", None)
         trial.extra["ended_at"] = time.time()

@@ -30,7 +30,9 @@ class TrialResult(Result):
             ckpt = Checkpoint(trial.checkpoint)
         super().__init__(metrics=dict(trial.last_result) if trial.results else None, error=error,
                          path=trial.path, checkpoint=ckpt, name=trial.trial_id, state=trial.status,
-                         time_total_s=trial.last_result.get("time_total_s"), _reports=trial.results)
+                         time_total_s=trial.last_result.get("time_total_s"), _reports=trial.results,
+                         best_checkpoints=_best_checkpoints(trial),
+                         failures=list(trial.extra.get("failures") or []))
 
     @property
     def metrics_dataframe(self):
@@ -60,6 +62,20 @@ class TrialResult(Result):
     def __repr__(self) -> str:
         return (f"Result(trial_id={self.trial_id!r}, status={self.status!r}, metrics={self.metrics!r}, "
                 f"config={self.config!r}, path={self.path!r}, error={self.error!r})")
+
+
+def _best_checkpoints(trial: Trial) -> list:
+    """(Checkpoint, metrics) of the trial's kept checkpoints, best first by the run's
+    CheckpointConfig score (else oldest first), as ``raynb.train.Result`` has them."""
+    from ..train.checkpoint import Checkpoint
+    from ..train.config import _score_key
+
+    records = [c for c in trial.extra.get("checkpoints") or [] if c.get("path")]
+    best = [(Checkpoint(c["path"]), c.get("metrics") or {}) for c in records]
+    cc = trial.extra.get("checkpoint_config") or {}
+    if cc.get("checkpoint_score_attribute"):
+        best.sort(key=_score_key(cc["checkpoint_score_attribute"], cc.get("checkpoint_score_order", "max")))
+    return best
 
 
 def _error_of(trial: Trial) -> RunError | None:
