@@ -201,3 +201,6 @@ class RayNBMagics(Magics):
 
 def load_ipython_extension(ipython) -> None:
     ipython.register_magics(RayNBMagics)
+    from .tune.magic import RayTuneMagics  # %%ray_tune
+
+    ipython.register_magics(RayTuneMagics)

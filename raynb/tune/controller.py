@@ -1,0 +1,477 @@
+"""The Tune driver loop: trials as raynb runs on the warm pool, decided by a scheduler.
+
+One thread, one connection: trials are submitted with ``SUBMIT_RUN`` and their events
+multiplexed on ``client.recv`` by ``run_id``. The loop blocks on the socket only, with no
+per-event sleeps; after each batch of messages it fills the free worker slots, writes the
+experiment state (if a trial's state changed) and lets the table redraw (throttled there).
+
+Ray Tune's ``TuneController`` is the reference for the order of the callbacks.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .. import protocol as P
+from ..errors import ClusterError
+from ..rundir import STATE_FILE as RUN_STATE_FILE
+from ..rundir import read_run_dir, write_json_atomic
+from ..runner import HEAD_SILENCE_S, PING_EVERY_S, build_submission
+from ..train.config import RunConfig, ScalingConfig
+from .experiment_state import ExperimentState
+from .result_grid import AUTO_KEYS
+from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
+from .search.searcher import Searcher
+from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+
+# After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
+# The head kills ranks that ignore the cancel after 1 s, so this is rarely reached.
+INTERRUPT_WAIT_S = 2.0
+# Messages handled per batch before the loop fills free slots again.
+BATCH = 256
+
+
+class TrialRunner:
+    """Everything one ``fit()`` needs to run trials: the function, how many workers each
+    trial takes, and how a trial's config becomes the function's config."""
+
+    def __init__(self, fn, scaling_config: ScalingConfig, base_config: dict | None, nested_key: str | None,
+                 run_config: RunConfig, name_prefix: str):
+        self.fn = fn
+        self.scaling_config = scaling_config
+        self.base_config = base_config
+        self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
+        self.run_config = run_config
+        self.name_prefix = name_prefix
+
+    def fn_config(self, trial_config: dict):
+        if self.nested_key is None:
+            return trial_config
+        from .search.variant_generator import deep_update
+
+        return deep_update(self.base_config or {}, trial_config.get(self.nested_key) or {})
+
+
+class TuneController:
+    """Runs an experiment's trials to the end (or the time budget, or an interrupt).
+
+    After :meth:`run`, ``trials`` holds every trial with its final status and
+    ``interrupted`` says whether Ctrl-C (or :meth:`interrupt`) cut it short.
+    """
+
+    def __init__(self, *, client, runner: TrialRunner, trials: list[Trial], search_alg: Searcher,
+                 scheduler, metric: str | None, mode: str | None, num_samples: int,
+                 concurrency: int, total_workers: int, time_budget_s: float | None,
+                 experiment_path: str, exp_id: str, state: ExperimentState, progress, display,
+                 search_finished: bool, verbose: int):
+        self.client = client
+        self.runner = runner
+        self.trials = trials
+        self.search_alg = search_alg
+        self.scheduler = scheduler
+        self.metric = metric
+        self.mode = mode
+        self.num_samples = num_samples
+        self.concurrency = concurrency
+        self.total_workers = total_workers
+        self.time_budget_s = time_budget_s
+        self.experiment_path = experiment_path
+        self.exp_id = exp_id
+        self.state = state
+        self.progress = progress
+        self.display = display
+        self.verbose = verbose
+        self.search_finished = search_finished
+        self.interrupted = False
+        self._interrupt_requested = False
+        self._by_run: dict[str, Trial] = {}
+        self._pending: list[Trial] = [t for t in trials if t.status == PENDING]
+        self._stop_freed: list[float] = []  # times of STOP decisions whose worker is free again
+        self._last_heard = time.monotonic()
+        self._budget_hit = False
+
+    # -- public ---------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """Ask the loop to stop every running trial and return, as Ctrl-C does (any thread)."""
+        self._interrupt_requested = True
+
+    def run(self) -> None:
+        """Run until every trial has ended, the time budget is spent, or an interrupt.
+
+        Raises:
+            ValueError: a trial reported without the metric (naming the keys it reported).
+            ClusterError: the head stopped answering.
+            Exception: whatever a scheduler or searcher raised; running trials are cancelled first.
+        """
+        started = time.monotonic()
+        deadline = started + self.time_budget_s if self.time_budget_s else None
+        try:
+            self._create_trials()
+            self._fill()
+            self._flush()
+            while self._by_run or (self._pending and not self._budget_hit) or (
+                    not self.search_finished and not self._budget_hit):
+                if self._interrupt_requested:
+                    raise KeyboardInterrupt
+                if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
+                    self._time_budget_reached()
+                if not self._by_run:
+                    if self._budget_hit:
+                        break
+                    self._fill()
+                    if not self._by_run:
+                        if self._pending:
+                            raise RuntimeError(
+                                f"{type(self.scheduler).__name__}.choose_trial_to_run() picked none of "
+                                f"{len(self._pending)} pending trials while none was running")
+                        if self.search_finished:
+                            break
+                        raise RuntimeError(
+                            f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
+                            "was running: it waits for results that can never come")
+                    self._flush()
+                    continue
+                timeout = PING_EVERY_S
+                if deadline is not None and not self._budget_hit:
+                    timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+                if self._interrupt_requested:
+                    timeout = 0.0
+                # Wake at least every 0.25 s: the table's clock, and interrupt() from another thread.
+                msg = self.client.recv(min(timeout, 0.25))
+                if msg is None:
+                    self._quiet()
+                else:
+                    self._handle(msg)
+                    for _ in range(BATCH):
+                        msg = self.client.recv(0)
+                        if msg is None:
+                            break
+                        self._handle(msg)
+                if not self._budget_hit:
+                    self._fill()
+                self._flush()
+        except KeyboardInterrupt:
+            self._cancel_all(PAUSED)
+            self.interrupted = True
+        except BaseException:
+            self._cancel_all(PAUSED)
+            raise
+        finally:
+            self._flush()
+
+    # -- trials ---------------------------------------------------------------------------
+    def _can_create(self) -> bool:
+        if self.search_finished:
+            return False
+        if not self.search_alg.counts_samples and self.num_samples >= 0 and len(self.trials) >= self.num_samples:
+            self.search_finished = True
+            return False
+        return True
+
+    def _create_trials(self) -> int:
+        """Create trials from the search algorithm: all of them if it is eager, else one per
+        free slot. Returns how many were created."""
+        made = 0
+        while self._can_create():
+            if not self.search_alg.eager and len(self._pending) >= self.concurrency - len(self._by_run):
+                break
+            trial_id = f"{self.exp_id}_{len(self.trials):05d}"
+            config = self.search_alg.suggest(trial_id)
+            if config == Searcher.FINISHED:
+                self.search_finished = True
+                break
+            if config is None:
+                break
+            dirname = f"{self.runner.name_prefix}_{trial_id}"
+            trial = Trial(trial_id, config, path=str(Path(self.experiment_path) / dirname),
+                          extra={"dirname": dirname})
+            self.trials.append(trial)
+            self._pending.append(trial)
+            self.scheduler.on_trial_add(trial)
+            self.progress.add_trial(trial_id, trial.config)
+            self.state.mark(trial)
+            made += 1
+        return made
+
+    def _fill(self) -> None:
+        """Start pending trials while there are free slots."""
+        while len(self._by_run) < self.concurrency:
+            if not self._pending and not self._create_trials():
+                return
+            trial = self.scheduler.choose_trial_to_run(self._pending)
+            if trial is None:
+                return
+            self._pending.remove(trial)
+            self._start(trial)
+
+    def _start(self, trial: Trial) -> None:
+        r = self.runner
+        rc = r.run_config
+        # A trial whose run directory exists (PBT's exploit, a restored trial with a
+        # checkpoint) continues that run: the head resumes it from its latest checkpoint and
+        # keeps counting training_iteration from its earlier reports.
+        extra = {"resume": True} if trial.path and (Path(trial.path) / RUN_STATE_FILE).exists() else {}
+        spec, payload = build_submission(
+            r.fn, r.fn_config(trial.config), r.scaling_config,
+            RunConfig(name=trial.extra["dirname"], storage_path=self.experiment_path, verbose=0,
+                      checkpoint_config=rc.checkpoint_config, failure_config=rc.failure_config),
+            name_prefix=r.name_prefix, extra=extra)
+        trial.run_id = spec["run_id"]
+        trial.status = RUNNING
+        trial.extra["submitted_at"] = time.time()
+        if self._stop_freed:
+            trial.extra["freed_by_stop_at"] = self._stop_freed.pop(0)
+        self._by_run[trial.run_id] = trial
+        self.client.send(P.SUBMIT_RUN, spec, buffers=[payload])
+        self.progress.set_status(trial.trial_id, RUNNING)
+        self.state.mark(trial)
+        self._workers_changed()
+
+    def _workers_changed(self) -> None:
+        self.progress.set_workers(len(self._by_run) * self.runner.scaling_config.num_workers,
+                                  self.total_workers)
+
+    # -- events ---------------------------------------------------------------------------
+    def _handle(self, msg: P.Message) -> None:
+        self._last_heard = time.monotonic()
+        trial = self._by_run.get(msg.content.get("run_id"))
+        if trial is None:
+            return
+        if msg.msg_type == P.RUN_EVENT:
+            event = msg.content["event"]
+            kind = event.get("kind")
+            if kind == "report":
+                if event.get("rank") == 0:
+                    self._on_report(trial, event["metrics"])
+            elif kind == "state":
+                if event.get("state") == "RUNNING":
+                    trial.extra["started_at"] = event.get("time")
+            elif kind == "checkpoint":
+                trial.checkpoint = event.get("path")
+                self.state.mark(trial)
+            elif kind == "output":
+                if event.get("rank") == 0 and self.verbose:
+                    self._relay(trial, event)
+            elif kind in ("note", "restart") and event.get("text"):
+                self.progress.note(f"{trial.trial_id}: {event['text']}")
+        elif msg.msg_type == P.RUN_DONE:
+            self._on_done(trial, msg.content)
+        elif msg.msg_type == P.ERROR:  # the head refused the run
+            self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
+
+    def _on_report(self, trial: Trial, metrics: dict) -> None:
+        ending = trial.extra.get("_ending")
+        if ending in ("stop", "budget"):
+            # Made before the STOP reached the run: as in Ray, the trial's results end where
+            # it was stopped (the run's own result.json keeps every report).
+            return
+        metrics["trial_id"] = trial.trial_id
+        # Reports after an exploit or interrupt are kept: the resumed run counts them.
+        trial.results.append(metrics)
+        self.progress.add_result(trial.trial_id, metrics)
+        if ending:
+            return
+        if self.metric is not None and self.metric not in metrics:
+            self._missing_metric(trial, metrics)
+        self.search_alg.on_trial_result(trial.trial_id, metrics)
+        decision = self.scheduler.on_trial_result(trial, metrics)
+        if decision == CONTINUE or decision is None:
+            return
+        if decision == STOP:
+            trial.extra["_ending"] = "stop"
+            trial.extra["stop_requested_at"] = time.time()
+        elif isinstance(decision, Exploit):
+            trial.extra["_ending"] = "exploit"
+            trial.extra["_exploit"] = decision
+        else:
+            raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
+                             "expected CONTINUE, STOP or an Exploit")
+        self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+
+    def _missing_metric(self, trial: Trial, metrics: dict) -> None:
+        keys = sorted(k for k in metrics if k not in AUTO_KEYS)
+        raise ValueError(
+            f"trial {trial.trial_id} reported {keys} (plus the automatic {list(AUTO_KEYS[:3])}) "
+            f"without the metric {self.metric!r} named in TuneConfig(metric=...). Include it in "
+            f"every raynb.tune.report({{{self.metric!r}: ...}}), or set metric= to one of {keys}")
+
+    def _on_done(self, trial: Trial, c: dict) -> None:
+        self._by_run.pop(trial.run_id, None)
+        if c.get("checkpoint"):
+            trial.checkpoint = c["checkpoint"]
+        for key in ("checkpoints", "checkpoint_config", "failures"):  # for the trial's Result
+            if c.get(key):
+                trial.extra[key] = c[key]
+        state = c.get("state")
+        ending = trial.extra.pop("_ending", None)
+        trial.extra["ended_at"] = time.time()
+        if ending == "exploit" and state != "FAILED":
+            self._exploit(trial, trial.extra.pop("_exploit"))
+        elif ending in ("stop", "budget") and state != "FAILED":
+            trial.status = STOPPED
+            if ending == "stop":
+                self._stop_freed.append(trial.extra["stop_requested_at"])
+            self.scheduler.on_trial_complete(trial, trial.last_result)
+            self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
+        elif ending == "interrupt" and state != "FAILED":
+            trial.status = TERMINATED if state == "FINISHED" else PAUSED
+            if trial.status == TERMINATED:
+                self.scheduler.on_trial_complete(trial, trial.last_result)
+                self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
+        elif state == "FINISHED":
+            trial.status = TERMINATED
+            self.scheduler.on_trial_complete(trial, trial.last_result)
+            self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
+        else:
+            errors = c.get("errors") or [{"message": f"the run ended {state}"}]
+            if state == "CANCELLED":
+                errors = [{"message": "cancelled outside Tune (raynb stop, or a cancel from another client)"}]
+            trial.status = ERROR
+            trial.error = _one_line(errors)
+            trial.extra["errors"] = errors
+            self.scheduler.on_trial_error(trial)
+            self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
+        trial.extra.pop("_exploit", None)
+        self.progress.set_status(trial.trial_id, trial.status, trial.error)
+        self.state.mark(trial)
+        self._workers_changed()
+
+    def _exploit(self, trial: Trial, decision: Exploit) -> None:
+        """PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks"): copy
+        the donor's checkpoint into this trial's run as its newest checkpoint, take the
+        explored config, and queue the trial first; it then resumes its run from that
+        checkpoint."""
+        trial.status = PENDING
+        self._pending.insert(0, trial)
+        if decision.checkpoint:
+            donor = next((t for t in self.trials if t.trial_id == decision.donor_id), None)
+            # The donor ran on meanwhile: num_to_keep may have pruned that checkpoint; its
+            # newest one is as good a copy of its weights.
+            sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
+            for source in sources:
+                try:
+                    adopted = adopt_checkpoint(trial.path, source, self.runner.run_config.checkpoint_config,
+                                               {"donor_trial_id": decision.donor_id})
+                    break
+                except FileNotFoundError:
+                    continue
+            else:
+                self.progress.note(f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} "
+                                   "continues as it was")
+                return
+            trial.checkpoint = adopted["path"]
+            trial.extra["exploits"] = trial.extra.get("exploits", 0) + 1
+        trial.config = decision.config
+        write_params(trial.path, self.runner.fn_config(trial.config))
+        self.progress.add_trial(trial.trial_id, trial.config)
+        self.progress.note(f"PBT: {trial.trial_id} continues from {decision.donor_id}'s checkpoint "
+                           "with a perturbed config")
+
+    def _relay(self, trial: Trial, event: dict) -> None:
+        text = event.get("text", "")
+        if not text:
+            return
+        stream = sys.stderr if event.get("stream") == "stderr" else sys.stdout
+        lines = text.splitlines(True)
+        stream.write("".join(f"({trial.trial_id}) {line}" for line in lines))
+        if not text.endswith("\n"):
+            stream.write("\n")
+        stream.flush()
+
+    # -- the rest ---------------------------------------------------------------------------
+    def _quiet(self) -> None:
+        """Nothing arrived for a while: ping the head; fail if it has been silent too long."""
+        now = time.monotonic()
+        if self._by_run and now - self._last_heard >= HEAD_SILENCE_S:
+            raise ClusterError(
+                f"lost contact with the raynb head at {self.client.address}: no answer for "
+                f"{now - self._last_heard:.0f}s while trials were running; check `raynb status`")
+        if now - self._last_heard >= PING_EVERY_S:
+            self.client.send(P.PING)
+
+    def _time_budget_reached(self) -> None:
+        self._budget_hit = True
+        self.progress.note(f"time budget of {self.time_budget_s:g}s reached: running trials stopped, "
+                           f"{len(self._pending)} pending trial(s) not started")
+        for trial in list(self._by_run.values()):
+            if not trial.extra.get("_ending"):
+                trial.extra["_ending"] = "budget"
+                self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+
+    def _cancel_all(self, status_after: str) -> None:
+        """Cancel every running trial and wait (at most INTERRUPT_WAIT_S) for the head to
+        confirm; trials that were running end ``status_after`` (PAUSED: resumable)."""
+        for trial in list(self._by_run.values()):
+            if trial.extra.get("_ending") not in ("stop", "budget"):
+                trial.extra["_ending"] = "interrupt"
+            self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+        deadline = time.monotonic() + INTERRUPT_WAIT_S
+        try:
+            while self._by_run and time.monotonic() < deadline:
+                msg = self.client.recv(max(0.0, deadline - time.monotonic()))
+                if msg is not None:
+                    self._handle(msg)  # reports still in flight too: the run's files hold them
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: stop waiting; the head still ends the runs
+        for trial in list(self._by_run.values()):
+            self._by_run.pop(trial.run_id, None)
+            trial.extra.pop("_ending", None)
+            trial.status = status_after
+            self.progress.set_status(trial.trial_id, status_after)
+            self.state.mark(trial)
+
+    def _flush(self) -> None:
+        if self.state.dirty:
+            self.state.write(created=len(self.trials), search_finished=self.search_finished)
+        self.display.update()
+
+
+def _one_line(errors: list) -> str:
+    e = errors[0] if errors else {}
+    if e.get("exc_type"):
+        return f"{e['exc_type']}: {e.get('message', '')}".splitlines()[0][:300]
+    return str(e.get("message", "failed")).splitlines()[0][:300]
+
+
+def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dict) -> dict:
+    """Copy the checkpoint directory ``source`` into the ended run at ``run_path`` as its
+    newest committed checkpoint (``checkpoint_000NNN``, recorded in its ``run.json``), so
+    resuming the run resumes from it. Uses the head's own CheckpointStore (copy to a staging
+    directory, then an atomic rename), so the run directory stays as the head writes it.
+
+    Returns:
+        ``{"index", "name", "path", "metrics"}`` of the new checkpoint.
+
+    Raises:
+        CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
+        OSError: the copy failed (the run's checkpoints are left as they were).
+    """
+    from ..checkpoint_store import CheckpointStore
+
+    record = read_run_dir(run_path, with_reports=False)
+    cc = checkpoint_config
+    config = None if cc is None else {"num_to_keep": cc.num_to_keep,
+                                      "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+                                      "checkpoint_score_order": cc.checkpoint_score_order}
+    store = CheckpointStore(run_path, config, record.get("checkpoints"))
+    staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging / "rank_0")
+    entry = store.commit([str(staging / "rank_0")], metrics)
+    record["checkpoints"] = [{k: v for k, v in c.items() if k != "path"} for c in store.records()]
+    for key in ("path", "params", "reports", "output"):
+        record.pop(key, None)  # added by read_run_dir, not part of run.json
+    write_json_atomic(Path(run_path) / RUN_STATE_FILE, record)
+    return entry
+
+
+def write_params(run_path: str, config) -> None:
+    """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
+    from ..runner import _json_safe
+
+    write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))
+
+
+__all__ = ["TuneController", "TrialRunner", "adopt_checkpoint", "write_params"]

@@ -1,0 +1,274 @@
+"""``%%ray_tune``: the cell body is a Tune trainable, ``config`` its trial's sampled values.
+
+::
+
+    %%ray_tune --samples 16 --metric val_loss --mode min --scheduler asha --space {"lr": loguniform(1e-4, 1e-1)}
+    for epoch in range(20):
+        report({"val_loss": train_one_epoch(config["lr"])})
+
+The cell becomes ``f(config)`` as for ``%%ray_train`` (``cellfunc``: the
+traceback of a failing trial shows the cell's own line numbers), and runs under
+``Tuner(f, param_space=space, tune_config=TuneConfig(...), run_config=RunConfig(...)).fit()``.
+With ``--workers-per-trial N`` (N > 1) each trial is a ``TorchTrainer`` DDP run
+on N ranks, its ``train_loop_config`` the sampled values. ``--space`` is Python,
+evaluated in the notebook's namespace with the search-space functions
+(``uniform``, ``loguniform``, ``choice``, ``randint``, ``grid_search``, ...)
+available without imports. Bad options are a ``UsageError`` before any trial starts.
+"""
+from __future__ import annotations
+
+import ast
+import linecache
+import re
+import sys
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, magics_class
+
+from ..cellfunc import build_cell_function
+from ..cli import _positive_int
+from ..magics import _Parser
+from .search import sample as _sample
+
+# The search-space functions usable in --space without imports (they win over
+# notebook names: `from random import choice` must not turn a space into one draw).
+SPACE_API = {name: getattr(_sample, name) for name in (
+    "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
+    "qlograndint", "randn", "qrandn", "choice", "grid_search", "sample_from")}
+
+SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
+SEARCHES = ("random", "optuna")
+_NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
+
+
+def _positive_float(text: str) -> float:
+    import argparse
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return x
+
+
+def tune_parser() -> _Parser:
+    """The ``%%ray_tune`` options (argparse; errors raise IPython's UsageError)."""
+    p = _Parser(prog="%%ray_tune", description="Tune the cell body: each trial runs it with "
+                "`config` holding that trial's sampled values, on the warm workers.")
+    p.add_argument("--samples", "--num-samples", dest="samples", type=_positive_int, default=1,
+                   help="trials to sample (each grid point is repeated this many times)")
+    p.add_argument("--metric", default=None, help="reported metric to optimise")
+    p.add_argument("--mode", default=None, choices=["min", "max"], help="minimise or maximise --metric")
+    p.add_argument("--scheduler", default="fifo", choices=SCHEDULERS,
+                   help="trial scheduler (early stopping / PBT); default fifo")
+    p.add_argument("--search", default="random", choices=SEARCHES,
+                   help="search algorithm: random/grid, or optuna (TPE); default random")
+    p.add_argument("--space", default=None,
+                   help="search space: a Python dict expression, e.g. {'lr': loguniform(1e-4, 1e-1)}")
+    p.add_argument("--workers-per-trial", type=_positive_int, default=1,
+                   help="ranks per trial; > 1 makes each trial a TorchTrainer DDP run")
+    p.add_argument("--gpu", action="store_true", help="one GPU per rank")
+    p.add_argument("--max-concurrent", type=_positive_int, default=None, help="most trials running at once")
+    p.add_argument("--time-budget", type=_positive_float, default=None,
+                   help="seconds after which no new trial starts and running ones stop")
+    p.add_argument("--max-t", type=_positive_int, default=None,
+                   help="asha/hyperband: most training_iterations per trial (defaults 100 / 81)")
+    p.add_argument("--grace-period", type=_positive_int, default=None,
+                   help="asha/median: iterations before a trial may be stopped (default 1)")
+    p.add_argument("--perturbation-interval", type=_positive_int, default=4,
+                   help="pbt: iterations between exploit/explore steps (default 4)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
+    p.add_argument("--name", default=None, help="experiment name (its directory name)")
+    p.add_argument("--storage-path", default=None, help="parent directory of the experiment directory")
+    p.add_argument("--result", default=None,
+                   help="notebook name bound to the ResultGrid (default: the cell's output, `_`)")
+    p.add_argument("--quiet", action="store_true", help="no trial table")
+    return p
+
+
+def split_expression(line: str, option: str) -> tuple[str, str | None]:
+    """Take ``option EXPR`` out of the magic line before shell-style splitting.
+
+    EXPR is Python, so it may hold spaces and quotes that shlex would split or
+    strip. It ends at the first following option before which the text parses
+    as an expression. A quoted value is left to shlex.
+
+    Raises:
+        UsageError: no prefix of the text after ``option`` is a Python expression."""
+    m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
+    if m is None or line[m.end()] in "'\"":
+        return line, None
+    rest = line[m.end():]
+    for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
+        expr = rest[:end].strip()
+        try:
+            ast.parse(expr, mode="eval")
+        except SyntaxError as e:
+            error = e
+            continue
+        return line[:m.start()] + rest[end:], expr
+    raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
+
+
+def parse_line(line: str):
+    """The parsed options of a ``%%ray_tune`` line.
+
+    Raises:
+        UsageError: unknown option or value, or options that do not go together."""
+    rest, space = split_expression(line, "--space")
+    args = tune_parser().parse_line(rest)
+    if space is not None:
+        args.space = space
+    if args.result is not None and not args.result.isidentifier():
+        raise UsageError(f"--result {args.result!r} is not a valid Python name")
+    if (args.metric is None) != (args.mode is None):
+        raise UsageError("--metric and --mode go together: name the reported metric and whether "
+                         "to minimise or maximise it, e.g. --metric val_loss --mode min")
+    needs = [f"--scheduler {args.scheduler}"] if args.scheduler != "fifo" else []
+    needs += ["--search optuna"] if args.search == "optuna" else []
+    if needs and args.metric is None:
+        raise UsageError(f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a metric: "
+                         "add --metric NAME --mode min|max")
+    if args.max_t is not None and args.scheduler not in ("asha", "hyperband"):
+        raise UsageError(f"--max-t applies to --scheduler asha or hyperband, not {args.scheduler}")
+    if args.grace_period is not None and args.scheduler not in ("asha", "median"):
+        raise UsageError(f"--grace-period applies to --scheduler asha or median, not {args.scheduler}")
+    return args
+
+
+def eval_space(expr: str | None, user_ns: dict) -> dict:
+    """``--space EXPR`` evaluated in the notebook's namespace plus `SPACE_API`.
+
+    Raises:
+        UsageError: it fails to evaluate (naming the exception) or is not a dict."""
+    if expr is None:
+        return {}
+    ns = dict(user_ns)
+    ns.update(SPACE_API)
+    try:
+        space = eval(expr, ns)  # noqa: S307 - the user's own expression, in their own kernel
+    except Exception as e:
+        raise UsageError(f"--space {expr!r} failed to evaluate: {type(e).__name__}: {e}") from None
+    if not isinstance(space, dict):
+        raise UsageError(f"--space must be a dict of hyperparameters, e.g. {{'lr': loguniform(1e-4, 1e-1)}}; "
+                         f"got {type(space).__name__}: {space!r}")
+    return space
+
+
+def _mutations(space: dict) -> dict:
+    """PBT's hyperparam_mutations: the space's sampled entries (grid and constant values left out)."""
+    out = {}
+    for k, v in space.items():
+        if isinstance(v, dict) and "grid_search" not in v:
+            sub = _mutations(v)
+            if sub:
+                out[k] = sub
+        elif isinstance(v, _sample.Domain) and not isinstance(v, _sample.Function):
+            out[k] = v
+    return out
+
+
+def make_scheduler(args, space: dict):
+    """The scheduler object for ``--scheduler`` (metric and mode come from TuneConfig),
+    with ``training_iteration`` (one per ``report``) as the time unit."""
+    from . import schedulers as S
+
+    if args.scheduler == "fifo":
+        return None
+    if args.scheduler == "asha":
+        return S.ASHAScheduler(time_attr="training_iteration", max_t=args.max_t or 100,
+                               grace_period=args.grace_period or 1)
+    if args.scheduler == "hyperband":
+        return S.HyperBandScheduler(time_attr="training_iteration", max_t=args.max_t or 81)
+    if args.scheduler == "median":
+        return S.MedianStoppingRule(time_attr="training_iteration", grace_period=args.grace_period or 1)
+    mutations = _mutations(space)
+    if not mutations:
+        raise UsageError("--scheduler pbt mutates the sampled hyperparameters of --space, and there are "
+                         "none: give --space entries such as {'lr': loguniform(1e-4, 1e-1)}")
+    return S.PopulationBasedTraining(time_attr="training_iteration",
+                                     perturbation_interval=args.perturbation_interval,
+                                     hyperparam_mutations=mutations, seed=args.seed)
+
+
+def make_search(args):
+    """The search algorithm for ``--search`` (None: the Tuner's default random/grid search)."""
+    from . import search
+
+    if args.search == "optuna":
+        try:
+            return search.OptunaSearch(seed=args.seed)
+        except ImportError as e:
+            raise UsageError(f"--search optuna needs the optuna library ({e}); pip install optuna") from None
+    if args.seed is not None:
+        return search.BasicVariantGenerator(random_state=args.seed)
+    return None
+
+
+@magics_class
+class RayTuneMagics(Magics):
+    @cell_magic
+    def ray_tune(self, line: str, cell: str):
+        """%%ray_tune [--samples N] [--metric NAME --mode min|max]
+        [--scheduler fifo|asha|hyperband|median|pbt] [--search random|optuna] [--space EXPR]
+        [--workers-per-trial N] [--max-concurrent N] [--result NAME] [--name NAME]:
+        tune the cell body (``config`` holds each trial's sampled values)."""
+        from ..train.config import RunConfig, ScalingConfig
+
+        args = parse_line(line)
+        ns = self.shell.user_ns
+        space = eval_space(args.space, ns)
+        scheduler = make_scheduler(args, space)
+        search_alg = make_search(args)
+        count = self.shell.displayhook.prompt_count   # the cell's In [n] (see %%ray_train)
+        filename = f"<ray_tune cell {count}>"
+        cf = build_cell_function(cell, ns, magic_line=f"%%ray_tune {line}", filename=filename,
+                                 func_name="ray_tune_cell")
+        # In linecache, the cell's source ships with every trial (shipping.notebook_sources),
+        # so a trial's traceback shows the cell's lines.
+        linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
+        if args.workers_per_trial > 1 or args.gpu:
+            from ..train.torch import TorchTrainer
+
+            trainable = TorchTrainer(cf.fn, scaling_config=ScalingConfig(
+                num_workers=args.workers_per_trial, use_gpu=args.gpu))
+            param_space = {"train_loop_config": space}
+        else:
+            trainable, param_space = cf.fn, space
+        from . import TuneConfig, Tuner
+
+        try:
+            tuner = Tuner(
+                trainable, param_space=param_space,
+                tune_config=TuneConfig(metric=args.metric, mode=args.mode, num_samples=args.samples,
+                                       max_concurrent_trials=args.max_concurrent, scheduler=scheduler,
+                                       search_alg=search_alg, time_budget_s=args.time_budget),
+                run_config=RunConfig(name=args.name, storage_path=args.storage_path,
+                                     verbose=0 if args.quiet else 1))
+        except (ValueError, TypeError) as e:   # a bad space (empty choice, lower >= upper) names its key
+            raise UsageError(f"%%ray_tune: {e}") from None
+        grid = tuner.fit()
+        _print_errors(grid)
+        if args.result is not None:
+            ns[args.result] = grid
+            return None
+        return grid   # shown as the cell's output; `_` holds it
+
+
+def _print_errors(grid) -> None:
+    """The first failed trial's traceback (with the cell's line numbers), and how many failed."""
+    errors = list(getattr(grid, "errors", None) or [])
+    if not errors:
+        return
+    err = errors[0]
+    render = getattr(err, "_render_traceback_", None)
+    text = "\n".join(render()) if callable(render) else f"{type(err).__name__}: {err}"
+    n = len(errors)
+    sys.stderr.write(f"{n} trial{'s' if n != 1 else ''} failed; the first one's error:\n{text}\n")
+    sys.stderr.flush()
+
+
+__all__ = ["RayTuneMagics", "tune_parser", "parse_line", "eval_space", "make_scheduler",
+           "make_search", "SPACE_API"]

@@ -1,0 +1,184 @@
+"""Bayesian search with Optuna (Ray Tune's ``OptunaSearch``), told each trial's final result.
+
+The raynb search space is translated to Optuna distributions and every trial is
+``study.ask(distributions)`` / ``study.tell(trial, value)`` (Optuna's ask-and-tell
+interface), so the sampler (TPE by default: Bergstra et al. 2011, "Algorithms for
+Hyper-Parameter Optimization", NeurIPS) sees every finished trial.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .sample import Categorical, Domain, Float, Function, Integer, Normal
+from .searcher import Searcher
+from .variant_generator import flatten, is_grid, path_str, unflatten, validate_space, walk
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _import_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError("OptunaSearch needs the optuna library: pip install optuna") from None
+    return optuna
+
+
+class OptunaSearch(Searcher):
+    """Suggest configs with an Optuna sampler (TPE by default).
+
+    Args:
+        space (dict | None): the search space; None takes the Tuner's ``param_space``.
+            Supported: uniform, quniform, loguniform, randint, qrandint, lograndint, choice
+            and constants. Not supported (ValueError naming the key): grid_search,
+            sample_from, randn, and quantized log ranges (qloguniform, qlograndint).
+        metric (str | None): the metric to optimize (or set in ``TuneConfig``).
+        mode ("min" | "max" | None): direction (or set in ``TuneConfig``).
+        points_to_evaluate (list[dict] | None): configs to try first (enqueued in the study).
+        sampler (optuna.samplers.BaseSampler | None): e.g. ``optuna.samplers.RandomSampler()``;
+            None uses ``TPESampler(seed=seed)``.
+        seed (int | None): seed of the default TPE sampler.
+
+    Raises:
+        ValueError: an unsupported domain (naming the key), ``mode`` not min/max, or both
+            ``sampler`` and ``seed`` given (seed the sampler you pass instead).
+        ImportError: optuna is not installed.
+    """
+
+    def __init__(self, space: dict | None = None, metric: str | None = None, mode: str | None = None,
+                 points_to_evaluate: list[dict] | None = None, sampler=None, seed: int | None = None):
+        if space is not None and not isinstance(space, dict):
+            raise TypeError(f"OptunaSearch(space=...) takes a dict search space, got {type(space).__name__}; "
+                            "pass metric= and mode= by keyword")
+        super().__init__(metric, mode)
+        if sampler is not None and seed is not None:
+            raise ValueError("OptunaSearch got both sampler= and seed=: seed the sampler you pass "
+                             "(e.g. TPESampler(seed=...)), or pass only seed=")
+        optuna = _import_optuna()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trial table shows the results
+        self._sampler = sampler if sampler is not None else optuna.samplers.TPESampler(seed=seed)
+        self._points = list(points_to_evaluate or [])
+        self._space: dict | None = None
+        self._dists: dict = {}
+        self._constants: dict = {}
+        self._index_maps: dict[str, list] = {}
+        self._study = None
+        self._ot_trials: dict[str, Any] = {}
+        if space is not None:
+            self._set_space(space)
+
+    @property
+    def _optuna(self):
+        return _import_optuna()  # not kept on self: a module cannot be pickled with the searcher
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        if not super().set_search_properties(metric, mode, config):
+            return False
+        if config and config is not self._space:  # the same space again: a cell re-run
+            if self._space is not None:
+                raise ValueError("the search space was given twice: to OptunaSearch(space=...) and to "
+                                 "Tuner(param_space=...); give it to one of them")
+            self._set_space(config)
+        return True
+
+    def _set_space(self, space: dict) -> None:
+        validate_space(space)
+        dists, index_maps = {}, {}
+        for path, leaf in walk(space):
+            key = path_str(path)
+            dists[key] = self._distribution(key, leaf, index_maps)
+        self._space = space
+        self._dists = dists
+        self._index_maps = index_maps
+        self._constants = {k: v for k, v in flatten(space).items()
+                           if not any(k == d or k.startswith(d + "/") for d in dists)}
+
+    def _distribution(self, key: str, leaf, index_maps: dict):
+        d = self._optuna.distributions
+        if isinstance(leaf, Float):
+            if leaf.log and leaf.q is not None:
+                raise ValueError(f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
+                                 "Optuna distribution; use loguniform or quniform")
+            return d.FloatDistribution(leaf.lower, leaf.upper, log=leaf.log, step=leaf.q)
+        if isinstance(leaf, Integer):
+            if leaf.log and leaf.q is not None and leaf.q != 1:
+                raise ValueError(f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
+                                 "Optuna distribution; use lograndint or qrandint")
+            return d.IntDistribution(leaf.low, leaf.high, log=leaf.log, step=leaf.q or 1)
+        if isinstance(leaf, Categorical):
+            if all(isinstance(c, _PLAIN) for c in leaf.categories):
+                return d.CategoricalDistribution(leaf.categories)
+            index_maps[key] = leaf.categories  # Optuna stores plain values: choose by index
+            return d.CategoricalDistribution(list(range(len(leaf.categories))))
+        what = ("grid_search" if is_grid(leaf) else "sample_from" if isinstance(leaf, Function)
+                else "randn" if isinstance(leaf, Normal) else repr(leaf) if isinstance(leaf, Domain)
+                else type(leaf).__name__)
+        raise ValueError(f"OptunaSearch: key {key!r}: {what} cannot be translated to an Optuna "
+                         "distribution; use uniform/loguniform/randint/choice, or the default "
+                         "BasicVariantGenerator for grids and sample_from")
+
+    def _ensure_study(self):
+        if self._study is None:
+            if not self._space:
+                raise ValueError("OptunaSearch has no search space: pass Tuner(param_space=...) or "
+                                 "OptunaSearch(space=...)")
+            if self._metric is None or self._mode is None:
+                raise ValueError("OptunaSearch needs metric= and mode= ('min' or 'max'), given to "
+                                 "OptunaSearch or to TuneConfig")
+            direction = "minimize" if self._mode == "min" else "maximize"
+            self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+            for point in self._points:
+                params = {}
+                for k, v in flatten(point).items():
+                    params[k] = self._index_maps[k].index(v) if k in self._index_maps else v
+                self._study.enqueue_trial(params)
+        return self._study
+
+    def suggest(self, trial_id: str):
+        study = self._ensure_study()
+        ot_trial = study.ask(fixed_distributions=self._dists)
+        self._ot_trials[trial_id] = ot_trial
+        flat = dict(self._constants)
+        for k, v in ot_trial.params.items():
+            flat[k] = self._index_maps[k][v] if k in self._index_maps else v
+        return unflatten(flat)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        ot_trial = self._ot_trials.get(trial_id)
+        value = result.get(self._metric)
+        step = result.get("training_iteration")
+        if ot_trial is not None and isinstance(value, (int, float)) and isinstance(step, int):
+            ot_trial.report(float(value), step)  # intermediate values, for Optuna's own tools
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        ot_trial = self._ot_trials.pop(trial_id, None)
+        if ot_trial is None:
+            return
+        TrialState = self._optuna.trial.TrialState
+        value = (result or {}).get(self._metric)
+        if error or not isinstance(value, (int, float)) or math.isnan(value):
+            self._study.tell(ot_trial, state=TrialState.FAIL)
+        else:
+            self._study.tell(ot_trial, float(value))
+
+    def add_evaluated_point(self, config: dict, result: dict | None, error: bool = False) -> None:
+        """Tell the study about a trial run elsewhere (``Tuner.restore`` replays finished trials)."""
+        optuna = self._optuna
+        study = self._ensure_study()
+        params = {}
+        for k, v in flatten(config).items():
+            if k in self._dists:
+                params[k] = self._index_maps[k].index(v) if k in self._index_maps else v
+        if set(params) != set(self._dists):
+            return  # not a point of this space
+        value = (result or {}).get(self._metric)
+        ok = not error and isinstance(value, (int, float)) and not math.isnan(value)
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=self._dists, value=float(value) if ok else None,
+            state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL))
+
+    @property
+    def study(self):
+        """The ``optuna.Study`` (created at the first suggestion)."""
+        return self._study

@@ -1,0 +1,615 @@
+"""The data behind Tune's trial table, kept apart from any display.
+
+`TuneProgress` is what the Tuner driver feeds (trials added, status changes,
+reports, workers in use, notes); the views read it: `table_widget.TuneTablePane`
+(Jupyter) and `table_text.TuneTableText` (terminal). `tune_display` picks one.
+Nothing here imports ipywidgets or IPython; pandas formats the text table and
+matplotlib (Agg canvas, no pyplot) draws the metric curves.
+
+Trials are ranked by the *latest* value of the metric, as Ray Tune's reporter
+and ``ResultGrid.get_best_result(scope="last")`` rank them, so the highlighted
+trial is the one `get_best_result()` returns. The best value a trial ever
+reported is shown beside it.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..progress import (_TABLE_STYLE, MUTED, _cell, as_number, fmt_duration, fmt_value)
+
+# Display order of the per-status counts.
+STATUSES = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "STOPPED", "ERROR")
+STATUS_COLOURS = {"RUNNING": "#1565c0", "PAUSED": "#6a1b9a", "PENDING": "#757575",
+                  "TERMINATED": "#2e7d32", "STOPPED": "#ef6c00", "ERROR": "#c62828"}
+BEST_BG = "#fff3c4"          # the best trial's row
+BEST_LINE = "#d81b60"        # and its curve
+STOPPED_LINE = "#bdbdbd"     # curves of trials the scheduler stopped
+BEST_MARK = "*"              # the best trial's marker in the text table
+PLOT_WIDTH_PX = 420          # the plot is drawn at 2x this, for high-DPI screens
+TRAIN_LOOP_PREFIX = "train_loop_config/"   # TorchTrainer trials: param_space={"train_loop_config": {...}}
+
+
+def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level with ``/``-joined keys, as Ray's ``flatten_dict``."""
+    if not isinstance(config, dict):
+        return {prefix.rstrip("/") or "config": config}
+    out: dict[str, Any] = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "/"))
+        else:
+            out[key] = v
+    return out
+
+
+@dataclass
+class TrialRow:
+    """One trial as the table shows it (a snapshot; views may keep it).
+
+    Attributes:
+        trial_id (str), status (str), error (str | None): as the driver set them.
+        config (dict): the flattened config (``a/b`` keys).
+        iteration (int): the newest ``training_iteration`` (0 before any report).
+        time_total_s (float | None): seconds of training, from the newest report.
+        latest (float | None), best (float | None): the metric's newest and best
+            (mode-aware) values; None before the trial reported it.
+        series (list[tuple[int, float]]): (training_iteration, metric) per report.
+        order (int): when the trial was added (0 = first).
+    """
+
+    trial_id: str
+    config: dict
+    order: int
+    status: str = "PENDING"
+    error: str | None = None
+    iteration: int = 0
+    time_total_s: float | None = None
+    latest: float | None = None
+    best: float | None = None
+    series: list = field(default_factory=list)
+    reports: int = 0
+
+    def snapshot(self) -> "TrialRow":
+        return TrialRow(self.trial_id, dict(self.config), self.order, self.status, self.error,
+                        self.iteration, self.time_total_s, self.latest, self.best,
+                        list(self.series), self.reports)
+
+
+class TuneProgress:
+    """Everything the trial table shows about one Tune experiment.
+
+    Args:
+        metric (str | None): the metric trials are ranked by (``TuneConfig.metric``);
+            None shows no metric columns and keeps trials in the order they came.
+        mode (str | None): ``"min"`` or ``"max"``; None ranks nothing.
+        total_workers (int): workers the experiment may use at once.
+        param_keys (list[str]): the config keys shown as columns, flattened with
+            ``/`` (``"model/width"``); empty: every key of every trial's config.
+        clock: wall time in seconds (``time.time``), injectable for tests.
+
+    Raises:
+        ValueError: ``mode`` is not None, "min" or "max".
+
+    Written by the driver (any thread): `add_trial`, `set_status`, `add_result`,
+    `set_workers`, `note`. Read by the views: `rows`, `best_trial_id`, `counts`,
+    `elapsed_s`, `workers`, `notes`, `errors`, `version`, `status_line`,
+    `text_table`, `html_table`, `plot_png`, `summary_html`, `summary_text`.
+    """
+
+    def __init__(self, metric: str | None, mode: str | None, total_workers: int,
+                 param_keys: Iterable[str] = (), clock: Callable[[], float] = time.time):
+        if mode not in (None, "min", "max"):
+            raise ValueError(f"mode must be 'min', 'max' or None, got {mode!r}")
+        self.metric = metric
+        self.mode = mode if metric else None
+        self.param_keys = [str(k) for k in (param_keys or ())]
+        self._clock = clock
+        self._lock = threading.RLock()   # the driver writes while a timer thread may read
+        self._trials: dict[str, TrialRow] = {}
+        self._in_use = 0
+        self._total = max(0, int(total_workers))
+        self._notes: list[str] = []
+        self.started_at = clock()
+        self.ended_at: float | None = None
+        self.version = 0          # bumped by every change: views redraw only when it moved
+        self.results_version = 0  # bumped by reports and status changes: the plot's input
+
+    # ------------------------------------------------------------- writes
+    def add_trial(self, trial_id: str, config: dict) -> None:
+        """A new trial, PENDING. Called again for a known trial, it replaces the
+        trial's config (PBT's explore step changes it) and keeps the rest."""
+        with self._lock:
+            row = self._trials.get(trial_id)
+            if row is None:
+                self._trials[trial_id] = TrialRow(str(trial_id), flatten(config or {}), len(self._trials))
+            else:
+                row.config = flatten(config or {})
+            self.version += 1
+
+    def set_status(self, trial_id: str, status: str, error: str | None = None) -> None:
+        """``status``: PENDING, RUNNING, PAUSED, TERMINATED, STOPPED or ERROR;
+        ``error``: one line saying why, for ERROR.
+
+        Raises:
+            ValueError: an unknown status."""
+        status = str(status).upper()
+        if status not in STATUS_COLOURS:
+            raise ValueError(f"unknown trial status {status!r}; expected one of {', '.join(STATUSES)}")
+        with self._lock:
+            row = self._row(trial_id)
+            row.status = status
+            row.error = str(error) if error is not None else (row.error if status == "ERROR" else None)
+            self.version += 1
+            self.results_version += 1
+
+    def add_result(self, trial_id: str, metrics: dict) -> None:
+        """One report of the trial: ``training_iteration`` (counted when
+        missing), ``time_total_s`` (seconds) and, usually, the metric."""
+        if not isinstance(metrics, dict):
+            return
+        with self._lock:
+            row = self._row(trial_id)
+            row.reports += 1
+            it = as_number(metrics.get("training_iteration"))
+            row.iteration = int(it) if it is not None else row.reports
+            t = as_number(metrics.get("time_total_s"))
+            if t is not None:
+                row.time_total_s = float(t)
+            if row.status == "PENDING":   # a report proves it runs
+                row.status = "RUNNING"
+            value = as_number(metrics.get(self.metric)) if self.metric else None
+            if value is not None:
+                row.latest = value
+                row.series.append((row.iteration, value))
+                if row.best is None or self._better(value, row.best):
+                    row.best = value
+            self.version += 1
+            self.results_version += 1
+
+    def set_workers(self, in_use: int, total: int) -> None:
+        """Workers busy with trials now, out of ``total``."""
+        with self._lock:
+            if (in_use, total) != (self._in_use, self._total):
+                self._in_use, self._total = max(0, int(in_use)), max(0, int(total))
+                self.version += 1
+
+    def note(self, text: str) -> None:
+        """A line shown under the table (e.g. 'PBT: trial 3 copies trial 1')."""
+        with self._lock:
+            self._notes.append(str(text))
+            self.version += 1
+
+    def end(self) -> None:
+        """Freeze the elapsed time (the views call it when tuning ends)."""
+        with self._lock:
+            if self.ended_at is None:
+                self.ended_at = self._clock()
+                self.version += 1
+
+    def _row(self, trial_id: str) -> TrialRow:
+        row = self._trials.get(trial_id)
+        if row is None:   # status or report before add_trial: show it rather than drop it
+            row = self._trials[trial_id] = TrialRow(str(trial_id), {}, len(self._trials))
+        return row
+
+    def _better(self, a: float, b: float) -> bool:
+        return a > b if self.mode == "max" else a < b
+
+    # ------------------------------------------------------------- reads
+    def rows(self) -> list[TrialRow]:
+        """Snapshots of every trial, best first: trials with a metric value by
+        their latest value (ascending for min, descending for max), then the
+        rest in the order they were added. Without a mode: added order."""
+        with self._lock:
+            rows = [r.snapshot() for r in self._trials.values()]
+        if self.mode is None:
+            return sorted(rows, key=lambda r: r.order)
+        sign = -1.0 if self.mode == "max" else 1.0
+        return sorted(rows, key=lambda r: (r.latest is None, sign * r.latest if r.latest is not None else 0.0,
+                                           r.order))
+
+    @property
+    def best_trial_id(self) -> str | None:
+        """The trial with the best latest metric value (None without metric/mode or values)."""
+        if self.mode is None:
+            return None
+        with self._lock:
+            rows = [r for r in self._trials.values() if r.latest is not None]
+        if not rows:
+            return None
+        sign = -1.0 if self.mode == "max" else 1.0
+        return min(rows, key=lambda r: (sign * r.latest, r.order)).trial_id
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """status -> number of trials, for the statuses present, in `STATUSES` order."""
+        with self._lock:
+            statuses = [r.status for r in self._trials.values()]
+        return {s: statuses.count(s) for s in STATUSES if s in statuses}
+
+    @property
+    def num_trials(self) -> int:
+        return len(self._trials)
+
+    @property
+    def workers(self) -> tuple[int, int]:
+        """(in use, total)."""
+        with self._lock:
+            return self._in_use, self._total
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the model was made; frozen by `end`."""
+        with self._lock:
+            end = self.ended_at if self.ended_at is not None else self._clock()
+        return max(0.0, end - self.started_at)
+
+    @property
+    def notes(self) -> list[str]:
+        with self._lock:
+            return list(self._notes)
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        """(trial_id, error line) of the ERROR trials, in added order."""
+        with self._lock:
+            return [(r.trial_id, r.error or "failed") for r in sorted(self._trials.values(),
+                                                                      key=lambda r: r.order)
+                    if r.status == "ERROR"]
+
+    def shown_param_keys(self) -> list[str]:
+        """The config columns: `param_keys`, or every flattened key seen."""
+        if self.param_keys:
+            return list(self.param_keys)
+        seen: dict[str, None] = {}
+        with self._lock:
+            for r in sorted(self._trials.values(), key=lambda r: r.order):
+                seen.update(dict.fromkeys(r.config))
+        return list(seen)
+
+    # ------------------------------------------------------------- the table
+    def dataframe(self, rows: list[TrialRow] | None = None):
+        """The table as a ``pandas.DataFrame`` with raw values, best first:
+        ``trial_id``, ``status``, one column per config key (the common
+        ``train_loop_config/`` prefix dropped), ``iter``, ``time (s)``, then
+        the metric's latest value and ``best <metric>``."""
+        import pandas as pd
+
+        rows = self.rows() if rows is None else rows
+        keys = self.shown_param_keys()
+        labels = _param_labels(keys)
+        data: dict[str, list] = {"trial_id": [r.trial_id for r in rows], "status": [r.status for r in rows]}
+        for k, label in zip(keys, labels):
+            data[label] = [r.config.get(k) for r in rows]
+        data["iter"] = [r.iteration for r in rows]
+        data["time (s)"] = [r.time_total_s for r in rows]
+        if self.metric:
+            data[self.metric] = [r.latest for r in rows]
+            if self.mode:
+                data[f"best {self.metric}"] = [r.best for r in rows]
+        df = pd.DataFrame(data)
+        # float64 with NaN for "not reported yet": all-None columns would print "None".
+        for c in list(df.columns)[2 + len(keys) + 1:]:
+            df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+        return df
+
+    def status_line(self) -> str:
+        """E.g. ``16 trials: 4 RUNNING, 10 TERMINATED, 2 STOPPED | 12.3s | workers 4/4 |
+        best 3f2a_00004 val_loss=0.1234 (min)``."""
+        counts = self.counts
+        n = self.num_trials
+        parts = [f"{n} trial{'s' if n != 1 else ''}"
+                 + (": " + ", ".join(f"{c} {s}" for s, c in counts.items()) if counts else ""),
+                 fmt_duration(self.elapsed_s)]
+        in_use, total = self.workers
+        parts.append(f"workers {in_use}/{total}")
+        best = self.best_trial_id
+        if best is not None:
+            row = self._trials[best]
+            parts.append(f"best {best} {self.metric}={fmt_value(row.latest)} ({self.mode})")
+        return " | ".join(parts)
+
+    def select_rows(self, max_rows: int | None) -> tuple[list[TrialRow], dict[str, int]]:
+        """The rows a size-limited view shows, and the counts per status of the
+        rest. The best trial and the RUNNING ones come first, then the best of
+        the others; the shown rows keep the table's order."""
+        rows = self.rows()
+        if max_rows is None or len(rows) <= max_rows:
+            return rows, {}
+        best = self.best_trial_id
+        chosen: list[str] = [best] if best is not None else []
+        for want in (lambda r: r.status == "RUNNING", lambda r: True):
+            for r in rows:
+                if len(chosen) >= max_rows:
+                    break
+                if r.trial_id not in chosen and want(r):
+                    chosen.append(r.trial_id)
+        keep = set(chosen)
+        hidden = [r.status for r in rows if r.trial_id not in keep]
+        return [r for r in rows if r.trial_id in keep], {s: hidden.count(s) for s in STATUSES if s in hidden}
+
+    def text_table(self, max_rows: int | None = None) -> str:
+        """The table as aligned text (pandas ``to_string``); the best trial's
+        row starts with ``*``; past ``max_rows``, a last line counts the rest."""
+        rows, hidden = self.select_rows(max_rows)
+        if not rows:
+            return "(no trials yet)"
+        df = self.dataframe(rows)
+        best = self.best_trial_id
+        df.insert(0, "", [BEST_MARK if r.trial_id == best else " " for r in rows])
+        formatters = _text_formatters(df)
+        # pandas right-aligns headers: a left-aligned column gets a header as wide as it.
+        df = df.rename(columns={c: c.ljust(formatters[c].width) for c in ("trial_id", "status")})
+        formatters = {c.ljust(getattr(f, "width", 0)): f for c, f in formatters.items()}
+        text = df.to_string(index=False, na_rep="", formatters=formatters)
+        if hidden:
+            text += "\n" + _more_line(hidden)
+        return text
+
+    def html_table(self, max_rows: int | None = None) -> str:
+        """The table as a static HTML ``<table>`` with inline styles (they
+        survive JupyterLab's and nbconvert's table CSS): statuses coloured, the
+        best trial's row shaded and marked ★."""
+        e = html.escape
+        rows, hidden = self.select_rows(max_rows)
+        if not rows:
+            return f'<div style="{MUTED}">no trials yet</div>'
+        df = self.dataframe(rows)
+        best = self.best_trial_id
+        numeric = {c for c in df.columns if c not in ("trial_id", "status")
+                   and all(_is_na(v) or as_number(v) is not None for v in df[c])}
+        head = "".join(_cell(e(str(c)), right=c in numeric, head=True, muted=True) for c in df.columns)
+        out = [f'<table class="raynb-trials" style="{_TABLE_STYLE}">',
+               f'<tr style="background:none;border:none">{_cell("", head=True)}{head}</tr>']
+        for r, values in zip(rows, df.itertuples(index=False)):
+            is_best = r.trial_id == best
+            style = f"background:{BEST_BG};border:none" if is_best else "background:none;border:none"
+            cells = [_cell(f'<span title="best trial" style="color:{BEST_LINE}">&#9733;</span>' if is_best else "")]
+            for col, v in zip(df.columns, values):
+                if col == "status":
+                    cells.append(_cell(f'<span style="color:{STATUS_COLOURS.get(v, "#000")};font-weight:600">'
+                                       f"{e(v)}</span>"))
+                elif col == "trial_id":
+                    cells.append(_cell(f"<b>{e(v)}</b>" if is_best else e(v)))
+                else:
+                    cells.append(_cell(e(_fmt_cell(col, v)), right=col in numeric))
+            out.append(f'<tr style="{style}">{"".join(cells)}</tr>')
+        out.append("</table>")
+        if hidden:
+            out.append(f'<div style="{MUTED}">{e(_more_line(hidden))}</div>')
+        return "".join(out)
+
+    def header_html(self) -> str:
+        """The status line as HTML, with the counts in their statuses' colours."""
+        e = html.escape
+        counts = self.counts
+        n = self.num_trials
+        parts = [f"<b>Tune</b> &middot; {n} trial{'s' if n != 1 else ''}"
+                 + (": " + ", ".join(f'<span style="color:{STATUS_COLOURS[s]};font-weight:600">{c} {s}</span>'
+                                     for s, c in counts.items()) if counts else ""),
+                 e(fmt_duration(self.elapsed_s))]
+        in_use, total = self.workers
+        parts.append(f"workers {in_use}/{total} in use")
+        best = self.best_trial_id
+        if best is not None:
+            parts.append(f'best <b>{e(best)}</b> {e(self.metric)}={e(fmt_value(self._trials[best].latest))} '
+                         f'<span style="{MUTED}">({e(self.mode)})</span>')
+        return " &middot; ".join(parts)
+
+    def errors_html(self) -> str:
+        return "".join(f'<div style="color:#c62828">{html.escape(t)}: {html.escape(_one_line(err))}</div>'
+                       for t, err in self.errors)
+
+    def notes_html(self, last: int | None = None) -> str:
+        notes = self.notes if last is None else self.notes[-last:]
+        return "".join(f'<div style="color:#ef6c00">{html.escape(n)}</div>' for n in notes)
+
+    # ------------------------------------------------------------- the plot
+    def plot_png(self, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> bytes | None:
+        """The metric against ``training_iteration`` for every trial, as PNG
+        bytes: STOPPED trials grey, ERROR ones dashed red, the best trial thick
+        and on top; None without a metric, without points, or without matplotlib.
+
+        Uses a bare ``Figure`` on the Agg canvas (no pyplot, so the user's
+        backend and figure list are untouched and any thread may call it)."""
+        if not self.metric:
+            return None
+        rows = [r for r in self.rows() if r.series]
+        if not rows:
+            return None
+        try:
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.collections import LineCollection
+            from matplotlib.figure import Figure
+            from matplotlib.lines import Line2D
+        except ImportError:
+            return None
+        best = self.best_trial_id
+        fig = Figure(figsize=size_in, dpi=dpi)
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot(1, 1, 1)
+        cmap = fig.colormaps["tab10"] if hasattr(fig, "colormaps") else None
+        if cmap is None:
+            import matplotlib
+
+            cmap = matplotlib.colormaps["tab10"]
+        # One LineCollection per kind: hundreds of trials draw as fast as one line.
+        groups: dict[str, tuple[list, list]] = {"STOPPED": ([], []), "ERROR": ([], []), "other": ([], [])}
+        single = []   # one-point trials: a marker, not an invisible segment
+        for r in rows:
+            if r.trial_id == best:
+                continue
+            kind = r.status if r.status in ("STOPPED", "ERROR") else "other"
+            if len(r.series) == 1:
+                single.append((r, kind))
+                continue
+            segs, colours = groups[kind]
+            segs.append(r.series)
+            colours.append(STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR"
+                           else cmap(r.order % 10))
+        styles = {"STOPPED": dict(linewidths=1.0, alpha=0.9, zorder=1),
+                  "ERROR": dict(linewidths=1.0, linestyles="dashed", zorder=1),
+                  "other": dict(linewidths=1.2, alpha=0.85, zorder=2)}
+        for kind, (segs, colours) in groups.items():
+            if segs:
+                ax.add_collection(LineCollection(segs, colors=colours, **styles[kind]))
+        for r, kind in single:
+            colour = STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
+            ax.plot(*zip(*r.series), linestyle="none", marker="o", markersize=3, color=colour, zorder=2)
+        handles = []
+        if best is not None:
+            xs, ys = zip(*next(r.series for r in rows if r.trial_id == best))
+            handles += ax.plot(xs, ys, color=BEST_LINE, linewidth=2.4, zorder=5,
+                               marker="o" if len(xs) < 30 else None, markersize=3,
+                               label=f"best {best}")
+        if groups["STOPPED"][0] or any(k == "STOPPED" for _, k in single):
+            handles.append(Line2D([], [], color=STOPPED_LINE, linewidth=1.0, label="stopped"))
+        ax.autoscale_view()
+        ys_all = [y for r in rows for _, y in r.series]
+        if min(ys_all) > 0 and max(ys_all) / min(ys_all) > 100:
+            ax.set_yscale("log")   # a loss over decades: the late differences stay visible
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.set_xlabel("training_iteration")
+        ax.set_ylabel(self.metric)
+        ax.grid(True, alpha=0.3)
+        if handles:
+            ax.legend(handles=handles, fontsize="small", loc="best", frameon=False)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        return buf.getvalue()
+
+    # ------------------------------------------------------------- summaries
+    def summary_html(self, plot: bool = True) -> str:
+        """A self-contained HTML summary (no widgets, no scripts) for the
+        notebook's saved output: the status line, every trial's row, errors,
+        notes, and the curves as an inline base64 PNG when ``plot``."""
+        parts = ['<div class="raynb-tune-summary" style="font-family:sans-serif;font-size:13px;line-height:1.4">',
+                 f'<div style="margin:0 0 4px 0">{self.header_html()}</div>',
+                 '<div style="display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start">',
+                 f'<div style="flex:0 1 auto;max-height:480px;overflow:auto">{self.html_table()}</div>']
+        png = self.plot_png() if plot else None
+        if png:
+            parts.append(f'<img alt="{html.escape(self.metric or "")} per trial" width="{PLOT_WIDTH_PX}" '
+                         f'style="max-width:100%;height:auto;margin:0" '
+                         f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}"/>')
+        parts.append("</div>")
+        parts += [self.errors_html(), self.notes_html(), "</div>"]
+        return "\n".join(p for p in parts if p)
+
+    def summary_text(self, max_rows: int | None = 50) -> str:
+        """The status line, the table (``max_rows`` at most), errors and notes."""
+        lines = [f"== Tune {self.status_line()} ==", self.text_table(max_rows)]
+        lines += [f"error {t}: {_one_line(err)}" for t, err in self.errors]
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- formatting helpers
+def _param_labels(keys: list[str]) -> list[str]:
+    """Column labels: TorchTrainer trials' ``train_loop_config/`` prefix dropped when every key has it."""
+    if keys and all(k.startswith(TRAIN_LOOP_PREFIX) and len(k) > len(TRAIN_LOOP_PREFIX) for k in keys):
+        return [k[len(TRAIN_LOOP_PREFIX):] for k in keys]
+    return list(keys)
+
+
+def _fmt_cell(col: str, v: Any) -> str:
+    if _is_na(v) or (col == "iter" and v == 0):   # iterations count from 1: 0 is "none yet"
+        return ""
+    if col == "time (s)":
+        return f"{v:.1f}"
+    return fmt_value(v)
+
+
+def _text_formatters(df) -> dict:
+    """Numbers as in the HTML table, right-aligned; ids and statuses left-aligned
+    (pandas right-aligns strings), padded to the column's widest value or header."""
+    out = {c: (lambda v, c=c: _fmt_cell(c, v))
+           for c in df.columns if c not in ("", "trial_id", "status")}
+    for c in ("trial_id", "status"):
+        out[c] = _LeftAligned(max([len(c)] + [len(str(v)) for v in df[c]]))
+    return out
+
+
+class _LeftAligned:
+    def __init__(self, width: int):
+        self.width = width
+
+    def __call__(self, v) -> str:
+        return str(v).ljust(self.width)
+
+
+def _is_na(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
+
+
+def _more_line(hidden: dict[str, int]) -> str:
+    n = sum(hidden.values())
+    return f"... {n} more trial{'s' if n != 1 else ''} ({', '.join(f'{c} {s}' for s, c in hidden.items())})"
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = next((ln.strip() for ln in reversed(str(text).strip().splitlines()) if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+# ----------------------------------------------------------------- choosing a view
+class NullTuneDisplay:
+    """verbose=0 (or RAYNB_PROGRESS=none): shows nothing."""
+
+    def __init__(self, progress: TuneProgress):
+        self.progress = progress
+        self.redraws = 0
+
+    def display(self) -> None:
+        pass
+
+    def update(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        self.progress.end()
+
+
+def tune_display(progress: TuneProgress, verbose: int = 1, **kwargs):
+    """The trial table view for ``progress``.
+
+    ``verbose`` 0 (or ``$RAYNB_PROGRESS=none``): a `NullTuneDisplay`. Otherwise
+    a `TuneTablePane` (ipywidgets) in a Jupyter kernel or with
+    ``$RAYNB_PROGRESS=widget``, else a `TuneTableText`. Extra keyword arguments
+    (``min_interval_s``, ``clock``, ...) go to the chosen view. The driver calls
+    ``display()`` once, ``update()`` after every batch of events (cheap: the
+    views throttle themselves), and ``finish()`` at the end.
+    """
+    from ..display import ENV_VAR, in_jupyter_kernel
+
+    if not verbose:
+        return NullTuneDisplay(progress)
+    choice = os.environ.get(ENV_VAR, "").strip().lower()
+    if choice not in ("", "auto", "widget", "text", "none"):
+        warnings.warn(f"{ENV_VAR}={choice!r} is not one of widget, text, none; choosing automatically")
+        choice = ""
+    if choice == "none":
+        return NullTuneDisplay(progress)
+    if choice == "widget" or (choice in ("", "auto") and in_jupyter_kernel()):
+        try:
+            from .table_widget import TuneTablePane
+        except ImportError:   # ipywidgets missing: text still works
+            pass
+        else:
+            return TuneTablePane(progress, **kwargs)
+    from .table_text import TuneTableText
+
+    return TuneTableText(progress, **kwargs)
+
+
+__all__ = ["TuneProgress", "TrialRow", "tune_display", "NullTuneDisplay", "flatten", "STATUSES"]

@@ -1,0 +1,177 @@
+"""Tune's live trial table in Jupyter: an ipywidgets pane over a `TuneProgress`.
+
+The table (HTML widget) is rewritten at most every ``min_interval_s``, the
+metric plot (PNG bytes from matplotlib's Agg canvas in an ``Image`` widget) at
+most every ``plot_interval_s``, and only when the model changed; a throttled
+change is drawn by a trailing timer so the last one is never lost. When tuning
+ends, `finish` replaces the pane with static HTML (every trial's row and the
+final plot inline), which a saved notebook shows without a kernel.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+import ipywidgets as W
+from IPython.display import HTML
+from IPython.display import display as ipy_display
+
+from .table import PLOT_WIDTH_PX, TuneProgress
+
+HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
+
+
+class TuneTablePane:
+    """The live trial table: header, table and plot side by side, notes below.
+
+    Args:
+        progress: the model the driver feeds.
+        min_interval_s: least seconds between two table redraws (0.25: 4/s).
+        plot_interval_s: least seconds between two plot renders (tens to
+            hundreds of ms each with many trials).
+        max_rows: rows of the live table (best and RUNNING trials first; the
+            static summary left by `finish` has every row).
+        trailing: draw a throttled change later from a timer thread.
+        clock: monotonic seconds, injectable for tests.
+
+    Attributes for callers and tests: ``widget`` (root ``VBox``), ``header``,
+    ``table`` (``HTML``), ``plot`` (``Image``), ``notes`` (``HTML``),
+    ``redraws`` and ``plot_renders`` (counters; a header-only tick of the
+    elapsed time is not a redraw), ``summary`` (the HTML left by
+    `finish`).
+    """
+
+    def __init__(self, progress: TuneProgress, min_interval_s: float = 0.25,
+                 plot_interval_s: float = 1.0, max_rows: int = 30, trailing: bool = True,
+                 clock: Callable[[], float] = time.monotonic):
+        self.progress = progress
+        self.min_interval_s = float(min_interval_s)
+        self.plot_interval_s = float(plot_interval_s)
+        self.max_rows = max_rows
+        self.trailing = trailing
+        self._clock = clock
+        self._lock = threading.RLock()   # update() and the trailing timer may race
+        self._timer: threading.Timer | None = None
+        self._last_redraw = -float("inf")
+        self._last_plot = -float("inf")
+        self._last_tick = -float("inf")
+        self._drawn_version = -1
+        self._plotted_version = -1
+        self._handle = None
+        self.finished = False
+        self.redraws = 0
+        self.plot_renders = 0
+        self.summary: str | None = None
+
+        self.header = W.HTML()
+        self.table = W.HTML(layout=W.Layout(max_height="420px", overflow="auto", flex="0 1 auto",
+                                            margin="0 16px 0 0"))
+        self.plot = W.Image(format="png", layout=W.Layout(
+            display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"))
+        self.notes = W.HTML()
+        body = W.HBox([self.table, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
+        self.widget = W.VBox([self.header, body, self.notes])
+        self._redraw(self._clock())
+
+    # ------------------------------------------------------------- public
+    def display(self) -> None:
+        """Show the pane in the current cell's output."""
+        self._handle = ipy_display(self.widget, display_id=True)
+
+    def update(self) -> None:
+        """Redraw if the model changed and ``min_interval_s`` passed; else
+        return at once (a throttled change is drawn by the trailing timer)."""
+        if self.progress.version == self._drawn_version:
+            # Nothing new (a plot still due is the trailing timer's); but the elapsed
+            # time in the header still ticks, once a second, while trials run quietly.
+            now = self._clock()
+            if now - self._last_tick >= HEADER_TICK_S and not self.finished:
+                self._last_tick = now
+                with self._lock:
+                    if not self.finished:
+                        self.header.value = self._header()
+            return
+        now = self._clock()
+        wait = self._last_redraw + self.min_interval_s - now
+        if wait > 0:
+            self._schedule(wait)
+            return
+        with self._lock:
+            if not self.finished:
+                self._redraw(now)
+
+    def finish(self) -> None:
+        """Close the widgets and leave the static HTML summary in their place
+        (or below, when the pane was never displayed). Safe to call twice."""
+        with self._lock:
+            if self.finished:
+                return
+            self.finished = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.progress.end()
+            self.summary = self.progress.summary_html(plot=True)
+            summary = HTML(self.summary)
+            if self._handle is not None:
+                self._handle.update(summary)   # by display_id: in place, from any thread
+            else:
+                ipy_display(summary)
+            _close_tree(self.widget)
+
+    # ------------------------------------------------------------- parts
+    def _redraw(self, now: float) -> None:
+        p = self.progress
+        self._last_redraw = now
+        self.redraws += 1
+        version, results_version = p.version, p.results_version
+        png = None
+        if results_version != self._plotted_version:
+            if now - self._last_plot >= self.plot_interval_s:
+                # Rendered before any widget changes, so new numbers never sit beside an old curve.
+                png = p.plot_png()
+                self._last_plot = now
+                self._plotted_version = results_version
+                self.plot_renders += 1
+            else:
+                self._schedule(self._last_plot + self.plot_interval_s - now)
+        self._drawn_version = version
+        self._last_tick = now
+        self.header.value = self._header()
+        self.table.value = p.html_table(self.max_rows)
+        if png:
+            self.plot.value = png
+            self.plot.layout.display = None
+        self.notes.value = p.errors_html() + p.notes_html(last=5)
+
+    def _header(self) -> str:
+        return f"<div style='line-height:1.4'>{self.progress.header_html()}</div>"
+
+    def _schedule(self, delay: float) -> None:
+        if not self.trailing or self._timer is not None or self.finished:
+            return
+        with self._lock:
+            if self._timer is not None:
+                return
+            self._timer = threading.Timer(max(0.0, delay), self._trailing)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _trailing(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self.finished:
+                return
+            if (self.progress.version != self._drawn_version
+                    or self.progress.results_version != self._plotted_version):
+                self._redraw(self._clock())
+
+
+def _close_tree(w: W.Widget) -> None:
+    for child in getattr(w, "children", ()):
+        _close_tree(child)
+    w.close()
+
+
+__all__ = ["TuneTablePane"]

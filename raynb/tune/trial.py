@@ -1,0 +1,44 @@
+"""A trial: one sampled config of a Tune experiment, run as one raynb run."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Trial states, as the trial table shows them. STOPPED: ended early by the scheduler;
+# TERMINATED: the trainable returned by itself; ERROR: it raised or its workers died.
+PENDING, RUNNING, PAUSED, TERMINATED, STOPPED, ERROR = (
+    "PENDING", "RUNNING", "PAUSED", "TERMINATED", "STOPPED", "ERROR")
+
+
+@dataclass
+class Trial:
+    """What the driver, the searcher, the schedulers and the table know of one trial.
+
+    Attributes:
+        trial_id (str): short unique id, e.g. ``"3f2a1_00004"``.
+        config (dict): the sampled config (nested dicts as in the search space).
+        status (str): one of PENDING, RUNNING, PAUSED, TERMINATED, STOPPED, ERROR.
+        results (list[dict]): every report, oldest first, each with
+            ``training_iteration`` (1-based, counted per report), ``time_total_s``.
+        checkpoint (str | None): path of the trial's latest committed checkpoint.
+        path (str | None): the trial's directory.
+        error (str | None): one line describing the failure when ERROR.
+        run_id (str | None): the raynb run currently executing it.
+    """
+
+    trial_id: str
+    config: dict
+    status: str = PENDING
+    results: list = field(default_factory=list)
+    checkpoint: str | None = None
+    path: str | None = None
+    error: str | None = None
+    run_id: str | None = None
+    extra: dict = field(default_factory=dict)  # scheduler/searcher bookkeeping
+
+    @property
+    def last_result(self) -> dict:
+        return self.results[-1] if self.results else {}
+
+    def metric(self, name: str, default: Any = None) -> Any:
+        return self.last_result.get(name, default)

@@ -1,0 +1,335 @@
+"""``Tuner``: hyperparameter search on the warm pool (``ray.tune.Tuner``).
+
+Each trial is one raynb run, ``<experiment_path>/<trainable>_<trial_id>/``, on one warm
+worker (a function trainable) or on ``num_workers`` ranks (a TorchTrainer).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import cloudpickle
+
+from ..rundir import default_storage_path, make_run_name
+from ..train.config import RunConfig, ScalingConfig
+from .controller import TrialRunner, TuneController
+from .experiment_state import ExperimentState, read_state, read_tuner_file
+from .result_grid import ResultGrid
+from .search.basic_variant import BasicVariantGenerator
+from .search.searcher import Searcher
+from .search.variant_generator import validate_space, varying_keys
+from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+from .tune_config import TuneConfig
+
+
+def _trainable_parts(trainable, param_space):
+    """(fn, ScalingConfig, base config, nested key, trainer RunConfig, name) of a trainable."""
+    from ..train.torch import TorchTrainer
+
+    if isinstance(trainable, TorchTrainer):
+        extra = sorted(set(param_space or {}) - {"train_loop_config"})
+        if extra:
+            raise ValueError(f"param_space for a TorchTrainer takes only 'train_loop_config' (merged into "
+                             f"the trainer's train_loop_config); got also {extra}")
+        return (trainable.train_loop_per_worker, trainable.scaling_config, trainable.train_loop_config,
+                "train_loop_config", trainable.run_config, "TorchTrainer")
+    if callable(trainable) and not isinstance(trainable, type):
+        name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
+        return trainable, ScalingConfig(num_workers=1), None, None, None, name
+    raise TypeError(f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
+                    f"got {type(trainable).__name__}")
+
+
+class Tuner:
+    """Run trials of ``trainable`` over ``param_space`` (``ray.tune.Tuner``).
+
+    Args:
+        trainable: ``f(config)`` calling ``raynb.tune.report(...)`` (one worker per trial), or
+            a ``TorchTrainer`` (each trial is a DDP run of ``scaling_config.num_workers``
+            ranks; ``param_space={"train_loop_config": {...}}`` is merged into the trainer's
+            ``train_loop_config``).
+        param_space (dict | None): the search space: constants, ``uniform``/``choice``/...
+            domains, ``grid_search``, ``sample_from``, nested dicts.
+        tune_config (TuneConfig | None): metric, mode, samples, search, scheduler, limits.
+        run_config (RunConfig | None): ``name`` and ``storage_path`` of the experiment
+            directory (``<storage_path>/<name>``; default ``~/raynb_results/<trainable>_<time>``),
+            ``verbose`` (0: no table), and the checkpoint/failure configs given to every trial.
+
+    Raises (before any trial starts):
+        ValueError: a bad search space (naming the key), mode, num_samples; a scheduler or
+            search algorithm that needs metric/mode given none; conflicting metric/mode.
+        TypeError: a trainable that is neither a function nor a TorchTrainer.
+    """
+
+    def __init__(self, trainable, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
+                 run_config: RunConfig | None = None, _restored: dict | None = None):
+        from .schedulers import FIFOScheduler, TrialScheduler
+
+        tune_config = tune_config if tune_config is not None else TuneConfig()
+        if not isinstance(tune_config, TuneConfig):
+            raise TypeError(f"tune_config must be a TuneConfig, got {type(tune_config).__name__}")
+        if run_config is not None and not isinstance(run_config, RunConfig):
+            raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
+        validate_space(param_space)
+        fn, scaling, base, nested, trainer_rc, name = _trainable_parts(trainable, param_space)
+        self._trainable = trainable
+        self._param_space = param_space
+        self._tune_config = tune_config
+        self._run_config = run_config or trainer_rc or RunConfig()
+        # Saved now, before the searcher and scheduler are told metric/mode/space, so a restore
+        # starts them afresh and replays the finished trials into them.
+        try:
+            self._settings_blob = cloudpickle.dumps({"param_space": param_space, "tune_config": tune_config,
+                                                     "run_config": self._run_config})
+            self._settings_warning = None
+        except Exception as e:  # noqa: BLE001 - only restore needs it
+            self._settings_blob = None
+            self._settings_warning = (f"the Tuner's settings cannot be pickled for Tuner.restore "
+                                      f"({type(e).__name__}: {e})")
+        tc = tune_config
+        search_alg = tc.search_alg if tc.search_alg is not None else BasicVariantGenerator()
+        if not isinstance(search_alg, Searcher):
+            raise TypeError(f"TuneConfig(search_alg=...) takes a raynb.tune.search Searcher (e.g. "
+                            f"OptunaSearch, BasicVariantGenerator), got {type(search_alg).__name__}")
+        scheduler = tc.scheduler if tc.scheduler is not None else FIFOScheduler()
+        if not isinstance(scheduler, TrialScheduler):
+            raise TypeError(f"TuneConfig(scheduler=...) takes a raynb.tune.schedulers scheduler (e.g. "
+                            f"ASHAScheduler()), got {type(scheduler).__name__}")
+        if not search_alg.set_search_properties(tc.metric, tc.mode, param_space, num_samples=tc.num_samples):
+            raise ValueError(f"{type(search_alg).__name__} was created with metric={search_alg.metric!r}, "
+                             f"mode={search_alg.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+                             f"mode={tc.mode!r}: give them in one place")
+        if not scheduler.set_search_properties(tc.metric, tc.mode):
+            raise ValueError(f"{type(scheduler).__name__} was created with metric={scheduler.metric!r}, "
+                             f"mode={scheduler.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+                             f"mode={tc.mode!r}: give them in one place")
+        scheduler.validate()
+        self._search_alg = search_alg
+        self._scheduler = scheduler
+        self._metric = tc.metric or search_alg.metric or scheduler.metric
+        self._mode = tc.mode or search_alg.mode or scheduler.mode
+        self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
+        self._restored = _restored
+        self._experiment_path: str | None = _restored["path"] if _restored else None
+        self._trials: list[Trial] = _restored["trials"] if _restored else []
+
+    # -- fit --------------------------------------------------------------------------------
+    def fit(self) -> ResultGrid:
+        """Run the experiment and return its :class:`ResultGrid`.
+
+        A notebook interrupt (Ctrl-C, the stop button) cancels every running trial (within
+        about 1 s, at most 2 s) and returns the results so far: ``grid.interrupted`` is True,
+        interrupted trials are PAUSED, unstarted ones PENDING. ``fit()`` again on this Tuner,
+        or ``Tuner.restore(grid.experiment_path, trainable).fit()`` after a kernel restart,
+        carries on. (As Ray Tune does: the cell ends normally and keeps the partial results,
+        rather than raising KeyboardInterrupt and losing them.)
+
+        Raises:
+            ValueError: trials report without ``TuneConfig.metric`` (naming what they reported),
+                or a trial needs more workers than the cluster can hold.
+            ClusterError: the head cannot be reached.
+            UnpicklableError: the trainable reads something that cannot be shipped.
+        """
+        from ..client import get_client
+        from .table import TuneProgress, tune_display
+
+        client = get_client()
+        status = client.status()
+        total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
+        capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
+        per_trial = self._runner.scaling_config.num_workers
+        if per_trial > capacity:
+            raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
+                             "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
+        concurrency = max(1, total_workers // per_trial)
+        if self._runner.scaling_config.use_gpu:  # one GPU per rank: GPUs may be the tighter limit
+            gpus = sum(len(n.get("gpus") or []) for n in status["nodes"])
+            if gpus < per_trial:
+                raise ValueError(f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
+                                 f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node")
+            concurrency = min(concurrency, gpus // per_trial)
+        if self._tune_config.max_concurrent_trials:
+            concurrency = min(concurrency, self._tune_config.max_concurrent_trials)
+
+        if self._restored is not None and not self._restored.get("fresh"):
+            for t in self._trials:  # fit() again after an interrupt carries on, as restore does
+                if t.status == PAUSED:
+                    _requeue(t, from_checkpoint=True)
+        header = self._prepare_experiment()
+        if self._restored and self._restored.get("orphans"):
+            _cancel_orphans(client, self._restored.pop("orphans"))
+        path = self._experiment_path
+        progress = TuneProgress(self._metric, self._mode, total_workers, varying_keys(self._param_space))
+        for t in self._trials:
+            progress.add_trial(t.trial_id, t.config)
+            for r in t.results:
+                progress.add_result(t.trial_id, r)
+            progress.set_status(t.trial_id, t.status, t.error)
+        display = tune_display(progress, self._run_config.verbose)
+        state = ExperimentState(path, header)
+        for t in self._trials:
+            state.mark(t)
+        controller = TuneController(
+            client=client, runner=self._runner, trials=self._trials, search_alg=self._search_alg,
+            scheduler=self._scheduler, metric=self._metric, mode=self._mode,
+            num_samples=self._tune_config.num_samples, concurrency=concurrency,
+            total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
+            experiment_path=path, exp_id=header["exp_id"], state=state, progress=progress,
+            display=display, search_finished=bool(header.get("search_finished")),
+            verbose=self._run_config.verbose)
+        self._controller = controller
+        display.display()
+        try:
+            controller.run()
+        finally:
+            display.finish()
+            state.close()
+        self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
+        grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
+        if controller.interrupted:
+            unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
+            sys.stderr.write(f"Tuning interrupted: {grid.num_terminated} trial(s) done, {unfinished} "
+                             f"unfinished. The ResultGrid holds the results so far; to carry on, call fit() "
+                             f"on this Tuner again, or after a kernel restart "
+                             f"Tuner.restore({path!r}, trainable).fit()\n")
+            sys.stderr.flush()
+        return grid
+
+    def _prepare_experiment(self) -> dict:
+        """The experiment directory and state header (new, or the restored one)."""
+        if self._restored is not None:
+            return dict(self._restored["header"])
+        rc = self._run_config
+        name = rc.name or make_run_name(self._runner.name_prefix)
+        storage = rc.storage_path or default_storage_path()
+        path = Path(storage).expanduser() / name
+        path.mkdir(parents=True, exist_ok=True)
+        self._experiment_path = str(path)
+        if self._settings_blob is not None:
+            tmp = path / "tuner.pkl.tmp"
+            tmp.write_bytes(self._settings_blob)
+            tmp.replace(path / "tuner.pkl")
+        elif self._settings_warning:
+            sys.stderr.write(f"warning: {self._settings_warning}; Tuner.restore will need them passed again\n")
+        return {"name": name, "exp_id": uuid.uuid4().hex[:5], "trainable": self._runner.name_prefix,
+                "metric": self._metric, "mode": self._mode, "num_samples": self._tune_config.num_samples,
+                "search_finished": False}
+
+    def get_results(self) -> ResultGrid:
+        """The ResultGrid of the last ``fit()`` (or of the restored experiment).
+
+        Raises:
+            RuntimeError: nothing was run or restored yet."""
+        if self._experiment_path is None:
+            raise RuntimeError("Tuner.get_results(): call fit() first (or Tuner.restore(path, trainable))")
+        return ResultGrid(self._trials, self._experiment_path, self._metric, self._mode)
+
+    # -- restore ------------------------------------------------------------------------------
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """True if ``path`` holds a Tune experiment that ``restore`` can read."""
+        return (Path(path).expanduser() / "experiment_state.json").exists()
+
+    @classmethod
+    def restore(cls, path: str, trainable, *, resume_unfinished: bool = True, resume_errored: bool = False,
+                restart_errored: bool = False, param_space: dict | None = None) -> "Tuner":
+        """A Tuner that continues the experiment in ``path`` (after an interrupt, a kernel
+        restart or a crash); call ``.fit()`` on it.
+
+        TERMINATED and STOPPED trials keep their results. PENDING trials start. Unfinished
+        (PAUSED, or RUNNING when the kernel died) trials resume from their latest checkpoint,
+        or start over without one. Trials the search had not created yet are created.
+
+        Args:
+            path (str): the experiment directory (``ResultGrid.experiment_path``).
+            trainable: the same function or TorchTrainer (code is not stored with the experiment).
+            resume_unfinished (bool): resume PAUSED/RUNNING trials (else they stay PAUSED).
+            resume_errored (bool): resume ERROR trials from their latest checkpoint.
+            restart_errored (bool): start ERROR trials over from scratch.
+            param_space (dict | None): replaces the stored search space (needed only if it
+                could not be pickled).
+
+        Raises:
+            FileNotFoundError: ``path`` holds no experiment state.
+        """
+        path = str(Path(path).expanduser())
+        header, trials = read_state(path)
+        settings = read_tuner_file(path) or {}
+        if param_space is not None:
+            settings["param_space"] = param_space
+        # Runs still live on the head from a kernel that died mid-fit: cancelled by fit().
+        orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
+        for t in trials:
+            if t.status in (RUNNING, PAUSED) and resume_unfinished:
+                _requeue(t, from_checkpoint=True)
+            elif t.status == ERROR and (restart_errored or resume_errored):
+                t.error = None
+                t.extra.pop("errors", None)
+                _requeue(t, from_checkpoint=not restart_errored)
+        tune_config = settings.get("tune_config") or TuneConfig(
+            metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1))
+        tuner = cls(trainable, param_space=settings.get("param_space"),
+                    tune_config=tune_config, run_config=settings.get("run_config"),
+                    _restored={"path": path, "trials": trials, "header": header, "fresh": True,
+                              "orphans": orphans})
+        tuner._replay(bool(header.get("search_finished")))
+        return tuner
+
+    def _replay(self, search_finished: bool) -> None:
+        """Rebuild the scheduler's and searcher's view of the trials run so far."""
+        inner = getattr(self._search_alg, "searcher", self._search_alg)
+        if not search_finished and self._search_alg.counts_samples:
+            # A generator that counts its own samples (grid x num_samples) starts over:
+            # skip what it made before, so no grid point runs twice.
+            for i in range(len(self._trials)):
+                if inner.suggest(f"_replayed_{i}") == Searcher.FINISHED:
+                    break
+        add_point = getattr(self._search_alg, "add_evaluated_point", None)
+        for t in self._trials:
+            self._scheduler.on_trial_add(t)
+            for r in t.results:
+                self._scheduler.on_trial_result(t, r)  # its decisions are history now: ignored
+            if t.status in (TERMINATED, STOPPED):
+                self._scheduler.on_trial_complete(t, t.last_result)
+            elif t.status == ERROR:
+                self._scheduler.on_trial_error(t)
+            if add_point is not None and t.status in (TERMINATED, STOPPED, ERROR):
+                add_point(t.config, t.last_result, error=t.status == ERROR)
+
+
+def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
+    """Cancel the runs of trials a dead kernel left running, and wait until the head has
+    ended them (a trial's run cannot be resumed while it is live)."""
+    from .. import protocol as P
+
+    for run_id in run_ids:
+        client.send(P.CANCEL_RUN, {"run_id": run_id})
+    deadline = time.monotonic() + timeout
+    ids = set(run_ids)
+    while time.monotonic() < deadline:
+        live = [r for r in client.status().get("runs", []) if r["run_id"] in ids
+                and r["state"] not in ("FINISHED", "FAILED", "CANCELLED")]
+        if not live:
+            return
+        time.sleep(0.05)
+
+
+def _requeue(t: Trial, from_checkpoint: bool) -> None:
+    """Make a restored trial PENDING. With a checkpoint its run resumes from it (the head
+    continues the run: its reports so far stay, training_iteration counts on); without
+    one (or with ``from_checkpoint=False``) its directory is removed and it starts over."""
+    t.status = PENDING
+    t.run_id = None
+    if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
+        return
+    t.checkpoint = None
+    t.results = []
+    if t.path:
+        shutil.rmtree(t.path, ignore_errors=True)
+
+
+__all__ = ["Tuner", "TuneConfig"]

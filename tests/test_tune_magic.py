@@ -1,0 +1,241 @@
+"""``%%ray_tune`` in a real IPython shell, on the real session cluster."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.utils.capture import capture_output
+
+
+@pytest.fixture(scope="module")
+def shell(cluster, tmp_path_factory):
+    old = os.environ.get("IPYTHONDIR")
+    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    sh = InteractiveShell.instance(config=config)
+    sh.run_line_magic("load_ext", "raynb")
+    yield sh
+    if old is None:
+        os.environ.pop("IPYTHONDIR", None)
+    else:
+        os.environ["IPYTHONDIR"] = old
+
+
+@pytest.fixture
+def ip(shell, warm):
+    """The shell, with 4 idle workers."""
+    return shell
+
+
+def run(shell, cell: str):
+    with capture_output() as cap:
+        res = shell.run_cell(cell, store_history=True)
+    return res, cap
+
+
+def ok(shell, cell: str):
+    res, cap = run(shell, cell)
+    assert res.error_before_exec is None and res.error_in_exec is None, (
+        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
+    return res, cap
+
+
+def run_count(cluster) -> int:
+    return len(cluster.status()["runs"])
+
+
+# A synthetic objective with a known optimum: loss = (x - 0.3)^2 + 1/iteration.
+QUADRATIC = """%%ray_tune --samples 4 --metric loss --mode min --seed 3 --space {{'x': uniform(-1, 1), 'c': choice([5]), 'nested': {{'k': 7}}}} {opts}
+for i in range(1, 4):
+    report({{"loss": (config["x"] - 0.3) ** 2 + 1.0 / i, "c": config["c"], "k": config["nested"]["k"]}})
+"""
+
+
+def test_tune_cell_runs_trials_and_shows_the_table(ip, cluster):
+    ok(ip, "from random import choice")            # the space's choice() wins over the notebook's
+    before = run_count(cluster)
+    res, cap = ok(ip, QUADRATIC.format(opts=""))
+    grid = res.result                               # the cell's output, as `_`
+    assert grid is not None and ip.user_ns["_"] is grid
+    assert len(grid) == 4 and grid.num_errors == 0 and grid.num_terminated == 4
+    assert run_count(cluster) - before == 4         # one run per trial
+    xs = []
+    for i in range(4):
+        r = grid[i]
+        x = r.config["x"]
+        assert -1 <= x < 1 and r.config["c"] == 5 and r.config["nested"] == {"k": 7}
+        assert r.metrics["training_iteration"] == 3 and r.metrics["k"] == 7
+        assert r.metrics["loss"] == pytest.approx((x - 0.3) ** 2 + 1 / 3)
+        xs.append(x)
+    assert len(set(xs)) == 4
+    best = grid.get_best_result()
+    assert best.config["x"] == min(xs, key=lambda x: (x - 0.3) ** 2)
+    df = grid.get_dataframe()
+    assert len(df) == 4 and "config/x" in df.columns
+    # The text table: printed while tuning and once at the end, best trial starred.
+    out = cap.stdout
+    assert "== Tune finished: 4 trials: 4 TERMINATED" in out, out
+    final = out.split("== Tune finished:")[1]
+    header, *rows = final.splitlines()[1:6]
+    assert header.split()[:4] == ["trial_id", "status", "x", "c"]
+    best_row = next(row for row in rows if row.startswith("*"))
+    assert f"{best.metrics['loss']:.4g}" in best_row
+    assert sum(row.startswith("*") for row in rows) == 1
+
+    # The same space and seed sample the same configs; --result stores, shows no output.
+    ip.user_ns.pop("tuned", None)
+    res, cap = ok(ip, QUADRATIC.format(opts="--result tuned --quiet --name quad_again"))
+    assert res.result is None
+    tuned = ip.user_ns["tuned"]
+    assert sorted(r.config["x"] for r in tuned) == sorted(xs)
+    assert "== Tune" not in cap.stdout              # --quiet: no table
+    assert os.path.basename(tuned.experiment_path.rstrip("/")) == "quad_again"
+
+
+FAILING = """%%ray_tune --metric loss --mode min --space {'x': grid_search([1, -1])} --result failed
+y = config["x"]
+assert y > 0, f"negative x={y}"
+report({"loss": y})
+"""
+
+
+def test_failing_trial_is_an_error_row_and_its_traceback_shows_the_cell_line(ip):
+    res, cap = ok(ip, FAILING)                      # other trials finish; the cell itself does not raise
+    grid = ip.user_ns["failed"]
+    assert len(grid) == 2 and grid.num_errors == 1 and grid.num_terminated == 1
+    count = res.execution_count
+    err = cap.stderr
+    assert "1 trial failed" in err
+    assert re.search(rf'File "<ray_tune cell {count}>", line 3, in ', err), err
+    assert "AssertionError: negative x=-1" in err
+    final = cap.stdout.split("== Tune finished:")[1]
+    assert re.search(r"\n\s+\S+\s+ERROR\s+-1\s", final), final
+    assert "AssertionError: negative x=-1" in final
+
+
+def test_asha_stops_bad_trials_early(ip):
+    cell = ("%%ray_tune --samples 8 --metric loss --mode min --scheduler asha --max-t 8 --seed 1 "
+            "--max-concurrent 2 --result asha --space {'x': uniform(-1, 1)}\n"
+            "for i in range(1, 9):\n"
+            "    report({'loss': (config['x'] - 0.3) ** 2 + 1.0 / i})\n")
+    res, cap = ok(ip, cell)
+    grid = ip.user_ns["asha"]
+    its = sorted(r.metrics["training_iteration"] for r in grid)
+    assert len(grid) == 8 and grid.num_errors == 0
+    assert its[0] < 8 and its[-1] == 8, its        # some trials stopped early, the best ran to max_t
+    final = cap.stdout.split("== Tune finished:")[1]
+    assert "STOPPED" in final.splitlines()[0]
+
+
+def test_workers_per_trial_runs_each_trial_as_ddp(ip):
+    cell = ("%%ray_tune --samples 2 --metric loss --mode max --workers-per-trial 2 --quiet --result ddp "
+            "--space {'a': randint(1, 100)}\n"
+            "world = get_context().get_world_size()\n"
+            "report({'loss': float(config['a']), 'world': world})\n")
+    ok(ip, cell)
+    grid = ip.user_ns["ddp"]
+    assert len(grid) == 2 and grid.num_errors == 0
+    for r in grid:
+        assert r.metrics["world"] == 2
+        assert 1 <= r.metrics["loss"] < 100
+
+
+@pytest.mark.parametrize("line,why", [
+    ("--scheduler bogus", "argument --scheduler: invalid choice: 'bogus'"),
+    ("--search bayes", "argument --search: invalid choice: 'bayes'"),
+    ("--metric loss --mode median", "argument --mode: invalid choice: 'median'"),
+    ("--samples 0", "positive integer"),
+    ("--workers-per-trial x", "positive integer"),
+    ("--bogus", "unrecognized arguments: --bogus"),
+])
+def test_bad_options_print_usage(ip, cluster, line, why):
+    before = run_count(cluster)
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("ray_tune", line, "report({'loss': 1})\n")
+    assert "usage: %%ray_tune" in str(ei.value) and why in str(ei.value)
+    res, cap = run(ip, f"%%ray_tune {line}\nreport({{'loss': 1}})\n")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert "usage: %%ray_tune" in cap.stdout + cap.stderr
+    assert run_count(cluster) == before
+
+
+@pytest.mark.parametrize("line,why", [
+    ("--mode min", "--metric and --mode go together"),
+    ("--metric loss", "--metric and --mode go together"),
+    ("--scheduler asha", "--scheduler asha needs a metric: add --metric NAME --mode min|max"),
+    ("--search optuna", "--search optuna needs a metric"),
+    ("--scheduler hyperband --search optuna", "--scheduler hyperband and --search optuna need a metric"),
+    ("--metric l --mode min --max-t 5", "--max-t applies to --scheduler asha or hyperband, not fifo"),
+    ("--result 1bad", "--result '1bad' is not a valid Python name"),
+    ("--space {'a': 1", "--space \"{'a': 1\" failed to evaluate: SyntaxError: '{' was never closed"),
+    ("--space [uniform(0, 1)]", "--space must be a dict of hyperparameters"),
+    ("--space {'a': no_such_name}", "NameError: name 'no_such_name' is not defined"),
+    ("--space {'lr': uniform(1, 0)}", "param_space key 'lr': uniform(1, 0): lower must be < upper"),
+    ("--space {'m': {'c': choice([])}}", "param_space key 'm/c': choice([]): the list of categories is empty"),
+    ("--metric l --mode min --scheduler pbt --space {'a': 1, 'b': grid_search([1, 2])}",
+     "--scheduler pbt mutates the sampled hyperparameters of --space, and there are none"),
+])
+def test_bad_combinations_are_usage_errors_before_any_trial(ip, cluster, line, why):
+    before = run_count(cluster)
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("ray_tune", line, "report({'loss': 1})\n")
+    assert why in str(ei.value)
+    assert run_count(cluster) == before
+
+
+def test_help_lists_the_options(ip):
+    with pytest.raises(UsageError) as ei:
+        ip.run_cell_magic("ray_tune", "--help", "x = 1\n")
+    text = str(ei.value)
+    for opt in ("--samples", "--metric", "--mode", "--scheduler", "--search", "--space",
+                "--workers-per-trial", "--max-concurrent", "--result", "--name"):
+        assert opt in text
+    assert "asha" in text and "optuna" in text
+
+
+def test_widget_view_leaves_the_static_table_in_the_output(ip, monkeypatch):
+    """With the ipywidgets pane (as in Jupyter), the cell's last output is the static
+    HTML summary: every trial's row, the best one starred, the plot inline."""
+    monkeypatch.setenv("RAYNB_PROGRESS", "widget")
+    cell = ("%%ray_tune --samples 3 --metric acc --mode max --seed 5 --result widgeted "
+            "--space {'w': randint(0, 1000)}\n"
+            "for i in range(1, 3):\n"
+            "    report({'acc': config['w'] * i})\n")
+    res, cap = ok(ip, cell)
+    grid = ip.user_ns["widgeted"]
+    htmls = [o.data["text/html"] for o in cap.outputs if "text/html" in o.data]
+    assert htmls, [o.data.keys() for o in cap.outputs]
+    summary = htmls[-1]
+    assert 'class="raynb-tune-summary"' in summary and "3 TERMINATED" in summary
+    for r in grid:
+        assert f">{r.trial_id}<" in summary
+    best = grid.get_best_result()
+    assert f"<b>{best.trial_id}</b>" in summary and summary.count("&#9733;") == 1
+    assert "data:image/png;base64," in summary
+    assert "== Tune" not in cap.stdout            # no text table alongside the widget
+
+
+def test_pbt_mutates_the_sampled_entries_of_the_space(ip):
+    from raynb.tune import schedulers
+    from raynb.tune.magic import _mutations, eval_space, make_scheduler, parse_line
+
+    space = eval_space("{'lr': loguniform(1e-3, 1), 'const': 3, 'g': grid_search([1, 2]), "
+                       "'opt': {'mom': uniform(0, 1), 'fixed': 'sgd'}, 'derived': sample_from(lambda s: 1)}", {})
+    assert _mutations(space) == {"lr": space["lr"], "opt": {"mom": space["opt"]["mom"]}}
+    args = parse_line("--metric loss --mode min --scheduler pbt --perturbation-interval 2 --seed 0")
+    assert isinstance(make_scheduler(args, space), schedulers.PopulationBasedTraining)
+    # End to end without checkpoints: PBT skips exploits (no donor checkpoint) and trials finish.
+    cell = ("%%ray_tune --samples 4 --metric loss --mode min --scheduler pbt --perturbation-interval 2 "
+            "--seed 0 --quiet --result pbt --space {'lr': loguniform(1e-3, 1)}\n"
+            "for i in range(1, 5):\n"
+            "    report({'loss': config['lr'] / i})\n")
+    ok(ip, cell)
+    grid = ip.user_ns["pbt"]
+    assert len(grid) == 4 and grid.num_errors == 0
+    assert all(r.metrics["training_iteration"] == 4 for r in grid)
