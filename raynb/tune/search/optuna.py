@@ -21,7 +21,8 @@ def _import_optuna():
     try:
         import optuna
     except ImportError:
-        raise ImportError("OptunaSearch needs the optuna library: pip install optuna") from None
+        raise ImportError('OptunaSearch needs the optuna library: pip install "raynb[tune]" '
+                          "(or pip install optuna)") from None
     return optuna
 
 
