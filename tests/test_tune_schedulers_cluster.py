@@ -50,10 +50,11 @@ def _recording(cls):
     return Recording
 
 
-def _check(grid, sched, scores, expected):
+def _check(grid, sched, scores, expected, max_t):
     assert grid.num_errors == 0
     assert sched.stopped_at == dict(zip(scores, expected))
-    assert [r.status for r in grid] == ["STOPPED"] * len(scores)
+    # Stopped at a rung: STOPPED; stopped for having used the whole budget (max_t): TERMINATED.
+    assert [r.status for r in grid] == ["TERMINATED" if e == max_t else "STOPPED" for e in expected]
     for r in grid:  # the cancel cut every run short (20 reports take >= 0.6 s)
         assert r.metrics["training_iteration"] < 20, r.metrics
 
@@ -67,7 +68,7 @@ def test_asha_via_the_tuner_stops_the_trials_of_the_rung_table(warm):
                       tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
                                                   scheduler=sched),
                       run_config=QUIET).fit()
-    _check(grid, sched, scores, [8, 1, 8, 1, 2, 8, 1, 1])
+    _check(grid, sched, scores, [8, 1, 8, 1, 2, 8, 1, 1], max_t=8)
     wait_idle_workers(warm, 4, timeout=3)
 
 
@@ -79,7 +80,7 @@ def test_hyperband_via_the_tuner_stops_the_trials_of_its_table(warm):
                       tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
                                                   scheduler=sched),
                       run_config=QUIET).fit()
-    _check(grid, sched, scores, [9, 3, 9, 1, 3, 3, 1, 1, 9])
+    _check(grid, sched, scores, [9, 3, 9, 1, 3, 3, 1, 1, 9], max_t=9)
     wait_idle_workers(warm, 4, timeout=3)
 
 

@@ -282,6 +282,7 @@ class TuneController:
         if decision == STOP:
             trial.extra["_ending"] = "stop"
             trial.extra["stop_requested_at"] = time.time()
+            trial.extra["_completed"] = self.scheduler.reached_budget(trial, metrics)
         elif isinstance(decision, Exploit):
             trial.extra["_ending"] = "exploit"
             trial.extra["_exploit"] = decision
@@ -310,7 +311,10 @@ class TuneController:
         if ending == "exploit" and state != "FAILED":
             self._exploit(trial, trial.extra.pop("_exploit"))
         elif ending in ("stop", "budget") and state != "FAILED":
-            trial.status = STOPPED
+            # Stopped early by the scheduler or the time budget: STOPPED. A trial that used
+            # its whole budget (max_t) or returned by itself before the STOP landed: TERMINATED.
+            completed = trial.extra.pop("_completed", False) and ending == "stop"
+            trial.status = TERMINATED if completed or state == "FINISHED" else STOPPED
             if ending == "stop":
                 self._stop_freed.append(trial.extra["stop_requested_at"])
             self.scheduler.on_trial_complete(trial, trial.last_result)

@@ -165,6 +165,14 @@ class TrialScheduler:
     def on_trial_remove(self, trial) -> None:
         """``trial`` was removed without completing (e.g. cancelled)."""
 
+    def reached_budget(self, trial, result: dict) -> bool:
+        """Whether a STOP at ``result`` ends ``trial`` because it used its whole budget
+        (``max_t``) rather than early: the driver marks it TERMINATED, not STOPPED."""
+        max_t = getattr(self, "_max_t", None)
+        attr = getattr(self, "_time_attr", None)
+        value = result.get(attr) if attr else None
+        return max_t is not None and isinstance(value, (int, float)) and value >= max_t
+
     def choose_trial_to_run(self, pending: list):
         """Pick the next trial to start among ``pending`` (FIFO: the first), or None."""
         return pending[0] if pending else None
