@@ -29,30 +29,40 @@ class _Parser(argparse.ArgumentParser):
         return self.parse_args(words)
 
 
-_CONFIG_OPTION = re.compile(r"(?:^|\s)--config(?:=|\s+)(?=\S)")
 _NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
 
 
-def _split_config(line: str) -> tuple[str, str | None]:
-    """Take ``--config EXPR`` out of the magic line before shell-style splitting.
+def split_expression(line: str, option: str, strict: bool = False) -> tuple[str, str | None]:
+    """Take ``option EXPR`` out of a magic line before shell-style splitting.
 
-    EXPR is Python, so it may hold spaces and quotes (``--config {'epochs': 2}``)
-    that shlex would split or strip. It ends at the first following option
-    (`` --name``) before which the text parses as an expression. A quoted value
-    (``--config "{...}"``) is left to shlex, as before.
+    EXPR is Python (``--config dict(lr=1e-3)``, ``--space {"lr": loguniform(1e-4, 1e-1)}``),
+    so it may hold spaces and quotes that shlex would split or strip. It ends at the
+    first following option (`` --name``) before which the text parses as an
+    expression. A quoted value (``--config "{...}"``) is left to shlex.
+
+    Returns:
+        (the line without ``option EXPR``, EXPR), or (line, None) when ``option`` is
+        absent, quoted, or (not ``strict``) no prefix parses: the usual parsing reports it.
+
+    Raises:
+        UsageError: ``strict`` and no prefix of the text after ``option`` parses.
     """
-    m = _CONFIG_OPTION.search(line)
+    m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
     if m is None or line[m.end()] in "'\"":
         return line, None
     rest = line[m.end():]
+    error = None
     for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
         expr = rest[:end].strip()
         try:
             ast.parse(expr, mode="eval")
-        except SyntaxError:
+        except SyntaxError as e:
+            error = e
             continue
         return line[:m.start()] + rest[end:], expr
-    return line, None  # not an expression: let the usual parsing report it
+    if strict:
+        raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
+    return line, None
 
 
 def _train_parser() -> _Parser:
@@ -105,7 +115,7 @@ class RayNBMagics(Magics):
         from .runner import execute_run
         from .train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
-        line_rest, config_expr = _split_config(line)
+        line_rest, config_expr = split_expression(line, "--config")
         args = _train_parser().parse_line(line_rest)
         if config_expr is not None:
             args.config = config_expr

@@ -76,3 +76,22 @@ def warm(cluster):
     """The session cluster, with 4 idle workers before the test starts."""
     wait_idle_workers(cluster, 4)
     return cluster
+
+
+@pytest.fixture(scope="session")
+def shell(cluster, tmp_path_factory):
+    """A real IPython shell (in-memory history) with raynb's magics loaded."""
+    old = os.environ.get("IPYTHONDIR")
+    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    sh = InteractiveShell.instance(config=config)
+    sh.run_line_magic("load_ext", "raynb")
+    yield sh
+    if old is None:
+        os.environ.pop("IPYTHONDIR", None)
+    else:
+        os.environ["IPYTHONDIR"] = old

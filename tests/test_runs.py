@@ -320,24 +320,6 @@ def test_restore_continues_a_cancelled_run(warm):
 
 # -- %%ray_train --resume ---------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def shell(cluster, tmp_path_factory):
-    old = os.environ.get("IPYTHONDIR")
-    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    sh = InteractiveShell.instance(config=config)
-    sh.run_line_magic("load_ext", "raynb")
-    yield sh
-    if old is None:
-        os.environ.pop("IPYTHONDIR", None)
-    else:
-        os.environ["IPYTHONDIR"] = old
-
-
 RESUMABLE_CELL = """%%ray_train --workers 4 --quiet --name {name} {resume} --config {{'flag': {flag!r}}}
 import json, os, tempfile
 import torch

@@ -9,24 +9,6 @@ from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 
-@pytest.fixture(scope="module")
-def shell(cluster, tmp_path_factory):
-    old = os.environ.get("IPYTHONDIR")
-    os.environ["IPYTHONDIR"] = str(tmp_path_factory.mktemp("ipython"))
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    config = Config()
-    config.HistoryManager.hist_file = ":memory:"
-    sh = InteractiveShell.instance(config=config)
-    sh.run_line_magic("load_ext", "raynb")
-    yield sh
-    if old is None:
-        os.environ.pop("IPYTHONDIR", None)
-    else:
-        os.environ["IPYTHONDIR"] = old
-
-
 @pytest.fixture
 def ip(shell, warm):
     """The shell, with 4 idle workers."""

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import cloudpickle
 
+from ..rundir import CorruptRunDirectory, read_reports
 from .trial import Trial
 
 STATE_FILE = "experiment_state.json"
@@ -193,16 +194,8 @@ def read_state(path: str) -> tuple[dict, list[Trial]]:
 
 
 def read_results(trial_path: str) -> list[dict]:
-    """Every report in ``<trial_path>/result.json`` (lines that do not parse are skipped:
-    the last one may be half written if the head was killed mid-write)."""
-    out = []
+    """Every report in ``<trial_path>/result.json`` ([] when it cannot be read)."""
     try:
-        with open(Path(trial_path) / "result.json") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    except OSError:
-        pass
-    return out
+        return read_reports(Path(trial_path))
+    except CorruptRunDirectory:
+        return []

@@ -17,9 +17,7 @@ available without imports. Bad options are a ``UsageError`` before any trial sta
 """
 from __future__ import annotations
 
-import ast
 import linecache
-import re
 import sys
 
 from IPython.core.error import UsageError
@@ -27,7 +25,7 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 
 from ..cellfunc import build_cell_function
 from ..cli import _positive_int
-from ..magics import _Parser
+from ..magics import _Parser, split_expression
 from .search import sample as _sample
 
 # The search-space functions usable in --space without imports (they win over
@@ -38,7 +36,6 @@ SPACE_API = {name: getattr(_sample, name) for name in (
 
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
 SEARCHES = ("random", "optuna")
-_NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
 
 
 def _positive_float(text: str) -> float:
@@ -88,36 +85,12 @@ def tune_parser() -> _Parser:
     return p
 
 
-def split_expression(line: str, option: str) -> tuple[str, str | None]:
-    """Take ``option EXPR`` out of the magic line before shell-style splitting.
-
-    EXPR is Python, so it may hold spaces and quotes that shlex would split or
-    strip. It ends at the first following option before which the text parses
-    as an expression. A quoted value is left to shlex.
-
-    Raises:
-        UsageError: no prefix of the text after ``option`` is a Python expression."""
-    m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
-    if m is None or line[m.end()] in "'\"":
-        return line, None
-    rest = line[m.end():]
-    for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
-        expr = rest[:end].strip()
-        try:
-            ast.parse(expr, mode="eval")
-        except SyntaxError as e:
-            error = e
-            continue
-        return line[:m.start()] + rest[end:], expr
-    raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
-
-
 def parse_line(line: str):
     """The parsed options of a ``%%ray_tune`` line.
 
     Raises:
         UsageError: unknown option or value, or options that do not go together."""
-    rest, space = split_expression(line, "--space")
+    rest, space = split_expression(line, "--space", strict=True)
     args = tune_parser().parse_line(rest)
     if space is not None:
         args.space = space
