@@ -531,6 +531,13 @@ class Head:
             self._finish(run, "CANCELLED")
         elif run.state == "RUNNING":
             self._begin_finishing(run, "CANCELLING")
+        elif run.state == "FAILING":
+            # A cancel (an interrupt, a Tune STOP or exploit) that lands between a rank's
+            # failure and the restart: the ranks are already being stopped, and when they
+            # are, the run ends CANCELLED instead of restarting (it used to be dropped, and
+            # the run restarted and ran on with nobody waiting for it).
+            run.state = "CANCELLING"
+            self._maybe_finish(run)
 
     # -- nodes and workers ------------------------------------------------------
     def on_node_register(self, msg: P.Message) -> None:
