@@ -83,3 +83,63 @@ def test_cancel_while_failing_is_not_lost(warm):
     assert done is not None, f"the cancel was dropped: the run is {st[run_id]} again"
     assert done.content["state"] == "CANCELLED"
     wait_idle_workers(client, 4)
+
+
+def _counted(config):
+    """Appends a line to ``<log>`` per execution, reports 3 times (slowly unless told)."""
+    import time
+
+    from raynb import tune
+
+    with open(config["log"], "a") as f:
+        f.write(f"{config['i']}\n")
+    for step in range(3):
+        time.sleep(config.get("sleep", 0.4))
+        tune.report({"score": config["i"] * 10 + step})
+
+
+def test_restore_after_kernel_kill_keeps_trials_that_finished_meanwhile(warm, tmp_path):
+    """Runs outlive the kernel: a trial still running when the kernel was killed goes on
+    and finishes on the head. Tuner.restore must take it as TERMINATED with its results,
+    not wipe its directory and run it again from scratch."""
+    import signal
+    import subprocess
+
+    log = tmp_path / "executions.log"
+    script = tmp_path / "kernel.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+        "import cloudpickle, test_review_ft_tune as m\n"
+        "cloudpickle.register_pickle_by_value(m)\n"
+        "from raynb import tune\n"
+        "from raynb.train import RunConfig\n"
+        f"space = {{'i': tune.grid_search([1, 2]), 'log': {str(log)!r}}}\n"
+        "tune.Tuner(m._counted, param_space=space, tune_config=tune.TuneConfig(metric='score', mode='max'),\n"
+        f"           run_config=RunConfig(name='exp', storage_path={str(tmp_path)!r}, verbose=0)).fit()\n")
+    kernel = subprocess.Popen([sys.executable, str(script)])
+    exp = tmp_path / "exp"
+    try:
+        deadline = time.monotonic() + 30
+        # Killed once both trials have started (the state file says RUNNING).
+        while time.monotonic() < deadline:
+            try:
+                state = (exp / "experiment_state.json").read_text()
+            except OSError:
+                state = ""
+            if state.count('"RUNNING"') == 2 and log.exists() and len(log.read_text().split()) == 2:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the trials did not start")
+    finally:
+        kernel.send_signal(signal.SIGKILL)
+        kernel.wait()
+    wait_idle_workers(warm, 4)  # both trials' runs finished on the head meanwhile
+    from raynb import tune
+
+    grid = tune.Tuner.restore(str(exp), _counted).fit()
+    assert sorted(log.read_text().split()) == ["1", "2"], "a finished trial ran again"
+    assert [r.status for r in grid] == ["TERMINATED", "TERMINATED"]
+    assert sorted(r.metrics["score"] for r in grid) == [12, 22]
+    assert all(len(r.metrics_dataframe) == 3 for r in grid)

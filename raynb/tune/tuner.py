@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..rundir import default_storage_path, make_run_name
+from ..rundir import default_storage_path, make_run_name, read_run_dir
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TrialRunner, TuneController
 from .experiment_state import ExperimentState, read_state, read_tuner_file
@@ -261,6 +261,9 @@ class Tuner:
         settings = read_tuner_file(path) or {}
         if param_space is not None:
             settings["param_space"] = param_space
+        for t in trials:
+            if t.status == RUNNING:
+                _catch_up(t)
         # Runs still live on the head from a kernel that died mid-fit: cancelled by fit().
         orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
         for t in trials:
@@ -316,6 +319,43 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
         if not live:
             return
         time.sleep(0.05)
+
+
+def _catch_up(t: Trial) -> None:
+    """A trial the state file says is RUNNING: its kernel died mid-fit, and its run went on
+    on the head (runs outlive the kernel). The run's own ``run.json`` (written by the head)
+    tells how far it got: a run that FINISHED meanwhile is TERMINATED with its results (it
+    used to be requeued, its directory removed and the trial run again from scratch), one
+    that raised is ERROR; a live one stays RUNNING (an orphan to cancel) with its newest
+    checkpoint, so the requeue resumes from that rather than from the stale one recorded
+    here (which ``num_to_keep`` may have pruned meanwhile)."""
+    if not t.path:
+        return
+    try:
+        record = read_run_dir(t.path, with_reports=False)
+    except (OSError, ValueError):
+        return  # nothing readable: requeued as before
+    checkpoints = record.get("checkpoints") or []
+    if checkpoints:
+        t.checkpoint = checkpoints[-1]["path"]
+        t.extra["checkpoints"] = checkpoints
+    if record.get("failures"):
+        t.extra["failures"] = record["failures"]
+    state = record.get("state")
+    if state == "FINISHED":
+        t.status = TERMINATED
+    elif state == "FAILED" and not _head_died(record):
+        t.status = ERROR
+        errors = record.get("errors") or [{"message": "failed"}]
+        t.extra["errors"] = errors
+        e = errors[0]
+        t.error = (f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type")
+                   else str(e.get("message", "failed"))).splitlines()[0][:300]
+
+
+def _head_died(record: dict) -> bool:
+    """The run failed because the head running it stopped (resumable, not the trial's fault)."""
+    return any("head stopped" in str(f.get("message", "")) for f in record.get("failures") or [])
 
 
 def _requeue(t: Trial, from_checkpoint: bool) -> None:
