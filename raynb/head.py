@@ -885,6 +885,7 @@ class Head:
         Every rank has stopped (returned, or was killed after the grace period); a
         dead worker's replacement is already being forked by its node."""
         self._release(run)
+        unsaved = _unsaved_checkpoints(run)
         run.store.discard_staging()
         run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
         run.attempt += 1
@@ -894,8 +895,9 @@ class Head:
         limit = "unlimited" if run.max_failures < 0 else run.max_failures
         text = (f"restart {len(run.failures)}/{limit}: {_describe_cause(cause)}; "
                 + (f"resuming from {latest['name']}" if latest else
-                   "no checkpoint yet, starting over" if not run.spec.get("resume_from_checkpoint")
-                   else "resuming from the checkpoint it started with"))
+                   f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
+                   if not run.spec.get("resume_from_checkpoint")
+                   else "resuming from the checkpoint it started with") + unsaved)
         log.info("run %s: %s", run.name, text)
         self._event(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
         self._event(run, {"kind": "state", "state": "PENDING", "attempt": run.attempt})
@@ -944,6 +946,23 @@ class Head:
     def close(self) -> None:
         self.sock.close(linger=500)  # let the last run_done messages reach their clients
         self.ctx.term()
+
+
+def _unsaved_checkpoints(run: Run) -> str:
+    """What a restart note adds when the failed attempt reported checkpoints that were never
+    committed because some ranks had not made those reports. Without it the note said "no
+    checkpoint yet, starting over" to a user whose rank 0 had reported several (the common
+    ``if rank == 0: report(..., checkpoint=...)`` pattern), with no word of why they were lost."""
+    if not run.staged:
+        return ""
+    first = min(run.staged)
+    behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < first]
+    text = (f" ({len(run.staged)} reported checkpoint(s) were not saved: rank(s) "
+            f"{', '.join(map(str, behind))} had not made report {first}")
+    if any(run.report_counts.get(r, 0) == 0 for r in behind):
+        text += ("; a checkpoint is saved once every rank has made the report that carries it, "
+                 "so call report() on every rank, passing checkpoint=None where there is none")
+    return text + ")"
 
 
 def _primary_error(errors: list) -> dict:

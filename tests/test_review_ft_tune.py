@@ -143,3 +143,43 @@ def test_restore_after_kernel_kill_keeps_trials_that_finished_meanwhile(warm, tm
     assert [r.status for r in grid] == ["TERMINATED", "TERMINATED"]
     assert sorted(r.metrics["score"] for r in grid) == [12, 22]
     assert all(len(r.metrics_dataframe) == 3 for r in grid)
+
+
+def _rank0_reports_then_peer_dies(config):
+    """Only rank 0 calls report(checkpoint=...); rank 1 dies once after rank 0's 3rd report."""
+    import os
+    import signal
+    import tempfile
+    import time
+
+    from raynb import train
+    from raynb.train import Checkpoint, get_context
+
+    rank = get_context().get_world_rank()
+    for step in range(4):
+        if rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "s"), "w").write(str(step))
+                train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+        time.sleep(0.15)
+        if step == 2 and rank == 1 and not os.path.exists(config["flag"]):
+            open(config["flag"], "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_path):
+    """The restart note must not say "no checkpoint yet" as if none had been reported: it
+    names the unsaved checkpoints, the ranks that never made the report, and what to do."""
+    client = warm
+    run_id, _ = _submit(client, _rank0_reports_then_peer_dies, {"flag": str(tmp_path / "flag")},
+                        failure_config=FailureConfig(1))
+    notes = []
+    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE or (
+        m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"])), 20)
+    assert done is not None and done.content["state"] == "FINISHED", done and done.content
+    restart = [n for n in notes if n.startswith("restart 1/1")]
+    assert len(restart) == 1, notes
+    assert "no checkpoint saved yet, starting over" in restart[0], restart
+    assert "reported checkpoint(s) were not saved: rank(s) 1 had not made report 1" in restart[0], restart
+    assert "call report() on every rank" in restart[0], restart
+    wait_idle_workers(client, 4)
