@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -88,12 +90,17 @@ class NodeAgent:
         self._stop = False
         log_dir = raynb_home() / "logs"
         log_dir.mkdir(exist_ok=True)
+        # The workers' FileStore rendezvous files (single-node process groups) go here and
+        # are removed with it when this agent exits: torch deletes such a file only when
+        # every rank dropped its reference, which a killed worker, or one that exits with
+        # the cluster (os._exit), never does; each left a raynb-rdzv-* file in /tmp for good.
+        self.rdzv_dir = tempfile.mkdtemp(prefix=f"raynb-rdzv-{self.node_id}-")
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", "raynb.zygote"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=python_env({"RAYNB_KEY": key.decode(), "RAYNB_ADDRESS": address,
                             "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
-                            "RAYNB_LOG_DIR": str(log_dir)}),
+                            "RAYNB_LOG_DIR": str(log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir}),
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
@@ -223,6 +230,7 @@ class NodeAgent:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
+        shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         self.sock.close(0)
         self.ctx.term()
 

@@ -405,7 +405,10 @@ class Worker:
             # Every rank on this machine: rendezvous through a file, no socket. A TCP
             # connect to the store now and then stalls 5 s here (a dropped SYN to the
             # v4-mapped address torch's client prefers, under gVisor), one group in ~30.
-            path = os.path.join(tempfile.gettempdir(), f"raynb-rdzv-{g['key']}")
+            # In the node agent's own directory, removed when it exits (see NodeAgent).
+            rdzv_dir = os.environ.get("RAYNB_RDZV_DIR") or tempfile.gettempdir()
+            os.makedirs(rdzv_dir, exist_ok=True)
+            path = os.path.join(rdzv_dir, f"raynb-rdzv-{g['key']}")
             if task["world_size"] == 1 and os.path.exists(path):
                 os.unlink(path)  # left by an init of this one-rank group that was interrupted
             store = dist.FileStore(path, task["world_size"])

@@ -183,3 +183,54 @@ def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_pa
     assert "reported checkpoint(s) were not saved: rank(s) 1 had not made report 1" in restart[0], restart
     assert "call report() on every rank" in restart[0], restart
     wait_idle_workers(client, 4)
+
+
+_RDZV_SCRIPT = r'''
+import os, signal, sys, time
+import raynb
+from raynb.cluster import start_cluster, stop_cluster
+from raynb.train import FailureConfig, RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+
+def loop(config):
+    import os, signal, time
+    import torch, torch.distributed as dist
+    from raynb.train import get_context, report
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    report({"sum": t.item()})
+    if get_context().get_world_rank() == 1 and not os.path.exists(config["flag"]):
+        open(config["flag"], "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.2)
+
+start_cluster(num_workers=4)
+raynb.connect()
+for n in (2, 4, 3):
+    TorchTrainer(loop, train_loop_config={"flag": sys.argv[1] + str(n)},
+                 scaling_config=ScalingConfig(num_workers=n),
+                 run_config=RunConfig(verbose=0, failure_config=FailureConfig(1))).fit()
+raynb.disconnect()
+assert stop_cluster()
+'''
+
+
+def test_no_rendezvous_files_left_in_tmp_after_a_cluster_stops(tmp_path):
+    """Single-node process groups rendezvous through a FileStore file in the temp dir. A
+    worker that is killed, or that exits with the cluster (os._exit), never drops its
+    reference, so torch never removes the file: every cluster session and every dead
+    worker left a raynb-rdzv-* file in /tmp for good."""
+    import subprocess
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "session.py"
+    script.write_text(_RDZV_SCRIPT)
+    env = dict(os.environ, TMPDIR=str(tmp), RAYNB_HOME=str(tmp_path / "home"),
+               RAYNB_STORAGE_PATH=str(tmp_path / "results"), RAYNB_PROGRESS="text")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "flag")], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    time.sleep(0.5)
+    left = [p for p in os.listdir(tmp) if p.startswith("raynb-rdzv")]
+    assert left == [], f"rendezvous files left behind in {tmp}: {left}"
