@@ -101,6 +101,14 @@ def read_run_dir(path, with_reports: bool = True) -> dict:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise FileNotFoundError(f"{path}: no such run directory")
+    if not (p / STATE_FILE).exists() and (p / "experiment_state.json").exists():
+        # A Tune experiment, not a damaged run: the generic "is run.json missing, was it
+        # copied whole?" sent the user looking for damage that is not there.
+        trials = sorted(d.name for d in p.iterdir() if (d / STATE_FILE).is_file())
+        raise CorruptRunDirectory(
+            f"{p} is a Tune experiment directory, not a run directory: read all its trials with "
+            f"raynb.tune.Tuner.restore({str(p)!r}, trainable).get_results(), or give one trial's "
+            "directory" + (f" (e.g. {str(p / trials[0])!r})" if trials else ""))
     record = _read_json(p / STATE_FILE, "raynb writes it when a run starts; was this directory "
                                         "made by raynb, and copied whole?")
     if not isinstance(record, dict) or "name" not in record:

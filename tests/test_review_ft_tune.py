@@ -234,3 +234,30 @@ def test_no_rendezvous_files_left_in_tmp_after_a_cluster_stops(tmp_path):
     time.sleep(0.5)
     left = [p for p in os.listdir(tmp) if p.startswith("raynb-rdzv")]
     assert left == [], f"rendezvous files left behind in {tmp}: {left}"
+
+
+def _one_report(config):
+    from raynb import tune
+
+    tune.report({"score": config["i"]})
+
+
+def test_result_from_path_of_a_tune_experiment_and_of_its_trial(warm, tmp_path):
+    """A trial's directory reads back as a Result; the experiment directory gets an error
+    saying what it is and what to do, not "run.json is missing ... copied whole?"."""
+    from raynb import tune
+    from raynb.rundir import CorruptRunDirectory
+    from raynb.train import Result
+    from raynb.train.torch import TorchTrainer
+
+    grid = tune.Tuner(_one_report, param_space={"i": tune.grid_search([3, 4])},
+                      run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0)).fit()
+    trial = Result.from_path(grid[1].path)
+    assert trial.state == "FINISHED" and trial.metrics["score"] == 4
+    for read in (Result.from_path, TorchTrainer.restore):
+        with pytest.raises(CorruptRunDirectory) as e:
+            read(grid.experiment_path)
+        msg = str(e.value)
+        assert "is a Tune experiment directory" in msg and "Tuner.restore(" in msg, msg
+        assert repr(grid[0].path) in msg, msg
+        assert "copied whole" not in msg
