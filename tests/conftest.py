@@ -6,10 +6,24 @@ fails the run if stopping it leaves any of its processes behind.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import psutil
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sigint_raises_keyboardinterrupt():
+    """Tests interrupt themselves (SIGINT) as a notebook's interrupt button does. A
+    process started in the background by a non-interactive shell (`cmd &`, nohup)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt: restore
+    Python's own handler for the session."""
+    old = signal.getsignal(signal.SIGINT)
+    if old is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 @pytest.fixture(scope="session")

@@ -311,10 +311,11 @@ class TuneController:
         if ending == "exploit" and state != "FAILED":
             self._exploit(trial, trial.extra.pop("_exploit"))
         elif ending in ("stop", "budget") and state != "FAILED":
-            # Stopped early by the scheduler or the time budget: STOPPED. A trial that used
-            # its whole budget (max_t) or returned by itself before the STOP landed: TERMINATED.
+            # Stopped early by the scheduler or the time budget: STOPPED, even when its run
+            # returned before the cancel landed (its results end at the STOP). A trial the
+            # scheduler stopped for having used its whole budget (max_t): TERMINATED.
             completed = trial.extra.pop("_completed", False) and ending == "stop"
-            trial.status = TERMINATED if completed or state == "FINISHED" else STOPPED
+            trial.status = TERMINATED if completed else STOPPED
             if ending == "stop":
                 self._stop_freed.append(trial.extra["stop_requested_at"])
             self.scheduler.on_trial_complete(trial, trial.last_result)
