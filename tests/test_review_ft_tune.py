@@ -261,3 +261,43 @@ def test_result_from_path_of_a_tune_experiment_and_of_its_trial(warm, tmp_path):
         assert "is a Tune experiment directory" in msg and "Tuner.restore(" in msg, msg
         assert repr(grid[0].path) in msg, msg
         assert "copied whole" not in msg
+
+
+def _reports_until_interrupted(config):
+    import time
+
+    from raynb import tune
+
+    for i in range(400):
+        tune.report({"i": i, "score": config["k"]})
+        time.sleep(0.05)
+
+
+def test_restore_then_get_results_reads_without_deleting_anything(warm, tmp_path):
+    """Tuner.restore(path, trainable).get_results() is how an interrupted experiment is read
+    back: it must not remove the directories (and partial results) of PAUSED trials that
+    have no checkpoint; that may only happen when fit() actually starts them over."""
+    import signal
+    import threading
+
+    from raynb import tune
+
+    tuner = tune.Tuner(_reports_until_interrupted, param_space={"k": tune.grid_search([1, 2])},
+                       run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0))
+    timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        grid = tuner.fit()
+    finally:
+        timer.cancel()
+    assert grid.interrupted and [r.status for r in grid] == ["PAUSED", "PAUSED"]
+    partial = [len(r.metrics_dataframe) for r in grid]
+    assert min(partial) > 0
+    wait_idle_workers(warm, 4)
+
+    read = tune.Tuner.restore(grid.experiment_path, _reports_until_interrupted).get_results()
+    assert all(os.path.isdir(r.path) for r in grid), "restore() deleted trial directories"
+    assert [r.status for r in read] == ["PAUSED", "PAUSED"]
+    assert [len(r.metrics_dataframe) for r in read] == partial
+    again = tune.Tuner.restore(grid.experiment_path, _reports_until_interrupted)
+    assert [len(r.metrics_dataframe) for r in again.get_results()] == partial

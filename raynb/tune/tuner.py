@@ -162,6 +162,9 @@ class Tuner:
         header = self._prepare_experiment()
         if self._restored and self._restored.get("orphans"):
             _cancel_orphans(client, self._restored.pop("orphans"))
+        for t in self._trials:  # restored trials that start over (see _requeue)
+            if t.extra.pop("_wipe", False) and t.path:
+                shutil.rmtree(t.path, ignore_errors=True)
         path = self._experiment_path
         progress = TuneProgress(self._metric, self._mode, total_workers, varying_keys(self._param_space))
         for t in self._trials:
@@ -226,6 +229,14 @@ class Tuner:
             RuntimeError: nothing was run or restored yet."""
         if self._experiment_path is None:
             raise RuntimeError("Tuner.get_results(): call fit() first (or Tuner.restore(path, trainable))")
+        if self._restored is not None and self._restored.get("fresh"):
+            # Restored, not fitted yet: the experiment as stored, not as restore() queued it
+            # to carry on (PENDING, results of trials that start over dropped).
+            _, trials = read_state(self._experiment_path)
+            for t in trials:
+                if t.status == RUNNING:
+                    _catch_up(t)
+            return ResultGrid(trials, self._experiment_path, self._metric, self._mode)
         return ResultGrid(self._trials, self._experiment_path, self._metric, self._mode)
 
     # -- restore ------------------------------------------------------------------------------
@@ -268,11 +279,11 @@ class Tuner:
         orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
         for t in trials:
             if t.status in (RUNNING, PAUSED) and resume_unfinished:
-                _requeue(t, from_checkpoint=True)
+                _requeue(t, from_checkpoint=True, wipe=False)
             elif t.status == ERROR and (restart_errored or resume_errored):
                 t.error = None
                 t.extra.pop("errors", None)
-                _requeue(t, from_checkpoint=not restart_errored)
+                _requeue(t, from_checkpoint=not restart_errored, wipe=False)
         tune_config = settings.get("tune_config") or TuneConfig(
             metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1))
         tuner = cls(trainable, param_space=settings.get("param_space"),
@@ -358,18 +369,22 @@ def _head_died(record: dict) -> bool:
     return any("head stopped" in str(f.get("message", "")) for f in record.get("failures") or [])
 
 
-def _requeue(t: Trial, from_checkpoint: bool) -> None:
+def _requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:
     """Make a restored trial PENDING. With a checkpoint its run resumes from it (the head
     continues the run: its reports so far stay, training_iteration counts on); without
-    one (or with ``from_checkpoint=False``) its directory is removed and it starts over."""
+    one (or with ``from_checkpoint=False``) its directory is removed and it starts over.
+    ``wipe=False`` only marks the directory for removal when ``fit()`` starts (restore()
+    itself must not delete anything: ``Tuner.restore(...).get_results()`` only reads)."""
     t.status = PENDING
     t.run_id = None
     if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
         return
     t.checkpoint = None
     t.results = []
-    if t.path:
+    if t.path and wipe:
         shutil.rmtree(t.path, ignore_errors=True)
+    elif t.path:
+        t.extra["_wipe"] = True
 
 
 __all__ = ["Tuner", "TuneConfig"]
