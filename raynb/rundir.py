@@ -222,3 +222,8 @@ class RunDirectory:
             if f is not None:
                 f.close()
                 setattr(self, name, None)
+        # Every report's row is kept only to rewrite progress.csv when a new metric shows up;
+        # once the run ended nothing writes here again (a resumed run reads its files back).
+        # The head keeps up to 1000 ended runs: with their rows it held every report of each
+        # (70 MiB for 40k small reports), growing with every experiment.
+        self._rows = []

@@ -301,3 +301,29 @@ def test_restore_then_get_results_reads_without_deleting_anything(warm, tmp_path
     assert [len(r.metrics_dataframe) for r in read] == partial
     again = tune.Tuner.restore(grid.experiment_path, _reports_until_interrupted)
     assert [len(r.metrics_dataframe) for r in again.get_results()] == partial
+
+
+def _many_reports(config):
+    from raynb import tune
+
+    for i in range(5000):
+        tune.report({f"m{j}": i * 0.5 + j for j in range(10)})
+
+
+def test_head_memory_does_not_keep_every_report_of_ended_runs(warm, tmp_path):
+    """The head keeps up to 1000 ended runs; it must not keep every report row of each
+    (a second identical experiment grew the head by another ~70 MiB, and so on)."""
+    import psutil
+
+    from raynb import tune
+
+    head = psutil.Process(warm.status()["pid"])
+    rss = []
+    for k in range(3):
+        tune.Tuner(_many_reports, param_space={"i": tune.grid_search(list(range(8)))},
+                   run_config=RunConfig(name=f"mem{k}", storage_path=str(tmp_path), verbose=0)).fit()
+        rss.append(head.memory_info().rss / 2**20)
+    # 40k rows per experiment held ~67 MiB: the 2nd and 3rd experiments reuse what the
+    # 1st freed instead.
+    assert rss[2] - rss[0] < 25, f"head RSS after each experiment (MiB): {rss}"
+    wait_idle_workers(warm, 4)
