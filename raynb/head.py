@@ -107,6 +107,9 @@ class Run:
     # fault tolerance and checkpoints
     attempt: int = 0                                  # restarts so far
     failures: list = field(default_factory=list)      # the cause of each failed attempt
+    # Failures of earlier fits of a resumed run (and the head's death under it): kept in
+    # ``failures``, but not counted against this fit's FailureConfig(max_failures).
+    failures_before: int = 0
     store: CheckpointStore | None = None
     report_counts: dict = field(default_factory=dict)  # rank -> reports this attempt
     staged: dict = field(default_factory=dict)        # report index -> {rank: staged dir}
@@ -509,6 +512,7 @@ class Head:
                 # (a live run of this head was refused above). That attempt failed too, and
                 # the resumed run's Result.failures must not lose it.
                 run.failures.append({"message": "the raynb head stopped while this run was active"})
+            run.failures_before = len(run.failures)
         else:
             rundir.write_params(spec.get("params", {}))
         rundir.write_function(P.buffer_bytes(msg.buffers[0]))
@@ -856,13 +860,14 @@ class Head:
         elif run.errors or run.state == "FAILING":
             cause = _primary_error(run.errors)
             run.failures.append(cause)
-            if run.max_failures < 0 or len(run.failures) <= run.max_failures:
+            if run.max_failures < 0 or len(run.failures) - run.failures_before <= run.max_failures:
                 self._restart(run, cause)
             else:
-                # Name every failure, the cause first: also with a single failure, where a
-                # peer's gloo error ("connection closed by peer") often arrives before the
-                # dead rank's exit and would otherwise be RunError.rank and lead the message.
-                run.errors = run.failures[:-1] + [cause] + [e for e in run.errors if e is not cause]
+                # Name every failure (of this fit), the cause first: also with a single failure,
+                # where a peer's gloo error ("connection closed by peer") often arrives before
+                # the dead rank's exit and would otherwise be RunError.rank and lead the message.
+                run.errors = (run.failures[run.failures_before:-1] + [cause]
+                              + [e for e in run.errors if e is not cause])
                 self._finish(run, "FAILED")
         else:
             self._commit_checkpoints(run, run_ended=True)
@@ -893,7 +898,7 @@ class Head:
         run.state = "PENDING"
         latest = run.store.latest
         limit = "unlimited" if run.max_failures < 0 else run.max_failures
-        text = (f"restart {len(run.failures)}/{limit}: {_describe_cause(cause)}; "
+        text = (f"restart {len(run.failures) - run.failures_before}/{limit}: {_describe_cause(cause)}; "
                 + (f"resuming from {latest['name']}" if latest else
                    f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
                    if not run.spec.get("resume_from_checkpoint")

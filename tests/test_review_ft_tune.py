@@ -327,3 +327,36 @@ def test_head_memory_does_not_keep_every_report_of_ended_runs(warm, tmp_path):
     # 1st freed instead.
     assert rss[2] - rss[0] < 25, f"head RSS after each experiment (MiB): {rss}"
     wait_idle_workers(warm, 4)
+
+
+def _fails_first_attempts(config):
+    """Raises in the first ``config['fails']`` attempts over all fits (a counter file)."""
+    import os
+
+    from raynb.train import report
+
+    path = config["counter"]
+    n = int(open(path).read()) if os.path.exists(path) else 0
+    open(path, "w").write(str(n + 1))
+    report({"attempt_no": n})
+    if n < config["fails"]:
+        raise RuntimeError(f"failure {n}")
+
+
+def test_restore_gets_its_own_restart_budget(warm, tmp_path):
+    """FailureConfig(max_failures=1) allows one restart per fit(). A run restored after
+    its earlier failures (or after the head died under it) must not find its budget spent
+    by them: its first new failure ended it at once."""
+    from raynb.errors import RunError
+    from raynb.train.torch import TorchTrainer
+
+    cfg = {"counter": str(tmp_path / "n"), "fails": 3}
+    rc = RunConfig(name="budget", storage_path=str(tmp_path), verbose=0, failure_config=FailureConfig(1))
+    with pytest.raises(RunError):
+        TorchTrainer(_fails_first_attempts, train_loop_config=cfg, scaling_config=ScalingConfig(num_workers=1),
+                     run_config=rc).fit()
+    assert open(cfg["counter"]).read() == "2"  # attempts 0 and 1 failed: budget spent
+    result = TorchTrainer.restore(str(tmp_path / "budget")).fit()  # attempt 2 fails, 3 succeeds
+    assert result.state == "FINISHED"
+    assert open(cfg["counter"]).read() == "4"
+    assert len(result.failures) == 3  # the record keeps every failure
