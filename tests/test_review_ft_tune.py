@@ -360,3 +360,44 @@ def test_restore_gets_its_own_restart_budget(warm, tmp_path):
     assert result.state == "FINISHED"
     assert open(cfg["counter"]).read() == "4"
     assert len(result.failures) == 3  # the record keeps every failure
+
+
+def _reports_broken_checkpoint(config):
+    import os
+    import tempfile
+
+    from raynb.train import Checkpoint, report
+
+    d = tempfile.mkdtemp()
+    open(os.path.join(d, "model.pt"), "w").write("w")
+    os.makedirs(os.path.join(d, "nested", "deeper"))
+    open(os.path.join(d, "nested", "deeper", "opt.pt"), "w").write("o")
+    os.symlink(os.path.join(d, "nested"), os.path.join(d, "link_to_dir"))
+    if config["broken"]:
+        os.symlink("/nonexistent/raynb-target", os.path.join(d, "dangling"))
+        os.symlink(".", os.path.join(d, "loop"))
+    report({"x": 1}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_checkpoint_with_symlinks_nested_dirs_and_a_broken_link(warm, tmp_path):
+    """Nested directories and a symlink to a directory are copied (followed). A dangling
+    link or a link loop gives an error that names the checkpoint and the first bad file in
+    one line, not shutil's list of tuples (16 kB for a loop) naming raynb's staging paths,
+    and leaves no half-copied staging directory behind."""
+    from raynb.errors import RunError
+    from raynb.train.torch import TorchTrainer
+
+    ok = TorchTrainer(_reports_broken_checkpoint, train_loop_config={"broken": False},
+                      scaling_config=ScalingConfig(num_workers=1),
+                      run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()
+    ck = ok.checkpoint.path
+    assert open(os.path.join(ck, "nested", "deeper", "opt.pt")).read() == "o"
+    assert open(os.path.join(ck, "link_to_dir", "deeper", "opt.pt")).read() == "o"
+    with pytest.raises(RunError) as e:
+        TorchTrainer(_reports_broken_checkpoint, train_loop_config={"broken": True},
+                     scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(name="broken", storage_path=str(tmp_path), verbose=0)).fit()
+    msg = e.value.errors[0]["message"]
+    assert "could not copy checkpoint" in msg and "dangling" in msg, msg[:2000]
+    assert ".staging" not in msg and "[(" not in msg and len(msg) < 1000, msg[:2000]
+    assert not os.path.exists(tmp_path / "broken" / ".staging")

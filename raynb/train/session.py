@@ -85,7 +85,19 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
     stage.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp)
+    try:
+        shutil.copytree(src, tmp)
+    except (shutil.Error, OSError) as e:
+        # shutil.Error is a list of (src, dst, why) tuples, one per bad file: for a symlink
+        # loop, ~40 levels of them (16 kB), naming raynb's staging paths. Say it in one line,
+        # and leave no half copy behind.
+        shutil.rmtree(tmp, ignore_errors=True)
+        bad = e.args[0] if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) else None
+        first = f"{bad[0][0]}: {bad[0][2]}" if bad else str(e)
+        more = f" (and {len(bad) - 1} more)" if bad and len(bad) > 1 else ""
+        raise OSError(f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
+                      f"run directory: {first}{more}. A dangling symlink or a symlink loop in the "
+                      "checkpoint directory? Symlinks are followed (their targets are copied).") from None
     if final.exists():  # the same report staged twice (a retried copy): the newer wins
         shutil.rmtree(final)
     os.replace(tmp, final)
