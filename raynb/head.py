@@ -358,6 +358,9 @@ class Head:
             run.failures.append({"message": "the raynb head stopped while this run was active"})
             run.errors.append({"message": "the raynb head stopped while this run was active; continue "
                                           "it with TorchTrainer.restore(path) or %%ray_train --resume"})
+            # What its ranks staged and nobody committed is not a checkpoint (as when a run
+            # ends); left here it stayed for good unless the run was resumed.
+            run.store.discard_staging()
             self._write_state(run)  # Result.from_path tells the same, with no head running
         self.runs.setdefault(run.run_id, run)
         return run

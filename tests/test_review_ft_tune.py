@@ -3,6 +3,7 @@ each test here failed before the fix it comes with. Real cluster, real processes
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -401,3 +402,81 @@ def test_checkpoint_with_symlinks_nested_dirs_and_a_broken_link(warm, tmp_path):
     assert "could not copy checkpoint" in msg and "dangling" in msg, msg[:2000]
     assert ".staging" not in msg and "[(" not in msg and len(msg) < 1000, msg[:2000]
     assert not os.path.exists(tmp_path / "broken" / ".staging")
+
+
+_STAGING_CLIENT = r'''
+import sys
+sys.path.insert(0, {tests!r})
+import cloudpickle, test_review_ft_tune as m
+cloudpickle.register_pickle_by_value(m)
+import raynb
+from raynb.train import RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+raynb.connect()
+TorchTrainer(m._rank0_checkpoints_slowly, scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(name="staged", verbose=0)).fit()
+'''
+
+
+def _rank0_checkpoints_slowly():
+    import os
+    import tempfile
+    import time
+
+    from raynb.train import Checkpoint, get_context, report
+
+    for step in range(200):
+        if get_context().get_world_rank() == 0:
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "s"), "w").write(str(step))
+                report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+        time.sleep(0.1)
+
+
+def test_head_restarted_after_sigkill_clears_the_dead_runs_staging(tmp_path, monkeypatch):
+    """A head SIGKILLed while a run had staged (uncommitted) checkpoints: the next head
+    reads the run back as FAILED and removes its .staging (it stayed for good unless the
+    run was resumed)."""
+    import signal
+    import subprocess
+
+    import psutil
+
+    from conftest import alive
+    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "results"))
+    info, started = start_cluster(num_workers=2)
+    assert started
+    pids = cluster_pids(info)
+    pids2: list[int] = []
+    client = subprocess.Popen([sys.executable, "-c", _STAGING_CLIENT.format(tests=os.path.dirname(__file__))],
+                              env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run_dir = tmp_path / "results" / "staged"
+    try:
+        deadline = time.monotonic() + 60
+        while not (run_dir / ".staging").is_dir() or len(os.listdir(run_dir / ".staging")) < 2:
+            assert client.poll() is None and time.monotonic() < deadline, "nothing was staged"
+            time.sleep(0.05)
+        os.kill(info["pids"]["head"], signal.SIGKILL)
+        t0 = time.monotonic()
+        while alive(pids) and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        assert not alive(pids)
+        client.kill()
+        client.wait()
+        info2, started2 = start_cluster(num_workers=2)
+        assert started2
+        pids2 = cluster_pids(info2)
+        record = json.loads((run_dir / "run.json").read_text())
+        assert record["state"] == "FAILED"
+        left = [n for n in os.listdir(run_dir) if n.startswith((".staging", ".tmp"))]
+        assert left == [], f"left in the dead run's directory: {left}"
+        assert stop_cluster()
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        for pid in alive(pids + pids2):
+            os.kill(pid, signal.SIGKILL)
