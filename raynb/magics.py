@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import shlex
 
@@ -68,7 +69,8 @@ def split_expression(line: str, option: str, strict: bool = False) -> tuple[str,
 def _train_parser() -> _Parser:
     p = _Parser(prog="%%ray_train", add_help=True,
                 description="Run the cell body on N warm ranks (torch.distributed DDP).")
-    p.add_argument("--workers", "-n", type=_positive_int, default=4, help="ranks (world size)")
+    p.add_argument("--workers", "-n", type=_positive_int, default=None,
+                   help="ranks (world size); default 4, or the resumed run's")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
     p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
     p.add_argument("--epochs", type=_positive_int, default=None,
@@ -80,13 +82,24 @@ def _train_parser() -> _Parser:
     p.add_argument("--all-ranks", action="store_true", help="show every rank's output, not only rank 0's")
     p.add_argument("--timeout", type=float, default=None, help="collective timeout in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress pane")
-    p.add_argument("--max-failures", type=_max_failures, default=0,
+    p.add_argument("--max-failures", type=_max_failures, default=None,
                    help="restarts from the latest checkpoint after a failure (-1: unlimited)")
     p.add_argument("--keep", type=_positive_int, default=None, metavar="N",
                    help="keep only the N newest checkpoints")
     p.add_argument("--resume", action="store_true",
                    help="continue the run --name NAME from its latest checkpoint, in its directory")
     return p
+
+
+def _resumed_record(storage_path: str | None, name: str) -> dict | None:
+    """The run.json of the run ``%%ray_train --resume`` continues, or None if unreadable."""
+    from .rundir import default_storage_path, read_run_dir
+
+    try:
+        return read_run_dir(os.path.join(os.path.expanduser(storage_path or default_storage_path()), name),
+                            with_reports=False)
+    except (OSError, ValueError):
+        return None
 
 
 def _max_failures(text: str) -> int:
@@ -142,13 +155,27 @@ class RayNBMagics(Magics):
         import linecache
 
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
+        workers, gpu, timeout, max_failures = args.workers, args.gpu, args.timeout, args.max_failures
+        checkpoint_config = CheckpointConfig(num_to_keep=args.keep) if args.keep else None
+        if args.resume:
+            # As TorchTrainer.restore: the run's own world size, restarts and checkpoint settings
+            # unless given again. (A bare --resume ran on the default 4 ranks, a sharded
+            # checkpoint's 2 ranks notwithstanding, with no restarts and no pruning.) A run
+            # that cannot be read is left to the head, which refuses it naming the file.
+            rec = _resumed_record(args.storage_path, args.name)
+            if rec is not None:
+                workers = workers or rec.get("world_size")
+                gpu = gpu or bool(rec.get("use_gpu"))
+                timeout = timeout if timeout is not None else rec.get("timeout_s")
+                max_failures = max_failures if max_failures is not None else rec.get("max_failures")
+                if checkpoint_config is None and rec.get("checkpoint_config"):
+                    checkpoint_config = CheckpointConfig(**rec["checkpoint_config"])
         try:
             result, ret = execute_run(
-                cf.fn, config, ScalingConfig(num_workers=args.workers, use_gpu=args.gpu,
-                                             timeout_s=args.timeout),
+                cf.fn, config, ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
                 RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1,
-                          checkpoint_config=CheckpointConfig(num_to_keep=args.keep) if args.keep else None,
-                          failure_config=FailureConfig(args.max_failures) if args.max_failures else None),
+                          checkpoint_config=checkpoint_config,
+                          failure_config=FailureConfig(max_failures) if max_failures else None),
                 sources={filename: cf.source}, captured=cf.captured, epochs=args.epochs,
                 all_ranks=args.all_ranks, name_prefix="ray_train",
                 extra={"resume": True} if args.resume else None)

@@ -480,3 +480,41 @@ def test_head_restarted_after_sigkill_clears_the_dead_runs_staging(tmp_path, mon
             client.wait()
         for pid in alive(pids + pids2):
             os.kill(pid, signal.SIGKILL)
+
+
+RESUME_CELL = """%%ray_train {opts} --quiet --name {name} --storage-path {storage}
+import os
+from raynb.train import get_context, report
+report({{"world": get_context().get_world_size()}})
+if get_context().get_world_rank() == 0 and not os.path.exists({flag!r}):
+    open({flag!r}, "w").close()
+    raise RuntimeError("first attempt fails")
+"""
+
+
+def test_ray_train_resume_keeps_the_runs_settings(shell, warm, tmp_path):
+    """%%ray_train --resume --name X continues X as TorchTrainer.restore does: with its world
+    size, max_failures and checkpoint settings unless given again (it silently ran on the
+    default 4 ranks, with no restarts and no pruning, and overwrote the recorded settings).
+    Resuming a run that does not exist is refused, naming it, before anything runs."""
+    from IPython.utils.capture import capture_output
+
+    flag = str(tmp_path / "flag")
+    storage = str(tmp_path)
+    with capture_output():
+        res = shell.run_cell(RESUME_CELL.format(opts="--workers 2 --keep 3", name="r2", storage=storage,
+                                                flag=flag))
+    assert isinstance(res.error_in_exec, raynb.RunError), res.error_in_exec
+    with capture_output():
+        res = shell.run_cell(RESUME_CELL.format(opts="--resume", name="r2", storage=storage, flag=flag))
+    assert res.error_in_exec is None, res.error_in_exec
+    r = shell.user_ns["_ray_result"]
+    assert r.state == "FINISHED" and r.metrics_dataframe["world"].tolist()[-1] == 2
+    record = json.loads((tmp_path / "r2" / "run.json").read_text())
+    assert record["world_size"] == 2
+    assert (record["checkpoint_config"] or {}).get("num_to_keep") == 3
+
+    with capture_output():
+        res = shell.run_cell(RESUME_CELL.format(opts="--resume", name="nope", storage=storage, flag=flag))
+    assert res.error_in_exec is not None and "cannot resume run 'nope'" in str(res.error_in_exec)
+    assert not (tmp_path / "nope").exists()
