@@ -44,6 +44,8 @@ LOCAL_NODE_RESTARTS_PER_MIN = 3
 # Finished runs read back from disk when the head starts (newest first).
 ARCHIVE_LIMIT = 1000
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+# Fields added to every report (not the user's metrics).
+_AUTO_FIELDS = ("training_iteration", "timestamp", "time_total_s", "time_this_iter_s")
 
 
 @dataclass
@@ -796,6 +798,16 @@ class Head:
                 continue
             for old in [i for i in run.rank0_metrics if i < index]:
                 del run.rank0_metrics[old]
+            attr = run.store.score_attr
+            if attr and attr not in c["metrics"] and not run.spec.get("_score_noted"):
+                # A typo'd or never-reported score attribute ranked every checkpoint last, and
+                # pruning silently kept the newest instead of the best.
+                run.spec["_score_noted"] = True
+                keys = sorted(k for k in c["metrics"] if k not in _AUTO_FIELDS)
+                self._event(run, {"kind": "note", "text": (
+                    f"{c['name']}: its report has no {attr!r} (it has {', '.join(keys) or 'no metrics'}); "
+                    f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
+                    "last: pruning keeps the newest of them, not the best")})
             self._event(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],
                               "path": c["path"], "metrics": c["metrics"]})
             self._write_state(run)

@@ -518,3 +518,33 @@ def test_ray_train_resume_keeps_the_runs_settings(shell, warm, tmp_path):
         res = shell.run_cell(RESUME_CELL.format(opts="--resume", name="nope", storage=storage, flag=flag))
     assert res.error_in_exec is not None and "cannot resume run 'nope'" in str(res.error_in_exec)
     assert not (tmp_path / "nope").exists()
+
+
+def _three_checkpoints():
+    import os
+    import tempfile
+
+    from raynb.train import Checkpoint, report
+
+    for step in range(3):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "s"), "w").write(str(step))
+            report({"loss": 1.0 / (step + 1), "step": step}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_checkpoint_score_attribute_never_reported_is_said(warm, tmp_path):
+    """CheckpointConfig(checkpoint_score_attribute='acc') when no report has 'acc' (a typo):
+    pruning silently kept the newest instead of the best. The run says so once, naming the
+    attribute and the keys that were reported."""
+    from raynb.train import CheckpointConfig
+
+    client = warm
+    run_id, _ = _submit(client, _three_checkpoints, workers=1, storage_path=str(tmp_path),
+                        checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc"))
+    notes = []
+    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE or (
+        m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"])), 20)
+    assert done is not None and done.content["state"] == "FINISHED"
+    said = [n for n in notes if "'acc'" in n]
+    assert len(said) == 1, notes
+    assert "checkpoint_score_attribute" in said[0] and "loss" in said[0] and "step" in said[0], said
