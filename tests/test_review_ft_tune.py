@@ -548,3 +548,68 @@ def test_checkpoint_score_attribute_never_reported_is_said(warm, tmp_path):
     said = [n for n in notes if "'acc'" in n]
     assert len(said) == 1, notes
     assert "checkpoint_score_attribute" in said[0] and "loss" in said[0] and "step" in said[0], said
+
+
+_KERNEL_FIT = r'''
+import sys
+sys.path.insert(0, {tests!r})
+import cloudpickle, test_review_ft_tune as m
+cloudpickle.register_pickle_by_value(m)
+from raynb import tune
+from raynb.train import RunConfig
+tune.Tuner(m._counted, param_space={{"i": tune.grid_search([1, 2]), "log": {log!r}, "sleep": {sleep}}},
+           run_config=RunConfig(name="exp", storage_path={storage!r}, verbose=0)).fit()
+'''
+
+_KERNEL_RESTORE = r'''
+import sys, json
+sys.path.insert(0, {tests!r})
+import cloudpickle, test_review_ft_tune as m
+cloudpickle.register_pickle_by_value(m)
+from raynb import tune
+grid = tune.Tuner.restore({path!r}, m._counted).fit()
+print(json.dumps([[r.status, len(r.metrics_dataframe)] for r in grid]))
+'''
+
+
+def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, monkeypatch):
+    """The kernel died mid-fit, then the cluster was stopped (`raynb stop`, a reboot's
+    SIGTERM), which fails the active runs. Tuner.restore resumes those trials (the cluster
+    stop is not the trial's error) rather than calling them ERROR."""
+    import signal
+    import subprocess
+
+    from conftest import alive
+    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    log = str(tmp_path / "log")
+    info, started = start_cluster(num_workers=2)
+    assert started
+    pids = cluster_pids(info)
+    tests = os.path.dirname(__file__)
+    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL_FIT.format(tests=tests, log=log, sleep=2.0,
+                                                                       storage=str(tmp_path))])
+    try:
+        deadline = time.monotonic() + 60
+        while not (os.path.exists(log) and len(open(log).read().split()) == 2):
+            assert kernel.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.3)  # the state file says RUNNING
+        kernel.kill()
+        kernel.wait()
+        assert stop_cluster()
+        info2, started = start_cluster(num_workers=2)
+        pids += cluster_pids(info2)
+        p = subprocess.run([sys.executable, "-c", _KERNEL_RESTORE.format(tests=tests, path=str(tmp_path / "exp"))],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-3000:]
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        assert got == [["TERMINATED", 3], ["TERMINATED", 3]], got
+        assert stop_cluster()
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        for pid in alive(pids):
+            os.kill(pid, signal.SIGKILL)

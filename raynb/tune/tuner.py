@@ -365,8 +365,11 @@ def _catch_up(t: Trial) -> None:
 
 
 def _head_died(record: dict) -> bool:
-    """The run failed because the head running it stopped (resumable, not the trial's fault)."""
-    return any("head stopped" in str(f.get("message", "")) for f in record.get("failures") or [])
+    """The run failed because the head running it died, or the cluster was stopped under it
+    (``raynb stop``, a reboot's SIGTERM): resumable, not the trial's error."""
+    said = [str(e.get("message", "")) for e in (record.get("failures") or []) + (record.get("errors") or [])
+            if isinstance(e, dict)]
+    return any("head stopped" in m or "cluster was stopped" in m for m in said)
 
 
 def _requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:
