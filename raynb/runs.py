@@ -36,7 +36,8 @@ def runs():
     now = time.time()
     for r in reply.content.get("runs", []):
         start = r.get("started") or r.get("submitted")
-        end = r.get("ended") or (now if r.get("state") in ("RUNNING", "PENDING") else None)
+        # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
+        end = r.get("ended") or (now if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED") else None)
         row = {"name": r["name"], "state": r["state"],
                "start_time": _dt.datetime.fromtimestamp(start) if start else None,
                "duration_s": (end - start) if start and end else None,

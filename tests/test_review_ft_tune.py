@@ -613,3 +613,19 @@ def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, mon
             kernel.wait()
         for pid in alive(pids):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_runs_lists_a_failing_run_with_its_duration(warm):
+    """raynb.runs() gave a run between a failure and its restart (FAILING) or being
+    cancelled (CANCELLING) no duration_s, as if it had not started."""
+    client = warm
+    run_id, accepted = _submit(client, _fails_then_runs_long, failure_config=FailureConfig(0))
+    assert _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_EVENT
+                     and m.content["event"].get("state") == "RUNNING", 5) is not None
+    time.sleep(0.5)  # rank 1 raised at 0.2 s; rank 0 holds the run in FAILING for 1 s
+    df = raynb.runs()
+    row = df[df["name"] == accepted["name"]].iloc[0]
+    assert row["state"] == "FAILING"
+    assert row["duration_s"] == row["duration_s"] and row["duration_s"] > 0.3, row.to_dict()
+    _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 10)
+    wait_idle_workers(client, 4)
