@@ -44,6 +44,8 @@ LOCAL_NODE_RESTARTS_PER_MIN = 3
 # Finished runs read back from disk when the head starts (newest first).
 ARCHIVE_LIMIT = 1000
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+# A run's record keeps its first FAILURES_HEAD failures and the latest, FAILURES_KEPT in all.
+FAILURES_HEAD, FAILURES_KEPT = 10, 100
 # Fields added to every report (not the user's metrics).
 _AUTO_FIELDS = ("training_iteration", "timestamp", "time_total_s", "time_this_iter_s")
 
@@ -112,6 +114,7 @@ class Run:
     # Failures of earlier fits of a resumed run (and the head's death under it): kept in
     # ``failures``, but not counted against this fit's FailureConfig(max_failures).
     failures_before: int = 0
+    failures_dropped: int = 0  # left out of ``failures`` (see add_failure)
     store: CheckpointStore | None = None
     report_counts: dict = field(default_factory=dict)  # rank -> reports this attempt
     staged: dict = field(default_factory=dict)        # report index -> {rank: staged dir}
@@ -122,6 +125,21 @@ class Run:
     @property
     def world_size(self) -> int:
         return int(self.spec["num_workers"])
+
+    @property
+    def num_failures(self) -> int:
+        return len(self.failures) + self.failures_dropped
+
+    def add_failure(self, cause: dict) -> None:
+        """Record a failed attempt. With unlimited restarts a function that fails at once
+        restarts ~100 times a second: keeping every failure (traceback and all) grew the
+        head's memory without bound and rewrote them all into run.json at each restart
+        (O(n^2) writes, the head stalling). The first FAILURES_HEAD and the latest are kept;
+        the rest are counted."""
+        self.failures.append(cause)
+        if len(self.failures) > FAILURES_KEPT:
+            del self.failures[FAILURES_HEAD]
+            self.failures_dropped += 1
 
     @property
     def max_failures(self) -> int:
@@ -135,6 +153,7 @@ class Run:
             "use_gpu": bool(self.spec.get("use_gpu")), "submitted": self.submitted,
             "started": self.started, "ended": self.ended, "attempt": self.attempt,
             "max_failures": self.max_failures, "failures": self.failures,
+            "num_failures": self.num_failures,
             "errors": self.errors if self.state == "FAILED" else [],
             "metrics": self.last_metrics, "num_reports": self.reports,
             "checkpoints": [{k: c[k] for k in ("index", "name", "metrics")}
@@ -351,13 +370,14 @@ class Head:
                   started=rec.get("started"), ended=rec.get("ended"),
                   errors=list(rec.get("errors") or []), attempt=rec.get("attempt") or 0,
                   failures=list(rec.get("failures") or []),
+                  failures_dropped=max(0, (rec.get("num_failures") or 0) - len(rec.get("failures") or [])),
                   last_metrics=rec.get("metrics") or {}, archived=True,
                   reports=rec.get("num_reports") or 0)
         run.store = CheckpointStore(path, spec["checkpoint_config"], rec.get("checkpoints"))
         if run.state not in TERMINAL:
             # The head that ran it died mid-run: the run is over, and says how to continue.
             run.state = "FAILED"
-            run.failures.append({"message": "the raynb head stopped while this run was active"})
+            run.add_failure({"message": "the raynb head stopped while this run was active"})
             run.errors.append({"message": "the raynb head stopped while this run was active; continue "
                                           "it with TorchTrainer.restore(path) or %%ray_train --resume"})
             # What its ranks staged and nobody committed is not a checkpoint (as when a run
@@ -512,12 +532,13 @@ class Head:
             run.last_metrics = rundir.rows[-1] if rundir.rows else {}
             run.store.discard_staging()
             run.failures = list(previous.get("failures") or [])
+            run.failures_dropped = max(0, (previous.get("num_failures") or 0) - len(run.failures))
             if previous.get("state") not in TERMINAL:
                 # Its run.json still says it was active: the head that ran it died mid-run
                 # (a live run of this head was refused above). That attempt failed too, and
                 # the resumed run's Result.failures must not lose it.
-                run.failures.append({"message": "the raynb head stopped while this run was active"})
-            run.failures_before = len(run.failures)
+                run.add_failure({"message": "the raynb head stopped while this run was active"})
+            run.failures_before = run.num_failures
         else:
             rundir.write_params(spec.get("params", {}))
         rundir.write_function(P.buffer_bytes(msg.buffers[0]))
@@ -874,14 +895,15 @@ class Head:
             self._finish(run, "CANCELLED")
         elif run.errors or run.state == "FAILING":
             cause = _primary_error(run.errors)
-            run.failures.append(cause)
-            if run.max_failures < 0 or len(run.failures) - run.failures_before <= run.max_failures:
+            run.add_failure(cause)
+            this_fit = run.num_failures - run.failures_before
+            if run.max_failures < 0 or this_fit <= run.max_failures:
                 self._restart(run, cause)
             else:
                 # Name every failure (of this fit), the cause first: also with a single failure,
                 # where a peer's gloo error ("connection closed by peer") often arrives before
                 # the dead rank's exit and would otherwise be RunError.rank and lead the message.
-                run.errors = (run.failures[run.failures_before:-1] + [cause]
+                run.errors = (run.failures[-this_fit:-1] + [cause]
                               + [e for e in run.errors if e is not cause])
                 self._finish(run, "FAILED")
         else:
@@ -913,7 +935,7 @@ class Head:
         run.state = "PENDING"
         latest = run.store.latest
         limit = "unlimited" if run.max_failures < 0 else run.max_failures
-        text = (f"restart {len(run.failures) - run.failures_before}/{limit}: {_describe_cause(cause)}; "
+        text = (f"restart {run.num_failures - run.failures_before}/{limit}: {_describe_cause(cause)}; "
                 + (f"resuming from {latest['name']}" if latest else
                    f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
                    if not run.spec.get("resume_from_checkpoint")
@@ -938,7 +960,7 @@ class Head:
             "run_id": run.run_id, "name": run.name, "state": state, "errors": run.errors,
             "path": str(run.rundir.path), "metrics": run.last_metrics,
             "time_total_s": (run.ended - (run.started or run.submitted)),
-            "failures": run.failures, "attempt": run.attempt,
+            "failures": run.failures, "num_failures": run.num_failures, "attempt": run.attempt,
             "checkpoint": run.store.latest_path(), "checkpoints": run.store.records(),
             "checkpoint_config": run.spec.get("checkpoint_config"),
             "started": run.started, "ended": run.ended, "num_reports": run.reports,

@@ -629,3 +629,38 @@ def test_runs_lists_a_failing_run_with_its_duration(warm):
     assert row["duration_s"] == row["duration_s"] and row["duration_s"] > 0.3, row.to_dict()
     _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 10)
     wait_idle_workers(client, 4)
+
+
+def _raises_at_once():
+    raise ValueError("a bug that fails every attempt " + "x" * 300)
+
+
+def test_unlimited_restarts_keep_a_bounded_record(warm, tmp_path):
+    """FailureConfig(max_failures=-1) with a function that fails at once restarts ~100
+    times a second. The run's record kept every failure (traceback and all) in the head's
+    memory and rewrote all of them into run.json at each restart: O(n^2) writes, MBs
+    within seconds, the head slowing down until it stalls. It keeps the first and latest
+    failures and counts the rest."""
+    client = warm
+    run_id, accepted = _submit(client, _raises_at_once, workers=1, storage_path=str(tmp_path),
+                               failure_config=FailureConfig(-1))
+    last = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        msg = client.recv(0.1)
+        if msg is not None and msg.content.get("run_id") == run_id and msg.msg_type == P.RUN_EVENT:
+            ev = msg.content["event"]
+            if ev.get("kind") == "note" and ev.get("text", "").startswith("restart "):
+                last = ev["text"]
+                if int(last.split()[1].split("/")[0]) >= 250:
+                    break
+    assert last is not None and last.startswith("restart 25") and "/unlimited:" in last, last
+    client.send(P.CANCEL_RUN, {"run_id": run_id})
+    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 10)
+    assert done is not None and done.content["state"] == "CANCELLED"
+    record = json.loads((tmp_path / accepted["name"] / "run.json").read_text())
+    assert len(record["failures"]) <= 100, len(record["failures"])
+    assert record["num_failures"] >= 250
+    assert "a bug that fails every attempt" in record["failures"][0]["message"]
+    assert len(done.content["failures"]) <= 100
+    wait_idle_workers(client, 4)

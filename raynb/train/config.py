@@ -125,7 +125,8 @@ class Result:
         state (str | None): ``FINISHED``, ``FAILED``, ``CANCELLED``, or ``RUNNING`` /
             ``PENDING`` for a run still going (``raynb.get_run``).
         time_total_s (float | None): seconds from the ranks starting to the run's end.
-        failures (list[dict]): the cause of each failed attempt (restarts and the last).
+        failures (list[dict]): the cause of each failed attempt (restarts and the last); past
+            100 failures (unlimited restarts) the first 10 and the latest 90.
         logs (list[str]): the tail of every rank's output, lines tagged ``(rank N)``.
     """
 
