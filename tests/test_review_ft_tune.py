@@ -664,3 +664,51 @@ def test_unlimited_restarts_keep_a_bounded_record(warm, tmp_path):
     assert "a bug that fails every attempt" in record["failures"][0]["message"]
     assert len(done.content["failures"]) <= 100
     wait_idle_workers(client, 4)
+
+
+def _pbt_many_files(config):
+    import json
+    import os
+    import tempfile
+
+    from raynb import tune
+    from raynb.train import Checkpoint
+
+    w, start = 0.0, 0
+    ck = tune.get_checkpoint()
+    if ck is not None:
+        state = json.load(open(os.path.join(ck.path, "state.json")))
+        w, start = state["w"], state["step"] + 1
+    for step in range(start, 12):
+        w += config["lr"]
+        with tempfile.TemporaryDirectory() as d:
+            for i in range(800):  # a checkpoint that takes a while to copy
+                open(os.path.join(d, f"f{i}"), "w").write("x")
+            json.dump({"w": w, "step": step}, open(os.path.join(d, "state.json"), "w"))
+            tune.report({"w": w}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_pbt_exploit_survives_the_donor_pruning_its_checkpoint_mid_copy(warm, tmp_path):
+    """PBT with CheckpointConfig(num_to_keep=1): the donor runs on and its next report
+    prunes the checkpoint the exploit is copying. shutil.Error (files vanishing mid-copy)
+    escaped and ended the whole fit(); it is now one more pruned source: the exploit takes
+    the donor's newest checkpoint instead, and every adopted checkpoint is whole."""
+    from raynb import tune
+    from raynb.train import CheckpointConfig
+    from raynb.tune.schedulers import PopulationBasedTraining
+
+    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                  hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
+                                  quantile_fraction=0.5, resample_probability=0.0, seed=0)
+    grid = tune.Tuner(_pbt_many_files, param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
+                      tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
+                      run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
+                                           checkpoint_config=CheckpointConfig(num_to_keep=1))).fit()
+    assert [r.status for r in grid] == ["TERMINATED"] * 4
+    assert sum(r._trial.extra.get("exploits", 0) for r in grid) >= 1
+    for r in grid:
+        for c in os.listdir(r.path):
+            if c.startswith("checkpoint_"):
+                assert len(os.listdir(os.path.join(r.path, c))) == 801, (r.path, c)
+        assert not os.path.exists(os.path.join(r.path, ".staging"))
+    wait_idle_workers(warm, 4)

@@ -354,13 +354,21 @@ class TuneController:
             donor = next((t for t in self.trials if t.trial_id == decision.donor_id), None)
             # The donor ran on meanwhile: num_to_keep may have pruned that checkpoint; its
             # newest one is as good a copy of its weights.
+            # And it may be pruned while it is being copied (the donor's next report, with
+            # num_to_keep=1): then shutil.Error, which ended the whole fit(). Each failed copy
+            # is one more pruned source; the donor's newest, read afresh from its run.json,
+            # is tried next.
             sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
+            sources += [lambda: _newest_checkpoint(donor.path if donor else None)] * 3
             for source in sources:
+                source = source() if callable(source) else source
+                if not source:
+                    continue
                 try:
                     adopted = adopt_checkpoint(trial.path, source, self.runner.run_config.checkpoint_config,
                                                {"donor_trial_id": decision.donor_id})
                     break
-                except FileNotFoundError:
+                except (FileNotFoundError, shutil.Error):
                     continue
             else:
                 self.progress.note(f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} "
@@ -463,13 +471,28 @@ def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dic
     store = CheckpointStore(run_path, config, record.get("checkpoints"))
     staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging / "rank_0")
+    try:
+        shutil.copytree(source, staging / "rank_0")
+    except BaseException:
+        shutil.rmtree(Path(run_path) / ".staging", ignore_errors=True)  # no half copy left
+        raise
     entry = store.commit([str(staging / "rank_0")], metrics)
     record["checkpoints"] = [{k: v for k, v in c.items() if k != "path"} for c in store.records()]
     for key in ("path", "params", "reports", "output"):
         record.pop(key, None)  # added by read_run_dir, not part of run.json
     write_json_atomic(Path(run_path) / RUN_STATE_FILE, record)
     return entry
+
+
+def _newest_checkpoint(run_path: str | None) -> str | None:
+    """The newest committed checkpoint of the run at ``run_path`` (from its run.json)."""
+    if not run_path:
+        return None
+    try:
+        checkpoints = read_run_dir(run_path, with_reports=False).get("checkpoints") or []
+    except (OSError, ValueError):
+        return None
+    return checkpoints[-1]["path"] if checkpoints else None
 
 
 def write_params(run_path: str, config) -> None:
