@@ -98,6 +98,16 @@ class _OutputRelay:
             self._stream(name).flush()
 
 
+def _absolute(storage_path: str | None) -> str | None:
+    """A relative storage path is the notebook's (its working directory), not the head's:
+    the head resolved it against its own working directory (wherever the cluster was
+    started), and the relative Result.path then pointed nowhere from the notebook."""
+    if not storage_path:
+        return storage_path
+    expanded = os.path.expanduser(storage_path)
+    return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
+
+
 def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunConfig, *,
                      sources: dict | None = None, captured: dict | None = None,
                      name_prefix: str = "TorchTrainer", extra: dict | None = None) -> tuple[dict, bytes]:
@@ -122,7 +132,7 @@ def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunC
     spec = {
         "run_id": uuid.uuid4().hex, "name": run_config.name, "name_prefix": name_prefix,
         "num_workers": scaling_config.num_workers, "use_gpu": scaling_config.use_gpu,
-        "timeout_s": scaling_config.timeout_s, "storage_path": run_config.storage_path,
+        "timeout_s": scaling_config.timeout_s, "storage_path": _absolute(run_config.storage_path),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }

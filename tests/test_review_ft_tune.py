@@ -712,3 +712,35 @@ def test_pbt_exploit_survives_the_donor_pruning_its_checkpoint_mid_copy(warm, tm
                 assert len(os.listdir(os.path.join(r.path, c))) == 801, (r.path, c)
         assert not os.path.exists(os.path.join(r.path, ".staging"))
     wait_idle_workers(warm, 4)
+
+
+def _reports_one():
+    from raynb.train import report
+
+    report({"x": 1})
+
+
+def test_relative_storage_path_is_the_notebooks_not_the_heads(warm, tmp_path, monkeypatch):
+    """RunConfig(storage_path="results") from a notebook in another directory than the one
+    the cluster was started from: the run went to <head's cwd>/results, and Result.path,
+    relative, pointed nowhere from the notebook (Result.from_path failed)."""
+    import shutil
+
+    import psutil
+
+    from raynb.train import Result
+    from raynb.train.torch import TorchTrainer
+
+    head_cwd = psutil.Process(warm.status()["pid"]).cwd()
+    assert os.path.realpath(head_cwd) != os.path.realpath(tmp_path)
+    stray = os.path.join(head_cwd, "rel_results_review")
+    assert not os.path.exists(stray)
+    monkeypatch.chdir(tmp_path)
+    try:
+        r = TorchTrainer(_reports_one, scaling_config=ScalingConfig(num_workers=1),
+                         run_config=RunConfig(name="rel", storage_path="rel_results_review", verbose=0)).fit()
+        assert not os.path.exists(stray), "written relative to the head's working directory"
+        assert os.path.isdir(tmp_path / "rel_results_review" / "rel")
+        assert Result.from_path(r.path).metrics["x"] == 1
+    finally:
+        shutil.rmtree(stray, ignore_errors=True)

@@ -209,7 +209,7 @@ class Tuner:
         rc = self._run_config
         name = rc.name or make_run_name(self._runner.name_prefix)
         storage = rc.storage_path or default_storage_path()
-        path = Path(storage).expanduser() / name
+        path = Path(storage).expanduser().absolute() / name  # the notebook's, as for a run
         path.mkdir(parents=True, exist_ok=True)
         self._experiment_path = str(path)
         if self._settings_blob is not None:
