@@ -50,7 +50,16 @@ class CheckpointStore:
         self.score_order = config.get("checkpoint_score_order") or "max"
         self.kept: list[dict] = [dict(c) for c in existing or []
                                  if (self.path / c["name"]).is_dir()]
-        self.next_index = max([c["index"] + 1 for c in existing or []], default=0)
+        if existing is not None:
+            # A checkpoint is whole once renamed, but the record (run.json) is written after
+            # the rename: a head killed in between left one on disk that the record lacks.
+            known = {c["name"] for c in self.kept}
+            for d in sorted(self.path.glob("checkpoint_[0-9][0-9][0-9][0-9][0-9][0-9]")):
+                if d.name not in known and d.is_dir():
+                    self.kept.append({"index": int(d.name.rsplit("_", 1)[1]), "name": d.name,
+                                      "metrics": {}})
+            self.kept.sort(key=lambda c: c["index"])
+        self.next_index = max([c["index"] + 1 for c in [*(existing or []), *self.kept]], default=0)
 
     @property
     def latest(self) -> dict | None:

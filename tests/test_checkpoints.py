@@ -256,3 +256,20 @@ def test_checkpoint_config_num_to_keep_by_age(warm):
     assert result.checkpoint.path.endswith("checkpoint_000003")
     assert sorted(os.listdir(result.checkpoint.path)) == ["meta.txt", "shard_0.txt", "shard_2.txt", "sub"]
     assert _leftovers(result.path) == []
+
+
+def test_a_checkpoint_renamed_but_not_yet_recorded_is_adopted(tmp_path):
+    """The head renames checkpoint_000NNN into place, then records it in run.json; killed
+    in between, the record lags the disk. A resumed run must resume from the newest whole
+    checkpoint and number the next one after it (never overwrite it)."""
+    from raynb.checkpoint_store import CheckpointStore
+
+    for i in (0, 1):
+        (tmp_path / f"checkpoint_{i:06d}").mkdir()
+        (tmp_path / f"checkpoint_{i:06d}" / "state.json").write_text(str(i))
+    (tmp_path / ".tmp_checkpoint_000002").mkdir()  # a half commit: not a checkpoint
+    recorded = [{"index": 0, "name": "checkpoint_000000", "metrics": {"loss": 1.0}}]
+    store = CheckpointStore(tmp_path, None, recorded)
+    assert store.latest_path() == str(tmp_path / "checkpoint_000001")
+    assert store.next_index == 2
+    assert [c["name"] for c in store.records()] == ["checkpoint_000000", "checkpoint_000001"]
