@@ -109,3 +109,26 @@ def shell(cluster, tmp_path_factory):
         os.environ.pop("IPYTHONDIR", None)
     else:
         os.environ["IPYTHONDIR"] = old
+
+
+@pytest.fixture
+def ip(shell, warm):
+    """The shell, with 4 idle workers."""
+    return shell
+
+
+def run_cell(shell, cell: str):
+    """Run a cell as the notebook would; returns (ExecutionResult, captured output)."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output() as cap:
+        res = shell.run_cell(cell, store_history=True)
+    return res, cap
+
+
+def ok_cell(shell, cell: str):
+    """``run_cell``, asserting the cell raised nothing."""
+    res, cap = run_cell(shell, cell)
+    assert res.error_before_exec is None and res.error_in_exec is None, (
+        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
+    return res, cap

@@ -11,25 +11,11 @@ from IPython.utils.capture import capture_output
 import raynb
 from raynb.train.config import Result
 
-
-@pytest.fixture
-def ip(shell, warm):
-    """The shell, with 4 idle workers."""
-    return shell
-
-
-def run(shell, cell: str):
-    """Run a cell as the notebook would; returns (ExecutionResult, captured output)."""
-    with capture_output() as cap:
-        res = shell.run_cell(cell, store_history=True)
-    return res, cap
+from conftest import ok_cell, run_cell as run
 
 
 def ok(shell, cell: str):
-    res, cap = run(shell, cell)
-    assert res.error_before_exec is None and res.error_in_exec is None, (
-        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
-    return cap
+    return ok_cell(shell, cell)[1]
 
 
 def run_count(cluster) -> int:

@@ -6,26 +6,9 @@ import re
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.utils.capture import capture_output
 
-
-@pytest.fixture
-def ip(shell, warm):
-    """The shell, with 4 idle workers."""
-    return shell
-
-
-def run(shell, cell: str):
-    with capture_output() as cap:
-        res = shell.run_cell(cell, store_history=True)
-    return res, cap
-
-
-def ok(shell, cell: str):
-    res, cap = run(shell, cell)
-    assert res.error_before_exec is None and res.error_in_exec is None, (
-        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
-    return res, cap
+from conftest import ok_cell as ok
+from conftest import run_cell as run
 
 
 def run_count(cluster) -> int:
