@@ -843,6 +843,12 @@ class Head:
             self.schedule()
             return
         rank = c["rank"]
+        sender = P.routing_name(msg.identity)
+        if not (0 <= rank < len(run.ranks)) or run.ranks[rank] != sender:
+            # A late task_done from a rank of an earlier attempt (killed or cancelled, then
+            # the run restarted): it must not finish or fail the new attempt's rank.
+            self.schedule()
+            return
         if rank not in run.done:
             run.done[rank] = c["status"]
             if c["status"] == "ok" and rank == 0:
