@@ -32,19 +32,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _quantile, _raynb_cli, _torch_version, stop_cluster  # noqa: E402
+from rerun_latency import _quantile, _raynb_cli, machine_info, private_cluster  # noqa: E402
 
 WORKERS = 4
 KILL_RANK = 2
@@ -320,34 +317,18 @@ def main(argv=None) -> int:
     if args.kills < 1 or args.pairs < 1:
         ap.error("--kills and --pairs must be >= 1")
 
-    # A SIGTERM must still run the finally below (stop the cluster).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
-    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
-    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
-    os.environ.pop("RAYNB_KEY", None)
-
     load_at_start = round(os.getloadavg()[0], 2)
     report: dict = {"torch_import_s": measure_torch_import(imports)}
-    try:
-        try:
-            import raynb
+    with private_cluster() as (_, storage):
+        import raynb
 
-            subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                           stdout=subprocess.DEVNULL, timeout=300)
-            report.update(measure_resume(args.kills, args.epoch_ms / 1000, storage))
-            report.update(measure_total_time(args.pairs, storage))
-            raynb.disconnect()
-        finally:
-            stop_cluster(home)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(storage, ignore_errors=True)
+        subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
+                       stdout=subprocess.DEVNULL, timeout=300)
+        report.update(measure_resume(args.kills, args.epoch_ms / 1000, storage))
+        report.update(measure_total_time(args.pairs, storage))
+        raynb.disconnect()
     report["resume_vs_torch_import"] = round(report["torch_import_s"]["median"] / report["resume_s"]["median"], 1)
-    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "torch": _torch_version(), "platform": platform.platform(),
-                         "load_avg_1m_at_start": load_at_start,
-                         "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
+    report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
     report["settings"] = {"workers": WORKERS, "killed_rank": KILL_RANK, "kills": args.kills,
                           "epoch_ms": args.epoch_ms, "resume_run_epochs": 8, "pairs": args.pairs,
                           "digits_epochs": 15, "torch_imports": imports}

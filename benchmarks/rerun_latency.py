@@ -23,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -161,6 +162,33 @@ def stop_cluster(home: str) -> None:
 
 
 # -- the measurements -----------------------------------------------------------------
+@contextlib.contextmanager
+def private_cluster():
+    """A temporary RAYNB_HOME and storage path for this benchmark's own cluster; on exit
+    (also on SIGTERM) the cluster started in it is stopped and both are removed.
+
+    Yields (home, storage)."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still run the cleanup below
+    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
+    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
+    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
+    os.environ.pop("RAYNB_KEY", None)
+    try:
+        try:
+            yield home, storage
+        finally:
+            stop_cluster(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def machine_info(load_at_start: float, **extra) -> dict:
+    """The machine a benchmark ran on, with the 1-minute load average at its start."""
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": _torch_version(),
+            "platform": platform.platform(), "load_avg_1m_at_start": load_at_start, **extra}
+
+
 def measure_raynb(runs: int, warmup: int) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig, TorchTrainer
@@ -251,33 +279,18 @@ def main(argv=None) -> int:
     if args.runs < 1:
         ap.error("--runs must be >= 1")
 
-    # A SIGTERM must still run the finally below (stop the cluster).
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
-    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
-    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
-    os.environ.pop("RAYNB_KEY", None)
-
     load_at_start = round(os.getloadavg()[0], 2)
     report: dict = {}
-    try:
-        try:
-            report.update(measure_raynb(args.runs, args.warmup))
-        finally:
-            stop_cluster(home)
-        if not args.skip_torchrun:
-            report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
-            report["speedup_vs_torchrun"] = round(
-                report["torchrun_s"]["median"] * 1000 / report["warm_rerun_ms"]["median"], 1)
-        else:
-            report["torchrun_s"] = None
-            report["speedup_vs_torchrun"] = None
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(storage, ignore_errors=True)
-    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "torch": _torch_version(), "platform": platform.platform(),
-                         "load_avg_1m_at_start": load_at_start}
+    with private_cluster():
+        report.update(measure_raynb(args.runs, args.warmup))
+    if not args.skip_torchrun:
+        report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
+        report["speedup_vs_torchrun"] = round(
+            report["torchrun_s"]["median"] * 1000 / report["warm_rerun_ms"]["median"], 1)
+    else:
+        report["torchrun_s"] = None
+        report["speedup_vs_torchrun"] = None
+    report["machine"] = machine_info(load_at_start)
     report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup,
                           "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
     print(json.dumps(report, indent=1))

@@ -22,17 +22,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _quantile, _raynb_cli, _torch_version, stop_cluster  # noqa: E402
+from rerun_latency import _quantile, _raynb_cli, machine_info, private_cluster  # noqa: E402
 
 WORKERS = 2
 
@@ -124,23 +120,10 @@ def main(argv=None) -> int:
     if args.trials < 1 or args.stop_trials < WORKERS + 1:
         ap.error(f"--trials must be >= 1 and --stop-trials >= {WORKERS + 1}")
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the cluster
-    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
-    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
-    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
-    os.environ.pop("RAYNB_KEY", None)
     load_at_start = round(os.getloadavg()[0], 2)
-    try:
-        try:
-            report = measure(args.trials, args.stop_trials, args.work_ms)
-        finally:
-            stop_cluster(home)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(storage, ignore_errors=True)
-    report["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "torch": _torch_version(), "platform": platform.platform(),
-                         "load_avg_1m_at_start": load_at_start}
+    with private_cluster():
+        report = measure(args.trials, args.stop_trials, args.work_ms)
+    report["machine"] = machine_info(load_at_start)
     print(json.dumps(report, indent=1))
     return 0
 
