@@ -136,16 +136,16 @@ class _ArrivalLog:
     """When each event of the followed run reached this process.
 
     ``fit()`` hands every event it receives to its progress view as it arrives;
-    while installed, this wraps that view (``raynb.runner._make_display``) and stamps
+    while installed, this wraps that view (``raynb.client.views.run_view``) and stamps
     rank 0's reports and the head's notes with ``time.time()``."""
 
     def __init__(self):
         self.events: list[tuple[float, dict]] = []
 
     def __enter__(self):
-        import raynb.runner as runner
+        import raynb.client.views as views
 
-        self._runner, self._orig = runner, runner._make_display
+        self._views, self._orig = views, views.run_view
         log = self
 
         def make_display(*args, **kwargs):
@@ -160,11 +160,11 @@ class _ArrivalLog:
             display.handle = stamped
             return display
 
-        runner._make_display = make_display
+        views.run_view = make_display
         return self
 
     def __exit__(self, *exc):
-        self._runner._make_display = self._orig
+        self._views.run_view = self._orig
 
 
 class _Killer(threading.Thread):

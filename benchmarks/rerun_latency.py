@@ -102,8 +102,8 @@ def _cluster_pids(home: str) -> list[int]:
 
     pids: list[int] = []
     try:
-        from raynb.cluster import cluster_pids
-        from raynb.connection import read_connection_file
+        from raynb.cluster.launch import cluster_pids
+        from raynb.cluster.connection import read_connection_file
 
         info = read_connection_file()
         pids += cluster_pids(info) if info else []

@@ -79,7 +79,7 @@ def pytest_runtest_teardown(item, nextitem):
         return
     env = _Env(nb._raynb_env)
     try:
-        from raynb.cluster import stop_cluster
+        from raynb.cluster.launch import stop_cluster
 
         if stop_cluster():
             print(f"\n{nb.path}: stopped the raynb cluster the notebook left running")

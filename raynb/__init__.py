@@ -6,14 +6,19 @@ the ``%%ray_train`` magic, and a Ray Train-style API::
     import raynb
     from raynb.train.torch import TorchTrainer
     result = TorchTrainer(train_fn, scaling_config=raynb.ScalingConfig(num_workers=4)).fit()
+
+The package is layered by process (see CONTRIBUTING.md): ``raynb.cluster`` (head,
+node agent, zygote, workers), ``raynb.client`` (the notebook-side connection),
+``raynb.train`` and ``raynb.tune`` (Ray's API), ``raynb.notebook`` (magics and views).
 """
-from .client import connect, disconnect
-from .cluster import cluster_status
+from . import notebook as _notebook  # registers the progress views (raynb.client.views)
+from .client.connection import cluster_status, connect, disconnect
+from .client.runs import runs
+from .client.shipping import UnpicklableError
 from .errors import ClusterError, RunError
-from .shipping import UnpicklableError
-from .runs import attach, get_run, runs
 from .train import (Checkpoint, CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig,
                     get_checkpoint, get_context, report)
+from .train.run import attach, get_run
 from .train.torch import TorchTrainer, get_device, prepare_data_loader, prepare_model
 
 __version__ = "0.1.0"
@@ -26,7 +31,6 @@ __all__ = ["connect", "disconnect", "ClusterError", "RunError", "UnpicklableErro
 
 
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext raynb``: registers ``%%ray_train`` and ``%ray_cluster``."""
-    from .magics import load_ipython_extension as _load
-
-    _load(ipython)
+    """``%load_ext raynb``: registers ``%%ray_train``, ``%%ray_tune``, ``%ray_cluster``
+    and ``%ray_attach``."""
+    _notebook.load_ipython_extension(ipython)

@@ -93,8 +93,8 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
     """
     from functools import partial
 
-    from .cluster import running_cluster, stop_cluster
-    from .client import connect, disconnect
+    from .cluster.launch.local import running_cluster, stop_cluster
+    from .client.connection import connect, disconnect
     from .train import RunConfig, ScalingConfig
     from .train.torch import TorchTrainer
 

@@ -58,7 +58,7 @@ def alive(pids) -> list[int]:
 def cluster(raynb_home):
     """A started 4-worker local cluster and a connected client, shared by all tests."""
     import raynb
-    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     info, started = start_cluster(num_workers=4)
     assert started, "a cluster was already running in the test's RAYNB_HOME"

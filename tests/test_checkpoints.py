@@ -262,7 +262,7 @@ def test_a_checkpoint_renamed_but_not_yet_recorded_is_adopted(tmp_path):
     """The head renames checkpoint_000NNN into place, then records it in run.json; killed
     in between, the record lags the disk. A resumed run must resume from the newest whole
     checkpoint and number the next one after it (never overwrite it)."""
-    from raynb.checkpoint_store import CheckpointStore
+    from raynb.cluster.checkpoints import CheckpointStore
 
     for i in (0, 1):
         (tmp_path / f"checkpoint_{i:06d}").mkdir()

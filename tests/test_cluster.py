@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 import raynb
-from raynb.cluster import cluster_pids
-from raynb.connection import read_connection_file
-from raynb.runner import execute_run
+from raynb.cluster.launch import cluster_pids
+from raynb.cluster.connection import read_connection_file
+from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
 
 from conftest import alive, wait_idle_workers

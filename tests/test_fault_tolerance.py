@@ -418,7 +418,7 @@ def _rank3_skips_allreduce(config):
 
 
 def test_collective_timeout_fails_the_run_instead_of_hanging(warm, tmp_path):
-    from raynb.head import CANCEL_GRACE_S
+    from raynb.cluster.head.controller import CANCEL_GRACE_S
 
     timeout_s = 2
     stamp = tmp_path / "skipped_at"
@@ -494,7 +494,7 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     stop and start: the new head lists the finished run and reads it back."""
     import subprocess
 
-    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "results"))
@@ -508,7 +508,7 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     client = None
     try:
         cmds = {tuple(psutil.Process(p).cmdline()[1:3]) for p in pids}
-        assert {("-m", "raynb.head"), ("-m", "raynb.node"), ("-m", "raynb.zygote")} <= cmds, cmds
+        assert {("-m", "raynb.cluster.head"), ("-m", "raynb.cluster.node"), ("-m", "raynb.cluster.zygote")} <= cmds, cmds
         assert len(pids) >= 5, pids  # head, node, zygote, 2 workers
         client = subprocess.Popen(
             [sys.executable, "-c", CLIENT_RUN.format(tests=os.path.dirname(__file__), config=config)],

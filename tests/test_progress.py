@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from raynb import display as display_mod
-from raynb import widgets as widgets_mod
-from raynb.display import NullProgress, progress_display
-from raynb.progress import RunProgress, fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
-from raynb.text_progress import TextProgress
-from raynb.widgets import ProgressPane
+from raynb.notebook import display as display_mod
+from raynb.notebook import widgets as widgets_mod
+from raynb.notebook.display import NullProgress, progress_display
+from raynb.notebook.progress import RunProgress, fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
+from raynb.notebook.text_progress import TextProgress
+from raynb.notebook.widgets import ProgressPane
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MiB = 2 ** 20

@@ -21,8 +21,8 @@ import pytest
 import zmq
 
 import raynb
-from raynb import protocol as P
-from raynb.shipping import dumps_payload
+from raynb.cluster import protocol as P
+from raynb.client.shipping import dumps_payload
 
 from conftest import wait_idle_workers
 

@@ -12,8 +12,8 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb import protocol as P
-from raynb.runner import build_submission
+from raynb.cluster import protocol as P
+from raynb.client.run import build_submission
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 
 from conftest import wait_idle_workers
@@ -45,10 +45,10 @@ def _fails_then_runs_long(config):
     import time
 
     from raynb.train import get_context
-    from raynb.train import session
+    from raynb.cluster import task_context
 
     rank = get_context().get_world_rank()
-    if session._task["attempt"] == 0:
+    if task_context.current()["attempt"] == 0:
         if rank == 1:
             time.sleep(0.2)
             raise ValueError("boom")
@@ -189,7 +189,7 @@ def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_pa
 _RDZV_SCRIPT = r'''
 import os, signal, sys, time
 import raynb
-from raynb.cluster import start_cluster, stop_cluster
+from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 
@@ -247,7 +247,7 @@ def test_result_from_path_of_a_tune_experiment_and_of_its_trial(warm, tmp_path):
     """A trial's directory reads back as a Result; the experiment directory gets an error
     saying what it is and what to do, not "run.json is missing ... copied whole?"."""
     from raynb import tune
-    from raynb.rundir import CorruptRunDirectory
+    from raynb.cluster.rundir import CorruptRunDirectory
     from raynb.train import Result
     from raynb.train.torch import TorchTrainer
 
@@ -443,7 +443,7 @@ def test_head_restarted_after_sigkill_clears_the_dead_runs_staging(tmp_path, mon
     import psutil
 
     from conftest import alive
-    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "results"))
@@ -580,7 +580,7 @@ def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, mon
     import subprocess
 
     from conftest import alive
-    from raynb.cluster import cluster_pids, start_cluster, stop_cluster
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     log = str(tmp_path / "log")

@@ -19,9 +19,10 @@ import pytest
 
 import raynb
 import raynb.client
-import raynb.runner
-from raynb.cluster import cluster_pids, start_cluster, stop_cluster
-from raynb.runner import execute_run
+import raynb.client.connection
+import raynb.client.run
+from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+from raynb.train.run import execute_run
 
 from conftest import alive, wait_idle_workers
 
@@ -61,7 +62,7 @@ def test_slow_client_loses_no_event_and_gets_run_done(warm, monkeypatch):
             time.sleep(1.5)
         lines.extend(event["text"].splitlines())
 
-    monkeypatch.setattr(raynb.runner._OutputRelay, "write", slow_write)
+    monkeypatch.setattr(raynb.client.run._OutputRelay, "write", slow_write)
     n = 4000
     result, ret = execute_run(_flood, {"n": n}, _sc(1), QUIET)
     assert ret == "done"
@@ -251,7 +252,7 @@ def test_function_from_a_module_workers_cannot_import_says_so(warm, tmp_path):
 def _private_cluster(tmp_path, monkeypatch, workers: int):
     """A cluster of its own in a fresh RAYNB_HOME; the session's connection is set
     aside (not closed) and comes back afterwards. Fails if processes are left behind."""
-    monkeypatch.setattr(raynb.client, "_client", None)
+    monkeypatch.setattr(raynb.client.connection, "_client", None)
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     info, started = start_cluster(num_workers=workers)
     assert started
@@ -260,7 +261,7 @@ def _private_cluster(tmp_path, monkeypatch, workers: int):
     try:
         yield info, client, pids
     finally:
-        from raynb.connection import read_connection_file
+        from raynb.cluster.connection import read_connection_file
 
         current = read_connection_file()
         if current is not None:
@@ -360,8 +361,8 @@ def test_head_killed_mid_run_fails_the_cell_and_cleans_up(tmp_path, monkeypatch)
         with pytest.raises(raynb.RunError, match="pickles to 16 MiB"):
             execute_run(_big_return, {"size": 16 << 20}, _sc(1), QUIET)
 
-        monkeypatch.setattr(raynb.runner, "PING_EVERY_S", 0.3)
-        monkeypatch.setattr(raynb.runner, "HEAD_SILENCE_S", 2.0)
+        monkeypatch.setattr(raynb.client.run, "PING_EVERY_S", 0.3)
+        monkeypatch.setattr(raynb.client.run, "HEAD_SILENCE_S", 2.0)
         killed: list = []
         t = _when_busy(info, 1, lambda: os.kill(info["pids"]["head"], signal.SIGKILL), killed)
         with pytest.raises(raynb.ClusterError, match="lost contact with the raynb head"):

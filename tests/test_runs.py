@@ -21,8 +21,8 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.rundir import CorruptRunDirectory
-from raynb.runner import execute_run
+from raynb.cluster.rundir import CorruptRunDirectory
+from raynb.train.run import execute_run
 from raynb.train import FailureConfig, Result, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 

@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.runner import execute_run
+from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.

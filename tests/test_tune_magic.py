@@ -188,7 +188,7 @@ def test_widget_view_leaves_the_static_table_in_the_output(ip, monkeypatch):
 
 def test_pbt_mutates_the_sampled_entries_of_the_space(ip):
     from raynb.tune import schedulers
-    from raynb.tune.magic import _mutations, eval_space, make_scheduler, parse_line
+    from raynb.notebook.tune_magic import _mutations, eval_space, make_scheduler, parse_line
 
     space = eval_space("{'lr': loguniform(1e-3, 1), 'const': 3, 'g': grid_search([1, 2]), "
                        "'opt': {'mom': uniform(0, 1), 'fixed': 'sgd'}, 'derived': sample_from(lambda s: 1)}", {})

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from raynb.tune import table_widget as widget_mod
-from raynb.tune.table import NullTuneDisplay, TuneProgress, flatten, tune_display
-from raynb.tune.table_text import TuneTableText
-from raynb.tune.table_widget import TuneTablePane
+from raynb.notebook.display import NullTuneDisplay, tune_display
+from raynb.notebook.trial_table import TuneProgress, flatten
+from raynb.notebook.trial_table_text import TuneTableText
+from raynb.notebook.trial_table_widget import TuneTablePane
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

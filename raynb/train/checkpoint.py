@@ -96,8 +96,3 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return f"Checkpoint(path={self.path!r})"
-
-
-def checkpoint_dir_name(index: int) -> str:
-    """``checkpoint_000NNN``: Ray Train's name for a run's ``index``-th checkpoint."""
-    return f"checkpoint_{index:06d}"

@@ -11,13 +11,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from ..cluster import task_context
 from .checkpoint import Checkpoint
-
-_task: dict | None = None
-_emit: Callable[[dict], None] | None = None
-_reports = 0  # this rank's reports in this attempt of the run
 
 
 class TrainContext:
@@ -59,16 +56,6 @@ class TrainContext:
                 f"world_size={self.get_world_size()}, node_rank={self.get_node_rank()})")
 
 
-def start(task: dict, config: Any, emit: Callable[[dict], None]) -> None:
-    global _task, _emit, _reports
-    _task, _emit, _reports = task, emit, 0
-
-
-def end() -> None:
-    global _task, _emit
-    _task, _emit = None, None
-
-
 def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> str:
     """Copy the checkpoint's files where the head will commit them from.
 
@@ -105,15 +92,16 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
 
 
 def in_session() -> bool:
-    return _task is not None
+    return task_context.current() is not None
 
 
 def _require(what: str) -> dict:
-    if _task is None:
+    task = task_context.current()
+    if task is None:
         raise RuntimeError(
             f"{what}() was called outside a training function. Call it inside "
             "train_loop_per_worker (TorchTrainer) or a %%ray_train cell, which run on the workers.")
-    return _task
+    return task
 
 
 def _plain(value: Any) -> Any:
@@ -164,7 +152,6 @@ def report(metrics: dict, checkpoint=None) -> None:
         TypeError: ``metrics`` is not a dict, or ``checkpoint`` is not a Checkpoint.
         RuntimeError: called outside a training function.
     """
-    global _reports
     task = _require("report")
     if not isinstance(metrics, dict):
         raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r:.80}")
@@ -173,11 +160,12 @@ def report(metrics: dict, checkpoint=None) -> None:
             f"report(checkpoint=...) takes a raynb.train.Checkpoint, got {type(checkpoint).__name__}: "
             f"{checkpoint!r:.80}; save the state into a directory and pass "
             "Checkpoint.from_directory(that_directory)")
-    _reports += 1
-    event = {"kind": "report", "metrics": _plain(metrics), "time": time.time(), "index": _reports}
+    state = task_context.state()
+    index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
+    event = {"kind": "report", "metrics": _plain(metrics), "time": time.time(), "index": index}
     if checkpoint is not None:
-        event["checkpoint"] = _stage_checkpoint(task, checkpoint, _reports)
-    _emit(event)
+        event["checkpoint"] = _stage_checkpoint(task, checkpoint, index)
+    task_context.emit(event)
 
 
 def get_context() -> TrainContext:

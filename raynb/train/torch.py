@@ -205,7 +205,7 @@ class TorchTrainer:
         """
         import cloudpickle
 
-        from ..rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
+        from ..cluster.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
 
         record = read_run_dir(path, with_reports=False)
         path = record["path"]
@@ -241,7 +241,7 @@ class TorchTrainer:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """True when ``path`` is a raynb run directory that ``restore`` can continue."""
-        from ..rundir import FUNCTION_FILE, STATE_FILE
+        from ..cluster.rundir import FUNCTION_FILE, STATE_FILE
 
         return all(os.path.isfile(os.path.join(path, f)) for f in (STATE_FILE, "params.json", FUNCTION_FILE))
 
@@ -252,7 +252,7 @@ class TorchTrainer:
             raynb.RunError: a rank raised an exception or died.
             UnpicklableError: the function reads something that cannot be shipped.
         """
-        from ..runner import execute_run
+        from .run import execute_run
 
         extra = {}
         if self.resume_from_checkpoint is not None:

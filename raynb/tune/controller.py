@@ -14,11 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-from .. import protocol as P
+from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
+from ..cluster import protocol as P
+from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
+from ..cluster.rundir import read_run_dir, write_json_atomic
 from ..errors import ClusterError
-from ..rundir import STATE_FILE as RUN_STATE_FILE
-from ..rundir import read_run_dir, write_json_atomic
-from ..runner import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..train.config import RunConfig, ScalingConfig
 from .experiment_state import ExperimentState
 from .result_grid import AUTO_KEYS
@@ -461,7 +461,7 @@ def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dic
         CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
         OSError: the copy failed (the run's checkpoints are left as they were).
     """
-    from ..checkpoint_store import CheckpointStore
+    from ..cluster.checkpoints import CheckpointStore
 
     record = read_run_dir(run_path, with_reports=False)
     cc = checkpoint_config
@@ -497,7 +497,7 @@ def _newest_checkpoint(run_path: str | None) -> str | None:
 
 def write_params(run_path: str, config) -> None:
     """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
-    from ..runner import _json_safe
+    from ..client.run import _json_safe
 
     write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))
 

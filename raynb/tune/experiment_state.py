@@ -20,7 +20,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..rundir import CorruptRunDirectory, read_reports
+from ..cluster.rundir import CorruptRunDirectory, read_reports
 from .trial import Trial
 
 STATE_FILE = "experiment_state.json"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..rundir import default_storage_path, make_run_name, read_run_dir
+from ..client import views
+from ..cluster.rundir import default_storage_path, make_run_name, read_run_dir
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TrialRunner, TuneController
 from .experiment_state import ExperimentState, read_state, read_tuner_file
@@ -134,8 +135,7 @@ class Tuner:
             ClusterError: the head cannot be reached.
             UnpicklableError: the trainable reads something that cannot be shipped.
         """
-        from ..client import get_client
-        from .table import TuneProgress, tune_display
+        from ..client.connection import get_client
 
         client = get_client()
         status = client.status()
@@ -166,13 +166,14 @@ class Tuner:
             if t.extra.pop("_wipe", False) and t.path:
                 shutil.rmtree(t.path, ignore_errors=True)
         path = self._experiment_path
-        progress = TuneProgress(self._metric, self._mode, total_workers, varying_keys(self._param_space))
+        display = views.tune_view(self._metric, self._mode, total_workers,
+                                  varying_keys(self._param_space), self._run_config.verbose)
+        progress = display.progress
         for t in self._trials:
             progress.add_trial(t.trial_id, t.config)
             for r in t.results:
                 progress.add_result(t.trial_id, r)
             progress.set_status(t.trial_id, t.status, t.error)
-        display = tune_display(progress, self._run_config.verbose)
         state = ExperimentState(path, header)
         for t in self._trials:
             state.mark(t)
@@ -318,7 +319,7 @@ class Tuner:
 def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     """Cancel the runs of trials a dead kernel left running, and wait until the head has
     ended them (a trial's run cannot be resumed while it is live)."""
-    from .. import protocol as P
+    from ..cluster import protocol as P
 
     for run_id in run_ids:
         client.send(P.CANCEL_RUN, {"run_id": run_id})

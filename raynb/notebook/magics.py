@@ -2,78 +2,24 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import os
-import re
-import shlex
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
+from ..errors import RunError
 from .cellfunc import build_cell_function
-from .cli import _positive_int
-from .errors import RunError
+from .magic_args import MagicParser, positive_int, split_expression
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{self.format_usage().strip()}\n{self.prog}: {message}")
-
-    def exit(self, status=0, message=None):  # --help
-        raise UsageError(self.format_help())
-
-    def parse_line(self, line: str):
-        try:
-            words = shlex.split(line)
-        except ValueError as e:  # an unclosed quote
-            self.error(str(e))
-        return self.parse_args(words)
-
-
-_NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
-
-
-def split_expression(line: str, option: str, strict: bool = False) -> tuple[str, str | None]:
-    """Take ``option EXPR`` out of a magic line before shell-style splitting.
-
-    EXPR is Python (``--config dict(lr=1e-3)``, ``--space {"lr": loguniform(1e-4, 1e-1)}``),
-    so it may hold spaces and quotes that shlex would split or strip. It ends at the
-    first following option (`` --name``) before which the text parses as an
-    expression. A quoted value (``--config "{...}"``) is left to shlex.
-
-    Returns:
-        (the line without ``option EXPR``, EXPR), or (line, None) when ``option`` is
-        absent, quoted, or (not ``strict``) no prefix parses: the usual parsing reports it.
-
-    Raises:
-        UsageError: ``strict`` and no prefix of the text after ``option`` parses.
-    """
-    m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
-    if m is None or line[m.end()] in "'\"":
-        return line, None
-    rest = line[m.end():]
-    error = None
-    for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
-        expr = rest[:end].strip()
-        try:
-            ast.parse(expr, mode="eval")
-        except SyntaxError as e:
-            error = e
-            continue
-        return line[:m.start()] + rest[end:], expr
-    if strict:
-        raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
-    return line, None
-
-
-def _train_parser() -> _Parser:
-    p = _Parser(prog="%%ray_train", add_help=True,
+def _train_parser() -> MagicParser:
+    p = MagicParser(prog="%%ray_train", add_help=True,
                 description="Run the cell body on N warm ranks (torch.distributed DDP).")
-    p.add_argument("--workers", "-n", type=_positive_int, default=None,
+    p.add_argument("--workers", "-n", type=positive_int, default=None,
                    help="ranks (world size); default 4, or the resumed run's")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
     p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
-    p.add_argument("--epochs", type=_positive_int, default=None,
+    p.add_argument("--epochs", type=positive_int, default=None,
                    help="total epochs, for the progress bars (also config['epochs'] if unset)")
     p.add_argument("--name", default=None, help="run name (its directory name)")
     p.add_argument("--storage-path", default=None, help="parent directory of the run directory")
@@ -84,7 +30,7 @@ def _train_parser() -> _Parser:
     p.add_argument("--quiet", action="store_true", help="no progress pane")
     p.add_argument("--max-failures", type=_max_failures, default=None,
                    help="restarts from the latest checkpoint after a failure (-1: unlimited)")
-    p.add_argument("--keep", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--keep", type=positive_int, default=None, metavar="N",
                    help="keep only the N newest checkpoints")
     p.add_argument("--resume", action="store_true",
                    help="continue the run --name NAME from its latest checkpoint, in its directory")
@@ -93,7 +39,7 @@ def _train_parser() -> _Parser:
 
 def _resumed_record(storage_path: str | None, name: str) -> dict | None:
     """The run.json of the run ``%%ray_train --resume`` continues, or None if unreadable."""
-    from .rundir import default_storage_path, read_run_dir
+    from ..cluster.rundir import default_storage_path, read_run_dir
 
     try:
         return read_run_dir(os.path.join(os.path.expanduser(storage_path or default_storage_path()), name),
@@ -112,10 +58,10 @@ def _max_failures(text: str) -> int:
     return n
 
 
-def _cluster_parser() -> _Parser:
-    p = _Parser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
+def _cluster_parser() -> MagicParser:
+    p = MagicParser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
     p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop"])
-    p.add_argument("--workers", "-n", type=_positive_int, default=4)
+    p.add_argument("--workers", "-n", type=positive_int, default=4)
     return p
 
 
@@ -125,8 +71,8 @@ class RayNBMagics(Magics):
     def ray_train(self, line: str, cell: str):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
-        from .runner import execute_run
-        from .train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ..train.run import execute_run
+        from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
         line_rest, config_expr = split_expression(line, "--config")
         args = _train_parser().parse_line(line_rest)
@@ -194,9 +140,9 @@ class RayNBMagics(Magics):
         """%ray_attach [NAME] [--result VAR]: follow a running run (started by another
         kernel, or before a restart) to its end with the live progress pane; without
         NAME, the newest active run."""
-        from .runs import attach
+        from ..train.run import attach
 
-        p = _Parser(prog="%ray_attach", description="Follow a run to its end.")
+        p = MagicParser(prog="%ray_attach", description="Follow a run to its end.")
         p.add_argument("name", nargs="?", default=None)
         p.add_argument("--result", default="_ray_result", help="notebook name bound to the Result")
         p.add_argument("--all-ranks", action="store_true")
@@ -212,9 +158,9 @@ class RayNBMagics(Magics):
     @line_magic
     def ray_cluster(self, line: str):
         """%ray_cluster [start|status|stop] [--workers N]"""
-        from .cli import format_status
-        from .client import connect, disconnect, get_client
-        from .cluster import start_cluster, stop_cluster
+        from ..client.connection import connect, disconnect, get_client
+        from ..client.status import format_status
+        from ..cluster.launch.local import start_cluster, stop_cluster
 
         args = _cluster_parser().parse_line(line)
         if args.action == "start":
@@ -227,17 +173,10 @@ class RayNBMagics(Magics):
         else:
             client = get_client(connect_if_needed=False)
             if client is None:
-                from .cluster import running_cluster
+                from ..cluster.launch.local import running_cluster
 
                 if running_cluster() is None:
                     print("no cluster running; `%ray_cluster start` or run a %%ray_train cell")
                     return
                 client = connect()
             print(format_status(client.status()))
-
-
-def load_ipython_extension(ipython) -> None:
-    ipython.register_magics(RayNBMagics)
-    from .tune.magic import RayTuneMagics  # %%ray_tune
-
-    ipython.register_magics(RayTuneMagics)

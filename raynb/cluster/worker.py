@@ -33,7 +33,7 @@ import cloudpickle
 import zmq
 
 from . import protocol as P
-from .train import session as train_session
+from . import task_context
 
 log = logging.getLogger("raynb.worker")
 
@@ -285,7 +285,7 @@ class Worker:
                 for filename, source in payload.get("sources", {}).items():
                     lines = source.splitlines(True)
                     linecache.cache[filename] = (len(source), None, lines, filename)
-                train_session.start(task, payload.get("config"), self.emit)
+                task_context.start(task, self.emit)
                 fn = payload["fn"]
                 ret = fn(payload["config"]) if _takes_config(fn) else fn()
                 self._interruptible = False
@@ -302,7 +302,7 @@ class Worker:
                 with self.lock:
                     self.current_task = None
                     self._cancel_requested = False
-                train_session.end()
+                task_context.end()
         buffers = []
         if status == "ok" and ret is not None and rank == 0:
             try:

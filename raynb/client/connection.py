@@ -7,90 +7,10 @@ cell after the first reuses it.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 
-import zmq
-
-from . import protocol as P
-from .errors import ClusterError
-
-
-class Client:
-    """A connection to a head.
-
-    Args:
-        address: ``tcp://host:port`` of the head.
-        key: the cluster's HMAC key (bytes).
-
-    Use it from one thread at a time (ZeroMQ sockets are not thread-safe).
-    """
-
-    def __init__(self, address: str, key: bytes, info: dict | None = None):
-        self.address = address
-        self.info = info or {"address": address}
-        self.session = P.Session(key)
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
-        self.sock.connect(address)
-        self._pid = os.getpid()
-        self._lock = threading.RLock()
-        # The token of the local connection file this client came from (connect() with no
-        # address), so a replaced local cluster is noticed; None otherwise.
-        self.local_token: str | None = None
-
-    # -- low level ---------------------------------------------------------------
-    def send(self, msg_type: str, content: dict | None = None, buffers=()) -> None:
-        self.session.send(self.sock, msg_type, content, buffers)
-
-    def recv(self, timeout: float | None) -> P.Message | None:
-        """The next verified message, or None after ``timeout`` seconds (None: wait forever)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self.sock.poll(None if left is None else left * 1000):
-                return None
-            msg = self.session.recv(self.sock)
-            if msg is not None:
-                return msg
-
-    def request(self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0,
-                buffers=()) -> P.Message:
-        """Send a request and wait for its reply, skipping stale run events.
-
-        Raises:
-            ClusterError: no reply within ``timeout`` seconds (the head is gone or busy).
-        """
-        with self._lock:
-            self.send(msg_type, content, buffers)
-            deadline = time.monotonic() + timeout
-            while True:
-                msg = self.recv(max(0.0, deadline - time.monotonic()))
-                if msg is None:
-                    raise ClusterError(
-                        f"no reply from the raynb head at {self.address} within {timeout:.0f}s "
-                        f"to {msg_type}; is the cluster running? (`raynb status`)")
-                if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
-                    return msg
-
-    def ping(self, timeout: float = 2.0) -> bool:
-        try:
-            self.request(P.PING, reply_types=(P.PONG,), timeout=timeout)
-            return True
-        except ClusterError:
-            return False
-
-    def status(self, timeout: float = 10.0) -> dict:
-        return self.request(P.STATUS_REQUEST, reply_types=(P.STATUS_REPLY,), timeout=timeout).content
-
-    def close(self) -> None:
-        if self._pid == os.getpid():
-            self.sock.close(0)
-            self.ctx.term()
+from ..cluster.control import Client
+from ..errors import ClusterError
 
 
 _client: Client | None = None
@@ -103,7 +23,7 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
     if _client is not None and _client._pid != os.getpid():
         return connect() if connect_if_needed else None  # forked: the socket is not ours
     if _client is not None and connect_if_needed and _client.local_token is not None:
-        from .connection import read_connection_file
+        from ..cluster.connection import read_connection_file
 
         current = read_connection_file()
         if current is None or current.get("token") != _client.local_token:
@@ -135,8 +55,8 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, num_w
         ClusterError: the head cannot be reached or the cluster cannot start.
     """
     global _client
-    from .cluster import ensure_local_cluster
-    from .connection import read_connection_file
+    from ..cluster.connection import read_connection_file
+    from ..cluster.launch.local import ensure_local_cluster
 
     if _client is not None and _client._pid == os.getpid() and address is None:
         if _client.ping():
@@ -172,3 +92,28 @@ def disconnect() -> None:
     if _client is not None:
         _client.close()
         _client = None
+
+
+def cluster_status(timeout: float = 10.0) -> dict:
+    """The cluster's status (nodes, workers with pid / run / rank, runs), over a
+    connection of its own, so it is safe to call from any thread, also while this
+    process follows a run (``raynb.cluster_status()``).
+
+    Returns:
+        dict with ``nodes``, ``workers`` (each: ``worker_id``, ``pid``, ``state``,
+        ``run``, ``rank``, ``cpu_percent``, ``rss`` bytes) and ``runs``.
+
+    Raises:
+        ClusterError: no cluster is running or it does not answer in ``timeout`` s.
+    """
+    from ..cluster.launch.local import running_cluster
+
+    current = get_client(connect_if_needed=False)
+    info = current.info if current is not None and "key" in current.info else running_cluster()
+    if info is None:
+        raise ClusterError("no raynb cluster is running; start one with raynb.connect() or `raynb start`")
+    client = Client(info["address"], info["key"].encode(), info)
+    try:
+        return client.status(timeout=timeout)
+    finally:
+        client.close()

@@ -227,3 +227,8 @@ class RunDirectory:
         # The head keeps up to 1000 ended runs: with their rows it held every report of each
         # (70 MiB for 40k small reports), growing with every experiment.
         self._rows = []
+
+
+def checkpoint_dir_name(index: int) -> str:
+    """``checkpoint_000NNN``: Ray Train's name for a run's ``index``-th checkpoint."""
+    return f"checkpoint_{index:06d}"

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import psutil
 
+from .procutil import HEAD_MODULE
+
 CONNECTION_FILE_NAME = "cluster.json"
 
 
@@ -73,7 +75,7 @@ def process_alive(pid: int | None, marker: str) -> bool:
 
 
 def head_alive(info: dict) -> bool:
-    return process_alive(info.get("pids", {}).get("head"), "raynb.head")
+    return process_alive(info.get("pids", {}).get("head"), HEAD_MODULE)
 
 
 def remove_connection_file(path: Path | None = None) -> None:

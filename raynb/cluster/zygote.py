@@ -18,12 +18,16 @@ context and a sampling thread, is a separate process.
 """
 from __future__ import annotations
 
+import importlib
 import os
 import select
 import signal
 import sys
 
 from .procutil import die_with_parent
+
+# Imported once in the zygote so every forked worker has them for free.
+PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
 
 
 def _preload() -> None:
@@ -42,7 +46,11 @@ def _preload() -> None:
     import zmq  # noqa: F401  (the module only; contexts are made after fork)
 
     from . import worker  # noqa: F401
-    from .train import session, torch as _train_torch  # noqa: F401
+
+    # What the training functions import (raynb.train and its torch helpers), by name:
+    # the cluster layer does not depend on them, it only warms the workers' cache.
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
 
 
 def _run_child(worker_id: str, log_dir: str) -> None:

@@ -17,7 +17,7 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .table import PLOT_WIDTH_PX, TuneProgress
+from .trial_table import PLOT_WIDTH_PX, TuneProgress
 
 HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
 

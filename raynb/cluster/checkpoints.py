@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from .train.checkpoint import checkpoint_dir_name
+from .rundir import checkpoint_dir_name
 
 
 def _merge_into(src: Path, dst: Path) -> None:

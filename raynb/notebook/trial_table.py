@@ -1,8 +1,9 @@
 """The data behind Tune's trial table, kept apart from any display.
 
 `TuneProgress` is what the Tuner driver feeds (trials added, status changes,
-reports, workers in use, notes); the views read it: `table_widget.TuneTablePane`
-(Jupyter) and `table_text.TuneTableText` (terminal). `tune_display` picks one.
+reports, workers in use, notes); the views read it: `trial_table_widget.TuneTablePane`
+(Jupyter) and `trial_table_text.TuneTableText` (terminal); `display.tune_display`
+picks one.
 Nothing here imports ipywidgets or IPython; pandas formats the text table and
 matplotlib (Agg canvas, no pyplot) draws the metric curves.
 
@@ -16,14 +17,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..progress import (_TABLE_STYLE, MUTED, _cell, as_number, fmt_duration, fmt_value)
+from .progress import (_TABLE_STYLE, MUTED, _cell, as_number, fmt_duration, fmt_value)
 
 # Display order of the per-status counts.
 STATUSES = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "STOPPED", "ERROR")
@@ -562,54 +561,4 @@ def _one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
-# ----------------------------------------------------------------- choosing a view
-class NullTuneDisplay:
-    """verbose=0 (or RAYNB_PROGRESS=none): shows nothing."""
-
-    def __init__(self, progress: TuneProgress):
-        self.progress = progress
-        self.redraws = 0
-
-    def display(self) -> None:
-        pass
-
-    def update(self) -> None:
-        pass
-
-    def finish(self) -> None:
-        self.progress.end()
-
-
-def tune_display(progress: TuneProgress, verbose: int = 1, **kwargs):
-    """The trial table view for ``progress``.
-
-    ``verbose`` 0 (or ``$RAYNB_PROGRESS=none``): a `NullTuneDisplay`. Otherwise
-    a `TuneTablePane` (ipywidgets) in a Jupyter kernel or with
-    ``$RAYNB_PROGRESS=widget``, else a `TuneTableText`. Extra keyword arguments
-    (``min_interval_s``, ``clock``, ...) go to the chosen view. The driver calls
-    ``display()`` once, ``update()`` after every batch of events (cheap: the
-    views throttle themselves), and ``finish()`` at the end.
-    """
-    from ..display import ENV_VAR, in_jupyter_kernel
-
-    if not verbose:
-        return NullTuneDisplay(progress)
-    choice = os.environ.get(ENV_VAR, "").strip().lower()
-    if choice not in ("", "auto", "widget", "text", "none"):
-        warnings.warn(f"{ENV_VAR}={choice!r} is not one of widget, text, none; choosing automatically")
-        choice = ""
-    if choice == "none":
-        return NullTuneDisplay(progress)
-    if choice == "widget" or (choice in ("", "auto") and in_jupyter_kernel()):
-        try:
-            from .table_widget import TuneTablePane
-        except ImportError:   # ipywidgets missing: text still works
-            pass
-        else:
-            return TuneTablePane(progress, **kwargs)
-    from .table_text import TuneTableText
-
-    return TuneTableText(progress, **kwargs)
-
-
-__all__ = ["TuneProgress", "TrialRow", "tune_display", "NullTuneDisplay", "flatten", "STATUSES"]
+__all__ = ["TuneProgress", "TrialRow", "flatten", "STATUSES"]

@@ -7,6 +7,12 @@ import os
 import signal
 import sys
 
+# The modules the long-lived processes run as (``python -m ...``): also the marker by
+# which a pid is known to still be that process (see connection.process_alive).
+HEAD_MODULE = "raynb.cluster.head"
+NODE_MODULE = "raynb.cluster.node"
+ZYGOTE_MODULE = "raynb.cluster.zygote"
+
 _PR_SET_PDEATHSIG = 1
 _libc = None
 

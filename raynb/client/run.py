@@ -1,8 +1,10 @@
 """Submitting one run and following it to the end, from the notebook's thread.
 
-Shared by ``TorchTrainer.fit()`` and ``%%ray_train``: ship the function, relay
-the event stream to the progress pane and to the cell's output, turn an
-interrupt into a cancel on every rank, and build the ``Result``.
+Shared by ``TorchTrainer.fit()``, ``%%ray_train``, Tune and ``attach``: build the
+``submit_run`` message (the function shipped with cloudpickle), relay the event
+stream to a view (``views.run_view``) and to the cell's output, and turn an
+interrupt into a cancel on every rank. What comes back is a :class:`RunOutcome`;
+``raynb.train.run`` makes the ``Result`` of it.
 """
 from __future__ import annotations
 
@@ -12,15 +14,16 @@ import re
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cloudpickle
 
-from . import protocol as P
-from .client import disconnect, get_client
-from .errors import ClusterError
+from ..cluster import protocol as P
+from ..cluster.rundir import read_reports
+from ..errors import ClusterError
+from .connection import disconnect
 from .shipping import dumps_payload, notebook_sources
-from .train.config import RunConfig, ScalingConfig
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
 CANCEL_WAIT_S = 5.0
@@ -38,22 +41,30 @@ def _json_safe(value):
         return repr(value)
 
 
-def _total_epochs(config, epochs):
-    if epochs:
-        return int(epochs)
-    if isinstance(config, dict) and isinstance(config.get("epochs"), int):
-        return config["epochs"]
-    return None
+@dataclass
+class RunOutcome:
+    """How a followed run ended.
 
+    Attributes:
+        record (dict): the head's ``run_done`` content (state, errors, path, metrics,
+            checkpoints, failures, timings).
+        reports (list[dict]): rank 0's reports, oldest first (all of them: those
+            made before this process followed the run are read from its directory).
+        value_frames (list): rank 0's return value, cloudpickled (empty unless FINISHED).
+    """
+    record: dict
+    reports: list = field(default_factory=list)
+    value_frames: list = field(default_factory=list)
 
-def _make_display(name, world_size, total_epochs, verbose):
-    from .display import NullProgress, progress_display
-    from .progress import RunProgress
+    @property
+    def state(self) -> str:
+        return self.record["state"]
 
-    progress = RunProgress(name, world_size, total_epochs=total_epochs)
-    display = progress_display(progress) if verbose else NullProgress(progress)
-    display.display()
-    return display
+    def value(self):
+        """Rank 0's return value (None unless the run FINISHED)."""
+        if self.state == "FINISHED" and self.value_frames:
+            return cloudpickle.loads(P.buffer_bytes(self.value_frames[0]))
+        return None
 
 
 class _OutputRelay:
@@ -108,10 +119,14 @@ def _absolute(storage_path: str | None) -> str | None:
     return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
 
 
-def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunConfig, *,
+def build_submission(fn, config, scaling_config, run_config, *,
                      sources: dict | None = None, captured: dict | None = None,
                      name_prefix: str = "TorchTrainer", extra: dict | None = None) -> tuple[dict, bytes]:
     """The ``submit_run`` message for ``fn``: (spec dict, cloudpickled payload bytes).
+
+    ``scaling_config`` and ``run_config`` are ``raynb.train``'s ``ScalingConfig`` and
+    ``RunConfig`` (read by attribute: num_workers, use_gpu, timeout_s; name,
+    storage_path, checkpoint_config, failure_config).
 
     ``spec["run_id"]`` is a fresh id; ``extra`` keys are added to the spec (e.g.
     ``resume_from_checkpoint``).
@@ -147,49 +162,41 @@ def build_submission(fn, config, scaling_config: ScalingConfig, run_config: RunC
     return spec, payload
 
 
-def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
-                run_config: RunConfig | None = None, *, sources: dict | None = None,
-                captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
-                name_prefix: str = "TorchTrainer", extra: dict | None = None):
-    """Run ``fn`` on ``scaling_config.num_workers`` warm ranks and wait for it.
-
-    Returns:
-        (Result, rank 0's return value).
+def submit_run(client, spec: dict, payload: bytes) -> str:
+    """Send a ``submit_run`` and return the run's name once the head accepted it.
 
     Raises:
-        RunError: a rank raised or died (the error carries the ``Result``).
-        UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
-        KeyboardInterrupt: the run was interrupted; every rank was cancelled first.
+        ValueError: the head refused the run (the message says why).
+        ClusterError: the head did not answer (this process's connection is dropped).
+        KeyboardInterrupt: interrupted before the head answered; the run, if it
+            was accepted, is cancelled by id.
     """
-    scaling_config = scaling_config or ScalingConfig()
-    run_config = run_config or RunConfig()
-    spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
-                                     captured=captured, name_prefix=name_prefix, extra=extra)
-    run_id = spec["run_id"]
-    client = get_client()
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
     except KeyboardInterrupt:
         # Interrupted before the head's answer: the run may exist already; cancel it by id.
-        client.send(P.CANCEL_RUN, {"run_id": run_id})
+        client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
         raise
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
         raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
-    name = accepted.content["name"]
-    display = _make_display(name, scaling_config.num_workers, _total_epochs(config, epochs),
-                            run_config.verbose)
-    return follow_run(client, run_id, display, all_ranks=all_ranks)
+    return accepted.content["name"]
 
 
 def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,
-               cancel_on_interrupt: bool = True):
+               cancel_on_interrupt: bool = True) -> RunOutcome:
     """Relay a submitted or attached run's events to ``display`` until it ends.
 
-    Returns (Result, rank 0's return value); raises as ``execute_run``. With
-    ``cancel_on_interrupt=False`` (an attached run) an interrupt only detaches."""
+    Returns:
+        The run's :class:`RunOutcome` (also for a failed run); ``display`` is finished.
+
+    Raises:
+        KeyboardInterrupt: interrupted; with ``cancel_on_interrupt`` every rank was
+            cancelled first, without it (an attached run) this only detaches.
+        ClusterError: the head stopped answering (this process's connection is dropped).
+    """
     reports = reports if reports is not None else []
     try:
         done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt)
@@ -197,7 +204,18 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
         display.finish()  # leave the pane's last state, not a frozen live widget
         disconnect()
         raise
-    return _build_result(done, reports, display)
+    c = done.content
+    if len(reports) < c.get("num_reports", 0):
+        try:
+            # Reports from before this client followed the run (a resumed run's earlier
+            # attempts): the run directory has them all.
+            on_disk = read_reports(Path(c["path"]))
+        except Exception:  # noqa: BLE001 - a remote head's directory may not be readable here
+            on_disk = []
+        if len(on_disk) > len(reports):
+            reports = on_disk
+    display.finish()
+    return RunOutcome(c, reports, list(done.buffers))
 
 
 def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=True) -> P.Message:
@@ -244,27 +262,3 @@ def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=Tru
                 raise
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
-
-
-def _build_result(done: P.Message, reports: list, display):
-    from .rundir import read_reports
-    from .train.config import result_from_record
-
-    c = done.content
-    if len(reports) < c.get("num_reports", 0):
-        try:
-            # Reports from before this client followed the run (a resumed run's earlier
-            # attempts): the run directory has them all.
-            on_disk = read_reports(Path(c["path"]))
-        except Exception:  # noqa: BLE001 - a remote head's directory may not be readable here
-            on_disk = []
-        if len(on_disk) > len(reports):
-            reports = on_disk
-    result = result_from_record(c, reports)
-    display.finish()
-    ret = None
-    if c["state"] == "FINISHED" and done.buffers:
-        ret = cloudpickle.loads(P.buffer_bytes(done.buffers[0]))
-    if c["state"] != "FINISHED":
-        raise result.error
-    return result, ret

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from .table import TuneProgress, _one_line
+from .trial_table import TuneProgress, _one_line
 
 
 class TuneTableText:

@@ -1,7 +1,7 @@
 """The node agent: one per machine. Owns the zygote, spawns/kills/reaps workers,
 samples their CPU and memory, and tells the head about all of it.
 
-Run as ``python -m raynb.node --address tcp://HEAD:PORT --workers N`` with the
+Run as ``python -m raynb.cluster.node --address tcp://HEAD:PORT --workers N`` with the
 cluster key in ``$RAYNB_KEY`` (the head does this for the local node; ``raynb
 node`` does it on other machines).
 """
@@ -24,7 +24,7 @@ import zmq
 
 from . import protocol as P
 from .connection import raynb_home
-from .procutil import die_with_parent, python_env
+from .procutil import ZYGOTE_MODULE, die_with_parent, python_env
 
 log = logging.getLogger("raynb.node")
 
@@ -96,7 +96,7 @@ class NodeAgent:
         # the cluster (os._exit), never does; each left a raynb-rdzv-* file in /tmp for good.
         self.rdzv_dir = tempfile.mkdtemp(prefix=f"raynb-rdzv-{self.node_id}-")
         self.zygote = subprocess.Popen(
-            [sys.executable, "-m", "raynb.zygote"],
+            [sys.executable, "-m", ZYGOTE_MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=python_env({"RAYNB_KEY": key.decode(), "RAYNB_ADDRESS": address,
                             "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,

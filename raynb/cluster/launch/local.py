@@ -16,10 +16,12 @@ from contextlib import contextmanager
 
 import psutil
 
-from . import protocol as P
-from .connection import (connection_file_path, head_alive, process_alive, raynb_home,
+from .. import protocol as P
+from ..control import Client
+from ..connection import (connection_file_path, head_alive, process_alive, raynb_home,
                          read_connection_file, remove_connection_file)
-from .errors import ClusterError
+from ..procutil import HEAD_MODULE, NODE_MODULE
+from ...errors import ClusterError
 
 
 @contextmanager
@@ -47,8 +49,6 @@ def running_cluster() -> dict | None:
     A connection file whose head is dead or does not answer is stale: it is
     removed, never followed.
     """
-    from .client import Client
-
     info = read_connection_file()
     if info is None:
         return None
@@ -65,8 +65,6 @@ def running_cluster() -> dict | None:
 
 def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
     """Block until the cluster has ``num_workers`` workers; returns the status."""
-    from .client import Client
-
     c = Client(info["address"], info["key"].encode(), info)
     deadline = time.monotonic() + timeout
     try:
@@ -75,7 +73,7 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
             if len(st["workers"]) >= num_workers:
                 return st
             node_pid = info.get("pids", {}).get("node")
-            if node_pid and not process_alive(node_pid, "raynb.node"):
+            if node_pid and not process_alive(node_pid, NODE_MODULE):
                 raise ClusterError("the local node agent exited while starting:\n" + _log_tail("node-local.log"))
             if time.monotonic() > deadline:
                 raise ClusterError(f"only {len(st['workers'])} of {num_workers} workers became ready "
@@ -111,7 +109,7 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         token = uuid.uuid4().hex
         log_dir = raynb_home() / "logs"
         log_dir.mkdir(exist_ok=True)
-        cmd = [sys.executable, "-m", "raynb.head", "--daemon", "--token", token,
+        cmd = [sys.executable, "-m", HEAD_MODULE, "--daemon", "--token", token,
                "--workers", str(num_workers), "--host", host, "--port", str(port)]
         if max_workers:
             cmd += ["--max-workers", str(max_workers)]
@@ -152,7 +150,7 @@ def cluster_pids(info: dict) -> list[int]:
     """
     pids = []
     for role, pid in info.get("pids", {}).items():
-        if not process_alive(pid, {"head": "raynb.head", "node": "raynb.node"}.get(role, "raynb")):
+        if not process_alive(pid, {"head": HEAD_MODULE, "node": NODE_MODULE}.get(role, "raynb")):
             continue
         try:
             p = psutil.Process(pid)
@@ -169,8 +167,6 @@ def stop_cluster(timeout: float = 10.0) -> bool:
     Returns False when no cluster was running. A head that does not answer is
     killed (only if its pid still belongs to a raynb head).
     """
-    from .client import Client
-
     info = read_connection_file()
     if info is None:
         return False
@@ -206,28 +202,3 @@ def stop_cluster(timeout: float = 10.0) -> bool:
 
 __all__ = ["start_cluster", "stop_cluster", "running_cluster", "ensure_local_cluster",
            "connection_file_path", "cluster_pids"]
-
-
-def cluster_status(timeout: float = 10.0) -> dict:
-    """The cluster's status (nodes, workers with pid / run / rank, runs), over a
-    connection of its own, so it is safe to call from any thread, also while this
-    process follows a run (``raynb.cluster_status()``).
-
-    Returns:
-        dict with ``nodes``, ``workers`` (each: ``worker_id``, ``pid``, ``state``,
-        ``run``, ``rank``, ``cpu_percent``, ``rss`` bytes) and ``runs``.
-
-    Raises:
-        ClusterError: no cluster is running or it does not answer in ``timeout`` s.
-    """
-    from .client import Client, get_client
-
-    current = get_client(connect_if_needed=False)
-    info = current.info if current is not None and "key" in current.info else running_cluster()
-    if info is None:
-        raise ClusterError("no raynb cluster is running; start one with raynb.connect() or `raynb start`")
-    client = Client(info["address"], info["key"].encode(), info)
-    try:
-        return client.status(timeout=timeout)
-    finally:
-        client.close()

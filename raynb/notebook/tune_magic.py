@@ -23,10 +23,9 @@ import sys
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 
-from ..cellfunc import build_cell_function
-from ..cli import _positive_int
-from ..magics import _Parser, split_expression
-from .search import sample as _sample
+from ..tune.search import sample as _sample
+from .cellfunc import build_cell_function
+from .magic_args import MagicParser, positive_int, split_expression
 
 # The search-space functions usable in --space without imports (they win over
 # notebook names: `from random import choice` must not turn a space into one draw).
@@ -50,11 +49,11 @@ def _positive_float(text: str) -> float:
     return x
 
 
-def tune_parser() -> _Parser:
+def tune_parser() -> MagicParser:
     """The ``%%ray_tune`` options (argparse; errors raise IPython's UsageError)."""
-    p = _Parser(prog="%%ray_tune", description="Tune the cell body: each trial runs it with "
+    p = MagicParser(prog="%%ray_tune", description="Tune the cell body: each trial runs it with "
                 "`config` holding that trial's sampled values, on the warm workers.")
-    p.add_argument("--samples", "--num-samples", dest="samples", type=_positive_int, default=1,
+    p.add_argument("--samples", "--num-samples", dest="samples", type=positive_int, default=1,
                    help="trials to sample (each grid point is repeated this many times)")
     p.add_argument("--metric", default=None, help="reported metric to optimise")
     p.add_argument("--mode", default=None, choices=["min", "max"], help="minimise or maximise --metric")
@@ -64,17 +63,17 @@ def tune_parser() -> _Parser:
                    help="search algorithm: random/grid, or optuna (TPE); default random")
     p.add_argument("--space", default=None,
                    help="search space: a Python dict expression, e.g. {'lr': loguniform(1e-4, 1e-1)}")
-    p.add_argument("--workers-per-trial", type=_positive_int, default=1,
+    p.add_argument("--workers-per-trial", type=positive_int, default=1,
                    help="ranks per trial; > 1 makes each trial a TorchTrainer DDP run")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank")
-    p.add_argument("--max-concurrent", type=_positive_int, default=None, help="most trials running at once")
+    p.add_argument("--max-concurrent", type=positive_int, default=None, help="most trials running at once")
     p.add_argument("--time-budget", type=_positive_float, default=None,
                    help="seconds after which no new trial starts and running ones stop")
-    p.add_argument("--max-t", type=_positive_int, default=None,
+    p.add_argument("--max-t", type=positive_int, default=None,
                    help="asha/hyperband: most training_iterations per trial (defaults 100 / 81)")
-    p.add_argument("--grace-period", type=_positive_int, default=None,
+    p.add_argument("--grace-period", type=positive_int, default=None,
                    help="asha/median: iterations before a trial may be stopped (default 1)")
-    p.add_argument("--perturbation-interval", type=_positive_int, default=4,
+    p.add_argument("--perturbation-interval", type=positive_int, default=4,
                    help="pbt: iterations between exploit/explore steps (default 4)")
     p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
     p.add_argument("--name", default=None, help="experiment name (its directory name)")
@@ -146,7 +145,7 @@ def _mutations(space: dict) -> dict:
 def make_scheduler(args, space: dict):
     """The scheduler object for ``--scheduler`` (metric and mode come from TuneConfig),
     with ``training_iteration`` (one per ``report``) as the time unit."""
-    from . import schedulers as S
+    from ..tune import schedulers as S
 
     if args.scheduler == "fifo":
         return None
@@ -168,7 +167,7 @@ def make_scheduler(args, space: dict):
 
 def make_search(args):
     """The search algorithm for ``--search`` (None: the Tuner's default random/grid search)."""
-    from . import search
+    from ..tune import search
 
     if args.search == "optuna":
         try:
@@ -210,7 +209,7 @@ class RayTuneMagics(Magics):
             param_space = {"train_loop_config": space}
         else:
             trainable, param_space = cf.fn, space
-        from . import TuneConfig, Tuner
+        from ..tune import TuneConfig, Tuner
 
         try:
             tuner = Tuner(

@@ -1,0 +1,77 @@
+"""Runs outlive the notebook: list them and fetch one's record by name.
+
+The head keeps every run's record (and reads finished ones back from their
+directories when it restarts), so a new kernel, or another process, sees the
+runs an earlier one started: ``runs()`` here; ``raynb.get_run(name)`` and
+``raynb.attach(name)`` (in ``raynb.train.run``) build on :func:`fetch_record`.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import time
+
+from ..cluster import protocol as P
+from .connection import get_client
+
+# Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).
+_AUTO_FIELDS = ("timestamp", "time_this_iter_s")
+
+
+def runs():
+    """Every run the cluster knows, oldest first (``raynb.runs()``).
+
+    Returns:
+        pandas.DataFrame with one row per run: ``name``, ``state``, ``start_time``
+        (datetime), ``duration_s`` (s; up to now for a live run), ``world_size``,
+        ``restarts``, ``checkpoints``, ``path``, then the run's last reported metrics.
+
+    Raises:
+        ClusterError: no cluster can be reached or started.
+    """
+    import pandas as pd
+
+    client = get_client()
+    reply = client.request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
+    rows = []
+    now = time.time()
+    for r in reply.content.get("runs", []):
+        start = r.get("started") or r.get("submitted")
+        # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
+        end = r.get("ended") or (now if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED") else None)
+        row = {"name": r["name"], "state": r["state"],
+               "start_time": _dt.datetime.fromtimestamp(start) if start else None,
+               "duration_s": (end - start) if start and end else None,
+               "world_size": r.get("world_size"), "restarts": r.get("attempt", 0),
+               "checkpoints": len(r.get("checkpoints") or []), "path": r.get("path")}
+        for k, v in (r.get("metrics") or {}).items():
+            if k not in _AUTO_FIELDS and k not in row:
+                row[k] = v
+        rows.append(row)
+    columns = ["name", "state", "start_time", "duration_s", "world_size", "restarts", "checkpoints", "path"]
+    return pd.DataFrame(rows, columns=None if rows else columns)
+
+
+def fetch_record(msg_type: str, name: str) -> dict:
+    """The head's record of run ``name`` (``P.GET_RUN``, or ``P.ATTACH_RUN`` to also
+    receive its events from now on).
+
+    Raises:
+        TypeError: ``name`` is not a non-empty str.
+        KeyError: the cluster knows no run of that name (the message lists recent ones).
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"give a run's name (a str), got {name!r}; raynb.runs() lists them")
+    reply = get_client().request(msg_type, {"name": name}, reply_types=(P.RUN_RECORD,))
+    if reply.msg_type == P.ERROR:
+        raise KeyError(reply.content.get("message", f"no run named {name!r}"))
+    return reply.content["record"]
+
+
+def latest_live_run() -> str:
+    """The name of the newest active run. Raises KeyError when none is active."""
+    reply = get_client().request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
+    live = [r for r in reply.content.get("runs", []) if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED")]
+    if not live:
+        raise KeyError("no run is active on this cluster to attach to; raynb.runs() lists the finished "
+                       "ones (raynb.get_run(name) reads one)")
+    return max(live, key=lambda r: r.get("submitted") or 0)["name"]

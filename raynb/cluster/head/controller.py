@@ -1,0 +1,334 @@
+"""One run's life: its states, what moves it between them, and the failure policy.
+
+The model is Ray Train v2's controller: an explicit state machine whose decisions
+after a failure come from an injected :class:`FailurePolicy`. The head's server
+turns messages into the events below and calls the matching method; everything
+the controller does to the world (cancel or kill a rank, give workers back, queue
+the run again, tell its clients) goes through ``effects`` (the head), and
+everything it writes goes through ``store``, so a unit test can drive it through
+every transition with no process at all.
+
+Every transition there is, at a glance::
+
+    state        event           next state   what happens
+    PENDING      placed          RUNNING      the scheduler found its ranks; they start
+    PENDING      cancel          CANCELLED    cancelled before it started
+    RUNNING      rank_failed     FAILING      a rank raised, died, or stopped on its own: stop its peers
+    RUNNING      cancel          CANCELLING   stop every rank (an interrupt, a Tune STOP)
+    RUNNING      all_stopped     FINISHED     every rank returned; staged checkpoints are committed
+    FAILING      rank_failed     FAILING      its peers fail too (a collective with a dead peer)
+    FAILING      cancel          CANCELLING   a cancel between a failure and the restart wins
+    FAILING      all_stopped     PENDING      FailurePolicy says RETRY: queued again, from the latest checkpoint
+    FAILING      all_stopped     FAILED       FailurePolicy says RAISE: the failures are named
+    CANCELLING   rank_failed     CANCELLING   (a rank dying while it is being stopped)
+    CANCELLING   all_stopped     CANCELLED
+    any active   head_stopping   FAILED       the cluster stopped under the run
+
+FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
+in a collective never returns by itself); at its deadline they are killed and
+their node replaces them, which counts as stopped.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from typing import Callable, Protocol
+
+from .run import TERMINAL, Run
+
+log = logging.getLogger("raynb.head")
+
+PENDING, RUNNING, FAILING, CANCELLING = "PENDING", "RUNNING", "FAILING", "CANCELLING"
+FINISHED, FAILED, CANCELLED = TERMINAL
+ACTIVE = (PENDING, RUNNING, FAILING, CANCELLING)
+
+# Events (the second column of the table above).
+PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING = (
+    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping")
+
+TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    (PENDING, PLACED): (RUNNING,),
+    (PENDING, CANCEL): (CANCELLED,),
+    (RUNNING, RANK_FAILED): (FAILING,),
+    (RUNNING, CANCEL): (CANCELLING,),
+    (RUNNING, ALL_STOPPED): (FINISHED,),
+    (FAILING, RANK_FAILED): (FAILING,),
+    (FAILING, CANCEL): (CANCELLING,),
+    (FAILING, ALL_STOPPED): (PENDING, FAILED),
+    (CANCELLING, RANK_FAILED): (CANCELLING,),
+    (CANCELLING, ALL_STOPPED): (CANCELLED,),
+    **{(state, HEAD_STOPPING): (FAILED,) for state in ACTIVE},
+}
+
+# A cancelled or failed run's ranks get this long to return before they are
+# killed and replaced (a rank stuck in a collective never returns on its own).
+CANCEL_GRACE_S = 1.0
+# When a rank died, its peers are most likely blocked inside a collective, where no
+# interrupt reaches them: they are replaced from the zygote sooner (a restart waits on them).
+DEAD_PEER_GRACE_S = 0.3
+# Fields added to every report (not the user's metrics).
+AUTO_FIELDS = ("training_iteration", "timestamp", "time_total_s", "time_this_iter_s")
+
+
+class FailureDecision(enum.Enum):
+    RETRY = "RETRY"   # start the run again on warm workers, from its latest checkpoint
+    RAISE = "RAISE"   # the run FAILED
+
+
+class FailurePolicy:
+    """``FailureConfig(max_failures)``: retry while this fit has failed at most
+    ``max_failures`` times (-1: always). Ray Train v2's ``DefaultFailurePolicy``."""
+
+    def __init__(self, max_failures: int):
+        self.max_failures = max_failures
+
+    def make_decision(self, failures_this_fit: int) -> FailureDecision:
+        if self.max_failures < 0 or failures_this_fit <= self.max_failures:
+            return FailureDecision.RETRY
+        return FailureDecision.RAISE
+
+
+def default_failure_policy(run: Run) -> FailurePolicy:
+    return FailurePolicy(run.max_failures)
+
+
+class Effects(Protocol):
+    """What a controller asks of the head."""
+
+    def cancel_rank(self, run: Run, rank: int) -> None: ...
+    def kill_rank(self, run: Run, rank: int) -> bool: ...   # False: its worker is already gone
+    def release(self, run: Run) -> None: ...                 # its workers and GPUs go back
+    def requeue(self, run: Run) -> None: ...                 # at the front of the queue
+    def emit(self, run: Run, event: dict) -> None: ...       # to the run's clients
+    def run_ended(self, run: Run) -> None: ...               # run_done to the run's clients
+
+
+class RunStoreLike(Protocol):
+    def commit_checkpoints(self, run: Run, run_ended: bool = False) -> None: ...
+    def write_state(self, run: Run) -> None: ...
+    def run_ended(self, run: Run) -> None: ...
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+class RunController:
+    """Drives runs through the table above.
+
+    Args:
+        effects: the head (see :class:`Effects`).
+        store: the run store (checkpoint commits, ``run.json``, closing the files).
+        failure_policy: the policy for a run, given the run (default: its FailureConfig).
+        clock: ``time.monotonic`` (injectable for tests).
+    """
+
+    def __init__(self, effects: Effects, store: RunStoreLike,
+                 failure_policy: Callable[[Run], FailurePolicy] = default_failure_policy,
+                 clock: Callable[[], float] = time.monotonic):
+        self.effects, self.store = effects, store
+        self.failure_policy = failure_policy
+        self.clock = clock
+
+    def _move(self, run: Run, event: str, to: str) -> None:
+        allowed = TRANSITIONS.get((run.state, event), ())
+        if to not in allowed:
+            raise IllegalTransition(f"run {run.name}: {run.state} --{event}--> {to} is not a transition")
+        run.state = to
+
+    # -- events -----------------------------------------------------------------
+    def placed(self, run: Run, worker_ids: list) -> None:
+        """The scheduler placed the run: rank r runs on ``worker_ids[r]``."""
+        self._move(run, PLACED, RUNNING)
+        run.ranks = list(worker_ids)
+        run.started = run.started or time.time()  # a restart continues the run's clock
+
+    def cancel(self, run: Run) -> None:
+        """A client cancelled the run (an interrupt, a Tune STOP or exploit)."""
+        if run.state == PENDING:
+            self._move(run, CANCEL, CANCELLED)
+            run.errors.append({"message": "cancelled before it started"})
+            self._finish(run)
+        elif run.state == RUNNING:
+            self._begin_stopping(run, CANCEL, CANCELLING, CANCEL_GRACE_S)
+            self._maybe_all_stopped(run)
+        elif run.state == FAILING:
+            # Lands between a rank's failure and the restart: the ranks are already being
+            # stopped, and when they are, the run ends CANCELLED instead of restarting.
+            self._move(run, CANCEL, CANCELLING)
+            self._maybe_all_stopped(run)
+
+    def rank_returned(self, run: Run, rank: int, status: str, error: dict | None = None,
+                      value_frames: list | None = None) -> None:
+        """Rank ``rank``'s function ended: ``status`` ok | error | cancelled."""
+        if run.state not in (RUNNING, FAILING, CANCELLING) or rank in run.done:
+            return
+        run.done[rank] = status
+        if status == "ok" and rank == 0:
+            run.result = list(value_frames or [])
+        elif status == "error":
+            run.errors.append(error or {"rank": rank, "message": f"rank {rank} failed"})
+            self._rank_failed(run, CANCEL_GRACE_S)
+        elif status == "cancelled" and not run.finishing:
+            # Nobody asked: the rank cannot go on alone (its peers would wait forever).
+            run.errors.append({"rank": rank, "message": f"rank {rank} stopped before the run was "
+                                                        "cancelled (an interrupt on the worker?)"})
+            self._rank_failed(run, CANCEL_GRACE_S)
+        self._maybe_all_stopped(run)
+
+    def rank_lost(self, run: Run, rank: int, error: dict) -> None:
+        """Rank ``rank``'s worker died or vanished with its node; ``error`` names how."""
+        if run.state not in (RUNNING, FAILING, CANCELLING) or rank in run.done:
+            return
+        run.done[rank] = "died"
+        if run.state != CANCELLING:
+            # Recorded even when a peer's error came first: the death is the cause that a
+            # restart note and the final error must name.
+            run.errors.append(error)
+        if run.state == FAILING and run.deadline is not None:
+            # A peer's gloo error ("connection closed by peer") often arrives before the
+            # death and started the longer grace of an exception; the ranks still running
+            # wait on the dead one in a collective, so the dead-peer grace applies from now.
+            run.deadline = min(run.deadline, self.clock() + DEAD_PEER_GRACE_S)
+        self._rank_failed(run, DEAD_PEER_GRACE_S)
+        self._maybe_all_stopped(run)
+
+    def tick(self, run: Run) -> None:
+        """Ranks that did not return within the grace period are killed; their node
+        replaces them."""
+        if not run.finishing or run.deadline is None or self.clock() < run.deadline:
+            return
+        run.deadline = None
+        for rank in range(len(run.ranks)):
+            if rank not in run.done and self.effects.kill_rank(run, rank):
+                log.info("run %s: rank %d did not stop in time; killed it", run.name, rank)
+                run.done[rank] = "killed"
+        self._maybe_all_stopped(run)
+
+    def head_stopping(self, run: Run, why: str) -> None:
+        """The cluster is stopping with the run active."""
+        if run.state in TERMINAL:
+            return
+        self._move(run, HEAD_STOPPING, FAILED)
+        run.errors.append({"message": why})
+        self._finish(run)
+
+    # -- internals --------------------------------------------------------------
+    def _rank_failed(self, run: Run, grace_s: float) -> None:
+        if run.state == RUNNING:
+            self._begin_stopping(run, RANK_FAILED, FAILING, grace_s)
+
+    def _begin_stopping(self, run: Run, event: str, state: str, grace_s: float) -> None:
+        self._move(run, event, state)
+        run.deadline = self.clock() + grace_s
+        for rank in range(len(run.ranks)):
+            if rank not in run.done:
+                self.effects.cancel_rank(run, rank)
+
+    def _maybe_all_stopped(self, run: Run) -> None:
+        if run.state not in (RUNNING, FAILING, CANCELLING) or len(run.done) < run.world_size:
+            return
+        if run.state == CANCELLING:
+            self._move(run, ALL_STOPPED, CANCELLED)
+            self._finish(run)
+        elif run.state == FAILING:
+            cause = primary_error(run.errors)
+            run.add_failure(cause)
+            this_fit = run.num_failures - run.failures_before
+            if self.failure_policy(run).make_decision(this_fit) is FailureDecision.RETRY:
+                self._move(run, ALL_STOPPED, PENDING)
+                self._restart(run, cause)
+            else:
+                self._move(run, ALL_STOPPED, FAILED)
+                # Name every failure (of this fit), the cause first: also with a single failure,
+                # where a peer's gloo error ("connection closed by peer") often arrives before
+                # the dead rank's exit and would otherwise be RunError.rank and lead the message.
+                run.errors = (run.failures[-this_fit:-1] + [cause]
+                              + [e for e in run.errors if e is not cause])
+                self._finish(run)
+        else:
+            self.store.commit_checkpoints(run, run_ended=True)
+            self._move(run, ALL_STOPPED, FINISHED)
+            self._finish(run)
+
+    def _restart(self, run: Run, cause: dict) -> None:
+        """Queue the run again, to start on warm workers from its latest checkpoint.
+
+        Every rank has stopped (returned, or was killed after the grace period); a
+        dead worker's replacement is already being forked by its node."""
+        self.effects.release(run)
+        unsaved = unsaved_checkpoints(run)
+        run.store.discard_staging()
+        run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
+        run.attempt += 1
+        run.done, run.errors, run.deadline = {}, [], None
+        latest = run.store.latest
+        limit = "unlimited" if run.max_failures < 0 else run.max_failures
+        text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
+                + (f"resuming from {latest['name']}" if latest else
+                   f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
+                   if not run.spec.get("resume_from_checkpoint")
+                   else "resuming from the checkpoint it started with") + unsaved)
+        log.info("run %s: %s", run.name, text)
+        self.effects.emit(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
+        self.effects.emit(run, {"kind": "state", "state": PENDING, "attempt": run.attempt})
+        self.store.write_state(run)
+        self.effects.requeue(run)
+
+    def _finish(self, run: Run) -> None:
+        run.ended = time.time()
+        self.effects.release(run)
+        self.store.run_ended(run)
+        self.effects.emit(run, {"kind": "state", "state": run.state, "message": error_summary(run.errors)})
+        self.effects.run_ended(run)
+
+
+# -- describing failures ----------------------------------------------------------
+def unsaved_checkpoints(run: Run) -> str:
+    """What a restart note adds when the failed attempt reported checkpoints that were never
+    committed because some ranks had not made those reports. Without it the note said "no
+    checkpoint yet, starting over" to a user whose rank 0 had reported several (the common
+    ``if rank == 0: report(..., checkpoint=...)`` pattern), with no word of why they were lost."""
+    if not run.staged:
+        return ""
+    first = min(run.staged)
+    behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < first]
+    text = (f" ({len(run.staged)} reported checkpoint(s) were not saved: rank(s) "
+            f"{', '.join(map(str, behind))} had not made report {first}")
+    if any(run.report_counts.get(r, 0) == 0 for r in behind):
+        text += ("; a checkpoint is saved once every rank has made the report that carries it, "
+                 "so call report() on every rank, passing checkpoint=None where there is none")
+    return text + ")"
+
+
+def primary_error(errors: list) -> dict:
+    """The failure that caused the others: a dead rank before the exceptions its
+    peers then raised (a collective with a dead peer fails on every rank)."""
+    for e in errors:
+        if e.get("signal") or e.get("exitcode") is not None:
+            return e
+    return errors[0] if errors else {"message": "failed"}
+
+
+def describe_cause(e: dict) -> str:
+    """'rank 2 died, SIGKILL', 'rank 0 exited with code 3', 'rank 1 raised ValueError: boom'."""
+    if e.get("signal"):
+        return f"rank {e.get('rank')} died, {e['signal']}"
+    if e.get("exitcode") is not None:
+        return f"rank {e.get('rank')} exited with code {e['exitcode']}"
+    if e.get("exc_type"):
+        return f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
+    return e.get("message", "failed")
+
+
+def error_summary(errors: list) -> str | None:
+    """One line naming the first failure, e.g. 'rank 2 raised ValueError: boom'."""
+    if not errors:
+        return None
+    e = errors[0]
+    if e.get("exc_type"):
+        line = f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
+    else:
+        line = e.get("message", "")
+    return line + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")

@@ -1,0 +1,55 @@
+"""``python -m raynb.cluster.head``: a head in the foreground or as a daemon, with
+the local node agent, announced through the connection file."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import time
+
+from .. import protocol as P
+from ..connection import remove_connection_file, write_connection_file
+from .server import Head
+
+log = logging.getLogger("raynb.head")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m raynb.cluster.head")
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--max-workers", type=int, default=None)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--daemon", action="store_true", help="fork into the background first")
+    ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    args = ap.parse_args(argv)
+    if args.daemon and os.fork() > 0:
+        os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
+    key = P.key_from_env()
+    head = Head(key, args.host, args.port, args.workers, args.max_workers)
+    stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    def node_started(pid: int) -> None:
+        # A restarted local node agent has a new pid: `raynb stop` must find it.
+        if head.connection_info is not None:
+            head.connection_info["pids"]["node"] = pid
+            write_connection_file(head.connection_info)
+
+    head.start_local_node(node_started)
+    head.connection_info = {
+        "address": head.address, "key": key.decode(), "workers": args.workers,
+        "pids": {"head": os.getpid(), "node": head.local_node.pid},
+        "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
+    }
+    write_connection_file(head.connection_info)
+    log.info("head listening on %s", head.address)
+    try:
+        head.serve()
+    finally:
+        remove_connection_file()
+        head.close()
+    return 0

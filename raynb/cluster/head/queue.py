@@ -1,0 +1,128 @@
+"""Runs waiting for workers, in order, and carrying out the scheduler's answers.
+
+Each :meth:`RunQueue.schedule` pass asks the (pure) scheduler where the run at the
+front goes, then does what it said: start its ranks (a ``run_task`` to each
+worker, with its ranks and the process group to form), fork more workers on the
+nodes it names, or wait. FIFO: the first run that cannot start blocks the rest.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Callable
+
+from .. import protocol as P
+from . import scheduler
+from .controller import RunController
+from .registry import Registry, WorkerInfo
+from .run import Run
+
+
+class RunQueue:
+    """Args:
+        registry: the head's nodes and workers.
+        runs: the head's runs by id (the store's dict).
+        send: ``send(identity, msg_type, content, buffers)`` on the head's socket.
+        emit: ``emit(run, event)`` to the run's clients.
+        controller: told when a run is placed.
+    """
+
+    def __init__(self, registry: Registry, runs: dict, send: Callable, emit: Callable,
+                 controller: RunController):
+        self._registry, self._runs = registry, runs
+        self._send, self._emit, self._controller = send, emit, controller
+        self._ids: list[str] = []  # pending run ids, FIFO
+
+    def add(self, run: Run, front: bool = False) -> None:
+        """Queue a run (``front``: a restart goes before the runs that came after it)."""
+        self._ids.insert(0 if front else len(self._ids), run.run_id)
+
+    def discard(self, run: Run) -> None:
+        if run.run_id in self._ids:
+            self._ids.remove(run.run_id)
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def schedule(self) -> None:
+        """Start what can start, in order; the first run that cannot blocks the rest."""
+        while self._ids:
+            run = self._runs[self._ids[0]]
+            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu"))),
+                                       self._registry.snapshot())
+            if isinstance(decision, scheduler.Fork):
+                self._fork(run, decision)
+                return
+            if isinstance(decision, scheduler.Wait):
+                return  # GPUs busy with another run: wait for it
+            self._ids.pop(0)
+            self._start(run, decision)
+
+    def _fork(self, run: Run, decision: scheduler.Fork) -> None:
+        """Fork more workers when a run needs more than are idle (never a silent wait)."""
+        for node_id, count in decision.forks.items():
+            node = self._registry.nodes[node_id]
+            node.spawning += count
+            self._send(node.identity, P.SPAWN_WORKERS, {"count": count})
+        if decision.unplaceable > 0 and not run.spec.get("_wait_noted"):
+            run.spec["_wait_noted"] = True
+            busy = sum(1 for w in self._registry.workers.values() if w.busy)
+            idle = len(self._registry.workers) - busy
+            self._emit(run, {"kind": "note", "text": (
+                f"waiting: the run needs {run.world_size} workers; {idle} idle, {busy} busy with "
+                f"other runs, and the cluster holds at most {self._registry.capacity()}")})
+
+    def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool, timeout_s: float | None) -> dict:
+        backend = "nccl" if use_gpu else "gloo"
+        key = self._registry.group_key(tuple(w.worker_id for w in chosen), backend, timeout_s)
+        master = chosen[0]
+        group = {"key": key, "backend": backend, "master_addr": master.ip,
+                 "master_port": master.store_port or _free_port(master.ip),
+                 "store_port": master.store_port,
+                 "file_store": len({w.node_id for w in chosen}) == 1}
+        if timeout_s:
+            group["timeout_s"] = timeout_s
+        return group
+
+    def _start(self, run: Run, placement: scheduler.Placement) -> None:
+        spec = run.spec
+        chosen = [self._registry.workers[wid] for wid in placement.worker_ids]
+        group = self._group_for(chosen, bool(spec.get("use_gpu")), spec.get("timeout_s"))
+        checkpoint = run.store.latest_path() or spec.get("resume_from_checkpoint")
+        nodes = list(dict.fromkeys(w.node_id for w in chosen))
+        local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
+        seen: dict[str, int] = {}
+        self._controller.placed(run, placement.worker_ids)
+        for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
+            w.run_id, w.rank = run.run_id, rank
+            local_rank = seen.get(w.node_id, 0)
+            seen[w.node_id] = local_rank + 1
+            if gpu_id is not None:
+                self._registry.take_gpu(w.node_id, gpu_id)
+                run.gpu_ids[rank] = (w.node_id, gpu_id)
+            self._send(w.identity, P.RUN_TASK, {
+                "run_id": run.run_id, "name": run.name, "path": str(run.rundir.path),
+                "rank": rank, "world_size": len(chosen), "local_rank": local_rank,
+                "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
+                "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
+                "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
+                "attempt": run.attempt, "checkpoint": checkpoint,
+            }, run.payload)
+        self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
+                        "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
+                                   "hostname": w.hostname} for r, w in enumerate(chosen)]})
+
+
+def _free_port(host: str) -> int:
+    """A TCP port free right now on ``host`` (for torch.distributed's rendezvous store)."""
+    s = socket.socket()
+    try:
+        s.bind((host if host != "0.0.0.0" else "", 0))
+        return s.getsockname()[1]
+    except OSError:
+        return 20000 + int.from_bytes(os.urandom(2), "little") % 20000
+    finally:
+        s.close()

@@ -1,0 +1,159 @@
+"""The head's registry: the nodes of the cluster, their workers, and the process
+groups those workers formed.
+
+Mutated only by the head's thread (messages from node agents and workers, and the
+scheduler's placements); ``snapshot()`` gives the scheduler an immutable view.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from .scheduler import NodeView, Snapshot, WorkerView
+
+
+@dataclass
+class WorkerInfo:
+    worker_id: str
+    identity: bytes
+    node_id: str
+    pid: int
+    hostname: str
+    ip: str
+    run_id: str | None = None
+    rank: int | None = None
+    group_key: str | None = None
+    stats: dict = field(default_factory=dict)
+    store_port: int | None = None  # its always-listening TCPStore server (rendezvous as rank 0)
+
+    @property
+    def busy(self) -> bool:
+        return self.run_id is not None
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    identity: bytes
+    hostname: str
+    ip: str
+    pid: int
+    num_workers: int
+    max_workers: int
+    spawning: int = 0  # forks asked for, not yet ready
+    gpus: list = field(default_factory=list)       # CUDA device indices on this node
+    gpus_in_use: set = field(default_factory=set)
+    last_seen: float = field(default_factory=time.monotonic)
+
+    @property
+    def free_gpus(self) -> list:
+        return [g for g in self.gpus if g not in self.gpus_in_use]
+
+
+class Registry:
+    """Nodes by id, workers by id, and process groups by their members.
+
+    Args:
+        max_workers: what the cluster may hold while no node has registered yet
+            (the local node's ``--max-workers``), for the submit-time check.
+    """
+
+    def __init__(self, max_workers: int | None = None):
+        self.nodes: dict[str, NodeInfo] = {}
+        self.workers: dict[str, WorkerInfo] = {}
+        # worker ids in rank order -> (backend, key, timeout_s) of the process group they form
+        self.groups: dict[tuple, tuple] = {}
+        self.max_workers = max_workers
+
+    # -- nodes ------------------------------------------------------------------
+    def add_node(self, node: NodeInfo) -> None:
+        self.nodes[node.node_id] = node
+
+    def remove_node(self, node_id: str) -> list[WorkerInfo]:
+        """Forget a node and its workers; returns the workers it had."""
+        self.nodes.pop(node_id, None)
+        lost = [w for w in self.workers.values() if w.node_id == node_id]
+        for w in lost:
+            del self.workers[w.worker_id]
+            self.forget_groups_with(w.worker_id)
+        return lost
+
+    def seen(self, identity: bytes) -> None:
+        """A message came from this node agent: it is alive."""
+        for node in self.nodes.values():
+            if node.identity == identity:
+                node.last_seen = time.monotonic()
+
+    def workers_on(self, node_id: str) -> int:
+        return sum(1 for w in self.workers.values() if w.node_id == node_id)
+
+    def capacity(self) -> int:
+        """The most workers the cluster can hold (1 before any node registered)."""
+        return sum(n.max_workers for n in self.nodes.values()) or (self.max_workers or 0) or 1
+
+    def total_gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes.values())
+
+    # -- workers ----------------------------------------------------------------
+    def add_worker(self, w: WorkerInfo) -> None:
+        self.workers[w.worker_id] = w
+        node = self.nodes.get(w.node_id)
+        if node is not None and node.spawning > 0:
+            node.spawning -= 1
+
+    def remove_worker(self, worker_id: str) -> WorkerInfo | None:
+        self.forget_groups_with(worker_id)
+        return self.workers.pop(worker_id, None)
+
+    def missing_workers(self, node_id: str | None) -> int:
+        """How many workers ``node_id`` lacks of its warm count (forks in flight count)."""
+        node = self.nodes.get(node_id) if node_id else None
+        if node is None:
+            return 0
+        return max(0, node.num_workers - self.workers_on(node_id) - node.spawning)
+
+    # -- GPUs -------------------------------------------------------------------
+    def take_gpu(self, node_id: str, gpu_id: int) -> None:
+        self.nodes[node_id].gpus_in_use.add(gpu_id)
+
+    def give_back_gpu(self, node_id: str, gpu_id: int) -> None:
+        if node_id in self.nodes:
+            self.nodes[node_id].gpus_in_use.discard(gpu_id)
+
+    # -- process groups ---------------------------------------------------------
+    def forget_groups_with(self, worker_id: str) -> None:
+        for members in [m for m in self.groups if worker_id in m]:
+            del self.groups[members]
+
+    def group_key(self, members: tuple, backend: str, timeout_s: float | None) -> str:
+        """The key of the process group ``members`` (worker ids in rank order) form:
+        the one they already have if it matches, else a new one (a new rendezvous)."""
+        for other in [m for m in self.groups if m != members and set(m) & set(members)]:
+            del self.groups[other]  # these workers now leave that group
+        known = self.groups.get(members)
+        # The collective timeout is fixed when a group forms: another one needs a new group.
+        if known is None or known[0] != backend or known[2] != timeout_s:
+            known = self.groups[members] = (backend, uuid.uuid4().hex, timeout_s)
+        return known[1]
+
+    # -- views ------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """An immutable view for the scheduler."""
+        return Snapshot(
+            nodes=tuple(NodeView(n.node_id, n.max_workers, n.spawning, tuple(n.free_gpus),
+                                 self.workers_on(n.node_id)) for n in self.nodes.values()),
+            workers=tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values()),
+            groups=tuple(self.groups))
+
+    def status_nodes(self) -> list[dict]:
+        return [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
+                 "num_workers": n.num_workers, "max_workers": n.max_workers,
+                 "spawning": n.spawning, "gpus": n.gpus,
+                 "gpus_in_use": sorted(n.gpus_in_use)} for n in self.nodes.values()]
+
+    def status_workers(self, run_names: dict[str, str]) -> list[dict]:
+        return [{"worker_id": w.worker_id, "node_id": w.node_id, "pid": w.pid,
+                 "state": "busy" if w.busy else "idle", "run_id": w.run_id,
+                 "run": run_names.get(w.run_id), "rank": w.rank, **w.stats}
+                for w in self.workers.values()]

@@ -1,0 +1,147 @@
+"""Placing a run's ranks: a pure function of a registry snapshot and a request.
+
+The head asks :func:`place` for the run at the front of its queue each time
+something changed (a worker became ready or idle, a run ended). The answer is one
+of three: a :class:`Placement` (start now on these workers, rank by rank), a
+:class:`Fork` (too few idle workers: fork these many more on these nodes, then
+wait) or a :class:`Wait` (enough workers, but not enough free GPUs). :func:`check`
+answers at submit time whether the cluster can ever hold the run.
+
+Gang placement, as Ray Train's placement groups: a run starts on all its ranks at
+once or not at all. Ranks of one node are kept contiguous (so local ranks are
+0..k-1 on every node), runs pack onto as few nodes as possible (the local node
+first), and a set of idle workers that already form a process group of the right
+size is reused, which skips the rendezvous on a warm re-run. Runs are served in
+order (FIFO): a second concurrent run waits behind the first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LOCAL_NODE_ID = "local"
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node_id: str
+    max_workers: int
+    spawning: int                 # forks asked for, not yet ready
+    free_gpus: tuple = ()         # CUDA device indices not held by a run
+    num_workers: int = 0          # workers it has now (idle or busy)
+
+
+@dataclass(frozen=True)
+class WorkerView:
+    worker_id: str
+    node_id: str
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple = ()             # NodeView, in registration order
+    workers: tuple = ()           # WorkerView, in registration order
+    groups: tuple = ()            # process groups that exist: worker ids in rank order
+
+
+@dataclass(frozen=True)
+class Request:
+    num_workers: int
+    use_gpu: bool = False         # one GPU per rank
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Start the run: rank r on ``worker_ids[r]``, with CUDA device ``gpu_ids[r]`` (or None)."""
+    worker_ids: tuple
+    gpu_ids: tuple
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Too few idle workers. ``forks``: node id -> workers to fork there now (may be
+    empty when enough forks are in flight); ``unplaceable``: how many of the missing
+    workers no node has room for (the run waits for others to end)."""
+    forks: dict = field(default_factory=dict)
+    unplaceable: int = 0
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+
+
+def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) -> str | None:
+    """Why the cluster can never hold ``request`` (one line naming the fix), or None.
+
+    Args:
+        capacity: the most workers the cluster may hold (``Registry.capacity()``).
+        total_gpus: GPUs over all nodes.
+    """
+    n = request.num_workers
+    if n > capacity:
+        return (f"num_workers={n} is more than this cluster can hold ({capacity} workers "
+                f"over {len(snapshot.nodes)} node(s)); ask for at most {capacity}, or add a node "
+                "with `raynb node --address ...`, or restart with `raynb start --max-workers N`")
+    if request.use_gpu and n > total_gpus:
+        return (f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
+                f"cluster has {total_gpus}. Ask for at most {total_gpus} workers, run on "
+                "CPU (use_gpu=False), or add a GPU node with `raynb node`")
+    return None
+
+
+def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
+    """Where ``request``'s ranks go now, or what must happen first (see the module doc)."""
+    n = request.num_workers
+    idle = [w for w in snapshot.workers if not w.busy]
+    if len(idle) < n:
+        return _fork(n - len(idle), snapshot)
+    if request.use_gpu:
+        idle = _gpu_eligible(idle, snapshot)
+        if len(idle) < n:
+            return Wait(f"the run needs {n} free GPUs; {len(idle)} are free with an idle worker")
+    chosen = _pick(idle, n, snapshot.groups)
+    return Placement(tuple(w.worker_id for w in chosen), _assign_gpus(chosen, snapshot, request.use_gpu))
+
+
+def _fork(missing: int, snapshot: Snapshot) -> Fork:
+    """Fork what is missing beyond the forks already in flight, local node first, each
+    node up to its maximum."""
+    missing -= sum(node.spawning for node in snapshot.nodes)
+    forks = {}
+    for node in sorted(snapshot.nodes, key=lambda node: node.node_id != LOCAL_NODE_ID):
+        if missing <= 0:
+            break
+        k = min(node.max_workers - node.num_workers - node.spawning, missing)
+        if k > 0:
+            forks[node.node_id] = k
+            missing -= k
+    return Fork(forks, max(0, missing))
+
+
+def _gpu_eligible(idle: list, snapshot: Snapshot) -> list:
+    """Idle workers, at most one per free GPU of their node."""
+    out = []
+    for node in snapshot.nodes:
+        on_node = [w for w in idle if w.node_id == node.node_id]
+        out += on_node[:len(node.free_gpus)]
+    return out
+
+
+def _pick(idle: list, n: int, groups: tuple) -> list:
+    by_id = {w.worker_id: w for w in idle}
+    # Reuse a process group whose members are all idle: no rendezvous needed.
+    for members in groups:
+        if len(members) == n and all(m in by_id for m in members):
+            return [by_id[m] for m in members]
+    # Otherwise pack onto as few nodes as possible, local node first; sorting by node
+    # keeps each node's ranks contiguous, so local ranks count 0..k-1 on every node.
+    idle = sorted(idle, key=lambda w: (w.node_id != LOCAL_NODE_ID, w.node_id, w.worker_id))
+    return idle[:n]
+
+
+def _assign_gpus(chosen: list, snapshot: Snapshot, use_gpu: bool) -> tuple:
+    if not use_gpu:
+        return (None,) * len(chosen)
+    free = {node.node_id: list(node.free_gpus) for node in snapshot.nodes}
+    return tuple(free[w.node_id].pop(0) for w in chosen)

@@ -1,0 +1,415 @@
+"""The head's server: one thread around one ROUTER socket.
+
+Every peer (client, node agent, worker) is a DEALER that names itself with its
+routing id. Each message is verified (``protocol.Session``) before anything of it
+is used, then dispatched by type to a handler here; a handler updates the
+registry, asks the scheduler where to start runs, and turns what happened to a
+run into an event of its controller. A tick every ``TICK_S`` enforces grace
+periods, flushes run files and watches the node agents.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import zmq
+
+from .. import protocol as P
+from ..procutil import describe_exit, signal_name
+from . import scheduler
+from .controller import RunController
+from .local_node import LOCAL_NODE_ID, LocalNode
+from .queue import RunQueue
+from .registry import NodeInfo, Registry, WorkerInfo
+from .run import TERMINAL, Run
+from .store import RunRefused, RunStore
+
+log = logging.getLogger("raynb.head")
+
+TICK_S = 0.1
+# A node agent sends stats every second; one silent this long is lost (its machine
+# died or the network split), and its ranks fail the runs they were in.
+NODE_TIMEOUT_S = 10.0
+
+
+class Head:
+    """Args:
+        key: the cluster's HMAC key.
+        bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
+        port: TCP port, 0 for a free one.
+        num_workers: workers the local node keeps warm.
+        max_workers: the most workers the local node may hold (None: its default).
+    """
+
+    def __init__(self, key: bytes, bind_host: str = "127.0.0.1", port: int = 0,
+                 num_workers: int = 4, max_workers: int | None = None):
+        self.key = key
+        self.session = P.Session(key)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        P.configure_socket(self.sock)
+        # No ROUTER_HANDOVER: routing ids are guessable (worker:local-w1), and with
+        # handover anyone who can connect, key or not, would take over a worker's or
+        # node's route and receive its tasks. A peer with an id already in use is
+        # ignored until the first one disconnects.
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # A ROUTER silently drops what it sends to a peer whose queue is at the high-water
+        # mark: a client slower than its run's output (a notebook's stdout is slow) would
+        # lose events and, worse, the run_done it waits for. Never drop; a gone peer's
+        # queue is freed when it disconnects.
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        if port:
+            self.sock.bind(f"tcp://{bind_host}:{port}")
+        else:
+            port = self.sock.bind_to_random_port(f"tcp://{bind_host}")
+        self.address = f"tcp://{bind_host}:{port}"
+        self.num_workers = num_workers
+        self.max_workers = max_workers
+        self.registry = Registry(max_workers)
+        self.store = RunStore(self.emit)
+        self.controller = RunController(self, self.store)
+        self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller)
+        self.local_node: LocalNode | None = None
+        self.connection_info: dict | None = None  # written to the connection file by main()
+        self.started = time.time()
+        self._stop = False
+        self.handlers = {
+            P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
+            P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
+            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run,
+            P.CANCEL_RUN: self.on_cancel_run, P.NODE_REGISTER: self.on_node_register,
+            P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
+            P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
+            P.TASK_DONE: self.on_task_done,
+        }
+        self.store.load_archive()
+
+    @property
+    def runs(self) -> dict[str, Run]:
+        return self.store.runs
+
+    # -- plumbing ---------------------------------------------------------------
+    def send(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
+        try:
+            self.session.send(self.sock, msg_type, content, buffers, identity=identity)
+        except zmq.ZMQError as e:
+            log.warning("could not send %s to %r: %s", msg_type, identity, e)
+
+    def start_local_node(self, on_start=lambda pid: None) -> None:
+        self.local_node = LocalNode(self.address, self.key, self.num_workers, self.max_workers, on_start)
+        self.local_node.start()
+
+    def serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        while not self._stop:
+            if poller.poll(TICK_S * 1000):
+                for _ in range(1000):  # drain what is there, then tick
+                    try:
+                        frames = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._receive(frames)
+            self.tick()
+        for run in list(self.runs.values()):
+            self.controller.head_stopping(run, "the raynb cluster was stopped (`raynb stop`, or the "
+                                               "head got SIGTERM) while this run was active")
+        self.shutdown_nodes()
+
+    def _receive(self, frames) -> None:
+        identity = frames[0].bytes
+        try:
+            msg = self.session.deserialize(frames[1:], identity)
+        except Exception as e:  # noqa: BLE001 - a hostile peer must never crash the head
+            self.session.rejected += 1
+            log.warning("rejected message from %r: %s", identity[:64], e)
+            return
+        if identity.startswith(b"node:"):
+            self.registry.seen(identity)
+        handler = self.handlers.get(msg.msg_type)
+        if handler is None:
+            log.warning("unexpected %s from %r", msg.msg_type, identity)
+            return
+        try:
+            handler(msg)
+        except Exception:  # noqa: BLE001 - one bad request must not take the cluster down
+            log.exception("error handling %s from %r", msg.msg_type, identity)
+            if identity.startswith(b"client:"):
+                self.send(identity, P.ERROR, {"message": f"the head failed to handle {msg.msg_type}; "
+                                                         "see head.log in RAYNB_HOME"})
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for run in list(self.runs.values()):
+            self.controller.tick(run)
+            if run.state == "RUNNING":
+                run.rundir.flush()
+        # Without these checks a dead node agent's ranks (its zygote kills them) would
+        # never be reported, and their runs and clients would wait forever.
+        how = self.local_node.exited() if self.local_node is not None else None
+        if how is not None:
+            if LOCAL_NODE_ID in self.registry.nodes:
+                self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
+            if not self._stop:
+                self.local_node.restart_after(how)
+        for node in list(self.registry.nodes.values()):
+            if now - node.last_seen > NODE_TIMEOUT_S:
+                if node.node_id == LOCAL_NODE_ID and self.local_node is not None and self.local_node.proc:
+                    self.local_node.kill()  # hung: the check above restarts it next tick
+                    node.last_seen = now
+                else:
+                    self._lose_node(node, f"stopped answering ({NODE_TIMEOUT_S:.0f}s without a message)")
+
+    def _lose_node(self, node: NodeInfo, why: str) -> None:
+        """Forget a dead or silent node and its workers; their runs fail naming the rank."""
+        log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
+        for w in self.registry.remove_node(node.node_id):
+            self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
+                               f"{node.hostname}: {why})")
+        self.schedule()
+
+    # -- clients ----------------------------------------------------------------
+    def on_hello(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
+                                                "version": P.PROTOCOL_VERSION})
+
+    def on_ping(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.PONG, {"time": time.time()})
+
+    def on_list_runs(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.RUNS_REPLY, {"runs": self.store.summaries()})
+
+    def on_get_run(self, msg: P.Message) -> None:
+        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
+        if run is None:
+            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
+        self.send(msg.identity, P.RUN_RECORD, {"record": self.store.record(run)})
+
+    def on_attach_run(self, msg: P.Message) -> None:
+        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
+        if run is None:
+            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
+        if run.state not in TERMINAL:
+            run.followers.add(msg.identity)
+        rec = self.store.record(run)
+        workers = self.registry.workers
+        rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": workers[wid].pid,
+                         "hostname": workers[wid].hostname}
+                        for r, wid in enumerate(run.ranks) if wid in workers]
+        self.send(msg.identity, P.RUN_RECORD, {"record": rec})
+
+    def on_status_request(self, msg: P.Message) -> None:
+        self.send(msg.identity, P.STATUS_REPLY, self.status())
+
+    def status(self) -> dict:
+        return {
+            "address": self.address,
+            "pid": os.getpid(),
+            "uptime_s": time.time() - self.started,
+            "rejected_messages": self.session.rejected,
+            "nodes": self.registry.status_nodes(),
+            "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
+            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state,
+                      "world_size": r.world_size, "path": str(r.rundir.path)}
+                     for r in self.runs.values()],
+        }
+
+    def on_shutdown(self, msg: P.Message) -> None:
+        log.info("shutdown requested")
+        self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
+        self._stop = True
+
+    def on_submit_run(self, msg: P.Message) -> None:
+        spec = dict(msg.content)
+        n = spec.get("num_workers")
+
+        def refuse(message: str) -> None:
+            self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"), "message": message})
+
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return refuse(f"num_workers must be a positive integer, got {n!r}")
+        why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu"))), self.registry.snapshot(),
+                              self.registry.capacity(), self.registry.total_gpus())
+        if why:
+            return refuse(why)
+        if not msg.buffers:
+            return refuse("submit_run carries no function")
+        try:
+            run = self.store.create(spec, msg.identity, list(msg.buffers), P.buffer_bytes(msg.buffers[0]))
+        except RunRefused as e:
+            return refuse(str(e))
+        self.queue.add(run)
+        self.send(msg.identity, P.RUN_ACCEPTED, {"run_id": run.run_id, "name": run.name,
+                                                 "path": str(run.rundir.path)})
+        self.emit(run, {"kind": "state", "state": "PENDING"})
+        self.schedule()
+
+    def on_cancel_run(self, msg: P.Message) -> None:
+        run = self.runs.get(msg.content.get("run_id"))
+        if run is None:
+            return
+        if run.state == "PENDING":
+            self.queue.discard(run)
+        self.controller.cancel(run)
+
+    # -- nodes and workers ------------------------------------------------------
+    def on_node_register(self, msg: P.Message) -> None:
+        c = msg.content
+        self.registry.add_node(NodeInfo(
+            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
+            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", []))))
+        log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
+
+    def on_worker_ready(self, msg: P.Message) -> None:
+        c = msg.content
+        self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
+                                            c["hostname"], c["ip"], store_port=c.get("store_port")))
+        self.schedule()
+
+    def on_node_stats(self, msg: P.Message) -> None:
+        by_run: dict[str, dict] = {}
+        for wid, st in msg.content.get("workers", {}).items():
+            w = self.registry.workers.get(wid)
+            if w is None:
+                continue
+            w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
+            if w.run_id is not None:
+                by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
+        self.send(msg.identity, P.PONG, {"time": time.time()})  # the node's sign of our life
+        for run_id, workers in by_run.items():
+            run = self.runs.get(run_id)
+            if run is not None and run.state == "RUNNING":
+                self.emit(run, {"kind": "stats", "workers": workers})
+
+    def on_worker_exited(self, msg: P.Message) -> None:
+        c = msg.content
+        w = self.registry.remove_worker(c["worker_id"])
+        how = describe_exit(c.get("exitcode"), c.get("signal"))
+        log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
+        if w is not None:
+            self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
+        self._refill(c.get("node_id"))
+        self.schedule()
+
+    def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
+        """A worker died or vanished: the rank it held fails its run."""
+        run = self.runs.get(w.run_id) if w.run_id is not None else None
+        if run is not None:
+            self.controller.rank_lost(run, w.rank, {
+                "rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
+                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
+
+    def _refill(self, node_id: str | None) -> None:
+        """Keep each node at its warm worker count: replace the dead from the zygote."""
+        missing = self.registry.missing_workers(node_id)
+        if missing:
+            node = self.registry.nodes[node_id]
+            node.spawning += missing
+            self.send(node.identity, P.SPAWN_WORKERS, {"count": missing})
+
+    # -- run events -------------------------------------------------------------
+    def _rank_of(self, msg: P.Message, run: Run) -> int | None:
+        """The rank a worker's message speaks for, if the sender holds it in this attempt."""
+        rank = msg.content["rank"]
+        if not (0 <= rank < len(run.ranks)) or run.ranks[rank] != P.routing_name(msg.identity):
+            return None  # a late message from a rank of an earlier attempt
+        return rank
+
+    def on_task_event(self, msg: P.Message) -> None:
+        c = msg.content
+        run = self.runs.get(c["run_id"])
+        if run is None or run.state not in ("RUNNING", "CANCELLING", "FAILING"):
+            return
+        rank = self._rank_of(msg, run)
+        if rank is None:
+            return
+        event = c["event"]
+        event["rank"] = rank
+        kind = event.get("kind")
+        if kind == "output" and isinstance(event.get("text"), str):
+            self.store.output(run, rank, event["text"])
+        elif kind == "report" and isinstance(event.get("metrics"), dict):
+            self.store.report(run, rank, event)
+            self.emit(run, event)
+            if run.staged:
+                self.store.commit_checkpoints(run)
+            return
+        self.emit(run, event)
+
+    def on_task_done(self, msg: P.Message) -> None:
+        c = msg.content
+        run = self.runs.get(c["run_id"])
+        worker = self.registry.workers.get(P.routing_name(msg.identity))
+        if worker is not None and worker.run_id == c["run_id"]:
+            worker.run_id = worker.rank = None
+        rank = self._rank_of(msg, run) if run is not None else None
+        if rank is not None:
+            if c["status"] != "ok" and worker is not None and run.world_size > 1 and rank not in run.done:
+                self.registry.forget_groups_with(worker.worker_id)  # see Worker.execute
+            self.controller.rank_returned(run, rank, c["status"], c.get("error"), list(msg.buffers))
+        self.schedule()
+
+    # -- what the controller asks of the head (controller.Effects) ---------------
+    def emit(self, run: Run, event: dict) -> None:
+        event.setdefault("time", time.time())
+        self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+
+    def _to_clients(self, run: Run, msg_type: str, content: dict, buffers=()) -> None:
+        for identity in (run.client, *run.followers):
+            if identity:
+                self.send(identity, msg_type, content, buffers)
+
+    def cancel_rank(self, run: Run, rank: int) -> None:
+        w = self.registry.workers.get(run.ranks[rank])
+        if w is not None:
+            self.send(w.identity, P.CANCEL_TASK, {"run_id": run.run_id, "attempt": run.attempt})
+
+    def kill_rank(self, run: Run, rank: int) -> bool:
+        wid = run.ranks[rank]
+        w = self.registry.workers.get(wid)
+        if w is None:
+            return False
+        log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
+        w.run_id = w.rank = None
+        self.registry.remove_worker(wid)  # gone for scheduling; its exit is reported later
+        node = self.registry.nodes.get(w.node_id)
+        if node is not None:
+            self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+        return True
+
+    def release(self, run: Run) -> None:
+        """Give back the run's GPUs and workers (each still alive goes back to idle)."""
+        for node_id, gpu_id in run.gpu_ids.values():
+            self.registry.give_back_gpu(node_id, gpu_id)
+        run.gpu_ids = {}
+        for wid in run.ranks:
+            w = self.registry.workers.get(wid)
+            if w is not None and w.run_id == run.run_id:
+                w.run_id = w.rank = None
+
+    def requeue(self, run: Run) -> None:
+        self.queue.add(run, front=True)
+        self.schedule()
+
+    def schedule(self) -> None:
+        self.queue.schedule()
+
+    def run_ended(self, run: Run) -> None:
+        self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
+        run.followers.clear()
+        run.payload = []  # the function is not needed any more
+        run.result = []
+        self.store.prune()
+
+    # -- shutting down ----------------------------------------------------------
+    def shutdown_nodes(self) -> None:
+        for node in self.registry.nodes.values():
+            self.send(node.identity, P.SHUTDOWN, {})
+        if self.local_node is not None:
+            self.local_node.wait(timeout=5)
+
+    def close(self) -> None:
+        self.sock.close(linger=500)  # let the last run_done messages reach their clients
+        self.ctx.term()

@@ -1,0 +1,259 @@
+"""The head's run store: every run it knows, and their files on disk.
+
+A run directory holds ``run.json`` (the record), ``params.json``, ``result.json`` /
+``progress.csv`` (rank 0's reports), ``output.log``, ``function.pkl`` and the
+committed ``checkpoint_000NNN/`` (``rundir``, ``checkpoints``). The store creates a
+run's directory when it is submitted, appends its reports and output, commits its
+checkpoints once every rank has reported past them, and, when a head starts, reads
+the run directories of known storage paths back, so a restarted head lists them.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from typing import Callable
+
+from ..checkpoints import CheckpointStore
+from ..connection import raynb_home
+from ..rundir import (CorruptRunDirectory, RunDirectory, default_storage_path, make_run_name,
+                      read_run_dir, write_json_atomic)
+from .controller import AUTO_FIELDS
+from .run import TERMINAL, Run
+
+log = logging.getLogger("raynb.head")
+
+# Finished runs read back from disk when the head starts (newest first).
+ARCHIVE_LIMIT = 1000
+HEAD_DIED = "the raynb head stopped while this run was active"
+
+
+class RunRefused(ValueError):
+    """A submitted run cannot be created (the message says why and what to do)."""
+
+
+class RunStore:
+    """Args:
+        emit: ``emit(run, event)`` sends an event to the run's clients (checkpoint
+            commits and notes about them).
+    """
+
+    def __init__(self, emit: Callable[[Run, dict], None]):
+        self.emit = emit
+        self.runs: dict[str, Run] = {}
+        self._storage_paths: set[str] = set()
+
+    # -- finding runs -----------------------------------------------------------
+    def find(self, name: str | None, run_id: str | None = None) -> Run | None:
+        if run_id and run_id in self.runs:
+            return self.runs[run_id]
+        matches = [r for r in self.runs.values() if r.name == name]
+        # A name reused (a resumed run): the live or newest one.
+        return max(matches, key=lambda r: (r.state not in TERMINAL, r.submitted), default=None)
+
+    def no_such_run(self, name) -> str:
+        names = [r.name for r in sorted(self.runs.values(), key=lambda r: r.submitted)][-5:]
+        return (f"no run named {name!r} on this cluster; raynb.runs() lists them"
+                + (f" (latest: {', '.join(names)})" if names else ""))
+
+    def summaries(self) -> list[dict]:
+        return [r.summary() for r in sorted(self.runs.values(), key=lambda r: r.submitted)]
+
+    def record(self, run: Run) -> dict:
+        """The whole record of a run (``get_run``): its files read back, plus the summary."""
+        run.rundir.flush()
+        try:
+            rec = read_run_dir(run.rundir.path)
+        except (OSError, CorruptRunDirectory) as e:
+            rec = {"reports": [], "output": [], "read_error": str(e)}
+        rec.update(run.summary())
+        for c in rec.get("checkpoints", []):
+            c["path"] = str(run.rundir.path / c["name"])
+        return rec
+
+    def prune(self, keep: int = 1000) -> None:
+        done = [r for r in self.runs.values() if r.state in TERMINAL]
+        for r in done[:-keep] if len(done) > keep else []:
+            del self.runs[r.run_id]
+
+    # -- reading back -----------------------------------------------------------
+    def load_archive(self) -> None:
+        """Read back the runs in known storage paths, so a restarted head lists them."""
+        paths = {default_storage_path()}
+        try:
+            paths |= set(json.loads((raynb_home() / "storage_paths.json").read_text()))
+        except (OSError, ValueError, TypeError):
+            pass
+        self._storage_paths = set(paths)
+        found = []
+        for storage in paths:
+            try:
+                entries = list(os.scandir(os.path.expanduser(storage)))
+            except OSError:
+                continue
+            for e in entries:
+                if e.is_dir() and os.path.exists(os.path.join(e.path, "run.json")):
+                    found.append((e.stat().st_mtime, e.path))
+        for _, path in sorted(found, reverse=True)[:ARCHIVE_LIMIT]:
+            try:
+                rec = read_run_dir(path, with_reports=False)
+            except (OSError, CorruptRunDirectory, ValueError) as e:
+                log.warning("skipping run directory %s: %s", path, e)
+                continue
+            self._archive_run(rec)
+
+    def _archive_run(self, rec: dict) -> Run:
+        spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
+                "max_failures": rec.get("max_failures"), "name_prefix": rec.get("kind"),
+                "checkpoint_config": rec.get("checkpoint_config")}
+        path = rec["path"]
+        run = Run(rec.get("run_id") or uuid.uuid4().hex, rec["name"], b"", spec, [],
+                  RunDirectory(os.path.dirname(path), os.path.basename(path)),
+                  state=rec.get("state", "FAILED"), submitted=rec.get("submitted") or 0.0,
+                  started=rec.get("started"), ended=rec.get("ended"),
+                  errors=list(rec.get("errors") or []), attempt=rec.get("attempt") or 0,
+                  failures=list(rec.get("failures") or []),
+                  failures_dropped=max(0, (rec.get("num_failures") or 0) - len(rec.get("failures") or [])),
+                  last_metrics=rec.get("metrics") or {}, archived=True,
+                  reports=rec.get("num_reports") or 0)
+        run.store = CheckpointStore(path, spec["checkpoint_config"], rec.get("checkpoints"))
+        if run.state not in TERMINAL:
+            # The head that ran it died mid-run: the run is over, and says how to continue.
+            run.state = "FAILED"
+            run.add_failure({"message": HEAD_DIED})
+            run.errors.append({"message": HEAD_DIED + "; continue it with TorchTrainer.restore(path) "
+                                                      "or %%ray_train --resume"})
+            # What its ranks staged and nobody committed is not a checkpoint (as when a run
+            # ends); left here it stayed for good unless the run was resumed.
+            run.store.discard_staging()
+            self.write_state(run)  # Result.from_path tells the same, with no head running
+        self.runs.setdefault(run.run_id, run)
+        return run
+
+    def _remember_storage(self, storage: str) -> None:
+        if storage in self._storage_paths:
+            return
+        self._storage_paths.add(storage)
+        try:
+            write_json_atomic(raynb_home() / "storage_paths.json", sorted(self._storage_paths))
+        except OSError as e:
+            log.warning("could not record storage path %s: %s", storage, e)
+
+    # -- a run's life on disk ---------------------------------------------------
+    def create(self, spec: dict, client: bytes, payload: list, function_bytes: bytes) -> Run:
+        """The directory and record of a submitted run (or of a resumed one).
+
+        Raises:
+            RunRefused: the name is taken by a live run, or by a finished one that is not
+                being resumed, or the run to resume cannot be read. Nothing was changed.
+        """
+        run_id = spec.get("run_id") or uuid.uuid4().hex
+        name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
+        storage = os.path.expanduser(spec.get("storage_path") or default_storage_path())
+        path = os.path.join(storage, name)
+        live = [r for r in self.runs.values() if r.name == name and r.state not in TERMINAL
+                and str(r.rundir.path) == path]
+        if live:
+            raise RunRefused(f"run {name!r} is still {live[0].state.lower()}; attach to it with "
+                             f"raynb.attach({name!r}), or cancel it first")
+        previous = None
+        if spec.get("resume"):
+            try:
+                previous = read_run_dir(path, with_reports=False)
+            except (OSError, CorruptRunDirectory) as e:
+                raise RunRefused(f"cannot resume run {name!r}: {e}. Nothing was changed in {path}") from None
+        elif os.path.exists(os.path.join(path, "run.json")):
+            raise RunRefused(f"a run named {name!r} already exists in {storage}; continue it with "
+                             f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
+                             "choose another name")
+        rundir = RunDirectory(storage, name)
+        self._remember_storage(storage)
+        run = Run(run_id, name, client, spec, payload, rundir)
+        run.store = CheckpointStore(path, spec.get("checkpoint_config"),
+                                    previous.get("checkpoints") if previous else None)
+        if previous is not None:
+            rundir.load_existing()
+            run.reports = len(rundir.rows)
+            run.last_metrics = rundir.rows[-1] if rundir.rows else {}
+            run.store.discard_staging()
+            run.failures = list(previous.get("failures") or [])
+            run.failures_dropped = max(0, (previous.get("num_failures") or 0) - len(run.failures))
+            if previous.get("state") not in TERMINAL:
+                # Its run.json still says it was active: the head that ran it died mid-run
+                # (a live run of this head was refused above). That attempt failed too, and
+                # the resumed run's Result.failures must not lose it.
+                run.add_failure({"message": HEAD_DIED})
+            run.failures_before = run.num_failures
+        else:
+            rundir.write_params(spec.get("params", {}))
+        rundir.write_function(function_bytes)
+        self.runs[run_id] = run
+        self.write_state(run)
+        return run
+
+    def write_state(self, run: Run) -> None:
+        try:
+            run.rundir.write_state(run.summary())
+        except OSError as e:
+            log.warning("could not write %s/run.json: %s", run.rundir.path, e)
+
+    def output(self, run: Run, rank: int, text: str) -> None:
+        run.rundir.append_output(rank, text)
+
+    def report(self, run: Run, rank: int, event: dict) -> None:
+        """Rank ``rank``'s report ``event`` (metrics, and maybe a staged checkpoint).
+
+        Rank 0's metrics become a row of ``result.json`` / ``progress.csv`` (with
+        ``training_iteration`` and the times added, in ``event["metrics"]``)."""
+        index = event.pop("index", None) or run.report_counts.get(rank, 0) + 1
+        run.report_counts[rank] = index
+        staged = event.pop("checkpoint", None)
+        if staged:
+            run.staged.setdefault(index, {})[rank] = staged
+        if rank == 0:
+            run.reports += 1
+            metrics = run.rundir.append_result(event["metrics"], run.started, event.get("time"))
+            event["metrics"] = metrics
+            run.last_metrics = metrics
+            run.rank0_metrics[index] = metrics
+            if len(run.rank0_metrics) > 64 and not run.staged:
+                run.rank0_metrics = {index: metrics}
+
+    def commit_checkpoints(self, run: Run, run_ended: bool = False) -> None:
+        """Commit, in order, each staged checkpoint that every rank has reported past.
+
+        ``run_ended``: every rank returned normally, so all its reports are in."""
+        for index in sorted(run.staged):
+            behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < index]
+            if behind and not run_ended:
+                return
+            try:
+                c = run.store.commit(list(run.staged.pop(index).values()),
+                                     run.rank0_metrics.pop(index, {}))
+            except OSError as e:
+                log.error("run %s: could not commit a checkpoint: %s", run.name, e)
+                self.emit(run, {"kind": "note", "text": f"checkpoint not saved: {e}"})
+                continue
+            for old in [i for i in run.rank0_metrics if i < index]:
+                del run.rank0_metrics[old]
+            attr = run.store.score_attr
+            if attr and attr not in c["metrics"] and not run.spec.get("_score_noted"):
+                # A typo'd or never-reported score attribute ranked every checkpoint last, and
+                # pruning silently kept the newest instead of the best.
+                run.spec["_score_noted"] = True
+                keys = sorted(k for k in c["metrics"] if k not in AUTO_FIELDS)
+                self.emit(run, {"kind": "note", "text": (
+                    f"{c['name']}: its report has no {attr!r} (it has {', '.join(keys) or 'no metrics'}); "
+                    f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
+                    "last: pruning keeps the newest of them, not the best")})
+            self.emit(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],
+                            "path": c["path"], "metrics": c["metrics"]})
+            self.write_state(run)
+
+    def run_ended(self, run: Run) -> None:
+        """Close a run's files: what was staged and not committed is not a checkpoint."""
+        run.store.discard_staging()
+        run.rundir.write_error(run.errors if run.state == "FAILED" else None)
+        run.rundir.close()
+        self.write_state(run)

@@ -1,0 +1,127 @@
+"""One run as a :class:`Result`: submit it and follow it (``raynb.client``), then
+build the ``Result`` and raise for a failed run.
+
+``TorchTrainer.fit()`` and ``%%ray_train`` call :func:`execute_run`;
+``raynb.get_run`` and ``raynb.attach`` read or follow a run by name.
+"""
+from __future__ import annotations
+
+from ..cluster import protocol as P
+from ..client import views
+from ..client.connection import get_client
+from ..client.run import RunOutcome, build_submission, follow_run, submit_run
+from ..client.runs import fetch_record, latest_live_run
+from ..errors import RunError
+from .config import Result, RunConfig, ScalingConfig, result_from_record
+
+TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+
+
+def _total_epochs(config, epochs):
+    if epochs:
+        return int(epochs)
+    if isinstance(config, dict) and isinstance(config.get("epochs"), int):
+        return config["epochs"]
+    return None
+
+
+def outcome_result(outcome: RunOutcome):
+    """(Result, rank 0's return value) of a followed run.
+
+    Raises:
+        RunError: the run FAILED or was CANCELLED (the error carries the ``Result``).
+    """
+    result = result_from_record(outcome.record, outcome.reports)
+    if outcome.state != "FINISHED":
+        raise result.error
+    return result, outcome.value()
+
+
+def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
+                run_config: RunConfig | None = None, *, sources: dict | None = None,
+                captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
+                name_prefix: str = "TorchTrainer", extra: dict | None = None):
+    """Run ``fn(config)`` on ``scaling_config.num_workers`` warm ranks and wait for it.
+
+    Args:
+        sources: notebook cell sources by file name, for the ranks' tracebacks.
+        captured: names whose values travel with the function (a cell's globals).
+        epochs: the total for the progress bars (default ``config["epochs"]``).
+        all_ranks: show every rank's output, not only rank 0's.
+        extra: keys added to the ``submit_run`` spec (``resume``, ``resume_from_checkpoint``).
+
+    Returns:
+        (Result, rank 0's return value).
+
+    Raises:
+        RunError: a rank raised or died (the error carries the ``Result``).
+        UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
+        KeyboardInterrupt: the run was interrupted; every rank was cancelled first.
+    """
+    scaling_config = scaling_config or ScalingConfig()
+    run_config = run_config or RunConfig()
+    spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
+                                     captured=captured, name_prefix=name_prefix, extra=extra)
+    client = get_client()
+    name = submit_run(client, spec, payload)
+    view = views.run_view(name, scaling_config.num_workers, _total_epochs(config, epochs),
+                          run_config.verbose)
+    view.display()
+    return outcome_result(follow_run(client, spec["run_id"], view, all_ranks=all_ranks))
+
+
+def get_run(name: str) -> Result:
+    """A run's :class:`Result` by name, live or finished (``metrics_dataframe``,
+    ``checkpoint``, ``best_checkpoints``, ``error``, ``logs``, ``state``).
+
+    Raises:
+        KeyError: the cluster knows no run of that name (the message lists recent ones).
+        ClusterError: no cluster can be reached or started.
+    """
+    return result_from_record(fetch_record(P.GET_RUN, name))
+
+
+def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -> Result:
+    """Follow a run from this process until it ends, with the live progress pane
+    (``%ray_attach NAME``): reconnect to a run after a kernel restart, or from a
+    second notebook. Interrupting the cell detaches (the run goes on).
+
+    Args:
+        name (str | None): the run's name; None attaches to the newest active run.
+        verbose (int): 0 shows no progress pane.
+        all_ranks (bool): show every rank's output, not only rank 0's.
+
+    Returns:
+        The run's :class:`Result` (its ``error`` set when it failed; nothing is raised
+        for a failed run, as it was not started here).
+
+    Raises:
+        KeyError: no run of that name.
+    """
+    if name is None:
+        name = latest_live_run()
+    record = fetch_record(P.ATTACH_RUN, name)
+    if record["state"] in TERMINAL:
+        return result_from_record(record)
+    history = []
+    t0 = record.get("started") or record.get("submitted")
+    if record.get("started"):
+        history.append({"kind": "state", "state": "RUNNING", "time": t0})
+    for row in record.get("reports", []):
+        history.append({"kind": "report", "rank": 0, "metrics": row, "time": row.get("timestamp")})
+    for f in record.get("failures", []):
+        history.append({"kind": "note", "text": f"restart after: {f.get('message', f)}"})
+    view = views.run_view(record["name"], record.get("world_size") or 1, verbose=verbose, history=history)
+    view.display()
+    try:
+        outcome = follow_run(get_client(), record["run_id"], view, all_ranks=all_ranks,
+                             reports=list(record.get("reports", [])), cancel_on_interrupt=False)
+    except KeyboardInterrupt:
+        view.finish()
+        print(f"detached from run {name!r}; it goes on (raynb.attach({name!r}) to follow it again)")
+        raise
+    try:
+        result, _ = outcome_result(outcome)
+    except RunError as e:
+        return e.result
+    return result
