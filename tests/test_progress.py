@@ -10,7 +10,8 @@ import pytest
 from raynb.notebook import display as display_mod
 from raynb.notebook import widgets as widgets_mod
 from raynb.notebook.display import NullProgress, progress_display
-from raynb.notebook.progress import RunProgress, fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
+from raynb.notebook.formatting import fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
+from raynb.notebook.progress import RunProgress
 from raynb.notebook.text_progress import TextProgress
 from raynb.notebook.widgets import ProgressPane
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from raynb.tune import table_widget as widget_mod
+from raynb.notebook import trial_table_widget as widget_mod
 from raynb.notebook.display import NullTuneDisplay, tune_display
 from raynb.notebook.trial_table import TuneProgress, flatten
 from raynb.notebook.trial_table_text import TuneTableText

@@ -13,7 +13,6 @@ the same ranks skips the rendezvous entirely.
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import linecache
 import logging
@@ -22,7 +21,6 @@ import queue
 import signal
 import socket
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -34,73 +32,12 @@ import zmq
 
 from . import protocol as P
 from . import task_context
+from .module_reload import UserModules
+from .rank_output import RankStream
 
 log = logging.getLogger("raynb.worker")
 
 _THIS_FILE = __file__.rstrip("c")
-_LIBRARY_ROOTS = tuple(
-    os.path.realpath(p) + os.sep
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
-              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"],
-              os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
-)
-
-
-class _RankStream:
-    """sys.stdout / sys.stderr of a worker: lines go to the head while a run is live.
-
-    Complete lines are sent as soon as they are written; a partial line waits
-    for its newline, a flush(), or the end of the run.
-    """
-
-    def __init__(self, worker: "Worker", name: str, fallback):
-        self._worker = worker
-        self._name = name
-        self._fallback = fallback
-        self._buf = ""
-        self._lock = threading.Lock()
-        self.encoding = "utf-8"
-
-    def write(self, text: str) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if self._worker.current_task is None or self._worker.forked():
-            return self._fallback.write(text)
-        with self._lock:
-            self._buf += text
-            if "\n" not in text:
-                return len(text)
-            head, _, self._buf = self._buf.rpartition("\n")
-        self._worker.emit({"kind": "output", "stream": self._name, "text": head + "\n"})
-        return len(text)
-
-    def flush(self) -> None:
-        if self._worker.forked():
-            return self._fallback.flush()
-        with self._lock:
-            text, self._buf = self._buf, ""
-        if text and self._worker.current_task is not None:
-            self._worker.emit({"kind": "output", "stream": self._name, "text": text})
-        self._fallback.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._fallback.fileno()
-
-    def writable(self) -> bool:
-        return True
-
-
-def _is_user_module_file(path: str) -> bool:
-    """A .py file the user may edit (not stdlib, site-packages or raynb itself)."""
-    if not path.endswith(".py"):
-        return False
-    real = os.path.realpath(path)
-    return not real.startswith(_LIBRARY_ROOTS)
-
-
 def format_remote_error(exc: BaseException, rank: int) -> dict:
     """Describe an exception raised by the user's function, for the notebook.
 
@@ -146,8 +83,7 @@ class Worker:
         self._io_ready = threading.Event()
         self._out_session = P.Session(key)
         self.group_key: str | None = None
-        self._module_files: dict[str, str | bool] = {}
-        self._module_mtimes: dict[str, float] = {}
+        self._modules = UserModules()
         self._sys_path_seen: tuple = ()
         self._store = None
         try:
@@ -165,8 +101,8 @@ class Worker:
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
         # output would be written into it.
-        sys.stdout = _RankStream(self, "stdout", sys.stdout)
-        sys.stderr = _RankStream(self, "stderr", sys.stderr)
+        sys.stdout = RankStream(self, "stdout", sys.stdout)
+        sys.stderr = RankStream(self, "stderr", sys.stderr)
         signal.signal(signal.SIGINT, self._on_sigint)
 
     def forked(self) -> bool:
@@ -325,7 +261,7 @@ class Worker:
             self.group_key = None
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
-        self._note_user_modules(started_ns)
+        self._modules.note(started_ns)
 
     def _prepare(self, task: dict) -> None:
         os.environ.update({
@@ -345,7 +281,7 @@ class Worker:
                 if p not in sys.path and os.path.isdir(p):
                     sys.path.insert(0, p)
             self._sys_path_seen = paths
-        self._reload_user_modules()
+        self._modules.reload_changed()
         import torch
 
         threads = max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"]))
@@ -423,48 +359,6 @@ class Worker:
         dist.init_process_group(g["backend"], store=store, rank=task["rank"],
                                 world_size=task["world_size"], timeout=timeout)
         self.group_key = g["key"]
-
-    # -- reloading edited local modules ----------------------------------------
-    def _user_module_file(self, name: str, mod) -> str | bool:
-        known = self._module_files.get(name)
-        if known is None:
-            f = getattr(mod, "__file__", None)
-            known = f if f and _is_user_module_file(f) else False
-            self._module_files[name] = known
-        return known
-
-    def _note_user_modules(self, run_started_ns: int) -> None:
-        """Remember the mtime of user modules imported by the last run.
-
-        A file modified since the run started (give or take the file system's
-        timestamp granularity) may have been edited after the run imported it:
-        it is marked to be reloaded before the next run.
-        """
-        recent = run_started_ns - 2_000_000_000
-        for name, mod in list(sys.modules.items()):
-            if name not in self._module_mtimes:
-                f = self._user_module_file(name, mod)
-                if f:
-                    try:
-                        mtime = os.stat(f).st_mtime_ns
-                    except OSError:
-                        continue
-                    self._module_mtimes[name] = -1 if mtime >= recent else mtime
-
-    def _reload_user_modules(self) -> None:
-        """Re-import user modules whose file changed since the last run."""
-        for name, mtime in list(self._module_mtimes.items()):
-            mod = sys.modules.get(name)
-            f = self._module_files.get(name)
-            if mod is None or not f:
-                continue
-            try:
-                now = os.stat(f).st_mtime_ns
-            except OSError:
-                continue
-            if now != mtime:
-                importlib.reload(mod)
-                self._module_mtimes[name] = now
 
 
 def _takes_config(fn) -> bool:

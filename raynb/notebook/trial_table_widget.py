@@ -17,7 +17,8 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .trial_table import PLOT_WIDTH_PX, TuneProgress
+from .trial_table import TuneProgress
+from .trial_table_render import PLOT_WIDTH_PX
 
 HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
 

@@ -21,8 +21,9 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .progress import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, RunProgress, fmt_bytes, fmt_duration,
-                       metrics_html, progress_label, render_curve_png)
+from .formatting import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, fmt_bytes, fmt_duration, metrics_html,
+                         progress_label, render_curve_png)
+from .progress import RunProgress
 
 _BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning"}
 MAX_METRICS = 12        # rows in the live metrics table; the rest is counted

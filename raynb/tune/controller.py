@@ -17,41 +17,20 @@ from pathlib import Path
 from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..cluster import protocol as P
 from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
-from ..cluster.rundir import read_run_dir, write_json_atomic
 from ..errors import ClusterError
-from ..train.config import RunConfig, ScalingConfig
+from ..train.config import RunConfig
 from .experiment_state import ExperimentState
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
 from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+from .trial_runner import TrialRunner, adopt_checkpoint, newest_checkpoint, write_params
 
 # After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
 # The head kills ranks that ignore the cancel after 1 s, so this is rarely reached.
 INTERRUPT_WAIT_S = 2.0
 # Messages handled per batch before the loop fills free slots again.
 BATCH = 256
-
-
-class TrialRunner:
-    """Everything one ``fit()`` needs to run trials: the function, how many workers each
-    trial takes, and how a trial's config becomes the function's config."""
-
-    def __init__(self, fn, scaling_config: ScalingConfig, base_config: dict | None, nested_key: str | None,
-                 run_config: RunConfig, name_prefix: str):
-        self.fn = fn
-        self.scaling_config = scaling_config
-        self.base_config = base_config
-        self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
-        self.run_config = run_config
-        self.name_prefix = name_prefix
-
-    def fn_config(self, trial_config: dict):
-        if self.nested_key is None:
-            return trial_config
-        from .search.variant_generator import deep_update
-
-        return deep_update(self.base_config or {}, trial_config.get(self.nested_key) or {})
 
 
 class TuneController:
@@ -66,23 +45,11 @@ class TuneController:
                  concurrency: int, total_workers: int, time_budget_s: float | None,
                  experiment_path: str, exp_id: str, state: ExperimentState, progress, display,
                  search_finished: bool, verbose: int):
-        self.client = client
-        self.runner = runner
-        self.trials = trials
-        self.search_alg = search_alg
-        self.scheduler = scheduler
-        self.metric = metric
-        self.mode = mode
-        self.num_samples = num_samples
-        self.concurrency = concurrency
-        self.total_workers = total_workers
-        self.time_budget_s = time_budget_s
-        self.experiment_path = experiment_path
-        self.exp_id = exp_id
-        self.state = state
-        self.progress = progress
-        self.display = display
-        self.verbose = verbose
+        self.client, self.runner, self.trials = client, runner, trials
+        self.search_alg, self.scheduler, self.metric, self.mode = search_alg, scheduler, metric, mode
+        self.num_samples, self.concurrency, self.total_workers = num_samples, concurrency, total_workers
+        self.time_budget_s, self.experiment_path, self.exp_id = time_budget_s, experiment_path, exp_id
+        self.state, self.progress, self.display, self.verbose = state, progress, display, verbose
         self.search_finished = search_finished
         self.interrupted = False
         self._interrupt_requested = False
@@ -359,7 +326,7 @@ class TuneController:
             # is one more pruned source; the donor's newest, read afresh from its run.json,
             # is tried next.
             sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
-            sources += [lambda: _newest_checkpoint(donor.path if donor else None)] * 3
+            sources += [lambda: newest_checkpoint(donor.path if donor else None)] * 3
             for source in sources:
                 source = source() if callable(source) else source
                 if not source:
@@ -446,60 +413,6 @@ def _one_line(errors: list) -> str:
     if e.get("exc_type"):
         return f"{e['exc_type']}: {e.get('message', '')}".splitlines()[0][:300]
     return str(e.get("message", "failed")).splitlines()[0][:300]
-
-
-def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dict) -> dict:
-    """Copy the checkpoint directory ``source`` into the ended run at ``run_path`` as its
-    newest committed checkpoint (``checkpoint_000NNN``, recorded in its ``run.json``), so
-    resuming the run resumes from it. Uses the head's own CheckpointStore (copy to a staging
-    directory, then an atomic rename), so the run directory stays as the head writes it.
-
-    Returns:
-        ``{"index", "name", "path", "metrics"}`` of the new checkpoint.
-
-    Raises:
-        CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
-        OSError: the copy failed (the run's checkpoints are left as they were).
-    """
-    from ..cluster.checkpoints import CheckpointStore
-
-    record = read_run_dir(run_path, with_reports=False)
-    cc = checkpoint_config
-    config = None if cc is None else {"num_to_keep": cc.num_to_keep,
-                                      "checkpoint_score_attribute": cc.checkpoint_score_attribute,
-                                      "checkpoint_score_order": cc.checkpoint_score_order}
-    store = CheckpointStore(run_path, config, record.get("checkpoints"))
-    staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        shutil.copytree(source, staging / "rank_0")
-    except BaseException:
-        shutil.rmtree(Path(run_path) / ".staging", ignore_errors=True)  # no half copy left
-        raise
-    entry = store.commit([str(staging / "rank_0")], metrics)
-    record["checkpoints"] = [{k: v for k, v in c.items() if k != "path"} for c in store.records()]
-    for key in ("path", "params", "reports", "output"):
-        record.pop(key, None)  # added by read_run_dir, not part of run.json
-    write_json_atomic(Path(run_path) / RUN_STATE_FILE, record)
-    return entry
-
-
-def _newest_checkpoint(run_path: str | None) -> str | None:
-    """The newest committed checkpoint of the run at ``run_path`` (from its run.json)."""
-    if not run_path:
-        return None
-    try:
-        checkpoints = read_run_dir(run_path, with_reports=False).get("checkpoints") or []
-    except (OSError, ValueError):
-        return None
-    return checkpoints[-1]["path"] if checkpoints else None
-
-
-def write_params(run_path: str, config) -> None:
-    """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
-    from ..client.run import _json_safe
-
-    write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))
 
 
 __all__ = ["TuneController", "TrialRunner", "adopt_checkpoint", "write_params"]

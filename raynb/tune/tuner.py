@@ -17,7 +17,8 @@ import cloudpickle
 from ..client import views
 from ..cluster.rundir import default_storage_path, make_run_name, read_run_dir
 from ..train.config import RunConfig, ScalingConfig
-from .controller import TrialRunner, TuneController
+from .controller import TuneController
+from .trial_runner import TrialRunner
 from .experiment_state import ExperimentState, read_state, read_tuner_file
 from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator

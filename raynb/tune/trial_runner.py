@@ -1,0 +1,86 @@
+"""What a trial is made of besides its config: the trainable and its scaling
+(:class:`TrialRunner`), and its run directory (the params it ran with, and a
+checkpoint adopted from another trial by PBT's exploit)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
+from ..cluster.rundir import read_run_dir, write_json_atomic
+from ..train.config import RunConfig, ScalingConfig
+
+
+class TrialRunner:
+    """Everything one ``fit()`` needs to run trials: the function, how many workers each
+    trial takes, and how a trial's config becomes the function's config."""
+
+    def __init__(self, fn, scaling_config: ScalingConfig, base_config: dict | None, nested_key: str | None,
+                 run_config: RunConfig, name_prefix: str):
+        self.fn = fn
+        self.scaling_config = scaling_config
+        self.base_config = base_config
+        self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
+        self.run_config = run_config
+        self.name_prefix = name_prefix
+
+    def fn_config(self, trial_config: dict):
+        if self.nested_key is None:
+            return trial_config
+        from .search.variant_generator import deep_update
+
+        return deep_update(self.base_config or {}, trial_config.get(self.nested_key) or {})
+
+
+def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dict) -> dict:
+    """Copy the checkpoint directory ``source`` into the ended run at ``run_path`` as its
+    newest committed checkpoint (``checkpoint_000NNN``, recorded in its ``run.json``), so
+    resuming the run resumes from it. Uses the head's own CheckpointStore (copy to a staging
+    directory, then an atomic rename), so the run directory stays as the head writes it.
+
+    Returns:
+        ``{"index", "name", "path", "metrics"}`` of the new checkpoint.
+
+    Raises:
+        CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
+        OSError: the copy failed (the run's checkpoints are left as they were).
+    """
+    from ..cluster.checkpoints import CheckpointStore
+
+    record = read_run_dir(run_path, with_reports=False)
+    cc = checkpoint_config
+    config = None if cc is None else {"num_to_keep": cc.num_to_keep,
+                                      "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+                                      "checkpoint_score_order": cc.checkpoint_score_order}
+    store = CheckpointStore(run_path, config, record.get("checkpoints"))
+    staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        shutil.copytree(source, staging / "rank_0")
+    except BaseException:
+        shutil.rmtree(Path(run_path) / ".staging", ignore_errors=True)  # no half copy left
+        raise
+    entry = store.commit([str(staging / "rank_0")], metrics)
+    record["checkpoints"] = [{k: v for k, v in c.items() if k != "path"} for c in store.records()]
+    for key in ("path", "params", "reports", "output"):
+        record.pop(key, None)  # added by read_run_dir, not part of run.json
+    write_json_atomic(Path(run_path) / RUN_STATE_FILE, record)
+    return entry
+
+
+def newest_checkpoint(run_path: str | None) -> str | None:
+    """The newest committed checkpoint of the run at ``run_path`` (from its run.json)."""
+    if not run_path:
+        return None
+    try:
+        checkpoints = read_run_dir(run_path, with_reports=False).get("checkpoints") or []
+    except (OSError, ValueError):
+        return None
+    return checkpoints[-1]["path"] if checkpoints else None
+
+
+def write_params(run_path: str, config) -> None:
+    """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
+    from ..client.run import _json_safe
+
+    write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))
