@@ -271,3 +271,13 @@ def test_check_names_capacity_before_gpus():
     """Over both limits: the capacity is the first thing to fix, so it is what is named."""
     why = check(Request(9, use_gpu=True), _two_nodes(), capacity=8, total_gpus=2)
     assert "raynb start --max-workers" in why and "GPUs" not in why
+
+
+def test_packs_onto_the_fewest_nodes():
+    """After the local node, the nodes with the most idle workers are filled first: a
+    4-rank run goes to node b (4 idle) alone, not 1 rank on a and 3 on b."""
+    s = Snapshot(nodes=(NodeView("a", 4, 0, (), 1), NodeView("b", 4, 0, (), 4)),
+                 workers=(WorkerView("a-w0", "a"),) + tuple(WorkerView(f"b-w{i}", "b") for i in range(4)))
+    assert place(Request(4), s) == Placement(("b-w0", "b-w1", "b-w2", "b-w3"), (None,) * 4)
+    # 5 ranks need both: b's four first (contiguous), then a's.
+    assert place(Request(5), s).worker_ids == ("b-w0", "b-w1", "b-w2", "b-w3", "a-w0")

@@ -236,9 +236,10 @@ class RunController:
             cause = primary_error(run.errors)
             run.add_failure(cause)
             this_fit = run.num_failures - run.failures_before
-            if self.failure_policy(run).make_decision(this_fit) is FailureDecision.RETRY:
+            policy = self.failure_policy(run)
+            if policy.make_decision(this_fit) is FailureDecision.RETRY:
                 self._move(run, ALL_STOPPED, PENDING)
-                self._restart(run, cause)
+                self._restart(run, cause, getattr(policy, "max_failures", run.max_failures))
             else:
                 self._move(run, ALL_STOPPED, FAILED)
                 # Name every failure (of this fit), the cause first: also with a single failure,
@@ -252,7 +253,7 @@ class RunController:
             self._move(run, ALL_STOPPED, FINISHED)
             self._finish(run)
 
-    def _restart(self, run: Run, cause: dict) -> None:
+    def _restart(self, run: Run, cause: dict, max_failures: int) -> None:
         """Queue the run again, to start on warm workers from its latest checkpoint.
 
         Every rank has stopped (returned, or was killed after the grace period); a
@@ -264,7 +265,7 @@ class RunController:
         run.attempt += 1
         run.done, run.errors, run.deadline = {}, [], None
         latest = run.store.latest
-        limit = "unlimited" if run.max_failures < 0 else run.max_failures
+        limit = "unlimited" if max_failures < 0 else max_failures
         text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
                 + (f"resuming from {latest['name']}" if latest else
                    f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"

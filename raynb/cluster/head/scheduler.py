@@ -134,10 +134,15 @@ def _pick(idle: list, n: int, groups: tuple) -> list:
     for members in groups:
         if len(members) == n and all(m in by_id for m in members):
             return [by_id[m] for m in members]
-    # Otherwise pack onto as few nodes as possible, local node first; sorting by node
-    # keeps each node's ranks contiguous, so local ranks count 0..k-1 on every node.
-    idle = sorted(idle, key=lambda w: (w.node_id != LOCAL_NODE_ID, w.node_id, w.worker_id))
-    return idle[:n]
+    # Otherwise pack onto as few nodes as possible: the local node first, then the nodes
+    # with the most idle workers (greedy, largest first, needs the fewest nodes). Taking
+    # node by node keeps each node's ranks contiguous, so local ranks count 0..k-1.
+    per_node: dict[str, list] = {}
+    for w in idle:
+        per_node.setdefault(w.node_id, []).append(w)
+    order = sorted(per_node, key=lambda nid: (nid != LOCAL_NODE_ID, -len(per_node[nid]), nid))
+    packed = [w for nid in order for w in sorted(per_node[nid], key=lambda w: w.worker_id)]
+    return packed[:n]
 
 
 def _assign_gpus(chosen: list, snapshot: Snapshot, use_gpu: bool) -> tuple:
