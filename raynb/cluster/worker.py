@@ -33,6 +33,7 @@ import zmq
 from . import protocol as P
 from . import task_context
 from .module_reload import UserModules
+from .notebook_main import load_payload, notebook_main, with_pickling_hint
 from .rank_output import RankStream
 
 log = logging.getLogger("raynb.worker")
@@ -57,7 +58,7 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
         "hostname": socket.gethostname(),
         "exc_type": type(exc).__qualname__,
         "exc_module": type(exc).__module__,
-        "message": message,
+        "message": with_pickling_hint(exc, message),
         "traceback": "".join(tbe.format()),
     }
 
@@ -211,7 +212,7 @@ class Worker:
                 self._interruptible = True
                 self._prepare(task)
                 try:
-                    payload = cloudpickle.loads(P.buffer_bytes(msg.buffers[0]))
+                    payload, shipped = load_payload(P.buffer_bytes(msg.buffers[0]))
                 except ImportError as e:
                     raise ModuleNotFoundError(
                         f"the training function could not be loaded on this worker: {e}. It uses a "
@@ -223,7 +224,8 @@ class Worker:
                     linecache.cache[filename] = (len(source), None, lines, filename)
                 task_context.start(task, self.emit)
                 fn = payload["fn"]
-                ret = fn(payload["config"]) if _takes_config(fn) else fn()
+                with notebook_main(shipped):  # torch.save(model) finds __main__.Net
+                    ret = fn(payload["config"]) if _takes_config(fn) else fn()
                 self._interruptible = False
             except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"

@@ -1,0 +1,103 @@
+"""A run's life around the notebook: kernel restarts, notebook classes saved on a rank,
+custom samplers, two kernels starting the cluster, a head killed under the notebook.
+
+Real kernels (jupyter_client), real clusters (the session's, or a private one in a
+temporary RAYNB_HOME where the item is about starting or losing a cluster), and
+real processes: the scripts run as ``__main__``, as a notebook's code does.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from contextlib import contextmanager
+
+import cloudpickle
+import pytest
+
+import raynb
+from raynb.train import RunConfig, ScalingConfig
+
+from conftest import alive, wait_idle_workers
+
+# Functions defined here travel by value, as a notebook's do.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+QUIET = RunConfig(verbose=0)
+FOUR = ScalingConfig(num_workers=4)
+
+
+# -- item 7: a notebook class saved with torch.save on a rank --------------------------------
+
+SAVE_MODEL_SCRIPT = """
+import os, sys, tempfile
+import torch
+import raynb
+from raynb.train import Checkpoint, RunConfig, ScalingConfig, get_context, report
+from raynb.train.run import execute_run
+from raynb.train.torch import TorchTrainer
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+def save_model():
+    torch.manual_seed(get_context().get_world_rank())
+    model = Net()
+    with tempfile.TemporaryDirectory() as d:
+        if get_context().get_world_rank() == 0:
+            torch.save(model, os.path.join(d, "model.pt"))
+            report({"saved": 1}, checkpoint=Checkpoint.from_directory(d))
+        else:
+            report({"saved": 0})
+    return {k: v.tolist() for k, v in model.state_dict().items()}
+
+def main_has_net():
+    import __main__
+    return hasattr(__main__, "Net")
+
+def save_with_lambda():
+    model = Net()
+    model.act = lambda x: x
+    torch.save(model, os.path.join(tempfile.mkdtemp(), "model.pt"))
+
+TWO = ScalingConfig(num_workers=2)
+result = TorchTrainer(save_model, scaling_config=TWO, run_config=RunConfig(verbose=0)).fit()
+with result.checkpoint.as_directory() as d:
+    model = torch.load(os.path.join(d, "model.pt"), weights_only=False)
+print("LOADED", type(model).__module__, type(model).__name__, type(model) is Net)
+torch.manual_seed(0)
+print("EQUAL", all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), Net().state_dict().values())))
+# What one run installed in the workers' __main__ is gone in the next one.
+print("LEAKED", execute_run(main_has_net, None, TWO, RunConfig(verbose=0))[1])
+try:
+    TorchTrainer(save_with_lambda, scaling_config=TWO, run_config=RunConfig(verbose=0)).fit()
+except raynb.RunError as e:
+    print("ERROR", str(e).splitlines()[0])
+"""
+
+
+def _script(tmp_path, name: str, source: str, env: dict | None = None, timeout: float = 180):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
+                          env=env or dict(os.environ), cwd=str(tmp_path))
+
+
+def test_notebook_class_saved_on_a_rank_loads_in_the_notebook(warm, tmp_path):
+    wait_idle_workers(warm, 4)
+    p = _script(tmp_path, "notebook.py", SAVE_MODEL_SCRIPT)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "LOADED __main__ Net True" in out, out
+    assert "EQUAL True" in out, out  # rank 0's parameters (seed 0), as saved
+    assert "LEAKED False" in out, out
+    error = next(line for line in out.splitlines() if line.startswith("ERROR"))
+    assert "lambda" in error and "state_dict()" in error, error
