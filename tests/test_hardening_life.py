@@ -101,3 +101,50 @@ def test_notebook_class_saved_on_a_rank_loads_in_the_notebook(warm, tmp_path):
     assert "LEAKED False" in out, out
     error = next(line for line in out.splitlines() if line.startswith("ERROR"))
     assert "lambda" in error and "state_dict()" in error, error
+
+
+# -- item 8: prepare_data_loader keeps a custom sampler's meaning -----------------------------
+
+def _draws(config):
+    """Every rank's indices per epoch, gathered on rank 0: {epoch: [rank 0's, rank 1's, ...]}."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import BatchSampler, DataLoader, TensorDataset, WeightedRandomSampler
+
+    from raynb.train.torch import prepare_data_loader
+
+    weights = torch.zeros(100)
+    weights[90:] = 1.0  # 90 of the 100 items can never be drawn
+    ds = TensorDataset(torch.arange(100))
+    sampler = WeightedRandomSampler(weights, num_samples=100, replacement=True)
+    if config["batch_sampler"]:
+        loader = DataLoader(ds, batch_sampler=BatchSampler(sampler, batch_size=8, drop_last=False))
+    else:
+        loader = DataLoader(ds, batch_size=5, sampler=sampler)
+    loader = prepare_data_loader(loader)
+    out = {}
+    for epoch in range(2):
+        mine = [batch[0].tolist() for batch in loader]
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        out[epoch] = everyone
+    return {"len": len(loader), "draws": out}
+
+
+@pytest.mark.parametrize("batch_sampler", [False, True], ids=["sampler", "batch_sampler"])
+def test_custom_sampler_is_sharded_not_dropped(warm, batch_sampler):
+    from raynb.train.run import execute_run
+
+    runs = [execute_run(_draws, {"batch_sampler": batch_sampler}, FOUR, QUIET)[1] for _ in range(2)]
+    first, again = runs
+    expected_len = 4 if batch_sampler else 5  # 13 batches of 8 over 4 ranks; 25 items in batches of 5
+    assert first["len"] == expected_len
+    for epoch, ranks in first["draws"].items():
+        flat = [[i for batch in batches for i in batch] for batches in ranks]
+        assert all(i >= 90 for items in flat for i in items), f"zero-weight items drawn: {flat}"
+        assert len({tuple(items) for items in flat}) == 4, "two ranks drew the same indices"
+        assert all(len(batches) == expected_len for batches in ranks)
+        if batch_sampler:
+            assert all(len(b) == 8 for batches in ranks for b in batches[:-1])  # whole batches
+    assert first["draws"] == again["draws"], "the same epoch drew differently in a second run"
+    assert first["draws"][0] != first["draws"][1], "two epochs drew the same indices"

@@ -72,7 +72,7 @@ def _to_device(batch, device):
 
 
 class _PreparedDataLoader:
-    """A DataLoader whose DistributedSampler advances its epoch on every pass and
+    """A DataLoader whose (batch) sampler advances its epoch on every pass and
     whose batches arrive on this worker's device."""
 
     def __init__(self, loader, sampler, device):
@@ -98,14 +98,21 @@ class _PreparedDataLoader:
 def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_device: bool = True):
     """Shard ``data_loader`` across ranks (``ray.train.torch.prepare_data_loader``).
 
-    With a world size > 1 the loader's sampler is replaced by a
-    ``DistributedSampler`` that keeps the loader's ``shuffle`` (a RandomSampler
-    means shuffle=True) and whose epoch advances on each pass; batches are moved to
-    :func:`get_device` when ``move_to_device``.
+    With a world size > 1 each rank gets its share, and the epoch advances on each
+    pass (a new order, the same on every rank):
+
+    - the default samplers become a ``DistributedSampler`` that keeps the loader's
+      ``shuffle`` (a RandomSampler means shuffle=True);
+    - a custom ``sampler`` (``WeightedRandomSampler``, ``SubsetRandomSampler``, your
+      own) keeps its meaning: every rank draws the same sequence from it, seeded per
+      epoch, and takes every world_size-th index of it;
+    - a custom ``batch_sampler`` is sharded the same way, by whole batches.
+
+    Batches are moved to :func:`get_device` when ``move_to_device``.
 
     Args:
         data_loader (torch.utils.data.DataLoader): built as for a single process.
-        add_dist_sampler (bool): shard with a DistributedSampler (when world size > 1).
+        add_dist_sampler (bool): shard it (when world size > 1).
         move_to_device (bool): move each batch's tensors (also inside tuples, lists,
             dicts) to :func:`get_device`.
 
@@ -113,31 +120,57 @@ def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_devi
         An iterable with the loader's ``len``, ``batch_size``, ``dataset``, ``sampler``.
 
     Raises:
-        ValueError: the loader uses a custom ``batch_sampler`` (it cannot be sharded
-            automatically; shard it yourself with ``get_context().get_world_rank()``).
+        ValueError: the loader's dataset is an ``IterableDataset``, or its custom
+            sampler has no ``__len__`` (shard it yourself with
+            ``get_context().get_world_rank()`` and pass ``add_dist_sampler=False``).
     """
-    from torch.utils.data import DataLoader, RandomSampler
     from torch.utils.data.distributed import DistributedSampler
 
     task = _session._require("prepare_data_loader")
     device = get_device() if move_to_device else None
-    sampler = data_loader.sampler
-    if add_dist_sampler and task["world_size"] > 1 and not isinstance(sampler, DistributedSampler):
-        if data_loader.batch_size is None:
-            raise ValueError("prepare_data_loader() cannot shard a loader with a custom batch_sampler; "
-                             "shard it yourself with get_context().get_world_rank()")
-        sampler = DistributedSampler(
-            data_loader.dataset, num_replicas=task["world_size"], rank=task["rank"],
-            shuffle=isinstance(data_loader.sampler, RandomSampler))
-        data_loader = DataLoader(
-            data_loader.dataset, batch_size=data_loader.batch_size, sampler=sampler,
-            num_workers=data_loader.num_workers, collate_fn=data_loader.collate_fn,
-            pin_memory=data_loader.pin_memory, drop_last=data_loader.drop_last,
-            timeout=data_loader.timeout, worker_init_fn=data_loader.worker_init_fn,
-            persistent_workers=data_loader.persistent_workers if data_loader.num_workers else False)
-    if not isinstance(sampler, DistributedSampler):
-        sampler = None
-    return _PreparedDataLoader(data_loader, sampler, device)
+    epoch_sampler = data_loader.sampler if isinstance(data_loader.sampler, DistributedSampler) else None
+    if add_dist_sampler and task["world_size"] > 1 and not _is_sharded(data_loader):
+        data_loader, epoch_sampler = _sharded_loader(data_loader, task["world_size"], task["rank"])
+    return _PreparedDataLoader(data_loader, epoch_sampler, device)
+
+
+def _is_sharded(loader) -> bool:
+    from torch.utils.data.distributed import DistributedSampler
+
+    from .samplers import DistributedBatchSamplerWrapper
+
+    return (isinstance(loader.sampler, DistributedSampler)
+            or isinstance(getattr(loader.batch_sampler, "sampler", None), DistributedSampler)
+            or isinstance(loader.batch_sampler, DistributedBatchSamplerWrapper))
+
+
+def _sharded_loader(loader, world_size: int, rank: int):
+    """(a copy of ``loader`` that yields this rank's share, the sampler whose epoch advances)."""
+    from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    from .samplers import DistributedBatchSamplerWrapper, DistributedSamplerWrapper
+
+    if isinstance(loader.dataset, IterableDataset):
+        raise ValueError("prepare_data_loader() cannot shard an IterableDataset: split it inside its "
+                         "__iter__ by get_context().get_world_rank(), and pass add_dist_sampler=False")
+    common = dict(num_workers=loader.num_workers, collate_fn=loader.collate_fn,
+                  pin_memory=loader.pin_memory, timeout=loader.timeout,
+                  worker_init_fn=loader.worker_init_fn, generator=loader.generator,
+                  multiprocessing_context=loader.multiprocessing_context,
+                  pin_memory_device=loader.pin_memory_device)
+    if loader.num_workers:
+        common.update(persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
+    if loader.batch_size is None and loader.batch_sampler is not None:  # a custom batch_sampler
+        batches = DistributedBatchSamplerWrapper(loader.batch_sampler, world_size, rank)
+        return DataLoader(loader.dataset, batch_sampler=batches, **common), batches
+    if type(loader.sampler) in (RandomSampler, SequentialSampler):
+        sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank,
+                                     shuffle=isinstance(loader.sampler, RandomSampler))
+    else:
+        sampler = DistributedSamplerWrapper(loader.sampler, world_size, rank)
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
+                      drop_last=loader.drop_last, **common), sampler
 
 
 class TorchTrainer:
