@@ -148,3 +148,70 @@ def test_custom_sampler_is_sharded_not_dropped(warm, batch_sampler):
             assert all(len(b) == 8 for batches in ranks for b in batches[:-1])  # whole batches
     assert first["draws"] == again["draws"], "the same epoch drew differently in a second run"
     assert first["draws"][0] != first["draws"][1], "two epochs drew the same indices"
+
+
+# -- item 9: two kernels starting the local cluster at the same moment -------------------------
+
+RACE_SCRIPT = """
+import os, sys, time
+import raynb
+from raynb.train import RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+
+def world():
+    from raynb.train import get_context
+    return get_context().get_world_size()
+
+open(sys.argv[1] + ".ready", "w").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.01)
+client = raynb.connect(num_workers=2)
+result = TorchTrainer(world, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(verbose=0)).fit()
+print("HEAD", client.info["pids"]["head"], result.state)
+"""
+
+
+@contextmanager
+def _private_home(tmp_path):
+    """A RAYNB_HOME of the test's own; its cluster (if any) is stopped and checked gone after."""
+    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.launch import cluster_pids
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, RAYNB_HOME=str(home), RAYNB_STORAGE_PATH=str(tmp_path / "results"))
+    seen: set[int] = set()
+
+    def note_pids():
+        info = read_connection_file(home / "cluster.json")
+        if info is not None:
+            seen.update(cluster_pids(info))
+
+    try:
+        yield env, note_pids
+    finally:
+        note_pids()
+        subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env=env, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 10
+        while alive(seen) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(seen), f"raynb processes left behind: {alive(seen)}"
+
+
+def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
+    (tmp_path / "race.py").write_text(textwrap.dedent(RACE_SCRIPT))
+    go = tmp_path / "go"
+    with _private_home(tmp_path) as (env, note_pids):
+        procs = [subprocess.Popen([sys.executable, str(tmp_path / "race.py"), str(tmp_path / f"p{i}"), str(go)],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(2)]
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"p{i}.ready").exists() for i in range(2)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.05)
+        go.touch()  # both call raynb.connect() now
+        outs = [p.communicate(timeout=180)[0] for p in procs]
+        note_pids()
+        assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(outs)
+        heads = [next(line.split()[1:] for line in out.splitlines() if line.startswith("HEAD")) for out in outs]
+        assert heads[0] == heads[1] and heads[0][1] == "FINISHED", heads  # one cluster, both ran

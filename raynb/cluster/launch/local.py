@@ -25,10 +25,14 @@ from ...errors import ClusterError
 
 
 @contextmanager
-def _start_lock():
-    """Serialize starts so two kernels starting at once get one cluster."""
-    with open(raynb_home() / "start.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+def _start_lock(shared: bool = False):
+    """Held (exclusive) by a start until its workers are ready, so two kernels starting
+    at once get one cluster, and one that finds it starting (shared) waits for it.
+
+    flock: released by the kernel if the starting process dies.
+    """
+    with open(raynb_home() / "start.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -46,9 +50,19 @@ def _log_tail(name: str, lines: int = 20) -> str:
 def running_cluster() -> dict | None:
     """The connection info of the live local cluster, or None.
 
-    A connection file whose head is dead or does not answer is stale: it is
-    removed, never followed.
+    A cluster still starting (another process holds the start lock) is waited
+    for until its workers are ready: a run submitted before its node registered
+    would be refused as too big for it. A connection file whose head is dead or
+    does not answer is stale: it is removed, never followed.
     """
+    if read_connection_file() is None:
+        return None  # nothing to wait for: a start in progress is joined by start_cluster's lock
+    with _start_lock(shared=True):
+        return _live_cluster()
+
+
+def _live_cluster() -> dict | None:
+    """running_cluster() without waiting for a start (the caller holds the start lock)."""
     info = read_connection_file()
     if info is None:
         return None
@@ -103,7 +117,7 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
     with _start_lock():
-        info = running_cluster()
+        info = _live_cluster()
         if info is not None:
             return info, False
         token = uuid.uuid4().hex
@@ -126,7 +140,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             if time.monotonic() > deadline:
                 raise ClusterError("the raynb head did not start:\n" + _log_tail("head.log"))
             time.sleep(0.02)
-    wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
+        # Still under the lock: a second start (or running_cluster) waits until it is usable.
+        wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
     return info, True
 
 
