@@ -215,3 +215,75 @@ def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
         assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(outs)
         heads = [next(line.split()[1:] for line in out.splitlines() if line.startswith("HEAD")) for out in outs]
         assert heads[0] == heads[1] and heads[0][1] == "FINISHED", heads  # one cluster, both ran
+
+
+# -- item 10: the local head killed under a live notebook --------------------------------------
+
+KILLED_HEAD_SCRIPT = """
+import os, signal, threading, time
+import raynb
+from raynb.cluster.connection import head_alive
+from raynb.cluster.launch import cluster_pids
+from raynb.train import RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+
+TWO, Q = ScalingConfig(num_workers=2), RunConfig(verbose=0)
+
+def world():
+    from raynb.train import get_context
+    return get_context().get_world_size()
+
+def sleepy():
+    import time
+    time.sleep(60)
+
+def kill_head(client):
+    head = client.info["pids"]["head"]
+    os.kill(head, signal.SIGKILL)  # only that pid: the rest of the cluster follows it
+    while head_alive(client.info):
+        time.sleep(0.01)
+    return head
+
+client = raynb.connect(num_workers=2)
+TorchTrainer(world, scaling_config=TWO, run_config=Q).fit()
+print("OLD", *cluster_pids(client.info), flush=True)
+print("KILLED", kill_head(client), flush=True)
+t0 = time.monotonic()
+result = TorchTrainer(world, scaling_config=TWO, run_config=Q).fit()  # the next cell
+print("NEXT_FIT_S", round(time.monotonic() - t0, 2), result.state, flush=True)
+
+# Killed while a run is followed: the cell fails at once, not after 10 s of silence.
+client = raynb.connect(num_workers=2)
+print("OLD", *cluster_pids(client.info), flush=True)
+timer = threading.Timer(1.0, kill_head, (client,))
+timer.start()
+t0 = time.monotonic()
+try:
+    TorchTrainer(sleepy, scaling_config=TWO, run_config=Q).fit()
+except raynb.ClusterError as e:
+    print("FOLLOW_FAILED_S", round(time.monotonic() - t0 - 1.0, 2), e, flush=True)
+timer.join()
+print("AGAIN", TorchTrainer(world, scaling_config=TWO, run_config=Q).fit().state, flush=True)
+"""
+
+
+def test_a_killed_head_is_noticed_and_a_fresh_cluster_started(tmp_path):
+    with _private_home(tmp_path) as (env, note_pids):
+        p = _script(tmp_path, "killed_head.py", KILLED_HEAD_SCRIPT, env=env, timeout=300)
+        note_pids()
+        out = p.stdout + p.stderr
+        print(out)
+        assert p.returncode == 0, out
+        lines = out.splitlines()
+        killed = next(line.split()[1] for line in lines if line.startswith("KILLED"))
+        assert f"raynb: the local cluster's head (pid {killed}) is gone; starting a new one" in out, out
+        next_fit = next(line.split() for line in lines if line.startswith("NEXT_FIT_S"))
+        assert next_fit[2] == "FINISHED", out
+        follow = next(line.split() for line in lines if line.startswith("FOLLOW_FAILED_S"))
+        assert float(follow[1]) < 4.0, out  # PING_EVERY_S of quiet, then the pid is checked
+        assert out.count("is gone; starting a new one") == 2 and "AGAIN FINISHED" in out, out
+        old = [int(pid) for line in lines if line.startswith("OLD") for pid in line.split()[1:]]
+        deadline = time.monotonic() + 10
+        while alive(old) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(old), f"processes of the killed clusters left: {alive(old)}"

@@ -25,6 +25,10 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
     if _client is not None and connect_if_needed and _client.local_token is not None:
         from ..cluster.connection import read_connection_file
 
+        if local_head_gone(_client) is not None:
+            # Killed (its connection file left behind): a request would wait for a reply
+            # that never comes. connect() says so and starts a cluster like the old one.
+            return connect(num_workers=_client.info.get("workers") or 4)
         current = read_connection_file()
         if current is None or current.get("token") != _client.local_token:
             # The local cluster this client attached to was stopped or replaced (`raynb
@@ -33,6 +37,19 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
             disconnect()
             return connect()
     return _client
+
+
+def local_head_gone(client: Client | None) -> int | None:
+    """The pid of the local head ``client`` attached to, when that process is gone.
+
+    None while it runs, and for a remote head (its pid means nothing here).
+    """
+    from ..cluster.connection import head_alive
+
+    if client is None or client.local_token is None:
+        return None
+    pid = client.info.get("pids", {}).get("head")
+    return pid if pid and not head_alive(client.info) else None
 
 
 def connect(address: str | None = None, *, key: str | bytes | None = None, num_workers: int = 4,
@@ -58,13 +75,17 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, num_w
     from ..cluster.connection import read_connection_file
     from ..cluster.launch.local import ensure_local_cluster
 
+    message = None
     if _client is not None and _client._pid == os.getpid() and address is None:
-        if _client.ping():
+        gone = local_head_gone(_client)
+        if gone is None and _client.ping():
             return _client
+        if gone is not None:
+            message = f"raynb: the local cluster's head (pid {gone}) is gone; starting a new one"
         _client.close()
         _client = None  # the head went away: find or start a fresh one
     if address is None:
-        info = ensure_local_cluster(num_workers=num_workers, timeout=timeout)
+        info = ensure_local_cluster(num_workers=num_workers, timeout=timeout, message=message)
     elif address.startswith("tcp://"):
         k = key or os.environ.get("RAYNB_KEY")
         if not k:

@@ -22,7 +22,7 @@ import cloudpickle
 from ..cluster import protocol as P
 from ..cluster.rundir import read_reports
 from ..errors import ClusterError
-from .connection import disconnect
+from .connection import disconnect, local_head_gone
 from .shipping import dumps_payload, notebook_sources
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
@@ -195,14 +195,17 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     Raises:
         KeyboardInterrupt: interrupted; with ``cancel_on_interrupt`` every rank was
             cancelled first, without it (an attached run) this only detaches.
-        ClusterError: the head stopped answering (this process's connection is dropped).
+        ClusterError: the head stopped answering (this process's connection is
+            dropped), or the local head's process is gone (the next ``get_client()``
+            says so and starts a new cluster).
     """
     reports = reports if reports is not None else []
     try:
         done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt)
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
-        disconnect()
+        if local_head_gone(client) is None:
+            disconnect()  # else kept: the next get_client() names the dead head and replaces it
         raise
     c = done.content
     if len(reports) < c.get("num_reports", 0):
@@ -230,6 +233,7 @@ def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=Tru
             msg = client.recv(timeout)
             now = time.monotonic()
             if msg is None:
+                _check_head_alive(client)
                 if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
                     raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
                                        "check `raynb status`")
@@ -262,3 +266,13 @@ def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=Tru
                 raise
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
+
+
+def _check_head_alive(client) -> None:
+    """Fail at once when the local head's process is gone (killed), instead of after
+    HEAD_SILENCE_S of silence: the run ended with it."""
+    pid = local_head_gone(client)
+    if pid is not None:
+        raise ClusterError(f"lost contact with the raynb head at {client.address}: the local cluster's "
+                           f"head (pid {pid}) is gone, and this run with it; the next run starts a "
+                           "new cluster")

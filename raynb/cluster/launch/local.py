@@ -145,13 +145,17 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
     return info, True
 
 
-def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0) -> dict:
-    """The running local cluster's info, starting one when none runs."""
+def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0, message: str | None = None) -> dict:
+    """The running local cluster's info, starting one when none runs.
+
+    ``message`` is the line printed when a cluster is started (by default: that one
+    starts, with how many workers).
+    """
     info = running_cluster()
     if info is not None:
         return info
     # A cold start takes a few seconds: say why the cell is quiet.
-    print(f"raynb: starting a local cluster with {num_workers} warm workers "
+    print(message or f"raynb: starting a local cluster with {num_workers} warm workers "
           f"(it keeps running for later cells; `raynb stop` ends it)", flush=True)
     info, _ = start_cluster(num_workers=num_workers, timeout=timeout)
     return info
