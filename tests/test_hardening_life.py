@@ -30,6 +30,139 @@ QUIET = RunConfig(verbose=0)
 FOUR = ScalingConfig(num_workers=4)
 
 
+# -- item 6: a kernel restart or shutdown leaves the run running ----------------------------
+
+SLOW_RUN_CELL = """
+import raynb
+from raynb.train import RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+
+def slow():
+    import time
+    from raynb.train import report
+    for i in range({steps}):
+        time.sleep(0.5)
+        report({{"step": i}})
+
+TorchTrainer(slow, scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(name={name!r}, verbose=0)).fit()
+"""
+
+
+def _run_state(client, name: str) -> str | None:
+    for r in client.status()["runs"]:
+        if r["name"] == name:
+            return r["state"]
+    return None
+
+
+def _wait_state(client, name: str, states, timeout: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _run_state(client, name)
+        if state in states:
+            return state
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {name!r} is {state}, never {states}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def _kernel(tmp_path):
+    """A real IPython kernel (jupyter_client), seeing the session cluster's RAYNB_HOME."""
+    from jupyter_client import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=dict(os.environ, IPYTHONDIR=str(tmp_path / "ipython")))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        if km.is_alive():
+            km.shutdown_kernel(now=True)
+
+
+def _reply(kc, msg_id: str, timeout: float = 60.0) -> dict:
+    """The execute_reply content of request ``msg_id``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply["content"]
+
+
+def _execute(kc, code: str, timeout: float = 60.0) -> tuple[dict, str]:
+    """Run ``code`` in the kernel and wait for it: (execute_reply content, its output)."""
+    msg_id = kc.execute(code)
+    out = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            out.append("\n".join(msg["content"]["traceback"]))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    return _reply(kc, msg_id, max(0.1, deadline - time.monotonic())), "".join(out)
+
+
+def _start_slow_run(warm, kc, steps: int = 20) -> tuple[str, str]:
+    """Start a 2-rank run of ``steps`` half-seconds in the kernel; (its name, the
+    cell's msg_id) once the kernel follows it."""
+    wait_idle_workers(warm, 4)
+    name = f"life-{uuid.uuid4().hex[:8]}"
+    msg_id = kc.execute(SLOW_RUN_CELL.format(steps=steps, name=name))
+    _wait_state(warm, name, ("RUNNING",))
+    time.sleep(1.0)  # the kernel is in follow_run by now
+    return name, msg_id
+
+
+@pytest.mark.parametrize("how", ["restart", "shutdown"])
+def test_kernel_restart_or_shutdown_leaves_the_run_running(warm, tmp_path, how):
+    with _kernel(tmp_path) as (km, kc):
+        name, _ = _start_slow_run(warm, kc)
+        t0 = time.monotonic()
+        if how == "restart":
+            km.restart_kernel()  # graceful: SIGINT, then shutdown_request, as Jupyter's button
+        else:
+            km.shutdown_kernel()
+        took = time.monotonic() - t0
+        # The interrupt before the shutdown_request did not cancel it.
+        assert _run_state(warm, name) == "RUNNING", raynb.runs()[["name", "state"]]
+        print(f"graceful {how} took {took:.2f}s; the run stayed RUNNING")
+        if how == "restart":
+            kc.wait_for_ready(timeout=60)
+            reply, out = _execute(kc, f"import raynb\nprint('STATE', raynb.attach({name!r}, verbose=0).state)")
+            assert reply["status"] == "ok", out
+            assert "STATE FINISHED" in out, out
+        else:
+            assert raynb.attach(name, verbose=0).state == "FINISHED"
+    assert raynb.get_run(name).state == "FINISHED"
+
+
+def test_interrupting_the_kernel_still_cancels_every_rank(warm, tmp_path):
+    with _kernel(tmp_path) as (km, kc):
+        name, msg_id = _start_slow_run(warm, kc)
+        t0 = time.monotonic()
+        km.interrupt_kernel()
+        _wait_state(warm, name, ("CANCELLED",), timeout=10)
+        latency = time.monotonic() - t0
+        print(f"interrupt -> CANCELLED on the head: {latency:.2f}s")
+        assert latency < 2.0, f"the cancel took {latency:.1f}s"
+        # The cell said it was cancelled, and the kernel is usable again.
+        cell = _reply(kc, msg_id, timeout=10)
+        assert cell["status"] == "error" and cell["ename"] == "KeyboardInterrupt", cell
+        assert "cancelled on every rank" in cell["evalue"], cell
+        reply, out = _execute(kc, "print('alive')")
+        assert reply["status"] == "ok" and "alive" in out
+
+
 # -- item 7: a notebook class saved with torch.save on a rank --------------------------------
 
 SAVE_MODEL_SCRIPT = """

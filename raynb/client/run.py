@@ -3,8 +3,9 @@
 Shared by ``TorchTrainer.fit()``, ``%%ray_train``, Tune and ``attach``: build the
 ``submit_run`` message (the function shipped with cloudpickle), relay the event
 stream to a view (``views.run_view``) and to the cell's output, and turn an
-interrupt into a cancel on every rank. What comes back is a :class:`RunOutcome`;
-``raynb.train.run`` makes the ``Result`` of it.
+interrupt into a cancel on every rank (unless the interrupt is a kernel restart's:
+``kernel_shutdown``). What comes back is a :class:`RunOutcome`; ``raynb.train.run``
+makes the ``Result`` of it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ..cluster import protocol as P
 from ..cluster.rundir import read_reports
 from ..errors import ClusterError
 from .connection import disconnect, local_head_gone
+from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
@@ -174,8 +176,10 @@ def submit_run(client, spec: dict, payload: bytes) -> str:
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
     except KeyboardInterrupt:
-        # Interrupted before the head's answer: the run may exist already; cancel it by id.
-        client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
+        # Interrupted before the head's answer: the run may exist already; cancel it by id
+        # (not when the kernel is restarting: the run goes on, as after any other cell).
+        if not interrupt_is_shutdown():
+            client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
         raise
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
@@ -186,22 +190,26 @@ def submit_run(client, spec: dict, payload: bytes) -> str:
 
 
 def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,
-               cancel_on_interrupt: bool = True) -> RunOutcome:
+               cancel_on_interrupt: bool = True, name: str | None = None) -> RunOutcome:
     """Relay a submitted or attached run's events to ``display`` until it ends.
+
+    ``name`` (the run's) is for the messages only.
 
     Returns:
         The run's :class:`RunOutcome` (also for a failed run); ``display`` is finished.
 
     Raises:
         KeyboardInterrupt: interrupted; with ``cancel_on_interrupt`` every rank was
-            cancelled first, without it (an attached run) this only detaches.
+            cancelled first, without it (an attached run) this only detaches. A kernel
+            restart or shutdown (Jupyter's buttons) only detaches: the run goes on.
         ClusterError: the head stopped answering (this process's connection is
             dropped), or the local head's process is gone (the next ``get_client()``
             says so and starts a new cluster).
     """
     reports = reports if reports is not None else []
+    watch_kernel_shutdown()
     try:
-        done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt)
+        done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt, name)
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
         if local_head_gone(client) is None:
@@ -221,7 +229,8 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     return RunOutcome(c, reports, list(done.buffers))
 
 
-def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=True) -> P.Message:
+def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=True,
+            name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
     relay = _OutputRelay(all_ranks)
@@ -264,6 +273,13 @@ def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=Tru
         except KeyboardInterrupt:
             if cancel_sent_at is not None or not cancel_on_interrupt:
                 raise
+            if interrupt_is_shutdown():
+                relay.end()
+                display.finish()
+                what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
+                    "the run", "raynb.attach(name)")
+                raise KeyboardInterrupt(f"the kernel is shutting down; {what} keeps running on the "
+                                        f"cluster ({call} follows it again)") from None
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
 

@@ -67,7 +67,8 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     view = views.run_view(name, scaling_config.num_workers, _total_epochs(config, epochs),
                           run_config.verbose)
     view.display()
-    return outcome_result(follow_run(client, spec["run_id"], view, all_ranks=all_ranks))
+    return outcome_result(follow_run(client, spec["run_id"], view, all_ranks=all_ranks,
+                                     name=name))
 
 
 def get_run(name: str) -> Result:
