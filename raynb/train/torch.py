@@ -124,24 +124,25 @@ def prepare_data_loader(data_loader, add_dist_sampler: bool = True, move_to_devi
             sampler has no ``__len__`` (shard it yourself with
             ``get_context().get_world_rank()`` and pass ``add_dist_sampler=False``).
     """
-    from torch.utils.data.distributed import DistributedSampler
-
     task = _session._require("prepare_data_loader")
     device = get_device() if move_to_device else None
-    epoch_sampler = data_loader.sampler if isinstance(data_loader.sampler, DistributedSampler) else None
-    if add_dist_sampler and task["world_size"] > 1 and not _is_sharded(data_loader):
+    epoch_sampler = _epoch_sampler(data_loader)
+    if add_dist_sampler and task["world_size"] > 1 and epoch_sampler is None:
         data_loader, epoch_sampler = _sharded_loader(data_loader, task["world_size"], task["rank"])
     return _PreparedDataLoader(data_loader, epoch_sampler, device)
 
 
-def _is_sharded(loader) -> bool:
+def _epoch_sampler(loader):
+    """The loader's sharding (batch) sampler, whose epoch advances each pass, or None
+    when the loader is not sharded (yet)."""
     from torch.utils.data.distributed import DistributedSampler
 
     from .samplers import DistributedBatchSamplerWrapper
 
-    return (isinstance(loader.sampler, DistributedSampler)
-            or isinstance(getattr(loader.batch_sampler, "sampler", None), DistributedSampler)
-            or isinstance(loader.batch_sampler, DistributedBatchSamplerWrapper))
+    for s in (loader.sampler, getattr(loader.batch_sampler, "sampler", None), loader.batch_sampler):
+        if isinstance(s, (DistributedSampler, DistributedBatchSamplerWrapper)):
+            return s
+    return None
 
 
 def _sharded_loader(loader, world_size: int, rank: int):
