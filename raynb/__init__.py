@@ -34,3 +34,10 @@ def load_ipython_extension(ipython) -> None:
     """``%load_ext raynb``: registers ``%%ray_train``, ``%%ray_tune``, ``%ray_cluster``
     and ``%ray_attach``."""
     _notebook.load_ipython_extension(ipython)
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    """``jupyter server extension enable raynb``: the cluster dashboard at ``<base_url>raynb/``."""
+    from .notebook.dashboard import _jupyter_server_extension_points as points
+
+    return points()

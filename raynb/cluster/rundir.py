@@ -4,7 +4,7 @@
 ``result.json`` (one JSON object per rank-0 report), ``progress.csv`` (the same
 as a table), ``checkpoint_000NNN/``, ``error.txt`` when the run failed, and
 raynb's own ``run.json`` (state, failures, checkpoint list), ``output.log``
-(every rank's output) and ``function.pkl`` (what ``restore`` re-runs).
+(every rank's output, ``run_logs``) and ``function.pkl`` (what ``restore`` re-runs).
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import os
 import time
 import uuid
 from pathlib import Path
+
+from .run_logs import OUTPUT_FILE, tag_lines
 
 
 def default_storage_path() -> str:
@@ -34,7 +36,8 @@ def _json_default(value):
 
 STATE_FILE = "run.json"
 FUNCTION_FILE = "function.pkl"
-OUTPUT_FILE = "output.log"
+# A rank's line not ended by a newline is written once it is this long (characters).
+PARTIAL_LINE_CHARS = 1 << 16
 # How many lines of output a run record hands back (the file keeps everything).
 OUTPUT_TAIL_LINES = 2000
 
@@ -79,7 +82,7 @@ def read_reports(path: Path) -> list[dict]:
 
 def read_output_tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
     try:
-        with open(path / OUTPUT_FILE, errors="replace") as f:
+        with open(path / OUTPUT_FILE, encoding="utf-8", errors="replace") as f:
             return [line.rstrip("\n") for line in f.readlines()[-lines:]]
     except OSError:
         return []
@@ -133,6 +136,7 @@ class RunDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         self._result = None
         self._output = None
+        self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
         self._rows: list[dict] = []
         self._columns: list[str] = []
         self._last_time: float | None = None
@@ -158,10 +162,25 @@ class RunDirectory:
         tmp.write_bytes(payload)
         os.replace(tmp, self.path / FUNCTION_FILE)
 
-    def append_output(self, rank, text: str) -> None:
+    def append_output(self, rank, text: str, stream: str | None = None) -> None:
+        """Append a rank's output to ``output.log``, tagged (``run_logs.tag_lines``).
+
+        A text not ended by a newline (``print(".", end="", flush=True)``) waits for the
+        rest of its line (up to ``PARTIAL_LINE_CHARS``), so the file holds the line the
+        rank printed, not a line per flush; the run's end writes what still waits."""
+        key = (rank, stream)
+        text = self._partial.pop(key, "") + text
+        done, newline, rest = text.rpartition("\n")
+        if rest and len(rest) < PARTIAL_LINE_CHARS:
+            self._partial[key] = rest
+            text = done + newline
+        if text:
+            self._write_output(rank, text, stream)
+
+    def _write_output(self, rank, text: str, stream: str | None) -> None:
         if self._output is None:
-            self._output = open(self.path / OUTPUT_FILE, "a", errors="replace")
-        self._output.write("".join(f"(rank {rank}) {line}\n" for line in text.splitlines()))
+            self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace")
+        self._output.write(tag_lines(rank, text, stream))
 
     def write_params(self, params: dict) -> None:
         with open(self.path / "params.json", "w") as f:
@@ -217,6 +236,9 @@ class RunDirectory:
             self._output.flush()
 
     def close(self) -> None:
+        for (rank, stream), rest in self._partial.items():
+            self._write_output(rank, rest, stream)
+        self._partial = {}
         for name in ("_result", "_output"):
             f = getattr(self, name)
             if f is not None:

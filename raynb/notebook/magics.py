@@ -60,7 +60,7 @@ def _max_failures(text: str) -> int:
 
 def _cluster_parser() -> MagicParser:
     p = MagicParser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
-    p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop"])
+    p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop", "dashboard"])
     p.add_argument("--workers", "-n", type=positive_int, default=4)
     return p
 
@@ -157,7 +157,7 @@ class RayNBMagics(Magics):
 
     @line_magic
     def ray_cluster(self, line: str):
-        """%ray_cluster [start|status|stop] [--workers N]"""
+        """%ray_cluster [start|status|stop|dashboard] [--workers N]"""
         from ..client.connection import connect, disconnect, get_client
         from ..client.status import format_status
         from ..cluster.launch.local import start_cluster, stop_cluster
@@ -167,6 +167,10 @@ class RayNBMagics(Magics):
             info, started = start_cluster(num_workers=args.workers)
             connect()
             print(("started" if started else "already running") + f": {info['address']}")
+        elif args.action == "dashboard":
+            from .dashboard.link import dashboard_message
+
+            print(dashboard_message())
         elif args.action == "stop":
             disconnect()
             print("stopped" if stop_cluster() else "no cluster was running")

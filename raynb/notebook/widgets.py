@@ -24,6 +24,7 @@ from IPython.display import display as ipy_display
 from .formatting import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, fmt_bytes, fmt_duration, metrics_html,
                          progress_label, render_curve_png)
 from .progress import RunProgress
+from .log_view import LogView
 
 _BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning"}
 MAX_METRICS = 12        # rows in the live metrics table; the rest is counted
@@ -50,7 +51,8 @@ class ProgressPane:
     Attributes for callers and tests: ``widget`` (the root ``VBox``),
     ``header``, ``bars`` (rank -> ``IntProgress``), ``metrics_html``,
     ``plot`` (``Image``), ``stats_html`` (all workers' CPU and RSS),
-    ``notes_html``, ``refreshes`` and ``plot_renders`` (counters),
+    ``notes_html``, ``log_view`` (each rank's recent output, `LogView`),
+    ``refreshes`` and ``plot_renders`` (counters),
     ``summary`` (the HTML left by `finish`).
     """
 
@@ -85,6 +87,8 @@ class ProgressPane:
                       layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"))
         body = W.HBox([left, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
         self.widget = W.VBox([self.header, body, self.notes_html])
+        self.log_view = LogView(progress.world_size)  # each rank's recent output (log_view.py)
+        self.widget.children += (self.log_view.widget,)
         self.refresh(force=True)
 
     # ------------------------------------------------------------- public
@@ -98,7 +102,8 @@ class ProgressPane:
         self.progress.on_event(event)
         kind = event.get("kind") if isinstance(event, dict) else None
         if kind == "output":
-            return  # the pane shows no logs; don't spend a redraw on them
+            self.log_view.handle(event)  # redraws only the log view, throttled by itself
+            return
         self.refresh(force=kind in ("state", "note"))
 
     def refresh(self, force: bool = False) -> bool:
@@ -157,6 +162,7 @@ class ProgressPane:
                 self._handle.update(summary)
             else:
                 ipy_display(summary)
+            self.log_view.close()
             _close_tree(self.widget)   # frees every child's comm, not just the root's
 
     # ------------------------------------------------------------- parts

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .logs import RunLogs
+
 
 @dataclass
 class ScalingConfig:
@@ -127,7 +129,9 @@ class Result:
         time_total_s (float | None): seconds from the ranks starting to the run's end.
         failures (list[dict]): the cause of each failed attempt (restarts and the last); past
             100 failures (unlimited restarts) the first 10 and the latest 90.
-        logs (list[str]): the tail of every rank's output, lines tagged ``(rank N)``.
+        logs (RunLogs): the tail of every rank's output, a list of lines tagged
+            ``(rank N)`` (``(rank N, stderr)`` for stderr); ``logs(rank=2)`` reads rank 2's
+            full output (str) from the run directory, ``logs()`` every rank's.
     """
 
     metrics: dict | None = None
@@ -140,8 +144,14 @@ class Result:
     time_total_s: float | None = None
     best_checkpoints: list = field(default_factory=list)
     failures: list = field(default_factory=list)
-    logs: list = field(default_factory=list, repr=False)
+    logs: RunLogs = field(default_factory=RunLogs, repr=False)
     _reports: list = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.logs, RunLogs):  # Result(logs=[...]) built by hand
+            self.logs = RunLogs(self.logs or [], self.path)
+        elif self.logs.path is None:
+            self.logs.path = self.path
 
     @property
     def config(self) -> dict | None:
@@ -205,7 +215,8 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
         metrics_dataframe=pd.DataFrame(reports), path=record.get("path"), name=record.get("name"),
         state=record.get("state"), time_total_s=total,
         checkpoint=Checkpoint(latest) if latest else None, best_checkpoints=best,
-        failures=list(record.get("failures") or []), logs=list(record.get("output") or []),
+        failures=list(record.get("failures") or []),
+        logs=RunLogs(record.get("output") or [], record.get("path"), record.get("world_size")),
         _reports=reports)
     if record.get("state") in ("FAILED", "CANCELLED"):
         result.error = RunError(record.get("name", "?"), record.get("errors") or [], result=result,

@@ -329,7 +329,7 @@ class Head:
         event["rank"] = rank
         kind = event.get("kind")
         if kind == "output" and isinstance(event.get("text"), str):
-            self.store.output(run, rank, event["text"])
+            self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):
             self.store.report(run, rank, event)
             self.emit(run, event)

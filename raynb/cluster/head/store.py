@@ -198,8 +198,8 @@ class RunStore:
         except OSError as e:
             log.warning("could not write %s/run.json: %s", run.rundir.path, e)
 
-    def output(self, run: Run, rank: int, text: str) -> None:
-        run.rundir.append_output(rank, text)
+    def output(self, run: Run, rank: int, text: str, stream: str | None = None) -> None:
+        run.rundir.append_output(rank, text, stream)
 
     def report(self, run: Run, rank: int, event: dict) -> None:
         """Rank ``rank``'s report ``event`` (metrics, and maybe a staged checkpoint).
