@@ -165,7 +165,14 @@ def build_submission(fn, config, scaling_config, run_config, *,
 
 
 def submit_run(client, spec: dict, payload: bytes) -> str:
-    """Send a ``submit_run`` and return the run's name once the head accepted it.
+    """Send a ``submit_run`` and return the run's name once the head accepted it
+    (raises as :func:`submit_run_accepted`)."""
+    return submit_run_accepted(client, spec, payload)["name"]
+
+
+def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
+    """Send a ``submit_run`` and return the head's ``run_accepted`` content once it
+    accepted the run: ``run_id``, ``name`` and ``path`` (the run directory).
 
     Raises:
         ValueError: the head refused the run (the message says why).
@@ -186,7 +193,7 @@ def submit_run(client, spec: dict, payload: bytes) -> str:
         raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
-    return accepted.content["name"]
+    return accepted.content
 
 
 def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,

@@ -7,11 +7,14 @@ never imports ``raynb.train`` (layers point one way: see CONTRIBUTING.md).
 """
 from __future__ import annotations
 
+import sys
+import traceback
 from typing import Any, Callable
 
 _task: dict | None = None
 _emit: Callable[[dict], None] | None = None
 _state: dict[str, Any] = {}
+_at_end: list[Callable[[str], None]] = []
 
 
 def start(task: dict, emit: Callable[[dict], None]) -> None:
@@ -22,10 +25,26 @@ def start(task: dict, emit: Callable[[dict], None]) -> None:
     _task, _emit, _state = task, emit, {}
 
 
-def end() -> None:
-    """Leave the task: functions that need one raise again."""
+def end(status: str = "ok") -> None:
+    """Leave the task: functions that need one raise again. First the functions given
+    to :func:`at_end` run, newest first, with ``status`` ("ok", "error", "cancelled")."""
     global _task, _emit, _state
+    while _at_end:
+        fn = _at_end.pop()
+        try:
+            fn(status)
+        except Exception:  # noqa: BLE001 - a cleanup's bug is shown, never the worker's
+            sys.stderr.write("raynb: a task's at_end function raised:\n" + traceback.format_exc())
+            sys.stderr.flush()
     _task, _emit, _state = None, None, {}
+
+
+def at_end(fn: Callable[[str], None]) -> None:
+    """Call ``fn(status)`` when the current task ends ("ok", "error" or "cancelled"): how
+    a warm worker, which outlives the task, closes what the task opened (an MLflow run)."""
+    if _task is None:
+        raise RuntimeError("no task is running on this process")
+    _at_end.append(fn)
 
 
 def current() -> dict | None:

@@ -240,7 +240,7 @@ class Worker:
                 with self.lock:
                     self.current_task = None
                     self._cancel_requested = False
-                task_context.end()
+                task_context.end(status)
         buffers = []
         if status == "ok" and ret is not None and rank == 0:
             try:

@@ -2,6 +2,7 @@
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .session import TrainContext, get_checkpoint, get_context, report
+from .tracking import setup_mlflow
 
 __all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig",
-           "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "report"]
+           "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "report", "setup_mlflow"]

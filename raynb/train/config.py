@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .callback import check_callbacks
 from .logs import RunLogs
 
 
@@ -90,6 +91,14 @@ class RunConfig:
         verbose (int): 0 shows no progress pane or text, 1 (default) shows it.
         checkpoint_config (CheckpointConfig | None): which checkpoints to keep (all by default).
         failure_config (FailureConfig | None): restarts after failures (none by default).
+        callbacks (list[raynb.tune.Callback] | None): called in the notebook process as the
+            run (or each trial of a Tuner) goes: ``raynb.tune.logger.TBXLoggerCallback()``,
+            ``raynb.integrations.MLflowLoggerCallback()``, your own ``raynb.tune.Callback``.
+
+    Raises:
+        TypeError: a config of the wrong class; an item of ``callbacks`` that is not a
+            ``raynb.tune.Callback`` (named by its type).
+        ValueError: a ``name`` that is not a plain directory name.
     """
 
     name: str | None = None
@@ -97,8 +106,10 @@ class RunConfig:
     verbose: int = 1
     checkpoint_config: CheckpointConfig | None = None
     failure_config: FailureConfig | None = None
+    callbacks: list | None = None
 
     def __post_init__(self):
+        check_callbacks(self.callbacks)
         if self.checkpoint_config is not None and not isinstance(self.checkpoint_config, CheckpointConfig):
             raise TypeError(f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
                             f"{type(self.checkpoint_config).__name__}")

@@ -9,10 +9,12 @@ from __future__ import annotations
 from ..cluster import protocol as P
 from ..client import views
 from ..client.connection import get_client
-from ..client.run import RunOutcome, build_submission, follow_run, submit_run
+from ..client.run import RunOutcome, build_submission, follow_run, submit_run_accepted
 from ..client.runs import fetch_record, latest_live_run
 from ..errors import RunError
+from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
+from .run_callbacks import follow_with_callbacks
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
@@ -56,19 +58,24 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     Raises:
         RunError: a rank raised or died (the error carries the ``Result``).
         UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
+        TypeError: ``run_config.callbacks`` holds something that is not a Callback; nothing was sent.
+        CallbackError: a callback with ``fail_on_error = True`` raised; the run was cancelled.
         KeyboardInterrupt: the run was interrupted; every rank was cancelled first.
     """
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
+    callbacks = CallbackList(run_config.callbacks or ())  # a TypeError before anything ships
     spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
                                      captured=captured, name_prefix=name_prefix, extra=extra)
     client = get_client()
-    name = submit_run(client, spec, payload)
-    view = views.run_view(name, scaling_config.num_workers, _total_epochs(config, epochs),
+    accepted = submit_run_accepted(client, spec, payload)
+    view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
                           run_config.verbose)
     view.display()
+    if callbacks:
+        return outcome_result(follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks))
     return outcome_result(follow_run(client, spec["run_id"], view, all_ranks=all_ranks,
-                                     name=name))
+                                     name=accepted["name"]))
 
 
 def get_run(name: str) -> Result:

@@ -16,7 +16,8 @@
 from ..train import get_checkpoint, get_context, report
 from ..train.checkpoint import Checkpoint
 from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-from . import schedulers, search
+from . import logger, schedulers, search
+from .callback import Callback
 from .result_grid import ResultGrid, TrialResult
 from .search import (BasicVariantGenerator, ConcurrencyLimiter, choice, grid_search, lograndint,
                      loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform, randint, randn,
@@ -53,8 +54,8 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "report", "get_checkpoint",
-           "get_context", "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig",
+__all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callback", "logger", "report",
+           "get_checkpoint", "get_context", "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig",
            "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
            "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
            "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",

@@ -44,13 +44,14 @@ class TuneController:
                  scheduler, metric: str | None, mode: str | None, num_samples: int,
                  concurrency: int, total_workers: int, time_budget_s: float | None,
                  experiment_path: str, exp_id: str, state: ExperimentState, progress, display,
-                 search_finished: bool, verbose: int):
+                 search_finished: bool, verbose: int, callbacks):
         self.client, self.runner, self.trials = client, runner, trials
         self.search_alg, self.scheduler, self.metric, self.mode = search_alg, scheduler, metric, mode
         self.num_samples, self.concurrency, self.total_workers = num_samples, concurrency, total_workers
         self.time_budget_s, self.experiment_path, self.exp_id = time_budget_s, experiment_path, exp_id
         self.state, self.progress, self.display, self.verbose = state, progress, display, verbose
         self.search_finished = search_finished
+        self.callbacks = callbacks  # a CallbackList (raynb.train.callback_list): post-only, O(1)
         self.interrupted = False
         self._interrupt_requested = False
         self._by_run: dict[str, Trial] = {}
@@ -195,6 +196,7 @@ class TuneController:
         self.progress.set_status(trial.trial_id, RUNNING)
         self.state.mark(trial)
         self._workers_changed()
+        self.callbacks.on_trial_start(trial)
 
     def _workers_changed(self) -> None:
         self.progress.set_workers(len(self._by_run) * self.runner.scaling_config.num_workers,
@@ -218,6 +220,7 @@ class TuneController:
             elif kind == "checkpoint":
                 trial.checkpoint = event.get("path")
                 self.state.mark(trial)
+                self.callbacks.on_checkpoint(trial, trial.checkpoint)
             elif kind == "output":
                 if event.get("rank") == 0 and self.verbose:
                     self._relay(trial, event)
@@ -238,6 +241,7 @@ class TuneController:
         # Reports after an exploit or interrupt are kept: the resumed run counts them.
         trial.results.append(metrics)
         self.progress.add_result(trial.trial_id, metrics)
+        self.callbacks.on_trial_result(trial, metrics)
         if ending:
             return
         if self.metric is not None and self.metric not in metrics:
@@ -309,6 +313,7 @@ class TuneController:
         self.progress.set_status(trial.trial_id, trial.status, trial.error)
         self.state.mark(trial)
         self._workers_changed()
+        self.callbacks.on_trial_end(trial)  # complete (TERMINATED, STOPPED) or error (ERROR)
 
     def _exploit(self, trial: Trial, decision: Exploit) -> None:
         """PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks"): copy
@@ -413,6 +418,3 @@ def _one_line(errors: list) -> str:
     if e.get("exc_type"):
         return f"{e['exc_type']}: {e.get('message', '')}".splitlines()[0][:300]
     return str(e.get("message", "failed")).splitlines()[0][:300]
-
-
-__all__ = ["TuneController", "TrialRunner", "adopt_checkpoint", "write_params"]

@@ -16,6 +16,7 @@ import cloudpickle
 
 from ..client import views
 from ..cluster.rundir import default_storage_path, make_run_name, read_run_dir
+from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
 from .trial_runner import TrialRunner
@@ -133,11 +134,14 @@ class Tuner:
         Raises:
             ValueError: trials report without ``TuneConfig.metric`` (naming what they reported),
                 or a trial needs more workers than the cluster can hold.
+            TypeError: ``RunConfig.callbacks`` holds something that is not a Callback (no trial started).
+            CallbackError: a callback with ``fail_on_error = True`` raised (running trials cancelled).
             ClusterError: the head cannot be reached.
             UnpicklableError: the trainable reads something that cannot be shipped.
         """
         from ..client.connection import get_client
 
+        callbacks = CallbackList(self._run_config.callbacks or ())  # a TypeError before any trial
         client = get_client()
         status = client.status()
         total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
@@ -185,14 +189,18 @@ class Tuner:
             total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
             experiment_path=path, exp_id=header["exp_id"], state=state, progress=progress,
             display=display, search_finished=bool(header.get("search_finished")),
-            verbose=self._run_config.verbose)
+            verbose=self._run_config.verbose, callbacks=callbacks)
         self._controller = controller
+        callbacks.setup(experiment_name=header["name"], experiment_path=path, kind="Tuner",
+                        metric=self._metric, mode=self._mode, num_samples=self._tune_config.num_samples)
         display.display()
         try:
             controller.run()
         finally:
             display.finish()
             state.close()
+            callbacks.on_experiment_end()
+            callbacks.close()
         self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
         grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
         if controller.interrupted:
@@ -202,6 +210,7 @@ class Tuner:
                              f"on this Tuner again, or after a kernel restart "
                              f"Tuner.restore({path!r}, trainable).fit()\n")
             sys.stderr.flush()
+        callbacks.check()  # a fail_on_error callback that raised at the very end
         return grid
 
     def _prepare_experiment(self) -> dict:
