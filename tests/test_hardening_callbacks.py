@@ -223,10 +223,10 @@ def test_a_raising_callback_is_shown_once_and_skipped_the_others_go_on(warm, cap
 def test_fail_on_error_cancels_the_run_and_fit_raises(warm):
     t = time.monotonic()
     with pytest.raises(CallbackError, match=r"Strict.on_trial_result\(\) raised KeyError") as e:
-        TorchTrainer(steps, train_loop_config={"n": 100, "work_s": 0.05}, scaling_config=ScalingConfig(num_workers=2),
+        TorchTrainer(steps, train_loop_config={"n": 200, "work_s": 0.05}, scaling_config=ScalingConfig(num_workers=2),
                      run_config=RunConfig(verbose=0, name=f"strict_{time.time_ns()}",
                                           callbacks=[Strict()])).fit()
-    assert time.monotonic() - t < 4.0  # not the 5 s the run would take
+    assert time.monotonic() - t < 6.0  # not the 10 s the run would take
     assert isinstance(e.value.__cause__, KeyError)
     name = [r for r in warm.status()["runs"] if r["name"].startswith("strict_")][-1]["name"]
     assert raynb.get_run(name).state == "CANCELLED"
@@ -252,8 +252,8 @@ def test_a_slow_or_raising_callback_never_slows_a_rank(warm, capsys, monkeypatch
         _release.set()  # let the callback thread finish its backlog now
     assert result.state == "FINISHED"
     # Rank 0's step times (a 20 ms step and its report()): a callback step is 1 s.
-    assert max(per_step) < 0.3, per_step
-    assert sum(per_step) / len(per_step) < 0.1, per_step
+    assert max(per_step) < 0.5, per_step
+    assert sum(per_step) / len(per_step) < 0.15, per_step
     # fit() came back once the run ended and the bounded drain (0.5 s) ran out, not after
     # 10 x 1 s of callback work.
     assert wall < 5.0, wall
@@ -394,8 +394,8 @@ def logs_with_setup_mlflow(config):
     mlflow = setup_mlflow(config, tracking_uri=config["uri"], experiment_name="in_fn")
     for step in range(1, 4):
         mlflow.log_metric("loss", 1.0 / step, step=step)
-    torch.distributed.barrier()  # rank 1 does not fail the run before rank 0 has logged
-    if config.get("fail"):
+    torch.distributed.barrier()  # rank 1 does not end the run before rank 0 has logged
+    if config.get("fail") and raynb.get_context().get_world_rank() == 0:
         raise ValueError("after logging")
     return type(mlflow).__name__, raynb.get_context().get_world_rank()
 

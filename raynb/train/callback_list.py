@@ -19,6 +19,8 @@ from .callback import CallbackError, TrialSnapshot, check_callbacks
 
 # How long fit() waits, at the end, for the callbacks to handle the events still queued (s).
 DRAIN_TIMEOUT_S = 30.0
+# The same after an interrupt or a lost head: the cell should end promptly (s).
+INTERRUPTED_DRAIN_S = 2.0
 _CLOSE = object()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..client.run import RunOutcome, follow_run
 from ..cluster import protocol as P
 from .callback import CallbackError, TrialSnapshot
-from .callback_list import CallbackList
+from .callback_list import INTERRUPTED_DRAIN_S, CallbackList, drain_timeout_s
 
 
 class _RelayView:
@@ -57,7 +57,8 @@ def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: C
     Raises:
         CallbackError: a ``fail_on_error`` callback raised (the run was cancelled).
         KeyboardInterrupt, ClusterError: as ``follow_run``; the callbacks get
-            ``on_experiment_end`` first (the trial no end event: it did not end).
+            ``on_experiment_end`` first (the trial no end event: it did not end), and
+            are waited for at most ``INTERRUPTED_DRAIN_S``.
     """
     params = spec.get("params")
     trial = TrialSnapshot(f"{spec['run_id'][:8]}_00000", params if isinstance(params, dict) else
@@ -70,7 +71,7 @@ def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: C
         outcome = follow_run(client, spec["run_id"], relay, all_ranks=all_ranks, name=accepted.get("name"))
     except BaseException:
         callbacks.on_experiment_end()
-        callbacks.close()
+        callbacks.close(min(INTERRUPTED_DRAIN_S, drain_timeout_s()))
         raise
     trial.status = "TERMINATED" if outcome.state == "FINISHED" else "ERROR"
     if trial.status == "ERROR":
