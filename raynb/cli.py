@@ -18,6 +18,9 @@ def main(argv=None) -> int:
     s.add_argument("--max-workers", type=positive_int, default=None, help="most workers this machine may hold")
     s.add_argument("--host", default="127.0.0.1", help="interface the head listens on")
     s.add_argument("--port", type=int, default=0, help="port the head listens on (0: any free)")
+    s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
+                   help="seconds a worker forked beyond --workers may stay idle before it is "
+                        "retired (default $RAYNB_WORKER_IDLE_TIMEOUT_S, else 60)")
     sub.add_parser("status", help="show nodes, workers and runs")
     sub.add_parser("stop", help="stop the local cluster and all its processes")
     n = sub.add_parser("node", help="join this machine to a head as a node agent")
@@ -35,7 +38,11 @@ def main(argv=None) -> int:
         if args.cmd == "start":
             from .cluster.launch.local import start_cluster
 
-            info, started = start_cluster(args.workers, args.max_workers, host=args.host, port=args.port)
+            try:
+                info, started = start_cluster(args.workers, args.max_workers, host=args.host,
+                                              port=args.port, idle_timeout_s=args.idle_timeout)
+            except ValueError as e:
+                ap.error(str(e))
             from .cluster.connection import connection_file_path
 
             print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "

@@ -11,14 +11,20 @@ def format_status(st: dict) -> str:
     lines = [f"head {st['address']} (pid {st['pid']}), up {st['uptime_s']:.0f}s, "
              f"rejected messages: {st['rejected_messages']}"]
     for n in st["nodes"]:
-        lines.append(f"node {n['node_id']} on {n['hostname']} ({n['ip']}), pid {n['pid']}, "
+        zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
+        cpus = f", {n['cpus']} cores" if n.get("cpus") else ""
+        lines.append(f"node {n['node_id']} on {n['hostname']} ({n['ip']}), pid {n['pid']}{zygote}{cpus}, "
                      f"warm workers {n['num_workers']} (max {n['max_workers']})")
+        if n.get("note"):
+            lines.append(f"  note: {n['note']}")
     lines.append(f"{'worker':<14}{'pid':>8}  {'state':<6}{'rank':>5}  {'cpu%':>6}{'rss':>9}  run")
     for w in sorted(st["workers"], key=lambda w: w["worker_id"]):
         cpu = w.get("cpu_percent")
         lines.append(f"{w['worker_id']:<14}{w['pid']:>8}  {w['state']:<6}"
                      f"{'' if w['rank'] is None else w['rank']:>5}  "
                      f"{'-' if cpu is None else f'{cpu:.0f}':>6}{_mib(w.get('rss')):>9}  {w.get('run') or ''}")
+        if w.get("not_responding"):
+            lines[-1] = f"{lines[-1].rstrip()}  NOT RESPONDING: {w['not_responding']}"
     active = [r for r in st["runs"] if r["state"] in ("PENDING", "RUNNING", "CANCELLING", "FAILING")]
     lines.append(f"runs: {len(st['runs'])} recorded, {len(active)} active")
     for r in active:

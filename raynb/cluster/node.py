@@ -1,5 +1,15 @@
 """The node agent: one per machine. Owns the zygote, spawns/kills/reaps workers,
-samples their CPU and memory, and tells the head about all of it.
+samples their CPU, memory and state, and tells the head about all of it.
+
+A worker leads a process group with what its tasks started: killing a worker kills
+the group. A zygote that dies takes its workers with it (they die with their
+parent); the agent names it to the head for each of them, ends their groups and
+starts a new zygote (at most ``ZYGOTE_RESTARTS_PER_MIN`` times a minute).
+
+What this cannot end, without a cgroup (systemd's or one the agent could create): a
+process a task had started through a daemon (``systemd-run``, ``docker run``, ``ssh``),
+and, when the zygote or this agent is SIGKILLed, a task's processes that had moved to
+a session of their own (``setsid``); with the agent SIGKILLed, its workers' groups too.
 
 Run as ``python -m raynb.cluster.node --address tcp://HEAD:PORT --workers N`` with the
 cluster key in ``$RAYNB_KEY`` (the head does this for the local node; ``raynb
@@ -24,7 +34,8 @@ import zmq
 
 from . import protocol as P
 from .connection import raynb_home
-from .procutil import ZYGOTE_MODULE, die_with_parent, python_env
+from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
+                       python_env)
 
 log = logging.getLogger("raynb.node")
 
@@ -32,6 +43,11 @@ STATS_INTERVAL_S = 1.0
 # The head answers every stats message; silent this long, it is dead (or its machine
 # is), and this node exits with its workers rather than hold memory and GPUs for nobody.
 HEAD_TIMEOUT_S = 4.0
+# A retired worker (SIGTERM) still there after this long is killed (SIGKILL).
+RETIRE_GRACE_S = 3.0
+ZYGOTE_RESTARTS_PER_MIN = 3
+# psutil states of a process that runs no code until someone resumes it.
+FROZEN_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def _local_ip_for(address: str) -> str:
@@ -86,8 +102,11 @@ class NodeAgent:
         self.sock.connect(address)
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
+        self._retiring: dict[int, float] = {}  # pid -> when to SIGKILL it
         self._next_index = 0
         self._stop = False
+        self._zygote_starts: list[float] = []
+        self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
         log_dir = raynb_home() / "logs"
         log_dir.mkdir(exist_ok=True)
         # The workers' FileStore rendezvous files (single-node process groups) go here and
@@ -95,17 +114,58 @@ class NodeAgent:
         # every rank dropped its reference, which a killed worker, or one that exits with
         # the cluster (os._exit), never does; each left a raynb-rdzv-* file in /tmp for good.
         self.rdzv_dir = tempfile.mkdtemp(prefix=f"raynb-rdzv-{self.node_id}-")
+        self.log_dir = log_dir
+        self._start_zygote()
+
+    # -- zygote ----------------------------------------------------------------
+    def _start_zygote(self) -> None:
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", ZYGOTE_MODULE],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=python_env({"RAYNB_KEY": key.decode(), "RAYNB_ADDRESS": address,
+            env=python_env({"RAYNB_KEY": self.key.decode(), "RAYNB_ADDRESS": self.address,
                             "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
-                            "RAYNB_LOG_DIR": str(log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir}),
+                            "RAYNB_LOG_DIR": str(self.log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir}),
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
+        self._zygote_starts.append(time.monotonic())
 
-    # -- zygote ----------------------------------------------------------------
+    def _zygote_died(self) -> bool:
+        """The zygote is gone, and its workers with it: tell the head, naming the zygote,
+        for each of them; end what their tasks left; start a new zygote (the head asks it
+        for the workers). False when it died too often to try again."""
+        pid, died_at = self.zygote.pid, time.time()
+        try:
+            code = self.zygote.wait(timeout=2)
+        except subprocess.TimeoutExpired:  # it closed its stdout but lives on: end it
+            self.zygote.kill()
+            code = self.zygote.wait()
+        how = describe_exit(code, None) if code >= 0 else describe_exit(None, -code)
+        why = f"the zygote (pid {pid}) died: {how}"
+        for pipe in (self.zygote.stdin, self.zygote.stdout):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        end_groups(self.workers, died_at)
+        for wpid, wid in self.workers.items():
+            self.session.send(self.sock, P.WORKER_EXITED, {
+                "worker_id": wid, "pid": wpid, "exitcode": None, "signal": signal.SIGKILL,
+                "node_id": self.node_id, "reason": f"was killed with its zygote: {why}"})
+        self.workers.clear()
+        self.procs.clear()
+        self._retiring.clear()
+        now = time.monotonic()
+        starts = sum(now - t < 60 for t in self._zygote_starts)
+        if starts >= ZYGOTE_RESTARTS_PER_MIN:
+            self.note = f"{why}; {starts} zygotes started in the last minute: the node agent stops"
+            log.error("%s", self.note)
+            return False
+        self._start_zygote()
+        self.note = f"{why}; a new zygote (pid {self.zygote.pid}) forks this node's workers"
+        log.warning("%s", self.note)
+        return True
+
     def _zygote_send(self, line: str) -> None:
         self.zygote.stdin.write(line.encode() + b"\n")
         self.zygote.stdin.flush()
@@ -121,8 +181,9 @@ class NodeAgent:
         if not parts:
             return
         if parts[0] == "ready":
-            log.info("zygote ready; spawning %d workers", self.num_workers)
-            self.spawn(self.num_workers)
+            if len(self._zygote_starts) == 1:  # a new zygote's workers: the head asks for them
+                log.info("zygote ready; spawning %d workers", self.num_workers)
+                self.spawn(self.num_workers)
         elif parts[0] == "spawned":
             wid, pid = parts[1], int(parts[2])
             self.workers[pid] = wid
@@ -135,6 +196,7 @@ class NodeAgent:
             pid, code, sig = int(parts[1]), int(parts[2]), int(parts[3])
             wid = self.workers.pop(pid, None)
             self.procs.pop(pid, None)
+            self._retiring.pop(pid, None)
             if wid is not None:
                 self.session.send(self.sock, P.WORKER_EXITED, {
                     "worker_id": wid, "pid": pid, "exitcode": code if not sig else None,
@@ -155,15 +217,26 @@ class NodeAgent:
         if msg.msg_type == P.SPAWN_WORKERS:
             self.spawn(int(msg.content.get("count", 1)))
         elif msg.msg_type == P.KILL_WORKER:
-            sig = int(msg.content.get("signal", signal.SIGKILL))
-            for pid, wid in list(self.workers.items()):
-                if wid == msg.content["worker_id"]:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
+            for pid in self._pids_of(msg.content["worker_id"]):
+                kill_group(pid, int(msg.content.get("signal", signal.SIGKILL)))
+        elif msg.msg_type == P.RETIRE_WORKER:
+            for pid in self._pids_of(msg.content["worker_id"]):
+                kill_group(pid, signal.SIGTERM)  # an idle worker exits at once (Worker._on_sigterm)
+                self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
         elif msg.msg_type == P.SHUTDOWN:
             self._stop = True
+
+    def _pids_of(self, worker_id: str) -> list[int]:
+        return [pid for pid, wid in self.workers.items() if wid == worker_id]
+
+    def _kill_late_retirees(self) -> None:
+        """SIGKILL a retired worker that did not exit (a frozen one: SIGTERM waits for SIGCONT)."""
+        now = time.monotonic()
+        for pid, deadline in list(self._retiring.items()):
+            if now >= deadline:
+                del self._retiring[pid]
+                if pid in self.workers:
+                    kill_group(pid, signal.SIGKILL)
 
     def _send_stats(self) -> None:
         stats = {}
@@ -172,16 +245,18 @@ class NodeAgent:
                 with proc.oneshot():
                     stats[self.workers[pid]] = {
                         "pid": pid, "cpu_percent": proc.cpu_percent(None),
-                        "rss": proc.memory_info().rss}
+                        "rss": proc.memory_info().rss,
+                        "frozen": proc.status() in FROZEN_STATES}
             except (psutil.Error, KeyError):
                 continue
-        self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats})
+        self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats,
+                                                    "zygote_pid": self.zygote.pid, "note": self.note})
 
     def serve(self) -> int:
         self.session.send(self.sock, P.NODE_REGISTER, {
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": visible_gpus()})
+            "max_workers": self.max_workers, "gpus": visible_gpus(), "cpus": node_cpus()})
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
@@ -197,10 +272,14 @@ class NodeAgent:
                             last_head = time.monotonic()
                             self._on_head(msg)
                     elif not self._read_zygote():
-                        log.error("zygote exited (code %s); node agent stops", self.zygote.poll())
-                        return 1
+                        if not self._zygote_died():
+                            return 1
+                        poller.unregister(sock)
+                        poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+                        break
                 if time.monotonic() >= next_stats:
                     self._send_stats()
+                    self._kill_late_retirees()
                     next_stats = time.monotonic() + STATS_INTERVAL_S
                 if time.monotonic() - last_head > HEAD_TIMEOUT_S:
                     log.error("no word from the head at %s for %.0fs: it is gone; this node "
@@ -212,10 +291,7 @@ class NodeAgent:
 
     def close(self) -> None:
         for pid in list(self.workers):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            kill_group(pid, signal.SIGKILL)  # each worker and what its task started
         try:
             self._zygote_send("exit")
         except (BrokenPipeError, ValueError):
@@ -233,6 +309,14 @@ class NodeAgent:
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         self.sock.close(0)
         self.ctx.term()
+
+
+def node_cpus() -> int:
+    """The cores this node's workers may run on (its CPU affinity, else all of them)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def default_max_workers() -> int:

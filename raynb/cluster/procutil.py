@@ -6,6 +6,7 @@ import ctypes.util
 import os
 import signal
 import sys
+import time
 
 # The modules the long-lived processes run as (``python -m ...``): also the marker by
 # which a pid is known to still be that process (see connection.process_alive).
@@ -14,7 +15,17 @@ NODE_MODULE = "raynb.cluster.node"
 ZYGOTE_MODULE = "raynb.cluster.zygote"
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _libc = None
+
+
+def _prctl(option: int, arg: int) -> None:
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    _libc.prctl(option, arg, 0, 0, 0)
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
@@ -23,12 +34,110 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
     The chain head -> node agent -> zygote -> worker each set this, so killing
     the head (even with SIGKILL) leaves no orphan holding memory or a GPU.
     """
-    global _libc
-    if not sys.platform.startswith("linux"):
+    _prctl(_PR_SET_PDEATHSIG, int(sig))
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of this process are re-parented to it, not to init (Linux).
+
+    A worker's task may start processes that outlive their parent (a double fork, a
+    shell's ``cmd &``, a child that calls ``setsid`` to leave the process group): they
+    stay this process's descendants, so :func:`end_descendants` still finds them.
+    """
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def has_children() -> bool:
+    """Whether this process has any child, alive or not yet reaped (one syscall)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def reap_children() -> None:
+    """Reap every child that has exited (never waits for a live one)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_descendants(timeout: float = 2.0) -> list[int]:
+    """SIGKILL every descendant of this process and reap those that are (or became, see
+    :func:`become_subreaper`) its children; returns the pids it killed.
+
+    Safe against pid reuse (psutil checks a process's start time before it signals
+    it). A process that left this process's tree through something else (a daemon
+    such as ``systemd-run`` or ``docker`` started it) is not found: only a cgroup
+    would hold those.
+    """
+    import psutil
+
+    if not has_children():
+        return []  # the usual case, without a scan of /proc
+    try:
+        procs = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    deadline = time.monotonic() + timeout
+    left = procs
+    while left and time.monotonic() < deadline:
+        reap_children()
+        left = [p for p in left if _running(p)]
+        if left:
+            time.sleep(0.005)
+    reap_children()
+    return [p.pid for p in procs]
+
+
+def _running(proc) -> bool:
+    import psutil
+
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def end_groups(pgids, started_before: float) -> None:
+    """SIGKILL the members of the process groups ``pgids`` that started before
+    ``started_before`` (``time.time()``): what dead workers' tasks left, once a leader,
+    gone, may no longer hold its group's id (a new process could lead a group of it)."""
+    import psutil
+
+    pgids = set(pgids)
+    if not pgids:
         return
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    _libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if p.info["create_time"] <= started_before and os.getpgid(p.pid) in pgids:
+                p.kill()
+        except (OSError, psutil.Error):
+            pass
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to the process group ``pgid`` (a worker and what its tasks started),
+    or to the process alone when it leads no group."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        try:
+            os.kill(pgid, sig)
+        except ProcessLookupError:
+            pass
+    except PermissionError:
+        pass
 
 
 def describe_exit(exitcode: int | None, signum: int | None) -> str:

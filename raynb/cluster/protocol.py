@@ -62,19 +62,23 @@ PONG = "pong"                    # also the head's answer to a node's stats
 RUNS_REPLY = "runs_reply"        # {"runs": [summary, ...]}
 RUN_RECORD = "run_record"        # {"record": {...}}: answer to get_run / attach_run
 # node agent -> head
-NODE_REGISTER = "node_register"
-WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal"}
-NODE_STATS = "node_stats"        # {"workers": {worker_id: {"pid", "cpu_percent", "rss"}}}
+NODE_REGISTER = "node_register"  # {"node_id", ..., "num_workers", "max_workers", "gpus", "cpus"}
+WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal", "reason"?}
+NODE_STATS = "node_stats"        # {"workers": {worker_id: {"pid", "cpu_percent", "rss", "status"}},
+                                 #  "zygote_pid", "note"}
 # head -> node agent
 SPAWN_WORKERS = "spawn_workers"  # {"count"}
-KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}
+KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
+RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
 # worker -> head
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname"}
+WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
 # head -> worker
-RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group"}; buffers[0] = the function
+RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
+SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)

@@ -24,7 +24,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from datetime import timedelta
 
 import cloudpickle
@@ -33,34 +32,17 @@ import zmq
 from . import protocol as P
 from . import task_context
 from .module_reload import UserModules
-from .notebook_main import load_payload, notebook_main, with_pickling_hint
+from .notebook_main import load_payload, notebook_main
+from .procutil import become_subreaper, end_descendants
 from .rank_output import RankStream
+from .remote_error import format_remote_error
+from .thread_share import ThreadShare
 
 log = logging.getLogger("raynb.worker")
 
-_THIS_FILE = __file__.rstrip("c")
-def format_remote_error(exc: BaseException, rank: int) -> dict:
-    """Describe an exception raised by the user's function, for the notebook.
-
-    raynb's own frames are dropped so the traceback starts at the user's code,
-    whose line numbers are the cell's (the client compiled it that way).
-    """
-    try:
-        message = str(exc)
-    except Exception:  # noqa: BLE001 - a broken __str__ must not kill the worker
-        message = "<exception str() failed>"
-    tbe = traceback.TracebackException.from_exception(exc)
-    tbe.stack = traceback.StackSummary.from_list(
-        [f for f in tbe.stack if os.path.realpath(f.filename) != os.path.realpath(_THIS_FILE)])
-    return {
-        "rank": rank,
-        "pid": os.getpid(),
-        "hostname": socket.gethostname(),
-        "exc_type": type(exc).__qualname__,
-        "exc_module": type(exc).__module__,
-        "message": with_pickling_hint(exc, message),
-        "traceback": "".join(tbe.format()),
-    }
+# The I/O thread's sign of life to the head: a worker silent much longer than this (a
+# SIGSTOP, a hang that holds the GIL) is shown as not responding.
+HEARTBEAT_S = 1.0
 
 
 class Worker:
@@ -85,6 +67,7 @@ class Worker:
         self._out_session = P.Session(key)
         self.group_key: str | None = None
         self._modules = UserModules()
+        self.threads = ThreadShare()
         self._sys_path_seen: tuple = ()
         self._store = None
         try:
@@ -102,9 +85,10 @@ class Worker:
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
         # output would be written into it.
-        sys.stdout = RankStream(self, "stdout", sys.stdout)
-        sys.stderr = RankStream(self, "stderr", sys.stderr)
+        self.streams = (RankStream(self, "stdout", sys.stdout), RankStream(self, "stderr", sys.stderr))
+        sys.stdout, sys.stderr = self.streams
         signal.signal(signal.SIGINT, self._on_sigint)
+        signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def forked(self) -> bool:
         """True in a process the user's code forked from this worker (a DataLoader worker).
@@ -136,6 +120,8 @@ class Worker:
             return
         event.setdefault("time", time.time())
         self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
+        if self.threads.pending and threading.get_ident() == self._main_ident:
+            self.threads.apply()
 
     # -- the I/O thread -------------------------------------------------------
     def _io_loop(self) -> None:
@@ -153,8 +139,12 @@ class Worker:
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
         poller.register(pull, zmq.POLLIN)
+        next_beat = time.monotonic() + HEARTBEAT_S
         while True:
-            for sock, _ in poller.poll():
+            if time.monotonic() >= next_beat:
+                session.send(dealer, P.WORKER_ALIVE, {})
+                next_beat = time.monotonic() + HEARTBEAT_S
+            for sock, _ in poller.poll(max(0.0, next_beat - time.monotonic()) * 1000):
                 if sock is pull:
                     dealer.send_multipart(pull.recv_multipart(copy=False), copy=False)
                     continue
@@ -165,6 +155,9 @@ class Worker:
                     self.tasks.put(msg)
                 elif msg.msg_type == P.CANCEL_TASK:
                     self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
+                elif msg.msg_type == P.SET_THREADS:
+                    c = msg.content
+                    self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
                 elif msg.msg_type == P.SHUTDOWN:
                     os._exit(0)
 
@@ -187,6 +180,15 @@ class Worker:
         if self._cancel_requested and self._interruptible:
             raise KeyboardInterrupt("run cancelled")
 
+    def _on_sigterm(self, signum, frame):
+        # The node agent retires an idle worker with SIGTERM: a clean exit. A busy one
+        # dies of the signal, as it would without this handler (not the zygote's, which
+        # it inherited and which would raise SystemExit into the user's function).
+        if self.current_task is None:
+            os._exit(0)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
     # -- the main thread ------------------------------------------------------
     def serve(self) -> int:
         while True:
@@ -206,6 +208,10 @@ class Worker:
             else:
                 self.current_task = task
                 self._cancel_requested = False
+        # The previous task may have closed or replaced sys.stdout / sys.stderr.
+        for stream in self.streams:
+            stream.reopen()
+        sys.stdout, sys.stderr = self.streams
         started_ns = time.time_ns()
         if status == "ok":
             try:
@@ -235,12 +241,18 @@ class Worker:
                 status, error = "error", format_remote_error(exc, rank)
             finally:
                 self._interruptible = False
-                sys.stdout.flush()
-                sys.stderr.flush()
+                for stream in self.streams:
+                    stream.drain()
                 with self.lock:
                     self.current_task = None
                     self._cancel_requested = False
                 task_context.end(status)
+                self.threads.end()
+                # What the task started (a subprocess, a fork, a DataLoader's workers) ends
+                # with it, as on cancel: nothing of a run outlives it.
+                killed = end_descendants()
+                if killed:
+                    log.info("run %s: ended %d process(es) it left: %s", run_id, len(killed), killed)
         buffers = []
         if status == "ok" and ret is not None and rank == 0:
             try:
@@ -284,13 +296,10 @@ class Worker:
                     sys.path.insert(0, p)
             self._sys_path_seen = paths
         self._modules.reload_changed()
-        import torch
-
-        threads = max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"]))
-        # Checked against torch itself, not what we last set: the previous run's code may
-        # have called torch.set_num_threads, which must not leak into this run.
-        if threads != torch.get_num_threads():
-            torch.set_num_threads(threads)
+        # The head's share of the node's cores (see thread_share); the function's own
+        # torch.set_num_threads still wins, it runs after this.
+        self.threads.start((task["run_id"], task.get("attempt", 0)), task.get("num_threads") or max(
+            1, (os.cpu_count() or 1) // max(1, task["local_world_size"])))
         self._ensure_group(task)
 
     def _store_server(self):
@@ -374,5 +383,6 @@ def _takes_config(fn) -> bool:
 
 def main(worker_id: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    become_subreaper()  # what a task starts stays below the worker, see end_descendants
     worker = Worker(worker_id, os.environ["RAYNB_ADDRESS"], P.key_from_env())
     return worker.serve()

@@ -11,6 +11,13 @@ stdin/stdout with one-line commands::
 The zygote is each worker's parent, so it learns of a worker's death from
 ``waitpid`` the moment it happens, with the exit code or signal.
 
+Each worker leads a process group of its own, and what its tasks start stays in
+it. Before the zygote reaps a dead worker it kills that group (the zombie still
+holds the group's id, so it cannot name another group yet); as a child subreaper
+it also gets, and kills, what the worker left that had moved to a group or session
+of its own. A worker ends its tasks' processes itself at the end of each task
+(``procutil.end_descendants``).
+
 It must stay single-threaded and must never run a torch operation: forking a
 process with threads (a ZeroMQ context, an OpenMP pool) leaves the child with
 locks nobody will release. That is also why the node agent, which has a ZeroMQ
@@ -24,7 +31,7 @@ import select
 import signal
 import sys
 
-from .procutil import die_with_parent
+from .procutil import become_subreaper, die_with_parent, end_descendants, kill_group
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
@@ -43,6 +50,7 @@ def _preload() -> None:
     import torch.utils.data  # noqa: F401
     import torch.utils.data.distributed  # noqa: F401
     import cloudpickle  # noqa: F401
+    import psutil  # noqa: F401
     import zmq  # noqa: F401  (the module only; contexts are made after fork)
 
     from . import worker  # noqa: F401
@@ -57,6 +65,7 @@ def _run_child(worker_id: str, log_dir: str) -> None:
     """In the forked child: detach from the zygote's pipes and become a worker."""
     code = 1
     try:
+        os.setpgid(0, 0)  # a group of its own: the processes its tasks start are ended with it
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         die_with_parent(signal.SIGKILL)
@@ -80,8 +89,72 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         os._exit(code or 0)
 
 
+def _reap(children: set[int], out) -> None:
+    """Report every worker that exited. Its process group is killed first, while its
+    zombie still holds the group's id, and then its orphans (re-parented here)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None:
+            return
+        pid = info.si_pid
+        if pid in children:
+            kill_group(pid)
+            _end_orphans(children)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
+        if pid in children:
+            children.discard(pid)
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
+            out.write(f"exited {pid} {code} {sig}\n")
+
+
+def _end_orphans(workers: set[int]) -> None:
+    """Kill the zygote's children that are not workers: what a dead worker's tasks left
+    in a session of their own (``setsid``), re-parented to this subreaper."""
+    import psutil
+
+    try:
+        for p in psutil.Process().children():
+            if p.pid not in workers:
+                p.kill()
+    except psutil.Error:
+        pass
+
+
+def _end_all(children: set[int]) -> None:
+    """On the way out: every worker's group, then what is left below the zygote."""
+    for pid in children:
+        kill_group(pid)
+    for pid in list(children):
+        try:
+            os.waitpid(pid, 0)  # dead, its orphans are the zygote's
+        except ChildProcessError:
+            pass
+    children.clear()
+    end_descendants(timeout=1.0)
+
+
+def _spawn(worker_id: str, log_dir: str, children: set[int], out) -> None:
+    pid = os.fork()
+    if pid == 0:
+        _run_child(worker_id, log_dir)
+    try:
+        os.setpgid(pid, pid)  # also here, so the group exists before "spawned" is read
+    except OSError:
+        pass  # the child did it first, or is gone already (then "exited" follows)
+    children.add(pid)
+    out.write(f"spawned {worker_id} {pid}\n")
+
+
 def main() -> int:
     die_with_parent(signal.SIGTERM)
+    become_subreaper()
     log_dir = os.environ.get("RAYNB_LOG_DIR", ".")
     _preload()
     out = sys.stdout
@@ -104,18 +177,7 @@ def main() -> int:
                 continue
             if rfd in ready:
                 os.read(rfd, 4096)
-            # Reap everything that has exited, whatever woke us.
-            while children:
-                try:
-                    pid, status = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    break
-                if pid == 0:
-                    break
-                children.discard(pid)
-                sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
-                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
-                out.write(f"exited {pid} {code} {sig}\n")
+            _reap(children, out)  # everything that has exited, whatever woke us
             out.flush()
             if stdin in ready:
                 chunk = os.read(stdin.fileno(), 65536)
@@ -126,22 +188,27 @@ def main() -> int:
                 for line in lines:
                     parts = line.decode().split()
                     if len(parts) == 2 and parts[0] == "spawn":
-                        pid = os.fork()
-                        if pid == 0:
-                            _run_child(parts[1], log_dir)
-                        children.add(pid)
-                        out.write(f"spawned {parts[1]} {pid}\n")
+                        _spawn(parts[1], log_dir, children, out)
                     elif parts and parts[0] == "exit":
                         return 0
                 out.flush()
     finally:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        _end_all(children)
     return 0
 
 
+def _exit(code: int) -> None:
+    """Leave without the interpreter's teardown: with torch loaded it took about a second
+    of every `raynb stop`, and a fork server has nothing to clean up but its pipe."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        _exit(main())
+    except SystemExit as e:  # SIGTERM
+        _exit(e.code if isinstance(e.code, int) else 0)

@@ -10,6 +10,7 @@ import time
 
 from .. import protocol as P
 from ..connection import remove_connection_file, write_connection_file
+from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from .server import Head
 
 log = logging.getLogger("raynb.head")
@@ -23,12 +24,18 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--daemon", action="store_true", help="fork into the background first")
     ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    ap.add_argument("--idle-timeout", type=float, default=None,
+                    help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)")
     args = ap.parse_args(argv)
+    try:
+        idle_timeout = idle_timeout_s(args.idle_timeout)
+    except ValueError as e:
+        ap.error(str(e))
     if args.daemon and os.fork() > 0:
         os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
     logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
     key = P.key_from_env()
-    head = Head(key, args.host, args.port, args.workers, args.max_workers)
+    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -96,8 +96,13 @@ class RunQueue:
         local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
         seen: dict[str, int] = {}
         self._controller.placed(run, placement.worker_ids)
-        for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
+        for rank, w in enumerate(chosen):
             w.run_id, w.rank = run.run_id, rank
+        # Each rank's share of its node's cores, counting every rank busy there now (this
+        # run's too): four one-rank trials on two cores get a thread each, not two.
+        threads = {nid: self._registry.thread_share(nid) for nid in nodes}
+        for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
+            w.threads, w.attempt = threads[w.node_id], run.attempt
             local_rank = seen.get(w.node_id, 0)
             seen[w.node_id] = local_rank + 1
             if gpu_id is not None:
@@ -109,7 +114,7 @@ class RunQueue:
                 "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
                 "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
-                "attempt": run.attempt, "checkpoint": checkpoint,
+                "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
             }, run.payload)
         self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                         "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,

@@ -26,6 +26,11 @@ class WorkerInfo:
     group_key: str | None = None
     stats: dict = field(default_factory=dict)
     store_port: int | None = None  # its always-listening TCPStore server (rendezvous as rank 0)
+    last_seen: float = field(default_factory=time.monotonic)  # its last message (any kind)
+    idle_since: float | None = None  # when it last became idle (monotonic), None while busy
+    not_responding: str | None = None  # why it is shown as not responding, or None
+    threads: int | None = None  # the torch threads its task was given (None: idle, or unknown)
+    attempt: int = 0            # of the run whose rank it holds
 
     @property
     def busy(self) -> bool:
@@ -45,6 +50,9 @@ class NodeInfo:
     gpus: list = field(default_factory=list)       # CUDA device indices on this node
     gpus_in_use: set = field(default_factory=set)
     last_seen: float = field(default_factory=time.monotonic)
+    cpus: int = 0                  # cores its workers may use (0: not reported)
+    zygote_pid: int | None = None
+    note: str | None = None        # the node agent's last word on its zygote
 
     @property
     def free_gpus(self) -> list:
@@ -88,6 +96,15 @@ class Registry:
     def workers_on(self, node_id: str) -> int:
         return sum(1 for w in self.workers.values() if w.node_id == node_id)
 
+    def thread_share(self, node_id: str) -> int | None:
+        """torch threads for a rank that starts on ``node_id`` now: its cores over its busy
+        workers (this run's ranks already counted busy), at least 1; None if unknown."""
+        node = self.nodes.get(node_id)
+        if node is None or not node.cpus:
+            return None
+        busy = sum(1 for w in self.workers.values() if w.node_id == node_id and w.busy)
+        return max(1, node.cpus // max(1, busy))
+
     def capacity(self) -> int:
         """The most workers the cluster can hold (1 before any node registered)."""
         return sum(n.max_workers for n in self.nodes.values()) or (self.max_workers or 0) or 1
@@ -105,6 +122,12 @@ class Registry:
     def remove_worker(self, worker_id: str) -> WorkerInfo | None:
         self.forget_groups_with(worker_id)
         return self.workers.pop(worker_id, None)
+
+    def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
+        """A message came from this worker (``identity``, its routing id): it is alive."""
+        w = self.workers.get(worker_id)
+        if w is not None and w.identity == identity:
+            w.last_seen = now
 
     def missing_workers(self, node_id: str | None) -> int:
         """How many workers ``node_id`` lacks of its warm count (forks in flight count)."""
@@ -149,11 +172,13 @@ class Registry:
     def status_nodes(self) -> list[dict]:
         return [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
                  "num_workers": n.num_workers, "max_workers": n.max_workers,
-                 "spawning": n.spawning, "gpus": n.gpus,
-                 "gpus_in_use": sorted(n.gpus_in_use)} for n in self.nodes.values()]
+                 "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
+                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note}
+                for n in self.nodes.values()]
 
     def status_workers(self, run_names: dict[str, str]) -> list[dict]:
         return [{"worker_id": w.worker_id, "node_id": w.node_id, "pid": w.pid,
                  "state": "busy" if w.busy else "idle", "run_id": w.run_id,
-                 "run": run_names.get(w.run_id), "rank": w.rank, **w.stats}
+                 "run": run_names.get(w.run_id), "rank": w.rank,
+                 "not_responding": w.not_responding, **w.stats}
                 for w in self.workers.values()]

@@ -21,6 +21,7 @@ from ..procutil import describe_exit, signal_name
 from . import scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
+from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
 from .registry import NodeInfo, Registry, WorkerInfo
 from .run import TERMINAL, Run
@@ -41,10 +42,13 @@ class Head:
         port: TCP port, 0 for a free one.
         num_workers: workers the local node keeps warm.
         max_workers: the most workers the local node may hold (None: its default).
+        idle_timeout_s: how long a worker beyond its node's warm count may stay idle
+            before it is retired (``pool.WorkerPool``).
     """
 
     def __init__(self, key: bytes, bind_host: str = "127.0.0.1", port: int = 0,
-                 num_workers: int = 4, max_workers: int | None = None):
+                 num_workers: int = 4, max_workers: int | None = None,
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
         self.key = key
         self.session = P.Session(key)
         self.ctx = zmq.Context()
@@ -71,6 +75,7 @@ class Head:
         self.store = RunStore(self.emit)
         self.controller = RunController(self, self.store)
         self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller)
+        self.pool = WorkerPool(self.registry, self.send, self._note, idle_timeout_s)
         self.local_node: LocalNode | None = None
         self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
@@ -82,7 +87,7 @@ class Head:
             P.CANCEL_RUN: self.on_cancel_run, P.NODE_REGISTER: self.on_node_register,
             P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
             P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
-            P.TASK_DONE: self.on_task_done,
+            P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
         }
         self.store.load_archive()
 
@@ -128,6 +133,8 @@ class Head:
             return
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
+        elif identity.startswith(b"worker:"):
+            self.registry.worker_seen(P.routing_name(identity), identity, time.monotonic())
         handler = self.handlers.get(msg.msg_type)
         if handler is None:
             log.warning("unexpected %s from %r", msg.msg_type, identity)
@@ -146,6 +153,7 @@ class Head:
             self.controller.tick(run)
             if run.state == "RUNNING":
                 run.rundir.flush()
+        self.pool.tick(now, runs_waiting=len(self.queue) > 0)
         # Without these checks a dead node agent's ranks (its zygote kills them) would
         # never be reported, and their runs and clients would wait forever.
         how = self.local_node.exited() if self.local_node is not None else None
@@ -259,7 +267,8 @@ class Head:
         c = msg.content
         self.registry.add_node(NodeInfo(
             c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
-            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", []))))
+            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
+            cpus=int(c.get("cpus") or 0)))
         log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
 
     def on_worker_ready(self, msg: P.Message) -> None:
@@ -269,14 +278,7 @@ class Head:
         self.schedule()
 
     def on_node_stats(self, msg: P.Message) -> None:
-        by_run: dict[str, dict] = {}
-        for wid, st in msg.content.get("workers", {}).items():
-            w = self.registry.workers.get(wid)
-            if w is None:
-                continue
-            w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
-            if w.run_id is not None:
-                by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
+        by_run = self.pool.observe(msg.content, time.monotonic())
         self.send(msg.identity, P.PONG, {"time": time.time()})  # the node's sign of our life
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
@@ -286,11 +288,11 @@ class Head:
     def on_worker_exited(self, msg: P.Message) -> None:
         c = msg.content
         w = self.registry.remove_worker(c["worker_id"])
-        how = describe_exit(c.get("exitcode"), c.get("signal"))
+        how = c.get("reason") or describe_exit(c.get("exitcode"), c.get("signal"))
         log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
         if w is not None:
             self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
-        self._refill(c.get("node_id"))
+        self.pool.refill(c.get("node_id"))
         self.schedule()
 
     def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
@@ -300,14 +302,6 @@ class Head:
             self.controller.rank_lost(run, w.rank, {
                 "rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
                 "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
-
-    def _refill(self, node_id: str | None) -> None:
-        """Keep each node at its warm worker count: replace the dead from the zygote."""
-        missing = self.registry.missing_workers(node_id)
-        if missing:
-            node = self.registry.nodes[node_id]
-            node.spawning += missing
-            self.send(node.identity, P.SPAWN_WORKERS, {"count": missing})
 
     # -- run events -------------------------------------------------------------
     def _rank_of(self, msg: P.Message, run: Run) -> int | None:
@@ -355,6 +349,11 @@ class Head:
     def emit(self, run: Run, event: dict) -> None:
         event.setdefault("time", time.time())
         self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+
+    def _note(self, run_id: str, text: str) -> None:
+        run = self.runs.get(run_id)
+        if run is not None and run.state not in TERMINAL:
+            self.emit(run, {"kind": "note", "text": text})
 
     def _to_clients(self, run: Run, msg_type: str, content: dict, buffers=()) -> None:
         for identity in (run.client, *run.followers):

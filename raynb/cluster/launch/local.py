@@ -20,6 +20,7 @@ from .. import protocol as P
 from ..control import Client
 from ..connection import (connection_file_path, head_alive, process_alive, raynb_home,
                          read_connection_file, remove_connection_file)
+from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..procutil import HEAD_MODULE, NODE_MODULE
 from ...errors import ClusterError
 
@@ -98,7 +99,8 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
 
 
 def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
-                  host: str = "127.0.0.1", port: int = 0) -> tuple[dict, bool]:
+                  host: str = "127.0.0.1", port: int = 0,
+                  idle_timeout_s: float | None = None) -> tuple[dict, bool]:
     """Start the local cluster in the background, or find the running one.
 
     Args:
@@ -106,16 +108,21 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         max_workers (int | None): the most workers this machine may hold.
         timeout (float): seconds to wait for the workers to be ready.
         host, port: where the head listens (127.0.0.1 and a free port by default).
+        idle_timeout_s (float | None): seconds a worker forked beyond ``num_workers`` (for
+            a big or a concurrent run) may stay idle before it is retired; None:
+            ``$RAYNB_WORKER_IDLE_TIMEOUT_S``, else 60.
 
     Returns:
         (connection info, started): ``started`` is False when a cluster was already running.
 
     Raises:
-        ValueError: ``num_workers`` is not a positive integer.
+        ValueError: ``num_workers`` is not a positive integer, or the idle timeout is
+            not a number of seconds >= 0.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
     with _start_lock():
         info = _live_cluster()
         if info is not None:
@@ -127,6 +134,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
                "--workers", str(num_workers), "--host", host, "--port", str(port)]
         if max_workers:
             cmd += ["--max-workers", str(max_workers)]
+        if idle_timeout_s is not None:
+            cmd += ["--idle-timeout", str(float(idle_timeout_s))]
         env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
         with open(log_dir / "head.log", "ab") as log:
             launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -180,6 +189,27 @@ def cluster_pids(info: dict) -> list[int]:
     return list(dict.fromkeys(pids))  # the node agent is also among the head's descendants
 
 
+def _wait_gone(procs: list, timeout: float) -> list:
+    """Wait until each process has exited; returns those still running after ``timeout`` s.
+
+    A zombie counts as gone: it holds nothing but its pid until its parent reaps it, and
+    the head's parent is init, which may take its time (psutil.wait_procs waited ~1.5 s
+    for that on every stop)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        procs = [p for p in procs if _running(p)]
+        if not procs or time.monotonic() >= deadline:
+            return procs
+        time.sleep(0.02)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def stop_cluster(timeout: float = 10.0) -> bool:
     """Stop the local cluster and every process it started.
 
@@ -206,14 +236,13 @@ def stop_cluster(timeout: float = 10.0) -> bool:
             pass
         finally:
             c.close()
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for p in alive:  # did not stop by itself: make sure
+    alive = _wait_gone(procs, timeout)
+    for p in alive:  # did not stop by itself: make sure (psutil checks the pid was not reused)
         try:
-            if any("raynb" in part for part in p.cmdline()):
-                p.send_signal(signal.SIGKILL)
+            p.send_signal(signal.SIGKILL)
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=5)
+    _wait_gone(alive, 5.0)
     if read_connection_file() is not None and not head_alive(info):
         remove_connection_file()
     return True

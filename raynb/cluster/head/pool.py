@@ -1,0 +1,174 @@
+"""The head's worker pool: keeping each node at its warm worker count, retiring the
+extra workers forked for big or concurrent runs once they sat idle, and telling
+who is not responding.
+
+- **Refill**: a node that lost a worker (it died, or its zygote did) is asked for a
+  new one until it holds its warm count (``num_workers``) again.
+- **Retire**: a run that needs more workers than are idle gets more forked (see
+  ``scheduler.Fork``), up to the node's ``max_workers``. Those beyond the warm count
+  that stayed idle ``idle_timeout_s`` are retired (``retire_worker`` to their node
+  agent: SIGTERM, a clean exit for an idle worker), the ones in no process group
+  first, then the newest. Never a busy worker, never below the warm count, never
+  while a run waits in the queue (it may need them).
+- **Threads**: a rank's torch threads are its node's cores over the ranks busy there
+  (at least 1): given at its start (``run_task``), updated (``set_threads``) when
+  that count changes, applied by the worker (``thread_share``).
+- **Not responding**: a worker whose process is stopped (SIGSTOP, a debugger: the
+  node agent's sample says so) or that sent nothing, not even its I/O thread's
+  heartbeat, for ``WORKER_SILENCE_S`` (a hang holding the GIL) is marked, in
+  ``raynb status`` and with a note to its run's pane; another note when it is back.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Callable
+
+from .. import protocol as P
+from .registry import Registry, WorkerInfo
+
+log = logging.getLogger("raynb.head")
+
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+IDLE_TIMEOUT_ENV = "RAYNB_WORKER_IDLE_TIMEOUT_S"
+# A worker's I/O thread sends a heartbeat every second (worker.HEARTBEAT_S).
+WORKER_SILENCE_S = 5.0
+
+
+def idle_timeout_s(value: str | float | None = None) -> float:
+    """The idle time (s) after which extra workers are retired: ``value`` if given, else
+    ``$RAYNB_WORKER_IDLE_TIMEOUT_S``, else 60.
+
+    Raises:
+        ValueError: not a number of seconds >= 0 (the message names where it came from).
+    """
+    source = "the idle timeout (--idle-timeout, idle_timeout_s)"
+    if value is None:
+        value, source = os.environ.get(IDLE_TIMEOUT_ENV), IDLE_TIMEOUT_ENV
+        if value in (None, ""):
+            return DEFAULT_IDLE_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{source} must be a number of seconds >= 0 (how long a worker beyond "
+                         f"the warm count may stay idle before it is retired), got {value!r}")
+    return seconds
+
+
+class WorkerPool:
+    """Args:
+        registry: the head's nodes and workers.
+        send: ``send(identity, msg_type, content)`` on the head's socket.
+        note: ``note(run_id, text)``: a note for the pane of a run, if it is live.
+        idle_timeout_s: see :func:`idle_timeout_s`.
+    """
+
+    def __init__(self, registry: Registry, send: Callable, note: Callable[[str, str], None],
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
+        self.registry, self._send, self._note = registry, send, note
+        self.idle_timeout_s = idle_timeout_s
+
+    # -- keeping the warm count ---------------------------------------------------
+    def refill(self, node_id: str | None) -> None:
+        """Replace the node's dead workers from its zygote, up to its warm count."""
+        missing = self.registry.missing_workers(node_id)
+        if missing:
+            node = self.registry.nodes[node_id]
+            node.spawning += missing
+            self._send(node.identity, P.SPAWN_WORKERS, {"count": missing})
+
+    def tick(self, now: float, runs_waiting: bool) -> None:
+        """Note when each worker became idle, update the busy ones' thread shares, retire
+        those idle too long beyond the warm count."""
+        busy: dict[str, list] = {}
+        for w in self.registry.workers.values():
+            if w.busy:
+                w.idle_since = None
+                busy.setdefault(w.node_id, []).append(w)
+            elif w.idle_since is None:
+                w.idle_since, w.threads = now, None
+        for node_id, workers in busy.items():
+            self._share_threads(node_id, workers)
+        if runs_waiting:
+            return
+        for w in self.retirable(now):
+            self.retire(w, now)
+
+    def _share_threads(self, node_id: str, busy: list[WorkerInfo]) -> None:
+        share = self.registry.thread_share(node_id)
+        for w in busy:
+            if share is not None and w.threads is not None and w.threads != share:
+                w.threads = share
+                self._send(w.identity, P.SET_THREADS, {"run_id": w.run_id, "attempt": w.attempt,
+                                                       "num_threads": share})
+
+    def retirable(self, now: float) -> list[WorkerInfo]:
+        """Of each node's idle workers, as many as it holds beyond its warm count, chosen
+        ungrouped first, then the newest (the original warm ones stay, with their process
+        group): those of them idle for the timeout. An older idle worker is not taken
+        for a newer one that is not idle long enough yet."""
+        grouped = {wid for members in self.registry.groups for wid in members}
+        order = {wid: i for i, wid in enumerate(self.registry.workers)}
+        out = []
+        for node in self.registry.nodes.values():
+            mine = [w for w in self.registry.workers.values() if w.node_id == node.node_id]
+            extra = len(mine) - node.num_workers
+            if extra <= 0 or node.spawning:
+                continue
+            idle = sorted((w for w in mine if not w.busy and w.idle_since is not None),
+                          key=lambda w: (w.worker_id in grouped, -order[w.worker_id]))
+            out += [w for w in idle[:extra] if now - w.idle_since >= self.idle_timeout_s]
+        return out
+
+    def retire(self, w: WorkerInfo, now: float) -> None:
+        node = self.registry.nodes.get(w.node_id)
+        log.info("retiring worker %s (pid %d): idle %.0fs, beyond node %s's %d warm workers",
+                 w.worker_id, w.pid, now - w.idle_since, w.node_id, node.num_workers)
+        self.registry.remove_worker(w.worker_id)  # never scheduled again; its exit comes later
+        self._send(node.identity, P.RETIRE_WORKER, {"worker_id": w.worker_id})
+
+    # -- the node agents' samples -------------------------------------------------
+    def observe(self, content: dict, now: float) -> dict[str, dict]:
+        """Take a node's ``node_stats``; returns the stats of each live run's ranks there,
+        ``{run_id: {rank: {"pid", "cpu_percent", "rss"}}}``, for the panes."""
+        node = self.registry.nodes.get(content.get("node_id"))
+        if node is not None:
+            node.zygote_pid, node.note = content.get("zygote_pid"), content.get("note")
+        by_run: dict[str, dict] = {}
+        for wid, st in content.get("workers", {}).items():
+            w = self.registry.workers.get(wid)
+            if w is None:
+                continue
+            w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
+            self._responding(w, _why_not_responding(w, st, now))
+            if w.run_id is not None:
+                by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
+        return by_run
+
+    def _responding(self, w: WorkerInfo, why: str | None) -> None:
+        was = w.not_responding
+        w.not_responding = why
+        if (was is None) == (why is None):
+            return
+        who = f"worker {w.worker_id} (pid {w.pid} on {w.hostname})"
+        if w.run_id is not None:
+            who = f"rank {w.rank} (pid {w.pid} on {w.hostname})"
+        if why is not None:
+            log.warning("%s is not responding: %s", who, why)
+            text = f"{who} is not responding: {why}"
+        else:
+            log.info("%s responds again", who)
+            text = f"{who} responds again"
+        if w.run_id is not None:
+            self._note(w.run_id, text)
+
+
+def _why_not_responding(w: WorkerInfo, st: dict, now: float) -> str | None:
+    if st.get("frozen"):
+        return "its process is stopped (SIGSTOP, or a debugger holds it); SIGCONT resumes it"
+    silent = now - w.last_seen
+    if silent > WORKER_SILENCE_S:
+        return f"no message from it, not even its heartbeat, for {silent:.0f}s (a hang that holds the GIL?)"
+    return None
