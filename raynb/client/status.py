@@ -6,6 +6,15 @@ def _mib(n) -> str:
     return f"{n / 2**20:.0f}MiB" if isinstance(n, (int, float)) else "-"
 
 
+def _gpu_columns(w: dict) -> str:
+    """'0   57%   1234/81559MiB' for a worker NVML saw on GPU 0; blanks otherwise."""
+    if w.get("gpu") is None:
+        return f"{'-':>3}{'':>6}{'':>16}"
+    util = w.get("gpu_util")
+    mem = f"{_mib(w.get('gpu_mem_used'))[:-3]}/{_mib(w.get('gpu_mem_total'))}"
+    return f"{w['gpu']:>3}{'-' if util is None else f'{util:.0f}%':>6}{mem:>16}"
+
+
 def format_status(st: dict) -> str:
     """Human-readable cluster status: nodes, workers, runs, rejected messages."""
     lines = [f"head {st['address']} (pid {st['pid']}), up {st['uptime_s']:.0f}s, "
@@ -17,12 +26,16 @@ def format_status(st: dict) -> str:
                      f"warm workers {n['num_workers']} (max {n['max_workers']})")
         if n.get("note"):
             lines.append(f"  note: {n['note']}")
-    lines.append(f"{'worker':<14}{'pid':>8}  {'state':<6}{'rank':>5}  {'cpu%':>6}{'rss':>9}  run")
+    # GPU columns only where NVML saw a worker on a GPU (absent on CPU machines).
+    gpus = any(w.get("gpu") is not None for w in st["workers"])
+    lines.append(f"{'worker':<14}{'pid':>8}  {'state':<6}{'rank':>5}  {'cpu%':>6}{'rss':>9}"
+                 + (f"  {'gpu':>3}{'util':>6}{'gpu mem':>16}" if gpus else "") + "  run")
     for w in sorted(st["workers"], key=lambda w: w["worker_id"]):
         cpu = w.get("cpu_percent")
         lines.append(f"{w['worker_id']:<14}{w['pid']:>8}  {w['state']:<6}"
                      f"{'' if w['rank'] is None else w['rank']:>5}  "
-                     f"{'-' if cpu is None else f'{cpu:.0f}':>6}{_mib(w.get('rss')):>9}  {w.get('run') or ''}")
+                     f"{'-' if cpu is None else f'{cpu:.0f}':>6}{_mib(w.get('rss')):>9}"
+                     + (f"  {_gpu_columns(w)}" if gpus else "") + f"  {w.get('run') or ''}")
         if w.get("not_responding"):
             lines[-1] = f"{lines[-1].rstrip()}  NOT RESPONDING: {w['not_responding']}"
     active = [r for r in st["runs"] if r["state"] in ("PENDING", "RUNNING", "CANCELLING", "FAILING")]

@@ -33,6 +33,7 @@ import psutil
 import zmq
 
 from . import protocol as P
+from .gpu_stats import GpuSampler
 from .connection import raynb_home
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
                        python_env)
@@ -102,6 +103,7 @@ class NodeAgent:
         self.sock.connect(address)
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
+        self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
         self._retiring: dict[int, float] = {}  # pid -> when to SIGKILL it
         self._next_index = 0
         self._stop = False
@@ -240,13 +242,14 @@ class NodeAgent:
 
     def _send_stats(self) -> None:
         stats = {}
+        gpu = self.gpus.sample(self.procs) if self.gpus.enabled else {}
         for pid, proc in list(self.procs.items()):
             try:
                 with proc.oneshot():
                     stats[self.workers[pid]] = {
                         "pid": pid, "cpu_percent": proc.cpu_percent(None),
                         "rss": proc.memory_info().rss,
-                        "frozen": proc.status() in FROZEN_STATES}
+                        "frozen": proc.status() in FROZEN_STATES, **gpu.get(pid, {})}
             except (psutil.Error, KeyError):
                 continue
         self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats,

@@ -57,6 +57,10 @@ def idle_timeout_s(value: str | float | None = None) -> float:
     return seconds
 
 
+# What a worker's sample carries to `raynb status` and the pane (the GPU fields only where
+# NVML sees the worker on a GPU: see cluster/gpu_stats.py).
+STAT_FIELDS = ("cpu_percent", "rss", "gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total")
+
 class WorkerPool:
     """Args:
         registry: the head's nodes and workers.
@@ -132,7 +136,8 @@ class WorkerPool:
     # -- the node agents' samples -------------------------------------------------
     def observe(self, content: dict, now: float) -> dict[str, dict]:
         """Take a node's ``node_stats``; returns the stats of each live run's ranks there,
-        ``{run_id: {rank: {"pid", "cpu_percent", "rss"}}}``, for the panes."""
+        ``{run_id: {rank: {"pid", "cpu_percent", "rss", and where NVML sees the rank on a
+        GPU "gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total"}}}``, for the panes."""
         node = self.registry.nodes.get(content.get("node_id"))
         if node is not None:
             node.zygote_pid, node.note = content.get("zygote_pid"), content.get("note")
@@ -141,7 +146,7 @@ class WorkerPool:
             w = self.registry.workers.get(wid)
             if w is None:
                 continue
-            w.stats = {"cpu_percent": st.get("cpu_percent"), "rss": st.get("rss")}
+            w.stats = {k: st.get(k) for k in STAT_FIELDS if k in st or k in ("cpu_percent", "rss")}
             self._responding(w, _why_not_responding(w, st, now))
             if w.run_id is not None:
                 by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}

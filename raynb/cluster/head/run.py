@@ -50,6 +50,7 @@ class Run:
     rank0_metrics: dict = field(default_factory=dict)  # report index -> rank 0's metrics
     followers: set = field(default_factory=set)       # clients attached besides the submitter
     archived: bool = False                            # read back from disk, not run by this head
+    peaks: dict = field(default_factory=dict)         # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
 
     @property
     def world_size(self) -> int:
@@ -70,6 +71,14 @@ class Run:
             del self.failures[FAILURES_HEAD]
             self.failures_dropped += 1
 
+    def observe(self, rank: int, stats: dict) -> None:
+        """Keep rank ``rank``'s highest RSS and GPU memory (a node agent's sample)."""
+        peak = self.peaks.setdefault(rank, {})
+        for key in ("rss", "gpu_mem_used"):
+            value = stats.get(key)
+            if isinstance(value, int) and value > peak.get(key, -1):
+                peak[key] = value
+
     @property
     def max_failures(self) -> int:
         return int(self.spec.get("max_failures") or 0)
@@ -89,6 +98,7 @@ class Run:
                             for c in (self.store.records() if self.store else [])],
             "checkpoint_config": self.spec.get("checkpoint_config"),
             "timeout_s": self.spec.get("timeout_s"), "kind": self.spec.get("name_prefix"),
+            "peak_resources": {str(r): p for r, p in sorted(self.peaks.items())},
         }
 
     def done_content(self) -> dict:

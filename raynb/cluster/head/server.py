@@ -283,6 +283,8 @@ class Head:
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":
+                for rank, stats in workers.items():
+                    run.observe(rank, stats)
                 self.emit(run, {"kind": "stats", "workers": workers})
 
     def on_worker_exited(self, msg: P.Message) -> None:

@@ -116,6 +116,8 @@ class RunStore:
                   failures=list(rec.get("failures") or []),
                   failures_dropped=max(0, (rec.get("num_failures") or 0) - len(rec.get("failures") or [])),
                   last_metrics=rec.get("metrics") or {}, archived=True,
+                  peaks={int(r): p for r, p in (rec.get("peak_resources") or {}).items()
+                         if str(r).isdigit() and isinstance(p, dict)},
                   reports=rec.get("num_reports") or 0)
         run.store = CheckpointStore(path, spec["checkpoint_config"], rec.get("checkpoints"))
         if run.state not in TERMINAL:
