@@ -130,6 +130,8 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
         return dumps(payload)
     except Exception as e:  # noqa: BLE001
         suspects = dict(captured or {})
+        if not isinstance(fn, types.FunctionType):  # a profiled run's function (raynb.train.profiling)
+            fn = getattr(fn, "__wrapped__", fn)
         if isinstance(fn, types.FunctionType):
             suspects.update(_referenced_globals(fn))
         suspects["config"] = config

@@ -60,6 +60,7 @@ class _NullView:
 
 _run_factory: Callable[..., RunView] | None = None
 _tune_factory: Callable[..., TuneView] | None = None
+_show: Callable[[Any], None] | None = None
 
 
 def register(run_factory: Callable[..., RunView], tune_factory: Callable[..., TuneView]) -> None:
@@ -91,3 +92,18 @@ def tune_view(metric: str | None, mode: str | None, total_workers: int, varying_
     if _tune_factory is None:
         return _NullView()
     return _tune_factory(metric, mode, total_workers, varying_keys, verbose=verbose)
+
+
+def register_show(show: Callable[[Any], None]) -> None:
+    """Install how :func:`show` displays an object (``IPython.display.display``)."""
+    global _show
+    _show = show
+
+
+def show(obj: Any) -> None:
+    """Display ``obj`` after a run (its ``_repr_html_`` in a notebook), or print it when
+    no display registered."""
+    if _show is None:
+        print(obj)
+    else:
+        _show(obj)

@@ -11,6 +11,15 @@ from .display import make_run_view, make_tune_view
 _views.register(make_run_view, make_tune_view)
 
 
+def _show(obj) -> None:
+    from IPython.display import display
+
+    display(obj)
+
+
+_views.register_show(_show)
+
+
 def load_ipython_extension(ipython) -> None:
     """``%load_ext raynb``: registers ``%%ray_train``, ``%%ray_tune``, ``%ray_cluster``
     and ``%ray_attach``."""

@@ -34,7 +34,19 @@ def _train_parser() -> MagicParser:
                    help="keep only the N newest checkpoints")
     p.add_argument("--resume", action="store_true",
                    help="continue the run --name NAME from its latest checkpoint, in its directory")
+    p.add_argument("--profile", nargs="?", const=True, default=None, type=_profile,
+                   metavar="WAIT,WARMUP,ACTIVE",
+                   help="torch.profiler on every rank over reports WAIT+WARMUP..+ACTIVE (default 1,1,3)")
     return p
+
+
+def _profile(text: str) -> dict:
+    from ..train.profiling import parse_schedule
+
+    try:
+        return parse_schedule(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _resumed_record(storage_path: str | None, name: str) -> dict | None:
@@ -121,7 +133,8 @@ class RayNBMagics(Magics):
                 cf.fn, config, ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
                 RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1,
                           checkpoint_config=checkpoint_config,
-                          failure_config=FailureConfig(max_failures) if max_failures else None),
+                          failure_config=FailureConfig(max_failures) if max_failures else None,
+                          profile=args.profile),
                 sources={filename: cf.source}, captured=cf.captured, epochs=args.epochs,
                 all_ranks=args.all_ranks, name_prefix="ray_train",
                 extra={"resume": True} if args.resume else None)

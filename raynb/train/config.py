@@ -8,6 +8,7 @@ from typing import Any
 
 from .callback import check_callbacks
 from .logs import RunLogs
+from .profiling import profile_options
 
 
 @dataclass
@@ -94,11 +95,17 @@ class RunConfig:
         callbacks (list[raynb.tune.Callback] | None): called in the notebook process as the
             run (or each trial of a Tuner) goes: ``raynb.tune.logger.TBXLoggerCallback()``,
             ``raynb.integrations.MLflowLoggerCallback()``, your own ``raynb.tune.Callback``.
+        profile (bool | dict | None): ``torch.profiler`` on every rank for a window of
+            ``report()`` steps: True for wait=1, warmup=1, active=3, or a dict of ``wait``,
+            ``warmup``, ``active``, ``record_shapes``, ``profile_memory``, ``with_stack``,
+            ``top``. Chrome traces go to ``<run dir>/profile/rank_<r>.json``; the notebook
+            shows the top operators per rank, and ``Result.profile`` keeps them.
 
     Raises:
         TypeError: a config of the wrong class; an item of ``callbacks`` that is not a
-            ``raynb.tune.Callback`` (named by its type).
-        ValueError: a ``name`` that is not a plain directory name.
+            ``raynb.tune.Callback`` (named by its type); a ``profile`` that is not a bool or dict.
+        ValueError: a ``name`` that is not a plain directory name; an unknown ``profile`` key
+            or a bad count in it.
     """
 
     name: str | None = None
@@ -107,9 +114,11 @@ class RunConfig:
     checkpoint_config: CheckpointConfig | None = None
     failure_config: FailureConfig | None = None
     callbacks: list | None = None
+    profile: bool | dict | None = None
 
     def __post_init__(self):
         check_callbacks(self.callbacks)
+        profile_options(self.profile)
         if self.checkpoint_config is not None and not isinstance(self.checkpoint_config, CheckpointConfig):
             raise TypeError(f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
                             f"{type(self.checkpoint_config).__name__}")
@@ -171,6 +180,14 @@ class Result:
             return json.loads((Path(self.path) / "params.json").read_text())
         except (OSError, TypeError, ValueError):
             return None
+
+    @property
+    def profile(self):
+        """What ``RunConfig(profile=...)`` / ``--profile`` recorded (a ``RunProfile``: per-rank
+        top operators, ``traces`` by rank, ``table()``), or None for a run not profiled."""
+        from .profile_result import RunProfile
+
+        return RunProfile.from_run_dir(self.path)
 
     @classmethod
     def from_path(cls, path: str) -> "Result":

@@ -14,6 +14,7 @@ from ..client.runs import fetch_record, latest_live_run
 from ..errors import RunError
 from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
+from .profiling import Profiled, profile_options
 from .run_callbacks import follow_with_callbacks
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
@@ -65,6 +66,10 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
     callbacks = CallbackList(run_config.callbacks or ())  # a TypeError before anything ships
+    fn = fn.__wrapped__ if isinstance(fn, Profiled) else fn  # restore() of a profiled run's function.pkl
+    profile = profile_options(run_config.profile)
+    if profile is not None:
+        fn = Profiled(fn, profile)
     spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
                                      captured=captured, name_prefix=name_prefix, extra=extra)
     client = get_client()
@@ -73,9 +78,24 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
                           run_config.verbose)
     view.display()
     if callbacks:
-        return outcome_result(follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks))
-    return outcome_result(follow_run(client, spec["run_id"], view, all_ranks=all_ranks,
-                                     name=accepted["name"]))
+        outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
+    else:
+        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"])
+    if profile is not None and run_config.verbose:
+        _show_profile(outcome.record.get("path"), scaling_config.num_workers)
+    return outcome_result(outcome)
+
+
+def _show_profile(path: str | None, world_size: int) -> None:
+    """The profiled run's per-rank table, in the notebook (or printed)."""
+    from .profile_result import RunProfile
+
+    prof = RunProfile.from_run_dir(path, world_size)
+    if prof is None:
+        views.show(f"profile: nothing to show in {path}/profile (no rank reached the function, or the "
+                   "head's run directory cannot be read from this machine)")
+    else:
+        views.show(prof)
 
 
 def get_run(name: str) -> Result:

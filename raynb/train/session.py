@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cluster import task_context
+from . import profiling
 from .checkpoint import Checkpoint
 
 
@@ -166,6 +167,7 @@ def report(metrics: dict, checkpoint=None) -> None:
     if checkpoint is not None:
         event["checkpoint"] = _stage_checkpoint(task, checkpoint, index)
     task_context.emit(event)
+    profiling.step_on_report()  # one report, one step of a RunConfig(profile=...) window
 
 
 def get_context() -> TrainContext:

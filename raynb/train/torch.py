@@ -12,6 +12,7 @@ import os
 from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
 
 
 def get_device():
