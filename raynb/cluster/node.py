@@ -34,7 +34,7 @@ import zmq
 
 from . import protocol as P
 from .gpu_stats import GpuSampler
-from .connection import raynb_home
+from .connection import private_dir
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
                        python_env)
 
@@ -109,8 +109,7 @@ class NodeAgent:
         self._stop = False
         self._zygote_starts: list[float] = []
         self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
-        log_dir = raynb_home() / "logs"
-        log_dir.mkdir(exist_ok=True)
+        log_dir = private_dir("logs")
         # The workers' FileStore rendezvous files (single-node process groups) go here and
         # are removed with it when this agent exits: torch deletes such a file only when
         # every rank dropped its reference, which a killed worker, or one that exits with

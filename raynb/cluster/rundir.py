@@ -5,6 +5,9 @@
 as a table), ``checkpoint_000NNN/``, ``error.txt`` when the run failed, and
 raynb's own ``run.json`` (state, failures, checkpoint list), ``output.log``
 (every rank's output, ``run_logs``) and ``function.pkl`` (what ``restore`` re-runs).
+
+They hold pickled functions and data: the directory is created 0700 and every
+file raynb writes in it 0600, whatever the umask.
 """
 from __future__ import annotations
 
@@ -42,13 +45,38 @@ PARTIAL_LINE_CHARS = 1 << 16
 OUTPUT_TAIL_LINES = 2000
 
 
+def private_opener(path, flags: int) -> int:
+    """``open(..., opener=private_opener)``: a file created (or rewritten) 0600, never
+    through a symlink."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if flags & os.O_CREAT:
+        try:
+            os.fchmod(fd, 0o600)  # one left by an older raynb with the umask's mode
+        except OSError:
+            pass
+    return fd
+
+
+def make_private_dir(path: Path) -> None:
+    """``path`` (and missing parents of it inside an existing one), mode 0700.
+
+    Raises:
+        PermissionError: it exists and belongs to another user.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if os.stat(path).st_uid not in (os.getuid(), 0):
+        raise PermissionError(f"{path} belongs to another user (uid {os.stat(path).st_uid}); "
+                              "raynb will not write a run's files into it: choose another name "
+                              "or storage_path")
+
+
 class CorruptRunDirectory(ValueError):
     """A run directory lacks a file raynb needs, or has one it cannot read."""
 
 
 def write_json_atomic(path: Path, data) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w", opener=private_opener) as f:
         json.dump(data, f, indent=1, default=_json_default)
     os.replace(tmp, path)
 
@@ -133,7 +161,7 @@ class RunDirectory:
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"run name {name!r} is not a valid directory name")
         self.path = Path(storage_path).expanduser() / name
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.path)
         self._result = None
         self._output = None
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
@@ -159,7 +187,8 @@ class RunDirectory:
 
     def write_function(self, payload: bytes) -> None:
         tmp = self.path / f".{FUNCTION_FILE}.tmp"
-        tmp.write_bytes(payload)
+        with open(tmp, "wb", opener=private_opener) as f:
+            f.write(payload)
         os.replace(tmp, self.path / FUNCTION_FILE)
 
     def append_output(self, rank, text: str, stream: str | None = None) -> None:
@@ -179,11 +208,12 @@ class RunDirectory:
 
     def _write_output(self, rank, text: str, stream: str | None) -> None:
         if self._output is None:
-            self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace")
+            self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace",
+                                opener=private_opener)
         self._output.write(tag_lines(rank, text, stream))
 
     def write_params(self, params: dict) -> None:
-        with open(self.path / "params.json", "w") as f:
+        with open(self.path / "params.json", "w", opener=private_opener) as f:
             json.dump(params, f, indent=2, default=_json_default)
 
     def append_result(self, metrics: dict, started: float | None, t: float | None) -> dict:
@@ -202,7 +232,7 @@ class RunDirectory:
         row["time_this_iter_s"] = now - (self._last_time or started)
         self._last_time = now
         if self._result is None:
-            self._result = open(self.path / "result.json", "a")
+            self._result = open(self.path / "result.json", "a", opener=private_opener)
         self._result.write(json.dumps(row, default=_json_default) + "\n")
         self._result.flush()
         self._rows.append(row)
@@ -215,18 +245,18 @@ class RunDirectory:
         if new or not self._columns:
             # A new metric appeared: rewrite with the widened header.
             self._columns += new
-            with open(path, "w", newline="") as f:
+            with open(path, "w", newline="", opener=private_opener) as f:
                 w = csv.DictWriter(f, self._columns)
                 w.writeheader()
                 w.writerows(self._rows)
         else:
-            with open(path, "a", newline="") as f:
+            with open(path, "a", newline="", opener=private_opener) as f:
                 csv.DictWriter(f, self._columns).writerow(row)
 
     def write_error(self, errors: list | None) -> None:
         if not errors:
             return
-        with open(self.path / "error.txt", "w") as f:
+        with open(self.path / "error.txt", "w", opener=private_opener) as f:
             for e in errors:
                 text = (e.get("traceback") or e.get("message")) if isinstance(e, dict) else e
                 f.write(f"{text}\n\n")

@@ -1,0 +1,196 @@
+"""Security hardening: a RAYNB_HOME of another user's, the torch store, frame sizes,
+a full disk, malformed messages from a key holder.
+
+As root, "another user" is a file chowned to nobody (uid 65534). A fake head is a
+real ZeroMQ ROUTER in a process whose command line names raynb's head module (as
+an attacker's would, to pass the pid check); it records whatever reaches it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import cloudpickle
+import pytest
+
+import raynb
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+NOBODY = 65534
+QUIET = raynb.RunConfig(verbose=0)
+
+FAKE_HEAD = r"""
+import sys, zmq
+ctx = zmq.Context()
+s = ctx.socket(zmq.ROUTER)
+port = s.bind_to_random_port("tcp://127.0.0.1")
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(port))
+import os; os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    frames = s.recv_multipart()
+    with open(sys.argv[2], "a") as f:
+        f.write(repr(frames[1:3])[:200] + "\n")
+"""
+
+
+def cli(*args, env, timeout=60):
+    return subprocess.run([sys.executable, "-m", "raynb", *args], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@contextmanager
+def fake_head(tmp_path):
+    """A process posing as a head; yields (connection info, file of what it received)."""
+    port_file, received = tmp_path / "fake-port", tmp_path / "fake-received"
+    received.write_text("")
+    proc = subprocess.Popen([sys.executable, "-c", FAKE_HEAD, str(port_file), str(received),
+                             "raynb.cluster.head"])
+    try:
+        deadline = time.monotonic() + 30
+        while not port_file.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "the fake head did not start"
+            time.sleep(0.05)
+        info = {"address": f"tcp://127.0.0.1:{port_file.read_text()}", "key": "a" * 64, "workers": 1,
+                "pids": {"head": proc.pid, "node": proc.pid}, "created": time.time(), "version": "1.0",
+                "token": "planted"}
+        yield info, received
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def plant(home, info, *, mode=0o600, home_mode=0o700, owner=None):
+    home.mkdir(exist_ok=True)
+    conn = home / "cluster.json"
+    conn.write_text(json.dumps(info))
+    os.chmod(conn, mode)
+    os.chmod(home, home_mode)
+    if owner is not None:
+        os.chown(conn, owner, owner)
+        os.chown(home, owner, owner)
+    return conn
+
+
+FIT = """
+import raynb
+def f():
+    return 1
+raynb.TorchTrainer(f, run_config=raynb.RunConfig(verbose=0)).fit()
+"""
+
+
+def assert_refused(env, path, fix, received):
+    """``raynb status``, ``raynb start`` and ``fit()`` refuse, naming ``path`` and ``fix``;
+    the planted head never heard from any of them."""
+    for args in (("status",), ("stop",), ("start", "--workers", "1")):
+        p = cli(*args, env=env)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert str(path) in p.stderr and fix in p.stderr, (args, p.stderr)
+    p = subprocess.run([sys.executable, "-c", FIT], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode != 0 and "ClusterError" in p.stderr, p.stderr
+    assert str(path) in p.stderr and fix in p.stderr, p.stderr
+    time.sleep(0.3)
+    assert received.read_text() == "", "a client sent the planted head a message"
+
+
+def test_a_raynb_home_of_another_user_is_refused_and_its_head_never_contacted(tmp_path):
+    with fake_head(tmp_path) as (info, received):
+        home = tmp_path / "home"
+        plant(home, info, owner=NOBODY)
+        env = dict(os.environ, RAYNB_HOME=str(home))
+        assert_refused(env, home, "owned by uid 65534", received)
+        # Only the connection file planted (in a home of ours): refused as well.
+        os.chown(home, os.getuid(), os.getgid())
+        assert_refused(env, home / "cluster.json", "owned by uid 65534", received)
+        assert not (home / "start.lock").exists() or (home / "start.lock").stat().st_uid == os.getuid()
+
+
+def test_a_raynb_home_others_may_write_is_refused(tmp_path):
+    with fake_head(tmp_path) as (info, received):
+        home = tmp_path / "home"
+        plant(home, info, home_mode=0o777)
+        env = dict(os.environ, RAYNB_HOME=str(home))
+        assert_refused(env, home, f"chmod 700 {home}", received)
+        os.chmod(home, 0o775)  # group-writable: as bad
+        assert_refused(env, home, f"chmod 700 {home}", received)
+
+
+def test_a_connection_file_others_may_read_is_refused(tmp_path):
+    with fake_head(tmp_path) as (info, received):
+        home = tmp_path / "home"
+        conn = plant(home, info, mode=0o644)
+        env = dict(os.environ, RAYNB_HOME=str(home))
+        assert_refused(env, conn, f"chmod 600 {conn}", received)
+        assert "holds the cluster key" in cli("status", env=env).stderr
+
+
+def test_a_symlinked_connection_file_or_lock_is_never_followed(tmp_path):
+    with fake_head(tmp_path) as (info, received):
+        home = tmp_path / "home"
+        elsewhere = tmp_path / "elsewhere.json"
+        plant(home, info)
+        os.replace(home / "cluster.json", elsewhere)
+        os.symlink(elsewhere, home / "cluster.json")
+        env = dict(os.environ, RAYNB_HOME=str(home))
+        assert_refused(env, home / "cluster.json", "symbolic link", received)
+    # A symlinked start.lock (or log) would make `raynb start` truncate or append to its target.
+    home2, target = tmp_path / "home2", tmp_path / "precious"
+    home2.mkdir(mode=0o700)
+    target.write_text("keep me")
+    os.symlink(target, home2 / "start.lock")
+    p = cli("start", "--workers", "1", env=dict(os.environ, RAYNB_HOME=str(home2)))
+    assert p.returncode == 2 and str(home2 / "start.lock") in p.stderr and "symbolic link" in p.stderr, p.stderr
+    assert target.read_text() == "keep me"
+    assert not (home2 / "cluster.json").exists()
+
+
+def _mode(path) -> int:
+    return os.stat(path).st_mode & 0o777
+
+
+def _checkpointing(config):
+    import os
+    import tempfile
+
+    from raynb import Checkpoint
+    from raynb.train import get_context, report
+
+    print("some output")
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "state.bin"), "w") as f:
+            f.write("weights")
+        os.chmod(os.path.join(d, "state.bin"), 0o644)
+        os.makedirs(os.path.join(d, "sub"), mode=0o755)
+        report({"x": 1}, checkpoint=Checkpoint.from_directory(d) if get_context().get_world_rank() == 0 else None)
+
+
+def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
+    old = os.umask(0o022)
+    try:
+        result = raynb.TorchTrainer(_checkpointing, scaling_config=raynb.ScalingConfig(num_workers=2),
+                                    run_config=raynb.RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    finally:
+        os.umask(old)
+    run = result.path
+    assert _mode(run) == 0o700
+    for name in ("function.pkl", "run.json", "params.json", "result.json", "progress.csv", "output.log"):
+        assert _mode(os.path.join(run, name)) == 0o600, name
+    ckpt = result.checkpoint.path
+    assert _mode(ckpt) == 0o700 and _mode(os.path.join(ckpt, "sub")) == 0o700
+    assert _mode(os.path.join(ckpt, "state.bin")) & 0o077 == 0
+    # What a Tune experiment writes (tuner.pkl: the pickled settings) is private too.
+    from raynb import tune
+
+    grid = tune.Tuner(lambda config: tune.report({"v": config["v"]}), param_space={"v": 1},
+                      tune_config=tune.TuneConfig(num_samples=1),
+                      run_config=raynb.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0)).fit()
+    exp = grid.experiment_path
+    assert _mode(exp) == 0o700
+    for name in ("tuner.pkl", "experiment_state.json"):
+        assert _mode(os.path.join(exp, name)) == 0o600, name
