@@ -194,3 +194,103 @@ def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
     assert _mode(exp) == 0o700
     for name in ("tuner.pkl", "experiment_state.json"):
         assert _mode(os.path.join(exp, name)) == 0o600, name
+
+
+# -- the torch.distributed store ----------------------------------------------------------
+def _listeners(pid) -> list[tuple[str, int]]:
+    import psutil
+
+    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN]
+
+
+def _loopback(ip: str) -> bool:
+    import ipaddress
+
+    return ipaddress.ip_address(ip.removeprefix("::ffff:")).is_loopback
+
+
+def _all_reduce(config):
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    return t.item(), os.getpid()
+
+
+def test_a_local_run_listens_on_loopback_only_and_opens_no_tcp_store(warm):
+    from raynb.train.run import execute_run
+
+    _, (total, pid) = execute_run(_all_reduce, None, raynb.ScalingConfig(num_workers=2), QUIET)
+    assert total == 3.0
+    workers = [w["pid"] for w in warm.status()["workers"]]
+    assert pid in workers
+    for w in workers:
+        exposed = [a for a in _listeners(w) if not _loopback(a[0])]
+        assert exposed == [], f"worker {w} listens on {exposed} (a TCPStore on every interface?)"
+
+
+@contextmanager
+def private_cluster(tmp_path, monkeypatch, workers: int = 1, **kw):
+    """A cluster of its own in a fresh RAYNB_HOME (the session's connection set aside)."""
+    from conftest import alive
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+
+    monkeypatch.setattr(raynb.client.connection, "_client", None)
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    info, started = start_cluster(num_workers=workers, **kw)
+    assert started
+    pids = set(cluster_pids(info))
+    try:
+        yield info, raynb.connect()
+    finally:
+        raynb.disconnect()
+        stop_cluster()
+        deadline = time.monotonic() + 10
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(pids), f"processes left behind: {alive(pids)}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monkeypatch, host):
+    """Loopback head: no store until a group spans nodes. A head on every interface:
+    each worker's store listens from its start, on its node's IP only."""
+    from conftest import alive
+    from raynb.train.run import execute_run
+
+    with private_cluster(tmp_path, monkeypatch, 1, max_workers=1, host=host) as (info, client):
+        env = dict(os.environ, RAYNB_KEY=info["key"])
+        with open(tmp_path / "node2.log", "wb") as log:
+            node = subprocess.Popen([sys.executable, "-m", "raynb.cluster.node", "--address", info["address"],
+                                     "--workers", "1", "--max-workers", "1", "--node-id", "second"],
+                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 60
+            while len(client.status()["workers"]) < 2:
+                assert time.monotonic() < deadline, (tmp_path / "node2.log").read_text()
+                time.sleep(0.1)
+            st = client.status()
+            assert {w["node_id"] for w in st["workers"]} == {"local", "second"}
+            ips = {n["ip"] for n in st["nodes"]}
+            for w in st["workers"]:
+                found = _listeners(w["pid"])
+                if host == "127.0.0.1":  # a loopback-only cluster: no store before a group needs one
+                    assert found == [], f"worker {w['worker_id']} listens before any run: {found}"
+                else:
+                    assert len(found) == 1 and found[0][0] in ips, (found, ips)
+            _, (total, pid) = execute_run(_all_reduce, None, raynb.ScalingConfig(num_workers=2), QUIET)
+            assert total == 3.0
+            for w in client.status()["workers"]:
+                exposed = [a for a in _listeners(w["pid"]) if not _loopback(a[0]) and a[0] not in ips]
+                assert exposed == [], f"worker {w['worker_id']} listens on {exposed}"
+            _, (total, _) = execute_run(_all_reduce, None, raynb.ScalingConfig(num_workers=2), QUIET)
+            assert total == 3.0  # the group (and its store) is kept for the next run
+        finally:
+            node.terminate()
+            node.wait(timeout=30)
+            assert not alive([node.pid])

@@ -52,14 +52,21 @@ FROZEN_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def _local_ip_for(address: str) -> str:
-    """The IP of this host's interface that routes to the head (for MASTER_ADDR)."""
-    host = address.split("//", 1)[-1].rsplit(":", 1)[0]
-    if host in ("127.0.0.1", "localhost", "*"):
+    """The IP of this host's interface that routes to the head (for MASTER_ADDR, and
+    what this node's workers listen on: see ``rendezvous``)."""
+    host = address.split("//", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"
+    if host in ("*", "0.0.0.0", "::"):
+        # A head on every interface of this machine: the other nodes reach this one by
+        # the address of its default route (loopback would send them to themselves).
+        host = "192.0.2.1"  # TEST-NET-1: only the route is looked up
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.connect((host, 9))  # no packet is sent for a UDP connect
         return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"  # no route: this machine alone
     finally:
         s.close()
 
