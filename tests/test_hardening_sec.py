@@ -294,3 +294,66 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
             node.terminate()
             node.wait(timeout=30)
             assert not alive([node.pid])
+
+
+# -- frame sizes ------------------------------------------------------------------------
+def _rss(pid) -> int:
+    import psutil
+
+    return psutil.Process(pid).memory_info().rss
+
+
+def _stream_frame(address, claimed: int, send: int, more: bool = False):
+    """A raw ZMTP peer that announces a ``claimed``-byte frame and sends ``send`` bytes
+    of it (or until the head hangs up); returns the open socket and what it sent."""
+    import socket
+    import struct
+
+    from test_protocol import zmtp_greeting, zmtp_ready
+
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+    s.settimeout(10)
+    block, sent = b"\0" * (1 << 20), 0
+    try:
+        s.sendall(zmtp_greeting() + zmtp_ready(identity=b"client:big"))
+        s.sendall(bytes([0x03 if more else 0x02]) + struct.pack(">Q", claimed))
+        while sent < send:
+            s.sendall(block)
+            sent += len(block)
+    except OSError:
+        pass  # dropped by the head
+    return s, sent
+
+
+def test_unsigned_oversized_frames_are_not_held_by_the_head(warm):
+    """Three peers sending 900 MB frames took the head to 2.7 GB: each frame was buffered
+    whole before any check. Now a frame over the limit drops its connection at once."""
+    head = warm.info["pids"]["head"]
+    before = _rss(head)
+    peers = [_stream_frame(warm.info["address"], 900 << 20, 150 << 20) for _ in range(3)]
+    time.sleep(0.5)
+    grown = _rss(head) - before
+    for s, _ in peers:
+        s.close()
+    print(f"head RSS {before / 2**20:.0f} MiB, +{grown / 2**20:.0f} MiB with 3 peers sending "
+          f"{[sent >> 20 for _, sent in peers]} MiB of 900 MB frames")
+    assert grown < 40 << 20, f"the head grew by {grown / 2**20:.0f} MiB"
+    assert all(sent < 150 << 20 for _, sent in peers), "the head read a whole oversized frame"
+    assert warm.ping(timeout=5.0)
+
+
+def _big_function(config):
+    return len(config["blob"]), bytes(reversed(config["blob"]))[:16], b"r" * (3 << 20)
+
+
+def test_large_payloads_travel_in_signed_chunks(warm):
+    """A function with 20 MiB of captured data and a 3 MiB return value: both over the
+    frame limit, so both travel as trains of signed chunks, and the run works."""
+    from raynb.cluster import chunking
+    from raynb.train.run import execute_run
+
+    blob = os.urandom(20 << 20)
+    assert len(blob) > 10 * chunking.FRAME_BYTES
+    _, (n, tail, ret) = execute_run(_big_function, {"blob": blob}, raynb.ScalingConfig(num_workers=2), QUIET)
+    assert n == len(blob) and tail == bytes(reversed(blob))[:16] and ret == b"r" * (3 << 20)

@@ -19,6 +19,10 @@ A message on the wire is a list of ZeroMQ frames::
 Replays are rejected twice over: a bounded history of recent digests (as
 ``jupyter_client.session`` keeps), and a per-sender sequence number that must
 grow, which still catches a replay once its digest has aged out of the history.
+
+No socket accepts a frame over ``chunking.FRAME_BYTES``: a bigger one is sent as a
+train of signed ``chunk`` messages, each verified before it is kept (see
+``chunking``), so nothing big is ever buffered before it is authenticated.
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import zmq
+
+from . import chunking
 
 PROTOCOL_VERSION = "1.0"
 
@@ -79,18 +85,23 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+# any direction
+CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
     and k not in ("PROTOCOL_VERSION",)
 )
 
-# Frames larger than this are refused by ZeroMQ itself before reaching Python
-# (ZMQ_MAXMSGSIZE), so a hostile peer cannot make the head allocate without bound.
+# The most one message may carry, all its frames together (bytes): what a receiver
+# reassembles from a key holder's chunks at most. Frames themselves are small
+# (chunking.FRAME_BYTES, refused by ZeroMQ before reaching Python when larger).
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # How long a signed message stays acceptable (seconds); older ones are replays or
 # come from a clock too far off to trust.
 MAX_MESSAGE_AGE_S = 300.0
+# How long recv() waits for the next piece of a chunked message before giving up (s).
+TRAIN_WAIT_S = 30.0
 
 
 class ProtocolError(Exception):
@@ -120,11 +131,12 @@ class Session:
         key: the cluster's HMAC key (bytes). An empty key is refused: raynb never
             runs unauthenticated.
         history_size: how many recent digests to remember for replay detection.
+        frame_bytes: frames over this are sent chunked (see ``chunking``).
 
     Not thread-safe: give each thread that owns a socket its own ``Session``.
     """
 
-    def __init__(self, key: bytes, history_size: int = 65536):
+    def __init__(self, key: bytes, history_size: int = 65536, frame_bytes: int = chunking.FRAME_BYTES):
         if not key:
             raise ValueError("raynb needs a non-empty cluster key; messages are always signed")
         self.key = key if isinstance(key, bytes) else key.encode()
@@ -134,6 +146,10 @@ class Session:
         self._history_size = history_size
         self._last_seq: dict[str, int] = {}
         self.rejected = 0  # messages dropped for a bad signature, replay or bad framing
+        self.frame_bytes = frame_bytes
+        self.max_bytes = max_message_bytes()
+        self._chunks = chunking.Reassembly()
+        self.rejects = RejectLog(log)
 
     # -- signing --------------------------------------------------------------
     def _digest(self, frames) -> bytes:
@@ -145,32 +161,55 @@ class Session:
         return h.hexdigest().encode()
 
     def serialize(self, msg_type: str, content: dict | None = None, buffers=()) -> list:
-        """The signed frames for a message (without any routing identity)."""
+        """The signed frames for a message (without any routing identity), as one
+        message: see :meth:`messages` for one with frames over ``frame_bytes``."""
         if msg_type not in MESSAGE_TYPES:
             raise ValueError(f"unknown raynb message type {msg_type!r}")
+        return self._signed(msg_type, pickle.dumps(content or {}, protocol=5), buffers)
+
+    def _signed(self, msg_type: str, body, buffers, chunks: dict | None = None) -> list:
         self._seq += 1
-        header = json.dumps({
+        fields = {
             "version": PROTOCOL_VERSION,
             "msg_type": msg_type,
             "msg_id": uuid.uuid4().hex,
             "session": self.session_id,
             "seq": self._seq,
             "time": time.time(),
-        }).encode()
-        body = pickle.dumps(content or {}, protocol=5)
-        frames = [header, body, *buffers]
+        }
+        if chunks is not None:
+            fields["chunks"] = chunks
+        frames = [json.dumps(fields).encode(), body, *buffers]
         return [self._digest(frames), *frames]
+
+    def messages(self, msg_type: str, content: dict | None = None, buffers=()) -> list[list]:
+        """The signed messages that carry one message: a train of ``chunk`` messages
+        for each frame over ``frame_bytes``, then the message itself."""
+        if msg_type not in MESSAGE_TYPES:
+            raise ValueError(f"unknown raynb message type {msg_type!r}")
+        frames = [pickle.dumps(content or {}, protocol=5), *buffers]
+        frames, pieces, chunks = chunking.split(frames, self.frame_bytes)
+        out = [self._signed(CHUNK, pickle.dumps(c, protocol=5), [piece]) for c, piece in pieces]
+        out.append(self._signed(msg_type, frames[0], frames[1:], chunks))
+        return out
 
     def send(self, sock: zmq.Socket, msg_type: str, content: dict | None = None,
              buffers=(), identity: bytes | None = None) -> None:
-        frames = self.serialize(msg_type, content, buffers)
-        if identity is not None:
-            frames.insert(0, identity)
-        sock.send_multipart(frames, copy=False)
+        for frames in self.messages(msg_type, content, buffers):
+            if identity is not None:
+                frames.insert(0, identity)
+            sock.send_multipart(frames, copy=False)
 
     # -- verifying ------------------------------------------------------------
-    def deserialize(self, frames: list, identity: bytes | None = None) -> Message:
-        """Verify and decode frames (signature first). Raises ProtocolError."""
+    def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:
+        """Verify and decode frames (signature first).
+
+        Returns:
+            The message, or None for a ``chunk`` (kept until its message arrives).
+
+        Raises:
+            ProtocolError: the message was dropped (the text says why).
+        """
         if len(frames) < 3:
             raise ProtocolError(f"truncated message: {len(frames)} frames, need at least 3")
         sig = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
@@ -198,8 +237,16 @@ class Session:
             raise ProtocolError("message timestamp outside the accepted window")
         self._remember(sig)
         self._last_seq[session] = seq
-        body = rest[1].bytes if isinstance(rest[1], zmq.Frame) else rest[1]
-        content = pickle.loads(body)  # safe: signed by a holder of the cluster key
+        try:
+            if msg_type == CHUNK:
+                self._chunks.add(session, pickle.loads(chunking.view(rest[1])), rest[2] if len(rest) > 2 else b"",
+                                 self.max_bytes)
+                return None
+            if "chunks" in header:
+                rest = self._chunks.take(session, header["chunks"], rest)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
+        content = pickle.loads(chunking.view(rest[1]))  # safe: signed by a holder of the cluster key
         return Message(msg_type, content, list(rest[2:]), header, identity)
 
     def _remember(self, digest: bytes) -> None:
@@ -207,23 +254,57 @@ class Session:
         if len(self._history) > self._history_size:
             self._history.popitem(last=False)
 
-    def recv(self, sock: zmq.Socket, router: bool = False) -> Message | None:
-        """Receive one message; returns None (and counts it) when it fails verification."""
-        frames = sock.recv_multipart(copy=False)
-        identity = None
-        if router:
-            identity = frames[0].bytes
-            frames = frames[1:]
+    def accept(self, frames: list, identity: bytes | None = None) -> Message | None:
+        """:meth:`deserialize`, but a rejected message is counted and logged (at most
+        one line every few seconds) instead of raised: None for it, as for a chunk."""
         try:
             return self.deserialize(frames, identity)
-        except ProtocolError as e:
-            self.rejected += 1
-            log.warning("rejected message from %r: %s", identity, e)
-            return None
         except Exception as e:  # noqa: BLE001 - a hostile payload must never crash the receiver
             self.rejected += 1
-            log.warning("rejected undecodable message from %r: %s", identity, e)
+            self.rejects.note(identity, e)
             return None
+
+    def recv(self, sock: zmq.Socket, router: bool = False) -> Message | None:
+        """Receive one message (the whole train, for a chunked one); returns None (and
+        counts it) when it fails verification, or when a train stops midway."""
+        while True:
+            frames = sock.recv_multipart(copy=False)
+            identity = None
+            if router:
+                identity = frames[0].bytes
+                frames = frames[1:]
+            before = self._chunks.pieces
+            msg = self.accept(frames, identity)
+            if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
+                return msg
+
+
+class RejectLog:
+    """Rejected messages, logged as one line per ``interval_s`` with their count: a peer
+    without the key sent 34,600 a second, and head.log grew by 11 GiB an hour."""
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 5.0):
+        self.log, self.interval_s = logger, interval_s
+        self.count, self.latest = 0, None
+        self._logged = -float("inf")
+
+    def note(self, identity, error: Exception) -> None:
+        self.count += 1
+        self.latest = (identity[:64] if identity else identity, error)
+        self.flush(due_only=True)
+
+    def flush(self, due_only: bool = False) -> None:
+        """Log what was counted (``due_only``: only when the last line is old enough)."""
+        now = time.monotonic()
+        if not self.count or (due_only and now - self._logged < self.interval_s):
+            return
+        who, why = self.latest
+        if self.count == 1:
+            self.log.warning("rejected a message from %r: %s", who, why)
+        else:
+            self.log.warning("rejected %d messages in the last %.0f s (the latest from %r: %s)",
+                             self.count, min(now - self._logged, 1e9), who, why)
+        self.count, self._logged = 0, now
 
 
 def routing_id(role: str, name: str = "") -> bytes:
@@ -242,7 +323,7 @@ def routing_name(identity: bytes) -> str:
 
 
 def max_message_bytes() -> int:
-    """The largest message any raynb socket accepts (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
+    """The most one message may carry, its frames together (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
     try:
         return int(os.environ.get("RAYNB_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
     except ValueError:
@@ -255,9 +336,10 @@ def buffer_bytes(buf) -> bytes:
 
 
 def configure_socket(sock: zmq.Socket, limit: int | None = None) -> None:
-    """Options every raynb socket gets: no lingering on close, bounded message size."""
+    """Options every raynb socket gets: no lingering on close, small frames only
+    (``limit``, default ``chunking.FRAME_BYTES``; a peer sending more is dropped)."""
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, limit or max_message_bytes())
+    sock.setsockopt(zmq.MAXMSGSIZE, limit or chunking.FRAME_BYTES)
 
 
 def key_from_env() -> bytes:

@@ -98,15 +98,15 @@ class Worker:
     # -- outgoing (any thread) ------------------------------------------------
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
         with self.lock:
-            frames = self._out_session.serialize(msg_type, content, buffers)
-            # The head's socket drops the whole connection on a frame over the size limit:
-            # the message (a run's task_done among them) would be lost and its run hang.
-            big = max(len(f) for f in frames)
-            if big > P.max_message_bytes():
+            # The head drops a message over the limit (its chunks are refused): the message
+            # (a run's task_done among them) would be lost and its run hang.
+            size = sum(len(b) for b in buffers)
+            if size > P.max_message_bytes():
                 raise ValueError(
-                    f"raynb cannot send a {msg_type} message of {big / 2**20:.0f} MiB: over the "
+                    f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
                     f"{P.max_message_bytes() / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
-            self._push.send_multipart(frames, copy=False)
+            for frames in self._out_session.messages(msg_type, content, buffers):
+                self._push.send_multipart(frames, copy=False)
 
     def emit(self, event: dict) -> None:
         """Send a progress event (report, output) for the current task."""

@@ -125,12 +125,9 @@ class Head:
 
     def _receive(self, frames) -> None:
         identity = frames[0].bytes
-        try:
-            msg = self.session.deserialize(frames[1:], identity)
-        except Exception as e:  # noqa: BLE001 - a hostile peer must never crash the head
-            self.session.rejected += 1
-            log.warning("rejected message from %r: %s", identity[:64], e)
-            return
+        msg = self.session.accept(frames[1:], identity)  # counted and logged when rejected
+        if msg is None:
+            return  # rejected (counted, logged), or a piece of a chunked message (kept)
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
@@ -149,6 +146,7 @@ class Head:
 
     def tick(self) -> None:
         now = time.monotonic()
+        self.session.rejects.flush(due_only=True)
         for run in list(self.runs.values()):
             self.controller.tick(run)
             if run.state == "RUNNING":
