@@ -290,6 +290,7 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
                 assert exposed == [], f"worker {w['worker_id']} listens on {exposed}"
             _, (total, _) = execute_run(_all_reduce, None, raynb.ScalingConfig(num_workers=2), QUIET)
             assert total == 3.0  # the group (and its store) is kept for the next run
+            assert client.status()["rejected_messages"] == 0  # what raynb sends fits its schemas
         finally:
             node.terminate()
             node.wait(timeout=30)
@@ -357,3 +358,53 @@ def test_large_payloads_travel_in_signed_chunks(warm):
     assert len(blob) > 10 * chunking.FRAME_BYTES
     _, (n, tail, ret) = execute_run(_big_function, {"blob": blob}, raynb.ScalingConfig(num_workers=2), QUIET)
     assert n == len(blob) and tail == bytes(reversed(blob))[:16] and ret == b"r" * (3 << 20)
+
+
+# -- malformed messages from a key holder --------------------------------------------------
+def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
+    """node_register with max_workers="x" was stored, and the head's tick crashed on it
+    10 s later (when the silent node was dropped and the queue rescheduled)."""
+    import uuid
+
+    import zmq
+
+    from raynb.cluster import protocol as P
+    from raynb.cluster.head.server import NODE_TIMEOUT_S
+    from test_protocol import dealer, rejected_count, submit_spec, sync, head_still_works
+
+    address, key = warm.info["address"], warm.info["key"].encode()
+    node = {"node_id": "evil", "hostname": "h", "ip": "127.0.0.1", "pid": 1, "num_workers": 1, "max_workers": 2}
+    ready = {"worker_id": "evil-w1", "pid": 2, "node_id": "evil", "hostname": "h", "ip": "127.0.0.1"}
+    bad = [
+        ("node", P.NODE_REGISTER, {**node, "max_workers": "x"}),
+        ("node", P.NODE_REGISTER, {**node, "num_workers": True}),
+        ("node", P.NODE_REGISTER, {k: v for k, v in node.items() if k != "ip"}),
+        ("node", P.NODE_STATS, {"workers": [1, 2]}),
+        ("node", P.NODE_STATS, {"workers": {"local-w1": {"pid": 1, "cpu_percent": "hot"}}}),
+        ("node", P.WORKER_EXITED, {"worker_id": "local-w1", "pid": 1, "signal": "KILL"}),
+        ("worker", P.WORKER_READY, {**ready, "pid": "p"}),
+        ("worker", P.TASK_DONE, {"run_id": "r", "rank": "0", "status": "ok"}),
+        ("worker", P.TASK_DONE, {"run_id": "r", "rank": 0, "status": "error", "error": {"message": 5}}),
+        ("worker", P.TASK_EVENT, {"run_id": "r", "rank": 0, "event": {"kind": "report", "index": "x"}}),
+        ("client", P.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "num_workers": "2"}),
+        ("client", P.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "checkpoint_config": {"num_to_keep": "all"}}),
+        ("client", P.CANCEL_RUN, {"run_id": 5}),
+        ("client", P.GET_RUN, {"name": ["x"]}),
+        ("client", P.PING, ["not", "a", "dict"]),
+    ]
+    before = rejected_count(warm)
+    session = P.Session(key)
+    ctx = zmq.Context()
+    try:
+        for role, msg_type, content in bad:
+            with dealer(ctx, address, P.routing_id(role, "evil")) as s:
+                session.send(s, msg_type, content, [b"fn"] if msg_type == P.SUBMIT_RUN else ())
+                sync(s, session)
+    finally:
+        ctx.destroy(linger=0)
+    assert rejected_count(warm) - before == len(bad)
+    st = warm.status()
+    assert "evil" not in {n["node_id"] for n in st["nodes"]}
+    assert "evil-w1" not in {w["worker_id"] for w in st["workers"]}
+    time.sleep(NODE_TIMEOUT_S + 1.5)  # past the tick that dropped the silent node
+    head_still_works(warm)

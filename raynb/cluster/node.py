@@ -102,7 +102,7 @@ class NodeAgent:
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
         self.hostname = socket.gethostname()
         self.ip = _local_ip_for(address)
-        self.session = P.Session(key)
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import chunking
+from .rejects import RejectLog
+from .schema import Int, ListOf, MapOf, Record
 
 PROTOCOL_VERSION = "1.0"
 
@@ -93,6 +95,54 @@ MESSAGE_TYPES = frozenset(
     and k not in ("PROTOCOL_VERSION",)
 )
 
+# What each message's content holds (``schema``): checked on receipt by the Sessions
+# raynb's processes use, before any handler sees the message.
+_STR, _NUM, _INT = (str, None), (float, None), (int, None)
+_COUNT, _PID, _RANK = Int(0, 1 << 20), Int(1), Int(0, 1 << 20)
+_ERROR = Record({"rank?": _INT, "pid?": _INT, "hostname?": _STR, "exc_type?": _STR, "exc_module?": _STR,
+                 "message?": str, "traceback?": _STR, "signal?": (str, int, None), "exitcode?": _INT})
+_EVENT = Record({"kind": str, "text?": str, "stream?": str, "metrics?": dict, "time?": _NUM,
+                 "index?": (Int(1), None), "checkpoint?": _STR})
+_CHECKPOINT_CONFIG = Record({"num_to_keep?": (Int(0), None), "checkpoint_score_attribute?": _STR,
+                             "checkpoint_score_order?": _STR})
+_NAMED = Record({"name?": _STR, "run_id?": _STR})
+_ANY = Record()  # a dict, whatever its fields
+SCHEMAS: dict[str, Record] = {
+    HELLO: Record({"role?": str}),
+    SUBMIT_RUN: Record({
+        "run_id?": _STR, "name?": _STR, "name_prefix?": _STR, "num_workers": int, "use_gpu?": (bool, None),
+        "timeout_s?": _NUM, "storage_path?": _STR, "params?": (dict, None), "cwd?": _STR,
+        "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
+        "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR}),
+    CANCEL_RUN: Record({"run_id": str}),
+    GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
+    NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
+                           "max_workers": _COUNT, "gpus?": ListOf(Int(0))}),
+    WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR}),
+    NODE_STATS: Record({"node_id?": str, "workers": MapOf(Record({"pid?": _PID, "cpu_percent?": _NUM,
+                                                                "rss?": _INT}))}),
+    WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
+                          "store_port?": (Int(1, 65535), None)}),
+    TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
+    TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
+    SPAWN_WORKERS: Record({"count": _COUNT}),
+    KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
+    RUN_TASK: Record({
+        "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
+        "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
+        "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None),
+        "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
+                         "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
+    CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
+    RUN_EVENT: Record({"run_id": str, "event": dict}),
+    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
+    ERROR: Record({"message": str}),
+    RUNS_REPLY: Record({"runs": ListOf(dict)}),
+    RUN_RECORD: Record({"record": dict}),
+}
+
+
 # The most one message may carry, all its frames together (bytes): what a receiver
 # reassembles from a key holder's chunks at most. Frames themselves are small
 # (chunking.FRAME_BYTES, refused by ZeroMQ before reaching Python when larger).
@@ -132,11 +182,14 @@ class Session:
             runs unauthenticated.
         history_size: how many recent digests to remember for replay detection.
         frame_bytes: frames over this are sent chunked (see ``chunking``).
+        validate: reject a received message whose content does not match its type's
+            ``SCHEMAS`` entry (every raynb process sets it).
 
     Not thread-safe: give each thread that owns a socket its own ``Session``.
     """
 
-    def __init__(self, key: bytes, history_size: int = 65536, frame_bytes: int = chunking.FRAME_BYTES):
+    def __init__(self, key: bytes, history_size: int = 65536, frame_bytes: int = chunking.FRAME_BYTES,
+                 validate: bool = False):
         if not key:
             raise ValueError("raynb needs a non-empty cluster key; messages are always signed")
         self.key = key if isinstance(key, bytes) else key.encode()
@@ -147,6 +200,7 @@ class Session:
         self._last_seq: dict[str, int] = {}
         self.rejected = 0  # messages dropped for a bad signature, replay or bad framing
         self.frame_bytes = frame_bytes
+        self.validate = validate
         self.max_bytes = max_message_bytes()
         self._chunks = chunking.Reassembly()
         self.rejects = RejectLog(log)
@@ -247,6 +301,10 @@ class Session:
         except ValueError as e:
             raise ProtocolError(str(e)) from None
         content = pickle.loads(chunking.view(rest[1]))  # safe: signed by a holder of the cluster key
+        if self.validate:
+            bad = SCHEMAS.get(msg_type, _ANY).problem(content)
+            if bad:
+                raise ProtocolError(f"malformed {msg_type}: {bad}")
         return Message(msg_type, content, list(rest[2:]), header, identity)
 
     def _remember(self, digest: bytes) -> None:
@@ -277,34 +335,6 @@ class Session:
             msg = self.accept(frames, identity)
             if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
                 return msg
-
-
-class RejectLog:
-    """Rejected messages, logged as one line per ``interval_s`` with their count: a peer
-    without the key sent 34,600 a second, and head.log grew by 11 GiB an hour."""
-
-    def __init__(self, logger: logging.Logger, interval_s: float = 5.0):
-        self.log, self.interval_s = logger, interval_s
-        self.count, self.latest = 0, None
-        self._logged = -float("inf")
-
-    def note(self, identity, error: Exception) -> None:
-        self.count += 1
-        self.latest = (identity[:64] if identity else identity, error)
-        self.flush(due_only=True)
-
-    def flush(self, due_only: bool = False) -> None:
-        """Log what was counted (``due_only``: only when the last line is old enough)."""
-        now = time.monotonic()
-        if not self.count or (due_only and now - self._logged < self.interval_s):
-            return
-        who, why = self.latest
-        if self.count == 1:
-            self.log.warning("rejected a message from %r: %s", who, why)
-        else:
-            self.log.warning("rejected %d messages in the last %.0f s (the latest from %r: %s)",
-                             self.count, min(now - self._logged, 1e9), who, why)
-        self.count, self._logged = 0, now
 
 
 def routing_id(role: str, name: str = "") -> bytes:

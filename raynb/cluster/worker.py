@@ -120,7 +120,7 @@ class Worker:
 
     # -- the I/O thread -------------------------------------------------------
     def _io_loop(self) -> None:
-        session = P.Session(self.key)
+        session = P.Session(self.key, validate=True)
         dealer = self.ctx.socket(zmq.DEALER)
         P.configure_socket(dealer)
         dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))

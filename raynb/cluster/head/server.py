@@ -50,7 +50,7 @@ class Head:
                  num_workers: int = 4, max_workers: int | None = None,
                  idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
         self.key = key
-        self.session = P.Session(key)
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         P.configure_socket(self.sock)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Callable
 
 from ..checkpoints import CheckpointStore
@@ -211,6 +212,12 @@ class RunStore:
         index = event.pop("index", None) or run.report_counts.get(rank, 0) + 1
         run.report_counts[rank] = index
         staged = event.pop("checkpoint", None)
+        if staged and Path(staged).parent.parent != run.rundir.path / ".staging":
+            # The head moves the files out and removes the parent: only ever in the run's own
+            # .staging (train.session writes there).
+            log.warning("run %s: rank %d staged a checkpoint outside the run directory (%s); "
+                        "ignored", run.name, rank, staged)
+            staged = None
         if staged:
             run.staged.setdefault(index, {})[rank] = staged
         if rank == 0:
