@@ -408,3 +408,139 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
     assert "evil-w1" not in {w["worker_id"] for w in st["workers"]}
     time.sleep(NODE_TIMEOUT_S + 1.5)  # past the tick that dropped the silent node
     head_still_works(warm)
+
+
+# -- a full disk, and a flood of rejected messages ----------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB file system (tmpfs), unmounted afterwards."""
+    d = tmp_path / "small"
+    d.mkdir()
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(d)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {p.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+
+
+def _chatty(config):
+    import time
+
+    line = "x" * 200
+    for i in range(config["lines"]):
+        print(i, line)
+    time.sleep(config.get("sleep", 0))
+    return "done"
+
+
+def test_a_full_disk_fails_the_run_not_the_head(warm, small_disk):
+    """A rank's output filled the storage path: RunDirectory.flush() raised in the head's
+    tick and the whole cluster died. Now the run fails naming the file and ENOSPC."""
+    from raynb.train.run import execute_run
+
+    head = warm.info["pids"]["head"]
+    for sleep in (0, 5):  # output still running when it fails (cancelled), or all sent already
+        with pytest.raises(raynb.RunError) as ei:
+            execute_run(_chatty, {"lines": 20000, "sleep": sleep}, raynb.ScalingConfig(num_workers=2),
+                        raynb.RunConfig(verbose=0, storage_path=str(small_disk)))
+        text = str(ei.value)
+        assert str(small_disk) in text and "ENOSPC" in text, text
+        assert ei.value.state == "FAILED"
+        assert warm.ping(timeout=5.0) and warm.info["pids"]["head"] == head
+        print(text)
+        for log in small_disk.glob("*/output.log"):
+            log.unlink()  # room for the next run's files
+    # The next run, on normal storage, works on the same warm cluster.
+    _, ret = execute_run(_chatty, {"lines": 3}, raynb.ScalingConfig(num_workers=2), QUIET)
+    assert ret == "done"
+    # Creating a run there with the disk full is refused, naming the path.
+    filler = small_disk / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    with pytest.raises(ValueError, match="ENOSPC"):
+        execute_run(_chatty, {"lines": 1}, raynb.ScalingConfig(num_workers=1),
+                    raynb.RunConfig(verbose=0, storage_path=str(small_disk)))
+    assert warm.ping(timeout=5.0)
+
+
+def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
+    """34,600 rejected messages a second, 100 bytes each, grew head.log by 11 GiB an hour."""
+    import re
+
+    import zmq
+
+    from raynb.cluster import protocol as P
+    from test_protocol import dealer, rejected_count, sync
+
+    log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
+    size = os.path.getsize(log_path)
+    before = rejected_count(warm)
+    ctx = zmq.Context()
+    try:
+        with dealer(ctx, warm.info["address"]) as s:
+            for i in range(5000):
+                s.send_multipart([b"%05d" % i + b"g" * 95])
+            sync(s, P.Session(warm.info["key"].encode()), timeout=60)
+    finally:
+        ctx.destroy(linger=0)
+    assert rejected_count(warm) - before == 5000
+    time.sleep(6.0)  # the summary of the burst is written within a few seconds
+    with open(log_path, errors="replace") as f:
+        f.seek(size)
+        lines = [line for line in f if "rejected" in line]
+    assert 1 <= len(lines) <= 4, lines
+    counted = sum(1 if "rejected a message" in line else int(re.search(r"rejected (\d+) messages", line)[1])
+                  for line in lines)
+    assert counted == 5000, lines
+
+
+@pytest.fixture
+def ctl(tmp_path):
+    from test_run_controller import Harness
+
+    return Harness(tmp_path)
+
+
+WRITE_ERROR = "could not write /x/output.log: No space left on device (ENOSPC): the run cannot keep its files"
+
+
+def test_a_write_error_fails_a_running_run_without_a_restart(ctl):
+    run = ctl.running(max_failures=3)
+    run.write_error = WRITE_ERROR
+    ctl.ctl.storage_failed(run)
+    assert run.state == "FAILING" and sorted(ctl.effects.ranks("cancel_rank")) == [0, 1, 2]
+    for rank in range(3):
+        ctl.ctl.rank_returned(run, rank, "cancelled")
+    assert run.state == "FAILED", "a write error must not restart the run (max_failures=3)"
+    assert run.errors[0]["message"] == WRITE_ERROR
+    assert ctl.effects.named("requeue") == []
+
+
+def test_a_write_error_fails_a_queued_run_and_a_run_at_its_end(ctl):
+    queued = ctl.run()
+    queued.write_error = WRITE_ERROR
+    ctl.ctl.storage_failed(queued)
+    assert queued.state == "FAILED" and queued.errors == [{"message": WRITE_ERROR}]
+    # Every rank returned, but committing its last checkpoint hit the full disk.
+    run = ctl.running(world_size=2)
+
+    def commit(r, run_ended=False):
+        r.write_error = WRITE_ERROR
+
+    ctl.store.commit_checkpoints = commit
+    ctl.ctl.rank_returned(run, 1, "ok")
+    ctl.ctl.rank_returned(run, 0, "ok", value_frames=[b"v"])
+    assert run.state == "FAILED" and run.errors[0]["message"] == WRITE_ERROR
+    # A run being cancelled ends CANCELLED, as asked.
+    cancelled = ctl.cancelling()
+    cancelled.write_error = WRITE_ERROR
+    ctl.ctl.storage_failed(cancelled)
+    assert cancelled.state == "CANCELLING"

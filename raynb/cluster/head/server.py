@@ -72,7 +72,8 @@ class Head:
         self.num_workers = num_workers
         self.max_workers = max_workers
         self.registry = Registry(max_workers)
-        self.store = RunStore(self.emit)
+        self._write_failures: list[Run] = []  # failed at the next tick, outside any handler
+        self.store = RunStore(self.emit, self._write_failures.append)
         self.controller = RunController(self, self.store)
         self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller)
         self.pool = WorkerPool(self.registry, self.send, self._note, idle_timeout_s)
@@ -150,7 +151,9 @@ class Head:
         for run in list(self.runs.values()):
             self.controller.tick(run)
             if run.state == "RUNNING":
-                run.rundir.flush()
+                self.store.flush(run)
+        while self._write_failures:  # a run whose files cannot be written fails, not the head
+            self.controller.storage_failed(self._write_failures.pop(0))
         self.pool.tick(now, runs_waiting=len(self.queue) > 0)
         # Without these checks a dead node agent's ranks (its zygote kills them) would
         # never be reported, and their runs and clients would wait forever.
