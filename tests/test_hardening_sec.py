@@ -544,3 +544,20 @@ def test_a_write_error_fails_a_queued_run_and_a_run_at_its_end(ctl):
     cancelled.write_error = WRITE_ERROR
     ctl.ctl.storage_failed(cancelled)
     assert cancelled.state == "CANCELLING"
+
+
+def test_what_raynb_submits_fits_the_submit_schema(tmp_path):
+    """A config of any JSON-able kind, numpy numbers and a Path in the configs: the spec
+    raynb builds passes the head's check (else the head drops it and fit() waits)."""
+    import numpy as np
+
+    from raynb.client.run import build_submission
+    from raynb.cluster import protocol as P
+
+    for config in (None, "a string", [1, 2], {"lr": np.float32(0.1), "n": np.int64(3)}):
+        spec, _ = build_submission(
+            _chatty, config, raynb.ScalingConfig(num_workers=2, use_gpu=np.bool_(False), timeout_s=np.int64(5)),
+            raynb.RunConfig(storage_path=tmp_path, checkpoint_config=raynb.CheckpointConfig(num_to_keep=2),
+                            failure_config=raynb.FailureConfig(max_failures=-1)),
+            extra={"resume": True})
+        assert P.SCHEMAS[P.SUBMIT_RUN].problem(spec) is None, (config, P.SCHEMAS[P.SUBMIT_RUN].problem(spec))
