@@ -22,7 +22,11 @@ grow, which still catches a replay once its digest has aged out of the history.
 
 No socket accepts a frame over ``chunking.FRAME_BYTES``: a bigger one is sent as a
 train of signed ``chunk`` messages, each verified before it is kept (see
-``chunking``), so nothing big is ever buffered before it is authenticated.
+``chunking``), so no big frame is ever buffered before it is authenticated.
+
+A verified message's content is checked against its type's entry in ``SCHEMAS``
+(``schema``) before any handler sees it: a key holder's malformed message is
+dropped and counted as a forged one is.
 """
 from __future__ import annotations
 
@@ -198,7 +202,7 @@ class Session:
         self._history: OrderedDict[bytes, None] = OrderedDict()
         self._history_size = history_size
         self._last_seq: dict[str, int] = {}
-        self.rejected = 0  # messages dropped for a bad signature, replay or bad framing
+        self.rejected = 0  # messages dropped: bad signature, replay, framing or fields
         self.frame_bytes = frame_bytes
         self.validate = validate
         self.max_bytes = max_message_bytes()
