@@ -105,11 +105,9 @@ class RunStore:
                     found.append((e.stat().st_mtime, e.path))
         for _, path in sorted(found, reverse=True)[:ARCHIVE_LIMIT]:
             try:
-                rec = read_run_dir(path, with_reports=False)
-            except (OSError, CorruptRunDirectory, ValueError) as e:
+                self._archive_run(read_run_dir(path, with_reports=False))
+            except (OSError, CorruptRunDirectory, ValueError) as e:  # another user's, or damaged
                 log.warning("skipping run directory %s: %s", path, e)
-                continue
-            self._archive_run(rec)
 
     def _archive_run(self, rec: dict) -> Run:
         spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
