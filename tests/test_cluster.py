@@ -235,11 +235,13 @@ def test_cli_own_cluster_stale_file_start_status_stop(tmp_path):
     stale = {"address": "tcp://127.0.0.1:9", "key": "0" * 64, "workers": 2,
              "pids": {"head": dead.pid, "node": dead.pid}, "created": 0, "version": 1, "token": "x"}
     conn.write_text(json.dumps(stale))
+    conn.chmod(0o600)  # as raynb writes it: one others may read is refused
     p = cli("status", env=env, timeout=30)
     assert p.returncode != 0 and "no raynb cluster is running" in p.stdout, (p.stdout, p.stderr)
     assert not conn.exists(), "a stale connection file must be removed"
 
     conn.write_text(json.dumps(stale))
+    conn.chmod(0o600)  # as raynb writes it: one others may read is refused
     pids = []
     try:
         p = cli("start", "--workers", "2", env=env)
@@ -301,9 +303,11 @@ def test_cli_stale_file_with_reused_pid_never_touches_that_process(tmp_path):
                  "token": "x"}
         conn = home / "cluster.json"
         conn.write_text(json.dumps(stale))
+        conn.chmod(0o600)  # as raynb writes it: one others may read is refused
         p = cli("status", env=env, timeout=30)
         assert p.returncode != 0 and "no raynb cluster is running" in p.stdout, (p.stdout, p.stderr)
         conn.write_text(json.dumps(stale))
+        conn.chmod(0o600)  # as raynb writes it: one others may read is refused
         t0 = time.monotonic()
         p = cli("stop", env=env, timeout=60)
         assert time.monotonic() - t0 < 5, "stop waited for an unrelated process to exit"

@@ -148,8 +148,10 @@ def build_submission(fn, config, scaling_config, run_config, *,
             "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
     spec = {
         "run_id": uuid.uuid4().hex, "name": run_config.name, "name_prefix": name_prefix,
-        "num_workers": scaling_config.num_workers, "use_gpu": scaling_config.use_gpu,
-        "timeout_s": scaling_config.timeout_s, "storage_path": _absolute(run_config.storage_path),
+        "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
+        # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
+        "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
+        "storage_path": _absolute(run_config.storage_path),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }

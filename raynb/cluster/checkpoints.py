@@ -4,7 +4,9 @@ Ranks copy their checkpoint files into ``<run>/.staging/<attempt>_<report>/rank_
 (see ``train.session.report``). Once every rank has made that report, the head
 merges the ranks' files (rank 0 last, so its files win a name clash) into
 ``.tmp_checkpoint_000NNN`` and renames it to ``checkpoint_000NNN``: a rename is
-atomic, so the latest checkpoint on disk is always a whole one.
+atomic, so the latest checkpoint on disk is always a whole one. A checkpoint is
+private to the user, as its run directory is: directories 0700, files without
+group or other permissions.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from .rundir import checkpoint_dir_name
 
 def _merge_into(src: Path, dst: Path) -> None:
     """Move the tree ``src`` into ``dst``, replacing files of the same name."""
-    dst.mkdir(parents=True, exist_ok=True)
+    dst.mkdir(parents=True, exist_ok=True, mode=0o700)
     for entry in os.scandir(src):
         target = dst / entry.name
         if entry.is_dir(follow_symlinks=False):
@@ -28,6 +30,8 @@ def _merge_into(src: Path, dst: Path) -> None:
         else:
             if target.is_dir():
                 shutil.rmtree(target)
+            if not entry.is_symlink():
+                os.chmod(entry.path, entry.stat().st_mode & 0o700)
             os.replace(entry.path, target)
 
 
@@ -79,7 +83,7 @@ class CheckpointStore:
         name = checkpoint_dir_name(index)
         tmp = self.path / f".tmp_{name}"
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)
         for rank_dir in sorted(staged, key=_rank_of, reverse=True):  # rank 0 last: its files win
             if os.path.isdir(rank_dir):
                 _merge_into(Path(rank_dir), tmp)

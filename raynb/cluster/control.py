@@ -28,7 +28,7 @@ class Client:
     def __init__(self, address: str, key: bytes, info: dict | None = None):
         self.address = address
         self.info = info or {"address": address}
-        self.session = P.Session(key)
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)

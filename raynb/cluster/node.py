@@ -34,7 +34,7 @@ import zmq
 
 from . import protocol as P
 from .gpu_stats import GpuSampler
-from .connection import raynb_home
+from .connection import private_dir
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
                        python_env)
 
@@ -52,14 +52,21 @@ FROZEN_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 
 def _local_ip_for(address: str) -> str:
-    """The IP of this host's interface that routes to the head (for MASTER_ADDR)."""
-    host = address.split("//", 1)[-1].rsplit(":", 1)[0]
-    if host in ("127.0.0.1", "localhost", "*"):
+    """The IP of this host's interface that routes to the head (for MASTER_ADDR, and
+    what this node's workers listen on: see ``rendezvous``)."""
+    host = address.split("//", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if host in ("127.0.0.1", "localhost", "::1"):
         return "127.0.0.1"
+    if host in ("*", "0.0.0.0", "::"):
+        # A head on every interface of this machine: the other nodes reach this one by
+        # the address of its default route (loopback would send them to themselves).
+        host = "192.0.2.1"  # TEST-NET-1: only the route is looked up
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         s.connect((host, 9))  # no packet is sent for a UDP connect
         return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"  # no route: this machine alone
     finally:
         s.close()
 
@@ -95,7 +102,7 @@ class NodeAgent:
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
         self.hostname = socket.gethostname()
         self.ip = _local_ip_for(address)
-        self.session = P.Session(key)
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
@@ -109,8 +116,7 @@ class NodeAgent:
         self._stop = False
         self._zygote_starts: list[float] = []
         self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
-        log_dir = raynb_home() / "logs"
-        log_dir.mkdir(exist_ok=True)
+        log_dir = private_dir("logs")
         # The workers' FileStore rendezvous files (single-node process groups) go here and
         # are removed with it when this agent exits: torch deletes such a file only when
         # every rank dropped its reference, which a killed worker, or one that exits with

@@ -19,6 +19,14 @@ A message on the wire is a list of ZeroMQ frames::
 Replays are rejected twice over: a bounded history of recent digests (as
 ``jupyter_client.session`` keeps), and a per-sender sequence number that must
 grow, which still catches a replay once its digest has aged out of the history.
+
+No socket accepts a frame over ``chunking.FRAME_BYTES``: a bigger one is sent as a
+train of signed ``chunk`` messages, each verified before it is kept (see
+``chunking``), so no big frame is ever buffered before it is authenticated.
+
+A verified message's content is checked against its type's entry in ``SCHEMAS``
+(``schema``) before any handler sees it: a key holder's malformed message is
+dropped and counted as a forged one is.
 """
 from __future__ import annotations
 
@@ -35,6 +43,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import zmq
+
+from . import chunking
+from .rejects import RejectLog
+from .schema import Int, ListOf, MapOf, Record
 
 PROTOCOL_VERSION = "1.0"
 
@@ -79,18 +91,75 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+# any direction
+CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
     and k not in ("PROTOCOL_VERSION",)
 )
 
-# Frames larger than this are refused by ZeroMQ itself before reaching Python
-# (ZMQ_MAXMSGSIZE), so a hostile peer cannot make the head allocate without bound.
+# What each message's content holds (``schema``): checked on receipt by the Sessions
+# raynb's processes use, before any handler sees the message.
+_STR, _NUM, _INT = (str, None), (float, None), (int, None)
+_COUNT, _PID, _RANK = Int(0, 1 << 20), Int(1), Int(0, 1 << 20)
+_ERROR = Record({"rank?": _INT, "pid?": _INT, "hostname?": _STR, "exc_type?": _STR, "exc_module?": _STR,
+                 "message?": str, "traceback?": _STR, "signal?": (str, int, None), "exitcode?": _INT})
+_EVENT = Record({"kind": str, "text?": str, "stream?": str, "metrics?": dict, "time?": _NUM,
+                 "index?": (Int(1), None), "checkpoint?": _STR})
+_CHECKPOINT_CONFIG = Record({"num_to_keep?": (Int(0), None), "checkpoint_score_attribute?": _STR,
+                             "checkpoint_score_order?": _STR})
+_NAMED = Record({"name?": _STR, "run_id?": _STR})
+_ANY = Record()  # a dict, whatever its fields
+SCHEMAS: dict[str, Record] = {
+    HELLO: Record({"role?": str}),
+    SUBMIT_RUN: Record({
+        "run_id?": _STR, "name?": _STR, "name_prefix?": _STR, "num_workers": int, "use_gpu?": (bool, None),
+        "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
+        "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
+        "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR}),
+    CANCEL_RUN: Record({"run_id": str}),
+    GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
+    NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
+                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None)}),
+    WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
+                           "reason?": _STR}),
+    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "workers": MapOf(Record({
+        "pid?": _PID, "cpu_percent?": _NUM, "rss?": _INT, "frozen?": bool, "gpu?": _INT, "gpu_util?": _NUM,
+        "gpu_mem_used?": _INT, "gpu_mem_total?": _INT}))}),
+    WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
+                          "store_port?": (Int(1, 65535), None)}),
+    TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
+    TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
+    SPAWN_WORKERS: Record({"count": _COUNT}),
+    KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
+    RETIRE_WORKER: Record({"worker_id": str}),
+    SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
+    RUN_TASK: Record({
+        "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
+        "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
+        "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None), "num_threads?": (Int(1, 1 << 16), None),
+        "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
+                         "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
+    CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
+    RUN_EVENT: Record({"run_id": str, "event": dict}),
+    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
+    ERROR: Record({"message": str}),
+    RUNS_REPLY: Record({"runs": ListOf(dict)}),
+    RUN_RECORD: Record({"record": dict}),
+}
+
+
+# The most one message may carry, all its frames together (bytes): what a receiver
+# reassembles from a key holder's chunks at most. Frames themselves are small
+# (chunking.FRAME_BYTES, refused by ZeroMQ before reaching Python when larger).
 DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 # How long a signed message stays acceptable (seconds); older ones are replays or
 # come from a clock too far off to trust.
 MAX_MESSAGE_AGE_S = 300.0
+# How long recv() waits for the next piece of a chunked message before giving up (s).
+TRAIN_WAIT_S = 30.0
 
 
 class ProtocolError(Exception):
@@ -120,11 +189,15 @@ class Session:
         key: the cluster's HMAC key (bytes). An empty key is refused: raynb never
             runs unauthenticated.
         history_size: how many recent digests to remember for replay detection.
+        frame_bytes: frames over this are sent chunked (see ``chunking``).
+        validate: reject a received message whose content does not match its type's
+            ``SCHEMAS`` entry (every raynb process sets it).
 
     Not thread-safe: give each thread that owns a socket its own ``Session``.
     """
 
-    def __init__(self, key: bytes, history_size: int = 65536):
+    def __init__(self, key: bytes, history_size: int = 65536, frame_bytes: int = chunking.FRAME_BYTES,
+                 validate: bool = False):
         if not key:
             raise ValueError("raynb needs a non-empty cluster key; messages are always signed")
         self.key = key if isinstance(key, bytes) else key.encode()
@@ -133,7 +206,12 @@ class Session:
         self._history: OrderedDict[bytes, None] = OrderedDict()
         self._history_size = history_size
         self._last_seq: dict[str, int] = {}
-        self.rejected = 0  # messages dropped for a bad signature, replay or bad framing
+        self.rejected = 0  # messages dropped: bad signature, replay, framing or fields
+        self.frame_bytes = frame_bytes
+        self.validate = validate
+        self.max_bytes = max_message_bytes()
+        self._chunks = chunking.Reassembly()
+        self.rejects = RejectLog(log)
 
     # -- signing --------------------------------------------------------------
     def _digest(self, frames) -> bytes:
@@ -145,32 +223,55 @@ class Session:
         return h.hexdigest().encode()
 
     def serialize(self, msg_type: str, content: dict | None = None, buffers=()) -> list:
-        """The signed frames for a message (without any routing identity)."""
+        """The signed frames for a message (without any routing identity), as one
+        message: see :meth:`messages` for one with frames over ``frame_bytes``."""
         if msg_type not in MESSAGE_TYPES:
             raise ValueError(f"unknown raynb message type {msg_type!r}")
+        return self._signed(msg_type, pickle.dumps(content or {}, protocol=5), buffers)
+
+    def _signed(self, msg_type: str, body, buffers, chunks: dict | None = None) -> list:
         self._seq += 1
-        header = json.dumps({
+        fields = {
             "version": PROTOCOL_VERSION,
             "msg_type": msg_type,
             "msg_id": uuid.uuid4().hex,
             "session": self.session_id,
             "seq": self._seq,
             "time": time.time(),
-        }).encode()
-        body = pickle.dumps(content or {}, protocol=5)
-        frames = [header, body, *buffers]
+        }
+        if chunks is not None:
+            fields["chunks"] = chunks
+        frames = [json.dumps(fields).encode(), body, *buffers]
         return [self._digest(frames), *frames]
+
+    def messages(self, msg_type: str, content: dict | None = None, buffers=()) -> list[list]:
+        """The signed messages that carry one message: a train of ``chunk`` messages
+        for each frame over ``frame_bytes``, then the message itself."""
+        if msg_type not in MESSAGE_TYPES:
+            raise ValueError(f"unknown raynb message type {msg_type!r}")
+        frames = [pickle.dumps(content or {}, protocol=5), *buffers]
+        frames, pieces, chunks = chunking.split(frames, self.frame_bytes)
+        out = [self._signed(CHUNK, pickle.dumps(c, protocol=5), [piece]) for c, piece in pieces]
+        out.append(self._signed(msg_type, frames[0], frames[1:], chunks))
+        return out
 
     def send(self, sock: zmq.Socket, msg_type: str, content: dict | None = None,
              buffers=(), identity: bytes | None = None) -> None:
-        frames = self.serialize(msg_type, content, buffers)
-        if identity is not None:
-            frames.insert(0, identity)
-        sock.send_multipart(frames, copy=False)
+        for frames in self.messages(msg_type, content, buffers):
+            if identity is not None:
+                frames.insert(0, identity)
+            sock.send_multipart(frames, copy=False)
 
     # -- verifying ------------------------------------------------------------
-    def deserialize(self, frames: list, identity: bytes | None = None) -> Message:
-        """Verify and decode frames (signature first). Raises ProtocolError."""
+    def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:
+        """Verify and decode frames (signature first).
+
+        Returns:
+            The message, or None for a ``chunk`` (kept until its message arrives).
+
+        Raises:
+            ProtocolError: the message was dropped (the text says why).
+        """
         if len(frames) < 3:
             raise ProtocolError(f"truncated message: {len(frames)} frames, need at least 3")
         sig = frames[0].bytes if isinstance(frames[0], zmq.Frame) else frames[0]
@@ -198,8 +299,20 @@ class Session:
             raise ProtocolError("message timestamp outside the accepted window")
         self._remember(sig)
         self._last_seq[session] = seq
-        body = rest[1].bytes if isinstance(rest[1], zmq.Frame) else rest[1]
-        content = pickle.loads(body)  # safe: signed by a holder of the cluster key
+        try:
+            if msg_type == CHUNK:
+                self._chunks.add(session, pickle.loads(chunking.view(rest[1])), rest[2] if len(rest) > 2 else b"",
+                                 self.max_bytes)
+                return None
+            if "chunks" in header:
+                rest = self._chunks.take(session, header["chunks"], rest)
+        except ValueError as e:
+            raise ProtocolError(str(e)) from None
+        content = pickle.loads(chunking.view(rest[1]))  # safe: signed by a holder of the cluster key
+        if self.validate:
+            bad = SCHEMAS.get(msg_type, _ANY).problem(content)
+            if bad:
+                raise ProtocolError(f"malformed {msg_type}: {bad}")
         return Message(msg_type, content, list(rest[2:]), header, identity)
 
     def _remember(self, digest: bytes) -> None:
@@ -207,23 +320,29 @@ class Session:
         if len(self._history) > self._history_size:
             self._history.popitem(last=False)
 
-    def recv(self, sock: zmq.Socket, router: bool = False) -> Message | None:
-        """Receive one message; returns None (and counts it) when it fails verification."""
-        frames = sock.recv_multipart(copy=False)
-        identity = None
-        if router:
-            identity = frames[0].bytes
-            frames = frames[1:]
+    def accept(self, frames: list, identity: bytes | None = None) -> Message | None:
+        """:meth:`deserialize`, but a rejected message is counted and logged (at most
+        one line every few seconds) instead of raised: None for it, as for a chunk."""
         try:
             return self.deserialize(frames, identity)
-        except ProtocolError as e:
-            self.rejected += 1
-            log.warning("rejected message from %r: %s", identity, e)
-            return None
         except Exception as e:  # noqa: BLE001 - a hostile payload must never crash the receiver
             self.rejected += 1
-            log.warning("rejected undecodable message from %r: %s", identity, e)
+            self.rejects.note(identity, e)
             return None
+
+    def recv(self, sock: zmq.Socket, router: bool = False) -> Message | None:
+        """Receive one message (the whole train, for a chunked one); returns None (and
+        counts it) when it fails verification, or when a train stops midway."""
+        while True:
+            frames = sock.recv_multipart(copy=False)
+            identity = None
+            if router:
+                identity = frames[0].bytes
+                frames = frames[1:]
+            before = self._chunks.pieces
+            msg = self.accept(frames, identity)
+            if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
+                return msg
 
 
 def routing_id(role: str, name: str = "") -> bytes:
@@ -242,7 +361,7 @@ def routing_name(identity: bytes) -> str:
 
 
 def max_message_bytes() -> int:
-    """The largest message any raynb socket accepts (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
+    """The most one message may carry, its frames together (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
     try:
         return int(os.environ.get("RAYNB_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
     except ValueError:
@@ -255,9 +374,10 @@ def buffer_bytes(buf) -> bytes:
 
 
 def configure_socket(sock: zmq.Socket, limit: int | None = None) -> None:
-    """Options every raynb socket gets: no lingering on close, bounded message size."""
+    """Options every raynb socket gets: no lingering on close, small frames only
+    (``limit``, default ``chunking.FRAME_BYTES``; a peer sending more is dropped)."""
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, limit or max_message_bytes())
+    sock.setsockopt(zmq.MAXMSGSIZE, limit or chunking.FRAME_BYTES)
 
 
 def key_from_env() -> bytes:

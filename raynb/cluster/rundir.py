@@ -5,15 +5,20 @@
 as a table), ``checkpoint_000NNN/``, ``error.txt`` when the run failed, and
 raynb's own ``run.json`` (state, failures, checkpoint list), ``output.log``
 (every rank's output, ``run_logs``) and ``function.pkl`` (what ``restore`` re-runs).
+
+They hold pickled functions and data: the directory is created 0700 and every
+file raynb writes in it 0600, whatever the umask.
 """
 from __future__ import annotations
 
 import csv
 import datetime as _dt
+import errno
 import json
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from .run_logs import OUTPUT_FILE, tag_lines
@@ -42,13 +47,61 @@ PARTIAL_LINE_CHARS = 1 << 16
 OUTPUT_TAIL_LINES = 2000
 
 
+def private_opener(path, flags: int) -> int:
+    """``open(..., opener=private_opener)``: a file created (or rewritten) 0600, never
+    through a symlink."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if flags & os.O_CREAT:
+        try:
+            os.fchmod(fd, 0o600)  # one left by an older raynb with the umask's mode
+        except OSError:
+            pass
+    return fd
+
+
+def make_private_dir(path: Path) -> None:
+    """``path`` (and missing parents of it inside an existing one), mode 0700.
+
+    Raises:
+        PermissionError: it exists and belongs to another user.
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if os.stat(path).st_uid not in (os.getuid(), 0):
+        raise PermissionError(f"{path} belongs to another user (uid {os.stat(path).st_uid}); "
+                              "raynb will not write a run's files into it: choose another name "
+                              "or storage_path")
+
+
+class RunFileError(OSError):
+    """Writing one of a run's files failed; the message names the file and the error."""
+
+    def __init__(self, path, error: OSError):
+        super().__init__(error.errno, error.strerror or str(error), str(path))
+        self.path = path
+
+    def __str__(self) -> str:
+        code = errno.errorcode.get(self.errno, "") if self.errno else ""
+        return f"could not write {self.path}: {self.strerror}" + (f" ({code})" if code else "")
+
+
+@contextmanager
+def writing(path):
+    """Raise what goes wrong writing ``path`` as a :class:`RunFileError` naming it."""
+    try:
+        yield
+    except RunFileError:
+        raise
+    except OSError as e:
+        raise RunFileError(path, e) from None
+
+
 class CorruptRunDirectory(ValueError):
     """A run directory lacks a file raynb needs, or has one it cannot read."""
 
 
 def write_json_atomic(path: Path, data) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
+    with writing(path), open(tmp, "w", opener=private_opener) as f:
         json.dump(data, f, indent=1, default=_json_default)
     os.replace(tmp, path)
 
@@ -127,13 +180,15 @@ def read_run_dir(path, with_reports: bool = True) -> dict:
 
 
 class RunDirectory:
-    """Writes one run's files. Args: storage_path (str), name (str, the run's directory name)."""
+    """Writes one run's files. Args: storage_path (str), name (str, the run's directory name).
+
+    Every write raises a :class:`RunFileError` naming the file when it fails (ENOSPC, ...)."""
 
     def __init__(self, storage_path: str, name: str):
         if not name or "/" in name or name in (".", ".."):
             raise ValueError(f"run name {name!r} is not a valid directory name")
         self.path = Path(storage_path).expanduser() / name
-        self.path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.path)
         self._result = None
         self._output = None
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
@@ -159,7 +214,8 @@ class RunDirectory:
 
     def write_function(self, payload: bytes) -> None:
         tmp = self.path / f".{FUNCTION_FILE}.tmp"
-        tmp.write_bytes(payload)
+        with writing(self.path / FUNCTION_FILE), open(tmp, "wb", opener=private_opener) as f:
+            f.write(payload)
         os.replace(tmp, self.path / FUNCTION_FILE)
 
     def append_output(self, rank, text: str, stream: str | None = None) -> None:
@@ -178,12 +234,14 @@ class RunDirectory:
             self._write_output(rank, text, stream)
 
     def _write_output(self, rank, text: str, stream: str | None) -> None:
-        if self._output is None:
-            self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace")
-        self._output.write(tag_lines(rank, text, stream))
+        with writing(self.path / OUTPUT_FILE):
+            if self._output is None:
+                self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace",
+                                    opener=private_opener)
+            self._output.write(tag_lines(rank, text, stream))
 
     def write_params(self, params: dict) -> None:
-        with open(self.path / "params.json", "w") as f:
+        with writing(self.path / "params.json"), open(self.path / "params.json", "w", opener=private_opener) as f:
             json.dump(params, f, indent=2, default=_json_default)
 
     def append_result(self, metrics: dict, started: float | None, t: float | None) -> dict:
@@ -201,12 +259,14 @@ class RunDirectory:
         row["time_total_s"] = now - started + self.time_offset
         row["time_this_iter_s"] = now - (self._last_time or started)
         self._last_time = now
-        if self._result is None:
-            self._result = open(self.path / "result.json", "a")
-        self._result.write(json.dumps(row, default=_json_default) + "\n")
-        self._result.flush()
+        with writing(self.path / "result.json"):
+            if self._result is None:
+                self._result = open(self.path / "result.json", "a", opener=private_opener)
+            self._result.write(json.dumps(row, default=_json_default) + "\n")
+            self._result.flush()
         self._rows.append(row)
-        self._write_progress(row)
+        with writing(self.path / "progress.csv"):
+            self._write_progress(row)
         return row
 
     def _write_progress(self, row: dict) -> None:
@@ -215,40 +275,52 @@ class RunDirectory:
         if new or not self._columns:
             # A new metric appeared: rewrite with the widened header.
             self._columns += new
-            with open(path, "w", newline="") as f:
+            with open(path, "w", newline="", opener=private_opener) as f:
                 w = csv.DictWriter(f, self._columns)
                 w.writeheader()
                 w.writerows(self._rows)
         else:
-            with open(path, "a", newline="") as f:
+            with open(path, "a", newline="", opener=private_opener) as f:
                 csv.DictWriter(f, self._columns).writerow(row)
 
     def write_error(self, errors: list | None) -> None:
         if not errors:
             return
-        with open(self.path / "error.txt", "w") as f:
+        with writing(self.path / "error.txt"), open(self.path / "error.txt", "w", opener=private_opener) as f:
             for e in errors:
                 text = (e.get("traceback") or e.get("message")) if isinstance(e, dict) else e
                 f.write(f"{text}\n\n")
 
     def flush(self) -> None:
         if self._output is not None:
-            self._output.flush()
+            with writing(self.path / OUTPUT_FILE):
+                self._output.flush()
 
     def close(self) -> None:
-        for (rank, stream), rest in self._partial.items():
-            self._write_output(rank, rest, stream)
-        self._partial = {}
-        for name in ("_result", "_output"):
+        """Close the files (all of them, also when one fails: the first error is raised)."""
+        failed = None
+        partial, self._partial = self._partial, {}
+        try:
+            for (rank, stream), rest in partial.items():
+                self._write_output(rank, rest, stream)
+        except RunFileError as e:
+            failed = e
+        for name, filename in (("_result", "result.json"), ("_output", OUTPUT_FILE)):
             f = getattr(self, name)
+            setattr(self, name, None)
             if f is not None:
-                f.close()
-                setattr(self, name, None)
+                try:
+                    with writing(self.path / filename):
+                        f.close()
+                except RunFileError as e:
+                    failed = failed or e
         # Every report's row is kept only to rewrite progress.csv when a new metric shows up;
         # once the run ended nothing writes here again (a resumed run reads its files back).
         # The head keeps up to 1000 ended runs: with their rows it held every report of each
         # (70 MiB for 40k small reports), growing with every experiment.
         self._rows = []
+        if failed is not None:
+            raise failed
 
 
 def checkpoint_dir_name(index: int) -> str:

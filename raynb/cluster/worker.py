@@ -9,7 +9,8 @@ Two threads:
   cancel into SIGINT for the main thread.
 
 Between runs a worker keeps its torch.distributed process group, so a re-run on
-the same ranks skips the rendezvous entirely.
+the same ranks skips the rendezvous entirely (``rendezvous.py``: how a group forms,
+and what the worker listens on).
 """
 from __future__ import annotations
 
@@ -21,10 +22,8 @@ import queue
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
-from datetime import timedelta
 
 import cloudpickle
 import zmq
@@ -36,6 +35,7 @@ from .notebook_main import load_payload, notebook_main
 from .procutil import become_subreaper, end_descendants
 from .rank_output import RankStream
 from .remote_error import format_remote_error
+from .rendezvous import Rendezvous
 from .thread_share import ThreadShare
 
 log = logging.getLogger("raynb.worker")
@@ -65,15 +65,10 @@ class Worker:
         self.pid = os.getpid()
         self._io_ready = threading.Event()
         self._out_session = P.Session(key)
-        self.group_key: str | None = None
         self._modules = UserModules()
         self.threads = ThreadShare()
         self._sys_path_seen: tuple = ()
-        self._store = None
-        try:
-            self._store_server()
-        except Exception as e:  # noqa: BLE001 - rendezvous falls back to a per-group port
-            log.warning("no TCPStore server on this worker (%s); rank 0 will open one per group", e)
+        self.rendezvous = Rendezvous(self.node_ip)
         io = threading.Thread(target=self._io_loop, name="raynb-io", daemon=True)
         io.start()
         self._io_ready.wait()
@@ -103,15 +98,15 @@ class Worker:
     # -- outgoing (any thread) ------------------------------------------------
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
         with self.lock:
-            frames = self._out_session.serialize(msg_type, content, buffers)
-            # The head's socket drops the whole connection on a frame over the size limit:
-            # the message (a run's task_done among them) would be lost and its run hang.
-            big = max(len(f) for f in frames)
-            if big > P.max_message_bytes():
+            # The head drops a message over the limit (its chunks are refused): the message
+            # (a run's task_done among them) would be lost and its run hang.
+            size = sum(len(b) for b in buffers)
+            if size > P.max_message_bytes():
                 raise ValueError(
-                    f"raynb cannot send a {msg_type} message of {big / 2**20:.0f} MiB: over the "
+                    f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
                     f"{P.max_message_bytes() / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
-            self._push.send_multipart(frames, copy=False)
+            for frames in self._out_session.messages(msg_type, content, buffers):
+                self._push.send_multipart(frames, copy=False)
 
     def emit(self, event: dict) -> None:
         """Send a progress event (report, output) for the current task."""
@@ -125,7 +120,7 @@ class Worker:
 
     # -- the I/O thread -------------------------------------------------------
     def _io_loop(self) -> None:
-        session = P.Session(self.key)
+        session = P.Session(self.key, validate=True)
         dealer = self.ctx.socket(zmq.DEALER)
         P.configure_socket(dealer)
         dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))
@@ -134,7 +129,8 @@ class Worker:
         pull.bind("inproc://raynb-out")
         session.send(dealer, P.WORKER_READY, {
             "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
-            "hostname": socket.gethostname(), "ip": self.node_ip, "store_port": self.store_port})
+            "hostname": socket.gethostname(), "ip": self.node_ip,
+            "store_port": self.rendezvous.store_port})
         self._io_ready.set()
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
@@ -272,7 +268,7 @@ class Worker:
             # Peers may be mid-collective or dead: never reuse this process group. A
             # one-rank group has no peers and stays usable (a Tune STOP then costs no
             # new group for the worker's next trial).
-            self.group_key = None
+            self.rendezvous.group_key = None
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
         self._modules.note(started_ns)
@@ -300,76 +296,7 @@ class Worker:
         # torch.set_num_threads still wins, it runs after this.
         self.threads.start((task["run_id"], task.get("attempt", 0)), task.get("num_threads") or max(
             1, (os.cpu_count() or 1) // max(1, task["local_world_size"])))
-        self._ensure_group(task)
-
-    def _store_server(self):
-        """This worker's torch.distributed TCPStore server, listening from its start.
-
-        When this worker is rank 0 of a new process group its peers rendezvous here.
-        A server created at rendezvous time (init_method="tcp://...") would often
-        start listening after a peer's first connect attempt, and torch's client
-        backs off for ~0.6 s before retrying: a restart after a failure, or any new
-        group, paid that on most rendezvous."""
-        if self._store is None:
-            import torch.distributed as dist
-
-            self._store = dist.TCPStore("0.0.0.0", 0, is_master=True, wait_for_workers=False,
-                                        timeout=timedelta(seconds=1800))
-        return self._store
-
-    @property
-    def store_port(self) -> int | None:
-        return self._store.port if self._store is not None else None
-
-    def _ensure_group(self, task: dict) -> None:
-        import torch.distributed as dist
-
-        g = task["group"]
-        if self.group_key == g["key"] and dist.is_initialized():
-            return
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        else:
-            # init_process_group names the default group from a counter that it bumps
-            # before the rendezvous and only destroy_process_group resets. After an init
-            # that was interrupted (a cancel during the rendezvous) or failed, this rank
-            # would name its group "1" while its peers use "0", and gloo would wait for
-            # them forever.
-            from torch.distributed import distributed_c10d
-
-            distributed_c10d._world.group_count = 0
-        self.group_key = None
-        if g["backend"] == "nccl":
-            import torch
-
-            if not torch.cuda.is_available():
-                raise RuntimeError(
-                    f"use_gpu=True but no CUDA device is visible on {socket.gethostname()} "
-                    f"(worker {self.worker_id}); run with use_gpu=False or add a GPU node")
-            torch.cuda.set_device(task["gpu_id"])
-        timeout = timedelta(seconds=float(g.get("timeout_s") or 1800))
-        if g.get("file_store"):
-            # Every rank on this machine: rendezvous through a file, no socket. A TCP
-            # connect to the store now and then stalls 5 s here (a dropped SYN to the
-            # v4-mapped address torch's client prefers, under gVisor), one group in ~30.
-            # In the node agent's own directory, removed when it exits (see NodeAgent).
-            rdzv_dir = os.environ.get("RAYNB_RDZV_DIR") or tempfile.gettempdir()
-            os.makedirs(rdzv_dir, exist_ok=True)
-            path = os.path.join(rdzv_dir, f"raynb-rdzv-{g['key']}")
-            if task["world_size"] == 1 and os.path.exists(path):
-                os.unlink(path)  # left by an init of this one-rank group that was interrupted
-            store = dist.FileStore(path, task["world_size"])
-        elif g.get("store_port") and task["rank"] == 0:
-            store = self._store_server()  # rank 0 is the worker whose server the head named
-        else:
-            store = dist.TCPStore(g["master_addr"], int(g["master_port"]), task["world_size"],
-                                  is_master=task["rank"] == 0 and not g.get("store_port"),
-                                  timeout=timeout, wait_for_workers=False)
-        # Each rendezvous gets keys of its own in the long-lived store.
-        store = dist.PrefixStore(f"raynb/{g['key']}/", store)
-        dist.init_process_group(g["backend"], store=store, rank=task["rank"],
-                                world_size=task["world_size"], timeout=timeout)
-        self.group_key = g["key"]
+        self.rendezvous.ensure(task, self.worker_id)
 
 
 def _takes_config(fn) -> bool:

@@ -72,7 +72,7 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         log = os.open(os.path.join(log_dir, f"worker-{worker_id}.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         sys.stdin = open(os.devnull)

@@ -71,7 +71,8 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     stage = Path(task["path"]) / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
     final = stage / f"rank_{task['rank']}"
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
-    stage.mkdir(parents=True, exist_ok=True)
+    stage.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
+    stage.mkdir(exist_ok=True, mode=0o700)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         shutil.copytree(src, tmp)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..cluster.rundir import CorruptRunDirectory, read_reports
+from ..cluster.rundir import CorruptRunDirectory, private_opener, read_reports
 from .trial import Trial
 
 STATE_FILE = "experiment_state.json"
@@ -138,7 +138,7 @@ class ExperimentState:
                 self._busy = True
             try:
                 tmp = self.path / (STATE_FILE + ".tmp")
-                with open(tmp, "w") as f:
+                with open(tmp, "w", opener=private_opener) as f:
                     f.write(text)
                 os.replace(tmp, self.path / STATE_FILE)
             except OSError as e:

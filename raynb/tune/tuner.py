@@ -15,7 +15,8 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import views
-from ..cluster.rundir import default_storage_path, make_run_name, read_run_dir
+from ..cluster.rundir import (default_storage_path, make_private_dir, make_run_name, private_opener,
+                              read_run_dir)
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -221,11 +222,12 @@ class Tuner:
         name = rc.name or make_run_name(self._runner.name_prefix)
         storage = rc.storage_path or default_storage_path()
         path = Path(storage).expanduser().absolute() / name  # the notebook's, as for a run
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path)  # it holds pickled settings and trial configs: 0700, files 0600
         self._experiment_path = str(path)
         if self._settings_blob is not None:
             tmp = path / "tuner.pkl.tmp"
-            tmp.write_bytes(self._settings_blob)
+            with open(tmp, "wb", opener=private_opener) as f:
+                f.write(self._settings_blob)
             tmp.replace(path / "tuner.pkl")
         elif self._settings_warning:
             sys.stderr.write(f"warning: {self._settings_warning}; Tuner.restore will need them passed again\n")

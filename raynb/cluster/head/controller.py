@@ -13,16 +13,16 @@ Every transition there is, at a glance::
     state        event           next state   what happens
     PENDING      placed          RUNNING      the scheduler found its ranks; they start
     PENDING      cancel          CANCELLED    cancelled before it started
-    RUNNING      rank_failed     FAILING      a rank raised, died, or stopped on its own: stop its peers
+    RUNNING      rank_failed     FAILING      a rank raised, died, or stopped on its own, or a run file could not be written: stop the ranks
     RUNNING      cancel          CANCELLING   stop every rank (an interrupt, a Tune STOP)
     RUNNING      all_stopped     FINISHED     every rank returned; staged checkpoints are committed
     FAILING      rank_failed     FAILING      its peers fail too (a collective with a dead peer)
     FAILING      cancel          CANCELLING   a cancel between a failure and the restart wins
     FAILING      all_stopped     PENDING      FailurePolicy says RETRY: queued again, from the latest checkpoint
-    FAILING      all_stopped     FAILED       FailurePolicy says RAISE: the failures are named
+    FAILING      all_stopped     FAILED       FailurePolicy says RAISE (always after a write error): the failures are named
     CANCELLING   rank_failed     CANCELLING   (a rank dying while it is being stopped)
     CANCELLING   all_stopped     CANCELLED
-    any active   head_stopping   FAILED       the cluster stopped under the run
+    any active   head_stopping   FAILED       the cluster stopped under the run (or a queued run's files could not be written)
 
 FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
 in a collective never returns by itself); at its deadline they are killed and
@@ -206,6 +206,24 @@ class RunController:
                 run.done[rank] = "killed"
         self._maybe_all_stopped(run)
 
+    def storage_failed(self, run: Run) -> None:
+        """A file of the run could not be written (``run.write_error``: a full disk, a lost
+        mount): it fails, and is not restarted (the next attempt would fail alike)."""
+        if run.state in TERMINAL or run.state == CANCELLING:
+            return  # ending anyway
+        self._note_write_error(run)
+        if run.state == PENDING:
+            self._move(run, HEAD_STOPPING, FAILED)
+            self._finish(run)
+        elif run.state == RUNNING:
+            self._begin_stopping(run, RANK_FAILED, FAILING, CANCEL_GRACE_S)
+            self._maybe_all_stopped(run)
+
+    def _note_write_error(self, run: Run) -> None:
+        error = {"message": run.write_error}
+        if error not in run.errors:
+            run.errors.insert(0, error)  # the cause: the ranks' errors (if any) follow from it
+
     def head_stopping(self, run: Run, why: str) -> None:
         """The cluster is stopping with the run active."""
         if run.state in TERMINAL:
@@ -237,7 +255,7 @@ class RunController:
             run.add_failure(cause)
             this_fit = run.num_failures - run.failures_before
             policy = self.failure_policy(run)
-            if policy.make_decision(this_fit) is FailureDecision.RETRY:
+            if run.write_error is None and policy.make_decision(this_fit) is FailureDecision.RETRY:
                 self._move(run, ALL_STOPPED, PENDING)
                 self._restart(run, cause, getattr(policy, "max_failures", run.max_failures))
             else:
@@ -250,6 +268,10 @@ class RunController:
                 self._finish(run)
         else:
             self.store.commit_checkpoints(run, run_ended=True)
+            if run.write_error is not None:  # its last checkpoint or record could not be written
+                self._note_write_error(run)
+                self._move(run, RANK_FAILED, FAILING)
+                return self._maybe_all_stopped(run)
             self._move(run, ALL_STOPPED, FINISHED)
             self._finish(run)
 

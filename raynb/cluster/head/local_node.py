@@ -3,12 +3,13 @@ when it dies (at most ``LOCAL_NODE_RESTARTS_PER_MIN`` times a minute)."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import time
 from typing import Callable
 
-from ..connection import raynb_home
+from ..connection import open_private, private_dir
 from ..procutil import NODE_MODULE, describe_exit, python_env
 
 log = logging.getLogger("raynb.head")
@@ -41,9 +42,7 @@ class LocalNode:
                "--workers", str(self.num_workers), "--node-id", LOCAL_NODE_ID, "--die-with-parent"]
         if self.max_workers:
             cmd += ["--max-workers", str(self.max_workers)]
-        log_path = raynb_home() / "logs" / "node-local.log"
-        log_path.parent.mkdir(exist_ok=True)
-        with open(log_path, "ab") as log_file:
+        with os.fdopen(open_private(private_dir("logs") / "node-local.log"), "ab") as log_file:
             self.proc = subprocess.Popen(
                 cmd, env=python_env({"RAYNB_KEY": self.key.decode()}),
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)

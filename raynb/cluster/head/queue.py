@@ -50,7 +50,10 @@ class RunQueue:
     def schedule(self) -> None:
         """Start what can start, in order; the first run that cannot blocks the rest."""
         while self._ids:
-            run = self._runs[self._ids[0]]
+            run = self._runs.get(self._ids[0])
+            if run is None or run.state != "PENDING":  # ended while queued (its files failed)
+                self._ids.pop(0)
+                continue
             decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu"))),
                                        self._registry.snapshot())
             if isinstance(decision, scheduler.Fork):

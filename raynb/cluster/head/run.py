@@ -51,6 +51,7 @@ class Run:
     followers: set = field(default_factory=set)       # clients attached besides the submitter
     archived: bool = False                            # read back from disk, not run by this head
     peaks: dict = field(default_factory=dict)         # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
+    write_error: str | None = None                    # a file of it could not be written: it fails
 
     @property
     def world_size(self) -> int:

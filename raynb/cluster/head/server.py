@@ -50,7 +50,7 @@ class Head:
                  num_workers: int = 4, max_workers: int | None = None,
                  idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
         self.key = key
-        self.session = P.Session(key)
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         P.configure_socket(self.sock)
@@ -72,7 +72,8 @@ class Head:
         self.num_workers = num_workers
         self.max_workers = max_workers
         self.registry = Registry(max_workers)
-        self.store = RunStore(self.emit)
+        self._write_failures: list[Run] = []  # failed at the next tick, outside any handler
+        self.store = RunStore(self.emit, self._write_failures.append)
         self.controller = RunController(self, self.store)
         self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller)
         self.pool = WorkerPool(self.registry, self.send, self._note, idle_timeout_s)
@@ -125,12 +126,9 @@ class Head:
 
     def _receive(self, frames) -> None:
         identity = frames[0].bytes
-        try:
-            msg = self.session.deserialize(frames[1:], identity)
-        except Exception as e:  # noqa: BLE001 - a hostile peer must never crash the head
-            self.session.rejected += 1
-            log.warning("rejected message from %r: %s", identity[:64], e)
-            return
+        msg = self.session.accept(frames[1:], identity)  # counted and logged when rejected
+        if msg is None:
+            return  # rejected (counted, logged), or a piece of a chunked message (kept)
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
@@ -149,10 +147,13 @@ class Head:
 
     def tick(self) -> None:
         now = time.monotonic()
+        self.session.rejects.flush(due_only=True)
         for run in list(self.runs.values()):
             self.controller.tick(run)
             if run.state == "RUNNING":
-                run.rundir.flush()
+                self.store.flush(run)
+        while self._write_failures:  # a run whose files cannot be written fails, not the head
+            self.controller.storage_failed(self._write_failures.pop(0))
         self.pool.tick(now, runs_waiting=len(self.queue) > 0)
         # Without these checks a dead node agent's ranks (its zygote kills them) would
         # never be reported, and their runs and clients would wait forever.

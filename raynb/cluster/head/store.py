@@ -6,6 +6,9 @@ committed ``checkpoint_000NNN/`` (``rundir``, ``checkpoints``). The store create
 run's directory when it is submitted, appends its reports and output, commits its
 checkpoints once every rank has reported past them, and, when a head starts, reads
 the run directories of known storage paths back, so a restarted head lists them.
+
+A run whose files cannot be written (a full disk: ENOSPC) fails, with a message
+naming the file and the error; the head and the other runs go on.
 """
 from __future__ import annotations
 
@@ -13,12 +16,13 @@ import json
 import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Callable
 
 from ..checkpoints import CheckpointStore
 from ..connection import raynb_home
-from ..rundir import (CorruptRunDirectory, RunDirectory, default_storage_path, make_run_name,
-                      read_run_dir, write_json_atomic)
+from ..rundir import (CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path,
+                      make_run_name, read_run_dir, write_json_atomic)
 from .controller import AUTO_FIELDS
 from .run import TERMINAL, Run
 
@@ -37,10 +41,14 @@ class RunStore:
     """Args:
         emit: ``emit(run, event)`` sends an event to the run's clients (checkpoint
             commits and notes about them).
+        write_failed: ``write_failed(run)`` once a file of the run could not be written
+            (``run.write_error`` says which and why); the run must fail.
     """
 
-    def __init__(self, emit: Callable[[Run, dict], None]):
+    def __init__(self, emit: Callable[[Run, dict], None],
+                 write_failed: Callable[[Run], None] = lambda run: None):
         self.emit = emit
+        self.write_failed = write_failed
         self.runs: dict[str, Run] = {}
         self._storage_paths: set[str] = set()
 
@@ -62,7 +70,7 @@ class RunStore:
 
     def record(self, run: Run) -> dict:
         """The whole record of a run (``get_run``): its files read back, plus the summary."""
-        run.rundir.flush()
+        self.flush(run)
         try:
             rec = read_run_dir(run.rundir.path)
         except (OSError, CorruptRunDirectory) as e:
@@ -97,11 +105,9 @@ class RunStore:
                     found.append((e.stat().st_mtime, e.path))
         for _, path in sorted(found, reverse=True)[:ARCHIVE_LIMIT]:
             try:
-                rec = read_run_dir(path, with_reports=False)
-            except (OSError, CorruptRunDirectory, ValueError) as e:
+                self._archive_run(read_run_dir(path, with_reports=False))
+            except (OSError, CorruptRunDirectory, ValueError) as e:  # another user's, or damaged
                 log.warning("skipping run directory %s: %s", path, e)
-                continue
-            self._archive_run(rec)
 
     def _archive_run(self, rec: dict) -> Run:
         spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
@@ -169,7 +175,16 @@ class RunStore:
             raise RunRefused(f"a run named {name!r} already exists in {storage}; continue it with "
                              f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
                              "choose another name")
+        try:
+            return self._create(spec, client, payload, function_bytes, run_id, name, storage, previous)
+        except OSError as e:
+            if not isinstance(e, (RunFileError, PermissionError)):
+                e = RunFileError(e.filename or path, e)
+            raise RunRefused(f"cannot create run {name!r}: {e}") from None
+
+    def _create(self, spec, client, payload, function_bytes, run_id, name, storage, previous) -> Run:
         rundir = RunDirectory(storage, name)
+        path = str(rundir.path)
         self._remember_storage(storage)
         run = Run(run_id, name, client, spec, payload, rundir)
         run.store = CheckpointStore(path, spec.get("checkpoint_config"),
@@ -190,18 +205,39 @@ class RunStore:
         else:
             rundir.write_params(spec.get("params", {}))
         rundir.write_function(function_bytes)
+        rundir.write_state(run.summary())
         self.runs[run_id] = run
-        self.write_state(run)
         return run
+
+    # -- writing, where a failure fails the run, never the head -----------------
+    def _failed(self, run: Run, e: OSError) -> None:
+        if not isinstance(e, RunFileError):
+            e = RunFileError(e.filename or run.rundir.path, e)
+        if run.write_error is not None:
+            return  # said once; the run is failing already
+        run.write_error = f"{e}: the run cannot keep its files, so it was stopped"
+        log.error("run %s: %s", run.name, run.write_error)
+        self.write_failed(run)
 
     def write_state(self, run: Run) -> None:
         try:
             run.rundir.write_state(run.summary())
         except OSError as e:
-            log.warning("could not write %s/run.json: %s", run.rundir.path, e)
+            self._failed(run, e)
+
+    def flush(self, run: Run) -> None:
+        try:
+            run.rundir.flush()
+        except OSError as e:
+            self._failed(run, e)
 
     def output(self, run: Run, rank: int, text: str, stream: str | None = None) -> None:
-        run.rundir.append_output(rank, text, stream)
+        if run.write_error is not None:
+            return  # its files are beyond writing: the run is stopping
+        try:
+            run.rundir.append_output(rank, text, stream)
+        except OSError as e:
+            self._failed(run, e)
 
     def report(self, run: Run, rank: int, event: dict) -> None:
         """Rank ``rank``'s report ``event`` (metrics, and maybe a staged checkpoint).
@@ -211,11 +247,21 @@ class RunStore:
         index = event.pop("index", None) or run.report_counts.get(rank, 0) + 1
         run.report_counts[rank] = index
         staged = event.pop("checkpoint", None)
+        if staged and Path(staged).parent.parent != run.rundir.path / ".staging":
+            # The head moves the files out and removes the parent: only ever in the run's own
+            # .staging (train.session writes there).
+            log.warning("run %s: rank %d staged a checkpoint outside the run directory (%s); "
+                        "ignored", run.name, rank, staged)
+            staged = None
         if staged:
             run.staged.setdefault(index, {})[rank] = staged
         if rank == 0:
             run.reports += 1
-            metrics = run.rundir.append_result(event["metrics"], run.started, event.get("time"))
+            try:
+                metrics = run.rundir.append_result(event["metrics"], run.started, event.get("time"))
+            except OSError as e:
+                self._failed(run, e)
+                metrics = event["metrics"]
             event["metrics"] = metrics
             run.last_metrics = metrics
             run.rank0_metrics[index] = metrics
@@ -234,8 +280,8 @@ class RunStore:
                 c = run.store.commit(list(run.staged.pop(index).values()),
                                      run.rank0_metrics.pop(index, {}))
             except OSError as e:
-                log.error("run %s: could not commit a checkpoint: %s", run.name, e)
                 self.emit(run, {"kind": "note", "text": f"checkpoint not saved: {e}"})
+                self._failed(run, e)
                 continue
             for old in [i for i in run.rank0_metrics if i < index]:
                 del run.rank0_metrics[old]
@@ -256,6 +302,9 @@ class RunStore:
     def run_ended(self, run: Run) -> None:
         """Close a run's files: what was staged and not committed is not a checkpoint."""
         run.store.discard_staging()
-        run.rundir.write_error(run.errors if run.state == "FAILED" else None)
-        run.rundir.close()
-        self.write_state(run)
+        for write in (lambda: run.rundir.write_error(run.errors if run.state == "FAILED" else None),
+                      run.rundir.close, lambda: run.rundir.write_state(run.summary())):
+            try:
+                write()
+            except OSError as e:  # the run is over: say so once, go on closing
+                self._failed(run, e)

@@ -18,8 +18,8 @@ import psutil
 
 from .. import protocol as P
 from ..control import Client
-from ..connection import (connection_file_path, head_alive, process_alive, raynb_home,
-                         read_connection_file, remove_connection_file)
+from ..connection import (connection_file_path, head_alive, open_private, private_dir, process_alive,
+                          raynb_home, read_connection_file, remove_connection_file)
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..procutil import HEAD_MODULE, NODE_MODULE
 from ...errors import ClusterError
@@ -32,7 +32,7 @@ def _start_lock(shared: bool = False):
 
     flock: released by the kernel if the starting process dies.
     """
-    with open(raynb_home() / "start.lock", "a") as f:
+    with os.fdopen(open_private(raynb_home() / "start.lock"), "a") as f:
         fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
@@ -42,9 +42,10 @@ def _start_lock(shared: bool = False):
 
 def _log_tail(name: str, lines: int = 20) -> str:
     try:
-        with open(raynb_home() / "logs" / name, errors="replace") as f:
+        fd = open_private(private_dir("logs") / name, os.O_RDONLY, create=False)
+        with os.fdopen(fd, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
-    except OSError:
+    except (OSError, ClusterError):
         return "(no log)"
 
 
@@ -128,8 +129,7 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         if info is not None:
             return info, False
         token = uuid.uuid4().hex
-        log_dir = raynb_home() / "logs"
-        log_dir.mkdir(exist_ok=True)
+        log_dir = private_dir("logs")
         cmd = [sys.executable, "-m", HEAD_MODULE, "--daemon", "--token", token,
                "--workers", str(num_workers), "--host", host, "--port", str(port)]
         if max_workers:
@@ -137,7 +137,7 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         if idle_timeout_s is not None:
             cmd += ["--idle-timeout", str(float(idle_timeout_s))]
         env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
-        with open(log_dir / "head.log", "ab") as log:
+        with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
             launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
         launcher.wait(timeout=30)  # the launcher forks the daemon and exits at once
