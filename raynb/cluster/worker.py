@@ -34,7 +34,7 @@ from . import task_context
 from .module_reload import UserModules
 from .notebook_main import load_payload, notebook_main
 from .procutil import become_subreaper, end_descendants
-from .rank_output import RankStream
+from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .thread_share import ThreadShare
 
@@ -85,7 +85,9 @@ class Worker:
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
         # output would be written into it.
-        self.streams = (RankStream(self, "stdout", sys.stdout), RankStream(self, "stderr", sys.stderr))
+        self._output = OutputBatch(self)   # both streams' lines, in the order written
+        self.streams = (RankStream(self, "stdout", sys.stdout, self._output),
+                        RankStream(self, "stderr", sys.stderr, self._output))
         sys.stdout, sys.stderr = self.streams
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -118,6 +120,8 @@ class Worker:
         task = self.current_task
         if task is None or self.forked():
             return
+        if event.get("kind") != "output":
+            self._output.send()  # the lines printed before a report arrive before it
         event.setdefault("time", time.time())
         self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
         if self.threads.pending and threading.get_ident() == self._main_ident:

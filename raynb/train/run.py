@@ -80,7 +80,8 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     if callbacks:
         outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
     else:
-        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"])
+        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
+                             path=accepted.get("path"))
     if profile is not None and run_config.verbose:
         _show_profile(outcome.record.get("path"), scaling_config.num_workers)
     return outcome_result(outcome)
@@ -143,7 +144,8 @@ def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -
     view.display()
     try:
         outcome = follow_run(get_client(), record["run_id"], view, all_ranks=all_ranks,
-                             reports=list(record.get("reports", [])), cancel_on_interrupt=False)
+                             reports=list(record.get("reports", [])), cancel_on_interrupt=False,
+                             path=record.get("path"))
     except KeyboardInterrupt:
         view.finish()
         print(f"detached from run {name!r}; it goes on (raynb.attach({name!r}) to follow it again)")

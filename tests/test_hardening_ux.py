@@ -1,0 +1,183 @@
+"""Issue 9, items 15-20: what a person sees. Log floods stay bounded, every display
+reads as text where widgets do not render, the progress pane tells the truth (no full
+bar without a total, no clock running backwards, the last frame complete), tracebacks
+show the user's cell and not raynb's frames, Tune names what it ranks by and how a
+trial ended, and the CLI and README say what is true.
+
+The kernel tests run a real ipykernel (jupyter_client) against the session cluster and
+read the iopub messages a front-end would get.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from raynb.client import run as client_run
+from raynb.notebook.progress import RunProgress
+from raynb.notebook.text_progress import TextProgress
+
+ROOT = Path(__file__).resolve().parent.parent
+RAYNB_ROOT = str(Path(client_run.__file__).resolve().parents[2])   # the raynb under test
+T0 = 1_700_000_000.0
+
+
+def state(s, t, **kw):
+    return {"kind": "state", "state": s, "time": t, **kw}
+
+
+def report(rank, t, **metrics):
+    return {"kind": "report", "rank": rank, "metrics": metrics, "time": t}
+
+
+# ---------------------------------------------------------------- a real kernel
+class Kernel:
+    """An ipykernel on the session cluster; `run` returns a cell's iopub messages."""
+
+    def __init__(self, tmp: Path):
+        from jupyter_client.manager import start_new_kernel
+
+        kdir = tmp / "jupyter" / "kernels" / "raynb-ux"
+        kdir.mkdir(parents=True)
+        (kdir / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "raynb ux test", "language": "python"}))
+        env = dict(os.environ, JUPYTER_PATH=str(tmp / "jupyter"), IPYTHONDIR=str(tmp / "ipython"),
+                   PYTHONPATH=os.pathsep.join([RAYNB_ROOT, os.environ.get("PYTHONPATH", "")]))
+        env.pop("RAYNB_PROGRESS", None)   # the kernel picks its views as in Jupyter: widgets
+        old = os.environ.get("JUPYTER_PATH")
+        os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]   # where the kernel spec is looked up
+        try:
+            self.km, self.kc = start_new_kernel(kernel_name="raynb-ux", env=env, startup_timeout=60)
+        finally:
+            if old is None:
+                os.environ.pop("JUPYTER_PATH", None)
+            else:
+                os.environ["JUPYTER_PATH"] = old
+
+    def run(self, code: str, timeout: float = 120.0, on_msg=None) -> list[dict]:
+        msg_id = self.kc.execute(code)
+        msgs = []
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            msgs.append(m)
+            if on_msg is not None:
+                on_msg(m)
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                return msgs
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+@pytest.fixture(scope="module")
+def kernel(cluster, tmp_path_factory):
+    k = Kernel(tmp_path_factory.mktemp("kernel"))
+    try:
+        errors = [m for m in k.run("%load_ext raynb") if m["msg_type"] == "error"]
+        assert not errors, errors
+        yield k
+    finally:
+        k.close()
+
+
+def displays(msgs) -> list[dict]:
+    return [m["content"] for m in msgs if m["msg_type"] in ("display_data", "update_display_data")]
+
+
+def final_displays(msgs) -> list[dict]:
+    """What stays in the cell: the last data of each display id (and every display without one)."""
+    out: dict = {}
+    for i, c in enumerate(displays(msgs)):
+        out[c.get("transient", {}).get("display_id") or i] = c["data"]
+    return list(out.values())
+
+
+def streams(msgs) -> str:
+    return "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+
+
+def error_of(msgs) -> dict | None:
+    return next((m["content"] for m in msgs if m["msg_type"] == "error"), None)
+
+
+# ---------------------------------------------------------------- 15. log floods
+def test_relay_shows_a_bounded_head_and_tail_and_names_the_full_log(capsys):
+    cap, tail = client_run.MAX_SHOWN_LINES, client_run.TAIL_LINES
+    relay = client_run._OutputRelay(all_ranks=True, path="/runs/r1")
+    n = cap + 5000
+    for i in range(0, n, 10):   # chunks of 10 lines, as the ranks now send them
+        relay.write({"rank": 1, "stream": "stdout", "text": "".join(f"line {j}\n" for j in range(i, i + 10))})
+        if i % 100 == 0:
+            relay.flush()
+    relay.end()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:cap] == [f"(rank 1) line {j}" for j in range(cap)]
+    notice = [ln for ln in lines if ln.startswith("(raynb)")]
+    assert len(notice) == 2 and "/runs/r1/output.log" in notice[0] and "/runs/r1/output.log" in notice[1]
+    assert f"{n - cap - tail} lines not shown" in notice[1]
+    assert lines[-tail:] == [f"(rank 1) line {j}" for j in range(n - tail, n)]
+    assert len(lines) == cap + 2 + tail + 1   # the cap's notice is on a line of its own
+
+
+FLOOD = """
+import json, os, sys, time, psutil
+import raynb
+from raynb import ScalingConfig, TorchTrainer
+
+N = int(sys.argv[1])
+
+def flood():
+    for i in range(N):
+        print(f"line {i} of a flood of output from this rank, long enough to be realistic")
+
+def once():
+    print("warm")
+
+raynb.connect()
+TorchTrainer(once, scaling_config=ScalingConfig(num_workers=4)).fit()   # warm: imports, buffers
+proc = psutil.Process()
+before = proc.memory_info().rss
+t = time.monotonic()
+result = TorchTrainer(flood, scaling_config=ScalingConfig(num_workers=4)).fit()
+took = time.monotonic() - t
+after = proc.memory_info().rss
+sys.stdout.flush()
+sys.stderr.write(json.dumps({"growth": after - before, "took": took, "path": result.path}) + "\\n")
+raynb.disconnect()
+"""
+
+
+def test_log_flood_keeps_the_client_flat_and_says_where_the_log_is(warm, tmp_path):
+    # Four ranks printing 60,000 lines each grew the client by hundreds of MiB (still held
+    # after the run) and left it seconds behind the run.
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD)
+    n = 60_000
+    proc = subprocess.run([sys.executable, str(script), str(n)], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, RAYNB_PROGRESS="text"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stderr.strip().splitlines()[-1])
+    print("flood:", figures)
+    assert figures["growth"] < 50 * 2 ** 20, figures
+    out = proc.stdout
+    log = os.path.join(figures["path"], "output.log")
+    assert f"the full log: {log}" in out, [ln for ln in out.splitlines() if not ln.startswith("(rank 0) line")]
+    shown = [ln for ln in out.splitlines() if ln.startswith("(rank 0) line")]
+    assert len(shown) == client_run.MAX_SHOWN_LINES + client_run.TAIL_LINES
+    assert shown[-1].startswith(f"(rank 0) line {n - 1} ")
+    with open(log) as f:
+        assert sum(1 for _ in f) == 4 * n   # the file keeps every line of every rank
