@@ -181,3 +181,104 @@ def test_log_flood_keeps_the_client_flat_and_says_where_the_log_is(warm, tmp_pat
     assert shown[-1].startswith(f"(rank 0) line {n - 1} ")
     with open(log) as f:
         assert sum(1 for _ in f) == 4 * n   # the file keeps every line of every rank
+
+
+# ---------------------------------------------------------------- 16. front-ends without widgets
+TRAIN_CELL = """%%ray_train --workers 2 --epochs 3
+for epoch in range(3):
+    report({"epoch": epoch, "loss": 1.0 / (epoch + 1)})
+"""
+
+TUNE_CELL = """%%ray_tune --samples 2 --metric acc --mode max --seed 1 --space {"x": choice([1, 2])}
+report({"acc": config["x"] / 2})
+"""
+
+
+def test_every_display_reads_as_text_without_widgets(kernel):
+    # jupyter console showed `VBox(children=(HTML(value="<b>ray_train_...` for the live pane
+    # and `<IPython.core.display.HTML object>` for the summary.
+    msgs = kernel.run(TRAIN_CELL)
+    assert error_of(msgs) is None, error_of(msgs)
+    shown = displays(msgs)
+    assert len(shown) >= 2   # the live pane, and the summary that replaces it
+    for c in shown:
+        text = c["data"].get("text/plain", "")
+        assert re.match(r"\[ray_train_\S+\] (PENDING|RUNNING|FINISHED)", text), text
+    final = shown[-1]["data"]["text/plain"].splitlines()
+    assert re.match(r"\[ray_train_\S+\] FINISHED in [\d.]+s \| epoch 3/3$", final[0]), final
+    assert "  metrics: loss=0.3333" in final[1]
+
+    msgs = kernel.run(TUNE_CELL)
+    assert error_of(msgs) is None, error_of(msgs)
+    shown = displays(msgs)
+    assert len(shown) >= 2
+    for c in shown:
+        text = c["data"].get("text/plain", "")
+        assert text.startswith("== Tune ") and "VBox(" not in text and "<IPython" not in text, text
+    final = shown[-1]["data"]["text/plain"]
+    assert "2 trials: 2 TERMINATED" in final and "trial_id" in final, final
+
+
+# ---------------------------------------------------------------- 17. the progress pane
+def test_no_total_shows_a_counter_and_no_full_bar():
+    from raynb.notebook.widgets import ProgressPane
+
+    p = RunProgress("r", world_size=2)
+    pane = ProgressPane(p, trailing=False)
+    pane.handle(state("RUNNING", T0))
+    for step in range(10):
+        for rank in (0, 1):
+            pane.handle(report(rank, T0 + step, step=step, loss=1.0 / (step + 1)))
+    pane.refresh(force=True)
+    for rank in (0, 1):   # step 10 of an unknown 240: not a full bar
+        assert pane.bars[rank].value < pane.bars[rank].max
+        assert pane._bar_labels[rank].value.startswith("10 steps (no total)")
+    assert "step 10" in pane.header.value
+    assert "width:0%" in p.summary_html(plot=False) and "10 steps (no total)" in p.summary_html(plot=False)
+    pane.finish()
+
+
+def test_elapsed_never_goes_backwards_at_the_end():
+    # A busy client read RUNNING 10.2 s, then the head's end time made it FINISHED 9.9 s.
+    clock = [T0 + 10.2]
+    p = RunProgress("r", world_size=1, clock=lambda: clock[0])
+    out = io.StringIO()
+    view = TextProgress(p, stream=out)
+    view.handle(state("RUNNING", T0))
+    view.handle(report(0, T0 + 1, loss=0.5))
+    live = p.elapsed_s
+    assert live == pytest.approx(10.2)
+    view.handle(state("FINISHED", T0 + 9.9))
+    view.finish()
+    assert p.elapsed_s >= live
+    times = [float(x) for x in re.findall(r"(?:RUNNING|after|in) ([\d.]+)s", out.getvalue())]
+    assert times == sorted(times), out.getvalue()
+
+
+def test_final_frame_has_every_ranks_last_report_and_the_final_curve():
+    # The pane's last frame drew the curve of step 12 while the table said 15/15, and a
+    # rank was left at 14/15.
+    import base64
+
+    from raynb.notebook.formatting import render_curve_png
+    from raynb.notebook.widgets import ProgressPane
+
+    now = [0.0]
+    p = RunProgress("r", world_size=4, total_epochs=15)
+    pane = ProgressPane(p, min_interval_s=1.0, trailing=False, clock=lambda: now[0])
+    pane.handle(state("RUNNING", T0))
+    for epoch in range(15):
+        # A curve is drawn up to epoch 12; the last reports and the end come within the
+        # throttle's interval of it.
+        now[0] += 1.1 if epoch < 12 else 0.01
+        for rank in range(4):
+            pane.handle(report(rank, T0 + epoch, epoch=epoch, loss=1.0 / (epoch + 1),
+                               training_iteration=epoch + 1))
+    pane.handle(state("FINISHED", T0 + 16))
+    pane.finish()
+    assert [(b.value, b.max) for b in pane.bars.values()] == [(15, 15)] * 4
+    assert all(lbl.value.startswith("15/15 epochs") for lbl in pane._bar_labels.values())
+    final_curve = render_curve_png(*p.loss_series(), "loss")
+    assert bytes(pane.plot.value) == final_curve
+    assert base64.b64encode(final_curve).decode() in pane.summary
+    assert pane.summary.count("15/15 epochs") == 4

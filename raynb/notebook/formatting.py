@@ -203,6 +203,9 @@ def plural(unit: str, n: int | None) -> str:
     return unit if n == 1 else unit + "s"
 
 
-def progress_label(done: int, total: int | None, unit: str) -> str:
-    """'7/15 epochs', '1 epoch', '42 steps'."""
-    return f"{done}/{total} {plural(unit, total)}" if total else f"{done} {plural(unit, done)}"
+def progress_label(done: int, total: int | None, unit: str, finished: bool = True) -> str:
+    """'7/15 epochs', '1 epoch', '42 steps'; while a run with no known total runs,
+    '42 steps (no total)' (its bar is empty, not full)."""
+    if total:
+        return f"{done}/{total} {plural(unit, total)}"
+    return f"{done} {plural(unit, done)}" + ("" if finished else " (no total)")

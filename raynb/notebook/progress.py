@@ -58,6 +58,7 @@ class RunProgress:
         self.error: str | None = None
         self.started_at: float | None = None   # wall time of the first RUNNING
         self.ended_at: float | None = None     # wall time of the terminal state
+        self._elapsed_shown = 0.0              # the most elapsed_s has returned
         # rank -> (iteration, done, total, unit) of the newest report seen
         self._progress: dict[int, tuple[int, int, int | None, str]] = {}
         self._report_counts: dict[int, int] = {}
@@ -194,12 +195,17 @@ class RunProgress:
     @property
     def elapsed_s(self) -> float:
         """Seconds since the first RUNNING state (or first report); 0.0 before
-        that; frozen at the terminal state's time once the run ended."""
+        that; frozen at the terminal state's time once the run ended.
+
+        Never less than it was when last read: a view that follows the run late
+        (a busy notebook) showed RUNNING 10.2s, then FINISHED 9.9s, the head's
+        own end time; the clock of a live view does not run backwards."""
         with self._lock:
             if self.started_at is None:
                 return 0.0
             end = self.ended_at if self.ended_at is not None else self._clock()
-            return max(0.0, end - self.started_at)
+            self._elapsed_shown = max(self._elapsed_shown, end - self.started_at)
+            return self._elapsed_shown
 
     @property
     def ranks(self) -> list[int]:
@@ -332,7 +338,7 @@ class RunProgress:
             lines.append(f"  error: {self.error_text}")
         return lines
 
-    def summary_html(self, plot: bool = True) -> str:
+    def summary_html(self, plot: bool = True, png: bytes | None = None) -> str:
         """A self-contained HTML summary (no widgets, no scripts) that survives
         a reopened or exported notebook: state, elapsed, one bar per rank (with
         its pid and peak memory), the final metrics, notes, the error, and the
@@ -342,10 +348,10 @@ class RunProgress:
         Every element carries its own inline style, so the notebook front end's
         table styling (right-aligned, striped, padded rows in JupyterLab and
         nbconvert) does not spread it out; with styles stripped it degrades to
-        plain tables."""
+        plain tables. ``png``: the curve, when the caller drew it already."""
         from .summary import summary_html
 
-        return summary_html(self, plot)
+        return summary_html(self, plot, png)
 
 
 
