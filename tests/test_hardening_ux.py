@@ -282,3 +282,58 @@ def test_final_frame_has_every_ranks_last_report_and_the_final_curve():
     assert bytes(pane.plot.value) == final_curve
     assert base64.b64encode(final_curve).decode() in pane.summary
     assert pane.summary.count("15/15 epochs") == 4
+
+
+# ---------------------------------------------------------------- 18. tracebacks
+def _short_and_clean(err: dict) -> str:
+    tb = "\n".join(err["traceback"])
+    assert "raynb/" not in tb and "IPython/" not in tb and "ipykernel" not in tb, tb
+    assert len(err["traceback"]) <= 8, tb
+    return tb
+
+
+def test_unpicklable_variable_shows_the_cell_and_the_message(kernel):
+    # 25-35 lines of magics.py, runner.py and shipping.py came before the one that matters.
+    assert error_of(kernel.run("import threading\nlock = threading.Lock()")) is None
+    err = error_of(kernel.run("%%ray_train --workers 2\nwith lock:\n    pass\n"))
+    assert err is not None and err["ename"] == "UnpicklableError"
+    tb = _short_and_clean(err)
+    assert "Cell In[" in tb and "UnpicklableError: cannot send variable 'lock'" in tb, tb
+    # The same from a plain cell: the user's own line is kept.
+    code = "from raynb import TorchTrainer\ndef uses_lock():\n    with lock:\n        pass\nTorchTrainer(uses_lock).fit()\n"
+    tb = _short_and_clean(error_of(kernel.run(code)))
+    assert "----> TorchTrainer(uses_lock).fit()" in tb and "cannot send variable 'lock'" in tb, tb
+
+
+def test_interrupt_shows_one_line_and_no_raynb_frames(kernel):
+    cell = '%%ray_train --workers 2\nimport time\nprint("started", flush=True)\ntime.sleep(60)\n'
+    sent = []
+
+    def interrupt_once(m):
+        if not sent and m["msg_type"] == "stream" and "started" in m["content"]["text"]:
+            sent.append(time.monotonic())
+            kernel.km.interrupt_kernel()
+
+    msgs = kernel.run(cell, on_msg=interrupt_once)
+    assert sent, streams(msgs)
+    err = error_of(msgs)
+    assert err is not None and err["ename"] == "KeyboardInterrupt", err
+    tb = _short_and_clean(err)
+    assert re.search(r"KeyboardInterrupt: run 'ray_train_\S+' cancelled on every rank", tb), tb
+
+
+def test_a_rank_error_is_named_once_in_the_cell(kernel):
+    cell = ("%%ray_train --workers 4\nfrom raynb.train import get_context\n"
+            "if get_context().get_world_rank() == 2:\n    raise ValueError('boom')\n")
+    msgs = kernel.run(cell)
+    err = error_of(msgs)
+    assert err is not None and err["ename"] == "RunError"
+    tb = "\n".join(err["traceback"])
+    finals = final_displays(msgs)
+    line = "rank 2 raised ValueError: boom"
+    # What a console shows (text), and what JupyterLab shows (HTML): once each.
+    console = streams(msgs) + "".join(d.get("text/plain", "") for d in finals) + tb
+    lab = streams(msgs) + "".join(d.get("text/html", "") for d in finals) + tb
+    assert console.count(line) == 1, console
+    assert lab.count(line) == 1, lab
+    assert "ValueError: boom" in tb and "--- remote traceback (rank 2" in tb

@@ -23,7 +23,7 @@ import cloudpickle
 
 from ..cluster import protocol as P
 from ..cluster.rundir import OUTPUT_FILE, read_reports
-from ..errors import ClusterError
+from ..errors import ClusterError, RunInterrupted
 from .connection import disconnect, local_head_gone
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources
@@ -239,7 +239,7 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     Raises:
         ValueError: the head refused the run (the message says why).
         ClusterError: the head did not answer (this process's connection is dropped).
-        KeyboardInterrupt: interrupted before the head answered; the run, if it
+        RunInterrupted: (a KeyboardInterrupt) interrupted before the head answered; the run, if it
             was accepted, is cancelled by id.
     """
     try:
@@ -247,9 +247,10 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     except KeyboardInterrupt:
         # Interrupted before the head's answer: the run may exist already; cancel it by id
         # (not when the kernel is restarting: the run goes on, as after any other cell).
-        if not interrupt_is_shutdown():
-            client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
-        raise
+        if interrupt_is_shutdown():
+            raise
+        client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
+        raise RunInterrupted("interrupted while submitting the run; it was cancelled") from None
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
         raise
@@ -270,9 +271,9 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
         The run's :class:`RunOutcome` (also for a failed run); ``display`` is finished.
 
     Raises:
-        KeyboardInterrupt: interrupted; with ``cancel_on_interrupt`` every rank was
-            cancelled first, without it (an attached run) this only detaches. A kernel
-            restart or shutdown (Jupyter's buttons) only detaches: the run goes on.
+        RunInterrupted: (a KeyboardInterrupt) interrupted; with ``cancel_on_interrupt`` every
+            rank was cancelled first, without it (an attached run) this only detaches. A
+            kernel restart or shutdown (Jupyter's buttons) only detaches: the run goes on.
         ClusterError: the head stopped answering (this process's connection is
             dropped), or the local head's process is gone (the next ``get_client()``
             says so and starts a new cluster).
@@ -337,7 +338,7 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 if cancel_sent_at is not None:
                     display.handle({"kind": "state", "state": msg.content["state"], "time": time.time()})
                     display.finish()
-                    raise KeyboardInterrupt(f"run {msg.content['name']!r} cancelled on every rank")
+                    raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank")
                 return msg
             if msg.msg_type == P.RUN_EVENT:
                 event = msg.content["event"]
@@ -350,16 +351,21 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                     if event.get("kind") == "report" and event.get("rank") == 0:
                         reports.append(event["metrics"])
                 display.handle(event)
-        except KeyboardInterrupt:
-            if cancel_sent_at is not None or not cancel_on_interrupt:
+        except KeyboardInterrupt as e:
+            if isinstance(e, RunInterrupted):
                 raise
+            if not cancel_on_interrupt:
+                raise RunInterrupted("stopped following the run; it goes on") from None
+            if cancel_sent_at is not None:   # a second interrupt: stop waiting for the confirmation
+                raise RunInterrupted("interrupted again while waiting for the ranks to stop; the "
+                                     "head still cancels the run (`raynb status` shows it)") from None
             if interrupt_is_shutdown():
                 relay.end()
                 display.finish()
                 what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
                     "the run", "raynb.attach(name)")
-                raise KeyboardInterrupt(f"the kernel is shutting down; {what} keeps running on the "
-                                        f"cluster ({call} follows it again)") from None
+                raise RunInterrupted(f"the kernel is shutting down; {what} keeps running on the "
+                                     f"cluster ({call} follows it again)") from None
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
 

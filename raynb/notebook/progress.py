@@ -35,6 +35,9 @@ class RunProgress:
         metric_keys: metrics shown first, and tried first for the plotted curve.
         clock: returns wall time in seconds (``time.time``); only used for the
             elapsed time of a running run and for events without a ``"time"``.
+        error_raised: a ``RunError`` that names the failure is raised after the run
+            (``fit()``, ``%%ray_train``): the views leave the error out (`error_text`
+            is None) rather than show it a second and third time.
 
     Read by the views (all safe to read from another thread):
         run_name, world_size, total_epochs, state, message, error, error_text, elapsed_s,
@@ -44,8 +47,9 @@ class RunProgress:
 
     def __init__(self, run_name: str, world_size: int, total_epochs: int | None = None,
                  metric_keys: Iterable[str] = ("loss",),
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, error_raised: bool = False):
         self.run_name = str(run_name)
+        self.error_raised = bool(error_raised)
         self.world_size = max(0, int(world_size))
         n = as_number(total_epochs)
         self.total_epochs = int(n) if n is not None and n > 0 else None
@@ -259,9 +263,10 @@ class RunProgress:
     @property
     def error_text(self) -> str | None:
         """The failure's message, for the views: None unless the FAILED state
-        carried one (a bare 'failed' adds nothing to the state shown beside it)."""
+        carried one (a bare 'failed' adds nothing to the state shown beside it),
+        and None when a raised ``RunError`` shows it (``error_raised``)."""
         with self._lock:
-            return self.error if self.error and self.message else None
+            return self.error if self.error and self.message and not self.error_raised else None
 
     @property
     def restarts(self) -> int:

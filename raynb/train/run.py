@@ -75,7 +75,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     client = get_client()
     accepted = submit_run_accepted(client, spec, payload)
     view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
-                          run_config.verbose)
+                          run_config.verbose, raises=True)
     view.display()
     if callbacks:
         outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
