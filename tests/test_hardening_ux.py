@@ -20,6 +20,7 @@ import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import cloudpickle
 import pytest
 
 from raynb.client import run as client_run
@@ -28,6 +29,9 @@ from raynb.notebook.text_progress import TextProgress
 
 ROOT = Path(__file__).resolve().parent.parent
 RAYNB_ROOT = str(Path(client_run.__file__).resolve().parents[2])   # the raynb under test
+
+# Functions defined here travel by value, as a notebook's do.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 T0 = 1_700_000_000.0
 
 
@@ -337,3 +341,85 @@ def test_a_rank_error_is_named_once_in_the_cell(kernel):
     assert console.count(line) == 1, console
     assert lab.count(line) == 1, lab
     assert "ValueError: boom" in tb and "--- remote traceback (rank 2" in tb
+
+
+# ---------------------------------------------------------------- 19. Tune
+def test_header_best_and_the_column_name_different_things_differently():
+    # "best ... 0.9694" in the header (the latest value that ranks) and a column "best
+    # val_accuracy" of 0.9722 (the best a trial ever reported) used the same word.
+    from raynb.notebook.trial_table import TuneProgress
+
+    p = TuneProgress("val_accuracy", "max", 2, ["lr"])
+    p.add_trial("t0", {"lr": 0.1})
+    for it, acc in enumerate((0.9722, 0.9694), start=1):
+        p.add_result("t0", {"training_iteration": it, "val_accuracy": acc})
+    assert "best trial t0 by latest val_accuracy (max): 0.9694" in p.status_line()
+    assert "best trial <b>t0</b> by latest val_accuracy" in p.header_html()
+    df = p.dataframe()
+    assert list(df.columns[-2:]) == ["val_accuracy", "max val_accuracy"]
+    assert (df.loc[0, "val_accuracy"], df.loc[0, "max val_accuracy"]) == (0.9694, 0.9722)
+    assert "best" not in " ".join(df.columns)
+
+
+def test_a_tune_stop_ends_the_run_stopped(tmp_path):
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from test_run_controller import Harness
+
+    h = Harness(tmp_path)
+    run = h.running()
+    h.ctl.cancel(run, stop=True)
+    assert run.state == "CANCELLING"
+    for r in range(3):
+        h.ctl.rank_returned(run, r, "cancelled")
+    assert run.state == "STOPPED" and h.effects.done[0]["state"] == "STOPPED"
+    queued = h.run()
+    h.ctl.cancel(queued, stop=True)
+    assert queued.state == "STOPPED"
+    plain = h.running()
+    h.ctl.cancel(plain)   # an interrupt, or PBT's exploit: still CANCELLED
+    for r in range(3):
+        h.ctl.rank_returned(plain, r, "cancelled")
+    assert plain.state == "CANCELLED"
+
+
+def slow_scores(config):
+    import time
+
+    from raynb import tune
+
+    for i in range(10):
+        tune.report({"score": config["x"] + i})
+        time.sleep(0.2)   # the STOP lands while the trial still runs
+
+
+def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm, tmp_path):
+    import raynb
+    from raynb import Result, tune
+    from raynb.cluster.rundir import read_run_dir
+    from raynb.train import RunConfig
+    from raynb.tune.schedulers import FIFOScheduler
+
+    class StopTheSecond(FIFOScheduler):
+        def on_trial_result(self, trial, result):
+            return self.STOP if trial.config["x"] == 1 and result["training_iteration"] >= 2 else self.CONTINUE
+
+    grid = tune.Tuner(
+        slow_scores, param_space={"x": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=StopTheSecond()),
+        run_config=RunConfig(name="ux_grouped", storage_path=str(tmp_path), verbose=0)).fit()
+    by_x = {r.config["x"]: r for r in grid}
+    assert grid.num_errors == 0
+    trials = raynb.runs(experiment="ux_grouped")
+    assert len(trials) == 2 and set(trials["experiment"]) == {"ux_grouped"}
+    states = dict(zip(trials["path"], trials["state"]))
+    assert states[by_x[0].path] == "FINISHED"
+    assert states[by_x[1].path] == "STOPPED"
+    assert read_run_dir(by_x[1].path, with_reports=False)["state"] == "STOPPED"
+    stopped = Result.from_path(by_x[1].path)
+    assert stopped.state == "STOPPED" and stopped.error is None
+    everything = raynb.runs()
+    assert "ux_grouped" in set(everything["experiment"].dropna())
+    assert "ux_grouped" not in set(raynb.runs(trials=False)["experiment"].dropna())
+    assert set(raynb.runs(kind="slow_scores")["experiment"]) >= {"ux_grouped"}

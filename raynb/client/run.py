@@ -22,6 +22,7 @@ from pathlib import Path
 import cloudpickle
 
 from ..cluster import protocol as P
+from ..cluster.head.run import TERMINAL as RUN_END_STATES
 from ..cluster.rundir import OUTPUT_FILE, read_reports
 from ..errors import ClusterError, RunInterrupted
 from .connection import disconnect, local_head_gone
@@ -41,8 +42,6 @@ MAX_SHOWN_LINES = 1000
 TAIL_LINES = 20
 # Output is written to the cell in chunks, at most this long after it arrived (s).
 OUTPUT_FLUSH_S = 0.05
-# The states a run ends in (the head's run.TERMINAL).
-RUN_END_STATES = ("FINISHED", "FAILED", "CANCELLED")
 
 
 def _json_safe(value):

@@ -44,7 +44,7 @@ log = logging.getLogger("raynb.protocol")
 # client -> head
 HELLO = "hello"                  # {"role": "client"|"node"|"worker", ...}
 SUBMIT_RUN = "submit_run"        # run spec; buffers[0] = cloudpickled (fn, config)
-CANCEL_RUN = "cancel_run"        # {"run_id"}
+CANCEL_RUN = "cancel_run"        # {"run_id", "reason"?: "stop" (a Tune STOP: the run ends STOPPED)}
 STATUS_REQUEST = "status_request"
 SHUTDOWN = "shutdown"            # stop the whole cluster
 PING = "ping"

@@ -9,7 +9,9 @@ import io
 import math
 from typing import Any, Callable, Iterable
 
-TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELLED"})
+from ..cluster.head.run import TERMINAL
+
+TERMINAL_STATES = frozenset(TERMINAL)
 KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES
 
 # Tried in this order when looking for the curve to plot.
@@ -24,9 +26,9 @@ BOOKKEEPING_KEYS = frozenset({"epoch", "step", "training_iteration", "time_total
 HIDDEN_KEYS = frozenset({"timestamp"})
 
 # Terminal-state colours, shared by the live pane and the static summary.
-STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00",
+STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00", "STOPPED": "#ef6c00",
                  "RUNNING": "#1565c0", "PENDING": "#757575"}
-BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00"}
+BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00", "STOPPED": "#fb8c00"}
 MUTED = "color:#888"
 PLOT_WIDTH_PX = 360    # the loss curve is drawn at 2x this, for sharp high-DPI screens
 

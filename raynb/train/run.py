@@ -7,6 +7,7 @@ build the ``Result`` and raise for a failed run.
 from __future__ import annotations
 
 from ..cluster import protocol as P
+from ..cluster.head.run import TERMINAL
 from ..client import views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, follow_run, submit_run_accepted
@@ -16,8 +17,6 @@ from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
 from .profiling import Profiled, profile_options
 from .run_callbacks import follow_with_callbacks
-
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
 
 def _total_epochs(config, epochs):

@@ -260,7 +260,7 @@ class Head:
             return
         if run.state == "PENDING":
             self.queue.discard(run)
-        self.controller.cancel(run)
+        self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
     # -- nodes and workers ------------------------------------------------------
     def on_node_register(self, msg: P.Message) -> None:
