@@ -423,3 +423,112 @@ def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm
     assert "ux_grouped" in set(everything["experiment"].dropna())
     assert "ux_grouped" not in set(raynb.runs(trials=False)["experiment"].dropna())
     assert set(raynb.runs(kind="slow_scores")["experiment"]) >= {"ux_grouped"}
+
+
+# ---------------------------------------------------------------- 20. CLI
+def _cli(env, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def private_home(tmp_path):
+    """A RAYNB_HOME and storage of the test's own; any cluster started there is stopped after."""
+    env = dict(os.environ, RAYNB_HOME=str(tmp_path / "home"), RAYNB_STORAGE_PATH=str(tmp_path / "runs"))
+    env.pop("RAYNB_KEEP_CLUSTER", None)
+    yield env
+    _cli(env, "stop")
+
+
+def test_version_and_a_bare_raynb_prints_the_help(private_home):
+    import raynb
+
+    v = _cli(private_home, "--version")
+    assert v.returncode == 0 and v.stdout.strip() == f"raynb {raynb.__version__}"
+    bare = _cli(private_home)
+    assert bare.returncode == 0, bare.stderr
+    assert bare.stdout.startswith("usage: raynb") and "status" in bare.stdout and "demo" in bare.stdout
+    assert "required" not in bare.stdout + bare.stderr
+
+
+SLEEPER = """
+import raynb
+from raynb import ScalingConfig, TorchTrainer, RunConfig
+
+def nap():
+    import time
+    time.sleep(30)
+
+TorchTrainer(nap, scaling_config=ScalingConfig(num_workers=1), run_config=RunConfig(name="napping", verbose=0)).fit()
+"""
+
+
+def test_status_has_cpu_and_rss_right_after_start_and_lists_the_active_run(private_home, monkeypatch):
+    from raynb.client.status import format_status
+    from raynb.cluster.control import Client
+    from raynb.cluster.launch import start_cluster
+
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH"):
+        monkeypatch.setenv(k, private_home[k])
+    info, started = start_cluster(num_workers=2)
+    assert started
+    client = Client(info["address"], info["key"].encode(), info)
+    try:
+        text = format_status(client.status())   # at once: before the node agent's first sample
+    finally:
+        client.close()
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("worker"))
+    workers = [ln.split() for ln in lines[head + 1:] if ln.startswith("local-w")]
+    assert len(workers) == 2, text
+    for row in workers:   # worker, pid, state, cpu%, rss (and no rank, no run: idle)
+        assert re.fullmatch(r"[\d.]+", row[3]) and re.fullmatch(r"\d+MiB", row[4]), text
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], env=private_home,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while "napping  RUNNING  world size 1" not in (out := _cli(private_home, "status").stdout):
+            assert time.monotonic() < deadline, out
+            time.sleep(0.2)
+        assert "1 active" in out
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+SCRIPT = """
+import json, sys
+import raynb
+from raynb.cluster.launch import cluster_pids
+from raynb.cluster.connection import read_connection_file
+
+raynb.connect(num_workers=1)
+print(json.dumps(cluster_pids(read_connection_file())))
+"""
+
+
+def test_a_script_says_what_becomes_of_its_cluster_and_stops_it_at_exit(private_home):
+    # "It keeps running for later cells" was printed by a plain script too, whose cluster
+    # then silently outlived it with 1.1 GB.
+    from conftest import alive
+
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=private_home, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    said, pids = proc.stdout.splitlines()[0], json.loads(proc.stdout.splitlines()[-1])
+    assert "later cells" not in said and "it stops when this script exits" in said, said
+    assert "RAYNB_KEEP_CLUSTER=1" in said
+    deadline = time.monotonic() + 10
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids), f"the script's cluster outlived it: {alive(pids)}"
+    assert "no raynb cluster is running" in _cli(private_home, "status").stdout
+
+    keep = dict(private_home, RAYNB_KEEP_CLUSTER="1")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=keep, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "it outlives this script" in proc.stdout and "`raynb stop` ends it" in proc.stdout
+    kept = json.loads(proc.stdout.splitlines()[-1])
+    assert alive(kept) and "local-w1" in _cli(private_home, "status").stdout
+    assert _cli(private_home, "stop").returncode == 0

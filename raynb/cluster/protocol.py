@@ -71,7 +71,7 @@ SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
 RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
 # worker -> head
-WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname"}
+WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value

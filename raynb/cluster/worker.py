@@ -138,7 +138,8 @@ class Worker:
         pull.bind("inproc://raynb-out")
         session.send(dealer, P.WORKER_READY, {
             "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
-            "hostname": socket.gethostname(), "ip": self.node_ip, "store_port": self.store_port})
+            "hostname": socket.gethostname(), "ip": self.node_ip, "store_port": self.store_port,
+            **_own_stats()})
         self._io_ready.set()
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
@@ -374,6 +375,21 @@ class Worker:
         dist.init_process_group(g["backend"], store=store, rank=task["rank"],
                                 world_size=task["world_size"], timeout=timeout)
         self.group_key = g["key"]
+
+
+def _own_stats() -> dict:
+    """This process's CPU % (over its life so far) and RSS, for WORKER_READY: `raynb status`
+    right after a start showed '-' until the node agent's first sample, a second later."""
+    try:
+        import psutil
+
+        proc = psutil.Process()
+        with proc.oneshot():
+            t, age = proc.cpu_times(), max(1e-3, time.time() - proc.create_time())
+            return {"cpu_percent": round(100.0 * (t.user + t.system) / age, 1),
+                    "rss": proc.memory_info().rss}
+    except Exception:  # noqa: BLE001 - stats are a nicety; the node agent's samples follow
+        return {}
 
 
 def _takes_config(fn) -> bool:

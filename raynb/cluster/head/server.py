@@ -274,7 +274,8 @@ class Head:
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
         self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
-                                            c["hostname"], c["ip"], store_port=c.get("store_port")))
+                                            c["hostname"], c["ip"], store_port=c.get("store_port"),
+                                            stats={k: c[k] for k in ("cpu_percent", "rss") if k in c}))
         self.schedule()
 
     def on_node_stats(self, msg: P.Message) -> None:
