@@ -532,3 +532,41 @@ def test_a_script_says_what_becomes_of_its_cluster_and_stops_it_at_exit(private_
     kept = json.loads(proc.stdout.splitlines()[-1])
     assert alive(kept) and "local-w1" in _cli(private_home, "status").stdout
     assert _cli(private_home, "stop").returncode == 0
+
+
+# ---------------------------------------------------------------- 20. the README's snippets
+def _readme_python_blocks(heading: str) -> list[str]:
+    """The ```python blocks of the README section whose heading starts with ``heading``."""
+    text = (ROOT / "README.md").read_text()
+    for section in re.split(r"^#{2,3} ", text, flags=re.M):
+        if section.startswith(heading):
+            return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    raise AssertionError(f"README has no section {heading!r}")
+
+
+def _run_readme_script(blocks: list[str], tmp_path) -> str:
+    for b in blocks:
+        assert "..." not in b, f"a README snippet that does not run as written:\n{b}"
+    script = tmp_path / "readme_snippet.py"
+    script.write_text("\n".join(blocks))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=dict(os.environ, RAYNB_PROGRESS="text"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_readme_torchtrainer_snippet_runs_and_gives_the_weights_back(warm, tmp_path):
+    data = next(b for b in _readme_python_blocks("In a notebook") if "class DigitsCNN" in b)
+    (trainer,) = _readme_python_blocks("The same cell with `TorchTrainer`")
+    out = _run_readme_script([data, trainer], tmp_path)
+    m = re.search(r"reloaded weights: ([\d.]+) validation accuracy", out)
+    assert m and float(m.group(1)) > 0.9, out[-2000:]
+
+
+def test_readme_tune_snippet_runs(warm, tmp_path):
+    data = next(b for b in _readme_python_blocks("In a notebook") if "class DigitsCNN" in b)
+    (tuning,) = _readme_python_blocks("Hyperparameter tuning")
+    out = _run_readme_script([data, tuning], tmp_path)
+    assert "== Tune finished: 16 trials" in out, out[-2000:]
+    m = re.search(r"'lr': [\d.e-]+.*val_accuracy ([\d.]+)$", out, flags=re.M)
+    assert m and float(m.group(1)) > 0.8, out[-2000:]
