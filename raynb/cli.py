@@ -1,4 +1,5 @@
-"""The ``raynb`` command: start, status, stop, node, demo."""
+"""The ``raynb`` command: start, status, stop, node, demo; ``raynb --version``; a bare
+``raynb`` prints the help (exit status 0)."""
 from __future__ import annotations
 
 import argparse
@@ -10,9 +11,12 @@ from .notebook.magic_args import positive_int
 
 
 def main(argv=None) -> int:
+    from . import __version__
+
     ap = argparse.ArgumentParser(prog="raynb", description="A warm local cluster for distributed "
                                  "PyTorch from Jupyter.")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap.add_argument("--version", action="version", version=f"raynb {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     s = sub.add_parser("start", help="start the local cluster in the background")
     s.add_argument("--workers", type=positive_int, default=4, help="warm workers to keep (default 4)")
     s.add_argument("--max-workers", type=positive_int, default=None, help="most workers this machine may hold")
@@ -31,6 +35,9 @@ def main(argv=None) -> int:
     d.add_argument("--workers", type=positive_int, default=4, help="ranks (world size), default 4")
     d.add_argument("--epochs", type=positive_int, default=12, help="epochs per run, default 12")
     args = ap.parse_args(argv)
+    if args.cmd is None:   # a bare `raynb`: what it can do, not "arguments are required: cmd"
+        ap.print_help()
+        return 0
 
     from .errors import ClusterError
 

@@ -1,6 +1,14 @@
 """Exceptions raised in the notebook for things that went wrong on the cluster."""
 from __future__ import annotations
 
+import linecache
+import traceback
+
+# Frames of these packages are left out of the tracebacks IPython shows for raynb's
+# errors: an interrupt or an unpicklable variable printed 25-35 lines of magics.py,
+# runner.py and shipping.py before the one line that matters.
+_INTERNAL_PACKAGES = ("raynb", "IPython", "ipykernel", "traitlets")
+
 
 class RunError(RuntimeError):
     """A distributed run failed (as Ray Train's ``TrainingFailedError``).
@@ -64,3 +72,53 @@ class RunError(RuntimeError):
 
 class ClusterError(RuntimeError):
     """The cluster could not be started, reached or used (says why and what to do)."""
+
+
+def _internal(frame) -> bool:
+    name = frame.f_globals.get("__name__") or ""
+    return name.split(".")[0] in _INTERNAL_PACKAGES
+
+
+def _frame_label(filename: str, lineno: int, func: str) -> str:
+    """'Cell In[3], line 1' for a notebook cell (as IPython writes it), else the usual."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        named = shell.compile.format_code_name(filename) if shell is not None else None
+    except Exception:  # noqa: BLE001 - outside IPython, or an IPython without the map
+        named = None
+    if named:
+        return f"{named[0]} {named[1]}, line {lineno}"
+    return f'File "{filename}", line {lineno}, in {func}'
+
+
+def user_traceback(exc: BaseException, name: str | None = None) -> list[str]:
+    """``exc``'s traceback as IPython shows it through ``_render_traceback_``: the user's
+    own frames (the cell, their modules), none of raynb's or IPython's, then
+    ``Type: message`` (``name`` instead of the type's)."""
+    lines = []
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        if _internal(frame):
+            continue
+        code = frame.f_code
+        lines.append(_frame_label(code.co_filename, lineno, code.co_name))
+        source = linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
+        if source:
+            lines.append(f"----> {source}")
+    if lines:
+        lines.append("")
+    return lines + [f"{name or type(exc).__name__}: {exc}"]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """The kernel was interrupted while a run was followed: every rank was cancelled
+    (or, for an attached run, this process stopped following it). A
+    ``KeyboardInterrupt``, shown without raynb's frames, and named as one: a kernel's
+    error message says ``KeyboardInterrupt``, as for any interrupted cell."""
+
+    def _render_traceback_(self) -> list[str]:
+        return user_traceback(self)
+
+
+RunInterrupted.__name__ = RunInterrupted.__qualname__ = "KeyboardInterrupt"

@@ -313,14 +313,20 @@ def test_pane_widgets_follow_the_model(shown):
     assert pane.bars[5].value == 1 and len(pane.bars_box.children) == 4
 
 
-def test_pane_bars_without_total_scale_to_the_furthest_rank():
+def test_pane_bars_without_total_count_instead_of_filling():
+    # Scaled to the furthest rank, step 10 of 240 looked complete (issue 9, item 17):
+    # with no total the bars stay empty and the labels count, until the run FINISHED.
     p = RunProgress("r", world_size=2)
     pane = ProgressPane(p, trailing=False, clock=FakeClock(0.0))
     p.on_event(report(0, T0, step=99))
     p.on_event(report(1, T0, step=49))
     pane.refresh(force=True)
-    assert (pane.bars[0].value, pane.bars[0].max) == (100, 100)
-    assert (pane.bars[1].value, pane.bars[1].max) == (50, 100)
+    assert [(pane.bars[r].value, pane.bars[r].max) for r in (0, 1)] == [(0, 1), (0, 1)]
+    assert pane._bar_labels[0].value.startswith("100 steps (no total)")
+    assert pane._bar_labels[1].value.startswith("50 steps (no total)")
+    p.on_event(state("FINISHED", T0 + 1))
+    pane.refresh(force=True)
+    assert [pane.bars[r].value for r in (0, 1)] == [1, 1] and pane._bar_labels[0].value == "100 steps"
 
 
 def test_pane_throttles_refreshes_and_plot_renders():
@@ -429,13 +435,18 @@ def test_pane_forced_refresh_leaves_a_fresh_curve_to_the_trailing_one():
     assert pane.refresh() and pane.plot_renders == 2   # ...the next refresh draws it
 
 
-def test_pane_finish_renders_no_curve_the_summary_replaces():
+def test_pane_finish_renders_the_final_curve_once_for_pane_and_summary():
+    # The last frame shows the final curve (issue 9, item 17), drawn once: the summary
+    # that replaces the pane reuses it.
+    import base64
+
     p = RunProgress("r", world_size=1)
     pane = ProgressPane(p, trailing=False, clock=FakeClock(0.0))
     for i in range(3):
         p.on_event(report(0, T0 + i, loss=1.0 / (i + 1)))
     pane.finish()
-    assert pane.plot_renders == 0 and "data:image/png" in pane.summary
+    assert pane.plot_renders == 1 and bytes(pane.plot.value).startswith(PNG_MAGIC)
+    assert base64.b64encode(bytes(pane.plot.value)).decode() in pane.summary
 
 
 # ------------------------------------------------------------------- text view

@@ -189,7 +189,7 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
         state, event, to = m.groups()
         for s in (C.ACTIVE if state == "any active" else (state,)):
             table.setdefault((s, event), set()).add(to)
-    assert rows == 12
+    assert rows == 14
     assert table == {pair: set(targets) for pair, targets in C.TRANSITIONS.items()}
     states = set(C.ACTIVE) | set(C.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)

@@ -117,7 +117,7 @@ def test_flatten_and_train_loop_config_columns():
     p = TuneProgress("acc", "max", 4, [])
     p.add_trial("t", {"train_loop_config": {"lr": 0.01, "hidden": 64}})
     df = p.dataframe()
-    assert list(df.columns) == ["trial_id", "status", "lr", "hidden", "iter", "time (s)", "acc", "best acc"]
+    assert list(df.columns) == ["trial_id", "status", "lr", "hidden", "iter", "time (s)", "acc", "max acc"]
     assert df.loc[0, "lr"] == 0.01
 
 
@@ -127,13 +127,13 @@ def test_text_table_exact():
     p = experiment("min", clock=clock)
     clock.t = 112.34
     assert p.status_line() == ("4 trials: 1 RUNNING, 1 PENDING, 1 TERMINATED, 1 STOPPED | 12.3s | "
-                               "workers 1/2 | best t1 val_loss=0.2 (min)")
+                               "workers 1/2 | best trial t1 by latest val_loss (min): 0.2")
     assert p.text_table().splitlines() == [
-        "  trial_id status          lr model/width iter time (s) val_loss best val_loss",
-        "* t1       RUNNING       0.05          32    3      1.5      0.2           0.2",
-        "  t0       TERMINATED     0.1          16    3      1.5      0.5           0.5",
-        "  t2       STOPPED    0.03333          48    2      1.0      0.9           0.9",
-        "  t3       PENDING      0.025          64                                     ",
+        "  trial_id status          lr model/width iter time (s) val_loss min val_loss",
+        "* t1       RUNNING       0.05          32    3      1.5      0.2          0.2",
+        "  t0       TERMINATED     0.1          16    3      1.5      0.5          0.5",
+        "  t2       STOPPED    0.03333          48    2      1.0      0.9          0.9",
+        "  t3       PENDING      0.025          64                                    ",
     ]
 
 
@@ -143,9 +143,9 @@ def test_text_table_before_any_report_is_blank_not_none():
     p.add_trial("a_00001", {"x": -1})
     p.set_status("a_00000", "RUNNING")
     assert p.text_table().splitlines() == [
-        "  trial_id status    x iter time (s) loss best loss",
-        "  a_00000  RUNNING 0.5                             ",
-        "  a_00001  PENDING  -1                             ",
+        "  trial_id status    x iter time (s) loss min loss",
+        "  a_00000  RUNNING 0.5                            ",
+        "  a_00001  PENDING  -1                            ",
     ]
 
 
@@ -225,7 +225,8 @@ def test_pane_widgets_show_the_table_plot_and_notes(shown):
     assert header is pane.header and notes is pane.notes
     assert list(body.children) == [pane.table, pane.plot]
     assert "1 RUNNING" in pane.header.value and "workers 1/2 in use" in pane.header.value
-    assert "best <b>t1</b> val_loss=0.2" in pane.header.value
+    assert re.search(r"best trial <b>t1</b> by latest val_loss <span[^>]*>\(min\)</span>: 0.2</div>$",
+                     pane.header.value)
     table = pane.table.value
     for tid in ("t0", "t1", "t2", "t3"):
         assert f">{tid}<" in table
@@ -235,7 +236,7 @@ def test_pane_widgets_show_the_table_plot_and_notes(shown):
     assert best_row.startswith('<tr style="background:#fff3c4') and "&#9733;" in best_row.split("</tr>")[0]
     assert table.count("&#9733;") == 1
     # Numbers right-aligned under right-aligned headers, missing values (t3) included.
-    for col in ("lr", "iter", "time (s)", "val_loss", "best val_loss"):
+    for col in ("lr", "iter", "time (s)", "val_loss", "min val_loss"):
         assert re.search(rf'text-align:right[^>]*>{re.escape(col)}</th>', table), col
     assert re.search(r'text-align:left[^>]*>status</th>', table)
     assert bytes(pane.plot.value).startswith(PNG_MAGIC) and pane.plot.layout.display is None

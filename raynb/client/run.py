@@ -15,14 +15,16 @@ import re
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import cloudpickle
 
 from ..cluster import protocol as P
-from ..cluster.rundir import read_reports
-from ..errors import ClusterError
+from ..cluster.head.run import TERMINAL as RUN_END_STATES
+from ..cluster.rundir import OUTPUT_FILE, read_reports
+from ..errors import ClusterError, RunInterrupted
 from .connection import disconnect, local_head_gone
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources
@@ -34,6 +36,12 @@ CANCEL_WAIT_S = 5.0
 # cell fails instead of waiting forever.
 PING_EVERY_S = 2.0
 HEAD_SILENCE_S = 10.0
+# A followed run's output shown in the cell: the first MAX_SHOWN_LINES lines as they come,
+# then only the last TAIL_LINES, at the end (the run's output.log has every line).
+MAX_SHOWN_LINES = 1000
+TAIL_LINES = 20
+# Output is written to the cell in chunks, at most this long after it arrived (s).
+OUTPUT_FLUSH_S = 0.05
 
 
 def _json_safe(value):
@@ -74,17 +82,32 @@ class _OutputRelay:
 
     A rank's unfinished line (``print(".", end="", flush=True)``) is continued
     without a second tag, and ended before another rank's output starts there.
+
+    What a notebook holds stays bounded however much a run prints: text is written
+    in coalesced chunks (one write and flush per `flush`, not per event), the first
+    `MAX_SHOWN_LINES` lines are shown as they come, and past them only a count and
+    the last `TAIL_LINES` are kept; `end` shows those, with where the full log is.
     """
 
-    def __init__(self, all_ranks: bool):
+    def __init__(self, all_ranks: bool, path: str | None = None):
         self.all_ranks = all_ranks
-        self._open: dict[str, int] = {}  # stream name -> rank whose line is unfinished
+        self.path = path                  # the run directory, for the notices
+        self._open: dict[str, int] = {}   # stream name -> rank whose line is unfinished
+        self._pending: list[tuple[str, str]] = []   # (stream name, text) not written yet
+        self.shown = 0                    # lines written (or pending) so far
+        self.hidden = 0                   # lines past the cap, not shown
+        self._tail: deque = deque(maxlen=TAIL_LINES)   # the newest hidden (stream, line)
 
     @staticmethod
     def _stream(name: str):
         return sys.stderr if name == "stderr" else sys.stdout
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
     def write(self, event: dict) -> None:
+        """Take one output event (written at the next `flush`)."""
         rank = event.get("rank")
         if rank != 0 and not self.all_ranks:
             return
@@ -93,22 +116,60 @@ class _OutputRelay:
         if not text:
             return
         open_rank = self._open.pop(name, None)
-        out = "\n" if open_rank is not None and open_rank != rank else ""
+        out = ["\n"] if open_rank is not None and open_rank != rank else []
         for piece in re.findall(r"[^\n]*\n|[^\n]+", text):
-            out += piece if open_rank == rank else f"(rank {rank}) {piece}"
+            line = piece if open_rank == rank else f"(rank {rank}) {piece}"
             open_rank = None if piece.endswith("\n") else rank
+            if self.shown < MAX_SHOWN_LINES:
+                out.append(line)
+                self.shown += piece.endswith("\n")
+                if self.shown == MAX_SHOWN_LINES:
+                    out.append(self._cap_notice())
+                    open_rank = None
+            elif piece.endswith("\n"):
+                self.hidden += 1
+                self._tail.append((name, f"(rank {rank}) {piece}"))
         if open_rank is not None:
             self._open[name] = open_rank
-        stream = self._stream(name)
-        stream.write(out)
-        stream.flush()
+        if out:
+            self._pending.append((name, "".join(out)))
 
-    def end(self) -> None:
-        """End unfinished lines, so what the cell prints next starts on its own line."""
+    def _cap_notice(self) -> str:
+        where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
+        return (f"\n(raynb) {MAX_SHOWN_LINES} lines shown: further output is not shown here (the last "
+                f"{TAIL_LINES} lines come when the run ends); the full log: {where}\n")
+
+    def flush(self) -> None:
+        """Write what was taken since the last flush: one write and flush per stream run."""
+        pending, self._pending = self._pending, []
+        i = 0
+        while i < len(pending):
+            name = pending[i][0]
+            j = i
+            while j < len(pending) and pending[j][0] == name:
+                j += 1
+            stream = self._stream(name)
+            stream.write("".join(text for _, text in pending[i:j]))
+            stream.flush()
+            i = j
+
+    def end(self, path: str | None = None) -> None:
+        """Write the rest, then how many lines were not shown and the last of them, and
+        end unfinished lines, so what the cell prints next starts on its own line."""
+        self.path = path or self.path
+        self.flush()
         for name in list(self._open):
             del self._open[name]
             self._stream(name).write("\n")
             self._stream(name).flush()
+        if self.hidden:
+            where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
+            shown = min(self.hidden, TAIL_LINES)
+            self._pending.append(("stdout", f"(raynb) ... {self.hidden - shown} lines not shown; the "
+                                            f"full log: {where}\n"))
+            self._pending.extend((self._tail.popleft() for _ in range(len(self._tail))))
+            self.flush()
+            self.hidden = 0
 
 
 def _absolute(storage_path: str | None) -> str | None:
@@ -179,7 +240,7 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     Raises:
         ValueError: the head refused the run (the message says why).
         ClusterError: the head did not answer (this process's connection is dropped).
-        KeyboardInterrupt: interrupted before the head answered; the run, if it
+        RunInterrupted: (a KeyboardInterrupt) interrupted before the head answered; the run, if it
             was accepted, is cancelled by id.
     """
     try:
@@ -187,9 +248,10 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     except KeyboardInterrupt:
         # Interrupted before the head's answer: the run may exist already; cancel it by id
         # (not when the kernel is restarting: the run goes on, as after any other cell).
-        if not interrupt_is_shutdown():
-            client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
-        raise
+        if interrupt_is_shutdown():
+            raise
+        client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
+        raise RunInterrupted("interrupted while submitting the run; it was cancelled") from None
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
         raise
@@ -199,18 +261,20 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
 
 
 def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,
-               cancel_on_interrupt: bool = True, name: str | None = None) -> RunOutcome:
+               cancel_on_interrupt: bool = True, name: str | None = None,
+               path: str | None = None) -> RunOutcome:
     """Relay a submitted or attached run's events to ``display`` until it ends.
 
-    ``name`` (the run's) is for the messages only.
+    ``name`` (the run's) is for the messages only; ``path`` (the run directory) is
+    named where the cell stops showing output.
 
     Returns:
         The run's :class:`RunOutcome` (also for a failed run); ``display`` is finished.
 
     Raises:
-        KeyboardInterrupt: interrupted; with ``cancel_on_interrupt`` every rank was
-            cancelled first, without it (an attached run) this only detaches. A kernel
-            restart or shutdown (Jupyter's buttons) only detaches: the run goes on.
+        RunInterrupted: (a KeyboardInterrupt) interrupted; with ``cancel_on_interrupt`` every
+            rank was cancelled first, without it (an attached run) this only detaches. A
+            kernel restart or shutdown (Jupyter's buttons) only detaches: the run goes on.
         ClusterError: the head stopped answering (this process's connection is
             dropped), or the local head's process is gone (the next ``get_client()``
             says so and starts a new cluster).
@@ -218,7 +282,8 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     reports = reports if reports is not None else []
     watch_kernel_shutdown()
     try:
-        done = _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt, name)
+        done = _follow(client, run_id, display, reports, _OutputRelay(all_ranks, path),
+                       cancel_on_interrupt, name)
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
         if local_head_gone(client) is None:
@@ -238,19 +303,23 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     return RunOutcome(c, reports, list(done.buffers))
 
 
-def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=True,
+def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
             name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
-    relay = _OutputRelay(all_ranks)
     last_heard = time.monotonic()
     while True:
         try:
             timeout = PING_EVERY_S if cancel_sent_at is None else max(
                 0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at)))
+            if relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
+                timeout = min(timeout, OUTPUT_FLUSH_S)
             msg = client.recv(timeout)
             now = time.monotonic()
             if msg is None:
+                if relay.pending:
+                    relay.flush()
+                    continue
                 _check_head_alive(client)
                 if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
                     raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
@@ -266,29 +335,38 @@ def _follow(client, run_id, display, reports, all_ranks, cancel_on_interrupt=Tru
             if msg.content.get("run_id") != run_id:
                 continue
             if msg.msg_type == P.RUN_DONE:
-                relay.end()
+                relay.end(msg.content.get("path"))
                 if cancel_sent_at is not None:
                     display.handle({"kind": "state", "state": msg.content["state"], "time": time.time()})
                     display.finish()
-                    raise KeyboardInterrupt(f"run {msg.content['name']!r} cancelled on every rank")
+                    raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank")
                 return msg
             if msg.msg_type == P.RUN_EVENT:
                 event = msg.content["event"]
                 if event.get("kind") == "output":
                     relay.write(event)
-                elif event.get("kind") == "report" and event.get("rank") == 0:
-                    reports.append(event["metrics"])
+                elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
+                    relay.end()     # the last lines (and what was not shown) before the end's line
+                else:
+                    relay.flush()   # the output printed before a report or state shows before it
+                    if event.get("kind") == "report" and event.get("rank") == 0:
+                        reports.append(event["metrics"])
                 display.handle(event)
-        except KeyboardInterrupt:
-            if cancel_sent_at is not None or not cancel_on_interrupt:
+        except KeyboardInterrupt as e:
+            if isinstance(e, RunInterrupted):
                 raise
+            if not cancel_on_interrupt:
+                raise RunInterrupted("stopped following the run; it goes on") from None
+            if cancel_sent_at is not None:   # a second interrupt: stop waiting for the confirmation
+                raise RunInterrupted("interrupted again while waiting for the ranks to stop; the "
+                                     "head still cancels the run (`raynb status` shows it)") from None
             if interrupt_is_shutdown():
                 relay.end()
                 display.finish()
                 what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
                     "the run", "raynb.attach(name)")
-                raise KeyboardInterrupt(f"the kernel is shutting down; {what} keeps running on the "
-                                        f"cluster ({call} follows it again)") from None
+                raise RunInterrupted(f"the kernel is shutting down; {what} keeps running on the "
+                                     f"cluster ({call} follows it again)") from None
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
 

@@ -11,19 +11,33 @@ import datetime as _dt
 import time
 
 from ..cluster import protocol as P
+from ..cluster.head.run import TERMINAL
 from .connection import get_client
 
 # Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).
 _AUTO_FIELDS = ("timestamp", "time_this_iter_s")
 
 
-def runs():
-    """Every run the cluster knows, oldest first (``raynb.runs()``).
+def runs(experiment: str | None = None, kind: str | None = None, trials: bool = True):
+    """The runs the cluster knows, oldest first (``raynb.runs()``).
+
+    A Tune experiment's trials are runs too (one each), listed with the experiment's
+    name in the ``experiment`` column: ``runs(experiment="tune_digits")`` lists one
+    experiment's trials, ``runs(trials=False)`` only the runs that are no trial.
+
+    Args:
+        experiment (str | None): only the trials of this Tune experiment (its directory's name).
+        kind (str | None): only runs of this kind: ``"ray_train"`` (a ``%%ray_train``
+            cell), ``"TorchTrainer"``, or a Tune trainable's name.
+        trials (bool): False leaves out every Tune trial.
 
     Returns:
-        pandas.DataFrame with one row per run: ``name``, ``state``, ``start_time``
-        (datetime), ``duration_s`` (s; up to now for a live run), ``world_size``,
-        ``restarts``, ``checkpoints``, ``path``, then the run's last reported metrics.
+        pandas.DataFrame with one row per run: ``name``, ``state`` (``FINISHED``,
+        ``FAILED``, ``CANCELLED``, ``STOPPED`` for a trial its scheduler stopped early,
+        or a live state), ``kind``, ``experiment`` (None for a run that is no trial),
+        ``start_time`` (datetime), ``duration_s`` (s; up to now for a live run),
+        ``world_size``, ``restarts``, ``checkpoints``, ``path``, then the run's last
+        reported metrics.
 
     Raises:
         ClusterError: no cluster can be reached or started.
@@ -35,10 +49,14 @@ def runs():
     rows = []
     now = time.time()
     for r in reply.content.get("runs", []):
+        if ((experiment is not None and r.get("experiment") != experiment)
+                or (kind is not None and r.get("kind") != kind) or (not trials and r.get("experiment"))):
+            continue
         start = r.get("started") or r.get("submitted")
         # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
-        end = r.get("ended") or (now if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED") else None)
-        row = {"name": r["name"], "state": r["state"],
+        end = r.get("ended") or (now if r.get("state") not in TERMINAL else None)
+        row = {"name": r["name"], "state": r["state"], "kind": r.get("kind"),
+               "experiment": r.get("experiment"),
                "start_time": _dt.datetime.fromtimestamp(start) if start else None,
                "duration_s": (end - start) if start and end else None,
                "world_size": r.get("world_size"), "restarts": r.get("attempt", 0),
@@ -47,7 +65,8 @@ def runs():
             if k not in _AUTO_FIELDS and k not in row:
                 row[k] = v
         rows.append(row)
-    columns = ["name", "state", "start_time", "duration_s", "world_size", "restarts", "checkpoints", "path"]
+    columns = ["name", "state", "kind", "experiment", "start_time", "duration_s", "world_size",
+               "restarts", "checkpoints", "path"]
     return pd.DataFrame(rows, columns=None if rows else columns)
 
 
@@ -70,7 +89,7 @@ def fetch_record(msg_type: str, name: str) -> dict:
 def latest_live_run() -> str:
     """The name of the newest active run. Raises KeyError when none is active."""
     reply = get_client().request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
-    live = [r for r in reply.content.get("runs", []) if r.get("state") not in ("FINISHED", "FAILED", "CANCELLED")]
+    live = [r for r in reply.content.get("runs", []) if r.get("state") not in TERMINAL]
     if not live:
         raise KeyError("no run is active on this cluster to attach to; raynb.runs() lists the finished "
                        "ones (raynb.get_run(name) reads one)")

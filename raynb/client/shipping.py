@@ -15,6 +15,8 @@ from collections import ChainMap
 
 import cloudpickle
 
+from ..errors import user_traceback
+
 
 class UnpicklableError(TypeError):
     """A value the training function needs cannot be sent to the workers.
@@ -31,6 +33,10 @@ class UnpicklableError(TypeError):
             f"to the workers: {reason}. Create it inside the training function (it then runs on "
             "each worker), or pass something picklable (a path instead of an open file, a list "
             "instead of a generator).")
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows: the user's cell and the message, no pickling internals."""
+        return user_traceback(self)
 
 
 def _referenced_globals(fn: types.FunctionType) -> dict:

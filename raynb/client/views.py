@@ -65,13 +65,13 @@ _show: Callable[[Any], None] | None = None
 
 def register(run_factory: Callable[..., RunView], tune_factory: Callable[..., TuneView]) -> None:
     """Install the display: ``run_factory(name, world_size, total_epochs=None, verbose=1,
-    history=())`` and ``tune_factory(metric, mode, total_workers, varying_keys, verbose=1)``."""
+    history=(), raises=False)`` and ``tune_factory(metric, mode, total_workers, varying_keys, verbose=1)``."""
     global _run_factory, _tune_factory
     _run_factory, _tune_factory = run_factory, tune_factory
 
 
 def run_view(name: str, world_size: int, total_epochs: int | None = None, verbose: int = 1,
-             history: Iterable[dict] = ()) -> RunView:
+             history: Iterable[dict] = (), raises: bool = False) -> RunView:
     """A view for run ``name`` of ``world_size`` ranks, not displayed yet.
 
     Args:
@@ -79,11 +79,13 @@ def run_view(name: str, world_size: int, total_epochs: int | None = None, verbos
         verbose: 0 shows nothing (the model is still fed).
         history: events that happened before this process followed the run
             (an attached run's earlier reports), given to the model first.
+        raises: the caller raises a ``RunError`` naming a failure, so the view does
+            not repeat it (the cell showed "rank 2 raised ValueError: boom" three times).
     """
     if _run_factory is None:
         return _NullView()
     return _run_factory(name, world_size, total_epochs=total_epochs, verbose=verbose,
-                        history=history)
+                        history=history, raises=raises)
 
 
 def tune_view(metric: str | None, mode: str | None, total_workers: int, varying_keys: list,

@@ -56,7 +56,7 @@ log = logging.getLogger("raynb.protocol")
 # client -> head
 HELLO = "hello"                  # {"role": "client"|"node"|"worker", ...}
 SUBMIT_RUN = "submit_run"        # run spec; buffers[0] = cloudpickled (fn, config)
-CANCEL_RUN = "cancel_run"        # {"run_id"}
+CANCEL_RUN = "cancel_run"        # {"run_id", "reason"?: "stop" (a Tune STOP: the run ends STOPPED)}
 STATUS_REQUEST = "status_request"
 SHUTDOWN = "shutdown"            # stop the whole cluster
 PING = "ping"
@@ -83,7 +83,7 @@ SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
 RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
 # worker -> head
-WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname"}
+WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
@@ -117,8 +117,9 @@ SCHEMAS: dict[str, Record] = {
         "run_id?": _STR, "name?": _STR, "name_prefix?": _STR, "num_workers": int, "use_gpu?": (bool, None),
         "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
-        "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR}),
-    CANCEL_RUN: Record({"run_id": str}),
+        "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
+        "experiment?": _STR}),
+    CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None)}),
@@ -128,7 +129,7 @@ SCHEMAS: dict[str, Record] = {
         "pid?": _PID, "cpu_percent?": _NUM, "rss?": _INT, "frozen?": bool, "gpu?": _INT, "gpu_util?": _NUM,
         "gpu_mem_used?": _INT, "gpu_mem_total?": _INT}))}),
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
-                          "store_port?": (Int(1, 65535), None)}),
+                          "store_port?": (Int(1, 65535), None), "cpu_percent?": _NUM, "rss?": _INT}),
     TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
     TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
     SPAWN_WORKERS: Record({"count": _COUNT}),

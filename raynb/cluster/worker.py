@@ -33,7 +33,7 @@ from . import task_context
 from .module_reload import UserModules
 from .notebook_main import load_payload, notebook_main
 from .procutil import become_subreaper, end_descendants
-from .rank_output import RankStream
+from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
 from .thread_share import ThreadShare
@@ -80,7 +80,9 @@ class Worker:
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
         # output would be written into it.
-        self.streams = (RankStream(self, "stdout", sys.stdout), RankStream(self, "stderr", sys.stderr))
+        self._output = OutputBatch(self)   # both streams' lines, in the order written
+        self.streams = (RankStream(self, "stdout", sys.stdout, self._output),
+                        RankStream(self, "stderr", sys.stderr, self._output))
         sys.stdout, sys.stderr = self.streams
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -113,6 +115,8 @@ class Worker:
         task = self.current_task
         if task is None or self.forked():
             return
+        if event.get("kind") != "output":
+            self._output.send()  # the lines printed before a report arrive before it
         event.setdefault("time", time.time())
         self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
         if self.threads.pending and threading.get_ident() == self._main_ident:
@@ -130,7 +134,7 @@ class Worker:
         session.send(dealer, P.WORKER_READY, {
             "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
             "hostname": socket.gethostname(), "ip": self.node_ip,
-            "store_port": self.rendezvous.store_port})
+            "store_port": self.rendezvous.store_port, **_own_stats()})
         self._io_ready.set()
         poller = zmq.Poller()
         poller.register(dealer, zmq.POLLIN)
@@ -297,6 +301,21 @@ class Worker:
         self.threads.start((task["run_id"], task.get("attempt", 0)), task.get("num_threads") or max(
             1, (os.cpu_count() or 1) // max(1, task["local_world_size"])))
         self.rendezvous.ensure(task, self.worker_id)
+
+
+def _own_stats() -> dict:
+    """This process's CPU % (over its life so far) and RSS, for WORKER_READY: `raynb status`
+    right after a start showed '-' until the node agent's first sample, a second later."""
+    try:
+        import psutil
+
+        proc = psutil.Process()
+        with proc.oneshot():
+            t, age = proc.cpu_times(), max(1e-3, time.time() - proc.create_time())
+            return {"cpu_percent": round(100.0 * (t.user + t.system) / age, 1),
+                    "rss": proc.memory_info().rss}
+    except Exception:  # noqa: BLE001 - stats are a nicety; the node agent's samples follow
+        return {}
 
 
 def _takes_config(fn) -> bool:

@@ -120,10 +120,10 @@ def tune_display(progress, verbose: int = 1, **kwargs):
 
 
 def make_run_view(name: str, world_size: int, total_epochs: int | None = None, verbose: int = 1,
-                  history=()):
+                  history=(), raises: bool = False):
     """``raynb.client.views``' run factory: a fresh `RunProgress` fed ``history``, in
     the view ``progress_display`` picks (or none for ``verbose=0``)."""
-    progress = RunProgress(name, world_size, total_epochs=total_epochs)
+    progress = RunProgress(name, world_size, total_epochs=total_epochs, error_raised=raises)
     for event in history:
         progress.on_event(event)
     return progress_display(progress) if verbose else NullProgress(progress)

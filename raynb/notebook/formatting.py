@@ -9,7 +9,9 @@ import io
 import math
 from typing import Any, Callable, Iterable
 
-TERMINAL_STATES = frozenset({"FINISHED", "FAILED", "CANCELLED"})
+from ..cluster.head.run import TERMINAL
+
+TERMINAL_STATES = frozenset(TERMINAL)
 KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES
 
 # Tried in this order when looking for the curve to plot.
@@ -24,9 +26,9 @@ BOOKKEEPING_KEYS = frozenset({"epoch", "step", "training_iteration", "time_total
 HIDDEN_KEYS = frozenset({"timestamp"})
 
 # Terminal-state colours, shared by the live pane and the static summary.
-STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00",
+STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00", "STOPPED": "#ef6c00",
                  "RUNNING": "#1565c0", "PENDING": "#757575"}
-BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00"}
+BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00", "STOPPED": "#fb8c00"}
 MUTED = "color:#888"
 PLOT_WIDTH_PX = 360    # the loss curve is drawn at 2x this, for sharp high-DPI screens
 
@@ -203,6 +205,9 @@ def plural(unit: str, n: int | None) -> str:
     return unit if n == 1 else unit + "s"
 
 
-def progress_label(done: int, total: int | None, unit: str) -> str:
-    """'7/15 epochs', '1 epoch', '42 steps'."""
-    return f"{done}/{total} {plural(unit, total)}" if total else f"{done} {plural(unit, done)}"
+def progress_label(done: int, total: int | None, unit: str, finished: bool = True) -> str:
+    """'7/15 epochs', '1 epoch', '42 steps'; while a run with no known total runs,
+    '42 steps (no total)' (its bar is empty, not full)."""
+    if total:
+        return f"{done}/{total} {plural(unit, total)}"
+    return f"{done} {plural(unit, done)}" + ("" if finished else " (no total)")

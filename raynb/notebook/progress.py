@@ -35,6 +35,9 @@ class RunProgress:
         metric_keys: metrics shown first, and tried first for the plotted curve.
         clock: returns wall time in seconds (``time.time``); only used for the
             elapsed time of a running run and for events without a ``"time"``.
+        error_raised: a ``RunError`` that names the failure is raised after the run
+            (``fit()``, ``%%ray_train``): the views leave the error out (`error_text`
+            is None) rather than show it a second and third time.
 
     Read by the views (all safe to read from another thread):
         run_name, world_size, total_epochs, state, message, error, error_text, elapsed_s,
@@ -44,8 +47,9 @@ class RunProgress:
 
     def __init__(self, run_name: str, world_size: int, total_epochs: int | None = None,
                  metric_keys: Iterable[str] = ("loss",),
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, error_raised: bool = False):
         self.run_name = str(run_name)
+        self.error_raised = bool(error_raised)
         self.world_size = max(0, int(world_size))
         n = as_number(total_epochs)
         self.total_epochs = int(n) if n is not None and n > 0 else None
@@ -58,6 +62,7 @@ class RunProgress:
         self.error: str | None = None
         self.started_at: float | None = None   # wall time of the first RUNNING
         self.ended_at: float | None = None     # wall time of the terminal state
+        self._elapsed_shown = 0.0              # the most elapsed_s has returned
         # rank -> (iteration, done, total, unit) of the newest report seen
         self._progress: dict[int, tuple[int, int, int | None, str]] = {}
         self._report_counts: dict[int, int] = {}
@@ -194,12 +199,17 @@ class RunProgress:
     @property
     def elapsed_s(self) -> float:
         """Seconds since the first RUNNING state (or first report); 0.0 before
-        that; frozen at the terminal state's time once the run ended."""
+        that; frozen at the terminal state's time once the run ended.
+
+        Never less than it was when last read: a view that follows the run late
+        (a busy notebook) showed RUNNING 10.2s, then FINISHED 9.9s, the head's
+        own end time; the clock of a live view does not run backwards."""
         with self._lock:
             if self.started_at is None:
                 return 0.0
             end = self.ended_at if self.ended_at is not None else self._clock()
-            return max(0.0, end - self.started_at)
+            self._elapsed_shown = max(self._elapsed_shown, end - self.started_at)
+            return self._elapsed_shown
 
     @property
     def ranks(self) -> list[int]:
@@ -253,9 +263,10 @@ class RunProgress:
     @property
     def error_text(self) -> str | None:
         """The failure's message, for the views: None unless the FAILED state
-        carried one (a bare 'failed' adds nothing to the state shown beside it)."""
+        carried one (a bare 'failed' adds nothing to the state shown beside it),
+        and None when a raised ``RunError`` shows it (``error_raised``)."""
         with self._lock:
-            return self.error if self.error and self.message else None
+            return self.error if self.error and self.message and not self.error_raised else None
 
     @property
     def restarts(self) -> int:
@@ -332,7 +343,7 @@ class RunProgress:
             lines.append(f"  error: {self.error_text}")
         return lines
 
-    def summary_html(self, plot: bool = True) -> str:
+    def summary_html(self, plot: bool = True, png: bytes | None = None) -> str:
         """A self-contained HTML summary (no widgets, no scripts) that survives
         a reopened or exported notebook: state, elapsed, one bar per rank (with
         its pid and peak memory), the final metrics, notes, the error, and the
@@ -342,10 +353,10 @@ class RunProgress:
         Every element carries its own inline style, so the notebook front end's
         table styling (right-aligned, striped, padded rows in JupyterLab and
         nbconvert) does not spread it out; with styles stripped it degrades to
-        plain tables."""
+        plain tables. ``png``: the curve, when the caller drew it already."""
         from .summary import summary_html
 
-        return summary_html(self, plot)
+        return summary_html(self, plot, png)
 
 
 

@@ -10,8 +10,9 @@ from .formatting import (BAR_COLOURS, PLOT_WIDTH_PX, STATE_COLOURS, _cell, _tabl
                          fmt_duration, metrics_html, progress_label, render_curve_png)
 
 
-def summary_html(p, plot: bool = True) -> str:
-    """``RunProgress.summary_html``: see there. ``p`` is a `RunProgress`."""
+def summary_html(p, plot: bool = True, png: bytes | None = None) -> str:
+    """``RunProgress.summary_html``: see there. ``p`` is a `RunProgress`; ``png``, the
+    curve already drawn (else it is drawn here when ``plot``)."""
     e = html.escape
     colour = STATE_COLOURS.get(p.state, "#1565c0")
     head = (f'<div style="margin:0 0 4px 0"><b>{e(p.run_name)}</b> &mdash; '
@@ -24,9 +25,9 @@ def summary_html(p, plot: bool = True) -> str:
         left.append('<div style="height:8px"></div>' + metrics_html(p.ordered_metrics()))
     body = [f'<div style="flex:0 1 auto">{"".join(left)}</div>']
     if plot:
-        xs, ys = p.loss_series()
         key = p.loss_key() or "loss"
-        png = render_curve_png(xs, ys, key)
+        if png is None:
+            png = render_curve_png(*p.loss_series(), key)
         if png:
             body.append(f'<img alt="{e(key)} curve" width="{PLOT_WIDTH_PX}" '
                         f'style="max-width:100%;height:auto;margin:0" '
@@ -49,7 +50,6 @@ def progress_bars_html(p, stats: bool = True) -> str:
     in a table whose rows also carry the rank's pid and peak memory when
     ``stats`` and samples arrived. Bars take the final state's colour."""
     prog = p.rank_progress
-    scale = max([t or d for d, t in prog.values()] + [1])
     fill = BAR_COLOURS.get(p.state, "#42a5f5")
     worker_stats = p.worker_stats if stats else {}
     rows = []
@@ -59,11 +59,12 @@ def progress_bars_html(p, stats: bool = True) -> str:
                      _cell("peak RSS", right=True, head=True, muted=True)])
     unit = p.progress_unit
     for r, (done, total) in prog.items():
-        pct = 100.0 * min(done, total or scale) / (total or scale)
+        # No known total: no bar can say how far (full only for a FINISHED run), the label counts.
+        pct = 100.0 * min(done, total) / total if total else 100.0 * (p.state == "FINISHED")
         bar = (f'<span style="display:inline-block;width:160px;height:10px;background:#e0e0e0;'
                f'border-radius:2px;overflow:hidden;vertical-align:middle">'
                f'<span style="display:block;height:100%;width:{pct:.0f}%;background:{fill}"></span></span>')
-        row = [_cell(f"rank {r}"), _cell(bar), _cell(html.escape(progress_label(done, total, unit)))]
+        row = [_cell(f"rank {r}"), _cell(bar), _cell(html.escape(progress_label(done, total, unit, p.finished)))]
         if worker_stats:
             s = worker_stats.get(r)
             row += [_cell(html.escape(str(s["pid"])) if s else "", right=True, muted=True),

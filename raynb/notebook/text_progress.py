@@ -59,7 +59,8 @@ class TextProgress:
         if kind == "state" and p.state != self._last_state:
             self._last_state = p.state
             self._last_any = self._clock()
-            msg = f": {p.message}" if p.message else ""
+            # An end state's message is in the summary lines that follow (or the RunError).
+            msg = f": {p.message}" if p.message and not p.finished else ""
             self._write(f"[{p.run_name}] {p.state}"
                         + (f" after {fmt_duration(p.elapsed_s)}" if p.finished else "") + msg)
         elif kind == "note":

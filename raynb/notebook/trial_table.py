@@ -9,8 +9,10 @@ matplotlib (Agg canvas, no pyplot) draws the metric curves.
 
 Trials are ranked by the *latest* value of the metric, as Ray Tune's reporter
 and ``ResultGrid.get_best_result(scope="last")`` rank them, so the highlighted
-trial is the one `get_best_result()` returns. The best value a trial ever
-reported is shown beside it.
+trial is the one `get_best_result()` returns: the header names it "best trial ...
+by latest <metric>". The best value a trial ever reported is the column named by
+what it is, ``max <metric>`` (``min <metric>`` for mode min): the header's 0.9694
+and that column's 0.9722 are different numbers and no longer share a name.
 """
 from __future__ import annotations
 
@@ -270,7 +272,8 @@ class TuneProgress:
         """The table as a ``pandas.DataFrame`` with raw values, best first:
         ``trial_id``, ``status``, one column per config key (the common
         ``train_loop_config/`` prefix dropped), ``iter``, ``time (s)``, then
-        the metric's latest value and ``best <metric>``."""
+        the metric's latest value (``<metric>``) and the best it ever reported
+        (``max <metric>`` or ``min <metric>``, by the mode)."""
         import pandas as pd
 
         rows = self.rows() if rows is None else rows
@@ -284,7 +287,7 @@ class TuneProgress:
         if self.metric:
             data[self.metric] = [r.latest for r in rows]
             if self.mode:
-                data[f"best {self.metric}"] = [r.best for r in rows]
+                data[self.best_column] = [r.best for r in rows]
         df = pd.DataFrame(data)
         # float64 with NaN for "not reported yet": all-None columns would print "None".
         for c in list(df.columns)[2 + len(keys) + 1:]:
@@ -293,7 +296,7 @@ class TuneProgress:
 
     def status_line(self) -> str:
         """E.g. ``16 trials: 4 RUNNING, 10 TERMINATED, 2 STOPPED | 12.3s | workers 4/4 |
-        best 3f2a_00004 val_loss=0.1234 (min)``."""
+        best trial 3f2a_00004 by latest val_loss (min): 0.1234``."""
         counts = self.counts
         n = self.num_trials
         parts = [f"{n} trial{'s' if n != 1 else ''}"
@@ -304,8 +307,13 @@ class TuneProgress:
         best = self.best_trial_id
         if best is not None:
             row = self._trials[best]
-            parts.append(f"best {best} {self.metric}={fmt_value(row.latest)} ({self.mode})")
+            parts.append(f"best trial {best} by latest {self.metric} ({self.mode}): {fmt_value(row.latest)}")
         return " | ".join(parts)
+
+    @property
+    def best_column(self) -> str:
+        """The column of the best value each trial ever reported: 'max acc', 'min loss'."""
+        return f"{self.mode} {self.metric}"
 
     def select_rows(self, max_rows: int | None) -> tuple[list[TrialRow], dict[str, int]]:
         """The rows a size-limited view shows, and the counts per status of the

@@ -88,8 +88,8 @@ def header_html(p) -> str:
     parts.append(f"workers {in_use}/{total} in use")
     best = p.best_trial_id
     if best is not None:
-        parts.append(f'best <b>{e(best)}</b> {e(p.metric)}={e(fmt_value(p._trials[best].latest))} '
-                     f'<span style="{MUTED}">({e(p.mode)})</span>')
+        parts.append(f'best trial <b>{e(best)}</b> by latest {e(p.metric)} <span style="{MUTED}">'
+                     f'({e(p.mode)})</span>: {e(fmt_value(p._trials[best].latest))}')
     return " &middot; ".join(parts)
 
 

@@ -14,11 +14,11 @@ import time
 from typing import Callable
 
 import ipywidgets as W
-from IPython.display import HTML
 from IPython.display import display as ipy_display
 
 from .trial_table import TuneProgress
 from .trial_table_render import PLOT_WIDTH_PX
+from .widgets import TextHTML, TextVBox
 
 HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
 
@@ -72,7 +72,8 @@ class TuneTablePane:
             display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"))
         self.notes = W.HTML()
         body = W.HBox([self.table, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
-        self.widget = W.VBox([self.header, body, self.notes])
+        # Without widgets (jupyter console), the pane reads as the text view's table.
+        self.widget = TextVBox([self.header, body, self.notes], text=self._text)
         self._redraw(self._clock())
 
     # ------------------------------------------------------------- public
@@ -114,7 +115,7 @@ class TuneTablePane:
                 self._timer = None
             self.progress.end()
             self.summary = self.progress.summary_html(plot=True)
-            summary = HTML(self.summary)
+            summary = TextHTML(self.summary, self.progress.summary_text())
             if self._handle is not None:
                 self._handle.update(summary)   # by display_id: in place, from any thread
             else:
@@ -145,6 +146,10 @@ class TuneTablePane:
             self.plot.value = png
             self.plot.layout.display = None
         self.notes.value = p.errors_html() + p.notes_html(last=5)
+
+    def _text(self) -> str:
+        p = self.progress
+        return f"== Tune running: {p.status_line()} ==\n{p.text_table(self.max_rows)}"
 
     def _header(self) -> str:
         return f"<div style='line-height:1.4'>{self.progress.header_html()}</div>"

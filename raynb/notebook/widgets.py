@@ -26,10 +26,46 @@ from .formatting import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, fmt_bytes, fmt_dur
 from .progress import RunProgress
 from .log_view import LogView
 
-_BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning"}
+_BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning", "STOPPED": "warning"}
 MAX_METRICS = 12        # rows in the live metrics table; the rest is counted
 SCROLL_RANKS = 8        # more ranks than this: the bars scroll in a box of this many rows
 _ROW_PX = 32            # an IntProgress row: 28px high plus its margins
+
+
+class TextVBox(W.VBox):
+    """A ``VBox`` whose ``text/plain`` form is ``text()``, not ``VBox(children=(HTML(...``:
+    what a front-end that renders no widgets (jupyter console, nbconvert to text, a
+    plain-text log of the kernel's outputs) shows in the widget's place."""
+
+    def __init__(self, children, text: Callable[[], str], **kwargs):
+        super().__init__(children, **kwargs)
+        self._text = text
+
+    def _repr_mimebundle_(self, **kwargs):
+        data = super()._repr_mimebundle_(**kwargs)
+        data["text/plain"] = self._text()
+        return data
+
+
+class TextHTML(HTML):
+    """Static HTML with a ``text/plain`` form of its own (not ``<IPython.core.display.HTML
+    object>``): the summary a front-end without HTML shows."""
+
+    def __init__(self, data: str, text: str):
+        super().__init__(data)
+        self.text = text
+
+    def _repr_pretty_(self, printer, cycle) -> None:
+        printer.text(self.text)
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _text_view(progress: RunProgress):
+    from .text_progress import TextProgress
+
+    return TextProgress(progress)
 
 
 class ProgressPane:
@@ -86,7 +122,8 @@ class ProgressPane:
         left = W.VBox([self.bars_box, self.metrics_html, self.stats_html],
                       layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"))
         body = W.HBox([left, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
-        self.widget = W.VBox([self.header, body, self.notes_html])
+        # Without widgets (jupyter console), the pane reads as the text view's status line.
+        self.widget = TextVBox([self.header, body, self.notes_html], text=_text_view(progress).status_line)
         self.log_view = LogView(progress.world_size)  # each rank's recent output (log_view.py)
         self.widget.children += (self.log_view.widget,)
         self.refresh(force=True)
@@ -148,14 +185,22 @@ class ProgressPane:
         with self._lock:
             if self.finished:
                 return
-            self._closing = True          # the final refresh draws no curve: the summary has it
+            # The last frame has every report: the final curve is drawn once, shown in the
+            # pane's last refresh and reused by the summary that replaces it.
+            xs, ys = self.progress.loss_series()
+            final_png = render_curve_png(xs, ys, self.progress.loss_key() or "loss")
+            self._closing = True          # the final refresh draws no curve of its own
             self.refresh(force=True)
+            if final_png:
+                self.plot.value = final_png
+                self.plot.layout.display = None
+                self.plot_renders += 1
             self.finished = True
             if self._timer is not None:   # after the refresh, which may have set one
                 self._timer.cancel()
                 self._timer = None
-            self.summary = self.progress.summary_html()
-            summary = HTML(self.summary)
+            self.summary = self.progress.summary_html(png=final_png)
+            summary = TextHTML(self.summary, "\n".join(self.progress.summary_lines()))
             if self._handle is not None:
                 # Replacing the pane's output by display_id works from any thread
                 # and keeps the summary where the pane was.
@@ -205,17 +250,18 @@ class ProgressPane:
             if len(prog) > SCROLL_RANKS:  # 64 ranks must not push the metrics off the screen
                 self.bars_box.layout.max_height = f"{SCROLL_RANKS * _ROW_PX}px"
                 self.bars_box.layout.overflow = "auto"
-        # Without a known total, bars are scaled to the furthest rank.
-        scale = max([d for d, _ in prog.values()] + [1])
         style = _BAR_STYLE.get(p.state, "")
         stats = p.worker_stats
         unit = p.progress_unit
         for r, (done, total) in prog.items():
             bar = self.bars[r]
-            bar.max = max(total or scale, 1)
-            bar.value = min(done, bar.max)
+            # Without a known total a bar cannot say how far a rank is: it stays empty
+            # (scaled to the furthest rank, step 10 of 240 looked complete) and the
+            # label counts; a run that FINISHED is full.
+            bar.max = max(total or 1, 1)
+            bar.value = min(done, bar.max) if total else int(p.state == "FINISHED")
             bar.bar_style = style
-            label = html.escape(progress_label(done, total, unit))
+            label = html.escape(progress_label(done, total, unit, p.finished))
             s = stats.get(r)
             if s is not None and not p.finished:
                 label += (f" <span style='{MUTED}'>&middot; {_cpu(s)} CPU &middot; "

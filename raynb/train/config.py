@@ -144,7 +144,8 @@ class Result:
             the metrics reported with each; best first when
             ``CheckpointConfig.checkpoint_score_attribute`` is set, else oldest first.
         name (str | None): the run's name.
-        state (str | None): ``FINISHED``, ``FAILED``, ``CANCELLED``, or ``RUNNING`` /
+        state (str | None): ``FINISHED``, ``FAILED``, ``CANCELLED``, ``STOPPED`` (a Tune
+            trial its scheduler stopped early: no error), or ``RUNNING`` /
             ``PENDING`` for a run still going (``raynb.get_run``).
         time_total_s (float | None): seconds from the ranks starting to the run's end.
         failures (list[dict]): the cause of each failed attempt (restarts and the last); past

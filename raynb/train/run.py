@@ -7,6 +7,7 @@ build the ``Result`` and raise for a failed run.
 from __future__ import annotations
 
 from ..cluster import protocol as P
+from ..cluster.head.run import TERMINAL
 from ..client import views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, follow_run, submit_run_accepted
@@ -16,8 +17,6 @@ from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
 from .profiling import Profiled, profile_options
 from .run_callbacks import follow_with_callbacks
-
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
 
 def _total_epochs(config, epochs):
@@ -75,12 +74,13 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     client = get_client()
     accepted = submit_run_accepted(client, spec, payload)
     view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
-                          run_config.verbose)
+                          run_config.verbose, raises=True)
     view.display()
     if callbacks:
         outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
     else:
-        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"])
+        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
+                             path=accepted.get("path"))
     if profile is not None and run_config.verbose:
         _show_profile(outcome.record.get("path"), scaling_config.num_workers)
     return outcome_result(outcome)
@@ -143,7 +143,8 @@ def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -
     view.display()
     try:
         outcome = follow_run(get_client(), record["run_id"], view, all_ranks=all_ranks,
-                             reports=list(record.get("reports", [])), cancel_on_interrupt=False)
+                             reports=list(record.get("reports", [])), cancel_on_interrupt=False,
+                             path=record.get("path"))
     except KeyboardInterrupt:
         view.finish()
         print(f"detached from run {name!r}; it goes on (raynb.attach({name!r}) to follow it again)")

@@ -68,7 +68,8 @@ def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: C
     callbacks.on_trial_start(trial)
     relay = _RelayView(view, callbacks, trial, client)
     try:
-        outcome = follow_run(client, spec["run_id"], relay, all_ranks=all_ranks, name=accepted.get("name"))
+        outcome = follow_run(client, spec["run_id"], relay, all_ranks=all_ranks, name=accepted.get("name"),
+                             path=accepted.get("path"))
     except BaseException:
         callbacks.on_experiment_end()
         callbacks.close(min(INTERRUPTED_DRAIN_S, drain_timeout_s()))

@@ -177,10 +177,10 @@ class TuneController:
     def _start(self, trial: Trial) -> None:
         r = self.runner
         rc = r.run_config
-        # A trial whose run directory exists (PBT's exploit, a restored trial with a
-        # checkpoint) continues that run: the head resumes it from its latest checkpoint and
-        # keeps counting training_iteration from its earlier reports.
-        extra = {"resume": True} if trial.path and (Path(trial.path) / RUN_STATE_FILE).exists() else {}
+        # A trial whose run directory exists (PBT's exploit, a restored trial with a checkpoint)
+        # continues that run; each trial names its experiment, for raynb.runs(experiment=...).
+        resume = {"resume": True} if trial.path and (Path(trial.path) / RUN_STATE_FILE).exists() else {}
+        extra = {"experiment": Path(self.experiment_path).name, **resume}
         spec, payload = build_submission(
             r.fn, r.fn_config(trial.config), r.scaling_config,
             RunConfig(name=trial.extra["dirname"], storage_path=self.experiment_path, verbose=0,
@@ -260,7 +260,7 @@ class TuneController:
         else:
             raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
-        self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+        self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None})
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
         keys = sorted(k for k in metrics if k not in AUTO_KEYS)
@@ -383,7 +383,7 @@ class TuneController:
         for trial in list(self._by_run.values()):
             if not trial.extra.get("_ending"):
                 trial.extra["_ending"] = "budget"
-                self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+                self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop"})
 
     def _cancel_all(self, status_after: str) -> None:
         """Cancel every running trial and wait (at most INTERRUPT_WAIT_S) for the head to

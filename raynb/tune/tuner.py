@@ -15,6 +15,7 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import views
+from ..cluster.head.run import TERMINAL
 from ..cluster.rundir import (default_storage_path, make_private_dir, make_run_name, private_opener,
                               read_run_dir)
 from ..train.callback_list import CallbackList
@@ -339,7 +340,7 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     ids = set(run_ids)
     while time.monotonic() < deadline:
         live = [r for r in client.status().get("runs", []) if r["run_id"] in ids
-                and r["state"] not in ("FINISHED", "FAILED", "CANCELLED")]
+                and r["state"] not in TERMINAL]
         if not live:
             return
         time.sleep(0.05)
@@ -368,6 +369,8 @@ def _catch_up(t: Trial) -> None:
     state = record.get("state")
     if state == "FINISHED":
         t.status = TERMINATED
+    elif state == "STOPPED":   # a scheduler's STOP landed after the kernel died
+        t.status = STOPPED
     elif state == "FAILED" and not _head_died(record):
         t.status = ERROR
         errors = record.get("errors") or [{"message": "failed"}]

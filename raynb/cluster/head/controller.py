@@ -13,6 +13,7 @@ Every transition there is, at a glance::
     state        event           next state   what happens
     PENDING      placed          RUNNING      the scheduler found its ranks; they start
     PENDING      cancel          CANCELLED    cancelled before it started
+    PENDING      cancel          STOPPED      a Tune STOP before it started
     RUNNING      rank_failed     FAILING      a rank raised, died, or stopped on its own, or a run file could not be written: stop the ranks
     RUNNING      cancel          CANCELLING   stop every rank (an interrupt, a Tune STOP)
     RUNNING      all_stopped     FINISHED     every rank returned; staged checkpoints are committed
@@ -22,6 +23,7 @@ Every transition there is, at a glance::
     FAILING      all_stopped     FAILED       FailurePolicy says RAISE (always after a write error): the failures are named
     CANCELLING   rank_failed     CANCELLING   (a rank dying while it is being stopped)
     CANCELLING   all_stopped     CANCELLED
+    CANCELLING   all_stopped     STOPPED      the cancel was a Tune scheduler's STOP (or time budget)
     any active   head_stopping   FAILED       the cluster stopped under the run (or a queued run's files could not be written)
 
 FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
@@ -40,7 +42,7 @@ from .run import TERMINAL, Run
 log = logging.getLogger("raynb.head")
 
 PENDING, RUNNING, FAILING, CANCELLING = "PENDING", "RUNNING", "FAILING", "CANCELLING"
-FINISHED, FAILED, CANCELLED = TERMINAL
+FINISHED, FAILED, CANCELLED, STOPPED = TERMINAL
 ACTIVE = (PENDING, RUNNING, FAILING, CANCELLING)
 
 # Events (the second column of the table above).
@@ -49,7 +51,7 @@ PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING = (
 
 TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (PENDING, PLACED): (RUNNING,),
-    (PENDING, CANCEL): (CANCELLED,),
+    (PENDING, CANCEL): (CANCELLED, STOPPED),
     (RUNNING, RANK_FAILED): (FAILING,),
     (RUNNING, CANCEL): (CANCELLING,),
     (RUNNING, ALL_STOPPED): (FINISHED,),
@@ -57,7 +59,7 @@ TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (FAILING, CANCEL): (CANCELLING,),
     (FAILING, ALL_STOPPED): (PENDING, FAILED),
     (CANCELLING, RANK_FAILED): (CANCELLING,),
-    (CANCELLING, ALL_STOPPED): (CANCELLED,),
+    (CANCELLING, ALL_STOPPED): (CANCELLED, STOPPED),
     **{(state, HEAD_STOPPING): (FAILED,) for state in ACTIVE},
 }
 
@@ -144,11 +146,14 @@ class RunController:
         run.ranks = list(worker_ids)
         run.started = run.started or time.time()  # a restart continues the run's clock
 
-    def cancel(self, run: Run) -> None:
-        """A client cancelled the run (an interrupt, a Tune STOP or exploit)."""
+    def cancel(self, run: Run, stop: bool = False) -> None:
+        """A client cancelled the run (an interrupt, a Tune STOP or exploit). ``stop``: a
+        Tune scheduler's STOP (or time budget), and the run ends STOPPED, not CANCELLED."""
+        if run.state in ACTIVE:
+            run.stop_requested = run.stop_requested or stop
         if run.state == PENDING:
-            self._move(run, CANCEL, CANCELLED)
-            run.errors.append({"message": "cancelled before it started"})
+            self._move(run, CANCEL, self._cancelled(run))
+            run.errors.append({"message": f"{self._cancelled(run).lower()} before it started"})
             self._finish(run)
         elif run.state == RUNNING:
             self._begin_stopping(run, CANCEL, CANCELLING, CANCEL_GRACE_S)
@@ -233,6 +238,10 @@ class RunController:
         self._finish(run)
 
     # -- internals --------------------------------------------------------------
+    @staticmethod
+    def _cancelled(run: Run) -> str:
+        return STOPPED if run.stop_requested else CANCELLED
+
     def _rank_failed(self, run: Run, grace_s: float) -> None:
         if run.state == RUNNING:
             self._begin_stopping(run, RANK_FAILED, FAILING, grace_s)
@@ -248,7 +257,7 @@ class RunController:
         if run.state not in (RUNNING, FAILING, CANCELLING) or len(run.done) < run.world_size:
             return
         if run.state == CANCELLING:
-            self._move(run, ALL_STOPPED, CANCELLED)
+            self._move(run, ALL_STOPPED, self._cancelled(run))
             self._finish(run)
         elif run.state == FAILING:
             cause = primary_error(run.errors)

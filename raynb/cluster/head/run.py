@@ -12,7 +12,8 @@ from ..checkpoints import CheckpointStore
 from ..rundir import RunDirectory
 
 # States a run ends in; the others are PENDING, RUNNING, FAILING and CANCELLING (controller.py).
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+# STOPPED: cancelled by a Tune scheduler's STOP (or time budget), an ordinary end for a trial.
+TERMINAL = ("FINISHED", "FAILED", "CANCELLED", "STOPPED")
 # A run's record keeps its first FAILURES_HEAD failures and the latest, FAILURES_KEPT in all.
 FAILURES_HEAD, FAILURES_KEPT = 10, 100
 
@@ -52,6 +53,7 @@ class Run:
     archived: bool = False                            # read back from disk, not run by this head
     peaks: dict = field(default_factory=dict)         # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
     write_error: str | None = None                    # a file of it could not be written: it fails
+    stop_requested: bool = False                      # the cancel is a Tune STOP: it ends STOPPED
 
     @property
     def world_size(self) -> int:
@@ -100,6 +102,7 @@ class Run:
             "checkpoint_config": self.spec.get("checkpoint_config"),
             "timeout_s": self.spec.get("timeout_s"), "kind": self.spec.get("name_prefix"),
             "peak_resources": {str(r): p for r, p in sorted(self.peaks.items())},
+            "experiment": self.spec.get("experiment"),
         }
 
     def done_content(self) -> dict:

@@ -261,7 +261,7 @@ class Head:
             return
         if run.state == "PENDING":
             self.queue.discard(run)
-        self.controller.cancel(run)
+        self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
     # -- nodes and workers ------------------------------------------------------
     def on_node_register(self, msg: P.Message) -> None:
@@ -275,7 +275,8 @@ class Head:
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
         self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
-                                            c["hostname"], c["ip"], store_port=c.get("store_port")))
+                                            c["hostname"], c["ip"], store_port=c.get("store_port"),
+                                            stats={k: c[k] for k in ("cpu_percent", "rss") if k in c}))
         self.schedule()
 
     def on_node_stats(self, msg: P.Message) -> None:

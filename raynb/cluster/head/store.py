@@ -112,7 +112,7 @@ class RunStore:
     def _archive_run(self, rec: dict) -> Run:
         spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
                 "max_failures": rec.get("max_failures"), "name_prefix": rec.get("kind"),
-                "checkpoint_config": rec.get("checkpoint_config")}
+                "checkpoint_config": rec.get("checkpoint_config"), "experiment": rec.get("experiment")}
         path = rec["path"]
         run = Run(rec.get("run_id") or uuid.uuid4().hex, rec["name"], b"", spec, [],
                   RunDirectory(os.path.dirname(path), os.path.basename(path)),

@@ -5,6 +5,7 @@ kernel that started it; the connection file is how everyone else finds it.
 """
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 import signal
@@ -154,20 +155,59 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
     return info, True
 
 
+KEEP_ENV = "RAYNB_KEEP_CLUSTER"
+
+
+def interactive() -> bool:
+    """True in IPython (a Jupyter kernel, terminal ipython) or an interactive interpreter,
+    where the cluster serves later cells; False in a plain script."""
+    ipython = sys.modules.get("IPython")
+    if ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None:
+        return True
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive)
+
+
 def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0, message: str | None = None) -> dict:
     """The running local cluster's info, starting one when none runs.
 
     ``message`` is the line printed when a cluster is started (by default: that one
-    starts, with how many workers).
+    starts, with how many workers); what becomes of the cluster is added to it.
+
+    A cluster started here from a notebook or IPython keeps running for later cells
+    (and the next kernel). One started by a plain script is stopped when the script
+    exits, as ``ray.init()``'s local cluster is, unless ``$RAYNB_KEEP_CLUSTER=1``: a
+    script's cluster used to outlive it silently, holding about 1 GB. A cluster
+    started before (``raynb start``) is never stopped here.
     """
     info = running_cluster()
     if info is not None:
         return info
-    # A cold start takes a few seconds: say why the cell is quiet.
-    print(message or f"raynb: starting a local cluster with {num_workers} warm workers "
-          f"(it keeps running for later cells; `raynb stop` ends it)", flush=True)
-    info, _ = start_cluster(num_workers=num_workers, timeout=timeout)
+    stop_at_exit = not interactive() and os.environ.get(KEEP_ENV, "") != "1"
+    # A cold start takes a few seconds: say why the cell is quiet, and what becomes of it.
+    if interactive():
+        then = "it keeps running for later cells; `%ray_cluster stop` or `raynb stop` ends it"
+    elif stop_at_exit:
+        then = (f"it stops when this script exits; {KEEP_ENV}=1 keeps it, or `raynb start` "
+                "one that stays")
+    else:
+        then = f"it outlives this script ({KEEP_ENV}=1): `raynb stop` ends it"
+    print(f"{message or f'raynb: starting a local cluster with {num_workers} warm workers'} ({then})",
+          flush=True)
+    info, started = start_cluster(num_workers=num_workers, timeout=timeout)
+    if started and stop_at_exit:
+        atexit.register(_stop_at_exit, str(raynb_home()), info.get("token"), os.getpid())
     return info
+
+
+def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
+    """Stop the cluster this script started: only in the process that started it, only in
+    its RAYNB_HOME, and only if that home's cluster is still the one it started."""
+    if os.getpid() != pid:
+        return   # a forked child that exits normally must not stop its parent's cluster
+    os.environ["RAYNB_HOME"] = home
+    current = read_connection_file()
+    if current is not None and current.get("token") == token:
+        stop_cluster()
 
 
 def cluster_pids(info: dict) -> list[int]:
