@@ -52,3 +52,37 @@ def test_run_json_keeps_each_ranks_peak_rss_and_status_has_no_gpu_columns(warm):
     text = format_status(raynb.cluster_status())
     header = next(line for line in text.splitlines() if line.startswith("worker"))
     assert "cpu%" in header and "rss" in header and "gpu" not in header
+
+
+def test_pane_and_summary_show_gpu_use_only_where_nvml_saw_gpus():
+    """The node agent adds gpu/gpu_util/gpu_mem_used/gpu_mem_total to a rank's sample only
+    where NVML sees it on a GPU: the pane's line and the summary show them then, and only
+    then (the CPU figures are unchanged either way)."""
+    import time
+
+    from raynb.notebook.progress import RunProgress
+    from raynb.notebook.widgets import ProgressPane
+
+    mib = 1 << 20
+    t0 = time.time()
+
+    def pane_with(workers):
+        p = RunProgress("r", world_size=2, total_epochs=2)
+        pane = ProgressPane(p, trailing=False)
+        pane.handle({"kind": "state", "state": "RUNNING", "time": t0})
+        pane.handle({"kind": "stats", "time": t0 + 1, "workers": workers})
+        pane.refresh(force=True)
+        return p, pane
+
+    cpu_only = {"0": {"pid": 7, "cpu_percent": 50.0, "rss": 100 * mib},
+                "1": {"pid": 8, "cpu_percent": 30.0, "rss": 120 * mib}}
+    p, pane = pane_with(cpu_only)
+    assert "CPU 80%" in pane.stats_html.value and "GPU" not in pane.stats_html.value
+    assert not any("GPU" in line for line in p.summary_lines())
+
+    on_gpus = {r: dict(s, gpu=int(r), gpu_util=60 + 20 * int(r), gpu_mem_used=(1024 + 1024 * int(r)) * mib,
+                       gpu_mem_total=80 * 1024 * mib) for r, s in cpu_only.items()}
+    p, pane = pane_with(on_gpus)
+    assert "GPU 70%" in pane.stats_html.value and "3.0 GiB" in pane.stats_html.value, pane.stats_html.value
+    assert p.peak_gpu_mem == {0: 1024 * mib, 1: 2048 * mib}
+    assert any(line.strip().startswith("GPU memory: peak 1") for line in p.summary_lines()), p.summary_lines()

@@ -72,6 +72,7 @@ class RunProgress:
         self._stats: dict[int, dict] = {}
         self._stats_time: dict[int, float] = {}
         self.peak_rss: dict[int, int] = {}
+        self.peak_gpu_mem: dict[int, int] = {}  # bytes, where NVML saw the rank on a GPU
         self._notes: list[str] = []
         self._output: dict[int, deque] = {}
         self.report_count = 0   # all ranks; views use it to see whether anything changed
@@ -168,9 +169,16 @@ class RunProgress:
             self._stats[rank] = {"pid": int(pid) if pid is not None else None,
                                  "cpu_percent": float(cpu) if cpu is not None else None,
                                  "rss": int(rss) if rss is not None else None}
+            # GPU figures only where the node agent's NVML saw the rank on a GPU.
+            for key in ("gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total"):
+                if as_number(s.get(key)) is not None:
+                    self._stats[rank][key] = as_number(s.get(key))
             self._stats_time[rank] = t
             if rss is not None:
                 self.peak_rss[rank] = max(self.peak_rss.get(rank, 0), int(rss))
+            gpu_mem = as_number(s.get("gpu_mem_used"))
+            if gpu_mem is not None:
+                self.peak_gpu_mem[rank] = max(self.peak_gpu_mem.get(rank, 0), int(gpu_mem))
 
     def _on_output(self, ev: dict, t: float) -> None:
         rank, text = _as_rank(ev.get("rank")), ev.get("text")
@@ -336,6 +344,8 @@ class RunProgress:
             top = max(peaks, key=peaks.get) if peaks else None
             lines.append(f"  workers: {len(stats)} ranks, peak RSS {fmt_range(peaks.values(), fmt_bytes)}"
                          + (f" (highest rank{top})" if top is not None and len(set(peaks.values())) > 1 else ""))
+        if self.peak_gpu_mem:
+            lines.append(f"  GPU memory: peak {fmt_range(self.peak_gpu_mem.values(), fmt_bytes)}")
         if self.latest_checkpoint:
             lines.append(f"  checkpoint: {self.latest_checkpoint} ({self.checkpoint_count} saved)")
         lines += [f"  note: {n}" for n in self.notes]

@@ -297,10 +297,17 @@ class ProgressPane:
         cpus = [s["cpu_percent"] for s in stats.values() if s["cpu_percent"] is not None]
         rss = [s["rss"] for s in stats.values() if s["rss"] is not None]
         n = len(stats)
+        on_gpu = [s for s in stats.values() if s.get("gpu") is not None]
+        gpu = ""
+        if on_gpu:  # where NVML sees GPUs: the ranks' mean utilization and their memory
+            util = [s["gpu_util"] for s in on_gpu if s.get("gpu_util") is not None]
+            mem = [s["gpu_mem_used"] for s in on_gpu if s.get("gpu_mem_used") is not None]
+            gpu = (f" &middot; GPU {f'{sum(util) / len(util):.0f}%' if util else '?'}"
+                   f" {fmt_bytes(sum(mem)) if mem else '?'}")
         self.stats_html.value = (
             f"<div style='{MUTED}'>{n} worker{'s' if n != 1 else ''} &middot; "
             f"CPU {f'{sum(cpus):.0f}%' if cpus else '?'} &middot; "
-            f"RSS {fmt_bytes(sum(rss)) if rss else '?'}</div>")
+            f"RSS {fmt_bytes(sum(rss)) if rss else '?'}{gpu}</div>")
 
 
 def _cpu(s: dict) -> str:
