@@ -269,3 +269,19 @@ def test_a_cancel_during_the_flush_is_held_until_the_files_are_written(tmp_path)
     assert final["flushing"] is False and "made 2 reports" in final["note"]
     assert any(op["name"] == "aten::add" and op["calls"] == 2000 for op in final["ops"])
     json.loads((tmp_path / "profile" / "rank_0.json").read_text())
+
+
+def test_tuner_profiles_every_trial_into_its_own_directory(warm):
+    """Tuner(run_config=RunConfig(profile=...)): each trial's ranks write their traces
+    into the trial's run directory, and each trial's Result.profile reads them."""
+    from raynb import tune
+
+    grid = tune.Tuner(
+        TorchTrainer(matmul_allreduce, train_loop_config={"n": 4}, scaling_config=ScalingConfig(num_workers=2)),
+        param_space={"train_loop_config": {"seed": tune.grid_search([1, 2])}},
+        tune_config=tune.TuneConfig(metric="step", mode="max"),
+        run_config=RunConfig(verbose=0, profile=dict(wait=0, warmup=1, active=2))).fit()
+    assert len(grid) == 2
+    for result in grid:
+        traces_parse(result.path, range(2))
+        assert isinstance(result.profile, RunProfile) and "aten::mm" in result.profile[0]["name"].tolist()

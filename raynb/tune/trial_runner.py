@@ -17,7 +17,12 @@ class TrialRunner:
 
     def __init__(self, fn, scaling_config: ScalingConfig, base_config: dict | None, nested_key: str | None,
                  run_config: RunConfig, name_prefix: str):
-        self.fn = fn
+        from ..train.profiling import Profiled, profile_options
+
+        # RunConfig(profile=...) profiles every trial's ranks: each trial's run directory
+        # gets its profile/ (its Result.profile reads it), as a TorchTrainer fit's does.
+        profile = profile_options(getattr(run_config, "profile", None))
+        self.fn = Profiled(fn, profile) if profile is not None else fn
         self.scaling_config = scaling_config
         self.base_config = base_config
         self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
