@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from contextlib import contextmanager
 
 import psutil
 import pytest
@@ -132,3 +133,35 @@ def ok_cell(shell, cell: str):
     assert res.error_before_exec is None and res.error_in_exec is None, (
         f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
     return res, cap
+
+
+@contextmanager
+def private_cluster(tmp_path, monkeypatch, workers: int = 1, env: dict | None = None, **start_kwargs):
+    """A cluster of its own in ``tmp_path/home`` (the session's connection is set aside,
+    not closed, and comes back afterwards), with ``env`` set for it. Yields
+    ``(info, client, pids)``. When it ends, the cluster is stopped and the test fails if
+    any of its processes (also those of a cluster that replaced it there) is left."""
+    import raynb
+    import raynb.client.connection
+    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+
+    monkeypatch.setattr(raynb.client.connection, "_client", None)
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
+    info, started = start_cluster(num_workers=workers, **start_kwargs)
+    assert started
+    pids = set(cluster_pids(info))
+    try:
+        yield info, raynb.connect(), pids
+    finally:
+        current = read_connection_file()
+        if current is not None:
+            pids |= set(cluster_pids(current))
+        raynb.disconnect()
+        stop_cluster()
+        deadline = time.monotonic() + 10
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(pids), f"processes left behind: {alive(pids)}"

@@ -32,10 +32,10 @@ from raynb.cluster.connection import read_connection_file
 from raynb.cluster.control import Client
 from raynb.cluster.head.pool import WorkerPool, idle_timeout_s
 from raynb.cluster.head.registry import NodeInfo, Registry, WorkerInfo
-from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.cluster.procutil import ZYGOTE_MODULE
 
-from conftest import alive, wait_idle_workers
+from conftest import alive, private_cluster, wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -108,28 +108,9 @@ def _kill_leftovers(procs) -> None:
 
 @contextmanager
 def _private_cluster(tmp_path, monkeypatch, workers: int, **env):
-    """A cluster of its own in a fresh RAYNB_HOME (the session's connection set aside).
-    Fails if any of its processes is left behind."""
-    monkeypatch.setattr(raynb.client.connection, "_client", None)
-    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    info, started = start_cluster(num_workers=workers)
-    assert started
-    pids = set(cluster_pids(info))
-    client = raynb.connect()
-    try:
+    """conftest.private_cluster, with ``env`` as keywords; yields (info, client)."""
+    with private_cluster(tmp_path, monkeypatch, workers, env=env) as (info, client, _):
         yield info, client
-    finally:
-        current = read_connection_file()
-        if current is not None:
-            pids |= set(cluster_pids(current))
-        raynb.disconnect()
-        stop_cluster()
-        deadline = time.monotonic() + 10
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(pids), f"processes left behind: {alive(pids)}"
 
 
 # -- item 11: what a run starts ends with it ---------------------------------------------

@@ -235,24 +235,11 @@ def test_a_local_run_listens_on_loopback_only_and_opens_no_tcp_store(warm):
 
 @contextmanager
 def private_cluster(tmp_path, monkeypatch, workers: int = 1, **kw):
-    """A cluster of its own in a fresh RAYNB_HOME (the session's connection set aside)."""
-    from conftest import alive
-    from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+    """conftest.private_cluster with start_cluster keywords; yields (info, client)."""
+    from conftest import private_cluster as shared
 
-    monkeypatch.setattr(raynb.client.connection, "_client", None)
-    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
-    info, started = start_cluster(num_workers=workers, **kw)
-    assert started
-    pids = set(cluster_pids(info))
-    try:
-        yield info, raynb.connect()
-    finally:
-        raynb.disconnect()
-        stop_cluster()
-        deadline = time.monotonic() + 10
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(pids), f"processes left behind: {alive(pids)}"
+    with shared(tmp_path, monkeypatch, workers, **kw) as (info, client, _):
+        yield info, client
 
 
 @pytest.mark.timeout(120)

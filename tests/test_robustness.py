@@ -21,10 +21,10 @@ import raynb
 import raynb.client
 import raynb.client.connection
 import raynb.client.run
-from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
+from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.train.run import execute_run
 
-from conftest import alive, wait_idle_workers
+from conftest import alive, private_cluster, wait_idle_workers
 
 # Functions and classes defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -250,28 +250,9 @@ def test_function_from_a_module_workers_cannot_import_says_so(warm, tmp_path):
 
 @contextmanager
 def _private_cluster(tmp_path, monkeypatch, workers: int):
-    """A cluster of its own in a fresh RAYNB_HOME; the session's connection is set
-    aside (not closed) and comes back afterwards. Fails if processes are left behind."""
-    monkeypatch.setattr(raynb.client.connection, "_client", None)
-    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
-    info, started = start_cluster(num_workers=workers)
-    assert started
-    pids = set(cluster_pids(info))
-    client = raynb.connect()
-    try:
-        yield info, client, pids
-    finally:
-        from raynb.cluster.connection import read_connection_file
-
-        current = read_connection_file()
-        if current is not None:
-            pids |= set(cluster_pids(current))
-        raynb.disconnect()
-        stop_cluster()
-        deadline = time.monotonic() + 10
-        while alive(pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(pids), f"processes left behind: {alive(pids)}"
+    """conftest.private_cluster: yields (info, client, pids)."""
+    with private_cluster(tmp_path, monkeypatch, workers) as found:
+        yield found
 
 
 def _sleep(config):
