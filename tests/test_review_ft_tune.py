@@ -235,6 +235,29 @@ def test_no_rendezvous_files_left_in_tmp_after_a_cluster_stops(tmp_path):
     time.sleep(0.5)
     left = [p for p in os.listdir(tmp) if p.startswith("raynb-rdzv")]
     assert left == [], f"rendezvous files left behind in {tmp}: {left}"
+    rdzv = tmp_path / "home" / "rdzv"  # where the node agent keeps them now
+    assert rdzv.is_dir() and list(rdzv.iterdir()) == [], list(rdzv.iterdir())
+
+
+def test_a_killed_node_agents_rendezvous_dir_is_removed_by_the_next_agent(tmp_path, monkeypatch):
+    """A SIGKILLed node agent cannot remove its rendezvous directory: the next agent
+    removes every one whose agent's pid is gone, and keeps the live ones."""
+    import subprocess
+
+    from raynb.cluster.node import _rendezvous_dir
+
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / "home").mkdir(mode=0o700)
+    (tmp_path / "home" / "rdzv").mkdir(mode=0o700)
+    stale = tmp_path / "home" / "rdzv" / f"local-{dead.pid}"
+    (stale / "raynb-rdzv-abc").mkdir(parents=True)
+    live = tmp_path / "home" / "rdzv" / f"other-{os.getppid()}"
+    live.mkdir()
+    mine = _rendezvous_dir("local")
+    assert not stale.exists() and live.is_dir()
+    assert mine == str(tmp_path / "home" / "rdzv" / f"local-{os.getpid()}") and os.path.isdir(mine)
 
 
 def _one_report(config):

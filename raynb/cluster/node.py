@@ -25,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
@@ -85,6 +84,22 @@ def visible_gpus() -> list[int]:
     return list(range(n))
 
 
+def _rendezvous_dir(node_id: str) -> str:
+    """``$RAYNB_HOME/rdzv/<node id>-<pid>``: the workers' FileStore rendezvous files
+    (single-node process groups), removed when this agent exits. torch deletes such a file
+    only when every rank dropped its reference, which a killed worker, or one that exits
+    with the cluster (os._exit), never does. An agent that was SIGKILLed cannot remove its
+    directory: each new agent removes those whose agent's pid is gone."""
+    root = private_dir("rdzv")
+    for old in root.iterdir():
+        pid = old.name.rpartition("-")[2]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = root / f"{node_id}-{os.getpid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
+
+
 class NodeAgent:
     """Args:
         address: the head's ZeroMQ address (``tcp://host:port``).
@@ -117,11 +132,7 @@ class NodeAgent:
         self._zygote_starts: list[float] = []
         self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
         log_dir = private_dir("logs")
-        # The workers' FileStore rendezvous files (single-node process groups) go here and
-        # are removed with it when this agent exits: torch deletes such a file only when
-        # every rank dropped its reference, which a killed worker, or one that exits with
-        # the cluster (os._exit), never does; each left a raynb-rdzv-* file in /tmp for good.
-        self.rdzv_dir = tempfile.mkdtemp(prefix=f"raynb-rdzv-{self.node_id}-")
+        self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.log_dir = log_dir
         self._start_zygote()
 
