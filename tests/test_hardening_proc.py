@@ -512,3 +512,33 @@ def test_tune_digits_benchmark_quick_prints_json_and_cleans_up(tmp_path):
             continue
     assert left == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def _leave_a_temp_dir(config):
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp()  # never removed by the function: the node agent must
+    open(os.path.join(d, "left.bin"), "wb").close()
+    return d, os.getpid()
+
+
+def test_a_workers_temp_files_go_with_it(tmp_path, monkeypatch):
+    """A worker's TMPDIR is its own under $RAYNB_HOME/tmp: what a function leaves there
+    (or could not clean up, being killed) is removed when the worker exits, and all of
+    it when the cluster stops (each killed worker left its temp files in /tmp for good)."""
+    import signal
+
+    home = tmp_path / "home"
+    with private_cluster(tmp_path, monkeypatch, 1) as (info, client, pids):
+        outcome = _run(client, _leave_a_temp_dir)
+        path, pid = outcome.value()
+        assert path.startswith(str(home / "tmp")) and os.path.isfile(os.path.join(path, "left.bin")), path
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not os.path.exists(path), "a killed worker's temp dir stayed"
+        path2, _ = _run(client, _leave_a_temp_dir).value()   # its replacement has its own
+        assert os.path.isdir(path2)
+    assert not os.path.exists(path2) and list((home / "tmp").iterdir()) == []

@@ -84,13 +84,11 @@ def visible_gpus() -> list[int]:
     return list(range(n))
 
 
-def _rendezvous_dir(node_id: str) -> str:
-    """``$RAYNB_HOME/rdzv/<node id>-<pid>``: the workers' FileStore rendezvous files
-    (single-node process groups), removed when this agent exits. torch deletes such a file
-    only when every rank dropped its reference, which a killed worker, or one that exits
-    with the cluster (os._exit), never does. An agent that was SIGKILLed cannot remove its
-    directory: each new agent removes those whose agent's pid is gone."""
-    root = private_dir("rdzv")
+def _agent_dir(kind: str, node_id: str) -> str:
+    """``$RAYNB_HOME/<kind>/<node id>-<pid>``, private to this agent and removed when it
+    exits. An agent that was SIGKILLed cannot remove its own: each new agent removes
+    those whose agent's pid is gone."""
+    root = private_dir(kind)
     for old in root.iterdir():
         pid = old.name.rpartition("-")[2]
         if pid.isdigit() and not psutil.pid_exists(int(pid)):
@@ -98,6 +96,20 @@ def _rendezvous_dir(node_id: str) -> str:
     path = root / f"{node_id}-{os.getpid()}"
     path.mkdir(mode=0o700, exist_ok=True)
     return str(path)
+
+
+def _rendezvous_dir(node_id: str) -> str:
+    """The workers' FileStore rendezvous files (single-node process groups). torch
+    deletes such a file only when every rank dropped its reference, which a killed
+    worker, or one that exits with the cluster (os._exit), never does."""
+    return _agent_dir("rdzv", node_id)
+
+
+def _workers_tmp_dir(node_id: str) -> str:
+    """Each worker's TMPDIR is ``<this>/<worker id>``, removed when the worker exits: the
+    temporary files of a training function that was killed (or that forgot them) do not
+    stay in /tmp for good."""
+    return _agent_dir("tmp", node_id)
 
 
 class NodeAgent:
@@ -133,6 +145,7 @@ class NodeAgent:
         self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
         log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
+        self.tmp_dir = _workers_tmp_dir(self.node_id)
         self.log_dir = log_dir
         self._start_zygote()
 
@@ -143,7 +156,8 @@ class NodeAgent:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env=python_env({"RAYNB_KEY": self.key.decode(), "RAYNB_ADDRESS": self.address,
                             "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
-                            "RAYNB_LOG_DIR": str(self.log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir}),
+                            "RAYNB_LOG_DIR": str(self.log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir,
+                            "RAYNB_WORKERS_TMP": self.tmp_dir}),
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
@@ -217,6 +231,7 @@ class NodeAgent:
             self.procs.pop(pid, None)
             self._retiring.pop(pid, None)
             if wid is not None:
+                shutil.rmtree(os.path.join(self.tmp_dir, wid), ignore_errors=True)
                 self.session.send(self.sock, P.WORKER_EXITED, {
                     "worker_id": wid, "pid": pid, "exitcode": code if not sig else None,
                     "signal": sig or None, "node_id": self.node_id})
@@ -327,6 +342,7 @@ class NodeAgent:
             except ChildProcessError:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
+        shutil.rmtree(self.tmp_dir, ignore_errors=True)
         self.sock.close(0)
         self.ctx.term()
 

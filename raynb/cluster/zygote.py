@@ -30,6 +30,7 @@ import os
 import select
 import signal
 import sys
+import tempfile
 
 from .procutil import become_subreaper, die_with_parent, end_descendants, kill_group
 
@@ -61,11 +62,24 @@ def _preload() -> None:
         importlib.import_module(name)
 
 
+def _private_tmpdir(worker_id: str) -> None:
+    """The worker's TMPDIR, which its node agent removes when the worker exits (see
+    node._workers_tmp_dir). tempfile's cached choice (made in the zygote) is replaced."""
+    root = os.environ.get("RAYNB_WORKERS_TMP")
+    if not root:
+        return
+    path = os.path.join(root, worker_id)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+
+
 def _run_child(worker_id: str, log_dir: str) -> None:
     """In the forked child: detach from the zygote's pipes and become a worker."""
     code = 1
     try:
         os.setpgid(0, 0)  # a group of its own: the processes its tasks start are ended with it
+        _private_tmpdir(worker_id)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         die_with_parent(signal.SIGKILL)
