@@ -524,16 +524,20 @@ def _leave_a_temp_dir(config):
 
 
 def test_a_workers_temp_files_go_with_it(tmp_path, monkeypatch):
-    """A worker's TMPDIR is its own under $RAYNB_HOME/tmp: what a function leaves there
-    (or could not clean up, being killed) is removed when the worker exits, and all of
-    it when the cluster stops (each killed worker left its temp files in /tmp for good)."""
+    """A worker's TMPDIR is its own (in the system's temp dir, raynb-w-<agent pid>-*/<worker>):
+    what a function leaves there (or could not clean up, being killed) is removed when the
+    worker exits, and all of it when the cluster stops (each killed worker left its temp
+    files in /tmp for good)."""
     import signal
+    import tempfile
 
-    home = tmp_path / "home"
     with private_cluster(tmp_path, monkeypatch, 1) as (info, client, pids):
         outcome = _run(client, _leave_a_temp_dir)
         path, pid = outcome.value()
-        assert path.startswith(str(home / "tmp")) and os.path.isfile(os.path.join(path, "left.bin")), path
+        agent_dir = os.path.dirname(os.path.dirname(path))
+        assert os.path.basename(agent_dir).startswith(f"raynb-w-{info['pids']['node']}-"), path
+        assert os.path.dirname(agent_dir) == tempfile.gettempdir() and len(path) < 70, path
+        assert os.path.isfile(os.path.join(path, "left.bin")), path
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while os.path.exists(path) and time.monotonic() < deadline:
@@ -541,4 +545,4 @@ def test_a_workers_temp_files_go_with_it(tmp_path, monkeypatch):
         assert not os.path.exists(path), "a killed worker's temp dir stayed"
         path2, _ = _run(client, _leave_a_temp_dir).value()   # its replacement has its own
         assert os.path.isdir(path2)
-    assert not os.path.exists(path2) and list((home / "tmp").iterdir()) == []
+    assert not os.path.exists(path2) and not os.path.exists(agent_dir)

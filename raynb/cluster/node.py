@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -105,11 +106,26 @@ def _rendezvous_dir(node_id: str) -> str:
     return _agent_dir("rdzv", node_id)
 
 
+WORKERS_TMP_PREFIX = "raynb-w-"
+
+
 def _workers_tmp_dir(node_id: str) -> str:
     """Each worker's TMPDIR is ``<this>/<worker id>``, removed when the worker exits: the
     temporary files of a training function that was killed (or that forgot them) do not
-    stay in /tmp for good."""
-    return _agent_dir("tmp", node_id)
+    stay in /tmp for good. It sits in the system's temp dir, not under RAYNB_HOME: Unix
+    sockets made there (torch's shared-memory manager, multiprocessing's listeners) need
+    a path under 108 bytes. Those of agents whose pid is gone (SIGKILLed) are removed."""
+    root = tempfile.gettempdir()
+    for old in os.listdir(root):
+        pid = old[len(WORKERS_TMP_PREFIX):].partition("-")[0]
+        if old.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and not psutil.pid_exists(int(pid)):
+            path = os.path.join(root, old)
+            try:
+                if os.lstat(path).st_uid == os.getuid():
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass
+    return tempfile.mkdtemp(prefix=f"{WORKERS_TMP_PREFIX}{os.getpid()}-")  # 0700
 
 
 class NodeAgent:
