@@ -49,19 +49,28 @@ def in_jupyter_kernel() -> bool:
             or type(shell).__name__ == "ZMQInteractiveShell")
 
 
+def _view_kind() -> str:
+    """``none``, ``widget`` or ``text``: ``$RAYNB_PROGRESS``, else a widget in a Jupyter
+    kernel and text elsewhere."""
+    choice = os.environ.get(ENV_VAR, "").strip().lower()
+    if choice not in ("", "auto", "widget", "text", "none"):
+        warnings.warn(f"{ENV_VAR}={choice!r} is not one of widget, text, none; choosing automatically")
+        choice = ""
+    if choice in ("", "auto"):
+        return "widget" if in_jupyter_kernel() else "text"
+    return choice
+
+
 def progress_display(progress: RunProgress, **kwargs):
     """The view for ``progress``: a `ProgressPane` in a Jupyter kernel, else a
     `TextProgress`; ``$RAYNB_PROGRESS`` (widget|text|none) overrides. Extra
     keyword arguments (e.g. ``min_interval_s``) go to the chosen view.
     The caller still calls ``display()``, then ``handle(event)`` per event,
     then ``finish()``."""
-    choice = os.environ.get(ENV_VAR, "").strip().lower()
-    if choice not in ("", "auto", "widget", "text", "none"):
-        warnings.warn(f"{ENV_VAR}={choice!r} is not one of widget, text, none; choosing automatically")
-        choice = ""
-    if choice == "none":
+    kind = _view_kind()
+    if kind == "none":
         return NullProgress(progress)
-    if choice == "widget" or (choice in ("", "auto") and in_jupyter_kernel()):
+    if kind == "widget":
         try:
             from .widgets import ProgressPane
         except ImportError:  # ipywidgets missing: text still works
@@ -101,13 +110,10 @@ def tune_display(progress, verbose: int = 1, **kwargs):
     """
     if not verbose:
         return NullTuneDisplay(progress)
-    choice = os.environ.get(ENV_VAR, "").strip().lower()
-    if choice not in ("", "auto", "widget", "text", "none"):
-        warnings.warn(f"{ENV_VAR}={choice!r} is not one of widget, text, none; choosing automatically")
-        choice = ""
-    if choice == "none":
+    kind = _view_kind()
+    if kind == "none":
         return NullTuneDisplay(progress)
-    if choice == "widget" or (choice in ("", "auto") and in_jupyter_kernel()):
+    if kind == "widget":
         try:
             from .trial_table_widget import TuneTablePane
         except ImportError:   # ipywidgets missing: text still works

@@ -148,13 +148,17 @@ class TrialSnapshot:
         return f"Trial({str(self)!r}, status={self.status!r})"
 
 
-def flatten(d: dict, sep: str = "/", prefix: str = "") -> dict:
-    """Nested dicts as one level, keys joined by ``sep``: ``{"a": {"b": 1}}`` -> ``{"a/b": 1}``."""
+def flatten(config, prefix: str = "", sep: str = "/") -> dict:
+    """Nested dicts as one level, keys joined by ``sep`` (Ray's ``flatten_dict``):
+    ``{"a": {"b": 1}}`` -> ``{"a/b": 1}``; lists are kept as values. Tune's search
+    spaces and the loggers share it."""
+    if not isinstance(config, dict):
+        return {prefix: config} if prefix else {}
     out = {}
-    for k, v in d.items():
+    for k, v in config.items():
         key = f"{prefix}{sep}{k}" if prefix else str(k)
         if isinstance(v, dict) and v:
-            out.update(flatten(v, sep, key))
+            out.update(flatten(v, key, sep))
         else:
             out[key] = v
     return out

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ...train.callback import flatten  # noqa: F401  (one implementation; optuna and result_grid import it from here)
 from .sample import Domain, Function
 
 
@@ -183,20 +184,6 @@ def deep_update(base: dict, update: dict) -> dict:
             out[k] = deep_update(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
-    return out
-
-
-def flatten(config, prefix: str = "", sep: str = "/") -> dict:
-    """``{"a": {"b": 1}}`` -> ``{"a/b": 1}`` (lists are kept as values)."""
-    out = {}
-    if not isinstance(config, dict):
-        return {prefix: config} if prefix else {}
-    for k, v in config.items():
-        key = f"{prefix}{sep}{k}" if prefix else str(k)
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key, sep))
-        else:
-            out[key] = v
     return out
 
 
