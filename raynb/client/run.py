@@ -213,6 +213,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
         "storage_path": _absolute(run_config.storage_path),
+        "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }

@@ -118,14 +118,15 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR}),
+        "experiment?": _STR, "placement_strategy?": _STR}),
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
-                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None)}),
+                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
+                           "shared_storage?": bool}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
-    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "workers": MapOf(Record({
+    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
         "pid?": _PID, "cpu_percent?": _NUM, "rss?": _INT, "frozen?": bool, "gpu?": _INT, "gpu_util?": _NUM,
         "gpu_mem_used?": _INT, "gpu_mem_total?": _INT}))}),
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
@@ -344,6 +345,20 @@ class Session:
             msg = self.accept(frames, identity)
             if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
                 return msg
+
+
+# An unsigned notice the head sends a node agent or client whose messages it rejected
+# (wrong cluster key, other protocol version): ``[REFUSED, reason]``. Never unpickled,
+# only shown: the peer cannot verify a signature made with a key it does not have.
+REFUSED = b"raynb-refused"
+
+
+def refusal(frames: list) -> str | None:
+    """The reason of a head's refusal notice, or None for any other message."""
+    first = frames[0].bytes if frames and isinstance(frames[0], zmq.Frame) else (frames[0] if frames else b"")
+    if first != REFUSED or len(frames) != 2:
+        return None
+    return buffer_bytes(frames[1]).decode(errors="replace")[:500]
 
 
 def routing_id(role: str, name: str = "") -> bytes:

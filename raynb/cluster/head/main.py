@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+from .. import curve
 from .. import protocol as P
 from ..connection import remove_connection_file, write_connection_file
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
@@ -46,12 +47,15 @@ def main(argv=None) -> int:
             head.connection_info["pids"]["node"] = pid
             write_connection_file(head.connection_info)
 
-    head.start_local_node(node_started)
+    if args.workers > 0:  # --workers 0: a head alone, its workers on the nodes that join
+        head.start_local_node(node_started)
     head.connection_info = {
         "address": head.address, "key": key.decode(), "workers": args.workers,
-        "pids": {"head": os.getpid(), "node": head.local_node.pid},
+        "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
         "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
     }
+    if head.curve_keys:  # the server's public key and the client keypair; never its secret
+        head.connection_info["curve"] = curve.client_part(head.curve_keys)
     write_connection_file(head.connection_info)
     log.info("head listening on %s", head.address)
     try:

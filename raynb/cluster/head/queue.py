@@ -54,7 +54,8 @@ class RunQueue:
             if run is None or run.state != "PENDING":  # ended while queued (its files failed)
                 self._ids.pop(0)
                 continue
-            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu"))),
+            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu")),
+                                                         run.spec.get("placement_strategy") or "PACK"),
                                        self._registry.snapshot())
             if isinstance(decision, scheduler.Fork):
                 self._fork(run, decision)
