@@ -65,12 +65,14 @@ class Cluster:
     def node_log(self, node_id: str) -> str:
         return (self.base / f"node-{node_id}.log").read_text(errors="replace")
 
+    def client_prelude(self, host: str = "client") -> str:
+        return (f"import json, os, sys, time\nimport raynb\n"
+                f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
+
     def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True):
-        """Run ``code`` (after a prelude that connects with the key file) in the client
+        """Run ``code`` (after :meth:`client_prelude`: raynb, KEY_FILE, ADDRESS) in the client
         namespace; returns the JSON its last stdout line holds."""
-        prelude = (f"import json, os, sys, time\nimport raynb\n"
-                   f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
-        r = self.net.run(host, [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        r = self.net.run(host, [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)],
                          env=self.env(host), timeout=timeout)
         if check:
             assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"

@@ -91,3 +91,127 @@ def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy):
         assert len({x["node_rank"] for x in xs}) == 1
         assert {x["gloo_if"] for x in xs} == {"eth0"}   # gloo on the registered interface
     assert sorted({x["node_rank"] for x in ranks}) == [0, 1]
+
+
+BAD_CLIENT = """
+    import zmq
+    from raynb.cluster.connection import read_connection_file, write_connection_file
+    info = read_connection_file(KEY_FILE)
+    if MODE == "wrong_curve":
+        pub, sec = zmq.curve_keypair()          # a keypair the head does not know
+        info["curve"] = {**info["curve"], "client_public": pub.decode(), "client_secret": sec.decode()}
+    elif MODE == "no_curve":
+        info.pop("curve")
+    path = os.path.join(os.environ["RAYNB_HOME"], MODE + ".json")
+    write_connection_file(info, path)
+    from raynb import ScalingConfig, TorchTrainer
+    try:
+        raynb.connect(path)
+        TorchTrainer(lambda: open("/tmp/should-never-exist", "w"), scaling_config=ScalingConfig(num_workers=1)).fit()
+        print(json.dumps({"outcome": "ran"}))
+    except raynb.ClusterError as e:
+        print(json.dumps({"outcome": "refused", "message": str(e)}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["wrong_curve", "no_curve"])
+def test_client_without_the_right_curve_keys_is_refused_and_nothing_runs(three_hosts, mode):
+    c = three_hosts
+    before = c.status()
+    out, r = c.client(f"MODE = {mode!r}\n" + textwrap.dedent(BAD_CLIENT), timeout=60)
+    assert out["outcome"] == "refused", r.stdout
+    assert "does not answer" in out["message"]
+    after = c.status()
+    assert after["rejected_connections"] > before["rejected_connections"]   # counted by the head
+    assert len(after["runs"]) == len(before["runs"])                         # nothing ran
+
+
+def _node_refused(c, script_prelude: str, node_id: str) -> subprocess.CompletedProcess:
+    code = (script_prelude + "\nfrom raynb.cluster.launch.static import run_node\n"
+            f"sys.exit(run_node({c.info['address']!r}, {str(c.key_file('h1'))!r}, 0, node_id={node_id!r}))")
+    return c.net.run("h1", [sys.executable, "-c", code], env=c.env("h1"), timeout=60)
+
+
+def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three_hosts):
+    c = three_hosts
+    wrong_key = ("import sys, raynb.cluster.connection as C\n"
+                 "orig = C.read_connection_file\n"
+                 "C.read_connection_file = lambda p=None: {**orig(p), 'key': 'f' * 64}\n"
+                 "import raynb.cluster.launch.static as S; S.read_connection_file = C.read_connection_file")
+    r = _node_refused(c, wrong_key, "bad-key")
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "wrong cluster key" in r.stderr
+    version = "import sys, raynb.cluster.protocol as P\nP.PROTOCOL_VERSION = '9.0'"
+    r = _node_refused(c, version, "bad-version")
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert "protocol version '9.0' does not match '1.0'" in r.stderr
+    head_log = (c.homes["head"] / "logs" / "head.log").read_text()
+    assert "wrong cluster key" in head_log and "protocol version '9.0'" in head_log
+    assert {n["node_id"] for n in c.status()["nodes"]} == {"n1", "n2"}
+
+
+LONG_RUN = """
+    import tempfile
+    import torch
+    import torch.distributed as dist
+    from raynb import Checkpoint, FailureConfig, RunConfig, ScalingConfig, TorchTrainer
+    from raynb.train import get_checkpoint, get_context, report
+
+    def loop():
+        ctx = get_context()
+        ckpt = get_checkpoint()
+        start = 0
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                start = torch.load(os.path.join(d, "state.pt"))["epoch"] + 1
+        for epoch in range(start, EPOCHS):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            time.sleep(EPOCH_S)
+            with tempfile.TemporaryDirectory() as d:
+                if ctx.get_world_rank() == 0:
+                    torch.save({"epoch": epoch}, os.path.join(d, "state.pt"))
+                report({"epoch": epoch, "start": start, "world": t.item(),
+                        "host": os.environ.get("RAYNB_NODE_IP")},
+                       checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
+
+    raynb.connect(KEY_FILE)
+    r = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=4, placement_strategy="SPREAD"),
+                     run_config=RunConfig(name=NAME, failure_config=FailureConfig(max_failures=3))).fit()
+    print(json.dumps({"error": None if r.error is None else str(r.error), "path": r.path,
+                      "checkpoint": r.checkpoint.path if r.checkpoint else None}))
+"""
+
+
+def _reports(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "result.json").read_text().splitlines() if line.strip()]
+
+
+def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_hosts):
+    c = three_hosts
+    c.wait_workers(4)
+    name = "lose-h2"
+    code = f"EPOCHS, EPOCH_S, NAME = 8, 0.5, {name!r}\n" + textwrap.dedent(LONG_RUN)
+    run_dir = c.storage / name
+    client = c.net.popen("client", [sys.executable, "-c", c.client_prelude() + code], env=c.env("client"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while not (run_dir / "checkpoint_000002").is_dir():
+        assert time.monotonic() < deadline and client.poll() is None, client.communicate()
+        time.sleep(0.05)
+    killed = c.net.kill_all("h2")      # the host dies: its agent, zygote and workers at once
+    lost_at = time.monotonic()
+    assert killed and not c.net.wait_empty("h2")
+    out, err = client.communicate(timeout=120)
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    assert result["error"] is None, out + err
+    assert "node n2 lost; restart 1/3 on n1 from checkpoint_" in out, out
+    reports = _reports(run_dir)
+    epochs = [r["epoch"] for r in reports]
+    restart = next(i for i, r in enumerate(reports) if r["start"] > 0)
+    resumed_from = reports[restart]["start"] - 1      # the checkpoint the new attempt loaded
+    assert sorted(set(epochs)) == list(range(8)), epochs                 # none lost
+    assert [e for e in epochs if e <= resumed_from] == list(range(resumed_from + 1)), epochs  # none repeated
+    assert resumed_from >= 2                                                 # the latest one, at least
+    assert {r["host"] for r in reports[restart:]} == {"198.18.0.2"}           # all on h1 now
+    assert time.monotonic() - lost_at < 60

@@ -25,6 +25,9 @@ log = logging.getLogger("raynb.head")
 
 # The local node agent, on the head's own (possibly loaded) machine, is given longer.
 NODE_TIMEOUT_S = 10.0
+# A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
+# stop is not counted killed until its exit report or the node's loss says which it was.
+SUSPECT_S = 1.5
 
 
 def remote_node_timeout_s() -> float:
@@ -99,7 +102,7 @@ class NodeEvents:
         log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
         for w in self.registry.remove_node(node.node_id):
             self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
-                               f"{node.hostname}: {why})", node_id=node.node_id)
+                               f"{node.hostname}: {why})", node_id=node.node_id, why=why)
         self.schedule()
 
     def watch_nodes(self, now: float) -> None:
@@ -120,6 +123,11 @@ class NodeEvents:
             elif now - node.last_seen > remote_timeout:
                 self._lose_node(node, f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
                                       "or the network to it is down)")
+
+    @staticmethod
+    def node_suspect(node: NodeInfo) -> bool:
+        """A remote node that missed its last heartbeats (``SUSPECT_S``): maybe lost."""
+        return time.monotonic() - node.last_seen > SUSPECT_S
 
     # -- refusing a peer ----------------------------------------------------------
     def refuse_peer(self, identity: bytes) -> None:

@@ -120,6 +120,12 @@ class RunQueue:
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
                 "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
             }, run.payload)
+        restart = run.spec.pop("_restart", None)
+        if restart:
+            where = ", ".join(nodes)
+            self._emit(run, {"kind": "note", "text": (
+                f"{restart['cause']}; restart {restart['count']} on {where} "
+                + (f"from {restart['from']}" if restart["from"] else "from the start"))})
         self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                         "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
                                    "hostname": w.hostname} for r, w in enumerate(chosen)]})

@@ -20,7 +20,7 @@ from .. import protocol as P
 from .. import curve
 from . import scheduler
 from .controller import RunController
-from .local_node import LocalNode
+from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
@@ -318,10 +318,15 @@ class Head(NodeEvents):
         w = self.registry.workers.get(wid)
         if w is None:
             return False
+        node = self.registry.nodes.get(w.node_id)
+        if node is not None and node.node_id != LOCAL_NODE_ID and self.node_suspect(node):
+            # Its host may be gone (a peer's gloo error came first): the rank ends with its
+            # exit report if the node lives, else with the node's loss, which names it.
+            self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+            return False
         log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
         w.run_id = w.rank = None
         self.registry.remove_worker(wid)  # gone for scheduling; its exit is reported later
-        node = self.registry.nodes.get(w.node_id)
         if node is not None:
             self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
         return True
