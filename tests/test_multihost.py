@@ -215,3 +215,72 @@ def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_ho
     assert resumed_from >= 2                                                 # the latest one, at least
     assert {r["host"] for r in reports[restart:]} == {"198.18.0.2"}           # all on h1 now
     assert time.monotonic() - lost_at < 60
+
+
+def test_a_node_joining_late_is_used_by_the_next_run(three_hosts):
+    """After h2's loss, a new agent n3 starts there: the next SPREAD run uses it."""
+    c = three_hosts
+    c.start_node("h2", "n3")
+    c.wait_workers(2, nodes={"n3"})
+    out, r = c.client("STRATEGY = 'SPREAD'\n" + textwrap.dedent(TRAIN_4), timeout=150)
+    assert out["sum"] == 10
+    assert sorted({x["node_ip"] for x in out["ranks"]}) == ["198.18.0.2", "198.18.0.3"], out["ranks"]
+
+
+SLEEPY_RUN = """
+    from raynb import RunConfig, ScalingConfig, TorchTrainer
+    from raynb.train import report
+
+    def loop():
+        for epoch in range(EPOCHS):
+            time.sleep(1.0)
+            report({"epoch": epoch})
+
+    raynb.connect(KEY_FILE)
+    r = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(name=NAME)).fit()
+    print(json.dumps({"error": None if r.error is None else str(r.error),
+                      "epochs": [int(e) for e in r.metrics_dataframe["epoch"]]}))
+"""
+
+
+def test_the_notebook_survives_its_laptop_sleeping(three_hosts):
+    """The client's link is down for 12 s mid-run (longer than its 10 s silence limit):
+    it re-attaches with a fresh socket and follows the run to its end."""
+    c = three_hosts
+    name = "sleepy"
+    code = f"EPOCHS, NAME = 16, {name!r}\n" + textwrap.dedent(SLEEPY_RUN)
+    client = c.net.popen("client", [sys.executable, "-c", c.client_prelude() + code], env=c.env("client"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    result_file = c.storage / name / "result.json"
+    deadline = time.monotonic() + 60
+    while not (result_file.exists() and len(result_file.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and client.poll() is None, client.communicate()
+        time.sleep(0.05)
+    c.net.link("client", up=False)
+    time.sleep(12)
+    c.net.link("client", up=True)
+    out, err = client.communicate(timeout=90)
+    assert client.returncode == 0, out + err
+    result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
+    assert result["error"] is None and result["epochs"] == list(range(16)), out
+
+
+def test_a_node_that_loses_the_head_reconnects_within_the_grace(three_hosts):
+    """h1's link is down 6 s: n1 gives up on the head after 4 s, ends its workers, and
+    registers again once the link is back; its workers are used again."""
+    c = three_hosts
+    c.net.link("h1", up=False)
+    time.sleep(6)
+    c.net.link("h1", up=True)
+    st = c.wait_workers(2, nodes={"n1"}, timeout=60)
+    assert "n1" in {n["node_id"] for n in st["nodes"]}
+    log = c.node_log("n1")
+    assert "registering again" in log and "reconnected to the head" in log, log[-2000:]
+    assert c.nodes["n1"].poll() is None
+
+
+def test_stop_leaves_no_process_in_any_namespace(three_hosts):
+    c = three_hosts
+    c.stop()
+    for host in ("head", "h1", "h2"):
+        assert not c.net.wait_empty(host, timeout=20), f"processes left on {host}: {c.net.pids(host)}"

@@ -95,6 +95,18 @@ class Client:
     def status(self, timeout: float = 10.0) -> dict:
         return self.request(P.STATUS_REQUEST, reply_types=(P.STATUS_REPLY,), timeout=timeout).content
 
+    def reconnect(self) -> None:
+        """A fresh socket with a new routing id (after a silence: the head's ROUTER ignores
+        a second connection under an id it still holds); what the old one queued is lost."""
+        with self._lock:
+            self.sock.close(0)
+            self.sock = self.ctx.socket(zmq.DEALER)
+            P.configure_socket(self.sock)
+            self.sock.setsockopt(zmq.RCVHWM, 0)
+            self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
+            curve.secure_client(self.sock, self.info.get("curve"))
+            self.sock.connect(self.address)
+
     def close(self) -> None:
         if self._pid == os.getpid():
             self.sock.close(0)
