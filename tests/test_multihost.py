@@ -27,7 +27,7 @@ TRAIN_4 = """
         t = torch.tensor([float(ctx.get_world_rank() + 1)])
         dist.all_reduce(t)
         torch.manual_seed(ctx.get_world_rank())     # different initial weights: DDP must sync them
-        model = prepare_model(torch.nn.Linear(8, 2))
+        model = prepare_model(torch.nn.Linear(8, 2), gradient_compression=COMPRESSION)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for _ in range(3):
             x = torch.randn(16, 8)                  # different data on each rank
@@ -38,7 +38,7 @@ TRAIN_4 = """
         me = {"rank": ctx.get_world_rank(), "local_rank": ctx.get_local_rank(),
               "local_world_size": ctx.get_local_world_size(), "node_rank": ctx.get_node_rank(),
               "node_ip": os.environ.get("RAYNB_NODE_IP"), "gloo_if": os.environ.get("GLOO_SOCKET_IFNAME"),
-              "params": flat.tolist()}
+              "params": flat.tolist(), "hook": model._get_ddp_logging_data().get("comm_hook")}
         everyone = [None] * ctx.get_world_size()
         dist.all_gather_object(everyone, me)
         report({"sum": t.item(), "ranks": json.dumps(everyone)})
@@ -74,10 +74,13 @@ def test_start_refuses_an_address_the_machine_does_not_have(three_hosts):
     assert "198.18.0.77 is not an address of this machine" in r.stderr and "eth0 198.18.0.2" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("strategy", ["SPREAD"])
-def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy):
+@pytest.mark.parametrize("strategy,compression", [("SPREAD", None), ("PACK", "fp16")])
+def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy, compression):
+    """4 ranks, 2 per host: the all-reduce sums over all, DDP leaves identical parameters on
+    every rank (also with fp16 gradient compression), node and local ranks are right."""
     c = three_hosts
-    out, r = c.client(f"STRATEGY = {strategy!r}\n" + textwrap.dedent(TRAIN_4), timeout=150)
+    out, r = c.client(f"STRATEGY, COMPRESSION = {strategy!r}, {compression!r}\n" + textwrap.dedent(TRAIN_4),
+                      timeout=150)
     assert out["sum"] == 1 + 2 + 3 + 4, r.stdout
     ranks = sorted(out["ranks"], key=lambda x: x["rank"])
     assert [x["params"] for x in ranks] == [ranks[0]["params"]] * 4   # DDP: identical everywhere
@@ -91,6 +94,7 @@ def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy):
         assert len({x["node_rank"] for x in xs}) == 1
         assert {x["gloo_if"] for x in xs} == {"eth0"}   # gloo on the registered interface
     assert sorted({x["node_rank"] for x in ranks}) == [0, 1]
+    assert {x["hook"] for x in ranks} == ({"fp16_compress_hook"} if compression else {None}), ranks[0]["hook"]
 
 
 BAD_CLIENT = """
@@ -215,6 +219,13 @@ def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_ho
     assert resumed_from >= 2                                                 # the latest one, at least
     assert {r["host"] for r in reports[restart:]} == {"198.18.0.2"}           # all on h1 now
     assert time.monotonic() - lost_at < 60
+    # Rank 0 was on a node without the run's storage: its checkpoints were streamed to the
+    # head (and back to the restarted ranks, also on such a node), committed as any.
+    transfers = c.status()["checkpoint_transfers"]
+    assert transfers["files_in"] >= 8 and transfers["bytes_out"] > 0, transfers
+    import torch
+    assert torch.load(os.path.join(result["checkpoint"], "state.pt"))["epoch"] == 7
+    assert not list(run_dir.glob(".staging/*/.tmp_*"))
 
 
 def test_a_node_joining_late_is_used_by_the_next_run(three_hosts):
@@ -222,7 +233,7 @@ def test_a_node_joining_late_is_used_by_the_next_run(three_hosts):
     c = three_hosts
     c.start_node("h2", "n3")
     c.wait_workers(2, nodes={"n3"})
-    out, r = c.client("STRATEGY = 'SPREAD'\n" + textwrap.dedent(TRAIN_4), timeout=150)
+    out, r = c.client("STRATEGY, COMPRESSION = 'SPREAD', None\n" + textwrap.dedent(TRAIN_4), timeout=150)
     assert out["sum"] == 10
     assert sorted({x["node_ip"] for x in out["ranks"]}) == ["198.18.0.2", "198.18.0.3"], out["ranks"]
 

@@ -13,6 +13,7 @@ import zmq
 
 from . import curve
 from . import protocol as P
+from .rejects import refusal
 from ..errors import ClusterError
 
 
@@ -57,7 +58,7 @@ class Client:
             if not self.sock.poll(None if left is None else left * 1000):
                 return None
             frames = self.sock.recv_multipart(copy=False)
-            why = P.refusal(frames)
+            why = refusal(frames)
             if why is not None:
                 raise ClusterError(f"{why} (head {self.address})")
             msg = self.session.accept(frames)

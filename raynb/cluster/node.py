@@ -34,6 +34,7 @@ import zmq
 
 from . import curve
 from . import protocol as P
+from .rejects import refusal
 from .gpu_stats import GpuSampler
 from .connection import private_dir
 from .node_host import (WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir,  # noqa: F401
@@ -222,7 +223,7 @@ class NodeAgent:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
         notice (wrong key, other protocol version) is kept in ``refused``."""
         frames = self.sock.recv_multipart(copy=False)
-        why = P.refusal(frames)
+        why = refusal(frames)
         if why is not None:
             self.refused = why
             return None

@@ -91,6 +91,15 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+# a rank on a node without the run's storage -> head (``ckpt_transfer``)
+CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report", "worker_id", "transfer",
+                                       #  "path", "offset"}; buffers[0] = a piece of the file
+CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
+CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
+                                       #  "path"?, "offset"?}: the file list, or one piece
+# head -> that rank
+CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
+CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
 # any direction
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
@@ -141,9 +150,17 @@ SCHEMAS: dict[str, Record] = {
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
         "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
         "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None), "num_threads?": (Int(1, 1 << 16), None),
+        "stream_checkpoints?": bool, "node_id?": str,
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    CHECKPOINT_FILE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "path": str, "offset": Int(0)}),
+    CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "files": MapOf(str)}),
+    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
+                              "checkpoint": str, "path?": str, "offset?": Int(0)}),
+    CHECKPOINT_ACK: Record({"path": str}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
     RUN_EVENT: Record({"run_id": str, "event": dict}),
     RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
@@ -345,20 +362,6 @@ class Session:
             msg = self.accept(frames, identity)
             if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
                 return msg
-
-
-# An unsigned notice the head sends a node agent or client whose messages it rejected
-# (wrong cluster key, other protocol version): ``[REFUSED, reason]``. Never unpickled,
-# only shown: the peer cannot verify a signature made with a key it does not have.
-REFUSED = b"raynb-refused"
-
-
-def refusal(frames: list) -> str | None:
-    """The reason of a head's refusal notice, or None for any other message."""
-    first = frames[0].bytes if frames and isinstance(frames[0], zmq.Frame) else (frames[0] if frames else b"")
-    if first != REFUSED or len(frames) != 2:
-        return None
-    return buffer_bytes(frames[1]).decode(errors="replace")[:500]
 
 
 def routing_id(role: str, name: str = "") -> bytes:

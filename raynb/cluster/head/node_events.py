@@ -17,6 +17,7 @@ import os
 import time
 
 from .. import protocol as P
+from ..rejects import REFUSED
 from ..procutil import describe_exit, signal_name
 from .local_node import LOCAL_NODE_ID
 from .registry import NodeInfo, WorkerInfo
@@ -154,6 +155,6 @@ class NodeEvents:
             return  # a replay or a malformed message: dropped and counted, nothing to say
         log.warning("refused %r: %s", identity[:64], text)
         try:
-            self.sock.send_multipart([identity, P.REFUSED, text.encode()])
+            self.sock.send_multipart([identity, REFUSED, text.encode()])
         except Exception:  # noqa: BLE001 - best effort
             pass

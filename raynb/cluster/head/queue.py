@@ -119,6 +119,7 @@ class RunQueue:
                 "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
                 "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
+                "node_id": w.node_id, "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
             }, run.payload)
         restart = run.spec.pop("_restart", None)
         if restart:

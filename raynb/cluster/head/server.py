@@ -27,6 +27,7 @@ from .queue import RunQueue
 from .registry import Registry
 from .run import TERMINAL, Run
 from .store import RunRefused, RunStore
+from .transfers import Transfers
 
 log = logging.getLogger("raynb.head")
 
@@ -94,6 +95,8 @@ class Head(NodeEvents):
             P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
         }
+        self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
+        self.handlers.update(self.transfers.handlers())
         self.store.load_archive()
 
     @property
@@ -206,6 +209,7 @@ class Head(NodeEvents):
             "rejected_messages": self.session.rejected,
             "curve": self.gatekeeper is not None,
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
+            "checkpoint_transfers": self.transfers.status(),
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
             "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state,
