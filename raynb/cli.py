@@ -37,6 +37,10 @@ def main(argv=None) -> int:
     s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="seconds a worker forked beyond --workers may stay idle before it is "
                         "retired (default $RAYNB_WORKER_IDLE_TIMEOUT_S, else 60)")
+    s.add_argument("--key-file", default=None, help="head-keys.json from `raynb keygen`: the same keys "
+                   "across restarts (node agents reconnect to a restarted head)")
+    k = sub.add_parser("keygen", help="make a cluster's keys: DIR/head-keys.json, DIR/cluster-keys.json")
+    k.add_argument("dir", help="directory for the two key files (mode 0600 each)")
     sub.add_parser("status", help="show nodes, workers and runs")
     sub.add_parser("stop", help="stop the local cluster and all its processes")
     n = sub.add_parser("node", help="join this machine to a head as a node agent")
@@ -69,7 +73,8 @@ def main(argv=None) -> int:
 
             try:
                 info, started = start_cluster(args.workers, args.max_workers, host=args.host,
-                                              port=args.port, idle_timeout_s=args.idle_timeout)
+                                              port=args.port, idle_timeout_s=args.idle_timeout,
+                                              key_file=args.key_file)
             except ValueError as e:
                 ap.error(str(e))
             from .cluster.connection import connection_file_path
@@ -82,6 +87,12 @@ def main(argv=None) -> int:
             if join:
                 print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n"
                       f"  {join}")
+        elif args.cmd == "keygen":
+            from .cluster.curve import write_keys
+
+            head, peers = write_keys(args.dir)
+            print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
+                  f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))")
         elif args.cmd == "status":
             from .cluster.control import Client
             from .cluster.launch.local import running_cluster

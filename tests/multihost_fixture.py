@@ -42,9 +42,16 @@ class Cluster:
     def key_file(self, host: str) -> Path:
         return self.homes[host] / "head.json"
 
-    def start(self) -> None:
-        r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "start", "--host",
-                                  self.net.ips["head"], "--workers", "0"], env=self.env("head"))
+    def start(self, port: int = 0) -> None:
+        """``raynb start`` on the head's namespace with keys from ``raynb keygen`` (kept
+        across a restart of the head)."""
+        keys = self.homes["head"] / "keys"
+        if not keys.exists():
+            r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "keygen", str(keys)], env=self.env("head"))
+            assert r.returncode == 0, r.stderr
+        r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "start", "--host", self.net.ips["head"],
+                                  "--port", str(port), "--workers", "0", "--key-file", str(keys / "head-keys.json")],
+                         env=self.env("head"))
         assert r.returncode == 0, r.stdout + r.stderr
         self.start_out = r.stdout
         self.info = json.loads((self.homes["head"] / "cluster.json").read_text())

@@ -290,6 +290,20 @@ def test_a_node_that_loses_the_head_reconnects_within_the_grace(three_hosts):
     assert c.nodes["n1"].poll() is None
 
 
+def test_node_agents_reconnect_to_a_restarted_head_with_the_same_keys(three_hosts):
+    """The head's host dies and comes back (same address, same `raynb keygen` keys): the
+    node agents, which lost it, register again within their grace and their workers serve."""
+    c = three_hosts
+    port = int(c.info["address"].rsplit(":", 1)[1])
+    c.net.kill_all("head")
+    assert not c.net.wait_empty("head")
+    time.sleep(1)
+    c.start(port=port)
+    st = c.wait_workers(4, timeout=60)
+    assert {n["node_id"] for n in st["nodes"]} == {"n1", "n3"}
+    assert all(c.nodes[n].poll() is None for n in ("n1", "n3"))
+
+
 def test_stop_leaves_no_process_in_any_namespace(three_hosts):
     c = three_hosts
     c.stop()

@@ -56,6 +56,50 @@ def client_part(keys: dict | None) -> dict | None:
     return {k: keys[k] for k in ENV}
 
 
+def write_keys(directory) -> tuple:
+    """``raynb keygen DIR``: ``DIR/head-keys.json`` (the HMAC key and every Curve key, the
+    server's secret too: for the head alone) and ``DIR/cluster-keys.json`` (what node
+    agents and clients need), both 0600. Returns their paths.
+
+    Raises:
+        ClusterError: either file exists (keys are never overwritten).
+    """
+    from pathlib import Path
+
+    from ..errors import ClusterError
+
+    from .connection import write_connection_file
+    from .protocol import PROTOCOL_VERSION, new_key
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    head, peers = d / "head-keys.json", d / "cluster-keys.json"
+    for p in (head, peers):
+        if p.exists():
+            raise ClusterError(f"{p} exists; raynb keygen never overwrites keys")
+    keys, hmac_key = new_keys(), new_key().decode()
+    write_connection_file({"address": None, "key": hmac_key, "curve": keys, "version": PROTOCOL_VERSION}, head)
+    write_connection_file({"address": None, "key": hmac_key, "curve": client_part(keys),
+                           "version": PROTOCOL_VERSION}, peers)
+    return head, peers
+
+
+def read_head_keys(path) -> dict:
+    """The ``head-keys.json`` of :func:`write_keys` (checked private, as a connection file).
+
+    Raises:
+        ClusterError: not readable, not private, or without the server's secret key.
+    """
+    from ..errors import ClusterError
+    from .connection import read_connection_file
+
+    info = read_connection_file(path)
+    if info is None or len((info.get("curve") or {}).get("server_secret") or "") != 40:
+        raise ClusterError(f"{path} is not a head-keys.json made by `raynb keygen` (it needs the key "
+                           "and every Curve key, the server's secret too)")
+    return info
+
+
 def from_env() -> dict | None:
     """The client keys a node agent hands its zygote and workers, or None (loopback)."""
     keys = {k: os.environ.get(v, "") for k, v in ENV.items()}

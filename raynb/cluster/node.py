@@ -304,6 +304,16 @@ class NodeAgent:
                                          self.address, last_head - lost_at, self.num_workers)
                                 lost_at = None
                                 self.spawn(self.num_workers)
+                            if msg.msg_type == P.PONG and msg.content.get("registered") is False:
+                                # A head that does not know this node (it restarted at the same
+                                # address with the same keys): start over with it.
+                                log.warning("the head at %s does not know this node (it restarted?): "
+                                            "ending this node's workers and registering again", self.address)
+                                lost_at = time.monotonic()
+                                poller.unregister(self.sock)
+                                self._lost_head()
+                                poller.register(self.sock, zmq.POLLIN)
+                                break
                             self._on_head(msg)
                     elif not self._read_zygote():
                         if not self._zygote_died():
@@ -315,8 +325,6 @@ class NodeAgent:
                 if now >= next_stats:
                     self._send_stats()
                     self._kill_late_retirees()
-                    if lost_at is not None:
-                        self._register()  # until the head answers
                     next_stats = time.monotonic() + STATS_INTERVAL_S
                 if lost_at is None and now - last_head > HEAD_TIMEOUT_S:
                     if self.reconnect_s <= 0:

@@ -25,6 +25,8 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--daemon", action="store_true", help="fork into the background first")
     ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    ap.add_argument("--key-file", default=None, help="keys made by `raynb keygen` (head-keys.json): the "
+                    "same keys across restarts, so node agents reconnect to a restarted head")
     ap.add_argument("--idle-timeout", type=float, default=None,
                     help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)")
     args = ap.parse_args(argv)
@@ -35,8 +37,13 @@ def main(argv=None) -> int:
     if args.daemon and os.fork() > 0:
         os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
     logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
-    key = P.key_from_env()
-    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout)
+    key, curve_keys = P.key_from_env() if not args.key_file else b"", None
+    if args.key_file:
+        seed = curve.read_head_keys(args.key_file)
+        key, curve_keys = seed["key"].encode(), seed["curve"]
+        os.environ["RAYNB_KEY"] = key.decode()  # the local node agent's
+    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout,
+                curve_keys=curve_keys if curve.needed(args.host) else None)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -46,6 +46,8 @@ class NodeEvents:
     def on_node_register(self, msg: P.Message) -> None:
         c = msg.content
         old = self.registry.nodes.get(c["node_id"])
+        if old is not None and old.identity == msg.identity:
+            return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
         if old is not None:
             # Its agent lost the head and registered again (a fresh socket): what the head
             # knew of its workers is stale (the agent ended them).
@@ -56,7 +58,7 @@ class NodeEvents:
             cpus=int(c.get("cpus") or 0), shared_storage=bool(c.get("shared_storage", True))))
         log.info("node %s joined (%s, %s, %d workers, %d GPUs)", c["node_id"], c["hostname"], c["ip"],
                  c["num_workers"], len(c.get("gpus", [])))
-        self.send(msg.identity, P.PONG, {"time": time.time()})  # registered: the agent may go on
+        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
 
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
@@ -69,10 +71,14 @@ class NodeEvents:
 
     def on_node_stats(self, msg: P.Message) -> None:
         node = self.registry.nodes.get(msg.content.get("node_id"))
-        if node is not None and node.identity == msg.identity:
-            node.load = msg.content.get("load")
+        known = node is not None and node.identity == msg.identity
+        # The node's sign of our life; "registered": False tells an agent whose connection
+        # came back to a restarted head (same address and keys) that it must register again.
+        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
+        if not known:
+            return
+        node.load = msg.content.get("load")
         by_run = self.pool.observe(msg.content, time.monotonic())
-        self.send(msg.identity, P.PONG, {"time": time.time()})  # the node's sign of our life
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":

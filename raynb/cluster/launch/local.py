@@ -103,7 +103,7 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
 
 def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
                   host: str = "127.0.0.1", port: int = 0,
-                  idle_timeout_s: float | None = None) -> tuple[dict, bool]:
+                  idle_timeout_s: float | None = None, key_file: str | None = None) -> tuple[dict, bool]:
     """Start the local cluster in the background, or find the running one.
 
     Args:
@@ -111,6 +111,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         max_workers (int | None): the most workers this machine may hold.
         timeout (float): seconds to wait for the workers to be ready.
         host, port: where the head listens (127.0.0.1 and a free port by default).
+        key_file (str | None): ``head-keys.json`` of ``raynb keygen``: keys kept across
+            restarts (else fresh ones each start).
         idle_timeout_s (float | None): seconds a worker forked beyond ``num_workers`` (for
             a big or a concurrent run) may stay idle before it is retired; None:
             ``$RAYNB_WORKER_IDLE_TIMEOUT_S``, else 60.
@@ -140,6 +142,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             cmd += ["--max-workers", str(max_workers)]
         if idle_timeout_s is not None:
             cmd += ["--idle-timeout", str(float(idle_timeout_s))]
+        if key_file:
+            cmd += ["--key-file", os.path.abspath(key_file)]
         env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
         with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
             launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
