@@ -16,9 +16,9 @@ import time
 
 import zmq
 
-from .. import protocol as P
+from .. import chunking, protocol as P
 from ..procutil import describe_exit, signal_name
-from . import scheduler
+from . import progress_relay, scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -150,6 +150,7 @@ class Head:
         self.session.rejects.flush(due_only=True)
         for run in list(self.runs.values()):
             self.controller.tick(run)
+            progress_relay.flush(run, self.emit)
             if run.state == "RUNNING":
                 self.store.flush(run)
         while self._write_failures:  # a run whose files cannot be written fails, not the head
@@ -246,7 +247,7 @@ class Head:
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
-            run = self.store.create(spec, msg.identity, list(msg.buffers), P.buffer_bytes(msg.buffers[0]))
+            run = self.store.create(spec, msg.identity, list(msg.buffers), chunking.view(msg.buffers[0]))
         except RunRefused as e:
             return refuse(str(e))
         self.queue.add(run)
@@ -330,7 +331,7 @@ class Head:
             self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):
             self.store.report(run, rank, event)
-            self.emit(run, event)
+            progress_relay.relay(run, rank, event, self.emit)  # rank 0's whole, the others' counted
             if run.staged:
                 self.store.commit_checkpoints(run)
             return
@@ -351,6 +352,7 @@ class Head:
 
     # -- what the controller asks of the head (controller.Effects) ---------------
     def emit(self, run: Run, event: dict) -> None:
+        progress_relay.flush(run, self.emit)  # the ranks' progress goes before what follows it
         event.setdefault("time", time.time())
         self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
 
@@ -399,7 +401,7 @@ class Head:
     def schedule(self) -> None:
         self.queue.schedule()
 
-    def run_ended(self, run: Run) -> None:
+    def run_ended(self, run: Run) -> None:  # after the end's state event (progress went before it)
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more

@@ -1,7 +1,8 @@
 """The head's run store: every run it knows, and their files on disk.
 
 A run directory holds ``run.json`` (the record), ``params.json``, ``result.json`` /
-``progress.csv`` (rank 0's reports), ``output.log``, ``function.pkl`` and the
+``progress.csv`` (rank 0's reports), ``output.log``, ``function.pkl`` (not for a Tune
+trial: ``Tuner.restore`` takes the trainable again) and the
 committed ``checkpoint_000NNN/`` (``rundir``, ``checkpoints``). The store creates a
 run's directory when it is submitted, appends its reports and output, commits its
 checkpoints once every rank has reported past them, and, when a head starts, reads
@@ -204,7 +205,10 @@ class RunStore:
             run.failures_before = run.num_failures
         else:
             rundir.write_params(spec.get("params", {}))
-        rundir.write_function(function_bytes)
+        if not spec.get("experiment"):
+            # What TorchTrainer.restore(path) re-runs. A Tune trial is resumed by
+            # Tuner.restore(path, trainable), which ships the trainable again: none is kept.
+            rundir.write_function(function_bytes)
         rundir.write_state(run.summary())
         self.runs[run_id] = run
         return run
