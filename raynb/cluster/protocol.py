@@ -86,6 +86,7 @@ RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
+TASK_EVENTS = "task_events"      # {"run_id", "rank", "events": [...]}: a burst of them, signed once
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
 # head -> worker
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
@@ -131,6 +132,7 @@ SCHEMAS: dict[str, Record] = {
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
                           "store_port?": (Int(1, 65535), None), "cpu_percent?": _NUM, "rss?": _INT}),
     TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
+    TASK_EVENTS: Record({"run_id": str, "rank": _RANK, "events": ListOf(_EVENT)}),
     TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
@@ -344,6 +346,17 @@ class Session:
             msg = self.accept(frames, identity)
             if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
                 return msg
+
+
+# The most events one task_events message carries (a rank's report burst).
+MAX_BATCH_EVENTS = 256
+
+
+def unbatch(msg: Message) -> list[Message]:
+    """A ``task_events`` message as the ``task_event`` messages it carries, in order."""
+    c = msg.content
+    return [Message(TASK_EVENT, {"run_id": c["run_id"], "rank": c["rank"], "event": e}, [], msg.header,
+                    msg.identity) for e in c["events"]]
 
 
 def routing_id(role: str, name: str = "") -> bytes:

@@ -34,7 +34,7 @@ from . import protocol as P
 from . import task_context
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
-from .procutil import become_subreaper, end_descendants
+from .procutil import become_subreaper, end_descendants, trim_heap
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
@@ -45,6 +45,8 @@ log = logging.getLogger("raynb.worker")
 # The I/O thread's sign of life to the head: a worker silent much longer than this (a
 # SIGSTOP, a hang that holds the GIL) is shown as not responding.
 HEARTBEAT_S = 1.0
+# After a task whose function came with more than this (bytes), the C heap is trimmed.
+TRIM_AFTER_BYTES = 16 << 20
 
 
 class Worker:
@@ -122,11 +124,19 @@ class Worker:
                 self._push.send(b"", copy=True)
 
     def _send_queued(self, session: P.Session, dealer) -> None:
-        """(I/O thread) Sign and send what :meth:`send` queued, oldest first."""
+        """(I/O thread) Sign and send what :meth:`send` queued, oldest first. Events of one
+        task queued back to back (a burst of reports) go as one ``task_events`` message:
+        signed, sent and verified once."""
         self._woken = False  # before draining: a message queued from now on wakes us again
         outbox = self._outbox
         while outbox:
             msg_type, content, buffers = outbox.popleft()
+            if msg_type == P.TASK_EVENT and outbox and outbox[0][0] == P.TASK_EVENT:
+                events, key = [content["event"]], (content["run_id"], content["rank"])
+                while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < P.MAX_BATCH_EVENTS
+                       and (outbox[0][1]["run_id"], outbox[0][1]["rank"]) == key):
+                    events.append(outbox.popleft()[1]["event"])
+                msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
             for frames in session.messages(msg_type, content, buffers):
                 dealer.send_multipart(frames, copy=False)
 
@@ -241,12 +251,14 @@ class Worker:
             stream.reopen()
         sys.stdout, sys.stderr = self.streams
         started_ns = time.time_ns()
+        shipped_bytes = 0
         if status == "ok":
             try:
                 self._interruptible = True
                 self._prepare(task)
                 try:
                     frames, msg.buffers = msg.buffers, []  # the payload frame: read in place, then freed
+                    shipped_bytes = len(chunking.view(frames[0]))
                     payload, shipped = load_payload(chunking.view(frames[0]))
                     del frames
                 except ImportError as e:
@@ -307,6 +319,9 @@ class Worker:
             self.rendezvous.group_key = None
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
+        del buffers, ret
+        if shipped_bytes > TRIM_AFTER_BYTES:
+            trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
         self._modules.note(started_ns)
 
     def _prepare(self, task: dict) -> None:

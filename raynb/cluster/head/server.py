@@ -84,10 +84,10 @@ class Head:
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
             P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
-            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run,
-            P.CANCEL_RUN: self.on_cancel_run, P.NODE_REGISTER: self.on_node_register,
-            P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
-            P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
+            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run, P.CANCEL_RUN: self.on_cancel_run,
+            P.NODE_REGISTER: self.on_node_register, P.WORKER_READY: self.on_worker_ready,
+            P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
+            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, P.unbatch(m))],
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
         }
         self.store.load_archive()
