@@ -9,9 +9,10 @@ makes seven (its directory, ``params.json``, ``run.json`` twice, ``function.pkl`
 a trivial function.
 
 So the head keeps a few spare empty files (0600) and directories (0700) in a private
-directory of its own (``$RAYNB_HOME/spare``), made by a thread at the lowest CPU
-priority while the head has nothing else to do, and a run's new file or directory is
-one of them, renamed into place (:func:`take`). A rename only works within one file
+directory of its own (``$RAYNB_HOME/spare``), made by a thread a little after a run took
+some (``REFILL_DELAY_S``: not while the head is busy starting that run), and a run's new
+file or directory is one of them, renamed into place (:func:`take`). (The thread is not
+niced: starved while holding the GIL, it stalled the head's loop for milliseconds.) A rename only works within one file
 system: for a run directory elsewhere, or with no spare left (a burst of runs), the
 file is created as before. Nothing else changes: the same names, modes and contents.
 ``RAYNB_SPARE_FILES=0`` turns it off.
@@ -23,13 +24,16 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections import deque
 from pathlib import Path
 
 log = logging.getLogger("raynb.spare")
 
-# How many spares of each kind are kept ready (a warm run takes 6 files and 1 directory).
+# How many spares of each kind are kept ready (a warm run takes 4-6 files and 1 directory).
 FILES, DIRS = 24, 4
+# How long after a take the spares are made again (s).
+REFILL_DELAY_S = 0.02
 
 
 class SparePool:
@@ -67,10 +71,6 @@ class SparePool:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _fill(self) -> None:
-        try:  # Linux: a thread's own nice value; the spares are made when the CPU is idle
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except (AttributeError, OSError):
-            pass
         while not self._stop:
             made = False
             for kind, want in self._want.items():
@@ -93,6 +93,7 @@ class SparePool:
             if not made:
                 self._wake.wait()
                 self._wake.clear()
+                time.sleep(REFILL_DELAY_S)
 
     def take(self, path, kind: str) -> bool:
         """Rename a spare ``kind`` ("f": file, "d": directory) to ``path``, which must not

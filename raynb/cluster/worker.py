@@ -45,6 +45,10 @@ log = logging.getLogger("raynb.worker")
 # The I/O thread's sign of life to the head: a worker silent much longer than this (a
 # SIGSTOP, a hang that holds the GIL) is shown as not responding.
 HEARTBEAT_S = 1.0
+# A cancelled task still running this long after its SIGINT (s) is inside a call no
+# interrupt reaches (a collective with a dead peer, most likely): the head is told, and
+# kills it at once when a peer died (controller.rank_blocked).
+BLOCKED_AFTER_S = 0.03
 # After a task whose function came with more than this (bytes), the C heap is trimmed.
 TRIM_AFTER_BYTES = 16 << 20
 
@@ -206,10 +210,19 @@ class Worker:
             if task is not None and (task["run_id"], task.get("attempt", 0)) == (run_id, attempt):
                 self._cancel_requested = True
                 signal.pthread_kill(self._main_ident, signal.SIGINT)
+                timer = threading.Timer(BLOCKED_AFTER_S, self._still_running, (task,))
+                timer.daemon = True
+                timer.start()
             else:
                 self._cancelled_early[(run_id, attempt)] = None
                 while len(self._cancelled_early) > 256:
                     del self._cancelled_early[next(iter(self._cancelled_early))]
+
+    def _still_running(self, task: dict) -> None:
+        """(a timer) Tell the head when the cancelled ``task`` has not stopped."""
+        if self.current_task is task:
+            self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"],
+                                     "event": {"kind": "blocked", "time": time.time()}})
 
     def _on_sigint(self, signum, frame):
         # Only a cancel of the running task interrupts, and only while the task's

@@ -151,7 +151,7 @@ class Head:
         for run in list(self.runs.values()):
             self.controller.tick(run)
             progress_relay.flush(run, self.emit)
-            if run.state == "RUNNING":
+            if run.state not in TERMINAL:
                 self.store.flush(run)
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
@@ -221,9 +221,8 @@ class Head:
             "rejected_messages": self.session.rejected,
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
-            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state,
-                      "world_size": r.world_size, "path": str(r.rundir.path)}
-                     for r in self.runs.values()],
+            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
+                      "path": str(r.rundir.path)} for r in self.runs.values()],
         }
 
     def on_shutdown(self, msg: P.Message) -> None:
@@ -268,9 +267,8 @@ class Head:
     def on_node_register(self, msg: P.Message) -> None:
         c = msg.content
         self.registry.add_node(NodeInfo(
-            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
-            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
-            cpus=int(c.get("cpus") or 0)))
+            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"], c["num_workers"], c["max_workers"],
+            spawning=c["num_workers"], gpus=list(c.get("gpus", [])), cpus=int(c.get("cpus") or 0)))
         log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
 
     def on_worker_ready(self, msg: P.Message) -> None:
@@ -327,6 +325,8 @@ class Head:
         event = c["event"]
         event["rank"] = rank
         kind = event.get("kind")
+        if kind == "blocked":  # its cancel did not stop it: stuck in a collective? (Worker._cancel)
+            return self.controller.rank_blocked(run, rank)
         if kind == "output" and isinstance(event.get("text"), str):
             self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):
