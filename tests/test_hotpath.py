@@ -135,3 +135,29 @@ def test_worker_rss_returns_to_idle_after_a_run_that_shipped_256_mib(warm):
         time.sleep(0.2)
     assert max(grown.values()) < 10, f"MiB above idle per worker pid after the run: {grown}"
     assert raynb.cluster_status()["workers"]  # the cluster is fine
+
+
+def test_spare_files_are_private_renamed_into_place_and_made_again_when_quiet(tmp_path):
+    import os
+    import stat
+
+    from raynb.cluster.spare_files import REFILL_AFTER_S, SparePool
+
+    pool = SparePool(tmp_path / "spare", files=3, dirs=1).start()
+    try:
+        deadline = time.monotonic() + 5
+        while (len(pool._ready["f"]), len(pool._ready["d"])) != (3, 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stat.S_IMODE(os.stat(tmp_path / "spare").st_mode) == 0o700
+        run = tmp_path / "run"
+        assert pool.take(run, "d") and stat.S_IMODE(os.stat(run).st_mode) == 0o700
+        for name in ("a", "b", "c"):
+            assert pool.take(run / name, "f")
+            assert stat.S_IMODE(os.stat(run / name).st_mode) == 0o600 and os.path.getsize(run / name) == 0
+        assert not pool.take(run / "a", "f")  # never over an existing file
+        assert not pool.take(run / "d", "f") and pool.missed == 1  # none left: the caller creates it
+        time.sleep(REFILL_AFTER_S + 0.5)
+        assert len(pool._ready["f"]) == 3 and len(pool._ready["d"]) == 1
+    finally:
+        pool.stop()
+    assert not (tmp_path / "spare").exists()

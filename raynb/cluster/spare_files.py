@@ -9,8 +9,8 @@ makes seven (its directory, ``params.json``, ``run.json`` twice, ``function.pkl`
 a trivial function.
 
 So the head keeps a few spare empty files (0600) and directories (0700) in a private
-directory of its own (``$RAYNB_HOME/spare``), made by a thread a little after a run took
-some (``REFILL_DELAY_S``: not while the head is busy starting that run), and a run's new
+directory of its own (``$RAYNB_HOME/spare``), made by a thread once runs stopped taking
+them for a while (``REFILL_AFTER_S``: not while the head starts runs), and a run's new
 file or directory is one of them, renamed into place (:func:`take`). (The thread is not
 niced: starved while holding the GIL, it stalled the head's loop for milliseconds.) A rename only works within one file
 system: for a run directory elsewhere, or with no spare left (a burst of runs), the
@@ -32,8 +32,9 @@ log = logging.getLogger("raynb.spare")
 
 # How many spares of each kind are kept ready (a warm run takes 4-6 files and 1 directory).
 FILES, DIRS = 24, 4
-# How long after a take the spares are made again (s).
-REFILL_DELAY_S = 0.02
+# Spares are made once no run has taken one for this long (s): between a user's re-runs,
+# never in the middle of a burst of them (a burst uses them up, then creates files itself).
+REFILL_AFTER_S = 0.05
 
 
 class SparePool:
@@ -53,6 +54,7 @@ class SparePool:
         self._stop = False
         self._thread: threading.Thread | None = None
         self.taken = self.missed = 0  # spares used, and creations that found none
+        self._last_take = 0.0
 
     def start(self) -> "SparePool":
         shutil.rmtree(self.root, ignore_errors=True)  # a killed head's leftovers
@@ -60,6 +62,7 @@ class SparePool:
         os.chmod(self.root, 0o700)
         self._thread = threading.Thread(target=self._fill, name="raynb-spare-files", daemon=True)
         self._thread.start()
+        self._wake.set()
         return self
 
     def stop(self) -> None:
@@ -72,28 +75,36 @@ class SparePool:
 
     def _fill(self) -> None:
         while not self._stop:
-            made = False
-            for kind, want in self._want.items():
-                if len(self._ready[kind]) < want and not self._stop:
-                    path = str(self.root / f"{kind}{next(self._names)}")
-                    try:
-                        if kind == "d":
-                            os.mkdir(path, 0o700)
-                            os.chmod(path, 0o700)
-                        else:
-                            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
-                                         | os.O_CLOEXEC, 0o600)
-                            os.fchmod(fd, 0o600)
-                            os.close(fd)
-                    except OSError as e:  # a full disk: make none until the next take
-                        log.warning("cannot make spare files in %s: %s", self.root, e)
-                        break
-                    self._ready[kind].append(path)
-                    made = True
-            if not made:
-                self._wake.wait()
-                self._wake.clear()
-                time.sleep(REFILL_DELAY_S)
+            self._wake.wait()
+            self._wake.clear()
+            while not self._stop:
+                quiet = time.monotonic() - self._last_take
+                if quiet < REFILL_AFTER_S:  # runs are being started: stay out of their way
+                    time.sleep(REFILL_AFTER_S - quiet)
+                    continue
+                if not self._make_one():
+                    break
+
+    def _make_one(self) -> bool:
+        """Make one missing spare; False when none is missing (or the disk refuses)."""
+        for kind, want in self._want.items():
+            if len(self._ready[kind]) < want:
+                path = str(self.root / f"{kind}{next(self._names)}")
+                try:
+                    if kind == "d":
+                        os.mkdir(path, 0o700)
+                        os.chmod(path, 0o700)
+                    else:
+                        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
+                                     | os.O_CLOEXEC, 0o600)
+                        os.fchmod(fd, 0o600)
+                        os.close(fd)
+                except OSError as e:  # a full disk: make none until the next take
+                    log.warning("cannot make spare files in %s: %s", self.root, e)
+                    return False
+                self._ready[kind].append(path)
+                return True
+        return False
 
     def take(self, path, kind: str) -> bool:
         """Rename a spare ``kind`` ("f": file, "d": directory) to ``path``, which must not
@@ -101,6 +112,7 @@ class SparePool:
         another file system: the caller then creates it itself."""
         if os.path.lexists(path):
             return False
+        self._last_take = time.monotonic()
         try:
             spare = self._ready[kind].popleft()
         except IndexError:
