@@ -63,6 +63,7 @@ PING = "ping"
 LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"              # {"name"}: one run's record
 ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
+RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
@@ -82,10 +83,12 @@ NODE_STATS = "node_stats"        # {"workers": {worker_id: {"pid", "cpu_percent"
 SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
 RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
+FREE_DATA = "free_data"          # {"key"}: remove the node's shared-memory segments of a run/experiment
 # worker -> head
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
+TASK_EVENTS = "task_events"      # {"run_id", "rank", "events": [...]}: a burst of them, signed once
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
 # head -> worker
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
@@ -141,10 +144,12 @@ SCHEMAS: dict[str, Record] = {
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
                           "store_port?": (Int(1, 65535), None), "cpu_percent?": _NUM, "rss?": _INT}),
     TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
+    TASK_EVENTS: Record({"run_id": str, "rank": _RANK, "events": ListOf(_EVENT)}),
     TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
     RETIRE_WORKER: Record({"worker_id": str}),
+    FREE_DATA: Record({"key": str}), RELEASE_DATA: Record({"key": str}),
     SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
     RUN_TASK: Record({
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
