@@ -34,6 +34,7 @@ import zmq
 
 from . import protocol as P
 from . import shm
+from .data_server import DataServer
 from .gpu_stats import GpuSampler
 from .connection import private_dir
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
@@ -152,6 +153,7 @@ class NodeAgent:
         P.configure_socket(self.sock)
         self.sock.setsockopt(zmq.IDENTITY, P.routing_id("node", self.node_id))
         self.sock.connect(address)
+        self.data = DataServer(self.ctx, key, self.ip, self.node_id)  # segments from other hosts
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -311,10 +313,12 @@ class NodeAgent:
         self.session.send(self.sock, P.NODE_REGISTER, {
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": visible_gpus(), "cpus": node_cpus()})
+            "max_workers": self.max_workers, "gpus": visible_gpus(), "cpus": node_cpus(),
+            "data_port": self.data.port})
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+        poller.register(self.data.sock, zmq.POLLIN)
         next_stats = time.monotonic() + STATS_INTERVAL_S
         last_head = time.monotonic()
         try:
@@ -326,6 +330,8 @@ class NodeAgent:
                         if msg is not None:
                             last_head = time.monotonic()
                             self._on_head(msg)
+                    elif sock is self.data.sock:
+                        self.data.handle()
                     elif not self._read_zygote():
                         if not self._zygote_died():
                             return 1
@@ -363,6 +369,7 @@ class NodeAgent:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self.data.close()
         shm.free_agent(self.node_id, os.getpid())
         self.sock.close(0)
         self.ctx.term()

@@ -270,7 +270,7 @@ class Head:
         self.registry.add_node(NodeInfo(
             c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
             c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
-            cpus=int(c.get("cpus") or 0)))
+            cpus=int(c.get("cpus") or 0), data_port=c.get("data_port")))
         log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
 
     def on_worker_ready(self, msg: P.Message) -> None:
