@@ -410,7 +410,7 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
         sent.append(args[3])
         return real_send(*args, **kwargs)
     monkeypatch.setattr(data_server, "send_segment", counted)
-    x = np.arange(5 << 20, dtype=np.float32).reshape(-1, 16)   # 20 MiB: 20 pieces, window of 8
+    x = np.arange(64 << 20, dtype=np.float32).reshape(-1, 16)   # 256 MiB: 256 pieces, window of 8
     ds = rd.from_numpy({"x": x})
 
     def check():
@@ -421,9 +421,11 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
     from raynb.train.datasets import with_datasets
     from raynb.train.run import execute_run
 
-    _, firsts = execute_run(with_datasets(_every_rank(check), {"train": ds}), None, ScalingConfig(num_workers=2),
-                            QUIET)
+    agent_before = _agent(warm)
+    result, firsts = execute_run(with_datasets(_every_rank(check), {"train": ds}), None,
+                                 ScalingConfig(num_workers=2), QUIET)
     assert firsts == [0.0, float(x[len(x) // 2, 0])]
+    assert _agent(warm) == agent_before and not result.failures   # its heartbeats went on: not lost
     assert len(sent) == 1 and sent[0].startswith(f"raynb-{_agent(warm)[0]}-")   # one copy, by the socket
     _wait_no_segments(warm)
     monkeypatch.undo()
