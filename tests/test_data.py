@@ -486,3 +486,41 @@ def test_data_socket_is_curve_encrypted_off_loopback():
         server.close()
         ctx.term()
         shm.free_agent("curvetest", os.getpid())
+
+
+def _rows_of_shard():
+    report({"rows": len(get_dataset_shard("train")),
+            "ids": np.concatenate([b["id"] for b in get_dataset_shard("train").iter_batches()]).tolist()})
+
+
+def test_restore_reads_the_saved_file_dataset_again(warm, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": np.arange(30)}), tmp_path / "t.parquet", row_group_size=10)
+    first = TorchTrainer(_rows_of_shard, datasets={"train": rd.read_parquet(str(tmp_path / "t.parquet"))},
+                         scaling_config=ScalingConfig(num_workers=3), run_config=QUIET).fit()
+    again = TorchTrainer.restore(first.path).fit()   # function.pkl holds the dataset: the files are read again
+    assert first.metrics["ids"] == again.metrics["ids"] == list(range(10))   # rank 0: a whole row group
+
+
+def test_local_shuffle_and_file_pieces_without_a_cluster(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raynb.data import sharding
+
+    ds = rd.from_numpy({"id": np.arange(100)})
+    ids = [b["id"].tolist() for b in ds.iter_batches(batch_size=10, local_shuffle_buffer_size=25,
+                                                     local_shuffle_seed=3)]
+    flat = sum(ids, [])
+    assert sorted(flat) == list(range(100)) and flat != list(range(100))
+    assert sorted(flat[:30]) == list(range(30))   # within a window: 25 rows or more, whole blocks of 10
+    # whole units when they divide evenly among the ranks, row ranges (padded) otherwise
+    assert [sharding.rank_pieces([10] * 4, 4, r) for r in range(4)] == [[(r, 0, 10)] for r in range(4)]
+    assert sharding.rank_pieces([10, 10, 10], 4, 3) == [(2, 4, 10), (0, 0, 2)]
+    for i in range(3):
+        pq.write_table(pa.table({"id": np.arange(i * 7, i * 7 + 7)}), tmp_path / f"p{i}.parquet", row_group_size=4)
+    files = rd.read_parquet(str(tmp_path))
+    got = [sum((b["id"].tolist() for b in files.shard(2, r).iter_batches(batch_size=3)), []) for r in range(2)]
+    assert got == [list(range(11)), list(range(11, 21)) + [0]]   # 21 rows: 11 each, padded by wrapping
