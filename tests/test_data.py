@@ -524,3 +524,30 @@ def test_local_shuffle_and_file_pieces_without_a_cluster(tmp_path):
     files = rd.read_parquet(str(tmp_path))
     got = [sum((b["id"].tolist() for b in files.shard(2, r).iter_batches(batch_size=3)), []) for r in range(2)]
     assert got == [list(range(11)), list(range(11, 21)) + [0]]   # 21 rows: 11 each, padded by wrapping
+
+
+def test_data_socket_unfinished_segment_is_dropped_with_its_key():
+    import zmq
+
+    from raynb.cluster import data_server
+    from raynb.cluster import protocol as P
+
+    ctx, key = zmq.Context(), b"k" * 64
+    server = data_server.DataServer(ctx, key, "127.0.0.1", "droptest")
+    sock = ctx.socket(zmq.DEALER)
+    P.configure_socket(sock, limit=data_server.FRAME_LIMIT + (64 << 10))
+    sock.connect(f"tcp://127.0.0.1:{server.port}")
+    session = P.Session(key, validate=True, frame_bytes=data_server.FRAME_LIMIT)
+    name = shm.segment_name("droptest", os.getpid(), "dropkey")
+    try:
+        session.send(sock, P.DATA_PUT, {"name": name, "offset": 0, "nbytes": 1 << 20}, buffers=[b"x" * 1000])
+        assert server.sock.poll(5000)
+        server.handle()                       # the first piece: created, then the sender goes quiet
+        assert shm.segments("droptest") == {name: 1 << 20} and name in server._open
+        server.drop_key("dropkey")            # the run ended (free_data)
+        assert not server._open and not shm.segments("droptest")
+    finally:
+        sock.close(0)
+        server.close()
+        ctx.term()
+        shm.free_agent("droptest", os.getpid())

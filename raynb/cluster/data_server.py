@@ -100,6 +100,12 @@ class DataServer:
             os.close(fd)
             shm.remove(name)
 
+    def drop_key(self, key: str) -> None:
+        """Close what is still being written for ``key`` (its run ended; a sender that never
+        finished would keep the pages of an unlinked segment alive through the open fd)."""
+        for name in [n for n in self._open if n.rsplit("-", 2)[-2] == key]:
+            self._drop(name)
+
     def close(self) -> None:
         for name in list(self._open):
             self._drop(name)

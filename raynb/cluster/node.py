@@ -255,6 +255,7 @@ class NodeAgent:
         elif msg.msg_type == P.SHUTDOWN:
             self._stop = True
         elif msg.msg_type == P.FREE_DATA:
+            self.data.drop_key(msg.content["key"])
             shm.free_key(self.node_id, os.getpid(), msg.content["key"])
 
     def _pids_of(self, worker_id: str) -> list[int]:
