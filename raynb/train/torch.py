@@ -252,7 +252,9 @@ class TorchTrainer:
             train_loop_per_worker: the function to run; None re-runs the one saved
                 with the run (``function.pkl``).
             train_loop_config (dict | None): None re-uses the saved config.
-            **kwargs: ``scaling_config`` / ``run_config`` to override the saved ones.
+            **kwargs: ``scaling_config`` / ``run_config`` to override the saved ones;
+                ``datasets`` to give the run its datasets again (the saved ones are used
+                otherwise: files are read again, in-memory data was freed with the run).
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -286,9 +288,15 @@ class TorchTrainer:
         scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
             num_workers=record.get("world_size") or 1, use_gpu=bool(record.get("use_gpu")),
             timeout_s=record.get("timeout_s"))
+        datasets = kwargs.pop("datasets", None)
         if kwargs:
             raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
-        trainer = cls(train_loop_per_worker or saved["fn"],
+        from .datasets import WithDatasets
+
+        fn = train_loop_per_worker or saved["fn"]
+        if isinstance(fn, WithDatasets):   # saved with its datasets (function.pkl)
+            fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
+        trainer = cls(fn, datasets=datasets,
                       train_loop_config=train_loop_config if train_loop_config is not None
                       else saved["config"], scaling_config=scaling_config, run_config=run_config)
         trainer._resume = True
