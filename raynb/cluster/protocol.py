@@ -63,6 +63,11 @@ PING = "ping"
 LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"              # {"name"}: one run's record
 ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
+NODE_LOST = "node_lost"          # {"node_id", "reason"}: a launcher saw the node die (Ray's node events)
+SUBMIT_JOB = "submit_job"        # {"entrypoint": [argv], "env"?}; buffers[0]? = the working dir (.tar.gz)
+LIST_JOBS = "list_jobs"          # {}
+JOB_LOGS = "job_logs"            # {"job_id", "offset"}: the job's output from byte ``offset``
+STOP_JOB = "stop_job"            # {"job_id"}
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
@@ -73,6 +78,10 @@ ERROR = "error"                  # {"message"}: a request the head refused
 PONG = "pong"                    # also the head's answer to a node's stats
 RUNS_REPLY = "runs_reply"        # {"runs": [summary, ...]}
 RUN_RECORD = "run_record"        # {"record": {...}}: answer to get_run / attach_run
+NODE_LOST_REPLY = "node_lost_reply"  # {"known": bool}
+JOB_REPLY = "job_reply"          # {"job": {...}}: answer to submit_job / stop_job
+JOBS_REPLY = "jobs_reply"        # {"jobs": [{...}, ...]}
+JOB_LOGS_REPLY = "job_logs_reply"  # {"job_id", "text", "offset", "state"}
 # node agent -> head
 NODE_REGISTER = "node_register"  # {"node_id", ..., "num_workers", "max_workers", "gpus", "cpus"}
 WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal", "reason"?}
@@ -122,7 +131,8 @@ SCHEMAS: dict[str, Record] = {
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
-                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None)}),
+                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
+                           "labels?": MapOf(str)}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
     NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "workers": MapOf(Record({
@@ -149,6 +159,14 @@ SCHEMAS: dict[str, Record] = {
     ERROR: Record({"message": str}),
     RUNS_REPLY: Record({"runs": ListOf(dict)}),
     RUN_RECORD: Record({"record": dict}),
+    NODE_LOST: Record({"node_id": str, "reason": str}),
+    NODE_LOST_REPLY: Record({"known": bool}),
+    SUBMIT_JOB: Record({"entrypoint": ListOf(str), "env?": MapOf(str), "job_id?": _STR}),
+    JOB_LOGS: Record({"job_id": str, "offset": Int(0)}),
+    STOP_JOB: Record({"job_id": str}),
+    JOB_REPLY: Record({"job": dict}),
+    JOBS_REPLY: Record({"jobs": ListOf(dict)}),
+    JOB_LOGS_REPLY: Record({"job_id": str, "text": str, "offset": Int(0), "state": str}),
 }
 
 

@@ -24,6 +24,8 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--daemon", action="store_true", help="fork into the background first")
     ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    ap.add_argument("--no-local-node", action="store_true",
+                    help="start no node agent here: they join from elsewhere (a Ray cluster's actors)")
     ap.add_argument("--idle-timeout", type=float, default=None,
                     help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)")
     args = ap.parse_args(argv)
@@ -46,10 +48,11 @@ def main(argv=None) -> int:
             head.connection_info["pids"]["node"] = pid
             write_connection_file(head.connection_info)
 
-    head.start_local_node(node_started)
+    if not args.no_local_node:
+        head.start_local_node(node_started)
     head.connection_info = {
         "address": head.address, "key": key.decode(), "workers": args.workers,
-        "pids": {"head": os.getpid(), "node": head.local_node.pid},
+        "pids": {"head": os.getpid(), **({"node": head.local_node.pid} if head.local_node else {})},
         "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
     }
     write_connection_file(head.connection_info)
@@ -58,5 +61,6 @@ def main(argv=None) -> int:
         head.serve()
     finally:
         remove_connection_file()
+        head.jobs.stop_all()  # a job's driver ends with its cluster (as a Ray job's does)
         head.close()
     return 0

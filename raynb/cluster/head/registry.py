@@ -53,6 +53,7 @@ class NodeInfo:
     cpus: int = 0                  # cores its workers may use (0: not reported)
     zygote_pid: int | None = None
     note: str | None = None        # the node agent's last word on its zygote
+    labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
 
     @property
     def free_gpus(self) -> list:
@@ -173,7 +174,7 @@ class Registry:
         return [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
                  "num_workers": n.num_workers, "max_workers": n.max_workers,
                  "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
-                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note}
+                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note, "labels": n.labels}
                 for n in self.nodes.values()]
 
     def status_workers(self, run_names: dict[str, str]) -> list[dict]:

@@ -18,7 +18,7 @@ import zmq
 
 from .. import protocol as P
 from ..procutil import describe_exit, signal_name
-from . import scheduler
+from . import addons, scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -90,6 +90,7 @@ class Head:
             P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
         }
+        self.jobs = addons.install(self)  # jobs (`raynb submit`) and launchers' node events
         self.store.load_archive()
 
     @property
@@ -269,7 +270,7 @@ class Head:
         self.registry.add_node(NodeInfo(
             c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
             c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
-            cpus=int(c.get("cpus") or 0)))
+            cpus=int(c.get("cpus") or 0), labels=dict(c.get("labels") or {})))
         log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
 
     def on_worker_ready(self, msg: P.Message) -> None:
