@@ -90,7 +90,7 @@ class NodeAgentActor:
 
     def info(self) -> dict:
         return {"pid": self.proc.pid, "actor_pid": os.getpid(), "gpu_ids": self.gpu_ids,
-                "hostname": socket.gethostname()}
+                "hostname": socket.gethostname(), "on_ray_node": ray.get_runtime_context().get_node_id()}
 
     def serve(self) -> int:
         """Returns when the node agent exits: its exit code."""

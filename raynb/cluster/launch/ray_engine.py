@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 
-from ..connection import raynb_home, read_connection_file, remove_connection_file, write_connection_file
+from ..connection import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
 from ...errors import ClusterError
 
 SUPPORTED_RAY = ((2, 60), (2, 61))  # >= the first, < the second: what the tests run against
@@ -150,9 +150,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
         raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
     current = read_connection_file()
     if current is not None and not current.get("ray"):
-        from .local import running_cluster
-
-        if running_cluster() is not None:
+        if head_alive(current):
             raise ClusterError(f"a local raynb cluster runs in RAYNB_HOME {raynb_home()}: `raynb stop` "
                                "it first, or use another RAYNB_HOME for the Ray-backed one")
     ray, connected = init_ray(ray_address)
@@ -183,13 +181,28 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
         local = _local_info(info)
         write_connection_file(local)
         if started:
-            from .local import wait_for_workers
-
-            wait_for_workers(local, info["workers"], timeout)
+            _wait_for_workers(local, info["workers"], timeout)
         return local, started
     finally:
         if connected:
             ray.shutdown()
+
+
+def _wait_for_workers(info: dict, num_workers: int, timeout: float) -> None:
+    """Until the head counts ``num_workers`` workers (the agents' zygotes forked them)."""
+    from ..control import Client
+
+    c = Client(info["address"], info["key"].encode(), info)
+    deadline = time.monotonic() + timeout
+    try:
+        while len(c.status(timeout=max(1.0, deadline - time.monotonic()))["workers"]) < num_workers:
+            if time.monotonic() > deadline:
+                raise ClusterError(f"only some of the {num_workers} workers on Ray became ready in "
+                                   f"{timeout:.0f}s; see the node-*.log files in {raynb_home() / 'ray' / 'logs'} "
+                                   "on each Ray node")
+            time.sleep(0.05)
+    finally:
+        c.close()
 
 
 def _local_info(info: dict) -> dict:
