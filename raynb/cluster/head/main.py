@@ -11,6 +11,7 @@ import time
 from .. import protocol as P
 from ..connection import remove_connection_file, write_connection_file
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
+from . import addons
 from .server import Head
 
 log = logging.getLogger("raynb.head")
@@ -38,6 +39,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
     key = P.key_from_env()
     head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout)
+    head.jobs = addons.install(head)  # jobs (`raynb submit`) and launchers' node events (head/addons.py)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

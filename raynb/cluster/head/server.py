@@ -18,7 +18,7 @@ import zmq
 
 from .. import protocol as P
 from ..procutil import describe_exit, signal_name
-from . import addons, scheduler
+from . import scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -89,8 +89,8 @@ class Head:
             P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
             P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
+            P.RELEASE_DATA: lambda msg: self.pool.free_data(msg.content["key"]),
         }
-        self.jobs = addons.install(self)  # jobs (`raynb submit`) and launchers' node events
         self.store.load_archive()
 
     @property
@@ -404,6 +404,7 @@ class Head:
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
+        self.pool.free_data(run.run_id)  # its shared-memory data on every node
         run.result = []
         self.store.prune()
 
