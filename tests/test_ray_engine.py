@@ -149,6 +149,40 @@ def test_four_ranks_across_two_ray_nodes_all_reduce(rayc):
     assert all(r["cuda"] == "" for r in ranks), "Ray gave no GPU: the ranks see none"
 
 
+def _read_shard(config):
+    import torch
+
+    from raynb.train import get_context, get_dataset_shard, report
+
+    shard = get_dataset_shard("train")
+    ids = []
+    for batch in shard.iter_torch_batches(batch_size=7):
+        assert isinstance(batch["id"], torch.Tensor)
+        ids += batch["id"].tolist()
+    import torch.distributed as dist
+
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, {"rank": get_context().get_world_rank(), "ids": ids, "count": shard.count(),
+                                      "cuda_initialized": torch.cuda.is_initialized()})
+    report({"ranks": everyone})
+
+
+def test_a_ray_dataset_feeds_two_ranks_disjoint_complete_rows(rayc, tmp_path):
+    ds = ray.data.from_items([{"id": i} for i in range(100)])  # blocks in the object store: no CPU needed
+    storage = tmp_path / "results"
+    result = TorchTrainer(_read_shard, datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=2),
+                          run_config=RunConfig(verbose=0, storage_path=str(storage))).fit()
+    assert result.error is None, result.error
+    rows = result.metrics["ranks"]
+    by_rank = {r["rank"]: r["ids"] for r in rows}
+    assert set(by_rank) == {0, 1}
+    assert len(by_rank[0]) == len(by_rank[1]) == 50 == rows[0]["count"]
+    assert not set(by_rank[0]) & set(by_rank[1])
+    assert sorted(by_rank[0] + by_rank[1]) == list(range(100))
+    assert not any(r["cuda_initialized"] for r in rows)
+    assert not os.listdir(storage / ".ray_data"), "the per-rank split files were left"
+
+
 def test_ray_node_added_later_gets_an_agent_and_is_used(rayc):
     new = rayc["cluster"].add_node(num_cpus=2)
     rayc["nodes"].append(new)
