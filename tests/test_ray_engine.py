@@ -184,16 +184,23 @@ def test_a_ray_dataset_feeds_two_ranks_disjoint_complete_rows(rayc, tmp_path):
 
 
 def test_ray_node_added_later_gets_an_agent_and_is_used(rayc):
-    new = rayc["cluster"].add_node(num_cpus=2)
+    # With 2 GPUs as Ray counts them (this machine has none: the CPU-visible part of the
+    # GPU plumbing is what is checked: the GPUs Ray gave the agent, and what ranks see).
+    new = rayc["cluster"].add_node(num_cpus=2, num_gpus=2)
     rayc["nodes"].append(new)
     t = time.monotonic()
     wait_for(lambda: len(status()["workers"]) == 6, 60, "the new Ray node's workers did not come up")
     joined_s = time.monotonic() - t
     node = next(n for n in status()["nodes"] if n["labels"]["ray_node_id"] == new.node_id)
+    assert node["gpus"] == [0, 1] and node["labels"]["ray_gpu_ids"] == "0,1"
+    assert ray.available_resources().get("GPU", 0) == 0, "the agent holds the node's GPUs"
     result = _fit(_allreduce, 6)
     assert result.error is None, result.error
     assert result.metrics["sum"] == 21.0
-    assert sum(r["node"] == node["node_id"] for r in result.metrics["ranks"]) == 2
+    on_new = [r for r in result.metrics["ranks"] if r["node"] == node["node_id"]]
+    assert len(on_new) == 2
+    assert all(r["cuda"] == "0,1" for r in on_new), "ranks see exactly the GPUs Ray gave their agent"
+    assert all(r["cuda"] == "" for r in result.metrics["ranks"] if r not in on_new)
     rayc["joined_s"] = joined_s
     rayc["pids"] |= raynb_pids()
 
@@ -255,7 +262,8 @@ def test_ray_node_killed_mid_run_restarts_from_checkpoint_on_the_others(rayc, tm
         wait_for(lambda: os.path.exists(flag), 120, "the run never reached epoch 1")
         st = status()
         busy = {w["node_id"] for w in st["workers"] if w["run"]}
-        node = next(n for n in st["nodes"] if n["node_id"] in busy)
+        newest = rayc["nodes"][-1].node_id  # the GPU node stays (the stop test counts its GPUs)
+        node = next(n for n in st["nodes"] if n["node_id"] in busy and n["labels"]["ray_node_id"] != newest)
         killed["node_id"] = node["node_id"]
         rayc["cluster"].remove_node(by_node[node["labels"]["ray_node_id"]], allow_graceful=False)
         rayc["nodes"].remove(by_node[node["labels"]["ray_node_id"]])
@@ -299,7 +307,7 @@ def test_stop_gives_ray_its_resources_back_and_leaves_nothing(rayc):
     assert names == []
     before = {k: v for k, v in rayc["before"].items() if not k.startswith("node:")}
     # The CPUs of the node killed before are gone with it; every other one is back.
-    expected = dict(before, CPU=before["CPU"] - 2 + 2)  # one 2-CPU node killed, one added
+    expected = dict(before, CPU=before["CPU"] - 2 + 2, GPU=2.0)  # a 2-CPU node killed, a 2-CPU 2-GPU one added
     wait_for(lambda: {k: v for k, v in ray.available_resources().items()
                       if k in ("CPU", "GPU")} == {k: v for k, v in expected.items() if k in ("CPU", "GPU")},
              15, f"Ray's resources are {ray.available_resources()}, not {expected}")
