@@ -71,3 +71,13 @@ def test_bad_worker_counts_are_refused_before_ray_is_touched():
         start_on_ray("127.0.0.1:1", workers_per_node=0)
     with pytest.raises(ValueError, match="gpus_per_node must be a whole number"):
         start_on_ray("127.0.0.1:1", gpus_per_node=-1)
+
+
+def test_storage_path_uri_of_an_object_store_is_refused_with_the_fix():
+    from raynb.cluster.storage_uri import local_path_of
+
+    assert local_path_of("file:///tmp/a%20b") == "/tmp/a b"
+    with pytest.raises(ValueError, match=r"s3:// file system: .*mount it on every node"):
+        local_path_of("s3://bucket/results")
+    with pytest.raises(ValueError, match="not a URI pyarrow.fs can open"):
+        local_path_of("file://otherhost/results")

@@ -171,7 +171,7 @@ def test_a_ray_dataset_feeds_two_ranks_disjoint_complete_rows(rayc, tmp_path):
     ds = ray.data.from_items([{"id": i} for i in range(100)])  # blocks in the object store: no CPU needed
     storage = tmp_path / "results"
     result = TorchTrainer(_read_shard, datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0, storage_path=str(storage))).fit()
+                          run_config=RunConfig(verbose=0, storage_path=f"file://{storage}")).fit()
     assert result.error is None, result.error
     rows = result.metrics["ranks"]
     by_rank = {r["rank"]: r["ids"] for r in rows}
@@ -181,6 +181,7 @@ def test_a_ray_dataset_feeds_two_ranks_disjoint_complete_rows(rayc, tmp_path):
     assert sorted(by_rank[0] + by_rank[1]) == list(range(100))
     assert not any(r["cuda_initialized"] for r in rows)
     assert not os.listdir(storage / ".ray_data"), "the per-rank split files were left"
+    assert os.path.dirname(result.path) == str(storage)  # a pyarrow.fs file:// URI is that directory
 
 
 def test_ray_node_added_later_gets_an_agent_and_is_used(rayc):

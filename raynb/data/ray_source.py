@@ -113,6 +113,10 @@ def split_ray_datasets(datasets: dict, world_size: int, storage_path: str) -> tu
     """The datasets with each Ray one split for ``world_size`` ranks into files under
     ``storage_path/.ray_data``; returns (datasets, the directories to remove afterwards)."""
     out, dirs = {}, []
+    if "://" in storage_path:
+        from ..cluster.storage_uri import local_path_of
+
+        storage_path = local_path_of(storage_path)
     for name, ds in datasets.items():
         if isinstance(getattr(ds, "_source", None), RayPendingSource):
             root = os.path.join(os.path.expanduser(storage_path), ".ray_data", f"{name}-{uuid.uuid4().hex[:8]}")
