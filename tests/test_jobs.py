@@ -62,6 +62,10 @@ def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monk
         assert state == "SUCCEEDED", text
         assert [f"line {i} hello" for i in range(20)] == text.splitlines()[:20]
         assert "fit 42" in text  # the driver found its cluster (the head's RAYNB_HOME)
+        import raynb
+
+        name = raynb.runs()["name"].iloc[-1]  # the job's run, attached from here
+        assert raynb.attach(name, verbose=0).metrics["x"] == 42
         work_dir = jobs[0]["working_dir"]
         assert os.stat(work_dir).st_mode & 0o077 == 0 and (os.path.basename(work_dir) == "work")
         listed = _cli("jobs", "list")
