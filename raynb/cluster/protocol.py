@@ -63,11 +63,6 @@ PING = "ping"
 LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"              # {"name"}: one run's record
 ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
-NODE_LOST = "node_lost"          # {"node_id", "reason"}: a launcher saw the node die (Ray's node events)
-SUBMIT_JOB = "submit_job"        # {"entrypoint": [argv], "env"?}; buffers[0]? = the working dir (.tar.gz)
-LIST_JOBS = "list_jobs"          # {}
-JOB_LOGS = "job_logs"            # {"job_id", "offset"}: the job's output from byte ``offset``
-STOP_JOB = "stop_job"            # {"job_id"}
 RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
 # head -> client
 HELLO_REPLY = "hello_reply"
@@ -79,10 +74,6 @@ ERROR = "error"                  # {"message"}: a request the head refused
 PONG = "pong"                    # also the head's answer to a node's stats
 RUNS_REPLY = "runs_reply"        # {"runs": [summary, ...]}
 RUN_RECORD = "run_record"        # {"record": {...}}: answer to get_run / attach_run
-NODE_LOST_REPLY = "node_lost_reply"  # {"known": bool}
-JOB_REPLY = "job_reply"          # {"job": {...}}: answer to submit_job / stop_job
-JOBS_REPLY = "jobs_reply"        # {"jobs": [{...}, ...]}
-JOB_LOGS_REPLY = "job_logs_reply"  # {"job_id", "text", "offset", "state"}
 # node agent -> head
 NODE_REGISTER = "node_register"  # {"node_id", ..., "num_workers", "max_workers", "gpus", "cpus"}
 WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal", "reason"?}
@@ -102,8 +93,21 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+# a rank on a node without the run's storage -> head (``ckpt_transfer``)
+CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report", "worker_id", "transfer",
+                                       #  "path", "offset"}; buffers[0] = a piece of the file
+CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
+CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
+                                       #  "path"?, "offset"?}: the file list, or one piece
+# head -> that rank
+CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
+CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
 # any direction
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
+
+# Jobs' and launchers' messages (client <-> head), in a module of their own: names and schemas.
+from .protocol_jobs import JOB_SCHEMAS, LIST_JOBS, NODE_LOST, SUBMIT_JOB, JOB_LOGS, STOP_JOB  # noqa: E402,F401
+from .protocol_jobs import JOB_LOGS_REPLY, JOB_REPLY, JOBS_REPLY, NODE_LOST_REPLY  # noqa: E402,F401
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
@@ -129,15 +133,15 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR}),
+        "experiment?": _STR, "placement_strategy?": _STR}),
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
-                           "labels?": MapOf(str)}),
+                           "shared_storage?": bool, "labels?": MapOf(str)}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
-    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "workers": MapOf(Record({
+    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
         "pid?": _PID, "cpu_percent?": _NUM, "rss?": _INT, "frozen?": bool, "gpu?": _INT, "gpu_util?": _NUM,
         "gpu_mem_used?": _INT, "gpu_mem_total?": _INT}))}),
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
@@ -153,23 +157,24 @@ SCHEMAS: dict[str, Record] = {
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
         "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
         "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None), "num_threads?": (Int(1, 1 << 16), None),
+        "stream_checkpoints?": bool, "node_id?": str,
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    CHECKPOINT_FILE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "path": str, "offset": Int(0)}),
+    CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "files": MapOf(str)}),
+    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
+                              "checkpoint": str, "path?": str, "offset?": Int(0)}),
+    CHECKPOINT_ACK: Record({"path": str}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
     RUN_EVENT: Record({"run_id": str, "event": dict}),
     RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
     ERROR: Record({"message": str}),
     RUNS_REPLY: Record({"runs": ListOf(dict)}),
     RUN_RECORD: Record({"record": dict}),
-    NODE_LOST: Record({"node_id": str, "reason": str}),
-    NODE_LOST_REPLY: Record({"known": bool}),
-    SUBMIT_JOB: Record({"entrypoint": ListOf(str), "env?": MapOf(str), "job_id?": _STR}),
-    JOB_LOGS: Record({"job_id": str, "offset": Int(0)}),
-    STOP_JOB: Record({"job_id": str}),
-    JOB_REPLY: Record({"job": dict}),
-    JOBS_REPLY: Record({"jobs": ListOf(dict)}),
-    JOB_LOGS_REPLY: Record({"job_id": str, "text": str, "offset": Int(0), "state": str}),
+    **JOB_SCHEMAS,
 }
 
 

@@ -28,6 +28,7 @@ import time
 import cloudpickle
 import zmq
 
+from . import curve
 from . import protocol as P
 from . import task_context
 from .module_reload import UserModules
@@ -128,6 +129,7 @@ class Worker:
         dealer = self.ctx.socket(zmq.DEALER)
         P.configure_socket(dealer)
         dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))
+        curve.secure_client(dealer, curve.from_env())  # off loopback: CurveZMQ, as every link
         dealer.connect(self.address)
         pull = self.ctx.socket(zmq.PULL)
         pull.bind("inproc://raynb-out")

@@ -5,7 +5,8 @@ run inside Ray's worker processes:
 
 - ``HeadActor`` (named ``raynb-head`` in namespace ``raynb``, detached, pinned to the Ray
   head node, no CPU): starts raynb's head (``python -m raynb.cluster.head
-  --no-local-node``) as its child, listening on the Ray node's IP; places one
+  --workers 0``: no node agent of its own) as its child, listening on the Ray node's IP
+  (off loopback: CurveZMQ, its client keys passed on to the agents); places one
   ``NodeAgentActor`` per Ray node and, from a watcher thread polling ``ray.nodes()``
   every ``WATCH_S``, one on each node that joins later; tells the head (``node_lost``)
   when a Ray node dies or its agent actor does, so those ranks fail their runs at once
@@ -39,6 +40,7 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from .. import curve
 from .. import protocol as P
 from ..connection import open_private, private_dir, read_connection_file
 from ..control import Client
@@ -77,7 +79,8 @@ class NodeAgentActor:
     def __init__(self, cfg: dict):
         os.environ.update(cfg["env"])
         self.gpu_ids = [str(int(g)) if float(g).is_integer() else str(g) for g in ray.get_gpu_ids()]
-        env = python_env({"RAYNB_KEY": cfg["key"], "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids)})
+        env = python_env({"RAYNB_KEY": cfg["key"], "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids),
+                          **curve.to_env(cfg.get("curve"))})
         cmd = [sys.executable, "-m", NODE_MODULE, "--address", cfg["address"],
                "--workers", str(cfg["workers"]), "--max-workers", str(cfg["max_workers"]),
                "--node-id", cfg["node_id"], "--die-with-parent", "--cpus", str(max(1, cfg["cpus"])),
@@ -136,7 +139,7 @@ class HeadActor:
             return self.info()
         key, token = P.new_key(), uuid.uuid4().hex
         host = ray.util.get_node_ip_address()
-        cmd = [sys.executable, "-m", HEAD_MODULE, "--no-local-node", "--workers", "0",
+        cmd = [sys.executable, "-m", HEAD_MODULE, "--workers", "0",  # 0: no local node agent
                "--host", host, "--port", str(int(self.cfg.get("port") or 0)), "--token", token]
         self.head = _start_child(cmd, python_env({"RAYNB_KEY": key.decode()}), "head.log")
         deadline = time.monotonic() + timeout
@@ -248,6 +251,7 @@ class HeadActor:
                     f"{cpus} workers, {gpus} GPUs")
         node_id = f"ray-{nid[:8]}"
         cfg = {"address": self.info_["address"], "key": self.info_["key"], "node_id": node_id,
+               "curve": self.info_.get("curve"),
                "ray_node_id": nid, "workers": cpus, "cpus": cpus, "note": note, "env": self.cfg["env"],
                "max_workers": self.cfg.get("max_workers_per_node") or cpus}
         name = agent_name(nid)

@@ -211,7 +211,8 @@ def _local_info(info: dict) -> dict:
     same_host = info.get("hostname") == socket.gethostname()
     return {"address": info["address"], "key": info["key"], "workers": info["workers"],
             "pids": {"head": info["pids"]["head"]} if same_host else {}, "created": time.time(),
-            "version": info.get("version"), "token": uuid.uuid4().hex, "ray": info["ray"]}
+            "version": info.get("version"), "token": uuid.uuid4().hex, "ray": info["ray"],
+            **({"curve": info["curve"]} if info.get("curve") else {})}
 
 
 def ray_info(ray_address: str | None = "auto") -> dict | None:
