@@ -133,6 +133,14 @@ def test_start_places_one_agent_per_ray_node_holding_its_cpus(rayc):
     for nid in agents:
         assert f"ray node id {nid}" in text
     assert len(st["workers"]) == 4
+    # A second start finds it; connect(ray_address=) attaches to the same head; the CLI shows it.
+    again, started = ray_engine.start_on_ray(cluster.address)
+    assert not started and again["address"] == rayc["info"]["address"]
+    raynb.disconnect()
+    assert raynb.connect(ray_address=cluster.address).info["address"] == again["address"]
+    cli = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 0 and all(f"ray node id {nid}" in cli.stdout for nid in agents), cli.stdout + cli.stderr
+    assert "Ray had 0 CPUs" in cli.stdout
     # Ray's CPUs are held: nothing is free, and a Ray task that asks for one waits.
     assert ray.available_resources().get("CPU", 0) == 0
     rayc["pids"] |= raynb_pids()
@@ -301,7 +309,8 @@ def test_stop_gives_ray_its_resources_back_and_leaves_nothing(rayc):
     pids = rayc["pids"] | raynb_pids()
     ray_procs = [p for p in psutil.Process().children(recursive=True)
                  if p.name() in ("raylet", "gcs_server")]
-    assert ray_engine.stop_on_ray(rayc["info"])
+    cli = subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0 and "raynb cluster stopped" in cli.stdout, cli.stdout + cli.stderr
     assert ray.get(waiting, timeout=30)  # the CPUs came back to Ray
     wait_for(lambda: not alive(pids), 15, f"raynb processes {alive(pids)} were left")
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == "raynb"]
