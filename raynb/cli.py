@@ -28,9 +28,10 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"raynb {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     s = sub.add_parser("start", help="start the local cluster in the background")
-    s.add_argument("--workers", type=non_negative_int, default=None,
-                   help="warm workers to keep on this machine (default 4; 0: a head alone; with --ray: "
-                        "per Ray node, default its free CPUs)")
+    s.add_argument("--workers", type=positive_int, default=None,
+                   help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)")
+    s.add_argument("--head-only", action="store_true",
+                   help="no workers on this machine: only those of the nodes that join")
     s.add_argument("--max-workers", type=positive_int, default=None, help="most workers this machine may hold")
     s.add_argument("--host", default="127.0.0.1", help="address of the interface the head listens on "
                    "(default 127.0.0.1; off loopback every link is CurveZMQ and it prints how to join)")
@@ -90,7 +91,7 @@ def main(argv=None) -> int:
             try:
                 info, started = start_cluster(4 if args.workers is None else args.workers, args.max_workers, host=args.host,
                                               port=args.port, idle_timeout_s=args.idle_timeout,
-                                              key_file=args.key_file)
+                                              key_file=args.key_file, head_only=args.head_only)
             except ValueError as e:
                 ap.error(str(e))
             from .cluster.connection import connection_file_path

@@ -247,7 +247,7 @@ SLEEPY_RUN = """
             time.sleep(1.0)
             report({"epoch": epoch})
 
-    raynb.connect(KEY_FILE)
+    raynb.connect(ADDRESS, key_file=KEY_FILE)     # the tcp:// form, with the copied key file
     r = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(name=NAME)).fit()
     print(json.dumps({"error": None if r.error is None else str(r.error),
                       "epochs": [int(e) for e in r.metrics_dataframe["epoch"]]}))

@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 
 from .. import protocol as P
@@ -20,6 +21,8 @@ from ..ckpt_transfer import PIECE_BYTES
 from .run import Run
 
 log = logging.getLogger("raynb.head")
+
+STALE_S = 600.0  # an upload unfinished this long is dropped (its rank died, or its attempt ended)
 
 
 def _safe(rel: str) -> bool:
@@ -69,9 +72,10 @@ class Transfers:
                 t["bad"] = f"refused piece of {c['path']!r} (not this rank's run, or an unsafe path)"
             return
         if t is None:
+            self._forget_stale()
             stage = self._stage(run, c)
             tmp = stage / f".tmp_rank_{c['rank']}_{c['transfer'][:8]}"
-            t = self._open[c["transfer"]] = {"dir": tmp, "hashes": {}, "bad": None}
+            t = self._open[c["transfer"]] = {"dir": tmp, "hashes": {}, "bad": None, "at": time.monotonic()}
             try:
                 stage.mkdir(parents=True, exist_ok=True, mode=0o700)
                 tmp.mkdir(mode=0o700)
@@ -86,22 +90,33 @@ class Transfers:
         piece = P.buffer_bytes(msg.buffers[0]) if msg.buffers else b""
         path = t["dir"] / c["path"]
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, piece)
-            finally:
-                os.close(fd)
+            if t.get("file") != c["path"]:   # the transfer's next file: one fd per file
+                _close(t)
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                t["fd"] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                t["file"] = c["path"]
+            os.write(t["fd"], piece)
         except OSError as e:
+            _close(t)
             t["bad"] = f"the head cannot write {path}: {e}"
             return
         h[0].update(piece)
         h[1] += len(piece)
         self.bytes_in += len(piece)
 
+    def _forget_stale(self) -> None:
+        """Uploads whose rank died midway: their fd closed, their half files removed."""
+        now = time.monotonic()
+        for tid, t in list(self._open.items()):
+            if now - t["at"] > STALE_S:
+                _close(self._open.pop(tid))
+                shutil.rmtree(t["dir"], ignore_errors=True)
+
     def on_done(self, msg: P.Message) -> None:
         c = msg.content
         t = self._open.pop(c["transfer"], None)
+        if t is not None:
+            _close(t)
         run = self._run_of(msg)
         if run is None:
             if t is not None:
@@ -163,6 +178,13 @@ class Transfers:
 
     def status(self) -> dict:
         return {"bytes_in": self.bytes_in, "files_in": self.files_in, "bytes_out": self.bytes_out}
+
+
+def _close(t: dict) -> None:
+    fd = t.pop("fd", None)
+    t.pop("file", None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _sha256(path: Path) -> str:
