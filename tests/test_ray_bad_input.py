@@ -34,10 +34,11 @@ def test_ray_version_outside_the_range_names_both_versions():
             check_ray_version(v)
 
 
-def test_start_ray_without_ray_installed_says_to_install_the_extra():
+def test_start_ray_without_ray_installed_says_to_install_the_extra(tmp_path):
     # A Ray that cannot be imported (None in sys.modules makes `import ray` fail).
     r = _py("import sys; sys.modules['ray'] = None\n"
-            "from raynb.cli import main; sys.exit(main(['start', '--ray']))")
+            "from raynb.cli import main; sys.exit(main(['start', '--ray']))",
+            env={"RAYNB_HOME": str(tmp_path / "home")})
     assert r.returncode == 2, r.stderr
     assert 'pip install "raynb[ray]"' in r.stderr and "not installed" in r.stderr
 

@@ -148,6 +148,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
         _positive_or_none(name, value)
     if workers_per_node == 0:
         raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
+    import_ray()  # no Ray, or the wrong one: said first
     current = read_connection_file()
     if current is not None and not current.get("ray"):
         if head_alive(current):
