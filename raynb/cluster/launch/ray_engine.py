@@ -113,7 +113,7 @@ def _head_actor(ray):
         return None
 
 
-def _positive_or_none(name: str, value) -> None:
+def _count_or_none(name: str, value) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
         raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
 
@@ -145,7 +145,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
     """
     for name, value in (("workers_per_node", workers_per_node), ("gpus_per_node", gpus_per_node),
                         ("max_workers_per_node", max_workers_per_node)):
-        _positive_or_none(name, value)
+        _count_or_none(name, value)
     if workers_per_node == 0:
         raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
     import_ray()  # no Ray, or the wrong one: said first
