@@ -88,6 +88,7 @@ FREE_DATA = "free_data"          # {"key"}: remove the node's shared-memory segm
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
+TASK_EVENTS = "task_events"      # {"run_id", "rank", "events": [...]}: a burst of them, signed once
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
 # head -> worker
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
@@ -147,6 +148,7 @@ SCHEMAS: dict[str, Record] = {
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
                           "store_port?": (Int(1, 65535), None), "cpu_percent?": _NUM, "rss?": _INT}),
     TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
+    TASK_EVENTS: Record({"run_id": str, "rank": _RANK, "events": ListOf(_EVENT)}),
     TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),

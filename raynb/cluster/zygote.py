@@ -60,6 +60,9 @@ def _preload() -> None:
     # the cluster layer does not depend on them, it only warms the workers' cache.
     for name in PRELOAD_MODULES:
         importlib.import_module(name)
+    from .module_reload import warm
+
+    warm()  # the ~2,000 modules above are classified once here, not in every worker
 
 
 def _private_tmpdir(worker_id: str) -> None:

@@ -199,7 +199,29 @@ class RunController:
             # wait on the dead one in a collective, so the dead-peer grace applies from now.
             run.deadline = min(run.deadline, self.clock() + DEAD_PEER_GRACE_S)
         self._rank_failed(run, DEAD_PEER_GRACE_S)
+        self._kill_blocked(run)  # peers that said they are stuck (rank_blocked) will not return
         self._maybe_all_stopped(run)
+
+    def rank_blocked(self, run: Run, rank: int) -> None:
+        """Rank ``rank`` was cancelled and is still inside a call no interrupt reaches
+        (its worker says so ``worker.BLOCKED_AFTER_S`` after the cancel; most likely a
+        collective). When a peer of it died, it cannot return: it is killed now, not at
+        the end of ``DEAD_PEER_GRACE_S`` (the grace follows the peers). Otherwise (a
+        cancel, a peer's exception) the grace stands: a long C call may still return."""
+        if not run.finishing or rank in run.done:
+            return
+        run.blocked.add(rank)
+        self._kill_blocked(run)
+        self._maybe_all_stopped(run)
+
+    def _kill_blocked(self, run: Run) -> None:
+        if "died" not in run.done.values():
+            return
+        for rank in sorted(run.blocked):
+            if rank not in run.done and self.effects.kill_rank(run, rank):
+                log.info("run %s: rank %d is blocked and a peer died; killed it", run.name, rank)
+                run.done[rank] = "killed"
+        run.blocked.clear()
 
     def tick(self, run: Run) -> None:
         """Ranks that did not return within the grace period are killed; their node
@@ -304,7 +326,7 @@ class RunController:
         run.store.discard_staging()
         run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
         run.attempt += 1
-        run.done, run.errors, run.deadline = {}, [], None
+        run.done, run.errors, run.deadline, run.blocked = {}, [], None, set()
         latest = run.store.latest
         limit = "unlimited" if max_failures < 0 else max_failures
         text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "

@@ -10,7 +10,8 @@ import time
 
 from .. import curve
 from .. import protocol as P
-from ..connection import remove_connection_file, write_connection_file
+from .. import spare_files
+from ..connection import raynb_home, remove_connection_file, write_connection_file
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from . import addons
 from .server import Head
@@ -67,10 +68,12 @@ def main(argv=None) -> int:
         head.connection_info["curve"] = curve.client_part(head.curve_keys)
     write_connection_file(head.connection_info)
     log.info("head listening on %s", head.address)
+    spare_files.install(raynb_home() / "spare")  # run directories' new files, made ahead of time
     try:
         head.serve()
     finally:
         remove_connection_file()
         head.jobs.stop_all()  # a job's driver ends with its cluster (as a Ray job's does)
         head.close()
+        spare_files.uninstall()
     return 0

@@ -16,9 +16,8 @@ import time
 
 import zmq
 
-from .. import protocol as P
-from .. import curve
-from . import scheduler
+from .. import chunking, curve, event_batch, protocol as P
+from . import progress_relay, scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
@@ -90,10 +89,10 @@ class Head(NodeEvents):
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
             P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
-            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run,
-            P.CANCEL_RUN: self.on_cancel_run, P.NODE_REGISTER: self.on_node_register,
-            P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
-            P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
+            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run, P.CANCEL_RUN: self.on_cancel_run,
+            P.NODE_REGISTER: self.on_node_register, P.WORKER_READY: self.on_worker_ready,
+            P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
+            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, event_batch.unbatch(m))],
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
             P.RELEASE_DATA: lambda msg: self.pool.free_data(msg.content["key"]),
         }
@@ -163,7 +162,8 @@ class Head(NodeEvents):
         self.session.rejects.flush(due_only=True)
         for run in list(self.runs.values()):
             self.controller.tick(run)
-            if run.state == "RUNNING":
+            progress_relay.flush(run, self.emit)
+            if run.state not in TERMINAL:
                 self.store.flush(run)
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
@@ -217,9 +217,8 @@ class Head(NodeEvents):
             "checkpoint_transfers": self.transfers.status(),
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
-            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state,
-                      "world_size": r.world_size, "path": str(r.rundir.path)}
-                     for r in self.runs.values()],
+            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
+                      "path": str(r.rundir.path)} for r in self.runs.values()],
         }
 
     def on_shutdown(self, msg: P.Message) -> None:
@@ -243,7 +242,7 @@ class Head(NodeEvents):
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
-            run = self.store.create(spec, msg.identity, list(msg.buffers), P.buffer_bytes(msg.buffers[0]))
+            run = self.store.create(spec, msg.identity, list(msg.buffers), chunking.view(msg.buffers[0]))
         except RunRefused as e:
             return refuse(str(e))
         self.queue.add(run)
@@ -279,11 +278,13 @@ class Head(NodeEvents):
         event = c["event"]
         event["rank"] = rank
         kind = event.get("kind")
+        if kind == "blocked":  # its cancel did not stop it: stuck in a collective? (Worker._cancel)
+            return self.controller.rank_blocked(run, rank)
         if kind == "output" and isinstance(event.get("text"), str):
             self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):
             self.store.report(run, rank, event)
-            self.emit(run, event)
+            progress_relay.relay(run, rank, event, self.emit)  # rank 0's whole, the others' counted
             if run.staged:
                 self.store.commit_checkpoints(run)
             return
@@ -304,6 +305,7 @@ class Head(NodeEvents):
 
     # -- what the controller asks of the head (controller.Effects) ---------------
     def emit(self, run: Run, event: dict) -> None:
+        progress_relay.flush(run, self.emit)  # the ranks' progress goes before what follows it
         event.setdefault("time", time.time())
         self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
 
@@ -357,7 +359,7 @@ class Head(NodeEvents):
     def schedule(self) -> None:
         self.queue.schedule()
 
-    def run_ended(self, run: Run) -> None:
+    def run_ended(self, run: Run) -> None:  # after the end's state event (progress went before it)
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
