@@ -74,11 +74,17 @@ class NodeAgent:
         shared_storage: this host mounts the head's ``storage_path`` at the same path
             (else its ranks stream their checkpoints to the head).
         reconnect_s: how long to keep registering again after losing the head (0: exit).
+        cpus: the cores its workers may use, as reported to the head (None: this
+            process's CPU affinity); a launcher that reserved cores (Ray) passes its share.
+        labels: ``{name: value}`` strings shown by ``raynb status`` (the Ray node id).
+        note: the first line ``raynb status`` shows for this node (e.g. that it got fewer
+            CPUs than asked), until the zygote has news.
     """
 
     def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
                  node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
-                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0):
+                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0,
+                 *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None):
         self.address = address
         self.key = key
         self.num_workers = num_workers
@@ -101,7 +107,9 @@ class NodeAgent:
         self._next_index = 0
         self._stop = False
         self._zygote_starts: list[float] = []
-        self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
+        self.note: str | None = note  # what went wrong with the zygote, for `raynb status`
+        self.cpus = cpus
+        self.labels = dict(labels or {})
         log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.tmp_dir = _workers_tmp_dir(self.node_id)
@@ -220,9 +228,9 @@ class NodeAgent:
         self.session.send(self.sock, P.NODE_REGISTER, {
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": node_cpus(),
-            "shared_storage": self.shared_storage, "data_port": self.data.port,
-            "data_key": self.data.public_key})
+            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": self.cpus or node_cpus(),
+            "shared_storage": self.shared_storage, "data_port": self.data.port, "data_key": self.data.public_key,
+            **({"labels": self.labels} if self.labels else {})})
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
@@ -389,13 +397,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-workers", type=int, default=default_max_workers())
     ap.add_argument("--node-id", default=None)
     ap.add_argument("--die-with-parent", action="store_true")
+    ap.add_argument("--cpus", type=int, default=None, help="cores reported to the head")
+    ap.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                    help="shown by `raynb status` (repeatable)")
+    ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
     args = ap.parse_args(argv)
+    labels = dict(item.partition("=")[::2] for item in args.label)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
     if args.die_with_parent:
         die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id,
-                      curve.from_env())
+                      curve.from_env(), cpus=args.cpus, labels=labels, note=args.note)
     return agent.serve()
 
 

@@ -325,7 +325,19 @@ class TorchTrainer:
             extra["resume"] = True
         from .datasets import with_datasets
 
-        fn = with_datasets(self.train_loop_per_worker, self.datasets)
-        result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config, extra=extra)
+        import shutil
+
+        from ..cluster.rundir import default_storage_path
+        from ..data.ray_source import split_ray_datasets
+
+        datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.num_workers,
+                                                  self.run_config.storage_path or default_storage_path())
+        try:
+            fn = with_datasets(self.train_loop_per_worker, datasets)
+            result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,
+                                    extra=extra)
+        finally:
+            for d in split_dirs:  # a Ray Dataset's per-rank files
+                shutil.rmtree(d, ignore_errors=True)
         return result
 

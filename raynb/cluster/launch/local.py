@@ -70,7 +70,7 @@ def _live_cluster() -> dict | None:
     info = read_connection_file()
     if info is None:
         return None
-    if head_alive(info):
+    if head_alive(info) or (info.get("ray") and not info.get("pids")):  # a Ray head elsewhere: ask it
         c = Client(info["address"], info["key"].encode(), info)
         try:
             if c.ping(timeout=3.0):
@@ -282,6 +282,10 @@ def stop_cluster(timeout: float = 10.0) -> bool:
     info = read_connection_file()
     if info is None:
         return False
+    if info.get("ray"):  # raynb on a Ray cluster: its actors, through Ray (ray_engine)
+        from .ray_engine import stop_on_ray
+
+        return stop_on_ray(info)
     procs = []
     for pid in cluster_pids(info):
         try:
