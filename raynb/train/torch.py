@@ -194,6 +194,9 @@ class TorchTrainer:
     (as ``raynb.connect()``).
     """
 
+    _name_prefix = "TorchTrainer"  # the run directory's prefix (XGBoostTrainer's own)
+    _total_epochs: int | None = None  # the progress bars' total when config["epochs"] is not it
+
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
                  datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None):
@@ -295,6 +298,7 @@ class TorchTrainer:
         if self._resume:
             extra["resume"] = True
         result, _ = execute_run(self.train_loop_per_worker, self.train_loop_config,
-                                self.scaling_config, self.run_config, extra=extra)
+                                self.scaling_config, self.run_config, extra=extra,
+                                name_prefix=self._name_prefix, epochs=self._total_epochs)
         return result
 

@@ -1,0 +1,157 @@
+"""XGBoostTrainer on the real warm cluster: one model over 2 and 4 ranks through
+xgboost's collective, the same log-loss as one process, identical boosters on every rank,
+checkpoints, resume after a rank dies, and bad input named before anything ships."""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+
+import cloudpickle
+import numpy as np
+import pandas as pd
+import pytest
+
+xgboost = pytest.importorskip("xgboost")
+
+from raynb.errors import RunError  # noqa: E402
+from raynb.train import FailureConfig, RunConfig, ScalingConfig  # noqa: E402
+from raynb.train.xgboost import RayTrainReportCallback, XGBoostTrainer, communicator  # noqa: E402
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 4, "eta": 0.3,
+          "tree_method": "hist", "seed": 0}
+
+
+def _frames(n=6000, d=12, seed=0):
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=n, n_features=d, n_informative=6, random_state=seed)
+    df = pd.DataFrame(X, columns=[f"f{i}" for i in range(d)]).assign(y=y)
+    cut = int(n * 0.8)
+    return df.iloc[:cut].reset_index(drop=True), df.iloc[cut:].reset_index(drop=True)
+
+
+def _single(train, valid, rounds):
+    dtrain = xgboost.QuantileDMatrix(train.drop(columns="y"), label=train["y"])
+    dvalid = xgboost.QuantileDMatrix(valid.drop(columns="y"), label=valid["y"], ref=dtrain)
+    log = {}
+    booster = xgboost.train(dict(PARAMS, nthread=1), dtrain, rounds, evals=[(dvalid, "valid")],
+                            evals_result=log, verbose_eval=False)
+    return booster, log["valid"]["logloss"][-1]
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_distributed_logloss_matches_single_process(warm, workers, tmp_path):
+    train, valid = _frames()
+    _, single = _single(train, valid, 20)
+    result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=20,
+                            datasets={"train": train, "valid": valid}, checkpoint_frequency=10,
+                            scaling_config=ScalingConfig(num_workers=workers),
+                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    df = result.metrics_dataframe
+    assert list(df["epoch"].drop_duplicates()) == list(range(20))
+    assert {"train-logloss", "valid-logloss"} <= set(df.columns)
+    assert result.metrics["valid-logloss"] == pytest.approx(single, rel=0.03, abs=0.005)
+    booster = XGBoostTrainer.get_model(result.checkpoint)
+    assert booster.num_boosted_rounds() == 20
+    # the checkpointed model predicts the validation set as well as the reported log-loss says
+    p = np.clip(booster.predict(xgboost.DMatrix(valid.drop(columns="y"))), 1e-7, 1 - 1e-7)
+    logloss = -np.mean(valid["y"] * np.log(p) + (1 - valid["y"]) * np.log(1 - p))
+    assert logloss == pytest.approx(result.metrics["valid-logloss"], rel=1e-3)
+    assert len([c for c, _ in result.best_checkpoints]) == 2  # rounds 10 and 20
+
+
+def _hash_every_rank(config):
+    """Train inside the collective, then gather every rank's model bytes hash on rank 0."""
+    import torch
+    import torch.distributed as dist
+    import xgboost
+
+    import raynb.train as train
+    from raynb.train.xgboost import RayTrainReportCallback
+
+    rank, world = train.get_context().get_world_rank(), train.get_context().get_world_size()
+    df = config["df"]
+    part = df.iloc[rank * len(df) // world:(rank + 1) * len(df) // world]
+    d = xgboost.QuantileDMatrix(part.drop(columns="y"), label=part["y"])
+    b = xgboost.train(dict(config["params"], nthread=1), d, 8, evals=[(d, "train")],
+                      callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=False)])
+    digest = hashlib.sha256(bytes(b.save_raw("ubj"))).digest()[:8]
+    mine = torch.tensor(list(digest), dtype=torch.uint8)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine)
+    import xgboost.collective as coll
+    return {"hashes": [bytes(t.tolist()).hex() for t in every], "xgb_rank": coll.get_rank(),
+            "xgb_world": coll.get_world_size()}
+
+
+def test_every_rank_ends_with_the_same_booster(warm, tmp_path):
+    train, _ = _frames(3000)
+    trainer = XGBoostTrainer(_hash_every_rank, train_loop_config={"df": train, "params": PARAMS},
+                             scaling_config=ScalingConfig(num_workers=4),
+                             run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    from raynb.train.run import execute_run
+
+    result, value = execute_run(trainer.train_loop_per_worker, trainer.train_loop_config,
+                                trainer.scaling_config, trainer.run_config)
+    assert value["xgb_world"] == 4 and value["xgb_rank"] == 0
+    assert len(set(value["hashes"])) == 1, value["hashes"]
+    assert len(result.metrics_dataframe) == 8
+
+
+def _dies_at_round_30(marker):
+    class Die(xgboost.callback.TrainingCallback):
+        def after_iteration(self, model, epoch, evals_log):
+            import raynb.train as train
+
+            if epoch == 30 and train.get_context().get_world_rank() == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)
+            return False
+    return Die()
+
+
+def test_rank_killed_at_round_30_resumes_from_its_checkpoint(warm, tmp_path):
+    train, valid = _frames(3000)
+    marker = str(tmp_path / "died")
+    result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=50,
+                            datasets={"train": train, "valid": valid}, checkpoint_frequency=10,
+                            callbacks=[_dies_at_round_30(marker)],
+                            scaling_config=ScalingConfig(num_workers=2),
+                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path),
+                                                 failure_config=FailureConfig(max_failures=1))).fit()
+    assert os.path.exists(marker) and len(result.failures) == 1
+    epochs = list(result.metrics_dataframe["epoch"])
+    restart = next(i for i in range(1, len(epochs)) if epochs[i] <= epochs[i - 1])
+    assert 0 < epochs[restart] <= 30, str(epochs)  # resumed from a checkpoint (20 or 30), not round 0
+    assert epochs[restart] % 10 == 0
+    assert epochs[-1] == 49
+    assert XGBoostTrainer.get_model(result.checkpoint).num_boosted_rounds() == 50
+    assert "resuming from round" in result.logs(rank=0)
+
+
+def test_bad_input_is_named_before_anything_ships():
+    train, valid = _frames(200)
+    with pytest.raises(ValueError, match=r"label_column='label'.*columns are \['f0'"):
+        XGBoostTrainer(params=PARAMS, label_column="label", datasets={"train": train})
+    bad = train.assign(city="paris")
+    with pytest.raises(ValueError, match=r"column 'city' has dtype (object|str)"):
+        XGBoostTrainer(params=PARAMS, label_column="y", datasets={"train": bad})
+    with pytest.raises(ValueError, match=r"num_boost_round=0.*>= 1"):
+        XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=0, datasets={"train": train})
+    with pytest.raises(ValueError, match=r"datasets=\{'train'"):
+        XGBoostTrainer(params=PARAMS, label_column="y", datasets={"valid": valid})
+    with pytest.raises(TypeError, match="either train_loop_per_worker"):
+        XGBoostTrainer(lambda: None, params=PARAMS, label_column="y")
+
+
+def test_a_parameter_xgboost_rejects_fails_with_its_message_and_rank(warm, tmp_path):
+    train, _ = _frames(400)
+    with pytest.raises(RunError) as e:
+        XGBoostTrainer(params=dict(PARAMS, objective="binary:nope"), label_column="y", num_boost_round=3,
+                       datasets={"train": train}, scaling_config=ScalingConfig(num_workers=2),
+                       run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    text = str(e.value)
+    assert "binary:nope" in text and "rank" in text
