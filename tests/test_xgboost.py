@@ -155,3 +155,46 @@ def test_a_parameter_xgboost_rejects_fails_with_its_message_and_rank(warm, tmp_p
                        run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
     text = str(e.value)
     assert "binary:nope" in text and "rank" in text
+
+
+class _SlowRounds(xgboost.callback.TrainingCallback):
+    """Rounds of 50 ms, as on a real data set (here they take a few ms): a scheduler's stop
+    then arrives while the trial is still boosting."""
+
+    def after_iteration(self, model, epoch, evals_log):
+        import time
+
+        time.sleep(0.05)
+        return False
+
+
+def test_tune_with_asha_stops_poor_xgboost_trials_early(warm, tmp_path):
+    from raynb import tune
+    from raynb.tune.schedulers import ASHAScheduler
+
+    train, valid = _frames(2000)
+    trainer = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=20,
+                             datasets={"train": train, "valid": valid}, callbacks=[_SlowRounds()],
+                             scaling_config=ScalingConfig(num_workers=2))
+    etas = [0.3, 0.001, 0.25, 0.002]
+    grid = tune.Tuner(trainer, param_space={"params": {"eta": tune.grid_search(etas),
+                                                       "max_depth": tune.randint(2, 5)}},
+                      tune_config=tune.TuneConfig(metric="valid-logloss", mode="min", max_concurrent_trials=1,
+                                                  scheduler=ASHAScheduler(max_t=20, grace_period=3,
+                                                                          reduction_factor=2)),
+                      run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    by_eta = {r.config["params"]["eta"]: r for r in grid}
+    assert sorted(by_eta) == sorted(etas)
+    for eta in (0.001, 0.002):  # barely learning: stopped at the first rung
+        assert by_eta[eta].state == "STOPPED", (eta, by_eta[eta].state)
+        assert by_eta[eta].metrics["training_iteration"] < 20
+    assert by_eta[0.3].metrics["training_iteration"] >= 20
+    best = grid.get_best_result()
+    assert best.config["params"]["eta"] in (0.3, 0.25)
+    assert XGBoostTrainer.get_model(best.checkpoint).num_boosted_rounds() == 20
+    # the trial's params merged into the trainer's, the rest kept (the run's params.json)
+    import json
+
+    with open(os.path.join(best.path, "params.json")) as f:
+        params = json.load(f)["params"]
+    assert params["objective"] == "binary:logistic" and params["eta"] == best.config["params"]["eta"]

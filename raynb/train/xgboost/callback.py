@@ -59,8 +59,12 @@ class RayTrainReportCallback(TrainingCallback):
     """
 
     def __init__(self, metrics=None, filename: str = CHECKPOINT_NAME, frequency: int = 0,
-                 checkpoint_at_end: bool = True):
+                 checkpoint_at_end: bool = True, _num_boost_round: int | None = None):
         super().__init__()
+        # The run's total rounds, when known (XGBoostTrainer's loop): the last round's report
+        # then carries the final checkpoint itself, so a scheduler that stops the trial at
+        # that report (ASHA's max_t) still finds it.
+        self._num_boost_round = _num_boost_round
         if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 0:
             raise ValueError(f"RayTrainReportCallback(frequency={frequency!r}): give an integer >= 0 "
                              "(rounds between checkpoints; 0 saves none during training)")
@@ -94,6 +98,7 @@ class RayTrainReportCallback(TrainingCallback):
         metrics = flatten_evals(evals_log, self._metrics)
         self._last = (epoch, metrics)
         due = self._frequency > 0 and (epoch + 1) % self._frequency == 0
+        due = due or (self._checkpoint_at_end and self._num_boost_round == epoch + 1)
         self._report(model, epoch, metrics, checkpoint=due)
         return False
 
@@ -112,6 +117,10 @@ class RayTrainReportCallback(TrainingCallback):
         """
         import xgboost
 
+        if not isinstance(checkpoint, Checkpoint):
+            raise TypeError(f"get_model() takes a raynb.train.Checkpoint (Result.checkpoint), got "
+                            f"{checkpoint!r}: a run has none when it saved none (checkpoint_frequency=0 "
+                            "and checkpoint_at_end=False) or stopped before its first")
         path = os.path.join(checkpoint.path, filename)
         if not os.path.isfile(path):
             have = sorted(os.listdir(checkpoint.path)) if os.path.isdir(checkpoint.path) else []

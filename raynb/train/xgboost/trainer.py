@@ -51,7 +51,7 @@ def _default_loop(config: dict):
         booster = RayTrainReportCallback.get_model(ckpt)
         done = booster.num_boosted_rounds()
     callback = RayTrainReportCallback(frequency=config["checkpoint_frequency"],
-                                      checkpoint_at_end=config["checkpoint_at_end"])
+                                      checkpoint_at_end=config["checkpoint_at_end"], _num_boost_round=total)
     rank = _session.get_context().get_world_rank()
     if done >= total:  # the last attempt died after its final checkpoint
         if rank == 0:
