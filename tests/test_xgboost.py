@@ -42,12 +42,19 @@ def _single(train, valid, rounds):
     return booster, log["valid"]["logloss"][-1]
 
 
-@pytest.mark.parametrize("workers", [2, 4])
-def test_distributed_logloss_matches_single_process(warm, workers, tmp_path):
+@pytest.mark.parametrize("workers,source", [(2, "parquet"), (4, "pandas")])
+def test_distributed_logloss_matches_single_process(warm, workers, source, tmp_path):
+    import raynb.data
+
     train, valid = _frames()
     _, single = _single(train, valid, 20)
+    datasets = {"train": train, "valid": valid}
+    if source == "parquet":  # row groups of 1000 rows: each rank reads its own
+        for name, df in datasets.items():
+            df.to_parquet(tmp_path / f"{name}.parquet", row_group_size=1000)
+        datasets = {k: raynb.data.read_parquet(str(tmp_path / f"{k}.parquet")) for k in datasets}
     result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=20,
-                            datasets={"train": train, "valid": valid}, checkpoint_frequency=10,
+                            datasets=datasets, checkpoint_frequency=10,
                             scaling_config=ScalingConfig(num_workers=workers),
                             run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
     df = result.metrics_dataframe

@@ -26,6 +26,7 @@ from ..cluster.head.run import TERMINAL as RUN_END_STATES
 from ..cluster.rundir import OUTPUT_FILE, read_reports
 from ..errors import ClusterError, RunInterrupted
 from .connection import disconnect, local_head_gone
+from . import bulk
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources
 
@@ -184,7 +185,8 @@ def _absolute(storage_path: str | None) -> str | None:
 
 def build_submission(fn, config, scaling_config, run_config, *,
                      sources: dict | None = None, captured: dict | None = None,
-                     name_prefix: str = "TorchTrainer", extra: dict | None = None) -> tuple[dict, bytes]:
+                     name_prefix: str = "TorchTrainer", extra: dict | None = None,
+                     data_key: str | None = None) -> tuple[dict, bytes]:
     """The ``submit_run`` message for ``fn``: (spec dict, cloudpickled payload bytes).
 
     ``scaling_config`` and ``run_config`` are ``raynb.train``'s ``ScalingConfig`` and
@@ -192,23 +194,34 @@ def build_submission(fn, config, scaling_config, run_config, *,
     storage_path, checkpoint_config, failure_config).
 
     ``spec["run_id"]`` is a fresh id; ``extra`` keys are added to the spec (e.g.
-    ``resume_from_checkpoint``).
+    ``resume_from_checkpoint``). Datasets and large captured arrays in the payload go
+    to shared memory under ``data_key`` (``client.bulk``; the run id when None).
 
     Raises:
         UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
         ValueError: the payload is over the message size limit.
+        MemoryError: the data does not fit in this node's free shared memory (``/dev/shm``).
     """
     all_sources = notebook_sources()
     all_sources.update(sources or {})
-    payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+    run_id = uuid.uuid4().hex
+    with bulk.active(data_key or run_id):
+        try:
+            payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+        except BaseException:
+            if data_key is None:
+                bulk.forget(run_id)  # what this run's pickling wrote to shared memory
+            raise
     limit = P.max_message_bytes() - (1 << 20)
     if len(payload) > limit:
+        if data_key is None:
+            bulk.forget(run_id)
         raise ValueError(
             f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
             f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
             "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
     spec = {
-        "run_id": uuid.uuid4().hex, "name": run_config.name, "name_prefix": name_prefix,
+        "run_id": run_id, "name": run_config.name, "name_prefix": name_prefix,
         "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),

@@ -33,6 +33,7 @@ import psutil
 import zmq
 
 from . import protocol as P
+from . import shm
 from .gpu_stats import GpuSampler
 from .connection import private_dir
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
@@ -162,6 +163,7 @@ class NodeAgent:
         log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.tmp_dir = _workers_tmp_dir(self.node_id)
+        shm.remove_stale()  # segments of agents that were SIGKILLed (cluster.shm)
         self.log_dir = log_dir
         self._start_zygote()
 
@@ -275,6 +277,8 @@ class NodeAgent:
                 self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
         elif msg.msg_type == P.SHUTDOWN:
             self._stop = True
+        elif msg.msg_type == P.FREE_DATA:
+            shm.free_key(self.node_id, os.getpid(), msg.content["key"])
 
     def _pids_of(self, worker_id: str) -> list[int]:
         return [pid for pid, wid in self.workers.items() if wid == worker_id]
@@ -359,6 +363,7 @@ class NodeAgent:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        shm.free_agent(self.node_id, os.getpid())
         self.sock.close(0)
         self.ctx.term()
 

@@ -63,6 +63,7 @@ PING = "ping"
 LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"              # {"name"}: one run's record
 ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
+RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
@@ -82,6 +83,7 @@ NODE_STATS = "node_stats"        # {"workers": {worker_id: {"pid", "cpu_percent"
 SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
 RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
+FREE_DATA = "free_data"          # {"key"}: remove the node's shared-memory segments of a run/experiment
 # worker -> head
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
@@ -135,6 +137,7 @@ SCHEMAS: dict[str, Record] = {
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
     RETIRE_WORKER: Record({"worker_id": str}),
+    FREE_DATA: Record({"key": str}), RELEASE_DATA: Record({"key": str}),
     SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
     RUN_TASK: Record({
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,

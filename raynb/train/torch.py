@@ -185,13 +185,18 @@ class TorchTrainer:
         scaling_config (ScalingConfig | None): workers and GPUs (4 CPU workers by default).
         run_config (RunConfig | None): run name, storage path, verbosity, which
             checkpoints to keep (``checkpoint_config``), restarts (``failure_config``).
-        datasets (None): not supported in this version; passing one raises
-            ``NotImplementedError``. Capture the data in the function or its config.
+        datasets (dict[str, raynb.data.Dataset] | None): read on each rank with
+            ``raynb.train.get_dataset_shard(name)``; in-memory ones go once per node into
+            shared memory when the run is submitted (``raynb.data``).
         resume_from_checkpoint (Checkpoint | None): what ``get_checkpoint()`` returns
             in the first attempt (later restarts get the run's own latest checkpoint).
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
+
+    Raises:
+        TypeError: a config of the wrong class, or ``datasets`` not a dict of Datasets.
+        ValueError: an in-memory dataset's column torch cannot take (named).
     """
 
     _name_prefix = "TorchTrainer"  # the run directory's prefix (XGBoostTrainer's own)
@@ -203,9 +208,9 @@ class TorchTrainer:
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
                             f"{type(train_loop_per_worker).__name__}")
-        if datasets is not None:
-            raise NotImplementedError("TorchTrainer(datasets=...) is not supported yet; build the "
-                                      "dataset inside train_loop_per_worker or capture it in config")
+        from .datasets import check_datasets
+
+        self.datasets = check_datasets(datasets)  # TypeError / ValueError before anything ships
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
@@ -297,8 +302,10 @@ class TorchTrainer:
             extra["resume_from_checkpoint"] = self.resume_from_checkpoint.path
         if self._resume:
             extra["resume"] = True
-        result, _ = execute_run(self.train_loop_per_worker, self.train_loop_config,
-                                self.scaling_config, self.run_config, extra=extra,
+        from .datasets import with_datasets
+
+        fn = with_datasets(self.train_loop_per_worker, self.datasets)
+        result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config, extra=extra,
                                 name_prefix=self._name_prefix, epochs=self._total_epochs)
         return result
 

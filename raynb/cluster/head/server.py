@@ -89,6 +89,7 @@ class Head:
             P.WORKER_READY: self.on_worker_ready, P.NODE_STATS: self.on_node_stats,
             P.WORKER_EXITED: self.on_worker_exited, P.TASK_EVENT: self.on_task_event,
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
+            P.RELEASE_DATA: lambda msg: self.pool.free_data(msg.content["key"]),
         }
         self.store.load_archive()
 
@@ -403,6 +404,7 @@ class Head:
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
+        self.pool.free_data(run.run_id)  # its shared-memory data on every node
         run.result = []
         self.store.prune()
 

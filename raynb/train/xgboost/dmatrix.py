@@ -40,6 +40,14 @@ def check_columns(columns, dtypes, label_column: str, name: str) -> None:
 def _numeric(dtype) -> bool:
     import numpy as np
 
+    if isinstance(dtype, str):  # a raynb.data Schema's type: "float32", "double", "float32 (16,)"
+        if " " in dtype.strip():
+            return False  # a column of per-row arrays
+        try:
+            return np.dtype(dtype.strip()).kind in "biuf"
+        except TypeError:
+            return False
+
     try:
         import pyarrow as pa
 
@@ -59,33 +67,31 @@ def check_frame(df, label_column: str, name: str) -> None:
     check_columns(list(df.columns), list(df.dtypes), label_column, name)
 
 
-def rank_slice(n: int, rank: int, world: int) -> slice:
-    """Rows ``[rank * n // world, (rank + 1) * n // world)``: contiguous, sizes differ by <= 1."""
-    return slice(rank * n // world, (rank + 1) * n // world)
+def shard_frame(name: str):
+    """This rank's part of dataset ``name`` (``datasets=``) as a pandas DataFrame: a
+    contiguous run of rows, every row on exactly one rank (``raynb.data.ranges``), not
+    ``get_dataset_shard``'s equal counts (which pad or drop rows: a boosted model would
+    count them twice, or never).
 
-
-def shard_frame(name: str, frames: dict | None):
-    """This rank's part of dataset ``name`` as a pandas DataFrame.
-
-    From ``frames`` (DataFrames shipped with the function: each rank takes its slice of
-    rows), else from ``raynb.train.get_dataset_shard(name)`` (a ``datasets=`` Dataset).
+    Raises:
+        KeyError: no dataset of that name travelled with the run (names those that did).
     """
     import pandas as pd
 
+    from ...cluster import task_context
+    from ...data import block as B
+    from ...data.ranges import rank_rows
+    from ..datasets import STATE_KEY
+
     task = _session._require("shard_frame")
-    if frames is not None and name in frames:
-        df = frames[name]
-        return df.iloc[rank_slice(len(df), task["rank"], task["world_size"])]
-    get_shard = getattr(_session, "get_dataset_shard", None)
-    if get_shard is None:
-        raise RuntimeError(f"dataset {name!r} did not travel with this run, and this raynb has no "
-                           "get_dataset_shard(); pass pandas DataFrames in datasets=")
-    shard = get_shard(name)
-    batches = list(shard.iter_batches(batch_format="pandas"))
-    return pd.concat(batches, ignore_index=True) if batches else pd.DataFrame()
+    datasets = task_context.state().get(STATE_KEY) or {}
+    if name not in datasets:
+        raise KeyError(f"no dataset {name!r} in this run; it has {sorted(datasets)}")
+    batches = list(rank_rows(datasets[name], task["world_size"], task["rank"]))
+    return B.to_format(B.concat(batches), "pandas") if batches else pd.DataFrame()
 
 
-def build_matrices(names: list[str], frames: dict | None, label_column: str, params: dict):
+def build_matrices(names: list[str], label_column: str, params: dict):
     """``[(matrix, name), ...]`` for ``xgboost.train(evals=...)``, "train" first.
 
     Raises:
@@ -96,7 +102,7 @@ def build_matrices(names: list[str], frames: dict | None, label_column: str, par
     hist = params.get("tree_method") in (None, "hist", "auto")
     out, train = [], None
     for name in ["train"] + [n for n in names if n != "train"]:
-        df = shard_frame(name, frames)
+        df = shard_frame(name)
         check_frame(df, label_column, name)
         X, y = df.drop(columns=[label_column]), df[label_column]
         if not hist:

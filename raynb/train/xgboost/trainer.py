@@ -44,7 +44,7 @@ def _default_loop(config: dict):
     params = dict(config["params"])
     params.setdefault("nthread", torch.get_num_threads())  # raynb's share of the node's cores
     total = config["num_boost_round"]
-    evals = build_matrices(config["dataset_names"], config.get("frames"), config["label_column"], params)
+    evals = build_matrices(config["dataset_names"], config["label_column"], params)
     booster, done = None, 0
     ckpt = _session.get_checkpoint()
     if ckpt is not None:
@@ -132,11 +132,12 @@ class XGBoostTrainer(TorchTrainer):
                  resume_from_checkpoint: Checkpoint | None = None, **train_kwargs):
         timeout_s = scaling_config.timeout_s if isinstance(scaling_config, ScalingConfig) else None
         self.datasets = datasets
-        if isinstance(train_loop_per_worker, _InCollective):  # restore(): the saved function
+        inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)  # WithDatasets
+        if isinstance(inner, _InCollective):  # restore(): the saved function
             super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
                              scaling_config=scaling_config, run_config=run_config,
                              resume_from_checkpoint=resume_from_checkpoint)
-            default = train_loop_per_worker.fn is _default_loop and isinstance(train_loop_config, dict)
+            default = inner.fn is _default_loop and isinstance(train_loop_config, dict)
             cfg = train_loop_config if default else {}
             self.params, self.label_column = cfg.get("params"), cfg.get("label_column")
             self.num_boost_round = self._total_epochs = cfg.get("num_boost_round")
@@ -171,11 +172,19 @@ class XGBoostTrainer(TorchTrainer):
 
     @staticmethod
     def _datasets_kwarg(datasets) -> dict:
-        """``datasets=`` for TorchTrainer: the raynb Datasets (DataFrames travel in the config)."""
+        """``datasets=`` for TorchTrainer: DataFrames become raynb Datasets (``from_pandas``:
+        one shared-memory copy per node, not one per rank)."""
         import pandas as pd
 
-        rest = {k: v for k, v in (datasets or {}).items() if not isinstance(v, pd.DataFrame)}
-        return {"datasets": rest} if rest else {}
+        from ...data import from_pandas
+
+        if not datasets:
+            return {}
+        if not isinstance(datasets, dict):
+            raise TypeError(f"datasets must be a dict of name -> DataFrame or raynb.data.Dataset, got "
+                            f"{type(datasets).__name__}")
+        return {"datasets": {k: from_pandas(v) if isinstance(v, pd.DataFrame) else v
+                             for k, v in datasets.items()}}
 
     @staticmethod
     def _default_config(params, label_column, num_boost_round, datasets, checkpoint_frequency,
@@ -203,9 +212,8 @@ class XGBoostTrainer(TorchTrainer):
                 check_frame(ds, label_column, name)
             elif (cols := _dataset_columns(ds)) is not None:
                 check_columns(cols[0], cols[1], label_column, name)
-        frames = {k: v for k, v in datasets.items() if isinstance(v, pd.DataFrame)}
         return {"params": dict(params), "label_column": label_column, "num_boost_round": num_boost_round,
-                "dataset_names": list(datasets), "frames": frames or None,
+                "dataset_names": list(datasets),
                 "checkpoint_frequency": checkpoint_frequency, "checkpoint_at_end": bool(checkpoint_at_end)}
 
     def _tune_parts(self, param_space: dict | None):
@@ -217,8 +225,11 @@ class XGBoostTrainer(TorchTrainer):
         if extra:
             raise ValueError(f"param_space for this XGBoostTrainer takes only {sorted(allowed)}; got also "
                              f"{extra}")
+        from ..datasets import with_datasets
+
         nested = "train_loop_config" if self.params is None else ""
-        return (self.train_loop_per_worker, self.scaling_config, self.train_loop_config, nested,
+        fn = with_datasets(self.train_loop_per_worker, self.datasets)  # one copy per node, all trials
+        return (fn, self.scaling_config, self.train_loop_config, nested,
                 self.run_config, "XGBoostTrainer")
 
     @staticmethod
