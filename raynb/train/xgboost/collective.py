@@ -55,6 +55,32 @@ def _broadcast_json(obj, rank: int):
     return json.loads(bytes(buf.tolist()).decode()) if rank else obj
 
 
+def _quiet_tracker_log() -> None:
+    """Drop the tracker's "Task <id> got rank <r>" lines (one per rank and run, printed as
+    ``LOG(CONSOLE)``, which no verbosity silences), passing every other xgboost message on
+    to xgboost's own handler (warnings stay warnings). Once per process."""
+    import ctypes
+
+    import xgboost.core as core
+
+    lib = core._LIB
+    if getattr(lib, "_raynb_log_filter", None) is not None:
+        return
+
+    def log(msg: bytes) -> None:
+        text = core.py_str(msg)
+        if "Task " in text and " got rank " in text:
+            return
+        core._log_callback(msg)
+
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_char_p)(log)
+    try:
+        if lib.XGBRegisterLogCallback(callback) == 0:
+            lib._raynb_log_filter = callback  # kept alive as long as the library
+    except Exception:  # noqa: BLE001 - a private entry point: without it the lines just show
+        pass
+
+
 def node_ip() -> str:
     """The IP this worker's node registered with (the tracker listens there)."""
     return os.environ.get("RAYNB_NODE_IP") or "127.0.0.1"
@@ -90,6 +116,7 @@ def communicator(timeout_s: float | None = None):
         if rank == 0:
             from xgboost.tracker import RabitTracker
 
+            _quiet_tracker_log()
             tracker = RabitTracker(n_workers=world, host_ip=node_ip(), port=0, sortby="task",
                                    timeout=BOOTSTRAP_TIMEOUT_S)
             tracker.start()
