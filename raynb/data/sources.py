@@ -61,15 +61,22 @@ class InMemorySource:
 
     def rank_stream(self, world_size: int, rank: int, seed, epoch: int, pad: bool, chunk: int):
         """This rank's rows of the epoch, ``chunk`` rows a batch (views when unshuffled)."""
+        import numpy as np
+
         cols = self.columns()
         n = len(next(iter(cols.values())))
-        rows = sharding.rank_rows(n, world_size, rank, sharding.epoch_order(n, seed, epoch), pad)
-        if isinstance(rows, slice):
-            for s in range(rows.start, rows.stop, chunk):
-                yield B.take_rows(cols, slice(s, min(s + chunk, rows.stop)))
-        else:
-            for s in range(0, len(rows), chunk):
-                yield B.take_rows(cols, rows[s:s + chunk])
+        order = sharding.epoch_order(n, seed, epoch)
+        if order is None:   # positions [start, stop) mod n: slices (views) but where a batch wraps
+            per = sharding.rows_per_rank(n, world_size, pad)
+            start, stop = rank * per, (rank + 1) * per
+            for s in range(start, stop, chunk):
+                e = min(s + chunk, stop)
+                rows = slice(s % n, (e - 1) % n + 1) if s // n == (e - 1) // n else np.arange(s, e) % n
+                yield B.take_rows(cols, rows)
+            return
+        rows = sharding.rank_rows(n, world_size, rank, order, pad)
+        for s in range(0, len(rows), chunk):
+            yield B.take_rows(cols, rows[s:s + chunk])
 
     def __reduce__(self):
         from ..client import bulk
