@@ -8,7 +8,8 @@ Measured side by side in one run, on a private cluster of 2 warm workers (its ow
   with 1); from the rounds' report times, median over ``--repeats`` alternating runs;
 - ``first_round_s``: submit -> first round reported, of a small ``XGBoostTrainer`` run on
   the warm workers (``warm``), against a fresh ``python`` process that imports xgboost,
-  builds the same matrix and reports its first round (``cold_process``), and against the
+  builds the same matrix and reports its first round (``cold_process``, median of
+  ``--repeats``), and against the
   first fit on a just-started cluster (``cold_cluster``: ``raynb start`` included);
   ``xgboost_import_s`` is the import alone, in a fresh process (what the zygote saves);
 - ``inference_rows_per_s``: ``Dataset.map_batches(Predictor, num_workers=2)`` over parquet
@@ -238,7 +239,8 @@ def main() -> None:
                 single1.append(per_round_single(df, args.rounds, 1))
                 dist.append(per_round_raynb(ds, args.rounds, workers)[0])
                 warm_first.append(per_round_raynb(ds_small, 3, workers)[1])
-            cold_first, import_s = cold_process(small)
+            colds = [cold_process(small) for _ in range(args.repeats)]
+            cold_first, import_s = statistics.median(c[0] for c in colds), statistics.median(c[1] for c in colds)
             import xgboost
 
             booster = xgboost.train(dict(PARAMS, nthread=workers),
