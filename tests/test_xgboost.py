@@ -77,11 +77,10 @@ def _hash_every_rank(config):
     import xgboost
 
     import raynb.train as train
-    from raynb.train.xgboost import RayTrainReportCallback
+    from raynb.train.xgboost import RayTrainReportCallback, shard_frame
 
-    rank, world = train.get_context().get_world_rank(), train.get_context().get_world_size()
-    df = config["df"]
-    part = df.iloc[rank * len(df) // world:(rank + 1) * len(df) // world]
+    world = train.get_context().get_world_size()
+    part = shard_frame("train")  # this rank's rows, each row on one rank
     d = xgboost.QuantileDMatrix(part.drop(columns="y"), label=part["y"])
     b = xgboost.train(dict(config["params"], nthread=1), d, 8, evals=[(d, "train")],
                       callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=False)])
@@ -90,20 +89,25 @@ def _hash_every_rank(config):
     every = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
     import xgboost.collective as coll
+    rows = torch.tensor([len(part)])
+    dist.all_reduce(rows)
     return {"hashes": [bytes(t.tolist()).hex() for t in every], "xgb_rank": coll.get_rank(),
-            "xgb_world": coll.get_world_size()}
+            "xgb_world": coll.get_world_size(), "rows": int(rows.item())}
 
 
 def test_every_rank_ends_with_the_same_booster(warm, tmp_path):
-    train, _ = _frames(3000)
-    trainer = XGBoostTrainer(_hash_every_rank, train_loop_config={"df": train, "params": PARAMS},
+    train, _ = _frames(3750)
+    train = train.iloc[:2999]  # rows that do not divide by 4
+    trainer = XGBoostTrainer(_hash_every_rank, train_loop_config={"params": PARAMS}, datasets={"train": train},
                              scaling_config=ScalingConfig(num_workers=4),
                              run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    from raynb.train.datasets import with_datasets
     from raynb.train.run import execute_run
 
-    result, value = execute_run(trainer.train_loop_per_worker, trainer.train_loop_config,
-                                trainer.scaling_config, trainer.run_config)
+    result, value = execute_run(with_datasets(trainer.train_loop_per_worker, trainer.datasets),
+                                trainer.train_loop_config, trainer.scaling_config, trainer.run_config)
     assert value["xgb_world"] == 4 and value["xgb_rank"] == 0
+    assert value["rows"] == 2999  # every row on exactly one rank
     assert len(set(value["hashes"])) == 1, value["hashes"]
     assert len(result.metrics_dataframe) == 8
 

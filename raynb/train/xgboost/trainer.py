@@ -92,9 +92,10 @@ class XGBoostTrainer(TorchTrainer):
       its shard of each dataset, all datasets are ``evals`` (reported each round as
       ``"<name>-<metric>"``, e.g. ``"valid-logloss"``), and the model is checkpointed
       every ``checkpoint_frequency`` rounds and at the end;
-    - ``XGBoostTrainer(train_loop_per_worker, train_loop_config=...)``: your function,
-      run on every rank inside ``xgboost.collective`` (so ``xgboost.train`` in it trains
-      one model over all ranks); report with :class:`RayTrainReportCallback`.
+    - ``XGBoostTrainer(train_loop_per_worker, train_loop_config=..., datasets=...)``: your
+      function, run on every rank inside ``xgboost.collective`` (so ``xgboost.train`` in it
+      trains one model over all ranks); read a dataset with ``shard_frame(name)``, report
+      with :class:`RayTrainReportCallback`.
 
     The tracker is started by rank 0 on its node's IP (see ``collective``). With
     ``FailureConfig(max_failures=k)``, a run whose rank died restarts from its latest
