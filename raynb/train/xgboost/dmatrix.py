@@ -32,9 +32,11 @@ def check_columns(columns, dtypes, label_column: str, name: str) -> None:
         return
     for col, dtype in zip(columns, dtypes):
         if col != label_column and not _numeric(dtype):
+            fix = ("split it into one column per element" if isinstance(dtype, str) and " " in dtype.strip()
+                   else "convert it to numbers first (e.g. df[col].astype('category').cat.codes, or "
+                        "one-hot with pandas.get_dummies)")
             raise ValueError(f"datasets[{name!r}] column {col!r} has dtype {dtype}, which xgboost cannot "
-                             "train on: convert it to numbers first (e.g. df[col].astype('category')"
-                             ".cat.codes, or one-hot with pandas.get_dummies), or drop it")
+                             f"train on: {fix}, or drop it")
 
 
 def _numeric(dtype) -> bool:
