@@ -242,3 +242,19 @@ def test_benchmark_quick_prints_json_and_cleans_up(tmp_path):
             continue
     assert left == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):
+    import psutil
+
+    home = os.environ["RAYNB_HOME"]
+    zygotes = []
+    for p in psutil.process_iter():
+        try:
+            if (p.environ().get("RAYNB_HOME") == home and "raynb.cluster.zygote" in " ".join(p.cmdline())
+                    and "raynb.cluster.node" in " ".join(p.parent().cmdline())):
+                zygotes.append(p)
+        except psutil.Error:
+            continue
+    assert len(zygotes) == 1
+    assert any("libxgboost" in m.path for m in zygotes[0].memory_maps())
