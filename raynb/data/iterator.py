@@ -56,6 +56,10 @@ def prefetched(make, depth: int):
 
     t = threading.Thread(target=run, name="raynb-data-prefetch", daemon=True)
     t.start()
+    from ..cluster import task_context
+
+    if task_context.current() is not None:   # a loop left unfinished: the thread ends with the task
+        task_context.at_end(lambda status: stop.set())
     try:
         while True:
             item = q.get()
