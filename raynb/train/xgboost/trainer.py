@@ -108,15 +108,18 @@ class XGBoostTrainer(TorchTrainer):
             the rank's share of its node's cores.
         label_column (str | None): the label's column (default loop).
         num_boost_round (int): boosting rounds in all, >= 1 (default loop; Ray's default 10).
-        datasets (dict | None): ``{"train": ..., "valid": ...}``: pandas DataFrames (each
-            rank takes a contiguous slice of rows) or raynb Datasets (each rank reads its
-            shard). "train" is required for the default loop.
+        datasets (dict | None): ``{"train": ..., "valid": ...}``: raynb Datasets or pandas
+            DataFrames (made ``raynb.data.from_pandas`` datasets: one shared-memory copy per
+            node). Each rank reads a contiguous share, every row on exactly one rank.
+            "train" is required for the default loop.
+        resume_from_checkpoint (Checkpoint | None): a checkpoint of this trainer's (its
+            ``model.ubj``): the default loop boosts on from its rounds up to ``num_boost_round``.
         checkpoint_frequency (int): checkpoint every this many rounds, 0 for none during
             training (default loop).
         checkpoint_at_end (bool): checkpoint after the last round (default loop).
         **train_kwargs: more arguments of ``xgboost.train`` (default loop): ``callbacks``
             (run after the reporting one), ``obj``, ``custom_metric``, ...
-        scaling_config, run_config, resume_from_checkpoint: as for ``TorchTrainer``.
+        scaling_config, run_config: as for ``TorchTrainer``.
 
     Raises:
         ValueError: ``num_boost_round < 1``; no "train" dataset; ``label_column`` missing
