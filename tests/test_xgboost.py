@@ -258,3 +258,15 @@ def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):
             continue
     assert len(zygotes) == 1
     assert any("libxgboost" in m.path for m in zygotes[0].memory_maps())
+
+
+def test_resume_from_checkpoint_boosts_on_to_num_boost_round(warm, tmp_path):
+    train, valid = _frames(2000)
+    common = dict(params=PARAMS, label_column="y", datasets={"train": train, "valid": valid},
+                  scaling_config=ScalingConfig(num_workers=2),
+                  run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    first = XGBoostTrainer(num_boost_round=10, **common).fit()
+    more = XGBoostTrainer(num_boost_round=15, resume_from_checkpoint=first.checkpoint, **common).fit()
+    assert list(more.metrics_dataframe["epoch"]) == list(range(10, 15))
+    assert XGBoostTrainer.get_model(more.checkpoint).num_boosted_rounds() == 15
+    assert more.metrics["valid-logloss"] < first.metrics["valid-logloss"]
