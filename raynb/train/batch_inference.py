@@ -127,6 +127,9 @@ def map_batches_on_workers(dataset, fn, *, batch_format: str = "numpy", num_work
             system every node and this process see); None: ``<run dir>/output``.
         run_config (RunConfig | None): the run's name, storage path and ``verbose``.
 
+    The dataset's lazy ``map_batches`` steps run first, on the ranks; a ``random_shuffle``
+    is not applied (inference reads the rows in their stored order).
+
     Returns:
         raynb.data.Dataset: the results, read lazily from the parquet files (``take``,
         ``to_pandas``, ``iter_batches``, ``write_parquet``).
