@@ -32,21 +32,26 @@ def check_columns(columns, dtypes, label_column: str, name: str) -> None:
         return
     for col, dtype in zip(columns, dtypes):
         if col != label_column and not _numeric(dtype):
-            fix = ("split it into one column per element" if isinstance(dtype, str) and " " in dtype.strip()
+            fix = ("split it into one column per element" if _per_row_array(dtype)
                    else "convert it to numbers first (e.g. df[col].astype('category').cat.codes, or "
                         "one-hot with pandas.get_dummies)")
             raise ValueError(f"datasets[{name!r}] column {col!r} has dtype {dtype}, which xgboost cannot "
                              f"train on: {fix}, or drop it")
 
 
+def _per_row_array(dtype) -> bool:
+    """A raynb.data Schema type of a column with an array per row: ``"float32 (16,)"``."""
+    return isinstance(dtype, str) and " (" in dtype
+
+
 def _numeric(dtype) -> bool:
     import numpy as np
 
-    if isinstance(dtype, str):  # a raynb.data Schema's type: "float32", "double", "float32 (16,)"
-        if " " in dtype.strip():
-            return False  # a column of per-row arrays
+    if isinstance(dtype, str):  # a raynb.data Schema's type: "float32", "double" (arrow), "float32 (16,)"
+        if _per_row_array(dtype):
+            return False
         try:
-            return np.dtype(dtype.strip()).kind in "biuf"
+            return np.dtype({"halffloat": "float16"}.get(dtype.strip(), dtype.strip())).kind in "biuf"
         except TypeError:
             return False
 
