@@ -52,7 +52,7 @@ def _numeric(dtype) -> bool:
             return False
         try:
             return np.dtype({"halffloat": "float16"}.get(dtype.strip(), dtype.strip())).kind in "biuf"
-        except TypeError:
+        except (TypeError, ValueError):  # not a numpy name: string, timestamp[us], dictionary<...>
             return False
 
     try:
