@@ -143,8 +143,17 @@ def test_rank_killed_at_round_30_resumes_from_its_checkpoint(warm, tmp_path):
     assert "resuming from round" in result.logs(rank=0)
 
 
-def test_bad_input_is_named_before_anything_ships():
+def test_bad_input_is_named_before_anything_ships(tmp_path):
+    import raynb.data
+
     train, valid = _frames(200)
+    train.assign(city="paris").to_parquet(tmp_path / "t.parquet")
+    with pytest.raises(ValueError, match=r"column 'city' has dtype (string|large_string)"):
+        XGBoostTrainer(params=PARAMS, label_column="y",
+                       datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))})
+    with pytest.raises(ValueError, match=r"label_column='label'.*columns are \['f0'"):
+        XGBoostTrainer(params=PARAMS, label_column="label",
+                       datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))})
     with pytest.raises(ValueError, match=r"label_column='label'.*columns are \['f0'"):
         XGBoostTrainer(params=PARAMS, label_column="label", datasets={"train": train})
     bad = train.assign(city="paris")
