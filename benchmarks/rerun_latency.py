@@ -10,7 +10,11 @@ What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
   median / p90 / min; ``warm_split_ms`` breaks the medians down (see below);
 - ``torchrun_s``: the same function as a script, launched ``--torchrun-runs`` times with
   ``torchrun --standalone --nproc_per_node 4``, end to end;
-- ``speedup_vs_torchrun``: torchrun median / warm re-run median.
+- ``speedup_vs_torchrun``: torchrun median / warm re-run median;
+- ``floor_ms``: the same function on the bare floor prototype (``floor.py``: forked
+  workers, one gloo group, a cloudpickled function over ZeroMQ, no signing), one floor
+  run after each timed raynb run so both see the same load; ``ratio_to_floor`` is the
+  raynb median over the floor median.
 
 The cluster is always stopped (``raynb stop``) at the end, and any process it left is
 killed, whatever happened.
@@ -48,6 +52,20 @@ TORCHRUN_SCRIPT = textwrap.dedent("""\
     assert t.item() == sum(range(1, dist.get_world_size() + 1)), t
     dist.destroy_process_group()
 """)
+
+
+def floor_train_fn(report):
+    """``trivial_train_fn`` on the floor prototype (``report`` is its one ZeroMQ send)."""
+    import time as _time
+
+    import torch
+    import torch.distributed as dist
+
+    t0 = _time.time()
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    if dist.get_rank() == 0:
+        report({"sum": t.item(), "fn_start": t0, "timestamp": _time.time()})
 
 
 def trivial_train_fn():
@@ -189,7 +207,7 @@ def machine_info(load_at_start: float, **extra) -> dict:
             "platform": platform.platform(), "load_avg_1m_at_start": load_at_start, **extra}
 
 
-def measure_raynb(runs: int, warmup: int) -> dict:
+def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig, TorchTrainer
 
@@ -212,6 +230,40 @@ def measure_raynb(runs: int, warmup: int) -> dict:
 
     for _ in range(warmup):
         fit()
+    floor_runs: list = []
+    floor_ctx = _floor() if floor else contextlib.nullcontext()
+    with floor_ctx as fl:
+        for _ in range(warmup if fl else 0):
+            fl.run(floor_train_fn)
+        out.update(_timed_runs(fit, runs, fl, floor_runs))
+    if floor_runs:
+        secs = [r["seconds"] for r in floor_runs]
+        out["floor_ms"] = _summary_ms(secs)
+        med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
+        out["floor_split_ms"] = {
+            "submit_to_rank0_fn_start": med([r["reports"][0]["fn_start"] - r["wall0"]
+                                             for r in floor_runs]),
+            "rank0_fn_start_to_report": med([r["reports"][0]["timestamp"] - r["reports"][0]["fn_start"]
+                                             for r in floor_runs]),
+            "report_to_result": med([r["wall1"] - r["reports"][0]["timestamp"] for r in floor_runs]),
+        }
+        out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
+    raynb.disconnect()
+    return out
+
+
+@contextlib.contextmanager
+def _floor():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from floor import Floor
+
+    with Floor(WORKERS) as fl:
+        yield fl
+
+
+def _timed_runs(fit, runs: int, fl, floor_runs: list) -> dict:
+    """``runs`` timed raynb fits (each followed by one floor run, when ``fl``)."""
+    out: dict = {}
     total, dispatch, in_fn, back, head = [], [], [], [], []
     for _ in range(runs):
         wall0 = time.time()
@@ -228,6 +280,13 @@ def measure_raynb(runs: int, warmup: int) -> dict:
         in_fn.append(m["timestamp"] - m["fn_start"])  # all_reduce, up to rank 0's report
         back.append(wall1 - m["timestamp"])  # report -> every rank done -> Result in hand
         head.append(result.time_total_s)  # the head's view: tasks sent -> last rank done
+        if fl is not None:
+            wall0 = time.time()
+            r = fl.run(floor_train_fn)
+            r["wall0"], r["wall1"] = wall0, time.time()
+            if r["reports"][0]["sum"] != sum(range(1, WORKERS + 1)):
+                raise RuntimeError(f"a floor run went wrong: {r!r}")
+            floor_runs.append(r)
     out["warm_rerun_ms"] = _summary_ms(total)
     med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
     out["warm_split_ms"] = {
@@ -237,7 +296,6 @@ def measure_raynb(runs: int, warmup: int) -> dict:
         "head_run_time": med(head),
         "outside_head_run_time": med([a - b for a, b in zip(total, head)]),
     }
-    raynb.disconnect()
     return out
 
 
@@ -272,6 +330,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="warm runs after the first, not timed (default 2)")
     ap.add_argument("--torchrun-runs", type=int, default=3, help="torchrun launches timed (default 3)")
     ap.add_argument("--skip-torchrun", action="store_true", help="do not time torchrun")
+    ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototype")
     ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
     args = ap.parse_args(argv)
     if args.quick:
@@ -282,7 +341,7 @@ def main(argv=None) -> int:
     load_at_start = round(os.getloadavg()[0], 2)
     report: dict = {}
     with private_cluster():
-        report.update(measure_raynb(args.runs, args.warmup))
+        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor))
     if not args.skip_torchrun:
         report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
         report["speedup_vs_torchrun"] = round(
@@ -290,7 +349,7 @@ def main(argv=None) -> int:
     else:
         report["torchrun_s"] = None
         report["speedup_vs_torchrun"] = None
-    report["machine"] = machine_info(load_at_start)
+    report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
     report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup,
                           "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
     print(json.dumps(report, indent=1))

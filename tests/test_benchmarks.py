@@ -84,3 +84,23 @@ def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
     # Its cluster was stopped and its temporary directories removed.
     assert _processes_with_home_under(str(tmp_path)) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report_cost.py"), "--quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    for key in ("rank_report_us", "floor_rank_report_us"):
+        s = out[key]
+        assert s["n"] == 200 and 0 < s["p50"] <= s["p99"] <= s["max"], (key, s)
+    cpu = out["head_client_cpu_us_per_report"]
+    assert set(cpu) == {"head", "client", "total", "per_report_step"} and all(isinstance(v, float) for v in cpu.values())
+    assert set(out["split_ms"]) == {"submit_to_rank0_fn_start", "rank0_fn_start_to_first_report",
+                                    "last_report_to_result"}
+    assert out["ratio_to_floor"] > 0 and isinstance(out["machine"]["load_avg_1m_at_end"], float)
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []

@@ -742,3 +742,28 @@ def test_default_policy_follows_the_runs_max_failures(h):
     assert run.state == "FAILED"
     assert h.effects.notes() == ["restart 1/1: rank 0 raised ValueError: attempt 0; "
                                  "no checkpoint yet, starting over"]
+
+
+def test_a_blocked_rank_is_killed_at_once_when_a_peer_died(h):
+    """The dead-peer grace follows the peers: a rank whose worker says its cancel did not
+    stop it (rank_blocked) is killed as soon as a peer died, before the deadline."""
+    run = h.running()
+    h.ctl.rank_lost(run, 1, _died(1))
+    h.reset()
+    h.ctl.rank_blocked(run, 0)
+    assert h.effects.ranks("kill_rank") == [0]
+    assert run.done == {1: "died", 0: "killed"} and run.state == "FAILING"
+    h.ctl.rank_returned(run, 2, "cancelled")
+    assert run.state == "FAILED"  # every rank stopped: no wait for the deadline
+
+
+def test_a_blocked_rank_waits_out_the_grace_of_an_exception_until_a_peer_dies(h):
+    """After a peer's exception a blocked rank may still return (a long C call): it keeps
+    its grace; if a peer then dies, the ranks that said they are blocked are killed."""
+    run = h.failing()
+    h.reset()
+    h.ctl.rank_blocked(run, 0)
+    assert h.effects.ranks("kill_rank") == []
+    h.ctl.rank_lost(run, 2, _died(2))
+    assert h.effects.ranks("kill_rank") == [0]
+    assert run.done == {1: "error", 2: "died", 0: "killed"}

@@ -25,6 +25,7 @@ from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL as RUN_END_STATES
 from ..cluster.rundir import OUTPUT_FILE, read_reports
 from ..errors import ClusterError, RunInterrupted
+from . import refollow
 from .connection import disconnect, local_head_gone
 from . import bulk
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
@@ -226,6 +227,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
         "storage_path": _absolute(run_config.storage_path),
+        "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }
@@ -320,7 +322,7 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
             name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
-    last_heard = time.monotonic()
+    last_heard = last_reattach = time.monotonic()
     while True:
         try:
             timeout = PING_EVERY_S if cancel_sent_at is None else max(
@@ -337,6 +339,13 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
                     raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
                                        "check `raynb status`")
+                if now - last_heard >= HEAD_SILENCE_S and client.local_token is None \
+                        and now - last_heard < refollow.reconnect_s():
+                    if now - last_reattach >= HEAD_SILENCE_S:   # a remote head: attach again
+                        refollow.reattach(client, run_id)
+                        last_reattach = now
+                    client.send(P.PING)
+                    continue
                 if now - last_heard >= HEAD_SILENCE_S:
                     raise ClusterError(
                         f"lost contact with the raynb head at {client.address}: no answer for "
@@ -345,6 +354,10 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 client.send(P.PING)
                 continue
             last_heard = now
+            if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == run_id:
+                msg = refollow.on_record(msg, reports)   # re-attached after a silence
+                if msg is None:
+                    continue
             if msg.content.get("run_id") != run_id:
                 continue
             if msg.msg_type == P.RUN_DONE:

@@ -26,11 +26,42 @@ STATE_DICT_HINT = ("pickling an object pickles its class and every attribute; to
                    "into a model built the same way")
 
 
+class _BufferReader(io.RawIOBase):
+    """A read-only file over a buffer (a received frame, a reassembled bytearray), so the
+    payload is unpickled from it without first being copied whole into a bytes object."""
+
+    def __init__(self, data):
+        self._view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = min(len(b), len(self._view) - self._pos)
+        b[:n] = self._view[self._pos:self._pos + n]
+        self._pos += n
+        return n
+
+    def readline(self, size=-1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        i = self._pos
+        while i < end and self._view[i] != 10:
+            i += 1
+        line = bytes(self._view[self._pos:min(end, i + 1)])
+        self._pos += len(line)
+        return line
+
+    def close(self) -> None:
+        self._view.release()
+        super().close()
+
+
 class _RecordingUnpickler(pickle.Unpickler):
     """An Unpickler that remembers every class and function cloudpickle rebuilt."""
 
-    def __init__(self, data: bytes):
-        super().__init__(io.BytesIO(data))
+    def __init__(self, data):
+        super().__init__(io.BytesIO(data) if isinstance(data, bytes) else io.BufferedReader(_BufferReader(data)))
         self.built: list = []
 
     def find_class(self, module: str, name: str):
@@ -47,8 +78,10 @@ class _RecordingUnpickler(pickle.Unpickler):
         return build
 
 
-def load_payload(data: bytes) -> tuple[object, dict]:
+def load_payload(data) -> tuple[object, dict]:
     """``cloudpickle.loads(data)``, and the notebook's classes and functions in it.
+
+    ``data``: bytes, or any buffer (a zmq frame's, a bytearray), read in place.
 
     Returns:
         (the object, {name: class or function}) for each top-level ``__main__``

@@ -21,6 +21,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from . import spare_files
 from .run_logs import OUTPUT_FILE, tag_lines
 
 
@@ -50,6 +51,8 @@ OUTPUT_TAIL_LINES = 2000
 def private_opener(path, flags: int) -> int:
     """``open(..., opener=private_opener)``: a file created (or rewritten) 0600, never
     through a symlink."""
+    if flags & os.O_CREAT:
+        spare_files.take(path)  # a spare empty file renamed to ``path``, when there is one
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     if flags & os.O_CREAT:
         try:
@@ -65,7 +68,8 @@ def make_private_dir(path: Path) -> None:
     Raises:
         PermissionError: it exists and belongs to another user.
     """
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not spare_files.take(path, "d"):
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
     if os.stat(path).st_uid not in (os.getuid(), 0):
         raise PermissionError(f"{path} belongs to another user (uid {os.stat(path).st_uid}); "
                               "raynb will not write a run's files into it: choose another name "
@@ -193,7 +197,10 @@ class RunDirectory:
         self._output = None
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
         self._rows: list[dict] = []
+        self._unwritten: list[dict] = []  # rows not in the files yet (see flush)
         self._columns: list[str] = []
+        self._progress = None  # progress.csv, open for appending
+        self._progress_writer = None
         self._last_time: float | None = None
         self.time_offset = 0.0  # seconds trained by earlier attempts (a resumed run)
 
@@ -245,7 +252,12 @@ class RunDirectory:
             json.dump(params, f, indent=2, default=_json_default)
 
     def append_result(self, metrics: dict, started: float | None, t: float | None) -> dict:
-        """Add Ray's automatic fields to a rank-0 report and append it to the files.
+        """Add Ray's automatic fields to a rank-0 report, to be appended to the files.
+
+        The rows are written in batches (:meth:`flush`: the head's tick, every 0.1 s
+        while the run is live, a run record asked for, and :meth:`close` at the run's
+        end, before the client hears of it): a head killed mid-run loses at most the
+        rows of its last tick.
 
         Returns the report as written: ``metrics`` plus ``training_iteration``
         (1-based), ``timestamp`` (s since epoch), ``time_total_s`` and
@@ -259,29 +271,41 @@ class RunDirectory:
         row["time_total_s"] = now - started + self.time_offset
         row["time_this_iter_s"] = now - (self._last_time or started)
         self._last_time = now
+        self._rows.append(row)
+        self._unwritten.append(row)
+        return row
+
+    def _write_rows(self) -> None:
+        """Append the rows not written yet to ``result.json`` and ``progress.csv``."""
+        rows, self._unwritten = self._unwritten, []
+        if not rows:
+            return
         with writing(self.path / "result.json"):
             if self._result is None:
                 self._result = open(self.path / "result.json", "a", opener=private_opener)
-            self._result.write(json.dumps(row, default=_json_default) + "\n")
+            self._result.write("".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
             self._result.flush()
-        self._rows.append(row)
         with writing(self.path / "progress.csv"):
-            self._write_progress(row)
-        return row
+            self._write_progress(rows)
 
-    def _write_progress(self, row: dict) -> None:
-        new = [k for k in row if k not in self._columns]
+    def _write_progress(self, rows: list[dict]) -> None:
+        new = [k for row in rows for k in row if k not in self._columns]
         path = self.path / "progress.csv"
         if new or not self._columns:
             # A new metric appeared: rewrite with the widened header.
-            self._columns += new
-            with open(path, "w", newline="", opener=private_opener) as f:
-                w = csv.DictWriter(f, self._columns)
-                w.writeheader()
-                w.writerows(self._rows)
+            self._columns += list(dict.fromkeys(new))
+            if self._progress is not None:
+                self._progress.close()
+            self._progress = open(path, "w", newline="", opener=private_opener)
+            self._progress_writer = csv.DictWriter(self._progress, self._columns)
+            self._progress_writer.writeheader()
+            self._progress_writer.writerows(self._rows)
         else:
-            with open(path, "a", newline="", opener=private_opener) as f:
-                csv.DictWriter(f, self._columns).writerow(row)
+            if self._progress is None:
+                self._progress = open(path, "a", newline="", opener=private_opener)
+                self._progress_writer = csv.DictWriter(self._progress, self._columns)
+            self._progress_writer.writerows(rows)
+        self._progress.flush()
 
     def write_error(self, errors: list | None) -> None:
         if not errors:
@@ -292,6 +316,8 @@ class RunDirectory:
                 f.write(f"{text}\n\n")
 
     def flush(self) -> None:
+        """Write the rows waiting (``append_result``) and flush ``output.log``."""
+        self._write_rows()
         if self._output is not None:
             with writing(self.path / OUTPUT_FILE):
                 self._output.flush()
@@ -301,11 +327,16 @@ class RunDirectory:
         failed = None
         partial, self._partial = self._partial, {}
         try:
+            self._write_rows()
+        except RunFileError as e:
+            failed = e
+        try:
             for (rank, stream), rest in partial.items():
                 self._write_output(rank, rest, stream)
         except RunFileError as e:
-            failed = e
-        for name, filename in (("_result", "result.json"), ("_output", OUTPUT_FILE)):
+            failed = failed or e
+        self._progress_writer = None
+        for name, filename in (("_result", "result.json"), ("_output", OUTPUT_FILE), ("_progress", "progress.csv")):
             f = getattr(self, name)
             setattr(self, name, None)
             if f is not None:

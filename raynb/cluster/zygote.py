@@ -68,11 +68,15 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    from .module_reload import warm
+
+    warm()  # the ~2,000 modules above are classified once here, not in every worker
 
 
 def _private_tmpdir(worker_id: str) -> None:
     """The worker's TMPDIR, which its node agent removes when the worker exits (see
     node._workers_tmp_dir). tempfile's cached choice (made in the zygote) is replaced."""
+    os.environ["RAYNB_WORKER_ID"] = worker_id  # names the rank's own transfers (ckpt_transfer)
     root = os.environ.get("RAYNB_WORKERS_TMP")
     if not root:
         return

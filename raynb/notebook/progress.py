@@ -88,6 +88,8 @@ class RunProgress:
         - ``report``: ``{"rank": int, "metrics": dict}``; metrics may hold
           ``epoch`` (0-based), ``step`` (0-based), ``training_iteration`` (1-based).
         - ``stats``: ``{"workers": {rank: {"pid": int, "cpu_percent": float, "rss": bytes}}}``
+        - ``progress``: ``{"ranks": {rank: {"reports": int, "epoch"?: int, "step"?: int}}}``:
+          how far the other ranks got (the head relays only rank 0's reports whole)
         - ``output``: ``{"rank": int, "stream": str, "text": str}`` (a tail is kept)
         - ``note``: ``{"text": str}`` (e.g. a restart)
         - ``checkpoint``: ``{"name": "checkpoint_000004", ...}`` (one was committed)
@@ -98,7 +100,7 @@ class RunProgress:
             return
         t = as_number(event.get("time"))
         t = float(t) if t is not None else self._clock()
-        handler = {"state": self._on_state, "report": self._on_report,
+        handler = {"state": self._on_state, "report": self._on_report, "progress": self._on_progress,
                    "stats": self._on_stats, "output": self._on_output,
                    "note": self._on_note, "checkpoint": self._on_checkpoint}.get(event.get("kind"))
         if handler is None:
@@ -144,6 +146,24 @@ class RunProgress:
             if it >= self._latest_iter:
                 self._latest, self._latest_iter = dict(metrics), it
             bisect.insort(self._history, (it, dict(metrics)), key=lambda h: h[0])
+
+    def _on_progress(self, ev: dict, t: float) -> None:
+        ranks = ev.get("ranks")
+        if not isinstance(ranks, dict):
+            return
+        for key, entry in ranks.items():
+            rank = _as_rank(key)
+            count = as_number(entry.get("reports")) if isinstance(entry, dict) else None
+            if rank is None or count is None or count < 1:
+                continue
+            count = int(count)
+            if self.state not in TERMINAL_STATES:
+                self._mark_started(t)
+            self.report_count += max(0, count - self._report_counts.get(rank, 0))
+            self._report_counts[rank] = max(count, self._report_counts.get(rank, 0))
+            prev = self._progress.get(rank)
+            if prev is None or count >= prev[0]:
+                self._progress[rank] = (count, *self._done_of(entry, count))
 
     def _done_of(self, m: dict, iteration: int) -> tuple[int, int | None, str]:
         """(done, total, unit) for one report; see `rank_progress`."""

@@ -26,8 +26,11 @@ def get_device():
     return torch.device("cpu")
 
 
+GRADIENT_COMPRESSION = ("fp16", "bf16")
+
+
 def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | None = "ddp",
-                  parallel_strategy_kwargs: dict | None = None):
+                  parallel_strategy_kwargs: dict | None = None, gradient_compression: str | None = None):
     """Move ``model`` to this worker's device and wrap it in DistributedDataParallel.
 
     Args:
@@ -35,6 +38,10 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
         move_to_device (bool): move parameters to :func:`get_device` first.
         parallel_strategy ("ddp" | None): None returns the model unwrapped.
         parallel_strategy_kwargs (dict | None): passed to ``DistributedDataParallel``.
+        gradient_compression ("fp16" | "bf16" | None): all-reduce the gradients in half
+            precision (half the bytes on the wire), through DDP's communication hook
+            ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``
+            / ``bf16_compress_hook`` (the gradients are cast back after the all-reduce).
 
     Returns:
         The DDP-wrapped model when the world size is > 1, else the model itself.
@@ -46,6 +53,9 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     task = _session._require("prepare_model")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"prepare_model() takes a torch.nn.Module, got {type(model).__name__}")
+    if gradient_compression not in (None, *GRADIENT_COMPRESSION):
+        raise ValueError(f"prepare_model(gradient_compression={gradient_compression!r}): use 'fp16', "
+                         "'bf16' or None")
     device = get_device()
     if move_to_device:
         model = model.to(device)
@@ -56,7 +66,13 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
-    return DistributedDataParallel(model, **kwargs)
+    ddp = DistributedDataParallel(model, **kwargs)
+    if gradient_compression is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+        ddp.register_comm_hook(state=None, hook=hook[gradient_compression])
+    return ddp
 
 
 def _to_device(batch, device):

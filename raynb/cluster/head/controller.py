@@ -197,7 +197,29 @@ class RunController:
             # wait on the dead one in a collective, so the dead-peer grace applies from now.
             run.deadline = min(run.deadline, self.clock() + DEAD_PEER_GRACE_S)
         self._rank_failed(run, DEAD_PEER_GRACE_S)
+        self._kill_blocked(run)  # peers that said they are stuck (rank_blocked) will not return
         self._maybe_all_stopped(run)
+
+    def rank_blocked(self, run: Run, rank: int) -> None:
+        """Rank ``rank`` was cancelled and is still inside a call no interrupt reaches
+        (its worker says so ``worker.BLOCKED_AFTER_S`` after the cancel; most likely a
+        collective). When a peer of it died, it cannot return: it is killed now, not at
+        the end of ``DEAD_PEER_GRACE_S`` (the grace follows the peers). Otherwise (a
+        cancel, a peer's exception) the grace stands: a long C call may still return."""
+        if not run.finishing or rank in run.done:
+            return
+        run.blocked.add(rank)
+        self._kill_blocked(run)
+        self._maybe_all_stopped(run)
+
+    def _kill_blocked(self, run: Run) -> None:
+        if "died" not in run.done.values():
+            return
+        for rank in sorted(run.blocked):
+            if rank not in run.done and self.effects.kill_rank(run, rank):
+                log.info("run %s: rank %d is blocked and a peer died; killed it", run.name, rank)
+                run.done[rank] = "killed"
+        run.blocked.clear()
 
     def tick(self, run: Run) -> None:
         """Ranks that did not return within the grace period are killed; their node
@@ -294,7 +316,7 @@ class RunController:
         run.store.discard_staging()
         run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
         run.attempt += 1
-        run.done, run.errors, run.deadline = {}, [], None
+        run.done, run.errors, run.deadline, run.blocked = {}, [], None, set()
         latest = run.store.latest
         limit = "unlimited" if max_failures < 0 else max_failures
         text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
@@ -303,6 +325,12 @@ class RunController:
                    if not run.spec.get("resume_from_checkpoint")
                    else "resuming from the checkpoint it started with") + unsaved)
         log.info("run %s: %s", run.name, text)
+        # Completed where the new attempt is placed (queue): "node n2 lost; restart 1/3 on n1
+        # from checkpoint_000004".
+        run.spec["_restart"] = {"cause": describe_cause(cause) if not cause.get("node_id") else
+                                f"node {cause['node_id']} lost",
+                                "count": f"{run.num_failures - run.failures_before}/{limit}",
+                                "from": latest["name"] if latest else None}
         self.effects.emit(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
         self.effects.emit(run, {"kind": "state", "state": PENDING, "attempt": run.attempt})
         self.store.write_state(run)
@@ -338,6 +366,9 @@ def primary_error(errors: list) -> dict:
     """The failure that caused the others: a dead rank before the exceptions its
     peers then raised (a collective with a dead peer fails on every rank)."""
     for e in errors:
+        if e.get("node_id"):   # a node lost: its ranks' deaths and their peers' errors follow
+            return e
+    for e in errors:
         if e.get("signal") or e.get("exitcode") is not None:
             return e
     return errors[0] if errors else {"message": "failed"}
@@ -345,6 +376,8 @@ def primary_error(errors: list) -> dict:
 
 def describe_cause(e: dict) -> str:
     """'rank 2 died, SIGKILL', 'rank 0 exited with code 3', 'rank 1 raised ValueError: boom'."""
+    if e.get("node_id") and not e.get("signal"):
+        return f"node {e['node_id']} lost (rank {e.get('rank')} was there: {e.get('why', 'no heartbeat')})"
     if e.get("signal"):
         return f"rank {e.get('rank')} died, {e['signal']}"
     if e.get("exitcode") is not None:

@@ -54,6 +54,9 @@ class Run:
     peaks: dict = field(default_factory=dict)         # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
     write_error: str | None = None                    # a file of it could not be written: it fails
     stop_requested: bool = False                      # the cancel is a Tune STOP: it ends STOPPED
+    pending_progress: dict = field(default_factory=dict)  # str(rank) -> its counter, not sent yet
+    rank_reports: dict = field(default_factory=dict)  # rank -> reports, all attempts (progress_relay)
+    blocked: set = field(default_factory=set)         # ranks still inside a call after their cancel
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,163 @@
+"""The warm loop's hot path (issue 15): what is relayed, when run files are written,
+and what a worker keeps after a run. Properties, not timings (``benchmarks/`` has those)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+import raynb
+from raynb import RunConfig, ScalingConfig
+from raynb.client.connection import get_client
+from raynb.client.run import build_submission, follow_run, submit_run_accepted
+
+QUIET = RunConfig(verbose=0)
+
+
+class _Recorder:
+    """A run view that keeps every event the client was sent."""
+
+    def __init__(self):
+        self.events: list[dict] = []
+
+    def handle(self, event: dict) -> None:
+        self.events.append(event)
+
+    def display(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+def _epochs(config):
+    import time as _time
+
+    from raynb.train import report
+
+    for epoch in range(config["epochs"]):
+        report({"epoch": epoch, "loss": 1.0 / (epoch + 1)})
+        _time.sleep(config.get("sleep", 0))
+
+
+def test_only_rank0_reports_are_relayed_and_the_others_as_a_progress_counter(warm):
+    spec, payload = build_submission(_epochs, {"epochs": 3, "sleep": 0.15}, ScalingConfig(num_workers=4), QUIET)
+    client = get_client()
+    accepted = submit_run_accepted(client, spec, payload)
+    view = _Recorder()
+    outcome = follow_run(client, spec["run_id"], view, name=accepted["name"])
+    assert outcome.state == "FINISHED"
+    reports = [e for e in view.events if e.get("kind") == "report"]
+    assert [e["rank"] for e in reports] == [0, 0, 0]
+    assert [e["metrics"]["epoch"] for e in reports] == [0, 1, 2]
+    progress = [e for e in view.events if e.get("kind") == "progress"]
+    assert progress, view.events
+    last = {}
+    for e in progress:
+        last.update(e["ranks"])
+    # Before the run's end state, every other rank's last report was counted.
+    assert last == {str(r): {"reports": 3, "epoch": 2} for r in (1, 2, 3)}, last
+    end = next(i for i, e in enumerate(view.events) if e.get("kind") == "state" and e["state"] == "FINISHED")
+    assert max(i for i, e in enumerate(view.events) if e.get("kind") == "progress") < end
+    # The progress model shows every rank's bar from the counters.
+    from raynb.notebook.progress import RunProgress
+
+    p = RunProgress("r", world_size=4, total_epochs=3)
+    for e in view.events:
+        p.on_event(e)
+    assert p.rank_progress == {r: (3, 3) for r in range(4)}
+
+
+def _burst_then_read_own_files(config):
+    """Rank 0 makes a burst of reports, waits past the head's flush timer, and reads the
+    run's files from inside the run."""
+    import time as _time
+
+    from raynb.train import get_context, report
+
+    for i in range(config["burst"]):
+        report({"i": i})
+    if get_context().get_world_rank() != 0:
+        return None
+    _time.sleep(0.6)
+    path = get_context().get_storage_path()
+    with open(f"{path}/result.json") as f:
+        seen = len(f.read().splitlines())
+    for i in range(config["more"]):
+        report({"i": config["burst"] + i})
+    return seen
+
+
+def test_batched_run_files_are_written_on_a_timer_and_complete_when_the_run_ends(warm, tmp_path):
+    from raynb.train.run import execute_run
+
+    result, seen_mid_run = execute_run(_burst_then_read_own_files, {"burst": 300, "more": 700},
+                                       ScalingConfig(num_workers=2), RunConfig(verbose=0, storage_path=str(tmp_path)))
+    assert seen_mid_run == 300  # flushed by the head's tick while the run went on
+    path = Path(result.path)
+    rows = [json.loads(line) for line in (path / "result.json").read_text().splitlines()]
+    assert [r["i"] for r in rows] == list(range(1000))  # all of them, in order, at the run's end
+    assert [r["training_iteration"] for r in rows] == list(range(1, 1001))
+    csv_lines = (path / "progress.csv").read_text().splitlines()
+    assert len(csv_lines) == 1001 and csv_lines[0].startswith("i,training_iteration")
+    assert len(result.metrics_dataframe) == 1000 and result.metrics["i"] == 999
+
+
+def _big_payload(config):
+    arr = config["arr"]
+    return float(arr[::1 << 20].sum())
+
+
+def _rss(pids) -> dict:
+    return {pid: psutil.Process(pid).memory_info().rss for pid in pids}
+
+
+def test_worker_rss_returns_to_idle_after_a_run_that_shipped_256_mib(warm):
+    from raynb.train.run import execute_run
+
+    st = warm.status()
+    pids = [w["pid"] for w in st["workers"] if w["state"] == "idle"]
+    # One small run first, so the workers' idle state includes what any run leaves (caches).
+    execute_run(_big_payload, {"arr": np.ones(1 << 20, dtype=np.uint8)}, ScalingConfig(num_workers=4), QUIET)
+    idle = _rss(pids)
+    arr = np.ones(256 << 20, dtype=np.uint8)
+    _, value = execute_run(_big_payload, {"arr": arr}, ScalingConfig(num_workers=4), QUIET)
+    assert value == 256.0
+    del arr
+    deadline = time.monotonic() + 10
+    while True:
+        grown = {pid: (rss - idle[pid]) / 2**20 for pid, rss in _rss(pids).items()}
+        if max(grown.values()) < 10 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert max(grown.values()) < 10, f"MiB above idle per worker pid after the run: {grown}"
+    assert raynb.cluster_status()["workers"]  # the cluster is fine
+
+
+def test_spare_files_are_private_renamed_into_place_and_made_again_when_quiet(tmp_path):
+    import os
+    import stat
+
+    from raynb.cluster.spare_files import REFILL_AFTER_S, SparePool
+
+    pool = SparePool(tmp_path / "spare", files=3, dirs=1).start()
+    try:
+        deadline = time.monotonic() + 5
+        while (len(pool._ready["f"]), len(pool._ready["d"])) != (3, 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert stat.S_IMODE(os.stat(tmp_path / "spare").st_mode) == 0o700
+        run = tmp_path / "run"
+        assert pool.take(run, "d") and stat.S_IMODE(os.stat(run).st_mode) == 0o700
+        for name in ("a", "b", "c"):
+            assert pool.take(run / name, "f")
+            assert stat.S_IMODE(os.stat(run / name).st_mode) == 0o600 and os.path.getsize(run / name) == 0
+        assert not pool.take(run / "a", "f")  # never over an existing file
+        assert not pool.take(run / "d", "f") and pool.missed == 1  # none left: the caller creates it
+        time.sleep(REFILL_AFTER_S + 0.5)
+        assert len(pool._ready["f"]) == 3 and len(pool._ready["d"]) == 1
+    finally:
+        pool.stop()
+    assert not (tmp_path / "spare").exists()
