@@ -392,3 +392,50 @@ def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp
         assert held and sum(held.values()) >= ds.size_bytes()
     t.join(15)
     assert not set(held) & set(shm.segments()), "segments left after the cluster stopped"
+
+
+def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
+    """The path to node agents on other hosts (forced here for the local one): the bytes go
+    to the agent's own data socket in signed 1 MiB pieces, the head never sees them."""
+    import zmq
+
+    from raynb.cluster import data_server
+    from raynb.cluster import protocol as P
+
+    monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
+    sent = []
+    real_send = data_server.send_segment
+
+    def counted(*args, **kwargs):   # the real sender, counted
+        sent.append(args[3])
+        return real_send(*args, **kwargs)
+    monkeypatch.setattr(data_server, "send_segment", counted)
+    x = np.arange(5 << 20, dtype=np.float32).reshape(-1, 16)   # 20 MiB: 20 pieces, window of 8
+    ds = rd.from_numpy({"x": x})
+
+    def check():
+        import raynb.train as rt
+
+        batch = next(iter(rt.get_dataset_shard("train").iter_batches(batch_size=4, prefetch_batches=0)))
+        return float(batch["x"][0, 0])
+    from raynb.train.datasets import with_datasets
+    from raynb.train.run import execute_run
+
+    _, firsts = execute_run(with_datasets(_every_rank(check), {"train": ds}), None, ScalingConfig(num_workers=2),
+                            QUIET)
+    assert firsts == [0.0, float(x[len(x) // 2, 0])]
+    assert len(sent) == 1 and sent[0].startswith(f"raynb-{_agent(warm)[0]}-")   # one copy, by the socket
+    _wait_no_segments(warm)
+    monkeypatch.undo()
+    # A piece signed with another key, or named for another agent, makes nothing.
+    node = warm.status()["nodes"][0]
+    addr = f"tcp://127.0.0.1:{node['data_port']}"
+    ctx = zmq.Context.instance()
+    with pytest.raises(TimeoutError):   # dropped unverified: no answer to a forged message
+        data_server.send_segment(ctx, b"not-the-key" * 4, addr, shm.segment_name(node["node_id"], node["pid"], "k"),
+                                 {"a": x[:10]}, *shm.layout_of({"a": x[:10]}), timeout_s=1.0)
+    with pytest.raises(OSError, match="is not a segment name of node agent"):
+        data_server.send_segment(ctx, warm.session.key, addr, shm.segment_name("elsewhere", 1, "k"),
+                                 {"a": x[:10]}, *shm.layout_of({"a": x[:10]}))
+    assert not _segments(warm) and not shm.segments("elsewhere")
+    assert P.DATA_PUT in P.MESSAGE_TYPES

@@ -35,6 +35,7 @@ import zmq
 from . import curve
 from . import protocol as P
 from . import shm
+from .data_server import DataServer
 from .rejects import refusal
 from .gpu_stats import GpuSampler
 from .connection import private_dir
@@ -92,6 +93,7 @@ class NodeAgent:
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
+        self.data = DataServer(self.ctx, self.key, self.ip, self.node_id)  # segments from other hosts
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -219,7 +221,7 @@ class NodeAgent:
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
             "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": node_cpus(),
-            "shared_storage": self.shared_storage})
+            "shared_storage": self.shared_storage, "data_port": self.data.port})
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
@@ -289,6 +291,7 @@ class NodeAgent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+        poller.register(self.data.sock, zmq.POLLIN)
         next_stats = time.monotonic() + STATS_INTERVAL_S
         last_head = time.monotonic()
         lost_at: float | None = None
@@ -319,6 +322,8 @@ class NodeAgent:
                                 poller.register(self.sock, zmq.POLLIN)
                                 break
                             self._on_head(msg)
+                    elif sock is self.data.sock:
+                        self.data.handle()
                     elif not self._read_zygote():
                         if not self._zygote_died():
                             return 1
@@ -369,6 +374,7 @@ class NodeAgent:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self.data.close()
         shm.free_agent(self.node_id, os.getpid())
         self.sock.close(0)
         self.ctx.term()

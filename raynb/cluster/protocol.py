@@ -103,6 +103,9 @@ CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_i
 # head -> that rank
 CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
 CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
+# client -> a node agent's data socket (cluster.data_server), and its answer
+DATA_PUT = "data_put"            # {"name", "offset", "nbytes", "done"?}; buffers[0] = a piece of a segment
+DATA_ACK = "data_ack"            # {"name", "offset", "error"?}
 # any direction
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
@@ -135,7 +138,7 @@ SCHEMAS: dict[str, Record] = {
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
-                           "shared_storage?": bool}),
+                           "shared_storage?": bool, "data_port?": (Int(1, 65535), None)}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
     NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
@@ -150,6 +153,8 @@ SCHEMAS: dict[str, Record] = {
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
     RETIRE_WORKER: Record({"worker_id": str}),
     FREE_DATA: Record({"key": str}), RELEASE_DATA: Record({"key": str}),
+    DATA_PUT: Record({"name": str, "offset": Int(0), "nbytes": Int(1), "done?": bool}),
+    DATA_ACK: Record({"name": str, "offset": Int(0), "error?": str}),
     SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
     RUN_TASK: Record({
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
