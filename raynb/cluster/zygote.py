@@ -36,8 +36,9 @@ from .procutil import become_subreaper, die_with_parent, end_descendants, kill_g
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
-# The same, when installed: xgboost's import is ~1 s of CPU per fresh worker otherwise
-# (its shared library; no thread is started by the import, so forking after it is safe).
+# The same, when installed: xgboost's import is 1-1.5 s of CPU per fresh worker otherwise.
+# It brings in scipy's OpenBLAS (threads, as numpy's already are) and pyarrow's jemalloc
+# background thread; both libraries take their locks across fork (pthread_atfork).
 OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
 
 
