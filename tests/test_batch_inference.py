@@ -144,3 +144,12 @@ def test_memory_stays_bounded_writing_a_result_larger_than_the_cap(warm, tmp_pat
     assert len(peaks) == 2 and max(peaks) < CAP, [p >> 20 for p in peaks]
     first = next(out.iter_batches(batch_size=4))
     assert first["id"].tolist() == [0, 1, 2, 3] and first["emb"].shape == (4, 256)
+
+
+def test_the_pane_shows_rows_done_and_rows_per_second(warm, tmp_path, capsys):
+    ds = raynb.data.from_numpy({"x": np.arange(4000, dtype=np.int64)})
+    out = ds.map_batches(_double, batch_size=500, num_workers=2,
+                         run_config=RunConfig(verbose=1, storage_path=str(tmp_path)))
+    text = capsys.readouterr().out
+    assert "MapBatches_" in text and "rows=" in text and "rows_per_s=" in text, text
+    assert out.count() == 4000
