@@ -439,3 +439,48 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
                                  {"a": x[:10]}, *shm.layout_of({"a": x[:10]}))
     assert not _segments(warm) and not shm.segments("elsewhere")
     assert P.DATA_PUT in P.MESSAGE_TYPES
+
+
+def test_data_socket_is_curve_encrypted_off_loopback():
+    """A node agent of a Curve cluster (head off loopback) makes its data socket a Curve
+    server of its own key: the cluster's client key gets in, any other is refused at the
+    handshake (the real sockets, on loopback here)."""
+    import zmq
+
+    from raynb.cluster import curve, data_server
+
+    keys = curve.new_keys()
+    client_keys = curve.client_part(keys)
+    ctx = zmq.Context()
+    server = data_server.DataServer(ctx, b"k" * 64, "127.0.0.1", "curvetest", curve_keys=client_keys)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            if server.sock.poll(50):
+                server.handle()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    a = np.arange(300_000, dtype=np.float64)   # 2.4 MB: three pieces
+    layout, nbytes = shm.layout_of({"a": a})
+    addr = f"tcp://127.0.0.1:{server.port}"
+    name = shm.segment_name("curvetest", os.getpid(), "curvekey")
+    try:
+        assert server.public_key and len(server.public_key) == 40
+        other = curve.client_part(curve.new_keys())
+        with pytest.raises(TimeoutError):   # an unknown client key never gets through
+            data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes, timeout_s=1.0,
+                                     curve_keys=other, server_key=server.public_key)
+        assert not shm.segments("curvetest")
+        data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes,
+                                 curve_keys=client_keys, server_key=server.public_key)
+        assert shm.segments("curvetest") == {name: nbytes}
+        mm = shm.map_segment(name)
+        assert np.array_equal(shm.arrays_from(mm, layout)["a"], a)
+        del mm
+    finally:
+        stop.set()
+        t.join()
+        server.close()
+        ctx.term()
+        shm.free_agent("curvetest", os.getpid())

@@ -46,11 +46,12 @@ class Scope:
         self.key = shm.check_key(key)
         self.placed: dict = {}
         self._keep: dict = {}    # token -> the object (its id stays unique while placed)
-        self._nodes = None       # [(node_id, agent pid, data socket address or None)], asked once
+        self._nodes = None       # [(node_id, agent pid, data socket address or None, its Curve key)]
         self.remote = False      # something was sent to a node agent's data socket
 
-    def nodes(self) -> list[tuple[str, int, str | None]]:
-        """Every node agent: (node id, pid, None on this host, else its data socket)."""
+    def nodes(self) -> list[tuple]:
+        """Every node agent: (node id, pid, None on this host else its data socket, that
+        socket's Curve public key or None)."""
         if self._nodes is None:
             from .connection import get_client
 
@@ -60,7 +61,7 @@ class Scope:
                 here = n.get("hostname") == host and _pid_alive(n.get("pid")) and not via_socket
                 if here or n.get("data_port"):
                     self._nodes.append((n["node_id"], n["pid"],
-                                        None if here else f"tcp://{n['ip']}:{n['data_port']}"))
+                                        None if here else f"tcp://{n['ip']}:{n['data_port']}", n.get("data_key")))
             if not self._nodes:
                 raise RuntimeError("no raynb node agent can take in-memory data (none has joined the "
                                    "cluster yet?); write the data to files every node can read and "
@@ -78,16 +79,16 @@ class Scope:
             return block
         layout, nbytes = shm.layout_of(arrays)
         nodes = self.nodes()
-        shm.check_room(nbytes * sum(addr is None for *_, addr in nodes), what)
+        shm.check_room(nbytes * sum(addr is None for _, _, addr, _ in nodes), what)
         segments = {}
         try:
-            for node_id, pid, addr in nodes:
+            for node_id, pid, addr, server_key in nodes:
                 name = shm.segment_name(node_id, pid, self.key)
                 if addr is None:
                     shm.write_segment(name, arrays, layout, nbytes)
                 else:
                     self.remote = True
-                    _send(addr, name, arrays, layout, nbytes)
+                    _send(addr, server_key, name, arrays, layout, nbytes)
                 segments[node_id] = name
         except BaseException:
             for name in segments.values():
@@ -105,13 +106,15 @@ class Scope:
         return freed
 
 
-def _send(address: str, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
+def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
     import zmq
 
     from ..cluster.data_server import send_segment
     from .connection import get_client
 
-    send_segment(zmq.Context.instance(), get_client().session.key, address, name, arrays, layout, nbytes)
+    client = get_client()
+    send_segment(zmq.Context.instance(), client.session.key, address, name, arrays, layout, nbytes,
+                 curve_keys=client.info.get("curve"), server_key=server_key)
 
 
 def _pid_alive(pid) -> bool:

@@ -6,7 +6,10 @@ loop and heartbeats are not held up). The agent binds a ROUTER on its node's add
 (loopback for a local cluster, never a wildcard) and advertises its port in
 ``node_register``. Every message is signed with the cluster key and verified before it
 is used (``protocol.Session``, as the control path); content is checked against
-``SCHEMAS``.
+``SCHEMAS``. In a cluster off loopback (Curve keys given) the socket is also a CurveZMQ
+server with a keypair of its own, whose public key is registered with the port; only
+the cluster's client key passes its handshake (``curve.Gatekeeper``), so the data is
+encrypted as the control path is.
 
 The client sends ``data_put`` messages of ``CHUNK_BYTES`` each, at most ``WINDOW``
 unacknowledged (a credit window: memory on both sides stays bounded, and the agent's
@@ -22,6 +25,7 @@ import re
 
 import zmq
 
+from . import curve
 from . import protocol as P
 from . import shm
 
@@ -33,13 +37,22 @@ FRAME_LIMIT = CHUNK_BYTES + (64 << 10)
 
 
 class DataServer:
-    """The data socket of node agent ``node_id`` (this process), bound on ``ip``."""
+    """The data socket of node agent ``node_id`` (this process), bound on ``ip``; a Curve
+    server when ``curve_keys`` (the cluster's client keys) are given: ``public_key`` is its
+    key (Z85 str), None without Curve."""
 
-    def __init__(self, ctx: zmq.Context, key: bytes, ip: str, node_id: str):
+    def __init__(self, ctx: zmq.Context, key: bytes, ip: str, node_id: str, curve_keys: dict | None = None):
         self.node_id, self.pid = node_id, os.getpid()
         self.session = P.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
         self.sock = ctx.socket(zmq.ROUTER)
         P.configure_socket(self.sock, limit=FRAME_LIMIT + (64 << 10))
+        self.public_key, self._gate = None, None
+        if curve_keys:
+            public, secret = zmq.curve_keypair()
+            self.public_key = public.decode()
+            self._gate = curve.Gatekeeper(ctx, self.sock, {
+                "server_public": self.public_key, "server_secret": secret.decode(),
+                "client_public": curve_keys["client_public"]})
         self.port = self.sock.bind_to_random_port(f"tcp://{ip}")
         self._open: dict[str, int] = {}   # segment name -> fd, while being written
         self._mine = re.compile(rf"^{re.escape(shm.PREFIX + node_id)}-{self.pid}-[A-Za-z0-9_]+-[0-9a-f]+$")
@@ -90,13 +103,17 @@ class DataServer:
     def close(self) -> None:
         for name in list(self._open):
             self._drop(name)
+        if self._gate is not None:
+            self._gate.close(self.sock)
         self.sock.close(0)
 
 
 def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: dict, layout: dict,
-                 nbytes: int, timeout_s: float = 30.0) -> None:
+                 nbytes: int, timeout_s: float = 30.0, curve_keys: dict | None = None,
+                 server_key: str | None = None) -> None:
     """Write segment ``name`` (``arrays`` at ``layout``) on the node agent whose data socket
-    is ``address`` (``tcp://ip:port``), ``CHUNK_BYTES`` a message, ``WINDOW`` in flight.
+    is ``address`` (``tcp://ip:port``), ``CHUNK_BYTES`` a message, ``WINDOW`` in flight;
+    over Curve when the agent registered a ``server_key`` (with this client's ``curve_keys``).
 
     Raises:
         MemoryError / OSError: the agent refused it (its message).
@@ -107,6 +124,8 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
     session = P.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
     sock = ctx.socket(zmq.DEALER)
     P.configure_socket(sock, limit=FRAME_LIMIT + (64 << 10))
+    if server_key:
+        curve.secure_client(sock, {**(curve_keys or {}), "server_public": server_key})
     sock.connect(address)
     pieces = []
     for col, (off, _, _) in layout.items():

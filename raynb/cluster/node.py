@@ -93,7 +93,7 @@ class NodeAgent:
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
-        self.data = DataServer(self.ctx, self.key, self.ip, self.node_id)  # segments from other hosts
+        self.data = DataServer(self.ctx, self.key, self.ip, self.node_id, curve_keys)  # segments from other hosts
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -221,7 +221,8 @@ class NodeAgent:
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
             "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": node_cpus(),
-            "shared_storage": self.shared_storage, "data_port": self.data.port})
+            "shared_storage": self.shared_storage, "data_port": self.data.port,
+            "data_key": self.data.public_key})
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal

@@ -56,6 +56,7 @@ class NodeInfo:
     load: float | None = None      # its 1-minute load average (node_stats)
     shared_storage: bool = True    # mounts the head's storage_path (else checkpoints are streamed)
     data_port: int | None = None   # its data socket (cluster.data_server), on its ip
+    data_key: str | None = None    # that socket's Curve public key (None on loopback)
 
     @property
     def free_gpus(self) -> list:
@@ -178,6 +179,7 @@ class Registry:
                  "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
                  "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note, "load": n.load,
                  "last_heartbeat_s": round(time.monotonic() - n.last_seen, 2), "data_port": n.data_port,
+                 "data_key": n.data_key,
                  "workers": self.workers_on(n.node_id)}
                 for n in self.nodes.values()]
 
