@@ -215,6 +215,9 @@ class TorchTrainer:
         ValueError: an in-memory dataset's column torch cannot take (named).
     """
 
+    _name_prefix = "TorchTrainer"  # the run directory's prefix (XGBoostTrainer's own)
+    _total_epochs: int | None = None  # the progress bars' total when config["epochs"] is not it
+
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
                  datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None):
@@ -335,7 +338,7 @@ class TorchTrainer:
         try:
             fn = with_datasets(self.train_loop_per_worker, datasets)
             result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,
-                                    extra=extra)
+                                    extra=extra, name_prefix=self._name_prefix, epochs=self._total_epochs)
         finally:
             for d in split_dirs:  # a Ray Dataset's per-rank files
                 shutil.rmtree(d, ignore_errors=True)
