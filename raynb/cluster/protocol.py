@@ -134,7 +134,7 @@ SCHEMAS: dict[str, Record] = {
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
                            "shared_storage?": bool, "data_port?": (Int(1, 65535), None), "data_key?": _STR,
-                           "labels?": MapOf(str)}),
+                           "labels?": MapOf(str), "shm_id?": _STR}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
     NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({

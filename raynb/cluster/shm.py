@@ -46,6 +46,21 @@ def segment_name(node_id: str, agent_pid: int, key: str) -> str:
     return f"{PREFIX}{node_id}-{int(agent_pid)}-{check_key(key)}-{uuid.uuid4().hex[:12]}"
 
 
+def shm_id() -> str:
+    """Which ``/dev/shm`` this process sees: ``<boot id>:<st_dev>`` (the kernel's boot id,
+    ``/proc/sys/kernel/random/boot_id``, and the device number of the tmpfs mounted there).
+    Two processes can share segments exactly when their ids are equal: a hostname and a
+    live pid are not enough (cloned machines share hostnames, a container or a network
+    namespace can have a ``/dev/shm`` of its own, and a remote agent's pid may be alive here
+    by chance). "" when either cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat(SHM_DIR).st_dev}"
+    except OSError:
+        return ""
+
+
 def free_bytes() -> int:
     """Bytes free in ``/dev/shm`` for this user (``statvfs``)."""
     st = os.statvfs(SHM_DIR)
