@@ -77,17 +77,22 @@ class Cluster:
         return (f"import json, os, sys, time\nimport raynb\n"
                 f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
 
+    def client_args(self, code: str, host: str = "client", private_shm: bool = False) -> list[str]:
+        """The command line :meth:`client` runs in ``host``'s namespace (for ``net.popen``);
+        with ``private_shm`` the shell ``exec``s python, so the process is python's."""
+        args = [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)]
+        if private_shm:
+            args = ["sh", "-c", 'mount -t tmpfs -o size=256m,mode=1777 raynb-test /dev/shm && exec "$@"',
+                    "sh", *args]
+        return args
+
     def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True,
                private_shm: bool = False):
         """Run ``code`` (after :meth:`client_prelude`: raynb, KEY_FILE, ADDRESS) in the client
         namespace; returns the JSON its last stdout line holds. ``private_shm``: the script
         gets a ``/dev/shm`` of its own (a tmpfs in the mount namespace ``ip netns exec``
         makes for it, gone when it exits), as a notebook on another machine has."""
-        args = [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)]
-        if private_shm:
-            args = ["sh", "-c", 'mount -t tmpfs -o size=256m,mode=1777 raynb-test /dev/shm && exec "$@"',
-                    "sh", *args]
-        r = self.net.run(host, args, env=self.env(host), timeout=timeout)
+        r = self.net.run(host, self.client_args(code, host, private_shm), env=self.env(host), timeout=timeout)
         if check:
             assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         last = [line for line in r.stdout.splitlines() if line.startswith("{")]

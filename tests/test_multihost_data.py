@@ -191,3 +191,61 @@ def test_dataset_goes_only_to_the_nodes_that_run_ranks(hosts):
     held = out["ranks"][0]["held"]
     assert _wait_no_segments() == {}
     assert held[node] == 1 and held[idle] == 0, held
+
+
+SLEEPS_OR_DIES = """
+    import signal
+    import numpy as np
+    from raynb import ScalingConfig, TorchTrainer, RunConfig
+    from raynb.train import get_context, get_dataset_shard
+
+    ds = raynb.data.from_numpy({"x": np.zeros((%d, 64), dtype=np.float32)})
+
+    def loop():
+        next(iter(get_dataset_shard("train").iter_batches(batch_size=64)))
+        if DIE and get_context().get_world_rank() == 3:
+            time.sleep(0.5)
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+
+    raynb.connect(KEY_FILE)
+    try:
+        TorchTrainer(loop, datasets={"train": ds}, run_config=RunConfig(verbose=0),
+                     scaling_config=ScalingConfig(num_workers=4, placement_strategy="SPREAD")).fit()
+        print(json.dumps({"outcome": "finished"}))
+    except KeyboardInterrupt:
+        print(json.dumps({"outcome": "cancelled"}))
+    except raynb.RunError as e:
+        print(json.dumps({"outcome": "failed", "error": str(e)[:300]}))
+""" % ROWS
+
+
+def test_segments_freed_on_both_hosts_after_cancel_and_worker_death(hosts):
+    import signal
+    import subprocess
+
+    c = hosts
+    # cancelled: Ctrl-C in the notebook once both hosts hold the data
+    p = c.net.popen("client", c.client_args("    DIE = False" + SLEEPS_OR_DIES, private_shm=True),
+                    env=c.env("client"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(shm.segments(n) for n in NODES) and time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.05)
+        held = {n: sum(shm.segments(n).values()) for n in NODES}
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert all(b >= ROWS * 64 * 4 for b in held.values()), (held, stderr[-2000:])
+    assert '"outcome": "cancelled"' in stdout, stdout + stderr[-2000:]
+    assert _wait_no_segments() == {}
+    c.wait_workers(4)
+    # a rank on the second host is killed: the run fails, both hosts' segments go
+    out, r = c.client("    DIE = True" + SLEEPS_OR_DIES, timeout=120, private_shm=True)
+    assert out["outcome"] == "failed" and "rank 3" in out["error"], r.stdout
+    assert _wait_no_segments() == {}
+    c.wait_workers(4)
