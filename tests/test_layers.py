@@ -32,10 +32,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "errors": (),
     "cluster": ("cluster", "errors"),
     "client": ("cluster", "client", "errors"),
-    "train": ("cluster", "client", "train", "errors"),
-    "tune": ("cluster", "client", "train", "tune", "errors"),
+    "train": ("cluster", "client", "data", "train", "errors"),
+    "tune": ("cluster", "client", "data", "train", "tune", "errors"),
     "data": ("cluster", "client", "data", "errors"),
-    "integrations": ("cluster", "client", "train", "tune", "integrations", "errors"),
+    "integrations": ("cluster", "client", "data", "train", "tune", "integrations", "errors"),
     "notebook": ("cluster", "client", "train", "tune", "data", "integrations", "notebook",
                  "errors"),
 }

@@ -281,3 +281,48 @@ def test_packs_onto_the_fewest_nodes():
     assert place(Request(4), s) == Placement(("b-w0", "b-w1", "b-w2", "b-w3"), (None,) * 4)
     # 5 ranks need both: b's four first (contiguous), then a's.
     assert place(Request(5), s).worker_ids == ("b-w0", "b-w1", "b-w2", "b-w3", "a-w0")
+
+
+# -- PACK and SPREAD (ScalingConfig(placement_strategy=...)) ----------------------------
+def test_pack_fills_the_fullest_node_first():
+    """PACK: 4 ranks with n1 holding 4 idle and n2 2: all on n1 (fewest nodes)."""
+    snap = _snapshot(_node("n1", num_workers=4), _node("n2", num_workers=2),
+                     workers=_workers("n1", 4) + _workers("n2", 2))
+    d = place(Request(4, strategy="PACK"), snap)
+    assert d == Placement(("n1-w0", "n1-w1", "n1-w2", "n1-w3"), (None,) * 4)
+
+
+def test_spread_puts_ranks_on_every_node_evenly_and_contiguously():
+    """SPREAD: 4 ranks over n1 (4 idle) and n2 (2 idle): two on each, each node's ranks a block."""
+    snap = _snapshot(_node("n1", num_workers=4), _node("n2", num_workers=2),
+                     workers=_workers("n1", 4) + _workers("n2", 2))
+    d = place(Request(4, strategy="SPREAD"), snap)
+    assert d == Placement(("n1-w0", "n1-w1", "n2-w0", "n2-w1"), (None,) * 4)
+    assert _contiguous_by_node(d.worker_ids, snap)
+
+
+def test_spread_takes_what_a_small_node_has_and_the_rest_elsewhere():
+    """SPREAD: 5 ranks, n1 with 4 idle, n2 with 1: n2 gives its one, n1 the other four."""
+    snap = _snapshot(_node("n1", num_workers=4), _node("n2", num_workers=1),
+                     workers=_workers("n1", 4) + _workers("n2", 1))
+    d = place(Request(5, strategy="SPREAD"), snap)
+    assert sorted(d.worker_ids) == sorted(["n1-w0", "n1-w1", "n1-w2", "n1-w3", "n2-w0"])
+    assert _contiguous_by_node(d.worker_ids, snap)
+
+
+def test_spread_reuses_a_group_only_when_it_is_spread_alike():
+    """A packed group of n1's four is not reused by SPREAD; a 2+2 group is."""
+    snap_packed = _snapshot(_node("n1", num_workers=4), _node("n2", num_workers=2),
+                            workers=_workers("n1", 4) + _workers("n2", 2),
+                            groups=(("n1-w0", "n1-w1", "n1-w2", "n1-w3"),))
+    assert set(place(Request(4, strategy="SPREAD"), snap_packed).worker_ids) == {"n1-w0", "n1-w1", "n2-w0", "n2-w1"}
+    spread_group = ("n2-w1", "n2-w0", "n1-w3", "n1-w2")
+    snap_spread = _snapshot(_node("n1", num_workers=4), _node("n2", num_workers=2),
+                            workers=_workers("n1", 4) + _workers("n2", 2), groups=(spread_group,))
+    assert place(Request(4, strategy="SPREAD"), snap_spread).worker_ids == spread_group
+    assert place(Request(4, strategy="PACK"), snap_packed).worker_ids == ("n1-w0", "n1-w1", "n1-w2", "n1-w3")
+
+
+def test_check_names_an_unknown_strategy():
+    why = check(Request(2, strategy="STRICT_PACK"), _snapshot(_node("n1"), workers=_workers("n1", 2)), 4, 0)
+    assert "placement_strategy='STRICT_PACK'" in why and "SPREAD" in why

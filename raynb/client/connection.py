@@ -52,16 +52,19 @@ def local_head_gone(client: Client | None) -> int | None:
     return pid if pid and not head_alive(client.info) else None
 
 
-def connect(address: str | None = None, *, key: str | bytes | None = None, num_workers: int = 4,
-            timeout: float = 120.0) -> Client:
+def connect(address: str | None = None, *, key: str | bytes | None = None, key_file: str | None = None,
+            num_workers: int = 4, timeout: float = 120.0) -> Client:
     """Attach to a raynb cluster (``ray.init`` for raynb).
 
     Args:
         address: None for the local cluster (started in the background with
             ``num_workers`` warm workers when none runs, and left running for the
             next kernel); a path to a connection file; or ``tcp://host:port`` of a
-            remote head, with ``key`` (or ``$RAYNB_KEY``).
-        key: the cluster key for a ``tcp://`` address.
+            remote head, with ``key_file`` (the head's connection file, copied here with
+            mode 0600: it holds the key and, for a head off loopback, the CurveZMQ keys)
+            or ``key`` (or ``$RAYNB_KEY``; loopback heads only).
+        key: the cluster key for a ``tcp://`` address on loopback.
+        key_file (str | None): the head's connection file for a ``tcp://`` address.
         num_workers (int): warm workers for a cluster this call starts.
         timeout (float): seconds to wait for a started cluster to be ready.
 
@@ -86,6 +89,11 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, num_w
         _client = None  # the head went away: find or start a fresh one
     if address is None:
         info = ensure_local_cluster(num_workers=num_workers, timeout=timeout, message=message)
+    elif address.startswith("tcp://") and key_file:
+        info = read_connection_file(Path(key_file))
+        if info is None:
+            raise ClusterError(f"key_file={key_file!r} is not a readable raynb connection file")
+        info = {**info, "address": address}
     elif address.startswith("tcp://"):
         k = key or os.environ.get("RAYNB_KEY")
         if not k:

@@ -25,7 +25,9 @@ from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL as RUN_END_STATES
 from ..cluster.rundir import OUTPUT_FILE, read_reports
 from ..errors import ClusterError, RunInterrupted
+from . import refollow
 from .connection import disconnect, local_head_gone
+from . import bulk
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources
 
@@ -184,7 +186,8 @@ def _absolute(storage_path: str | None) -> str | None:
 
 def build_submission(fn, config, scaling_config, run_config, *,
                      sources: dict | None = None, captured: dict | None = None,
-                     name_prefix: str = "TorchTrainer", extra: dict | None = None) -> tuple[dict, bytes]:
+                     name_prefix: str = "TorchTrainer", extra: dict | None = None,
+                     data_key: str | None = None) -> tuple[dict, bytes]:
     """The ``submit_run`` message for ``fn``: (spec dict, cloudpickled payload bytes).
 
     ``scaling_config`` and ``run_config`` are ``raynb.train``'s ``ScalingConfig`` and
@@ -192,27 +195,39 @@ def build_submission(fn, config, scaling_config, run_config, *,
     storage_path, checkpoint_config, failure_config).
 
     ``spec["run_id"]`` is a fresh id; ``extra`` keys are added to the spec (e.g.
-    ``resume_from_checkpoint``).
+    ``resume_from_checkpoint``). Datasets and large captured arrays in the payload go
+    to shared memory under ``data_key`` (``client.bulk``; the run id when None).
 
     Raises:
         UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
         ValueError: the payload is over the message size limit.
+        MemoryError: the data does not fit in this node's free shared memory (``/dev/shm``).
     """
     all_sources = notebook_sources()
     all_sources.update(sources or {})
-    payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+    run_id = uuid.uuid4().hex
+    with bulk.active(data_key or run_id):
+        try:
+            payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+        except BaseException:
+            if data_key is None:
+                bulk.forget(run_id)  # what this run's pickling wrote to shared memory
+            raise
     limit = P.max_message_bytes() - (1 << 20)
     if len(payload) > limit:
+        if data_key is None:
+            bulk.forget(run_id)
         raise ValueError(
             f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
             f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
             "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
     spec = {
-        "run_id": uuid.uuid4().hex, "name": run_config.name, "name_prefix": name_prefix,
+        "run_id": run_id, "name": run_config.name, "name_prefix": name_prefix,
         "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
         "storage_path": _absolute(run_config.storage_path),
+        "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
     }
@@ -307,7 +322,7 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
             name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     cancel_sent_at = None
-    last_heard = time.monotonic()
+    last_heard = last_reattach = time.monotonic()
     while True:
         try:
             timeout = PING_EVERY_S if cancel_sent_at is None else max(
@@ -324,6 +339,13 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
                     raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
                                        "check `raynb status`")
+                if now - last_heard >= HEAD_SILENCE_S and client.local_token is None \
+                        and now - last_heard < refollow.reconnect_s():
+                    if now - last_reattach >= HEAD_SILENCE_S:   # a remote head: attach again
+                        refollow.reattach(client, run_id)
+                        last_reattach = now
+                    client.send(P.PING)
+                    continue
                 if now - last_heard >= HEAD_SILENCE_S:
                     raise ClusterError(
                         f"lost contact with the raynb head at {client.address}: no answer for "
@@ -332,6 +354,10 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 client.send(P.PING)
                 continue
             last_heard = now
+            if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == run_id:
+                msg = refollow.on_record(msg, reports)   # re-attached after a silence
+                if msg is None:
+                    continue
             if msg.content.get("run_id") != run_id:
                 continue
             if msg.msg_type == P.RUN_DONE:

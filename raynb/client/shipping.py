@@ -16,6 +16,7 @@ from collections import ChainMap
 import cloudpickle
 
 from ..errors import user_traceback
+from . import bulk
 
 
 class UnpicklableError(TypeError):
@@ -110,6 +111,12 @@ def _reduce_code(code: types.CodeType):
 class _Pickler(cloudpickle.CloudPickler):
     if hasattr(cloudpickle.cloudpickle, "_code_reduce"):
         dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.CloudPickler.dispatch_table)
+
+    def reducer_override(self, obj):
+        # A large array or tensor goes once per node into shared memory (client.bulk),
+        # while build_submission pickles a run's payload; anything else as cloudpickle does.
+        big = bulk.reduce_large(obj)
+        return big if big is not None else super().reducer_override(obj)
 
 
 def dumps(obj) -> bytes:

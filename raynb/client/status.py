@@ -19,10 +19,16 @@ def format_status(st: dict) -> str:
     """Human-readable cluster status: nodes, workers, runs, rejected messages."""
     lines = [f"head {st['address']} (pid {st['pid']}), up {st['uptime_s']:.0f}s, "
              f"rejected messages: {st['rejected_messages']}"]
+    if st.get("curve"):
+        lines[0] += f", CurveZMQ on, refused handshakes: {st.get('rejected_connections', 0)}"
     for n in st["nodes"]:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""
+        load = f", load {n['load']:.2f}" if isinstance(n.get("load"), (int, float)) else ""
+        beat = (f", last heartbeat {n['last_heartbeat_s']:.1f}s ago"
+                if isinstance(n.get("last_heartbeat_s"), (int, float)) else "")
         lines.append(f"node {n['node_id']} on {n['hostname']} ({n['ip']}), pid {n['pid']}{zygote}{cpus}, "
+                     f"workers {n.get('workers', '-')}, GPUs {len(n.get('gpus') or [])}{load}{beat}, "
                      f"warm workers {n['num_workers']} (max {n['max_workers']})")
         if n.get("note"):
             lines.append(f"  note: {n['note']}")

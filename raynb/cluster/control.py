@@ -11,7 +11,9 @@ import time
 
 import zmq
 
+from . import curve
 from . import protocol as P
+from .rejects import refusal
 from ..errors import ClusterError
 
 
@@ -21,6 +23,8 @@ class Client:
     Args:
         address: ``tcp://host:port`` of the head.
         key: the cluster's HMAC key (bytes).
+        info: the connection file's content; its ``curve`` keys (a head off loopback)
+            make this a CurveZMQ client.
 
     Use it from one thread at a time (ZeroMQ sockets are not thread-safe).
     """
@@ -34,6 +38,7 @@ class Client:
         P.configure_socket(self.sock)
         self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
         self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
+        curve.secure_client(self.sock, self.info.get("curve"))
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -52,7 +57,11 @@ class Client:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.sock.poll(None if left is None else left * 1000):
                 return None
-            msg = self.session.recv(self.sock)
+            frames = self.sock.recv_multipart(copy=False)
+            why = refusal(frames)
+            if why is not None:
+                raise ClusterError(f"{why} (head {self.address})")
+            msg = self.session.accept(frames)
             if msg is not None:
                 return msg
 
@@ -71,7 +80,9 @@ class Client:
                 if msg is None:
                     raise ClusterError(
                         f"no reply from the raynb head at {self.address} within {timeout:.0f}s "
-                        f"to {msg_type}; is the cluster running? (`raynb status`)")
+                        f"to {msg_type}; is the cluster running? (`raynb status`)"
+                        + ("; with CurveZMQ, a key file from another head is refused in the "
+                           "handshake: copy this head's connection file" if self.info.get("curve") else ""))
                 if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
                     return msg
 
@@ -84,6 +95,18 @@ class Client:
 
     def status(self, timeout: float = 10.0) -> dict:
         return self.request(P.STATUS_REQUEST, reply_types=(P.STATUS_REPLY,), timeout=timeout).content
+
+    def reconnect(self) -> None:
+        """A fresh socket with a new routing id (after a silence: the head's ROUTER ignores
+        a second connection under an id it still holds); what the old one queued is lost."""
+        with self._lock:
+            self.sock.close(0)
+            self.sock = self.ctx.socket(zmq.DEALER)
+            P.configure_socket(self.sock)
+            self.sock.setsockopt(zmq.RCVHWM, 0)
+            self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
+            curve.secure_client(self.sock, self.info.get("curve"))
+            self.sock.connect(self.address)
 
     def close(self) -> None:
         if self._pid == os.getpid():

@@ -12,8 +12,9 @@ and, when the zygote or this agent is SIGKILLed, a task's processes that had mov
 a session of their own (``setsid``); with the agent SIGKILLed, its workers' groups too.
 
 Run as ``python -m raynb.cluster.node --address tcp://HEAD:PORT --workers N`` with the
-cluster key in ``$RAYNB_KEY`` (the head does this for the local node; ``raynb
-node`` does it on other machines).
+cluster key in ``$RAYNB_KEY`` (the head does this for the local node). On other
+machines ``raynb node`` runs ``launch.static.run_node``, which reads the key file,
+checks the node's IP and GPUs, and serves a :class:`NodeAgent` in-process.
 """
 from __future__ import annotations
 
@@ -25,16 +26,20 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
 import psutil
 import zmq
 
+from . import curve
 from . import protocol as P
+from . import shm
+from .rejects import refusal
 from .gpu_stats import GpuSampler
 from .connection import private_dir
+from .node_host import (WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir,  # noqa: F401
+                        default_max_workers, node_cpus, visible_gpus)
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
                        python_env)
 
@@ -42,90 +47,17 @@ log = logging.getLogger("raynb.node")
 
 STATS_INTERVAL_S = 1.0
 # The head answers every stats message; silent this long, it is dead (or its machine
-# is), and this node exits with its workers rather than hold memory and GPUs for nobody.
+# is, or the network to it is down): this node ends its workers (the head has given up on
+# them too), and then exits, rather than hold memory and GPUs for nobody, or (a node on
+# another host, ``reconnect_s`` > 0) registers again each second until the head answers,
+# for up to ``reconnect_s`` (``RECONNECT_S``, 60 s by default) before it exits.
 HEAD_TIMEOUT_S = 4.0
+RECONNECT_S = 60.0
 # A retired worker (SIGTERM) still there after this long is killed (SIGKILL).
 RETIRE_GRACE_S = 3.0
 ZYGOTE_RESTARTS_PER_MIN = 3
 # psutil states of a process that runs no code until someone resumes it.
 FROZEN_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-
-
-def _local_ip_for(address: str) -> str:
-    """The IP of this host's interface that routes to the head (for MASTER_ADDR, and
-    what this node's workers listen on: see ``rendezvous``)."""
-    host = address.split("//", 1)[-1].rsplit(":", 1)[0].strip("[]")
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return "127.0.0.1"
-    if host in ("*", "0.0.0.0", "::"):
-        # A head on every interface of this machine: the other nodes reach this one by
-        # the address of its default route (loopback would send them to themselves).
-        host = "192.0.2.1"  # TEST-NET-1: only the route is looked up
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect((host, 9))  # no packet is sent for a UDP connect
-        return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"  # no route: this machine alone
-    finally:
-        s.close()
-
-
-def visible_gpus() -> list[int]:
-    """CUDA device indices this node's workers may use, found without initializing CUDA
-    (the zygote must fork before any CUDA context exists)."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        n = len([d for d in env.split(",") if d.strip() and d.strip() != "-1"])
-    else:
-        try:
-            n = len(os.listdir("/proc/driver/nvidia/gpus"))
-        except OSError:
-            n = 0
-    return list(range(n))
-
-
-def _agent_dir(kind: str, node_id: str) -> str:
-    """``$RAYNB_HOME/<kind>/<node id>-<pid>``, private to this agent and removed when it
-    exits. An agent that was SIGKILLed cannot remove its own: each new agent removes
-    those whose agent's pid is gone."""
-    root = private_dir(kind)
-    for old in root.iterdir():
-        pid = old.name.rpartition("-")[2]
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
-            shutil.rmtree(old, ignore_errors=True)
-    path = root / f"{node_id}-{os.getpid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return str(path)
-
-
-def _rendezvous_dir(node_id: str) -> str:
-    """The workers' FileStore rendezvous files (single-node process groups). torch
-    deletes such a file only when every rank dropped its reference, which a killed
-    worker, or one that exits with the cluster (os._exit), never does."""
-    return _agent_dir("rdzv", node_id)
-
-
-WORKERS_TMP_PREFIX = "raynb-w-"
-
-
-def _workers_tmp_dir(node_id: str) -> str:
-    """Each worker's TMPDIR is ``<this>/<worker id>``, removed when the worker exits: the
-    temporary files of a training function that was killed (or that forgot them) do not
-    stay in /tmp for good. It sits in the system's temp dir, not under RAYNB_HOME: Unix
-    sockets made there (torch's shared-memory manager, multiprocessing's listeners) need
-    a path under 108 bytes. Those of agents whose pid is gone (SIGKILLed) are removed."""
-    root = tempfile.gettempdir()
-    for old in os.listdir(root):
-        pid = old[len(WORKERS_TMP_PREFIX):].partition("-")[0]
-        if old.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and not psutil.pid_exists(int(pid)):
-            path = os.path.join(root, old)
-            try:
-                if os.lstat(path).st_uid == os.getuid():
-                    shutil.rmtree(path, ignore_errors=True)
-            except OSError:
-                pass
-    return tempfile.mkdtemp(prefix=f"{WORKERS_TMP_PREFIX}{os.getpid()}-")  # 0700
 
 
 class NodeAgent:
@@ -134,23 +66,32 @@ class NodeAgent:
         key: the cluster's HMAC key.
         num_workers: workers to keep warm on this node.
         max_workers: the most workers this node will hold; more is refused.
+        curve_keys: the cluster's Curve client keys (``curve``), None on loopback.
+        node_ip: the IP this node registers (its workers' stores and gloo bind to it);
+            None: the address of the interface that routes to the head.
+        gpus: CUDA device indices its workers may use (None: every visible one).
+        shared_storage: this host mounts the head's ``storage_path`` at the same path
+            (else its ranks stream their checkpoints to the head).
+        reconnect_s: how long to keep registering again after losing the head (0: exit).
     """
 
     def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
-                 node_id: str | None = None):
+                 node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
+                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0):
         self.address = address
         self.key = key
         self.num_workers = num_workers
         self.max_workers = max_workers
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
         self.hostname = socket.gethostname()
-        self.ip = _local_ip_for(address)
+        self.ip = node_ip or _local_ip_for(address)
+        self.curve_keys = curve_keys
+        self.gpu_ids = visible_gpus() if gpus is None else list(gpus)
+        self.shared_storage, self.reconnect_s = shared_storage, reconnect_s
+        self.refused: str | None = None  # the head's refusal notice, if it sent one
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("node", self.node_id))
-        self.sock.connect(address)
+        self._connect()
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -162,6 +103,7 @@ class NodeAgent:
         log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.tmp_dir = _workers_tmp_dir(self.node_id)
+        shm.remove_stale()  # segments of agents that were SIGKILLed (cluster.shm)
         self.log_dir = log_dir
         self._start_zygote()
 
@@ -173,7 +115,7 @@ class NodeAgent:
             env=python_env({"RAYNB_KEY": self.key.decode(), "RAYNB_ADDRESS": self.address,
                             "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
                             "RAYNB_LOG_DIR": str(self.log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir,
-                            "RAYNB_WORKERS_TMP": self.tmp_dir}),
+                            "RAYNB_WORKERS_TMP": self.tmp_dir, **curve.to_env(self.curve_keys)}),
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
@@ -263,6 +205,40 @@ class NodeAgent:
         return True
 
     # -- head ------------------------------------------------------------------
+    def _connect(self) -> None:
+        """A DEALER to the head (a fresh one, with a new routing id, after losing it:
+        what the old one had queued is stale)."""
+        self.sock = self.ctx.socket(zmq.DEALER)
+        P.configure_socket(self.sock)
+        curve.secure_client(self.sock, self.curve_keys)
+        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("node", self.node_id))
+        self.sock.connect(self.address)
+
+    def _register(self) -> None:
+        self.session.send(self.sock, P.NODE_REGISTER, {
+            "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
+            "pid": os.getpid(), "num_workers": self.num_workers,
+            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": node_cpus(),
+            "shared_storage": self.shared_storage})
+
+    def _recv_head(self) -> P.Message | None:
+        """The head's next verified message; None for a rejected one or a chunk. A refusal
+        notice (wrong key, other protocol version) is kept in ``refused``."""
+        frames = self.sock.recv_multipart(copy=False)
+        why = refusal(frames)
+        if why is not None:
+            self.refused = why
+            return None
+        return self.session.accept(frames)
+
+    def _lost_head(self) -> None:
+        """End this node's workers (the head drops them too) and open a fresh socket."""
+        for pid in list(self.workers):
+            kill_group(pid, signal.SIGKILL)
+        self.sock.close(0)
+        self._connect()
+        self._register()
+
     def _on_head(self, msg: P.Message) -> None:
         if msg.msg_type == P.SPAWN_WORKERS:
             self.spawn(int(msg.content.get("count", 1)))
@@ -275,6 +251,8 @@ class NodeAgent:
                 self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
         elif msg.msg_type == P.SHUTDOWN:
             self._stop = True
+        elif msg.msg_type == P.FREE_DATA:
+            shm.free_key(self.node_id, os.getpid(), msg.content["key"])
 
     def _pids_of(self, worker_id: str) -> list[int]:
         return [pid for pid, wid in self.workers.items() if wid == worker_id]
@@ -301,26 +279,45 @@ class NodeAgent:
             except (psutil.Error, KeyError):
                 continue
         self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats,
-                                                    "zygote_pid": self.zygote.pid, "note": self.note})
+                                                    "zygote_pid": self.zygote.pid, "note": self.note,
+                                                    "load": os.getloadavg()[0]})
 
     def serve(self) -> int:
-        self.session.send(self.sock, P.NODE_REGISTER, {
-            "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
-            "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": visible_gpus(), "cpus": node_cpus()})
+        """Register, then serve the head until it says shutdown (0), refuses this node
+        (3), or is silent past ``HEAD_TIMEOUT_S`` and, with ``reconnect_s``, the grace (1)."""
+        self._register()
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
         next_stats = time.monotonic() + STATS_INTERVAL_S
         last_head = time.monotonic()
+        lost_at: float | None = None
         try:
             while not self._stop:
                 timeout = max(0.0, next_stats - time.monotonic())
                 for sock, _ in poller.poll(timeout * 1000):
                     if sock is self.sock:
-                        msg = self.session.recv(self.sock)
+                        msg = self._recv_head()
+                        if self.refused:
+                            log.error("%s (head %s); this node agent exits", self.refused, self.address)
+                            return 3
                         if msg is not None:
                             last_head = time.monotonic()
+                            if lost_at is not None:
+                                log.info("reconnected to the head at %s after %.1fs; spawning %d workers",
+                                         self.address, last_head - lost_at, self.num_workers)
+                                lost_at = None
+                                self.spawn(self.num_workers)
+                            if msg.msg_type == P.PONG and msg.content.get("registered") is False:
+                                # A head that does not know this node (it restarted at the same
+                                # address with the same keys): start over with it.
+                                log.warning("the head at %s does not know this node (it restarted?): "
+                                            "ending this node's workers and registering again", self.address)
+                                lost_at = time.monotonic()
+                                poller.unregister(self.sock)
+                                self._lost_head()
+                                poller.register(self.sock, zmq.POLLIN)
+                                break
                             self._on_head(msg)
                     elif not self._read_zygote():
                         if not self._zygote_died():
@@ -328,13 +325,26 @@ class NodeAgent:
                         poller.unregister(sock)
                         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
                         break
-                if time.monotonic() >= next_stats:
+                now = time.monotonic()
+                if now >= next_stats:
                     self._send_stats()
                     self._kill_late_retirees()
                     next_stats = time.monotonic() + STATS_INTERVAL_S
-                if time.monotonic() - last_head > HEAD_TIMEOUT_S:
-                    log.error("no word from the head at %s for %.0fs: it is gone; this node "
-                              "agent stops its workers and exits", self.address, HEAD_TIMEOUT_S)
+                if lost_at is None and now - last_head > HEAD_TIMEOUT_S:
+                    if self.reconnect_s <= 0:
+                        log.error("no word from the head at %s for %.0fs: it is gone; this node "
+                                  "agent stops its workers and exits", self.address, HEAD_TIMEOUT_S)
+                        return 1
+                    log.warning("no word from the head at %s for %.0fs: ending this node's workers; "
+                                "registering again for up to %.0fs", self.address, HEAD_TIMEOUT_S,
+                                self.reconnect_s)
+                    lost_at = now
+                    poller.unregister(self.sock)
+                    self._lost_head()
+                    poller.register(self.sock, zmq.POLLIN)
+                elif lost_at is not None and now - lost_at > self.reconnect_s:
+                    log.error("the head at %s did not come back within %.0fs; this node agent exits",
+                              self.address, self.reconnect_s)
                     return 1
         finally:
             self.close()
@@ -359,20 +369,9 @@ class NodeAgent:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        shm.free_agent(self.node_id, os.getpid())
         self.sock.close(0)
         self.ctx.term()
-
-
-def node_cpus() -> int:
-    """The cores this node's workers may run on (its CPU affinity, else all of them)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def default_max_workers() -> int:
-    return max(16, 4 * (os.cpu_count() or 1))
 
 
 def main(argv=None) -> int:
@@ -387,7 +386,8 @@ def main(argv=None) -> int:
     if args.die_with_parent:
         die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id)
+    agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id,
+                      curve.from_env())
     return agent.serve()
 
 

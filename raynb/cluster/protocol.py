@@ -63,6 +63,7 @@ PING = "ping"
 LIST_RUNS = "list_runs"          # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"              # {"name"}: one run's record
 ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events until it ends
+RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
@@ -82,6 +83,7 @@ NODE_STATS = "node_stats"        # {"workers": {worker_id: {"pid", "cpu_percent"
 SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"      # {"worker_id", "signal"}: to the worker's whole process group
 RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
+FREE_DATA = "free_data"          # {"key"}: remove the node's shared-memory segments of a run/experiment
 # worker -> head
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
@@ -92,6 +94,15 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+# a rank on a node without the run's storage -> head (``ckpt_transfer``)
+CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report", "worker_id", "transfer",
+                                       #  "path", "offset"}; buffers[0] = a piece of the file
+CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
+CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
+                                       #  "path"?, "offset"?}: the file list, or one piece
+# head -> that rank
+CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
+CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
 # any direction
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
@@ -119,14 +130,15 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR}),
+        "experiment?": _STR, "placement_strategy?": _STR}),
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
-                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None)}),
+                           "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
+                           "shared_storage?": bool}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
-    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "workers": MapOf(Record({
+    NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
         "pid?": _PID, "cpu_percent?": _NUM, "rss?": _INT, "frozen?": bool, "gpu?": _INT, "gpu_util?": _NUM,
         "gpu_mem_used?": _INT, "gpu_mem_total?": _INT}))}),
     WORKER_READY: Record({"worker_id": str, "pid": _PID, "node_id": str, "hostname": str, "ip": str,
@@ -137,14 +149,23 @@ SCHEMAS: dict[str, Record] = {
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
     RETIRE_WORKER: Record({"worker_id": str}),
+    FREE_DATA: Record({"key": str}), RELEASE_DATA: Record({"key": str}),
     SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
     RUN_TASK: Record({
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
         "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
         "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None), "num_threads?": (Int(1, 1 << 16), None),
+        "stream_checkpoints?": bool, "node_id?": str,
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    CHECKPOINT_FILE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "path": str, "offset": Int(0)}),
+    CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "files": MapOf(str)}),
+    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
+                              "checkpoint": str, "path?": str, "offset?": Int(0)}),
+    CHECKPOINT_ACK: Record({"path": str}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
     RUN_EVENT: Record({"run_id": str, "event": dict}),
     RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
@@ -346,17 +367,6 @@ class Session:
             msg = self.accept(frames, identity)
             if msg is not None or self._chunks.pieces == before or not sock.poll(TRAIN_WAIT_S * 1000):
                 return msg
-
-
-# The most events one task_events message carries (a rank's report burst).
-MAX_BATCH_EVENTS = 256
-
-
-def unbatch(msg: Message) -> list[Message]:
-    """A ``task_events`` message as the ``task_event`` messages it carries, in order."""
-    c = msg.content
-    return [Message(TASK_EVENT, {"run_id": c["run_id"], "rank": c["rank"], "event": e}, [], msg.header,
-                    msg.identity) for e in c["events"]]
 
 
 def routing_id(role: str, name: str = "") -> bytes:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 import time
 
+import zmq
+
 
 class RejectLog:
     """Rejected messages, logged as one line per ``interval_s`` with their count: a peer
@@ -31,3 +33,17 @@ class RejectLog:
             self.log.warning("rejected %d messages in the last %.0f s (the latest from %r: %s)",
                              self.count, min(now - self._logged, 1e9), who, why)
         self.count, self._logged = 0, now
+
+
+# An unsigned notice the head sends a node agent or client whose messages it rejected
+# (wrong cluster key, other protocol version): ``[REFUSED, reason]``. Never unpickled,
+# only shown: the peer cannot verify a signature made with a key it does not have.
+REFUSED = b"raynb-refused"
+
+
+def refusal(frames: list) -> str | None:
+    """The reason of a head's refusal notice, or None for any other message."""
+    first = frames[0].bytes if frames and isinstance(frames[0], zmq.Frame) else (frames[0] if frames else b"")
+    if first != REFUSED or len(frames) != 2:
+        return None
+    return (frames[1].bytes if isinstance(frames[1], zmq.Frame) else bytes(frames[1])).decode(errors="replace")[:500]

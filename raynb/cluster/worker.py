@@ -29,7 +29,7 @@ import time
 import cloudpickle
 import zmq
 
-from . import chunking
+from . import chunking, curve, event_batch
 from . import protocol as P
 from . import task_context
 from .module_reload import user_modules
@@ -137,7 +137,7 @@ class Worker:
             msg_type, content, buffers = outbox.popleft()
             if msg_type == P.TASK_EVENT and outbox and outbox[0][0] == P.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
-                while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < P.MAX_BATCH_EVENTS
+                while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < event_batch.MAX_BATCH_EVENTS
                        and (outbox[0][1]["run_id"], outbox[0][1]["rank"]) == key):
                     events.append(outbox.popleft()[1]["event"])
                 msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
@@ -162,6 +162,7 @@ class Worker:
         dealer = self.ctx.socket(zmq.DEALER)
         P.configure_socket(dealer)
         dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))
+        curve.secure_client(dealer, curve.from_env())  # off loopback: CurveZMQ, as every link
         dealer.connect(self.address)
         pull = self.ctx.socket(zmq.PULL)
         pull.bind("inproc://raynb-out")

@@ -68,6 +68,7 @@ def _preload() -> None:
 def _private_tmpdir(worker_id: str) -> None:
     """The worker's TMPDIR, which its node agent removes when the worker exits (see
     node._workers_tmp_dir). tempfile's cached choice (made in the zygote) is replaced."""
+    os.environ["RAYNB_WORKER_ID"] = worker_id  # names the rank's own transfers (ckpt_transfer)
     root = os.environ.get("RAYNB_WORKERS_TMP")
     if not root:
         return

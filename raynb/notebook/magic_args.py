@@ -41,13 +41,16 @@ class MagicParser(argparse.ArgumentParser):
 _NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
 
 
-def split_expression(line: str, option: str, strict: bool = False) -> tuple[str, str | None]:
+def split_expression(line: str, option: str, strict: bool = False,
+                     call: str | None = None) -> tuple[str, str | None]:
     """Take ``option EXPR`` out of a magic line before shell-style splitting.
 
     EXPR is Python (``--config dict(lr=1e-3)``, ``--space {"lr": loguniform(1e-4, 1e-1)}``),
     so it may hold spaces and quotes that shlex would split or strip. It ends at the
     first following option (`` --name``) before which the text parses as an
-    expression. A quoted value (``--config "{...}"``) is left to shlex.
+    expression. A quoted value (``--config "{...}"``) is left to shlex. With ``call``,
+    EXPR is what goes between the parentheses of ``call(...)`` (``--data train=ds,val=v``
+    for ``call="dict"``).
 
     Returns:
         (the line without ``option EXPR``, EXPR), or (line, None) when ``option`` is
@@ -64,7 +67,7 @@ def split_expression(line: str, option: str, strict: bool = False) -> tuple[str,
     for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
         expr = rest[:end].strip()
         try:
-            ast.parse(expr, mode="eval")
+            ast.parse(f"{call}({expr})" if call else expr, mode="eval")
         except SyntaxError as e:
             error = e
             continue

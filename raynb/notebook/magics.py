@@ -19,6 +19,8 @@ def _train_parser() -> MagicParser:
                    help="ranks (world size); default 4, or the resumed run's")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
     p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
+    p.add_argument("--data", default=None, metavar="NAME=EXPR,...",
+                   help="datasets for get_dataset_shard(NAME): raynb.data Datasets, arrays or DataFrames")
     p.add_argument("--epochs", type=positive_int, default=None,
                    help="total epochs, for the progress bars (also config['epochs'] if unset)")
     p.add_argument("--name", default=None, help="run name (its directory name)")
@@ -70,6 +72,30 @@ def _max_failures(text: str) -> int:
     return n
 
 
+def _datasets(expr: str, ns: dict) -> dict:
+    """``--data train=EXPR,val=EXPR`` evaluated in the notebook: name -> Dataset (numpy
+    arrays or dicts of them, DataFrames and TensorDatasets are made into Datasets)."""
+    from .. import data as rd
+    from ..train.datasets import check_datasets
+
+    try:
+        given = eval(f"dict({expr})", ns)  # noqa: S307 - the user's own expression, in their kernel
+    except Exception as e:
+        raise UsageError(f"--data {expr!r} failed to evaluate: {type(e).__name__}: {e} "
+                         "(write --data train=EXPR,val=EXPR)") from None
+    out = {}
+    for name, value in given.items():
+        kind = type(value).__name__
+        if kind in ("ndarray", "dict"):
+            value = rd.from_numpy(value)
+        elif kind == "DataFrame":
+            value = rd.from_pandas(value)
+        elif kind == "TensorDataset":
+            value = rd.from_torch(value)
+        out[name] = value
+    return check_datasets(out)
+
+
 def _cluster_parser() -> MagicParser:
     p = MagicParser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
     p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop", "dashboard"])
@@ -87,9 +113,12 @@ class RayNBMagics(Magics):
         from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 
         line_rest, config_expr = split_expression(line, "--config")
+        line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
         args = _train_parser().parse_line(line_rest)
         if config_expr is not None:
             args.config = config_expr
+        if data_expr is not None:
+            args.data = data_expr
         if args.resume and not args.name:
             raise UsageError("--resume continues a run by name: add --name NAME (raynb.runs() "
                              "lists the runs)")
@@ -106,6 +135,7 @@ class RayNBMagics(Magics):
                 raise UsageError(f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}") from None
         if args.epochs and isinstance(config, dict):
             config.setdefault("epochs", args.epochs)
+        datasets = _datasets(args.data, ns) if args.data else None
         # The cell's In [n]: IPython 9 advances execution_count before the cell runs, 8 after.
         count = self.shell.displayhook.prompt_count
         filename = f"<ray_train cell {count}>"
@@ -128,9 +158,11 @@ class RayNBMagics(Magics):
                 max_failures = max_failures if max_failures is not None else rec.get("max_failures")
                 if checkpoint_config is None and rec.get("checkpoint_config"):
                     checkpoint_config = CheckpointConfig(**rec["checkpoint_config"])
+        from ..train.datasets import with_datasets
+
         try:
             result, ret = execute_run(
-                cf.fn, config, ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
+                with_datasets(cf.fn, datasets), config, ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
                 RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1,
                           checkpoint_config=checkpoint_config,
                           failure_config=FailureConfig(max_failures) if max_failures else None,

@@ -1,8 +1,10 @@
 """Distributed training (names as in ``ray.train``)."""
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from .datasets import get_dataset_shard
 from .session import TrainContext, get_checkpoint, get_context, report
 from .tracking import setup_mlflow
 
 __all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig",
-           "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "report", "setup_mlflow"]
+           "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "get_dataset_shard", "report",
+           "setup_mlflow"]

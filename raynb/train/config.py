@@ -22,17 +22,24 @@ class ScalingConfig:
             with the run (the warm pool runs one worker per rank regardless).
         timeout_s (float | None): torch.distributed collective timeout in seconds
             (torch's default, 1800 s, when None).
+        placement_strategy ("PACK" | "SPREAD"): as Ray's placement groups: PACK puts the
+            ranks on as few nodes as possible, SPREAD over as many as possible. Either way
+            a node's ranks are contiguous, so local ranks count 0..k-1 on every node.
     """
 
     num_workers: int = 4
     use_gpu: bool = False
     resources_per_worker: dict | None = None
     timeout_s: float | None = None
+    placement_strategy: str = "PACK"
 
     def __post_init__(self):
         n = self.num_workers
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"ScalingConfig(num_workers={n!r}): num_workers must be an integer >= 1")
+        if self.placement_strategy not in ("PACK", "SPREAD"):
+            raise ValueError(f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use "
+                             "'PACK' (fewest nodes) or 'SPREAD' (most nodes)")
         if self.timeout_s is not None and not self.timeout_s > 0:
             raise ValueError(f"ScalingConfig(timeout_s={self.timeout_s!r}) must be a positive number of seconds")
 

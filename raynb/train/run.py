@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL
-from ..client import views
+from ..client import bulk, views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, follow_run, submit_run_accepted
 from ..client.runs import fetch_record, latest_live_run
@@ -72,7 +72,11 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
                                      captured=captured, name_prefix=name_prefix, extra=extra)
     client = get_client()
-    accepted = submit_run_accepted(client, spec, payload)
+    try:
+        accepted = submit_run_accepted(client, spec, payload)
+    except ValueError:
+        bulk.forget(spec["run_id"])  # refused: no run will free its shared-memory data
+        raise
     view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
                           run_config.verbose, raises=True)
     view.display()
@@ -81,6 +85,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     else:
         outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
                              path=accepted.get("path"))
+    bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
     if profile is not None and run_config.verbose:
         _show_profile(outcome.record.get("path"), scaling_config.num_workers)
     return outcome_result(outcome)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import numbers
 import os
 import shutil
+import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ..cluster import task_context
+from ..cluster import ckpt_transfer, task_context
 from . import profiling
 from .checkpoint import Checkpoint
 
@@ -71,9 +73,17 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     stage = Path(task["path"]) / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
     final = stage / f"rank_{task['rank']}"
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
-    stage.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
-    stage.mkdir(exist_ok=True, mode=0o700)
     shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        stage.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
+        stage.mkdir(exist_ok=True, mode=0o700)
+    except OSError as e:
+        # A node that said it mounts the head's storage (--shared-storage) but cannot write it.
+        raise OSError(f"report(checkpoint=...): node {task.get('node_id') or 'local'} "
+                      f"({socket.gethostname()}) cannot write the run directory {task['path']}: "
+                      f"{e.strerror or e}. Mount the head's storage_path there at the same path, or "
+                      "start that node without --shared-storage (its checkpoints then stream to the "
+                      "head)") from None
     try:
         shutil.copytree(src, tmp)
     except (shutil.Error, OSError) as e:
@@ -91,6 +101,20 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
         shutil.rmtree(final)
     os.replace(tmp, final)
     return str(final)
+
+
+def _stream_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> str:
+    """Stream the checkpoint's files to the head (this node does not mount the run's
+    storage): returns the directory the head staged them in (``ckpt_transfer.upload``)."""
+    src = Path(checkpoint.path)
+    if not src.is_dir():
+        raise FileNotFoundError(f"report(checkpoint={checkpoint!r}): the directory is gone; "
+                                "report it before deleting it (e.g. inside the TemporaryDirectory block)")
+    try:
+        return ckpt_transfer.upload(task, str(src), report_index)
+    except OSError as e:
+        raise OSError(f"report(checkpoint=...): rank {task['rank']} on node {task.get('node_id')} could "
+                      f"not stream checkpoint {src} to the head: {e}") from None
 
 
 def in_session() -> bool:
@@ -166,7 +190,8 @@ def report(metrics: dict, checkpoint=None) -> None:
     index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
     event = {"kind": "report", "metrics": _plain(metrics), "time": time.time(), "index": index}
     if checkpoint is not None:
-        event["checkpoint"] = _stage_checkpoint(task, checkpoint, index)
+        event["checkpoint"] = (_stream_checkpoint(task, checkpoint, index) if task.get("stream_checkpoints")
+                               else _stage_checkpoint(task, checkpoint, index))
     task_context.emit(event)
     profiling.step_on_report()  # one report, one step of a RunConfig(profile=...) window
 
@@ -184,5 +209,15 @@ def get_checkpoint() -> Checkpoint | None:
         ``%%ray_train --resume``): the run's latest committed checkpoint. Otherwise
         the ``resume_from_checkpoint`` given to the trainer, or None.
     """
-    path = _require("get_checkpoint").get("checkpoint")
+    task = _require("get_checkpoint")
+    path = task.get("checkpoint")
+    if path and task.get("stream_checkpoints"):
+        # This node does not mount the run's storage: fetch the files from the head, once
+        # per task, into the worker's private temp dir (removed when the worker exits).
+        state = task_context.state()
+        if state.get("restored") is None:
+            dest = tempfile.mkdtemp(prefix="restored-")
+            task_context.at_end(lambda status: shutil.rmtree(dest, ignore_errors=True))
+            state["restored"] = ckpt_transfer.download(task, os.path.join(dest, os.path.basename(path)))
+        path = state["restored"]
     return Checkpoint(path) if path else None

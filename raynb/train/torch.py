@@ -26,8 +26,11 @@ def get_device():
     return torch.device("cpu")
 
 
+GRADIENT_COMPRESSION = ("fp16", "bf16")
+
+
 def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | None = "ddp",
-                  parallel_strategy_kwargs: dict | None = None):
+                  parallel_strategy_kwargs: dict | None = None, gradient_compression: str | None = None):
     """Move ``model`` to this worker's device and wrap it in DistributedDataParallel.
 
     Args:
@@ -35,6 +38,10 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
         move_to_device (bool): move parameters to :func:`get_device` first.
         parallel_strategy ("ddp" | None): None returns the model unwrapped.
         parallel_strategy_kwargs (dict | None): passed to ``DistributedDataParallel``.
+        gradient_compression ("fp16" | "bf16" | None): all-reduce the gradients in half
+            precision (half the bytes on the wire), through DDP's communication hook
+            ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``
+            / ``bf16_compress_hook`` (the gradients are cast back after the all-reduce).
 
     Returns:
         The DDP-wrapped model when the world size is > 1, else the model itself.
@@ -46,6 +53,9 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     task = _session._require("prepare_model")
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"prepare_model() takes a torch.nn.Module, got {type(model).__name__}")
+    if gradient_compression not in (None, *GRADIENT_COMPRESSION):
+        raise ValueError(f"prepare_model(gradient_compression={gradient_compression!r}): use 'fp16', "
+                         "'bf16' or None")
     device = get_device()
     if move_to_device:
         model = model.to(device)
@@ -56,7 +66,13 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
-    return DistributedDataParallel(model, **kwargs)
+    ddp = DistributedDataParallel(model, **kwargs)
+    if gradient_compression is not None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+        ddp.register_comm_hook(state=None, hook=hook[gradient_compression])
+    return ddp
 
 
 def _to_device(batch, device):
@@ -185,13 +201,18 @@ class TorchTrainer:
         scaling_config (ScalingConfig | None): workers and GPUs (4 CPU workers by default).
         run_config (RunConfig | None): run name, storage path, verbosity, which
             checkpoints to keep (``checkpoint_config``), restarts (``failure_config``).
-        datasets (None): not supported in this version; passing one raises
-            ``NotImplementedError``. Capture the data in the function or its config.
+        datasets (dict[str, raynb.data.Dataset] | None): read on each rank with
+            ``raynb.train.get_dataset_shard(name)``; in-memory ones go once per node into
+            shared memory when the run is submitted (``raynb.data``).
         resume_from_checkpoint (Checkpoint | None): what ``get_checkpoint()`` returns
             in the first attempt (later restarts get the run's own latest checkpoint).
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
+
+    Raises:
+        TypeError: a config of the wrong class, or ``datasets`` not a dict of Datasets.
+        ValueError: an in-memory dataset's column torch cannot take (named).
     """
 
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
@@ -200,9 +221,9 @@ class TorchTrainer:
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
                             f"{type(train_loop_per_worker).__name__}")
-        if datasets is not None:
-            raise NotImplementedError("TorchTrainer(datasets=...) is not supported yet; build the "
-                                      "dataset inside train_loop_per_worker or capture it in config")
+        from .datasets import check_datasets
+
+        self.datasets = check_datasets(datasets)  # TypeError / ValueError before anything ships
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
@@ -294,7 +315,9 @@ class TorchTrainer:
             extra["resume_from_checkpoint"] = self.resume_from_checkpoint.path
         if self._resume:
             extra["resume"] = True
-        result, _ = execute_run(self.train_loop_per_worker, self.train_loop_config,
-                                self.scaling_config, self.run_config, extra=extra)
+        from .datasets import with_datasets
+
+        fn = with_datasets(self.train_loop_per_worker, self.datasets)
+        result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config, extra=extra)
         return result
 

@@ -185,7 +185,7 @@ class TuneController:
             r.fn, r.fn_config(trial.config), r.scaling_config,
             RunConfig(name=trial.extra["dirname"], storage_path=self.experiment_path, verbose=0,
                       checkpoint_config=rc.checkpoint_config, failure_config=rc.failure_config),
-            name_prefix=r.name_prefix, extra=extra)
+            name_prefix=r.name_prefix, extra=extra, data_key=r.data_key)
         trial.run_id = spec["run_id"]
         trial.status = RUNNING
         trial.extra["submitted_at"] = time.time()

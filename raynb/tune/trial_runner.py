@@ -4,6 +4,7 @@ checkpoint adopted from another trial by PBT's exploit)."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
@@ -28,6 +29,10 @@ class TrialRunner:
         self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
         self.run_config = run_config
         self.name_prefix = name_prefix
+        # The shared-memory data (datasets, large captured arrays) of every trial of one
+        # fit() is keyed by this, so trials on a node share one copy (client.bulk); freed
+        # when the fit ends (bulk.release).
+        self.data_key = uuid.uuid4().hex
 
     def fn_config(self, trial_config: dict):
         if self.nested_key is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..client import views
+from ..client import bulk, views
 from ..cluster.head.run import TERMINAL
 from ..cluster.rundir import (default_storage_path, make_private_dir, make_run_name, private_opener,
                               read_run_dir)
@@ -40,7 +40,10 @@ def _trainable_parts(trainable, param_space):
         if extra:
             raise ValueError(f"param_space for a TorchTrainer takes only 'train_loop_config' (merged into "
                              f"the trainer's train_loop_config); got also {extra}")
-        return (trainable.train_loop_per_worker, trainable.scaling_config, trainable.train_loop_config,
+        from ..train.datasets import with_datasets
+
+        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets)  # one copy per node, all trials
+        return (fn, trainable.scaling_config, trainable.train_loop_config,
                 "train_loop_config", trainable.run_config, "TorchTrainer")
     if callable(trainable) and not isinstance(trainable, type):
         name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
@@ -199,6 +202,7 @@ class Tuner:
         try:
             controller.run()
         finally:
+            bulk.release(self._runner.data_key)  # the trials' shared-memory data, on every node
             display.finish()
             state.close()
             callbacks.on_experiment_end()

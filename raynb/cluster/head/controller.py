@@ -325,6 +325,12 @@ class RunController:
                    if not run.spec.get("resume_from_checkpoint")
                    else "resuming from the checkpoint it started with") + unsaved)
         log.info("run %s: %s", run.name, text)
+        # Completed where the new attempt is placed (queue): "node n2 lost; restart 1/3 on n1
+        # from checkpoint_000004".
+        run.spec["_restart"] = {"cause": describe_cause(cause) if not cause.get("node_id") else
+                                f"node {cause['node_id']} lost",
+                                "count": f"{run.num_failures - run.failures_before}/{limit}",
+                                "from": latest["name"] if latest else None}
         self.effects.emit(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
         self.effects.emit(run, {"kind": "state", "state": PENDING, "attempt": run.attempt})
         self.store.write_state(run)
@@ -360,6 +366,9 @@ def primary_error(errors: list) -> dict:
     """The failure that caused the others: a dead rank before the exceptions its
     peers then raised (a collective with a dead peer fails on every rank)."""
     for e in errors:
+        if e.get("node_id"):   # a node lost: its ranks' deaths and their peers' errors follow
+            return e
+    for e in errors:
         if e.get("signal") or e.get("exitcode") is not None:
             return e
     return errors[0] if errors else {"message": "failed"}
@@ -367,6 +376,8 @@ def primary_error(errors: list) -> dict:
 
 def describe_cause(e: dict) -> str:
     """'rank 2 died, SIGKILL', 'rank 0 exited with code 3', 'rank 1 raised ValueError: boom'."""
+    if e.get("node_id") and not e.get("signal"):
+        return f"node {e['node_id']} lost (rank {e.get('rank')} was there: {e.get('why', 'no heartbeat')})"
     if e.get("signal"):
         return f"rank {e.get('rank')} died, {e['signal']}"
     if e.get("exitcode") is not None:

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Callable
 
+from .. import curve
 from ..connection import open_private, private_dir
 from ..procutil import NODE_MODULE, describe_exit, python_env
 
@@ -26,10 +27,11 @@ class LocalNode:
     """
 
     def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int | None,
-                 on_start: Callable[[int], None] = lambda pid: None):
+                 on_start: Callable[[int], None] = lambda pid: None, curve_keys: dict | None = None):
         self.address, self.key = address, key
         self.num_workers, self.max_workers = num_workers, max_workers
         self.on_start = on_start
+        self.curve_keys = curve_keys  # the client keys, when the head listens off loopback
         self.proc: subprocess.Popen | None = None
         self._starts: list[float] = []
 
@@ -44,7 +46,7 @@ class LocalNode:
             cmd += ["--max-workers", str(self.max_workers)]
         with os.fdopen(open_private(private_dir("logs") / "node-local.log"), "ab") as log_file:
             self.proc = subprocess.Popen(
-                cmd, env=python_env({"RAYNB_KEY": self.key.decode()}),
+                cmd, env=python_env({"RAYNB_KEY": self.key.decode(), **curve.to_env(self.curve_keys)}),
                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
         self._starts.append(time.monotonic())
         self.on_start(self.proc.pid)

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 
+from .. import curve
 from .. import protocol as P
 from .. import spare_files
 from ..connection import raynb_home, remove_connection_file, write_connection_file
@@ -25,6 +26,8 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--daemon", action="store_true", help="fork into the background first")
     ap.add_argument("--token", default="", help="written into the connection file for the starter")
+    ap.add_argument("--key-file", default=None, help="keys made by `raynb keygen` (head-keys.json): the "
+                    "same keys across restarts, so node agents reconnect to a restarted head")
     ap.add_argument("--idle-timeout", type=float, default=None,
                     help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)")
     args = ap.parse_args(argv)
@@ -35,8 +38,13 @@ def main(argv=None) -> int:
     if args.daemon and os.fork() > 0:
         os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
     logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
-    key = P.key_from_env()
-    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout)
+    key, curve_keys = P.key_from_env() if not args.key_file else b"", None
+    if args.key_file:
+        seed = curve.read_head_keys(args.key_file)
+        key, curve_keys = seed["key"].encode(), seed["curve"]
+        os.environ["RAYNB_KEY"] = key.decode()  # the local node agent's
+    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout,
+                curve_keys=curve_keys if curve.needed(args.host) else None)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -47,12 +55,15 @@ def main(argv=None) -> int:
             head.connection_info["pids"]["node"] = pid
             write_connection_file(head.connection_info)
 
-    head.start_local_node(node_started)
+    if args.workers > 0:  # --workers 0: a head alone, its workers on the nodes that join
+        head.start_local_node(node_started)
     head.connection_info = {
         "address": head.address, "key": key.decode(), "workers": args.workers,
-        "pids": {"head": os.getpid(), "node": head.local_node.pid},
+        "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
         "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
     }
+    if head.curve_keys:  # the server's public key and the client keypair; never its secret
+        head.connection_info["curve"] = curve.client_part(head.curve_keys)
     write_connection_file(head.connection_info)
     log.info("head listening on %s", head.address)
     spare_files.install(raynb_home() / "spare")  # run directories' new files, made ahead of time

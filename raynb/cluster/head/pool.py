@@ -133,6 +133,12 @@ class WorkerPool:
         self.registry.remove_worker(w.worker_id)  # never scheduled again; its exit comes later
         self._send(node.identity, P.RETIRE_WORKER, {"worker_id": w.worker_id})
 
+    def free_data(self, key: str) -> None:
+        """Every node removes its shared-memory segments of ``key`` (a run's id when the run
+        ended, an experiment's on ``release_data``): see ``cluster.shm``."""
+        for node in self.registry.nodes.values():
+            self._send(node.identity, P.FREE_DATA, {"key": key})
+
     # -- the node agents' samples -------------------------------------------------
     def observe(self, content: dict, now: float) -> dict[str, dict]:
         """Take a node's ``node_stats``; returns the stats of each live run's ranks there,

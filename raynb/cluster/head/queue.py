@@ -54,7 +54,8 @@ class RunQueue:
             if run is None or run.state != "PENDING":  # ended while queued (its files failed)
                 self._ids.pop(0)
                 continue
-            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu"))),
+            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu")),
+                                                         run.spec.get("placement_strategy") or "PACK"),
                                        self._registry.snapshot())
             if isinstance(decision, scheduler.Fork):
                 self._fork(run, decision)
@@ -118,7 +119,14 @@ class RunQueue:
                 "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
                 "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
+                "node_id": w.node_id, "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
             }, run.payload)
+        restart = run.spec.pop("_restart", None)
+        if restart:
+            where = ", ".join(nodes)
+            self._emit(run, {"kind": "note", "text": (
+                f"{restart['cause']}; restart {restart['count']} on {where} "
+                + (f"from {restart['from']}" if restart["from"] else "from the start"))})
         self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                         "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
                                    "hostname": w.hostname} for r, w in enumerate(chosen)]})

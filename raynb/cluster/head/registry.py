@@ -53,6 +53,8 @@ class NodeInfo:
     cpus: int = 0                  # cores its workers may use (0: not reported)
     zygote_pid: int | None = None
     note: str | None = None        # the node agent's last word on its zygote
+    load: float | None = None      # its 1-minute load average (node_stats)
+    shared_storage: bool = True    # mounts the head's storage_path (else checkpoints are streamed)
 
     @property
     def free_gpus(self) -> list:
@@ -173,7 +175,9 @@ class Registry:
         return [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
                  "num_workers": n.num_workers, "max_workers": n.max_workers,
                  "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
-                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note}
+                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note, "load": n.load,
+                 "last_heartbeat_s": round(time.monotonic() - n.last_seen, 2),
+                 "workers": self.workers_on(n.node_id)}
                 for n in self.nodes.values()]
 
     def status_workers(self, run_names: dict[str, str]) -> list[dict]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LOCAL_NODE_ID = "local"
+STRATEGIES = ("PACK", "SPREAD")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Snapshot:
 class Request:
     num_workers: int
     use_gpu: bool = False         # one GPU per rank
+    strategy: str = "PACK"        # "PACK": fewest nodes; "SPREAD": most nodes (Ray's names)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,9 @@ def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) 
         total_gpus: GPUs over all nodes.
     """
     n = request.num_workers
+    if request.strategy not in STRATEGIES:
+        return (f"placement_strategy={request.strategy!r} is not one of {', '.join(STRATEGIES)}; "
+                "use PACK (fewest nodes) or SPREAD (most nodes)")
     if n > capacity:
         return (f"num_workers={n} is more than this cluster can hold ({capacity} workers "
                 f"over {len(snapshot.nodes)} node(s)); ask for at most {capacity}, or add a node "
@@ -100,7 +105,7 @@ def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
         idle = _gpu_eligible(idle, snapshot)
         if len(idle) < n:
             return Wait(f"the run needs {n} free GPUs; {len(idle)} are free with an idle worker")
-    chosen = _pick(idle, n, snapshot.groups)
+    chosen = _pick(idle, n, snapshot.groups) if request.strategy == "PACK" else _spread(idle, n, snapshot.groups)
     return Placement(tuple(w.worker_id for w in chosen), _assign_gpus(chosen, snapshot, request.use_gpu))
 
 
@@ -143,6 +148,33 @@ def _pick(idle: list, n: int, groups: tuple) -> list:
     order = sorted(per_node, key=lambda nid: (nid != LOCAL_NODE_ID, -len(per_node[nid]), nid))
     packed = [w for nid in order for w in sorted(per_node[nid], key=lambda w: w.worker_id)]
     return packed[:n]
+
+
+def _spread(idle: list, n: int, groups: tuple) -> list:
+    """SPREAD: ranks over as many nodes as have idle workers, as evenly as they allow
+    (round robin, the nodes with the most idle workers first), each node's contiguous.
+    A process group already formed with that spread is reused."""
+    per_node: dict[str, list] = {}
+    for w in idle:
+        per_node.setdefault(w.node_id, []).append(w)
+    order = sorted(per_node, key=lambda nid: (-len(per_node[nid]), nid != LOCAL_NODE_ID, nid))
+    counts = dict.fromkeys(order, 0)
+    left = n
+    while left > 0:
+        for nid in order:
+            if left > 0 and counts[nid] < len(per_node[nid]):
+                counts[nid] += 1
+                left -= 1
+    want = sorted(c for c in counts.values() if c)
+    by_id = {w.worker_id: w for w in idle}
+    for members in groups:
+        if len(members) == n and all(m in by_id for m in members):
+            spread: dict[str, int] = {}
+            for m in members:
+                spread[by_id[m].node_id] = spread.get(by_id[m].node_id, 0) + 1
+            if sorted(spread.values()) == want:
+                return [by_id[m] for m in members]
+    return [w for nid in order for w in sorted(per_node[nid], key=lambda w: w.worker_id)[:counts[nid]]]
 
 
 def _assign_gpus(chosen: list, snapshot: Snapshot, use_gpu: bool) -> tuple:

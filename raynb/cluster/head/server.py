@@ -16,26 +16,24 @@ import time
 
 import zmq
 
-from .. import chunking, protocol as P
-from ..procutil import describe_exit, signal_name
+from .. import chunking, curve, event_batch, protocol as P
 from . import progress_relay, scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
+from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
-from .registry import NodeInfo, Registry, WorkerInfo
+from .registry import Registry
 from .run import TERMINAL, Run
 from .store import RunRefused, RunStore
+from .transfers import Transfers
 
 log = logging.getLogger("raynb.head")
 
 TICK_S = 0.1
-# A node agent sends stats every second; one silent this long is lost (its machine
-# died or the network split), and its ranks fail the runs they were in.
-NODE_TIMEOUT_S = 10.0
 
 
-class Head:
+class Head(NodeEvents):
     """Args:
         key: the cluster's HMAC key.
         bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
@@ -44,11 +42,13 @@ class Head:
         max_workers: the most workers the local node may hold (None: its default).
         idle_timeout_s: how long a worker beyond its node's warm count may stay idle
             before it is retired (``pool.WorkerPool``).
+        curve_keys: ``curve.new_keys()``; made here when ``bind_host`` is not loopback
+            (every link off loopback is CurveZMQ), None on loopback.
     """
 
     def __init__(self, key: bytes, bind_host: str = "127.0.0.1", port: int = 0,
                  num_workers: int = 4, max_workers: int | None = None,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
+                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, curve_keys: dict | None = None):
         self.key = key
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
@@ -64,6 +64,10 @@ class Head:
         # lose events and, worse, the run_done it waits for. Never drop; a gone peer's
         # queue is freed when it disconnects.
         self.sock.setsockopt(zmq.SNDHWM, 0)
+        if curve_keys is None and curve.needed(bind_host):
+            curve_keys = curve.new_keys()
+        self.curve_keys = curve_keys
+        self.gatekeeper = curve.Gatekeeper(self.ctx, self.sock, curve_keys) if curve_keys else None
         if port:
             self.sock.bind(f"tcp://{bind_host}:{port}")
         else:
@@ -87,9 +91,12 @@ class Head:
             P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run, P.CANCEL_RUN: self.on_cancel_run,
             P.NODE_REGISTER: self.on_node_register, P.WORKER_READY: self.on_worker_ready,
             P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
-            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, P.unbatch(m))],
+            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, event_batch.unbatch(m))],
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
+            P.RELEASE_DATA: lambda msg: self.pool.free_data(msg.content["key"]),
         }
+        self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
+        self.handlers.update(self.transfers.handlers())
         self.store.load_archive()
 
     @property
@@ -104,7 +111,8 @@ class Head:
             log.warning("could not send %s to %r: %s", msg_type, identity, e)
 
     def start_local_node(self, on_start=lambda pid: None) -> None:
-        self.local_node = LocalNode(self.address, self.key, self.num_workers, self.max_workers, on_start)
+        self.local_node = LocalNode(self.address, self.key, self.num_workers, self.max_workers, on_start,
+                                    curve.client_part(self.curve_keys))
         self.local_node.start()
 
     def serve(self) -> None:
@@ -126,8 +134,11 @@ class Head:
 
     def _receive(self, frames) -> None:
         identity = frames[0].bytes
+        before = self.session.rejected
         msg = self.session.accept(frames[1:], identity)  # counted and logged when rejected
         if msg is None:
+            if self.session.rejected != before:
+                self.refuse_peer(identity)  # a wrong key or version: say which
             return  # rejected (counted, logged), or a piece of a chunked message (kept)
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
@@ -156,29 +167,7 @@ class Head:
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
         self.pool.tick(now, runs_waiting=len(self.queue) > 0)
-        # Without these checks a dead node agent's ranks (its zygote kills them) would
-        # never be reported, and their runs and clients would wait forever.
-        how = self.local_node.exited() if self.local_node is not None else None
-        if how is not None:
-            if LOCAL_NODE_ID in self.registry.nodes:
-                self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
-            if not self._stop:
-                self.local_node.restart_after(how)
-        for node in list(self.registry.nodes.values()):
-            if now - node.last_seen > NODE_TIMEOUT_S:
-                if node.node_id == LOCAL_NODE_ID and self.local_node is not None and self.local_node.proc:
-                    self.local_node.kill()  # hung: the check above restarts it next tick
-                    node.last_seen = now
-                else:
-                    self._lose_node(node, f"stopped answering ({NODE_TIMEOUT_S:.0f}s without a message)")
-
-    def _lose_node(self, node: NodeInfo, why: str) -> None:
-        """Forget a dead or silent node and its workers; their runs fail naming the rank."""
-        log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
-        for w in self.registry.remove_node(node.node_id):
-            self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
-                               f"{node.hostname}: {why})")
-        self.schedule()
+        self.watch_nodes(now)
 
     # -- clients ----------------------------------------------------------------
     def on_hello(self, msg: P.Message) -> None:
@@ -219,6 +208,9 @@ class Head:
             "pid": os.getpid(),
             "uptime_s": time.time() - self.started,
             "rejected_messages": self.session.rejected,
+            "curve": self.gatekeeper is not None,
+            "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
+            "checkpoint_transfers": self.transfers.status(),
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
             "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
@@ -239,7 +231,7 @@ class Head:
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu"))), self.registry.snapshot(),
+        why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"), self.registry.snapshot(),
                               self.registry.capacity(), self.registry.total_gpus())
         if why:
             return refuse(why)
@@ -262,49 +254,6 @@ class Head:
         if run.state == "PENDING":
             self.queue.discard(run)
         self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
-
-    # -- nodes and workers ------------------------------------------------------
-    def on_node_register(self, msg: P.Message) -> None:
-        c = msg.content
-        self.registry.add_node(NodeInfo(
-            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"], c["num_workers"], c["max_workers"],
-            spawning=c["num_workers"], gpus=list(c.get("gpus", [])), cpus=int(c.get("cpus") or 0)))
-        log.info("node %s joined (%s, %d workers)", c["node_id"], c["hostname"], c["num_workers"])
-
-    def on_worker_ready(self, msg: P.Message) -> None:
-        c = msg.content
-        self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
-                                            c["hostname"], c["ip"], store_port=c.get("store_port"),
-                                            stats={k: c[k] for k in ("cpu_percent", "rss") if k in c}))
-        self.schedule()
-
-    def on_node_stats(self, msg: P.Message) -> None:
-        by_run = self.pool.observe(msg.content, time.monotonic())
-        self.send(msg.identity, P.PONG, {"time": time.time()})  # the node's sign of our life
-        for run_id, workers in by_run.items():
-            run = self.runs.get(run_id)
-            if run is not None and run.state == "RUNNING":
-                for rank, stats in workers.items():
-                    run.observe(rank, stats)
-                self.emit(run, {"kind": "stats", "workers": workers})
-
-    def on_worker_exited(self, msg: P.Message) -> None:
-        c = msg.content
-        w = self.registry.remove_worker(c["worker_id"])
-        how = c.get("reason") or describe_exit(c.get("exitcode"), c.get("signal"))
-        log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
-        if w is not None:
-            self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
-        self.pool.refill(c.get("node_id"))
-        self.schedule()
-
-    def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
-        """A worker died or vanished: the rank it held fails its run."""
-        run = self.runs.get(w.run_id) if w.run_id is not None else None
-        if run is not None:
-            self.controller.rank_lost(run, w.rank, {
-                "rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
-                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
 
     # -- run events -------------------------------------------------------------
     def _rank_of(self, msg: P.Message, run: Run) -> int | None:
@@ -376,10 +325,15 @@ class Head:
         w = self.registry.workers.get(wid)
         if w is None:
             return False
+        node = self.registry.nodes.get(w.node_id)
+        if node is not None and node.node_id != LOCAL_NODE_ID and self.node_suspect(node):
+            # Its host may be gone (a peer's gloo error came first): the rank ends with its
+            # exit report if the node lives, else with the node's loss, which names it.
+            self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+            return False
         log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
         w.run_id = w.rank = None
         self.registry.remove_worker(wid)  # gone for scheduling; its exit is reported later
-        node = self.registry.nodes.get(w.node_id)
         if node is not None:
             self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
         return True
@@ -405,6 +359,7 @@ class Head:
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
+        self.pool.free_data(run.run_id)  # its shared-memory data on every node
         run.result = []
         self.store.prune()
 
@@ -416,5 +371,7 @@ class Head:
             self.local_node.wait(timeout=5)
 
     def close(self) -> None:
+        if self.gatekeeper is not None:
+            self.gatekeeper.close(self.sock)
         self.sock.close(linger=500)  # let the last run_done messages reach their clients
         self.ctx.term()

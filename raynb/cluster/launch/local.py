@@ -22,6 +22,7 @@ from ..control import Client
 from ..connection import (connection_file_path, head_alive, open_private, private_dir, process_alive,
                           raynb_home, read_connection_file, remove_connection_file)
 from ..head.pool import idle_timeout_s as _idle_timeout_s
+from ..netaddr import check_host, is_loopback
 from ..procutil import HEAD_MODULE, NODE_MODULE
 from ...errors import ClusterError
 
@@ -102,7 +103,7 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
 
 def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
                   host: str = "127.0.0.1", port: int = 0,
-                  idle_timeout_s: float | None = None) -> tuple[dict, bool]:
+                  idle_timeout_s: float | None = None, key_file: str | None = None) -> tuple[dict, bool]:
     """Start the local cluster in the background, or find the running one.
 
     Args:
@@ -110,6 +111,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         max_workers (int | None): the most workers this machine may hold.
         timeout (float): seconds to wait for the workers to be ready.
         host, port: where the head listens (127.0.0.1 and a free port by default).
+        key_file (str | None): ``head-keys.json`` of ``raynb keygen``: keys kept across
+            restarts (else fresh ones each start).
         idle_timeout_s (float | None): seconds a worker forked beyond ``num_workers`` (for
             a big or a concurrent run) may stay idle before it is retired; None:
             ``$RAYNB_WORKER_IDLE_TIMEOUT_S``, else 60.
@@ -122,8 +125,10 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             not a number of seconds >= 0.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise ValueError(f"num_workers must be an integer >= 0 (0: a head alone, whose workers are "
+                         f"on the nodes that join), got {num_workers!r}")
+    check_host(host)  # an address this machine does not have fails here, naming its interfaces
     _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
     with _start_lock():
         info = _live_cluster()
@@ -137,6 +142,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             cmd += ["--max-workers", str(max_workers)]
         if idle_timeout_s is not None:
             cmd += ["--idle-timeout", str(float(idle_timeout_s))]
+        if key_file:
+            cmd += ["--key-file", os.path.abspath(key_file)]
         env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
         with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
             launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -153,6 +160,17 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         # Still under the lock: a second start (or running_cluster) waits until it is usable.
         wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
     return info, True
+
+
+def join_command(info: dict, key_file) -> str | None:
+    """The command that joins another host to this cluster, or None for a head on loopback
+    (no other host can reach it)."""
+    from ..netaddr import host_of
+
+    if is_loopback(host_of(info["address"])):
+        return None
+    return (f"raynb node --address {info['address']} --key-file {key_file} "
+            "[--workers N] [--gpus N] [--node-ip IP]")
 
 
 KEEP_ENV = "RAYNB_KEEP_CLUSTER"
@@ -288,5 +306,5 @@ def stop_cluster(timeout: float = 10.0) -> bool:
     return True
 
 
-__all__ = ["start_cluster", "stop_cluster", "running_cluster", "ensure_local_cluster",
+__all__ = ["start_cluster", "stop_cluster", "join_command", "running_cluster", "ensure_local_cluster",
            "connection_file_path", "cluster_pids"]

@@ -1,0 +1,180 @@
+"""Bulk data from the notebook to the ranks: once per node, through shared memory.
+
+While a run's payload is pickled (``build_submission``), a :class:`Scope` is active for
+its *data key* (the run id, or a Tune experiment's id so that every trial shares one
+copy). Datasets (``raynb.data``) and captured numpy arrays / torch tensors of at least
+``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then written once into a
+shared-memory segment (``cluster.shm``) per node agent on this host, named after its
+owner, and only a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload.
+The bytes never pass through the head or any socket: the client writes ``/dev/shm``
+(0600), the node agent owns and removes the segment (when the head says the run ended,
+or on ``release_data`` for an experiment), and ranks map it copy-on-write.
+
+Node agents on other hosts get no copy (a rank there fails naming the fix: files and
+``read_parquet``); a network path to them is not built yet.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from contextlib import contextmanager
+
+from ..cluster import protocol as P
+from ..cluster import shm
+
+DEFAULT_THRESHOLD = 16 << 20
+
+
+def threshold_bytes() -> int:
+    """Captured arrays and tensors of at least this many bytes go through shared memory
+    (``$RAYNB_SHM_THRESHOLD_BYTES``, 16 MiB by default; 0 turns the path off)."""
+    try:
+        return int(os.environ.get("RAYNB_SHM_THRESHOLD_BYTES", DEFAULT_THRESHOLD))
+    except ValueError:
+        return DEFAULT_THRESHOLD
+
+
+class Scope:
+    """The shared-memory data of one data key, as this client placed it.
+
+    Attributes:
+        key (str): the run id or experiment id the segments are freed with.
+        placed (dict): token -> SharedBlock, so one object is written once per key.
+    """
+
+    def __init__(self, key: str):
+        self.key = shm.check_key(key)
+        self.placed: dict = {}
+        self._keep: dict = {}    # token -> the object (its id stays unique while placed)
+        self._nodes = None       # [(node_id, agent pid)] on this host, asked once
+
+    def nodes(self) -> list[tuple[str, int]]:
+        """The node agents on this host (same host name, pid alive here)."""
+        if self._nodes is None:
+            from .connection import get_client
+
+            host = socket.gethostname()
+            st = get_client().status()
+            self._nodes = [(n["node_id"], n["pid"]) for n in st.get("nodes", [])
+                           if n.get("hostname") == host and _pid_alive(n.get("pid"))]
+            if not self._nodes:
+                raise RuntimeError(
+                    "no raynb node agent runs on this host, so in-memory data cannot be put in its "
+                    "shared memory; write the data to files every node can read and use "
+                    "raynb.data.read_parquet()")
+        return self._nodes
+
+    def place(self, token, obj, arrays: dict, what: str) -> shm.SharedBlock:
+        """The block holding ``arrays`` on every node of this host, written on first use.
+
+        Raises:
+            MemoryError: ``/dev/shm`` lacks the room (free and needed bytes named).
+        """
+        block = self.placed.get(token)
+        if block is not None:
+            return block
+        layout, nbytes = shm.layout_of(arrays)
+        nodes = self.nodes()
+        shm.check_room(nbytes * len(nodes), what)
+        segments = {}
+        try:
+            for node_id, pid in nodes:
+                name = shm.segment_name(node_id, pid, self.key)
+                shm.write_segment(name, arrays, layout, nbytes)
+                segments[node_id] = name
+        except BaseException:
+            for name in segments.values():
+                shm.remove(name)
+            raise
+        block = self.placed[token] = shm.SharedBlock(segments, layout, nbytes)
+        self._keep[token] = obj
+        return block
+
+    def discard(self) -> int:
+        """Unlink what this scope wrote (idempotent with the node agents' own removal)."""
+        freed = sum(shm.remove(n) for b in self.placed.values() for n in b.segments.values())
+        self.placed.clear()
+        self._keep.clear()
+        return freed
+
+
+def _pid_alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except PermissionError:
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+_scopes: dict[str, Scope] = {}
+_active: list[Scope] = []
+
+
+@contextmanager
+def active(key: str):
+    """Make ``key``'s scope current while a payload is pickled (kept after, for reuse)."""
+    scope = _scopes.get(key) or _scopes.setdefault(key, Scope(key))
+    _active.append(scope)
+    try:
+        yield scope
+    finally:
+        _active.pop()
+
+
+def current() -> Scope | None:
+    """The scope being pickled for, or None outside ``build_submission``."""
+    return _active[-1] if _active else None
+
+
+def forget(key: str) -> None:
+    """The run of ``key`` ended: drop the client's references and unlink its segments
+    here too (the node agents remove them as well; whichever comes first)."""
+    scope = _scopes.pop(key, None)
+    if scope is not None:
+        scope.discard()
+
+
+def release(key: str) -> None:
+    """An experiment (or a run) of ``key`` is done: unlink here and ask every node agent
+    to remove its segments of ``key`` (``release_data``)."""
+    forget(key)
+    try:
+        from .connection import get_client
+
+        get_client().send(P.RELEASE_DATA, {"key": key})
+    except Exception:  # noqa: BLE001 - no head: its nodes removed everything when it stopped
+        pass
+
+
+def reduce_large(obj):
+    """The pickle reduction of a large numpy array or torch tensor into shared memory
+    (``cluster.shm.attach_array`` / ``attach_tensor``), or None to pickle it as usual:
+    no scope is active, it is below the threshold, or of a kind not handled (object
+    dtype, a tensor subclass such as ``nn.Parameter``, not on the CPU, no numpy dtype)."""
+    scope = current()
+    limit = threshold_bytes()
+    if scope is None or limit <= 0:
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None and type(obj) is np.ndarray:
+        if obj.nbytes < limit or obj.dtype.hasobject:
+            return None
+        block = scope.place(("array", id(obj)), obj, {"a": obj}, f"a captured array {obj.shape} {obj.dtype}")
+        return shm.attach_array, (block, "a")
+    torch = sys.modules.get("torch")
+    if torch is not None and type(obj) is torch.Tensor:
+        if obj.device.type != "cpu" or obj.layout != torch.strided or obj.is_sparse:
+            return None
+        if obj.element_size() * obj.nelement() < limit:
+            return None
+        try:
+            arr = obj.detach().numpy()
+        except (TypeError, RuntimeError):   # bfloat16 and others numpy has no dtype for
+            return None
+        block = scope.place(("tensor", id(obj)), obj, {"t": arr},
+                            f"a captured tensor {tuple(obj.shape)} {obj.dtype}")
+        return shm.attach_tensor, (block, "t", bool(obj.requires_grad))
+    return None

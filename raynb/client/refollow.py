@@ -1,0 +1,48 @@
+"""Following a run again after the client was cut off (a laptop that slept, a network
+that changed): a fresh socket, attached to the run by id.
+
+While a run is followed, a client of a remote head that hears nothing for
+``run.HEAD_SILENCE_S`` (10 s) opens a fresh socket (a new routing id: the head's ROUTER
+would ignore a second connection under the old one while it still holds that one) and
+sends ``attach_run``; the head adds it to the run's followers and answers with the run's
+record, whose reports replace what this client had. It keeps trying for up to
+``CLIENT_RECONNECT_S`` (``$RAYNB_CLIENT_RECONNECT_S``, 600 s) of silence before it gives up.
+A run that ended meanwhile is answered by its record, turned into its ``run_done``
+(without rank 0's return value, which only the lost ``run_done`` carried).
+"""
+from __future__ import annotations
+
+import os
+
+from ..cluster import protocol as P
+from ..cluster.head.run import TERMINAL
+
+
+def reconnect_s() -> float:
+    try:
+        return float(os.environ.get("RAYNB_CLIENT_RECONNECT_S", "600"))
+    except ValueError:
+        return 600.0
+
+
+def reattach(client, run_id: str) -> None:
+    """A fresh socket for ``client``, and an ``attach_run`` for ``run_id`` on it."""
+    client.reconnect()
+    client.send(P.ATTACH_RUN, {"run_id": run_id})
+
+
+def on_record(msg: P.Message, reports: list) -> P.Message | None:
+    """The head's record of the re-attached run: its reports replace ``reports``; for a
+    run that ended, the ``run_done`` it stands for, else None."""
+    rec = msg.content.get("record") or {}
+    reports[:] = list(rec.get("reports") or reports)
+    if rec.get("state") not in TERMINAL:
+        return None
+    done = {"run_id": rec.get("run_id"), "name": rec.get("name"), "state": rec.get("state"),
+            "errors": rec.get("errors") or [], "path": rec.get("path"), "metrics": rec.get("metrics"),
+            "num_reports": len(reports), "checkpoint": (rec.get("checkpoints") or [{}])[-1].get("path"),
+            "checkpoints": rec.get("checkpoints") or [], "failures": rec.get("failures") or [],
+            "num_failures": rec.get("num_failures", 0), "attempt": rec.get("attempt", 0),
+            "started": rec.get("started"), "ended": rec.get("ended"),
+            "time_total_s": rec.get("time_total_s")}
+    return P.Message(P.RUN_DONE, done)

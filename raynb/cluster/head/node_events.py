@@ -1,0 +1,166 @@
+"""The head's handlers for node agents and workers joining, reporting and vanishing.
+
+A mixin of :class:`~raynb.cluster.head.server.Head` (its ``registry``, ``pool``,
+``controller``, ``send``, ``schedule``): the node side of the socket loop, apart from
+the run side that ``server.py`` keeps.
+
+Losing a node: the local node agent is the head's child (its exit is seen at once);
+a node on another host sends stats every second (``node.STATS_INTERVAL_S``), and one
+silent ``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail
+their runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on
+the nodes that remain.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from .. import protocol as P
+from ..rejects import REFUSED
+from ..procutil import describe_exit, signal_name
+from .local_node import LOCAL_NODE_ID
+from .registry import NodeInfo, WorkerInfo
+
+log = logging.getLogger("raynb.head")
+
+# The local node agent, on the head's own (possibly loaded) machine, is given longer.
+NODE_TIMEOUT_S = 10.0
+# A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
+# stop is not counted killed until its exit report or the node's loss says which it was.
+SUSPECT_S = 1.5
+
+
+def remote_node_timeout_s() -> float:
+    """Seconds of silence after which a node on another host is lost (default 5)."""
+    try:
+        return max(1.0, float(os.environ.get("RAYNB_NODE_TIMEOUT_S", "5")))
+    except ValueError:
+        return 5.0
+
+
+class NodeEvents:
+    """Node registration, stats, worker readiness and exits, losing a node."""
+
+    # -- nodes and workers ------------------------------------------------------
+    def on_node_register(self, msg: P.Message) -> None:
+        c = msg.content
+        old = self.registry.nodes.get(c["node_id"])
+        if old is not None and old.identity == msg.identity:
+            return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
+        if old is not None:
+            # Its agent lost the head and registered again (a fresh socket): what the head
+            # knew of its workers is stale (the agent ended them).
+            self._lose_node(old, "registered again (its agent had lost the head and reconnected)")
+        self.registry.add_node(NodeInfo(
+            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
+            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
+            cpus=int(c.get("cpus") or 0), shared_storage=bool(c.get("shared_storage", True))))
+        log.info("node %s joined (%s, %s, %d workers, %d GPUs)", c["node_id"], c["hostname"], c["ip"],
+                 c["num_workers"], len(c.get("gpus", [])))
+        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
+
+    def on_worker_ready(self, msg: P.Message) -> None:
+        c = msg.content
+        if c["node_id"] not in self.registry.nodes:
+            return  # a worker of a node that was lost (its agent ends it)
+        self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
+                                            c["hostname"], c["ip"], store_port=c.get("store_port"),
+                                            stats={k: c[k] for k in ("cpu_percent", "rss") if k in c}))
+        self.schedule()
+
+    def on_node_stats(self, msg: P.Message) -> None:
+        node = self.registry.nodes.get(msg.content.get("node_id"))
+        known = node is not None and node.identity == msg.identity
+        # The node's sign of our life; "registered": False tells an agent whose connection
+        # came back to a restarted head (same address and keys) that it must register again.
+        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
+        if not known:
+            return
+        node.load = msg.content.get("load")
+        by_run = self.pool.observe(msg.content, time.monotonic())
+        for run_id, workers in by_run.items():
+            run = self.runs.get(run_id)
+            if run is not None and run.state == "RUNNING":
+                for rank, stats in workers.items():
+                    run.observe(rank, stats)
+                self.emit(run, {"kind": "stats", "workers": workers})
+
+    def on_worker_exited(self, msg: P.Message) -> None:
+        c = msg.content
+        w = self.registry.remove_worker(c["worker_id"])
+        how = c.get("reason") or describe_exit(c.get("exitcode"), c.get("signal"))
+        log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
+        if w is not None:
+            self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
+        self.pool.refill(c.get("node_id"))
+        self.schedule()
+
+    def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
+        """A worker died or vanished: the rank it held fails its run."""
+        run = self.runs.get(w.run_id) if w.run_id is not None else None
+        if run is not None:
+            self.controller.rank_lost(run, w.rank, {
+                "rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
+                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
+
+    def _lose_node(self, node: NodeInfo, why: str) -> None:
+        """Forget a dead or silent node and its workers; their runs fail naming the node."""
+        log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
+        for w in self.registry.remove_node(node.node_id):
+            self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
+                               f"{node.hostname}: {why})", node_id=node.node_id, why=why)
+        self.schedule()
+
+    def watch_nodes(self, now: float) -> None:
+        """Without these checks a dead node agent's ranks (its zygote kills them) would
+        never be reported, and their runs and clients would wait forever."""
+        how = self.local_node.exited() if self.local_node is not None else None
+        if how is not None:
+            if LOCAL_NODE_ID in self.registry.nodes:
+                self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
+            if not self._stop:
+                self.local_node.restart_after(how)
+        remote_timeout = remote_node_timeout_s()
+        for node in list(self.registry.nodes.values()):
+            if node.node_id == LOCAL_NODE_ID and self.local_node is not None:
+                if now - node.last_seen > NODE_TIMEOUT_S and self.local_node.proc:
+                    self.local_node.kill()  # hung: the check above restarts it next tick
+                    node.last_seen = now
+            elif now - node.last_seen > remote_timeout:
+                self._lose_node(node, f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
+                                      "or the network to it is down)")
+
+    @staticmethod
+    def node_suspect(node: NodeInfo) -> bool:
+        """A remote node that missed its last heartbeats (``SUSPECT_S``): maybe lost."""
+        return time.monotonic() - node.last_seen > SUSPECT_S
+
+    # -- refusing a peer ----------------------------------------------------------
+    def refuse_peer(self, identity: bytes) -> None:
+        """Tell a node agent whose message was rejected why (an unsigned notice, at most
+        once every 2 s per peer): its key or its protocol version is wrong. Clients get
+        none: a client's own request times out, naming the key file to check."""
+        if not identity.startswith(b"node:"):
+            return
+        latest = self.session.rejects.latest
+        why = str(latest[1]) if latest and latest[0] == identity[:64] else "rejected"
+        now = time.monotonic()
+        told = self.__dict__.setdefault("_refused_at", {})
+        if now - told.get(identity, -1e9) < 2.0:
+            return
+        if len(told) > 1024:
+            told.clear()
+        told[identity] = now
+        if "signature" in why:
+            text = ("the head refused this peer: wrong cluster key (its HMAC signature did not verify); "
+                    "use the key file of this head (`--key-file`)")
+        elif "protocol version" in why:
+            text = f"the head refused this peer: {why}"
+        else:
+            return  # a replay or a malformed message: dropped and counted, nothing to say
+        log.warning("refused %r: %s", identity[:64], text)
+        try:
+            self.sock.send_multipart([identity, REFUSED, text.encode()])
+        except Exception:  # noqa: BLE001 - best effort
+            pass

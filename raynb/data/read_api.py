@@ -1,0 +1,153 @@
+"""Making datasets (the names of ``ray.data``): from notebook arrays, or from files."""
+from __future__ import annotations
+
+import glob
+import os
+
+from . import block as B
+from .dataset import Dataset
+from .sources import FileSource, InMemorySource
+
+
+def from_numpy(data) -> Dataset:
+    """A dataset of a numpy array (one column, ``"data"``, as Ray) or of a dict of
+    column name -> array (rows along the first axis; columns may have more dimensions).
+
+    Raises:
+        ValueError: columns of different lengths, or an object column, named.
+        TypeError: not an array or a dict of arrays.
+    """
+    import numpy as np
+
+    if isinstance(data, dict):
+        return Dataset(InMemorySource(B.columns_from(data, "from_numpy")))
+    if isinstance(data, np.ndarray):
+        return Dataset(InMemorySource(B.columns_from({"data": data}, "from_numpy")))
+    raise TypeError(f"from_numpy() takes a numpy array or a dict of them, got {type(data).__name__}")
+
+
+def from_pandas(df) -> Dataset:
+    """A dataset of a ``pandas.DataFrame``'s columns (string columns stay strings,
+    usable by ``iter_batches``; torch needs numbers).
+
+    Raises:
+        ValueError: a column of Python objects that are not strings (named).
+        TypeError: not a DataFrame.
+    """
+    import pandas as pd
+
+    if isinstance(df, list):
+        df = pd.concat(df, ignore_index=True)
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"from_pandas() takes a pandas DataFrame, got {type(df).__name__}")
+    return Dataset(InMemorySource(B.columns_from({str(c): df[c].to_numpy() for c in df.columns},
+                                                 "from_pandas")))
+
+
+def from_torch(dataset, column_names: list | None = None) -> Dataset:
+    """A dataset of a ``torch.utils.data.TensorDataset`` (its tensors, zero copy until
+    they are written to shared memory), or of any map-style dataset whose items are
+    tensors, numbers or tuples of them (read item by item).
+
+    Columns are named ``column_names``, else ``"item"`` for one tensor and ``"item_0"``,
+    ``"item_1"``, ... for several.
+
+    Raises:
+        ValueError: tensors of different lengths, or the wrong number of names.
+        TypeError: not a map-style dataset (an IterableDataset has no length).
+    """
+    import numpy as np
+    import torch
+    from torch.utils.data import TensorDataset
+
+    if isinstance(dataset, TensorDataset):
+        parts = [t.detach().cpu().numpy() for t in dataset.tensors]
+    else:
+        if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"from_torch() takes a map-style torch Dataset, got {type(dataset).__name__}")
+        items = [dataset[i] for i in range(len(dataset))]
+        first = items[0] if items else ()
+        k = len(first) if isinstance(first, (tuple, list)) else 1
+        rows = [it if isinstance(it, (tuple, list)) else (it,) for it in items]
+        parts = [np.stack([r[j].numpy() if isinstance(r[j], torch.Tensor) else np.asarray(r[j]) for r in rows])
+                 for j in range(k)]
+    names = column_names or (["item"] if len(parts) == 1 else [f"item_{i}" for i in range(len(parts))])
+    if len(names) != len(parts):
+        raise ValueError(f"from_torch(column_names={names}): the dataset has {len(parts)} tensors")
+    return Dataset(InMemorySource(B.columns_from(dict(zip(names, parts)), "from_torch")))
+
+
+def _resolve(paths, what: str):
+    """(files, filesystem) for local paths, globs, directories or ``pyarrow.fs`` URIs.
+
+    Raises:
+        FileNotFoundError: a path (or glob) that matches nothing, named.
+    """
+    import pyarrow.fs as pafs
+
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ValueError(f"{what}: no paths given")
+    files, fs = [], None
+    for item in map(str, items):
+        if "://" in item:
+            fs, path = pafs.FileSystem.from_uri(item)
+        else:
+            fs, path = pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(item))
+            if glob.has_magic(path):
+                found = sorted(glob.glob(path))
+                if not found:
+                    raise FileNotFoundError(f"{what}: no file matches {item!r}")
+                files += found
+                continue
+        info = fs.get_file_info(path)
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(f"{what}: {item!r} does not exist (every node must be able to read "
+                                    "it: a shared filesystem, or a pyarrow.fs URI such as s3://...)")
+        if info.type == pafs.FileType.Directory:
+            sel = pafs.FileSelector(path, recursive=True)
+            files += sorted(i.path for i in fs.get_file_info(sel)
+                            if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith((".", "_")))
+        else:
+            files.append(path)
+    if not files:
+        raise FileNotFoundError(f"{what}: no files in {items}")
+    return files, fs
+
+
+def read_parquet(paths, *, columns: list | None = None) -> Dataset:
+    """A dataset streamed from parquet files (``pyarrow.dataset``): each rank reads only
+    its own row groups, whole ones when they divide evenly among the ranks, row ranges
+    otherwise, in a background thread (bounded memory: about a row group and
+    ``prefetch_batches`` batches per rank).
+
+    Args:
+        paths (str | list[str]): files, directories, globs (``data/*.parquet``) or
+            ``pyarrow.fs`` URIs; every node must be able to read them.
+        columns (list[str] | None): the columns to read.
+
+    Raises:
+        FileNotFoundError: a path that does not exist (named), before any run starts.
+        ValueError: a column the files do not have.
+        OSError: a file that is not parquet (pyarrow's message, with the file).
+    """
+    import pyarrow.dataset as ds
+
+    files, fs = _resolve(paths, "read_parquet")
+    return Dataset(FileSource(files, fs, ds.ParquetFileFormat(), columns))
+
+
+def read_csv(paths, *, columns: list | None = None, parse_options=None, convert_options=None,
+             read_options=None) -> Dataset:
+    """A dataset streamed from csv files (``pyarrow.dataset``), each file a unit of
+    sharding (its rows are counted once, here). Options are ``pyarrow.csv``'s.
+
+    Raises:
+        FileNotFoundError: a path that does not exist (named), before any run starts.
+    """
+    import pyarrow.dataset as ds
+
+    files, fs = _resolve(paths, "read_csv")
+    fmt = ds.CsvFileFormat(parse_options=parse_options, convert_options=convert_options,
+                           read_options=read_options)
+    return Dataset(FileSource(files, fs, fmt, columns))

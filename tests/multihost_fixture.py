@@ -1,0 +1,134 @@
+"""A raynb cluster over three hosts (network namespaces, ``netns``) and a fourth for the
+notebook: the head alone on 198.18.0.1 (``raynb start --host 198.18.0.1 --workers 0``),
+node agents ``n1`` and ``n2`` with 2 workers each on .2 and .3 (``raynb node --key-file``),
+and a client namespace on .4. Each host has its own RAYNB_HOME; the connection file is
+copied to each (0600), as one would with scp. Code "on the laptop" runs as a script in
+the client namespace (:meth:`Cluster.client`), printing JSON."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import netns
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTS = ["head", "h1", "h2", "client"]
+
+
+class Cluster:
+    def __init__(self, net: netns.Net, base: Path):
+        self.net, self.base = net, base
+        self.homes = {h: base / f"home-{h}" for h in HOSTS}
+        for home in self.homes.values():
+            home.mkdir(mode=0o700)
+        self.storage = base / "storage"
+        self.storage.mkdir(mode=0o700)
+        self.nodes: dict[str, subprocess.Popen] = {}
+        self.start_out = ""
+
+    def env(self, host: str, **extra) -> dict:
+        return dict(os.environ, PYTHONPATH=str(ROOT), RAYNB_HOME=str(self.homes[host]),
+                    RAYNB_STORAGE_PATH=str(self.storage), RAYNB_PROGRESS="text",
+                    RAYNB_KEEP_CLUSTER="1", **extra)
+
+    def key_file(self, host: str) -> Path:
+        return self.homes[host] / "head.json"
+
+    def start(self, port: int = 0) -> None:
+        """``raynb start`` on the head's namespace with keys from ``raynb keygen`` (kept
+        across a restart of the head)."""
+        keys = self.homes["head"] / "keys"
+        if not keys.exists():
+            r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "keygen", str(keys)], env=self.env("head"))
+            assert r.returncode == 0, r.stderr
+        r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "start", "--host", self.net.ips["head"],
+                                  "--port", str(port), "--workers", "0", "--key-file", str(keys / "head-keys.json")],
+                         env=self.env("head"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        self.start_out = r.stdout
+        self.info = json.loads((self.homes["head"] / "cluster.json").read_text())
+        for h in HOSTS[1:]:
+            shutil.copy(self.homes["head"] / "cluster.json", self.key_file(h))
+            os.chmod(self.key_file(h), 0o600)
+
+    def start_node(self, host: str, node_id: str, workers: int = 2, *extra: str) -> subprocess.Popen:
+        log = open(self.base / f"node-{node_id}.log", "ab")
+        p = self.net.popen(host, [sys.executable, "-m", "raynb.cli", "node", "--address", self.info["address"],
+                                  "--key-file", str(self.key_file(host)), "--workers", str(workers),
+                                  "--node-id", node_id, "--reconnect", "10", *extra],
+                           env=self.env(host), stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.nodes[node_id] = p
+        return p
+
+    def node_log(self, node_id: str) -> str:
+        return (self.base / f"node-{node_id}.log").read_text(errors="replace")
+
+    def client_prelude(self, host: str = "client") -> str:
+        return (f"import json, os, sys, time\nimport raynb\n"
+                f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
+
+    def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True):
+        """Run ``code`` (after :meth:`client_prelude`: raynb, KEY_FILE, ADDRESS) in the client
+        namespace; returns the JSON its last stdout line holds."""
+        r = self.net.run(host, [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)],
+                         env=self.env(host), timeout=timeout)
+        if check:
+            assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        last = [line for line in r.stdout.splitlines() if line.startswith("{")]
+        return (json.loads(last[-1]) if last else None), r
+
+    def status(self) -> dict:
+        st, _ = self.client("c = raynb.connect(KEY_FILE)\nprint(json.dumps(c.status()))")
+        return st
+
+    def wait_workers(self, n: int, timeout: float = 120, nodes: set | None = None) -> dict:
+        code = f"""
+            c = raynb.connect(KEY_FILE)
+            deadline = time.monotonic() + {timeout}
+            while True:
+                st = c.status()
+                idle = [w for w in st["workers"] if w["state"] == "idle"
+                        and ({nodes!r} is None or w["node_id"] in {nodes!r})]
+                if len(idle) >= {n} or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            print(json.dumps(st))
+        """
+        st, _ = self.client(code, timeout=timeout + 30)
+        idle = [w for w in st["workers"] if w["state"] == "idle" and (nodes is None or w["node_id"] in nodes)]
+        assert len(idle) >= n, f"only {len(idle)} idle workers of {n}: {st['workers']}"
+        return st
+
+    def stop(self) -> None:
+        self.net.run("head", [sys.executable, "-m", "raynb.cli", "stop"], env=self.env("head"), timeout=60)
+
+
+@pytest.fixture(scope="module")
+def three_hosts(tmp_path_factory):
+    """The running cluster (head, n1 on h1, n2 on h2) and its client namespace; torn down
+    with every process in every namespace killed and the namespaces deleted."""
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    net = netns.Net(HOSTS)
+    c = Cluster(net, tmp_path_factory.mktemp("multihost"))
+    try:
+        c.start()
+        c.start_node("h1", "n1")
+        c.start_node("h2", "n2")
+        c.wait_workers(4)
+        yield c
+    finally:
+        try:
+            c.stop()
+        finally:
+            net.close()
