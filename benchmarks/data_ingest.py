@@ -12,7 +12,8 @@ On a private cluster of 4 workers (its own temporary ``RAYNB_HOME`` and
   ``/dev/shm`` segments, sampled every 20 ms. For:
   ``datasets`` (``TorchTrainer(datasets={"train": from_numpy(a)})``, ``get_dataset_shard``),
   ``captured_shm`` (the function reads the array: it now goes through shared memory by
-  itself), ``captured_before`` (``RAYNB_SHM_THRESHOLD_BYTES=0``: pickled through the head to
+  itself), ``datasets_via_data_socket`` (as ``datasets``, sent through the node agent's
+  data socket as to an agent on another host, ``RAYNB_DATA_VIA_SOCKET=1``), ``captured_before`` (``RAYNB_SHM_THRESHOLD_BYTES=0``: pickled through the head to
   every rank, as before this change; refused over the 1 GiB message limit, so it is also
   timed at the ``--old-mib`` sizes; a run that fails there, its node agent starved of
   heartbeats, is recorded as failed), and ``floor_memcpy`` (one write of the array into ``/dev/shm``).
@@ -142,6 +143,11 @@ def array_to_ranks(gib: float, old_mib: list, head_pid: int, agent: tuple, repea
 
     out["datasets"] = median_of([timed(_holds_shard_ds, {"train": rd.from_numpy(a)}) for _ in range(repeat)])
     out["captured_shm"] = median_of([timed(_make_captured(a)) for _ in range(repeat)])
+    os.environ["RAYNB_DATA_VIA_SOCKET"] = "1"   # the path to node agents on other hosts
+    try:
+        out["datasets_via_data_socket"] = timed(_holds_shard_ds, {"train": rd.from_numpy(a)})
+    finally:
+        del os.environ["RAYNB_DATA_VIA_SOCKET"]
     os.environ["RAYNB_SHM_THRESHOLD_BYTES"] = "0"
     try:
         out["captured_before"] = timed(_make_captured(a))

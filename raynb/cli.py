@@ -28,8 +28,10 @@ def main(argv=None) -> int:
     ap.add_argument("--version", action="version", version=f"raynb {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     s = sub.add_parser("start", help="start the local cluster in the background")
-    s.add_argument("--workers", type=non_negative_int, default=4,
-                   help="warm workers to keep on this machine (default 4; 0: a head alone)")
+    s.add_argument("--workers", type=positive_int, default=None,
+                   help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)")
+    s.add_argument("--head-only", action="store_true",
+                   help="no workers on this machine: only those of the nodes that join")
     s.add_argument("--max-workers", type=positive_int, default=None, help="most workers this machine may hold")
     s.add_argument("--host", default="127.0.0.1", help="address of the interface the head listens on "
                    "(default 127.0.0.1; off loopback every link is CurveZMQ and it prints how to join)")
@@ -37,6 +39,10 @@ def main(argv=None) -> int:
     s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
                    help="seconds a worker forked beyond --workers may stay idle before it is "
                         "retired (default $RAYNB_WORKER_IDLE_TIMEOUT_S, else 60)")
+    s.add_argument("--ray", action="store_true", help="run on a Ray cluster: the head and one node "
+                   "agent per Ray node as Ray actors (needs raynb[ray]); --workers is per node")
+    s.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
+                   help="the Ray cluster for --ray (default auto: the one on this machine)")
     s.add_argument("--key-file", default=None, help="head-keys.json from `raynb keygen`: the same keys "
                    "across restarts (node agents reconnect to a restarted head)")
     k = sub.add_parser("keygen", help="make a cluster's keys: DIR/head-keys.json, DIR/cluster-keys.json")
@@ -57,6 +63,7 @@ def main(argv=None) -> int:
                    help="this host mounts the head's storage_path at the same path (else checkpoints stream)")
     n.add_argument("--reconnect", type=float, default=60.0, metavar="S",
                    help="seconds to keep registering again after losing the head (default 60)")
+    add_job_commands(sub)
     d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
     d.add_argument("--workers", type=positive_int, default=4, help="ranks (world size), default 4")
     d.add_argument("--epochs", type=positive_int, default=12, help="epochs per run, default 12")
@@ -68,13 +75,23 @@ def main(argv=None) -> int:
     from .errors import ClusterError
 
     try:
-        if args.cmd == "start":
+        if args.cmd == "start" and (args.ray or args.ray_address):
+            from .cluster.launch.ray_engine import start_on_ray
+
+            try:
+                info, started = start_on_ray(args.ray_address or "auto", workers_per_node=args.workers,
+                                             max_workers_per_node=args.max_workers, port=args.port)
+            except ValueError as e:
+                ap.error(str(e))
+            print(f"raynb {'started' if started else 'already running'} on the Ray cluster at "
+                  f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers")
+        elif args.cmd == "start":
             from .cluster.launch.local import start_cluster
 
             try:
-                info, started = start_cluster(args.workers, args.max_workers, host=args.host,
+                info, started = start_cluster(4 if args.workers is None else args.workers, args.max_workers, host=args.host,
                                               port=args.port, idle_timeout_s=args.idle_timeout,
-                                              key_file=args.key_file)
+                                              key_file=args.key_file, head_only=args.head_only)
             except ValueError as e:
                 ap.error(str(e))
             from .cluster.connection import connection_file_path
@@ -119,6 +136,12 @@ def main(argv=None) -> int:
             return run_node(args.address, args.key_file, args.workers, args.gpus, args.node_ip,
                             key=args.key, max_workers=args.max_workers, node_id=args.node_id,
                             shared_storage=args.shared_storage, reconnect_s=args.reconnect)
+        elif args.cmd in ("submit", "jobs"):
+            try:
+                return _job_command(args)
+            except ValueError as e:
+                print(f"raynb: {e}", file=sys.stderr)
+                return 2
         elif args.cmd == "demo":
             from .demo import run_demo
 
@@ -126,6 +149,93 @@ def main(argv=None) -> int:
     except ClusterError as e:
         print(f"raynb: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def add_job_commands(sub) -> None:
+    """``raynb submit`` and ``raynb jobs list|logs|stop`` (client/jobs.py)."""
+    j = sub.add_parser("submit", help="run a driver command on the cluster's head node (a job "
+                       "that outlives this client), streaming its output")
+    j.add_argument("--address", default=None, help="a connection file or tcp://HOST:PORT (with "
+                   "$RAYNB_KEY); default: this machine's cluster (local or on Ray)")
+    j.add_argument("--working-dir", default=None, metavar="DIR", help="packed, sent and unpacked into "
+                   "the job's own directory, its cwd (at most 100 MiB)")
+    j.add_argument("--job-id", default=None)
+    j.add_argument("--no-wait", action="store_true", help="print the job id and return")
+    j.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- the command, e.g. -- python train.py")
+    jobs = sub.add_parser("jobs", help="list the cluster's jobs, show a job's logs, stop one")
+    jobs.add_argument("--address", default=None, help="as for submit")
+    jsub = jobs.add_subparsers(dest="jobs_cmd", metavar="list|logs|stop", required=True)
+    jsub.add_parser("list", help="every job: id, state, command")
+    lg = jsub.add_parser("logs", help="a job's output")
+    lg.add_argument("job_id")
+    lg.add_argument("--follow", "-f", action="store_true", help="until the job ends")
+    st = jsub.add_parser("stop", help="SIGTERM the job (SIGKILL after 3 s)")
+    st.add_argument("job_id")
+
+
+def _job_client(address):
+    from .cluster.control import Client
+    from .cluster.launch.local import running_cluster
+    from .client.connection import connect, disconnect
+    from .errors import ClusterError
+
+    if address is None:
+        info = running_cluster()
+        if info is None:
+            raise ClusterError("no raynb cluster is running here (start one with `raynb start`, or "
+                               "pass --address)")
+        return Client(info["address"], info["key"].encode(), info)
+    client = connect(address)
+    info = client.info
+    disconnect()
+    return Client(info["address"], info["key"].encode(), info)
+
+
+def _job_command(args) -> int:
+    from .client import jobs as J
+
+    if args.cmd == "submit":
+        entry = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
+        if not entry:
+            raise ValueError("raynb submit needs a command after --, e.g. raynb submit -- python train.py")
+        archive_dir = args.working_dir
+        if archive_dir is not None:
+            J.pack_working_dir(archive_dir)  # over the limit: refused before connecting
+        client = _job_client(args.address)
+        try:
+            job = J.submit_job(client, entry, working_dir=archive_dir, job_id=args.job_id)
+            print(f"raynb: job {job['job_id']} submitted (pid {job['pid']}); `raynb jobs logs "
+                  f"{job['job_id']} --follow` shows its output, `raynb jobs stop {job['job_id']}` ends it",
+                  file=sys.stderr, flush=True)
+            if args.no_wait:
+                print(job["job_id"])
+                return 0
+            try:
+                state = J.job_logs(client, job["job_id"], follow=True,
+                                   write=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+            except KeyboardInterrupt:
+                print(f"\nraynb: job {job['job_id']} keeps running", file=sys.stderr)
+                return 130
+            print(f"raynb: job {job['job_id']} {state}", file=sys.stderr)
+            return 0 if state == "SUCCEEDED" else 1
+        finally:
+            client.close()
+    client = _job_client(args.address)
+    try:
+        if args.jobs_cmd == "list":
+            for job in J.list_jobs(client):
+                print(f"{job['job_id']:<18} {job['state']:<10} {' '.join(job['entrypoint'])}")
+        elif args.jobs_cmd == "logs":
+            state = J.job_logs(client, args.job_id, follow=args.follow,
+                               write=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+            if args.follow:
+                print(f"raynb: job {args.job_id} {state}", file=sys.stderr)
+        else:
+            job = J.stop_job(client, args.job_id)
+            print(f"raynb: job {job['job_id']} {job['state']}")
+    finally:
+        client.close()
     return 0
 
 

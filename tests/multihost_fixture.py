@@ -1,5 +1,5 @@
 """A raynb cluster over three hosts (network namespaces, ``netns``) and a fourth for the
-notebook: the head alone on 198.18.0.1 (``raynb start --host 198.18.0.1 --workers 0``),
+notebook: the head alone on 198.18.0.1 (``raynb start --host 198.18.0.1 --head-only``),
 node agents ``n1`` and ``n2`` with 2 workers each on .2 and .3 (``raynb node --key-file``),
 and a client namespace on .4. Each host has its own RAYNB_HOME; the connection file is
 copied to each (0600), as one would with scp. Code "on the laptop" runs as a script in
@@ -50,7 +50,7 @@ class Cluster:
             r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "keygen", str(keys)], env=self.env("head"))
             assert r.returncode == 0, r.stderr
         r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "start", "--host", self.net.ips["head"],
-                                  "--port", str(port), "--workers", "0", "--key-file", str(keys / "head-keys.json")],
+                                  "--port", str(port), "--head-only", "--key-file", str(keys / "head-keys.json")],
                          env=self.env("head"))
         assert r.returncode == 0, r.stdout + r.stderr
         self.start_out = r.stdout

@@ -392,3 +392,162 @@ def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp
         assert held and sum(held.values()) >= ds.size_bytes()
     t.join(15)
     assert not set(held) & set(shm.segments()), "segments left after the cluster stopped"
+
+
+def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
+    """The path to node agents on other hosts (forced here for the local one): the bytes go
+    to the agent's own data socket in signed 1 MiB pieces, the head never sees them."""
+    import zmq
+
+    from raynb.cluster import data_server
+    from raynb.cluster import protocol as P
+
+    monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
+    sent = []
+    real_send = data_server.send_segment
+
+    def counted(*args, **kwargs):   # the real sender, counted
+        sent.append(args[3])
+        return real_send(*args, **kwargs)
+    monkeypatch.setattr(data_server, "send_segment", counted)
+    x = np.arange(64 << 20, dtype=np.float32).reshape(-1, 16)   # 256 MiB: 256 pieces, window of 8
+    ds = rd.from_numpy({"x": x})
+
+    def check():
+        import raynb.train as rt
+
+        batch = next(iter(rt.get_dataset_shard("train").iter_batches(batch_size=4, prefetch_batches=0)))
+        return float(batch["x"][0, 0])
+    from raynb.train.datasets import with_datasets
+    from raynb.train.run import execute_run
+
+    agent_before = _agent(warm)
+    result, firsts = execute_run(with_datasets(_every_rank(check), {"train": ds}), None,
+                                 ScalingConfig(num_workers=2), QUIET)
+    assert firsts == [0.0, float(x[len(x) // 2, 0])]
+    assert _agent(warm) == agent_before and not result.failures   # its heartbeats went on: not lost
+    assert len(sent) == 1 and sent[0].startswith(f"raynb-{_agent(warm)[0]}-")   # one copy, by the socket
+    _wait_no_segments(warm)
+    monkeypatch.undo()
+    # A piece signed with another key, or named for another agent, makes nothing.
+    node = warm.status()["nodes"][0]
+    addr = f"tcp://127.0.0.1:{node['data_port']}"
+    ctx = zmq.Context.instance()
+    with pytest.raises(TimeoutError):   # dropped unverified: no answer to a forged message
+        data_server.send_segment(ctx, b"not-the-key" * 4, addr, shm.segment_name(node["node_id"], node["pid"], "k"),
+                                 {"a": x[:10]}, *shm.layout_of({"a": x[:10]}), timeout_s=1.0)
+    with pytest.raises(OSError, match="is not a segment name of node agent"):
+        data_server.send_segment(ctx, warm.session.key, addr, shm.segment_name("elsewhere", 1, "k"),
+                                 {"a": x[:10]}, *shm.layout_of({"a": x[:10]}))
+    assert not _segments(warm) and not shm.segments("elsewhere")
+    assert P.DATA_PUT in P.MESSAGE_TYPES
+
+
+def test_data_socket_is_curve_encrypted_off_loopback():
+    """A node agent of a Curve cluster (head off loopback) makes its data socket a Curve
+    server of its own key: the cluster's client key gets in, any other is refused at the
+    handshake (the real sockets, on loopback here)."""
+    import zmq
+
+    from raynb.cluster import curve, data_server
+
+    keys = curve.new_keys()
+    client_keys = curve.client_part(keys)
+    ctx = zmq.Context()
+    server = data_server.DataServer(ctx, b"k" * 64, "127.0.0.1", "curvetest", curve_keys=client_keys)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            if server.sock.poll(50):
+                server.handle()
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    a = np.arange(300_000, dtype=np.float64)   # 2.4 MB: three pieces
+    layout, nbytes = shm.layout_of({"a": a})
+    addr = f"tcp://127.0.0.1:{server.port}"
+    name = shm.segment_name("curvetest", os.getpid(), "curvekey")
+    try:
+        assert server.public_key and len(server.public_key) == 40
+        other = curve.client_part(curve.new_keys())
+        with pytest.raises(TimeoutError):   # an unknown client key never gets through
+            data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes, timeout_s=1.0,
+                                     curve_keys=other, server_key=server.public_key)
+        assert not shm.segments("curvetest")
+        data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes,
+                                 curve_keys=client_keys, server_key=server.public_key)
+        assert shm.segments("curvetest") == {name: nbytes}
+        mm = shm.map_segment(name)
+        assert np.array_equal(shm.arrays_from(mm, layout)["a"], a)
+        del mm
+    finally:
+        stop.set()
+        t.join()
+        server.close()
+        ctx.term()
+        shm.free_agent("curvetest", os.getpid())
+
+
+def _rows_of_shard():
+    report({"rows": len(get_dataset_shard("train")),
+            "ids": np.concatenate([b["id"] for b in get_dataset_shard("train").iter_batches()]).tolist()})
+
+
+def test_restore_reads_the_saved_file_dataset_again(warm, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"id": np.arange(30)}), tmp_path / "t.parquet", row_group_size=10)
+    first = TorchTrainer(_rows_of_shard, datasets={"train": rd.read_parquet(str(tmp_path / "t.parquet"))},
+                         scaling_config=ScalingConfig(num_workers=3), run_config=QUIET).fit()
+    again = TorchTrainer.restore(first.path).fit()   # function.pkl holds the dataset: the files are read again
+    assert first.metrics["ids"] == again.metrics["ids"] == list(range(10))   # rank 0: a whole row group
+
+
+def test_local_shuffle_and_file_pieces_without_a_cluster(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from raynb.data import sharding
+
+    ds = rd.from_numpy({"id": np.arange(100)})
+    ids = [b["id"].tolist() for b in ds.iter_batches(batch_size=10, local_shuffle_buffer_size=25,
+                                                     local_shuffle_seed=3)]
+    flat = sum(ids, [])
+    assert sorted(flat) == list(range(100)) and flat != list(range(100))
+    assert sorted(flat[:30]) == list(range(30))   # within a window: 25 rows or more, whole blocks of 10
+    # whole units when they divide evenly among the ranks, row ranges (padded) otherwise
+    assert [sharding.rank_pieces([10] * 4, 4, r) for r in range(4)] == [[(r, 0, 10)] for r in range(4)]
+    assert sharding.rank_pieces([10, 10, 10], 4, 3) == [(2, 4, 10), (0, 0, 2)]
+    for i in range(3):
+        pq.write_table(pa.table({"id": np.arange(i * 7, i * 7 + 7)}), tmp_path / f"p{i}.parquet", row_group_size=4)
+    files = rd.read_parquet(str(tmp_path))
+    got = [sum((b["id"].tolist() for b in files.shard(2, r).iter_batches(batch_size=3)), []) for r in range(2)]
+    assert got == [list(range(11)), list(range(11, 21)) + [0]]   # 21 rows: 11 each, padded by wrapping
+
+
+def test_data_socket_unfinished_segment_is_dropped_with_its_key():
+    import zmq
+
+    from raynb.cluster import data_server
+    from raynb.cluster import protocol as P
+
+    ctx, key = zmq.Context(), b"k" * 64
+    server = data_server.DataServer(ctx, key, "127.0.0.1", "droptest")
+    sock = ctx.socket(zmq.DEALER)
+    P.configure_socket(sock, limit=data_server.FRAME_LIMIT + (64 << 10))
+    sock.connect(f"tcp://127.0.0.1:{server.port}")
+    session = P.Session(key, validate=True, frame_bytes=data_server.FRAME_LIMIT)
+    name = shm.segment_name("droptest", os.getpid(), "dropkey")
+    try:
+        session.send(sock, P.DATA_PUT, {"name": name, "offset": 0, "nbytes": 1 << 20}, buffers=[b"x" * 1000])
+        assert server.sock.poll(5000)
+        server.handle()                       # the first piece: created, then the sender goes quiet
+        assert shm.segments("droptest") == {name: 1 << 20} and name in server._open
+        server.drop_key("dropkey")            # the run ended (free_data)
+        assert not server._open and not shm.segments("droptest")
+    finally:
+        sock.close(0)
+        server.close()
+        ctx.term()
+        shm.free_agent("droptest", os.getpid())

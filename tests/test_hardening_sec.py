@@ -251,7 +251,11 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
     from raynb.train.run import execute_run
 
     with private_cluster(tmp_path, monkeypatch, 1, max_workers=1, host=host) as (info, client):
-        env = dict(os.environ, RAYNB_KEY=info["key"])
+        from raynb.cluster import curve
+
+        # Off loopback (0.0.0.0) every link is CurveZMQ: the agent gets the Curve client keys
+        # as the head hands them to its own node agent.
+        env = dict(os.environ, RAYNB_KEY=info["key"], **curve.to_env(info.get("curve")))
         with open(tmp_path / "node2.log", "wb") as log:
             node = subprocess.Popen([sys.executable, "-m", "raynb.cluster.node", "--address", info["address"],
                                      "--workers", "1", "--max-workers", "1", "--node-id", "second"],

@@ -304,6 +304,45 @@ def test_node_agents_reconnect_to_a_restarted_head_with_the_same_keys(three_host
     assert all(c.nodes[n].poll() is None for n in ("n1", "n3"))
 
 
+UNWRITABLE = """
+    import tempfile
+    from raynb import Checkpoint, RunConfig, ScalingConfig, TorchTrainer
+    from raynb.train import report
+
+    def loop():
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "w.txt"), "w").write("x")
+            report({"epoch": 0}, checkpoint=Checkpoint.from_directory(d))
+
+    raynb.connect(KEY_FILE)
+    try:
+        TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(name="unwritable")).fit()
+        print(json.dumps({"error": None}))
+    except raynb.RunError as e:
+        print(json.dumps({"error": str(e)}))
+"""
+
+
+def test_a_shared_storage_node_that_cannot_write_it_fails_the_first_checkpoint(three_hosts):
+    """n5 says it mounts the head's storage (--shared-storage) but sees it read-only (a
+    mount namespace of its own): the first checkpoint fails, naming the node and path."""
+    c = three_hosts
+    c.wait_workers(4)
+    node = [sys.executable, "-m", "raynb.cli", "node", "--address", c.info["address"], "--key-file",
+            str(c.key_file("h1")), "--workers", "3", "--node-id", "n5", "--shared-storage"]
+    script = (f"mount --bind {c.storage} {c.storage} && mount -o remount,bind,ro {c.storage} && "
+              f"exec {' '.join(node)}")
+    log = open(c.base / "node-n5.log", "ab")
+    c.nodes["n5"] = c.net.popen("h1", ["unshare", "-m", "sh", "-c", script], env=c.env("h1"),
+                                stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    c.wait_workers(3, nodes={"n5"})       # PACK puts the 1-rank run on n5 (the most idle workers)
+    out, r = c.client(textwrap.dedent(UNWRITABLE), timeout=120)
+    assert "node n5" in out["error"] and "cannot write the run directory" in out["error"], out
+    assert str(c.storage / "unwritable") in out["error"], out
+
+
 def test_stop_leaves_no_process_in_any_namespace(three_hosts):
     c = three_hosts
     c.stop()

@@ -189,12 +189,12 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
         state, event, to = m.groups()
         for s in (C.ACTIVE if state == "any active" else (state,)):
             table.setdefault((s, event), set()).add(to)
-    assert rows == 14
+    assert rows == 15   # 14, and PENDING no_room FAILED (a restart with no room, issue 11)
     assert table == {pair: set(targets) for pair, targets in C.TRANSITIONS.items()}
     states = set(C.ACTIVE) | set(C.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)
     assert {e for _, e in table} == {C.PLACED, C.CANCEL, C.RANK_FAILED, C.ALL_STOPPED,
-                                     C.HEAD_STOPPING}
+                                     C.HEAD_STOPPING, C.NO_ROOM}
 
 
 @pytest.mark.parametrize("state,event,to", [
@@ -742,6 +742,17 @@ def test_default_policy_follows_the_runs_max_failures(h):
     assert run.state == "FAILED"
     assert h.effects.notes() == ["restart 1/1: rank 0 raised ValueError: attempt 0; "
                                  "no checkpoint yet, starting over"]
+
+
+def test_a_restart_with_no_room_fails_naming_the_wait(tmp_path):
+    """PENDING --no_room--> FAILED: the error says why, the clients are told it ended."""
+    h = Harness(tmp_path)
+    run = h.run(world_size=4, max_failures=2)
+    run.attempt = 1
+    h.ctl.no_room(run, "no node with room joined within 300s")
+    assert run.state == C.FAILED
+    assert run.errors[0]["message"] == "no node with room joined within 300s"
+    assert h.effects.named("run_ended")
 
 
 def test_a_blocked_rank_is_killed_at_once_when_a_peer_died(h):

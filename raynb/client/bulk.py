@@ -4,14 +4,13 @@ While a run's payload is pickled (``build_submission``), a :class:`Scope` is act
 its *data key* (the run id, or a Tune experiment's id so that every trial shares one
 copy). Datasets (``raynb.data``) and captured numpy arrays / torch tensors of at least
 ``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then written once into a
-shared-memory segment (``cluster.shm``) per node agent on this host, named after its
-owner, and only a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload.
-The bytes never pass through the head or any socket: the client writes ``/dev/shm``
-(0600), the node agent owns and removes the segment (when the head says the run ended,
-or on ``release_data`` for an experiment), and ranks map it copy-on-write.
-
-Node agents on other hosts get no copy (a rank there fails naming the fix: files and
-``read_parquet``); a network path to them is not built yet.
+shared-memory segment (``cluster.shm``) per node agent, named after its owner, and only
+a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload. The bytes never
+pass through the head: on this host the client writes ``/dev/shm`` itself (0600); to an
+agent on another host it sends them to that agent's data socket (``cluster.data_server``:
+signed, chunked, a credit window). The node agent owns and removes the segment (when the
+head says the run ended, or on ``release_data`` for an experiment), and ranks map it
+copy-on-write. ``RAYNB_DATA_VIA_SOCKET=1`` sends to local agents through their socket too.
 """
 from __future__ import annotations
 
@@ -47,22 +46,26 @@ class Scope:
         self.key = shm.check_key(key)
         self.placed: dict = {}
         self._keep: dict = {}    # token -> the object (its id stays unique while placed)
-        self._nodes = None       # [(node_id, agent pid)] on this host, asked once
+        self._nodes = None       # [(node_id, agent pid, data socket address or None, its Curve key)]
+        self.remote = False      # something was sent to a node agent's data socket
 
-    def nodes(self) -> list[tuple[str, int]]:
-        """The node agents on this host (same host name, pid alive here)."""
+    def nodes(self) -> list[tuple]:
+        """Every node agent: (node id, pid, None on this host else its data socket, that
+        socket's Curve public key or None)."""
         if self._nodes is None:
             from .connection import get_client
 
-            host = socket.gethostname()
-            st = get_client().status()
-            self._nodes = [(n["node_id"], n["pid"]) for n in st.get("nodes", [])
-                           if n.get("hostname") == host and _pid_alive(n.get("pid"))]
+            host, via_socket = socket.gethostname(), os.environ.get("RAYNB_DATA_VIA_SOCKET") == "1"
+            self._nodes = []
+            for n in get_client().status().get("nodes", []):
+                here = n.get("hostname") == host and _pid_alive(n.get("pid")) and not via_socket
+                if here or n.get("data_port"):
+                    self._nodes.append((n["node_id"], n["pid"],
+                                        None if here else f"tcp://{n['ip']}:{n['data_port']}", n.get("data_key")))
             if not self._nodes:
-                raise RuntimeError(
-                    "no raynb node agent runs on this host, so in-memory data cannot be put in its "
-                    "shared memory; write the data to files every node can read and use "
-                    "raynb.data.read_parquet()")
+                raise RuntimeError("no raynb node agent can take in-memory data (none has joined the "
+                                   "cluster yet?); write the data to files every node can read and "
+                                   "use raynb.data.read_parquet()")
         return self._nodes
 
     def place(self, token, obj, arrays: dict, what: str) -> shm.SharedBlock:
@@ -76,16 +79,20 @@ class Scope:
             return block
         layout, nbytes = shm.layout_of(arrays)
         nodes = self.nodes()
-        shm.check_room(nbytes * len(nodes), what)
+        shm.check_room(nbytes * sum(addr is None for _, _, addr, _ in nodes), what)
         segments = {}
         try:
-            for node_id, pid in nodes:
+            for node_id, pid, addr, server_key in nodes:
                 name = shm.segment_name(node_id, pid, self.key)
-                shm.write_segment(name, arrays, layout, nbytes)
+                if addr is None:
+                    shm.write_segment(name, arrays, layout, nbytes)
+                else:
+                    self.remote = True
+                    _send(addr, server_key, name, arrays, layout, nbytes)
                 segments[node_id] = name
         except BaseException:
             for name in segments.values():
-                shm.remove(name)
+                shm.remove(name)   # a remote one is freed with the run's key (free_data)
             raise
         block = self.placed[token] = shm.SharedBlock(segments, layout, nbytes)
         self._keep[token] = obj
@@ -97,6 +104,17 @@ class Scope:
         self.placed.clear()
         self._keep.clear()
         return freed
+
+
+def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
+    import zmq
+
+    from ..cluster.data_server import send_segment
+    from .connection import get_client
+
+    client = get_client()
+    send_segment(zmq.Context.instance(), client.session.key, address, name, arrays, layout, nbytes,
+                 curve_keys=client.info.get("curve"), server_key=server_key)
 
 
 def _pid_alive(pid) -> bool:
@@ -135,12 +153,18 @@ def forget(key: str) -> None:
     scope = _scopes.pop(key, None)
     if scope is not None:
         scope.discard()
+        if scope.remote:   # on other hosts only their agents can remove them
+            _send_release(key)
 
 
 def release(key: str) -> None:
     """An experiment (or a run) of ``key`` is done: unlink here and ask every node agent
     to remove its segments of ``key`` (``release_data``)."""
     forget(key)
+    _send_release(key)
+
+
+def _send_release(key: str) -> None:
     try:
         from .connection import get_client
 

@@ -53,7 +53,7 @@ def local_head_gone(client: Client | None) -> int | None:
 
 
 def connect(address: str | None = None, *, key: str | bytes | None = None, key_file: str | None = None,
-            num_workers: int = 4, timeout: float = 120.0) -> Client:
+            num_workers: int = 4, timeout: float = 120.0, ray_address: str | None = None) -> Client:
     """Attach to a raynb cluster (``ray.init`` for raynb).
 
     Args:
@@ -67,6 +67,10 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
         key_file (str | None): the head's connection file for a ``tcp://`` address.
         num_workers (int): warm workers for a cluster this call starts.
         timeout (float): seconds to wait for a started cluster to be ready.
+        ray_address (str | None): ``"auto"`` or ``HOST:PORT`` of a Ray cluster: attach to
+            raynb running there (its head is the named actor ``raynb-head``), starting it,
+            with one node agent per Ray node, when it does not run yet
+            (``cluster.launch.ray_engine.start_on_ray``; needs ``raynb[ray]``).
 
     Returns:
         The process-wide :class:`Client`; later calls return the same one.
@@ -87,7 +91,12 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
             message = f"raynb: the local cluster's head (pid {gone}) is gone; starting a new one"
         _client.close()
         _client = None  # the head went away: find or start a fresh one
-    if address is None:
+    if ray_address is not None:
+        from ..cluster.launch.ray_engine import start_on_ray
+
+        info, _ = start_on_ray(ray_address, timeout=timeout)
+        address = "ray"
+    elif address is None:
         info = ensure_local_cluster(num_workers=num_workers, timeout=timeout, message=message)
     elif address.startswith("tcp://") and key_file:
         info = read_connection_file(Path(key_file))
@@ -105,7 +114,7 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
         if info is None:
             raise ClusterError(f"{address} is not a readable raynb connection file")
     client = Client(info["address"], info["key"].encode(), info)
-    if address is None:
+    if address in (None, "ray"):
         client.local_token = info.get("token")
     if not client.ping(timeout=5.0):
         client.close()

@@ -180,6 +180,10 @@ def _absolute(storage_path: str | None) -> str | None:
     started), and the relative Result.path then pointed nowhere from the notebook."""
     if not storage_path:
         return storage_path
+    if "://" in storage_path:
+        from ..cluster.storage_uri import local_path_of
+
+        storage_path = local_path_of(storage_path)  # ValueError: a URI the head cannot write
     expanded = os.path.expanduser(storage_path)
     return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
 

@@ -30,6 +30,8 @@ def format_status(st: dict) -> str:
         lines.append(f"node {n['node_id']} on {n['hostname']} ({n['ip']}), pid {n['pid']}{zygote}{cpus}, "
                      f"workers {n.get('workers', '-')}, GPUs {len(n.get('gpus') or [])}{load}{beat}, "
                      f"warm workers {n['num_workers']} (max {n['max_workers']})")
+        if n.get("labels"):
+            lines.append("  " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(n["labels"].items())))
         if n.get("note"):
             lines.append(f"  note: {n['note']}")
     # GPU columns only where NVML saw a worker on a GPU (absent on CPU machines).

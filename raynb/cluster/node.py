@@ -35,6 +35,7 @@ import zmq
 from . import curve
 from . import protocol as P
 from . import shm
+from .data_server import DataServer
 from .rejects import refusal
 from .gpu_stats import GpuSampler
 from .connection import private_dir
@@ -73,11 +74,17 @@ class NodeAgent:
         shared_storage: this host mounts the head's ``storage_path`` at the same path
             (else its ranks stream their checkpoints to the head).
         reconnect_s: how long to keep registering again after losing the head (0: exit).
+        cpus: the cores its workers may use, as reported to the head (None: this
+            process's CPU affinity); a launcher that reserved cores (Ray) passes its share.
+        labels: ``{name: value}`` strings shown by ``raynb status`` (the Ray node id).
+        note: the first line ``raynb status`` shows for this node (e.g. that it got fewer
+            CPUs than asked), until the zygote has news.
     """
 
     def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
                  node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
-                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0):
+                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0,
+                 *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None):
         self.address = address
         self.key = key
         self.num_workers = num_workers
@@ -92,6 +99,7 @@ class NodeAgent:
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
+        self.data = DataServer(self.ctx, self.key, self.ip, self.node_id, curve_keys)  # segments from other hosts
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -99,7 +107,9 @@ class NodeAgent:
         self._next_index = 0
         self._stop = False
         self._zygote_starts: list[float] = []
-        self.note: str | None = None  # what went wrong with the zygote, for `raynb status`
+        self.note: str | None = note  # what went wrong with the zygote, for `raynb status`
+        self.cpus = cpus
+        self.labels = dict(labels or {})
         log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.tmp_dir = _workers_tmp_dir(self.node_id)
@@ -218,8 +228,9 @@ class NodeAgent:
         self.session.send(self.sock, P.NODE_REGISTER, {
             "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
             "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": node_cpus(),
-            "shared_storage": self.shared_storage})
+            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": self.cpus or node_cpus(),
+            "shared_storage": self.shared_storage, "data_port": self.data.port, "data_key": self.data.public_key,
+            **({"labels": self.labels} if self.labels else {})})
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
@@ -252,6 +263,7 @@ class NodeAgent:
         elif msg.msg_type == P.SHUTDOWN:
             self._stop = True
         elif msg.msg_type == P.FREE_DATA:
+            self.data.drop_key(msg.content["key"])
             shm.free_key(self.node_id, os.getpid(), msg.content["key"])
 
     def _pids_of(self, worker_id: str) -> list[int]:
@@ -289,6 +301,7 @@ class NodeAgent:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+        poller.register(self.data.sock, zmq.POLLIN)
         next_stats = time.monotonic() + STATS_INTERVAL_S
         last_head = time.monotonic()
         lost_at: float | None = None
@@ -319,6 +332,8 @@ class NodeAgent:
                                 poller.register(self.sock, zmq.POLLIN)
                                 break
                             self._on_head(msg)
+                    elif sock is self.data.sock:
+                        self.data.handle()
                     elif not self._read_zygote():
                         if not self._zygote_died():
                             return 1
@@ -369,6 +384,7 @@ class NodeAgent:
                 pass
         shutil.rmtree(self.rdzv_dir, ignore_errors=True)
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
+        self.data.close()
         shm.free_agent(self.node_id, os.getpid())
         self.sock.close(0)
         self.ctx.term()
@@ -381,13 +397,18 @@ def main(argv=None) -> int:
     ap.add_argument("--max-workers", type=int, default=default_max_workers())
     ap.add_argument("--node-id", default=None)
     ap.add_argument("--die-with-parent", action="store_true")
+    ap.add_argument("--cpus", type=int, default=None, help="cores reported to the head")
+    ap.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                    help="shown by `raynb status` (repeatable)")
+    ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
     args = ap.parse_args(argv)
+    labels = dict(item.partition("=")[::2] for item in args.label)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
     if args.die_with_parent:
         die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id,
-                      curve.from_env())
+                      curve.from_env(), cpus=args.cpus, labels=labels, note=args.note)
     return agent.serve()
 
 

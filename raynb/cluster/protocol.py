@@ -94,17 +94,15 @@ TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffer
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}
 SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
-# a rank on a node without the run's storage -> head (``ckpt_transfer``)
-CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report", "worker_id", "transfer",
-                                       #  "path", "offset"}; buffers[0] = a piece of the file
-CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
-CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
-                                       #  "path"?, "offset"?}: the file list, or one piece
-# head -> that rank
-CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
-CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
 # any direction
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
+
+# Jobs' and launchers' messages (client <-> head), in a module of their own: names and schemas.
+from .protocol_jobs import JOB_SCHEMAS, LIST_JOBS, NODE_LOST, SUBMIT_JOB, JOB_LOGS, STOP_JOB  # noqa: E402,F401
+from .protocol_jobs import JOB_LOGS_REPLY, JOB_REPLY, JOBS_REPLY, NODE_LOST_REPLY  # noqa: E402,F401
+# Bulk transfers' messages (checkpoint files to and from the head, data to node agents).
+from .protocol_transfers import TRANSFER_SCHEMAS, CHECKPOINT_FILE, CHECKPOINT_DONE, CHECKPOINT_FETCH  # noqa: E402,F401
+from .protocol_transfers import CHECKPOINT_ACK, CHECKPOINT_PIECE, DATA_PUT, DATA_ACK  # noqa: E402,F401
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
@@ -135,7 +133,8 @@ SCHEMAS: dict[str, Record] = {
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
-                           "shared_storage?": bool}),
+                           "shared_storage?": bool, "data_port?": (Int(1, 65535), None), "data_key?": _STR,
+                           "labels?": MapOf(str)}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
     NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
@@ -159,19 +158,13 @@ SCHEMAS: dict[str, Record] = {
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
-    CHECKPOINT_FILE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
-                             "transfer": str, "path": str, "offset": Int(0)}),
-    CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
-                             "transfer": str, "files": MapOf(str)}),
-    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
-                              "checkpoint": str, "path?": str, "offset?": Int(0)}),
-    CHECKPOINT_ACK: Record({"path": str}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
     RUN_EVENT: Record({"run_id": str, "event": dict}),
     RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
     ERROR: Record({"message": str}),
     RUNS_REPLY: Record({"runs": ListOf(dict)}),
     RUN_RECORD: Record({"record": dict}),
+    **JOB_SCHEMAS, **TRANSFER_SCHEMAS,
 }
 
 

@@ -5,8 +5,9 @@ A segment is a file in ``/dev/shm`` (POSIX shared memory, tmpfs) named
     ``raynb-<node id>-<agent pid>-<key>-<uid>``
 
 where the node agent ``<node id>`` (process ``<agent pid>``) owns it and ``<key>`` is
-the run id (or a Tune experiment's id) it serves. The notebook's client, on the same
-host, creates it private (0600, ``O_EXCL``) and writes the bytes once; the owning agent
+the run id (or a Tune experiment's id) it serves. The notebook's client creates it
+private (0600, ``O_EXCL``) and writes the bytes once: itself on its own host, through
+the agent's data socket (``data_server``) on another; the owning agent
 removes it when the head says the key is done (``free_data``: the run ended, was
 cancelled, failed; the experiment ended), when it stops, and a new agent removes the
 segments of agents whose pid is gone (SIGKILLed), as it does their rendezvous files.
@@ -208,8 +209,8 @@ class SharedBlock:
         """This node's columns as numpy views of the segment (mapped once per block).
 
         Raises:
-            RuntimeError: this node holds no copy (its agent is on another host than the
-                notebook: raynb writes in-memory data only to nodes on the notebook's host).
+            RuntimeError: this node holds no copy (it joined after the run's data was
+                written to the nodes there were).
             FileNotFoundError: the segment was freed.
         """
         if self._mm is None:
@@ -218,8 +219,8 @@ class SharedBlock:
             if name is None:
                 raise RuntimeError(
                     f"in-memory data is in shared memory on node(s) {sorted(self.segments)}, not on this "
-                    f"node ({node}): raynb writes notebook data only to the node agents on the notebook's "
-                    "host. Put the data in files every node can read and use raynb.data.read_parquet().")
+                    f"node ({node}), which joined after the data was written: submit the run again, or put "
+                    "the data in files every node can read and use raynb.data.read_parquet()")
             self._mm = map_segment(name)
         return arrays_from(self._mm, self.layout, writeable)
 

@@ -36,6 +36,10 @@ from .procutil import become_subreaper, die_with_parent, end_descendants, kill_g
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
+# The same, when installed: xgboost's import is 1-1.5 s of CPU per fresh worker otherwise.
+# It brings in scipy's OpenBLAS (threads, as numpy's already are) and pyarrow's jemalloc
+# background thread; both libraries take their locks across fork (pthread_atfork).
+OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
 
 
 def _preload() -> None:
@@ -60,6 +64,11 @@ def _preload() -> None:
     # the cluster layer does not depend on them, it only warms the workers' cache.
     for name in PRELOAD_MODULES:
         importlib.import_module(name)
+    for name in OPTIONAL_PRELOAD_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     from .module_reload import warm
 
     warm()  # the ~2,000 modules above are classified once here, not in every worker

@@ -106,9 +106,15 @@ def table_to_numpy(table) -> dict:
     """A pyarrow Table as a numpy batch (copies only where arrow's layout needs it)."""
     import numpy as np
 
+    import pyarrow as pa
+
     out = {}
     for name in table.column_names:
         col = table.column(name)
+        if pa.types.is_fixed_size_list(col.type) and col.null_count == 0:  # a 2-d column, as written
+            flat = col.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+            out[name] = flat.reshape(len(col), col.type.list_size)
+            continue
         try:
             out[name] = col.to_numpy()
         except Exception:  # noqa: BLE001 - nested / list types: one array per row, stacked

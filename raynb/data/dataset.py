@@ -146,6 +146,19 @@ class Dataset:
         n = B.num_rows(batch) if batch else 0
         return [{k: v[i] for k, v in batch.items()} for i in range(n)]
 
+    def to_pandas(self, limit: int | None = None):
+        """Every row (or the first ``limit``) as one ``pandas.DataFrame`` (``raynb.data.write``)."""
+        from .write import to_pandas
+
+        return to_pandas(self, limit)
+
+    def write_parquet(self, path: str, **kwargs) -> list:
+        """Stream the rows, in order, to parquet files in the directory ``path``
+        (``raynb.data.write.write_parquet``: one batch in memory at a time)."""
+        from .write import write_parquet
+
+        return write_parquet(self, path, **kwargs)
+
     def iter_batches(self, **kwargs):
         """All rows' batches in this process (one epoch, as a single rank would read them):
         the arguments of ``DataIterator.iter_batches``."""

@@ -97,7 +97,8 @@ def rebatch(stream, batch_size: int | None, drop_last: bool):
 
 
 def local_shuffle(stream, buffer_rows: int, rng):
-    """Rows mixed within windows of ``buffer_rows`` (``local_shuffle_buffer_size``)."""
+    """Rows mixed within windows of at least ``buffer_rows`` (``local_shuffle_buffer_size``;
+    a window is whole blocks of the stream, as Ray's buffer is a minimum)."""
     held, have = [], 0
     for b in stream:
         held.append(b)

@@ -173,18 +173,25 @@ class FileSource:
         return Schema(self._schema.names, [str(t) for t in self._schema.types])
 
     def _read_unit(self, unit: int, first: int, end: int, chunk: int):
-        """Rows ``[first, end)`` of one unit, as numpy batches of at most ``chunk`` rows."""
+        """Rows ``[first, end)`` of one unit, as numpy batches of at most ``chunk`` rows.
+
+        Read into the system allocator's pool: arrow's default (mimalloc) keeps about
+        twice as much resident across the row groups of a stream (measured: 43 vs 23 MiB
+        peak for one rank's 100 MB)."""
+        import pyarrow as pa
         import pyarrow.dataset as ds
 
+        pool = pa.system_memory_pool()
         path, rg, _ = self.units[unit]
         if rg is not None:
             frag = self.fmt.make_fragment(path, self.filesystem, row_groups=[rg])
-            table = frag.to_table(columns=self.columns).slice(first, end - first)
+            table = frag.to_table(columns=self.columns, memory_pool=pool).slice(first, end - first)
             for s in range(0, table.num_rows, chunk):
                 yield B.table_to_numpy(table.slice(s, chunk))
             return
         pos = 0
-        for rb in ds.dataset(path, format=self.fmt, filesystem=self.filesystem).to_batches(columns=self.columns):
+        csv = ds.dataset(path, format=self.fmt, filesystem=self.filesystem)
+        for rb in csv.to_batches(columns=self.columns, memory_pool=pool):
             lo, hi = max(first - pos, 0), min(end - pos, rb.num_rows)
             pos += rb.num_rows
             if hi > lo:

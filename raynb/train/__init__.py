@@ -4,6 +4,7 @@ from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingC
 from .datasets import get_dataset_shard
 from .session import TrainContext, get_checkpoint, get_context, report
 from .tracking import setup_mlflow
+from . import batch_inference as _batch_inference  # noqa: F401,E402 - Dataset.map_batches(num_workers=N)
 
 __all__ = ["Checkpoint", "CheckpointConfig", "FailureConfig", "Result", "RunConfig",
            "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "get_dataset_shard", "report",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..cluster import task_context
 from ..data import DataIterator, Dataset
+from ..data.ray_source import RayPendingSource, is_ray_dataset
 from . import session as _session
 
 STATE_KEY = "datasets"
@@ -25,16 +26,20 @@ def check_datasets(datasets) -> dict:
         return {}
     if not isinstance(datasets, dict):
         raise TypeError(f"datasets must be a dict of name -> raynb.data.Dataset, got {type(datasets).__name__}")
+    datasets = dict(datasets)
     for name, ds in datasets.items():
         if not isinstance(name, str):
             raise TypeError(f"datasets: names must be strings, got {name!r}")
+        if is_ray_dataset(ds):  # split for the ranks at fit() (data/ray_source.py)
+            ds = datasets[name] = Dataset(RayPendingSource(ds))
         if not isinstance(ds, Dataset):
             raise TypeError(f"datasets[{name!r}] is a {type(ds).__name__}; make a raynb.data.Dataset with "
-                            "raynb.data.from_numpy / from_pandas / from_torch / read_parquet / read_csv")
+                            "raynb.data.from_numpy / from_pandas / from_torch / read_parquet / read_csv, "
+                            "or pass a ray.data.Dataset")
         problem = ds.torch_problem()
         if problem:
             raise ValueError(f"datasets[{name!r}]: {problem}")
-    return dict(datasets)
+    return datasets
 
 
 class WithDatasets:

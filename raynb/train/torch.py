@@ -215,6 +215,9 @@ class TorchTrainer:
         ValueError: an in-memory dataset's column torch cannot take (named).
     """
 
+    _name_prefix = "TorchTrainer"  # the run directory's prefix (XGBoostTrainer's own)
+    _total_epochs: int | None = None  # the progress bars' total when config["epochs"] is not it
+
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
                  datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None):
@@ -252,7 +255,9 @@ class TorchTrainer:
             train_loop_per_worker: the function to run; None re-runs the one saved
                 with the run (``function.pkl``).
             train_loop_config (dict | None): None re-uses the saved config.
-            **kwargs: ``scaling_config`` / ``run_config`` to override the saved ones.
+            **kwargs: ``scaling_config`` / ``run_config`` to override the saved ones;
+                ``datasets`` to give the run its datasets again (the saved ones are used
+                otherwise: files are read again, in-memory data was freed with the run).
 
         Raises:
             FileNotFoundError: ``path`` is not a directory.
@@ -286,9 +291,15 @@ class TorchTrainer:
         scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
             num_workers=record.get("world_size") or 1, use_gpu=bool(record.get("use_gpu")),
             timeout_s=record.get("timeout_s"))
+        datasets = kwargs.pop("datasets", None)
         if kwargs:
             raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
-        trainer = cls(train_loop_per_worker or saved["fn"],
+        from .datasets import WithDatasets
+
+        fn = train_loop_per_worker or saved["fn"]
+        if isinstance(fn, WithDatasets):   # saved with its datasets (function.pkl)
+            fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
+        trainer = cls(fn, datasets=datasets,
                       train_loop_config=train_loop_config if train_loop_config is not None
                       else saved["config"], scaling_config=scaling_config, run_config=run_config)
         trainer._resume = True
@@ -317,7 +328,19 @@ class TorchTrainer:
             extra["resume"] = True
         from .datasets import with_datasets
 
-        fn = with_datasets(self.train_loop_per_worker, self.datasets)
-        result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config, extra=extra)
+        import shutil
+
+        from ..cluster.rundir import default_storage_path
+        from ..data.ray_source import split_ray_datasets
+
+        datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.num_workers,
+                                                  self.run_config.storage_path or default_storage_path())
+        try:
+            fn = with_datasets(self.train_loop_per_worker, datasets)
+            result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,
+                                    extra=extra, name_prefix=self._name_prefix, epochs=self._total_epochs)
+        finally:
+            for d in split_dirs:  # a Ray Dataset's per-rank files
+                shutil.rmtree(d, ignore_errors=True)
         return result
 

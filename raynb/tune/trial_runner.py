@@ -26,7 +26,9 @@ class TrialRunner:
         self.fn = Profiled(fn, profile) if profile is not None else fn
         self.scaling_config = scaling_config
         self.base_config = base_config
-        self.nested_key = nested_key  # "train_loop_config" for a TorchTrainer, None for f(config)
+        # "train_loop_config" for a TorchTrainer, None for f(config), "" for a trainer whose
+        # whole config the trial's merges into (XGBoostTrainer's {"params": {...}})
+        self.nested_key = nested_key
         self.run_config = run_config
         self.name_prefix = name_prefix
         # The shared-memory data (datasets, large captured arrays) of every trial of one
@@ -39,6 +41,8 @@ class TrialRunner:
             return trial_config
         from .search.variant_generator import deep_update
 
+        if self.nested_key == "":
+            return deep_update(self.base_config or {}, trial_config)
         return deep_update(self.base_config or {}, trial_config.get(self.nested_key) or {})
 
 

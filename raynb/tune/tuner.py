@@ -35,6 +35,9 @@ def _trainable_parts(trainable, param_space):
     """(fn, ScalingConfig, base config, nested key, trainer RunConfig, name) of a trainable."""
     from ..train.torch import TorchTrainer
 
+    tune_parts = getattr(type(trainable), "_tune_parts", None)
+    if tune_parts is not None and not isinstance(trainable, type):  # XGBoostTrainer: its own merge
+        return trainable._tune_parts(param_space)
     if isinstance(trainable, TorchTrainer):
         extra = sorted(set(param_space or {}) - {"train_loop_config"})
         if extra:

@@ -24,6 +24,7 @@ Every transition there is, at a glance::
     CANCELLING   rank_failed     CANCELLING   (a rank dying while it is being stopped)
     CANCELLING   all_stopped     CANCELLED
     CANCELLING   all_stopped     STOPPED      the cancel was a Tune scheduler's STOP (or time budget)
+    PENDING      no_room         FAILED       a restarted run waited REPLACEMENT_WAIT_S for nodes with room for its ranks, in vain
     any active   head_stopping   FAILED       the cluster stopped under the run (or a queued run's files could not be written)
 
 FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
@@ -46,8 +47,8 @@ FINISHED, FAILED, CANCELLED, STOPPED = TERMINAL
 ACTIVE = (PENDING, RUNNING, FAILING, CANCELLING)
 
 # Events (the second column of the table above).
-PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING = (
-    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping")
+PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING, NO_ROOM = (
+    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping", "no_room")
 
 TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (PENDING, PLACED): (RUNNING,),
@@ -58,6 +59,7 @@ TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (FAILING, RANK_FAILED): (FAILING,),
     (FAILING, CANCEL): (CANCELLING,),
     (FAILING, ALL_STOPPED): (PENDING, FAILED),
+    (PENDING, NO_ROOM): (FAILED,),
     (CANCELLING, RANK_FAILED): (CANCELLING,),
     (CANCELLING, ALL_STOPPED): (CANCELLED, STOPPED),
     **{(state, HEAD_STOPPING): (FAILED,) for state in ACTIVE},
@@ -250,6 +252,14 @@ class RunController:
         error = {"message": run.write_error}
         if error not in run.errors:
             run.errors.insert(0, error)  # the cause: the ranks' errors (if any) follow from it
+
+    def no_room(self, run: Run, why: str) -> None:
+        """A restarted run the remaining nodes cannot hold waited for a replacement in vain."""
+        if run.state != PENDING:
+            return
+        self._move(run, NO_ROOM, FAILED)
+        run.errors.insert(0, {"message": why})
+        self._finish(run)
 
     def head_stopping(self, run: Run, why: str) -> None:
         """The cluster is stopping with the run active."""

@@ -13,6 +13,7 @@ from .. import protocol as P
 from .. import spare_files
 from ..connection import raynb_home, remove_connection_file, write_connection_file
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
+from . import addons
 from .server import Head
 
 log = logging.getLogger("raynb.head")
@@ -45,6 +46,7 @@ def main(argv=None) -> int:
         os.environ["RAYNB_KEY"] = key.decode()  # the local node agent's
     head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout,
                 curve_keys=curve_keys if curve.needed(args.host) else None)
+    head.jobs = addons.install(head)  # jobs (`raynb submit`) and launchers' node events (head/addons.py)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -71,6 +73,7 @@ def main(argv=None) -> int:
         head.serve()
     finally:
         remove_connection_file()
+        head.jobs.stop_all()  # a job's driver ends with its cluster (as a Ray job's does)
         head.close()
         spare_files.uninstall()
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Callable
 
 from .. import protocol as P
@@ -16,6 +17,15 @@ from . import scheduler
 from .controller import RunController
 from .registry import Registry, WorkerInfo
 from .run import Run
+
+
+def replacement_wait_s() -> float:
+    """How long a restarted run that the remaining nodes cannot hold waits for a node
+    with room to join (``$RAYNB_REPLACEMENT_WAIT_S``, seconds; default 300)."""
+    try:
+        return max(0.0, float(os.environ.get("RAYNB_REPLACEMENT_WAIT_S", "300")))
+    except ValueError:
+        return 300.0
 
 
 class RunQueue:
@@ -58,15 +68,36 @@ class RunQueue:
                                                          run.spec.get("placement_strategy") or "PACK"),
                                        self._registry.snapshot())
             if isinstance(decision, scheduler.Fork):
-                self._fork(run, decision)
+                if not self._fork(run, decision):
+                    continue  # it waited too long for room: failed, the next run's turn
                 return
             if isinstance(decision, scheduler.Wait):
                 return  # GPUs busy with another run: wait for it
             self._ids.pop(0)
             self._start(run, decision)
 
-    def _fork(self, run: Run, decision: scheduler.Fork) -> None:
-        """Fork more workers when a run needs more than are idle (never a silent wait)."""
+    def _fork(self, run: Run, decision: scheduler.Fork) -> bool:
+        """Fork more workers when a run needs more than are idle (never a silent wait).
+        False when a restarted run waited past ``replacement_wait_s()`` for room: it failed."""
+        if decision.unplaceable > 0 and run.attempt > 0:
+            since = run.spec.setdefault("_no_room_since", time.monotonic())
+            waited, limit = time.monotonic() - since, replacement_wait_s()
+            if not run.spec.get("_no_room_noted"):
+                run.spec["_no_room_noted"] = True
+                self._emit(run, {"kind": "note", "text": (
+                    f"waiting up to {limit:.0f}s (RAYNB_REPLACEMENT_WAIT_S) for a node with room for "
+                    f"{decision.unplaceable} more worker(s): the remaining nodes cannot hold "
+                    f"{run.world_size} ranks")})
+            if waited >= limit:
+                self._ids.pop(0)
+                self._controller.no_room(run, (
+                    f"the restarted run needs {run.world_size} workers; the remaining nodes hold at most "
+                    f"{self._registry.capacity()} and no node with room joined within {limit:.0f}s "
+                    "(RAYNB_REPLACEMENT_WAIT_S); add a node with `raynb node --address ...`"))
+                return False
+        else:
+            run.spec.pop("_no_room_since", None)
+            run.spec.pop("_no_room_noted", None)
         for node_id, count in decision.forks.items():
             node = self._registry.nodes[node_id]
             node.spawning += count
@@ -78,6 +109,7 @@ class RunQueue:
             self._emit(run, {"kind": "note", "text": (
                 f"waiting: the run needs {run.world_size} workers; {idle} idle, {busy} busy with "
                 f"other runs, and the cluster holds at most {self._registry.capacity()}")})
+        return True
 
     def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool, timeout_s: float | None) -> dict:
         backend = "nccl" if use_gpu else "gloo"

@@ -85,6 +85,7 @@ class Head(NodeEvents):
         self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
         self._stop = False
+        self._next_schedule = 0.0
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
             P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
@@ -167,6 +168,9 @@ class Head(NodeEvents):
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
         self.pool.tick(now, runs_waiting=len(self.queue) > 0)
+        if len(self.queue) and now >= self._next_schedule:  # a run waiting for room times out
+            self._next_schedule = now + 1.0
+            self.schedule()
         self.watch_nodes(now)
 
     # -- clients ----------------------------------------------------------------

@@ -70,7 +70,7 @@ def _live_cluster() -> dict | None:
     info = read_connection_file()
     if info is None:
         return None
-    if head_alive(info):
+    if head_alive(info) or (info.get("ray") and not info.get("pids")):  # a Ray head elsewhere: ask it
         c = Client(info["address"], info["key"].encode(), info)
         try:
             if c.ping(timeout=3.0):
@@ -103,7 +103,8 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
 
 def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
                   host: str = "127.0.0.1", port: int = 0,
-                  idle_timeout_s: float | None = None, key_file: str | None = None) -> tuple[dict, bool]:
+                  idle_timeout_s: float | None = None, key_file: str | None = None,
+                  head_only: bool = False) -> tuple[dict, bool]:
     """Start the local cluster in the background, or find the running one.
 
     Args:
@@ -113,6 +114,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         host, port: where the head listens (127.0.0.1 and a free port by default).
         key_file (str | None): ``head-keys.json`` of ``raynb keygen``: keys kept across
             restarts (else fresh ones each start).
+        head_only (bool): no node agent on this machine (``num_workers`` is ignored): the
+            workers are those of the nodes that join.
         idle_timeout_s (float | None): seconds a worker forked beyond ``num_workers`` (for
             a big or a concurrent run) may stay idle before it is retired; None:
             ``$RAYNB_WORKER_IDLE_TIMEOUT_S``, else 60.
@@ -125,9 +128,11 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             not a number of seconds >= 0.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
-        raise ValueError(f"num_workers must be an integer >= 0 (0: a head alone, whose workers are "
-                         f"on the nodes that join), got {num_workers!r}")
+    if head_only:
+        num_workers = 0
+    elif not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r} (a head "
+                         "without workers of its own: head_only=True, `raynb start --head-only`)")
     check_host(host)  # an address this machine does not have fails here, naming its interfaces
     _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
     with _start_lock():
@@ -277,6 +282,10 @@ def stop_cluster(timeout: float = 10.0) -> bool:
     info = read_connection_file()
     if info is None:
         return False
+    if info.get("ray"):  # raynb on a Ray cluster: its actors, through Ray (ray_engine)
+        from .ray_engine import stop_on_ray
+
+        return stop_on_ray(info)
     procs = []
     for pid in cluster_pids(info):
         try:

@@ -1,0 +1,114 @@
+"""Jobs from the client side: ``raynb submit`` / ``raynb jobs ...`` (Ray Jobs' role).
+
+A job is a driver command the head runs on its machine (``cluster/head/jobs.py``); it
+keeps running when the client that submitted it goes away, and its output stays in the
+head's ``RAYNB_HOME/jobs/<job id>/output.log`` for ``job_logs`` to read back.
+
+The working directory is packed here (``.tar.gz``, symlinks kept as links, which the
+head refuses if they point outside) and refused *before anything is sent* when its
+files hold more than ``MAX_WORKING_DIR_BYTES``.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from ..cluster import protocol as P
+from ..cluster.control import Client
+from ..cluster.head.jobs import MAX_WORKING_DIR_BYTES, TERMINAL
+from ..errors import ClusterError
+
+EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_modules"}
+
+
+def pack_working_dir(path, limit: int = MAX_WORKING_DIR_BYTES) -> bytes:
+    """``path`` as a gzip'd tar (its contents at the archive's top), without ``EXCLUDED``
+    directories.
+
+    Raises:
+        ValueError: ``path`` is not a directory, or its files hold more than ``limit``
+            bytes (the message names the size, the limit and the biggest files).
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ValueError(f"--working-dir {path!r} is not a directory")
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in EXCLUDED]
+        for name in filenames:
+            p = Path(dirpath) / name
+            try:
+                files.append((p.lstat().st_size if not p.is_symlink() else 0, p))
+            except OSError:
+                continue
+    total = sum(size for size, _ in files)
+    if total > limit:
+        biggest = ", ".join(f"{p.relative_to(root)} ({size} bytes)" for size, p in sorted(files, reverse=True)[:3])
+        raise ValueError(f"the working directory {root} holds {total} bytes, over the limit of {limit} "
+                         f"bytes (biggest: {biggest}); nothing was sent. Leave data out of it (read it "
+                         "from shared storage in the job) or set RAYNB_MAX_WORKING_DIR_BYTES on both sides")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for _, p in sorted(files, key=lambda f: str(f[1])):
+            tar.add(p, arcname=str(p.relative_to(root)), recursive=False)
+    return buf.getvalue()
+
+
+def submit_job(client: Client, entrypoint: list[str], working_dir=None, env: dict | None = None,
+               job_id: str | None = None) -> dict:
+    """Start ``entrypoint`` (argv) on the head's machine; returns the job's record
+    (``job_id``, ``state``, ``pid``, ``working_dir``, ...).
+
+    Raises:
+        ValueError: the working directory is over the limit (nothing was sent).
+        ClusterError: the head refused the job (the message says why).
+    """
+    buffers = [pack_working_dir(working_dir)] if working_dir is not None else []
+    content = {"entrypoint": [str(a) for a in entrypoint], "env": {str(k): str(v) for k, v in (env or {}).items()}}
+    if job_id:
+        content["job_id"] = job_id
+    return _reply(client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60.0,
+                                 buffers=buffers))["job"]
+
+
+def list_jobs(client: Client) -> list[dict]:
+    return _reply(client.request(P.LIST_JOBS, {}, reply_types=(P.JOBS_REPLY,)))["jobs"]
+
+
+def stop_job(client: Client, job_id: str, timeout: float = 10.0) -> dict:
+    """SIGTERM the job's process group (SIGKILL after the head's grace); waits until it
+    ended, up to ``timeout`` seconds. Returns its record."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = _reply(client.request(P.STOP_JOB, {"job_id": job_id}, reply_types=(P.JOB_REPLY,)))["job"]
+        if job["state"] in TERMINAL or time.monotonic() > deadline:
+            return job
+        time.sleep(0.1)
+
+
+def job_logs(client: Client, job_id: str, follow: bool = False,
+             write: Callable[[str], object] = print, poll_s: float = 0.2) -> str:
+    """Write the job's output from its start (``write`` gets each piece); with ``follow``,
+    until the job ended and all of it was written. Returns the job's final state (or
+    its state now, without ``follow``)."""
+    offset = 0
+    while True:
+        c = _reply(client.request(P.JOB_LOGS, {"job_id": job_id, "offset": offset},
+                                  reply_types=(P.JOB_LOGS_REPLY,)))
+        if c["text"]:
+            write(c["text"])
+        got, offset = c["offset"] - offset, c["offset"]
+        if not follow or (c["state"] in TERMINAL and not got):
+            return c["state"]
+        if not got:
+            time.sleep(poll_s)
+
+
+def _reply(msg: P.Message) -> dict:
+    if msg.msg_type == P.ERROR:
+        raise ClusterError(msg.content["message"])
+    return msg.content

@@ -1,0 +1,35 @@
+"""The messages of bulk transfers, apart from the control messages: checkpoint files a
+rank streams to the head and fetches back (``ckpt_transfer``, ``head/transfers.py``), and
+the pieces of a shared-memory segment a client writes to a node agent's data socket
+(``data_server``). Their names, directions and schemas, which ``protocol`` imports into
+its ``MESSAGE_TYPES`` and ``SCHEMAS``."""
+from __future__ import annotations
+
+from .schema import Int, MapOf, Record
+
+_RANK = Int(0, 1 << 20)
+
+# a rank on a node without the run's storage -> head (``ckpt_transfer``)
+CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report", "worker_id", "transfer",
+                                       #  "path", "offset"}; buffers[0] = a piece of the file
+CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
+CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
+                                       #  "path"?, "offset"?}: the file list, or one piece
+# head -> that rank
+CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
+CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
+# client -> a node agent's data socket (cluster.data_server), and its answer
+DATA_PUT = "data_put"            # {"name", "offset", "nbytes", "done"?}; buffers[0] = a piece of a segment
+DATA_ACK = "data_ack"            # {"name", "offset", "error"?}
+
+TRANSFER_SCHEMAS: dict[str, Record] = {
+    DATA_PUT: Record({"name": str, "offset": Int(0), "nbytes": Int(1), "done?": bool}),
+    DATA_ACK: Record({"name": str, "offset": Int(0), "error?": str}),
+    CHECKPOINT_FILE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "path": str, "offset": Int(0)}),
+    CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
+                             "transfer": str, "files": MapOf(str)}),
+    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
+                              "checkpoint": str, "path?": str, "offset?": Int(0)}),
+    CHECKPOINT_ACK: Record({"path": str}),
+}
