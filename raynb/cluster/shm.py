@@ -2,7 +2,7 @@
 
 A segment is a file in ``/dev/shm`` (POSIX shared memory, tmpfs) named
 
-    ``raynb-<node id>-<agent pid>-<key>-<uid>``
+    ``raynb-<node id>-<agent pid>-<key>-<random>``
 
 where the node agent ``<node id>`` (process ``<agent pid>``) owns it and ``<key>`` is
 the run id (or a Tune experiment's id) it serves. The notebook's client creates it
@@ -31,7 +31,7 @@ SHM_DIR = "/dev/shm"
 PREFIX = "raynb-"
 ALIGN = 64  # each column starts on a cache line (and any dtype's alignment)
 KEY_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
-_NAME_RE = re.compile(r"^raynb-(?P<node>.+)-(?P<pid>\d+)-(?P<key>[A-Za-z0-9_]+)-(?P<uid>[0-9a-f]+)$")
+_NAME_RE = re.compile(r"^raynb-(?P<node>.+)-(?P<pid>\d+)-(?P<key>[A-Za-z0-9_]+)-(?P<random>[0-9a-f]+)$")
 
 
 def check_key(key: str) -> str:
