@@ -174,12 +174,13 @@ class _OutputRelay:
             self.hidden = 0
 
 
-def _absolute(storage_path: str | None) -> str | None:
+def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
     """A relative storage path is the notebook's (its working directory), not the head's:
     the head resolved it against its own working directory (wherever the cluster was
     started), and the relative Result.path then pointed nowhere from the notebook."""
     if not storage_path:
         return storage_path
+    storage_path = os.fspath(storage_path)  # a pathlib.Path too, as before storage URIs
     if "://" in storage_path:
         from ..cluster.storage_uri import local_path_of
 
