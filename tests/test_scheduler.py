@@ -23,8 +23,9 @@ def _snapshot(*nodes: NodeView, workers: tuple, groups: tuple = ()) -> Snapshot:
 
 
 def _node(node_id: str, max_workers: int = 4, spawning: int = 0, free_gpus: tuple = (),
-          num_workers: int = 0) -> NodeView:
-    return NodeView(node_id, max_workers, spawning, free_gpus, num_workers)
+          num_workers: int = 0, gpus: int | None = None) -> NodeView:
+    return NodeView(node_id, max_workers, spawning, free_gpus, num_workers,
+                    len(free_gpus) if gpus is None else gpus)
 
 
 def _contiguous_by_node(worker_ids: tuple, snapshot: Snapshot) -> bool:
@@ -253,17 +254,19 @@ def test_check_refuses_more_workers_than_capacity_naming_the_fix():
     why = check(Request(9), _two_nodes(), capacity=8, total_gpus=0)
     assert why is not None
     assert "num_workers=9" in why
-    assert "(8 workers over 2 node(s))" in why
+    assert "(8 workers over 2 node(s): local at most 4, n1 at most 4)" in why  # what each node holds
     assert "ask for at most 8" in why
     assert "raynb start --max-workers" in why
 
 
 def test_check_refuses_more_gpu_ranks_than_gpus_naming_the_count():
     """use_gpu with more ranks than GPUs in the cluster: the message names both counts."""
-    why = check(Request(3, use_gpu=True), _two_nodes(), capacity=8, total_gpus=2)
+    snap = _snapshot(_node(LOCAL, num_workers=2, free_gpus=(1,), gpus=2), _node("n1", num_workers=2),
+                     workers=_workers(LOCAL, 2) + _workers("n1", 2))
+    why = check(Request(3, use_gpu=True), snap, capacity=8, total_gpus=2)
     assert why is not None
     assert "needs 3 GPUs" in why
-    assert "this cluster has 2" in why
+    assert "this cluster has 2 (local GPUs: 2, n1 GPUs: 0)" in why  # held ones count: which node has what
     assert "use_gpu=False" in why
 
 

@@ -171,7 +171,7 @@ class Registry:
         """An immutable view for the scheduler."""
         return Snapshot(
             nodes=tuple(NodeView(n.node_id, n.max_workers, n.spawning, tuple(n.free_gpus),
-                                 self.workers_on(n.node_id)) for n in self.nodes.values()),
+                                 self.workers_on(n.node_id), len(n.gpus)) for n in self.nodes.values()),
             workers=tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values()),
             groups=tuple(self.groups))
 

@@ -29,6 +29,7 @@ class NodeView:
     spawning: int                 # forks asked for, not yet ready
     free_gpus: tuple = ()         # CUDA device indices not held by a run
     num_workers: int = 0          # workers it has now (idle or busy)
+    gpus: int = 0                 # CUDA devices it has, held or free
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,19 @@ def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) 
                 "use PACK (fewest nodes) or SPREAD (most nodes)")
     if n > capacity:
         return (f"num_workers={n} is more than this cluster can hold ({capacity} workers "
-                f"over {len(snapshot.nodes)} node(s)); ask for at most {capacity}, or add a node "
-                "with `raynb node --address ...`, or restart with `raynb start --max-workers N`")
+                f"over {len(snapshot.nodes)} node(s): {_per_node(snapshot, 'max_workers', 'at most')}); "
+                f"ask for at most {capacity}, or add a node with `raynb node --address ...`, or "
+                "restart with `raynb start --max-workers N`")
     if request.use_gpu and n > total_gpus:
         return (f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
-                f"cluster has {total_gpus}. Ask for at most {total_gpus} workers, run on "
-                "CPU (use_gpu=False), or add a GPU node with `raynb node`")
+                f"cluster has {total_gpus} ({_per_node(snapshot, 'gpus', 'GPUs:')}). Ask for at most "
+                f"{total_gpus} workers, run on CPU (use_gpu=False), or add a GPU node with `raynb node`")
     return None
+
+
+def _per_node(snapshot: Snapshot, field: str, what: str) -> str:
+    """``"local at most 4, n1 at most 2"``: what each node has of ``field``."""
+    return ", ".join(f"{node.node_id} {what} {getattr(node, field)}" for node in snapshot.nodes) or "no node"
 
 
 def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
