@@ -148,7 +148,9 @@ def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three
     version = "import sys, raynb.cluster.protocol as P\nP.PROTOCOL_VERSION = '9.0'"
     r = _node_refused(c, version, "bad-version")
     assert r.returncode == 3, r.stderr[-2000:]
-    assert "protocol version '9.0' does not match '1.0'" in r.stderr
+    from raynb.cluster.protocol import PROTOCOL_VERSION  # the head's
+
+    assert f"protocol version '9.0' does not match '{PROTOCOL_VERSION}'" in r.stderr
     head_log = (c.homes["head"] / "logs" / "head.log").read_text()
     assert "wrong cluster key" in head_log and "protocol version '9.0'" in head_log
     assert {n["node_id"] for n in c.status()["nodes"]} == {"n1", "n2"}
