@@ -141,3 +141,15 @@ def test_a_missing_bucket_or_unreachable_endpoint_fails_the_run_naming_the_uri(s
     with pytest.raises(ValueError, match="not a URI pyarrow.fs can open"):
         TorchTrainer(_train, scaling_config=ScalingConfig(num_workers=2),
                      run_config=RunConfig(storage_path="nosuchfs://x/y")).fit()
+
+
+def test_a_tuner_refuses_an_object_store_before_anything_runs(s3):
+    from raynb.tune import Tuner
+
+    endpoint, fs, client = s3
+    trainer = TorchTrainer(_train, train_loop_config={"epochs": 1}, scaling_config=ScalingConfig(num_workers=1))
+    with pytest.raises(ValueError, match=r"Tuner writes its directory from the notebook and does not "
+                                         r"upload to an object store"):
+        Tuner(trainer, param_space={"train_loop_config": {"epochs": 1}},
+              run_config=RunConfig(storage_path=_uri(endpoint))).fit()
+    assert not os.path.exists("s3:")  # no experiment directory named after the URI's text

@@ -181,6 +181,7 @@ def _absolute(storage_path: str | None) -> str | None:
     started), and the relative Result.path then pointed nowhere from the notebook."""
     if not storage_path:
         return storage_path
+    storage_path = os.fspath(storage_path)  # a pathlib.Path too
     if "://" in storage_path:  # ValueError: a URI pyarrow.fs cannot open
         storage_path = split_storage_path(storage_path)[0]
         if storage_path is None:

@@ -11,6 +11,7 @@ for an S3-compatible server); credentials come from the environment (``AWS_*``).
 """
 from __future__ import annotations
 
+import os
 from urllib.parse import parse_qsl, urlencode
 
 # Schemes pyarrow.fs opens without contacting anything to parse the URI (s3:// without a
@@ -24,9 +25,10 @@ def scheme_of(path: str) -> str | None:
     return path.split("://", 1)[0].lower() if "://" in path else None
 
 
-def is_storage_uri(path: str | None) -> bool:
-    """Whether ``path`` is a URI of a file system other than the local one."""
-    s = scheme_of(path or "")
+def is_storage_uri(path) -> bool:
+    """Whether ``path`` (str | os.PathLike | None) is a URI of a file system other than the
+    local one."""
+    s = scheme_of(os.fspath(path) if path else "")
     return s is not None and s != "file"
 
 
@@ -59,6 +61,21 @@ def split_storage_path(storage_path: str) -> tuple[str | None, str | None]:
     if is_storage_uri(storage_path):
         return None, check_storage_uri(storage_path)
     return (local_path_of(storage_path) if "://" in storage_path else storage_path), None
+
+
+def local_storage_path(storage_path: str, what: str) -> str:
+    """``storage_path`` as a local path (a ``file://`` URI's path), for ``what`` (e.g.
+    ``"Tuner"``), which writes its directory itself and cannot use an object store.
+
+    Raises:
+        ValueError: an object store's URI, or one pyarrow.fs cannot open."""
+    local, uri = split_storage_path(storage_path)
+    if uri is not None:
+        raise ValueError(f"{what}(run_config=RunConfig(storage_path={redact(uri)!r})): {what} writes its "
+                         "directory from the notebook and does not upload to an object store (a "
+                         "TorchTrainer run's checkpoints are); give a local path, or a file system "
+                         "every node mounts")
+    return local
 
 
 def local_path_of(uri: str) -> str:
