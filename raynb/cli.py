@@ -192,6 +192,15 @@ def _job_client(address):
     return Client(info["address"], info["key"].encode(), info)
 
 
+def _driver_status(J, client, job_id: str, state: str) -> int:
+    """The exit status ``raynb submit`` ends with: the driver's own (128 + N when signal N
+    ended it), as a shell gives; 1 when the head kept none."""
+    code = next((j.get("returncode") for j in J.list_jobs(client) if j["job_id"] == job_id), None)
+    if isinstance(code, int):
+        return min(code, 255) if code >= 0 else 128 + min(-code, 127)
+    return 0 if state == "SUCCEEDED" else 1
+
+
 def _job_command(args) -> int:
     from .client import jobs as J
 
@@ -218,7 +227,7 @@ def _job_command(args) -> int:
                 print(f"\nraynb: job {job['job_id']} keeps running", file=sys.stderr)
                 return 130
             print(f"raynb: job {job['job_id']} {state}", file=sys.stderr)
-            return 0 if state == "SUCCEEDED" else 1
+            return _driver_status(J, client, job["job_id"], state)
         finally:
             client.close()
     client = _job_client(args.address)

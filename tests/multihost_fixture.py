@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -76,11 +77,22 @@ class Cluster:
         return (f"import json, os, sys, time\nimport raynb\n"
                 f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
 
-    def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True):
+    def client_args(self, code: str, host: str = "client", private_shm: bool = False) -> list[str]:
+        """The command line :meth:`client` runs in ``host``'s namespace (for ``net.popen``);
+        with ``private_shm`` the shell ``exec``s python, so the process is python's."""
+        args = [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)]
+        if private_shm:
+            args = ["sh", "-c", 'mount -t tmpfs -o size=256m,mode=1777 raynb-test /dev/shm && exec "$@"',
+                    "sh", *args]
+        return args
+
+    def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True,
+               private_shm: bool = False):
         """Run ``code`` (after :meth:`client_prelude`: raynb, KEY_FILE, ADDRESS) in the client
-        namespace; returns the JSON its last stdout line holds."""
-        r = self.net.run(host, [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)],
-                         env=self.env(host), timeout=timeout)
+        namespace; returns the JSON its last stdout line holds. ``private_shm``: the script
+        gets a ``/dev/shm`` of its own (a tmpfs in the mount namespace ``ip netns exec``
+        makes for it, gone when it exits), as a notebook on another machine has."""
+        r = self.net.run(host, self.client_args(code, host, private_shm), env=self.env(host), timeout=timeout)
         if check:
             assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         last = [line for line in r.stdout.splitlines() if line.startswith("{")]
@@ -112,19 +124,20 @@ class Cluster:
         self.net.run("head", [sys.executable, "-m", "raynb.cli", "stop"], env=self.env("head"), timeout=60)
 
 
-@pytest.fixture(scope="module")
-def three_hosts(tmp_path_factory):
-    """The running cluster (head, n1 on h1, n2 on h2) and its client namespace; torn down
-    with every process in every namespace killed and the namespaces deleted."""
+@contextmanager
+def cluster_up(base: Path, tag: str = "", node_ids: tuple[str, str] = ("n1", "n2")):
+    """The running cluster (head, ``node_ids`` on h1 and h2, 2 workers each) and its client
+    namespace, in namespaces named with ``tag`` (``netns.Net``); torn down with every
+    process in every namespace killed and the namespaces deleted. Skips without root."""
     why = netns.available()
     if why:
         pytest.skip(why)
-    net = netns.Net(HOSTS)
-    c = Cluster(net, tmp_path_factory.mktemp("multihost"))
+    net = netns.Net(HOSTS, tag=tag)
+    c = Cluster(net, base)
     try:
         c.start()
-        c.start_node("h1", "n1")
-        c.start_node("h2", "n2")
+        c.start_node("h1", node_ids[0])
+        c.start_node("h2", node_ids[1])
         c.wait_workers(4)
         yield c
     finally:
@@ -132,3 +145,10 @@ def three_hosts(tmp_path_factory):
             c.stop()
         finally:
             net.close()
+
+
+@pytest.fixture(scope="module")
+def three_hosts(tmp_path_factory):
+    """:func:`cluster_up` with nodes n1 and n2 (module-scoped)."""
+    with cluster_up(tmp_path_factory.mktemp("multihost")) as c:
+        yield c

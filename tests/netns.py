@@ -4,8 +4,9 @@
 a bridge in a namespace of its own (``rnb<pid>-br``), and gives host i the address
 198.18.0.(i+1)/24 (RFC 2544 benchmarking space) on its ``eth0``; ``lo`` is up in each.
 ``close()`` kills every process in each namespace (``ip netns pids``), then deletes the
-namespaces, which takes their veth ends with them. Names carry this process's pid, so
-helpers running in parallel never collide.
+namespaces, which takes their veth ends with them. Names carry this process's pid (and an
+optional ``tag``), so helpers running in parallel, and two test modules in one process,
+never collide.
 
 Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN): :func:`available` says why not otherwise.
 """
@@ -43,8 +44,8 @@ class Net:
         hosts: host names, in address order (the first gets 198.18.0.1).
     """
 
-    def __init__(self, hosts: list[str]):
-        self.tag = f"rnb{os.getpid()}"
+    def __init__(self, hosts: list[str], tag: str = ""):
+        self.tag = f"rnb{os.getpid()}{tag}"   # ``tag``: a second Net in this process (a letter or two)
         self.ips = {h: f"{SUBNET}.{i + 1}" for i, h in enumerate(hosts)}
         self.ns = {h: f"{self.tag}-{h}" for h in hosts}
         self.bridge_ns = f"{self.tag}-br"

@@ -526,6 +526,28 @@ def test_local_shuffle_and_file_pieces_without_a_cluster(tmp_path):
     assert got == [list(range(11)), list(range(11, 21)) + [0]]   # 21 rows: 11 each, padded by wrapping
 
 
+def test_read_with_columns_keeps_only_those_and_a_class_needs_num_workers(tmp_path):
+    import pandas as pd
+
+    df = pd.DataFrame({"id": np.arange(10), "a": np.arange(10) * 2.0, "b": np.ones(10)})
+    df.to_parquet(tmp_path / "t.parquet")
+    df.to_csv(tmp_path / "t.csv", index=False)
+    for ds in (rd.read_parquet(str(tmp_path / "t.parquet"), columns=["id", "a"]),
+               rd.read_csv(str(tmp_path / "t.csv"), columns=["a"])):
+        want = ["id", "a"] if "id" in ds.schema().names else ["a"]
+        assert ds.schema().names == want and ds.count() == 10
+        batch = next(iter(ds.iter_batches(batch_size=10)))
+        assert sorted(batch) == sorted(want) and batch["a"].tolist() == (np.arange(10) * 2.0).tolist()
+    with pytest.raises(ValueError, match=r"columns \['z'\] are not in the files"):
+        rd.read_parquet(str(tmp_path / "t.parquet"), columns=["z"])
+
+    class Predictor:
+        def __call__(self, batch):
+            return batch
+    with pytest.raises(TypeError, match=r"map_batches\(Predictor\) is a class.*num_workers=N"):
+        rd.from_numpy({"a": np.zeros(4)}).map_batches(Predictor)
+
+
 def test_data_socket_unfinished_segment_is_dropped_with_its_key():
     import zmq
 

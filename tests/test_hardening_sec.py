@@ -18,6 +18,7 @@ import cloudpickle
 import pytest
 
 import raynb
+from raynb.cluster import protocol as P
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -57,7 +58,7 @@ def fake_head(tmp_path):
             assert time.monotonic() < deadline and proc.poll() is None, "the fake head did not start"
             time.sleep(0.05)
         info = {"address": f"tcp://127.0.0.1:{port_file.read_text()}", "key": "a" * 64, "workers": 1,
-                "pids": {"head": proc.pid, "node": proc.pid}, "created": time.time(), "version": "1.0",
+                "pids": {"head": proc.pid, "node": proc.pid}, "created": time.time(), "version": P.PROTOCOL_VERSION,
                 "token": "planted"}
         yield info, received
     finally:

@@ -72,6 +72,9 @@ def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monk
         assert job_id in listed.communicate(timeout=60)[0]
         logs = _cli("jobs", "logs", job_id)
         assert logs.communicate(timeout=60)[0] == text
+        failing = _cli("submit", "--", sys.executable, "-c", "print('bye'); raise SystemExit(3)")
+        out, err = failing.communicate(timeout=120)
+        assert failing.returncode == 3 and out == "bye\n", (failing.returncode, out, err)  # the driver's own
 
 
 def test_job_stop_ends_its_processes(tmp_path, monkeypatch):

@@ -36,12 +36,13 @@ def raw(frames) -> list[bytes]:
 
 def sign(key: bytes, header: dict, content, buffers=()) -> list[bytes]:
     """The wire format as documented (independent of Session): HMAC-SHA256 over every
-    frame after the signature, each prefixed by its length as a little-endian u64."""
+    frame after the signature, each prefixed by its length as a little-endian u64, a
+    frame over 64 KiB by its SHA-256."""
     frames = [json.dumps(header).encode(), pickle.dumps(content, protocol=5), *buffers]
     h = hmac.new(key, digestmod=hashlib.sha256)
     for f in frames:
         h.update(struct.pack("<Q", len(f)))
-        h.update(f)
+        h.update(hashlib.sha256(f).digest() if len(f) > 64 * 1024 else f)
     return [h.hexdigest().encode(), *frames]
 
 
@@ -75,6 +76,40 @@ def test_round_trip_with_buffers_and_documented_signature():
     # Sequence numbers grow per message.
     msg2 = receiver.deserialize(raw(sender.serialize(P.PING)))
     assert msg2.header["seq"] == 2 and msg2.content == {}
+
+
+def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_messages(monkeypatch):
+    from raynb.cluster import signing
+
+    sender = P.Session(KEY, frame_bytes=256 << 10)
+    big = os.urandom(300 << 10)                      # over 64 KiB, under the chunk size: signed by digest
+    frames = raw(sender.serialize(P.SUBMIT_RUN, {"name": "x"}, [big]))
+    assert frames == sign(KEY, json.loads(frames[1]), {"name": "x"}, [big])
+    assert raw(P.Session(KEY).deserialize(list(frames)).buffers) == [big]
+    tampered = list(frames)
+    tampered[3] = big[:-1] + bytes([big[-1] ^ 1])   # one bit of the big frame
+    assert "bad or missing signature" in rejected_by(P.Session(KEY), tampered)
+
+    # A Payload cut into pieces for four ranks: each piece hashed once, not once per rank.
+    hashed = []
+    real_sha = signing.hashlib.sha256
+
+    def counting_sha(data=b""):  # hmac also calls it, with no data, for its inner and outer hashes
+        if len(memoryview(data)):
+            hashed.append(len(memoryview(data)))
+        return real_sha(data)
+    payload = signing.Payload([os.urandom(3 << 20)])  # 3 MiB: 12 pieces of 256 KiB
+    monkeypatch.setattr(signing.hashlib, "sha256", counting_sha)
+    trains = [sender.messages(P.RUN_TASK, {"rank": r}, payload) for r in range(4)]
+    monkeypatch.setattr(signing.hashlib, "sha256", real_sha)
+    assert sum(hashed) == 3 << 20 and len(hashed) == 12
+    for train in trains:                             # and every rank verifies and reassembles it
+        receiver = P.Session(KEY)
+        got = [receiver.deserialize(raw(m)) for m in train]
+        assert got[:-1] == [None] * 12 and raw(got[-1].buffers) == [bytes(payload[0])]
+    piece = raw(trains[1][5])
+    piece[3] = bytes(len(piece[3]))                  # a piece replaced by zeros
+    assert "bad or missing signature" in rejected_by(P.Session(KEY), piece)
 
 
 def test_round_trip_over_real_sockets_and_rejected_count():
@@ -206,7 +241,8 @@ def test_old_and_future_timestamps_rejected():
 def test_signed_but_malformed_messages_rejected():
     receiver = P.Session(KEY)
     assert "unknown message type" in rejected_by(receiver, sign(KEY, header("exec_code"), {}))
-    assert "version" in rejected_by(receiver, sign(KEY, header(version="2.0"), {}))
+    other = f"{int(P.PROTOCOL_VERSION.split('.')[0]) + 1}.0"  # another major version
+    assert "version" in rejected_by(receiver, sign(KEY, header(version=other), {}))
     for bad in ({"msg_type": P.PING}, {**header(), "seq": "many"}, {**header(), "time": None}):
         assert "malformed header" in rejected_by(receiver, sign(KEY, bad, {}))
     not_json = [b"", b"{not json", pickle.dumps({}), ]

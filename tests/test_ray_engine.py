@@ -43,7 +43,9 @@ def rayc(raynb_home, tmp_path_factory):
     home = tmp_path_factory.mktemp("ray_home")
     old = os.environ["RAYNB_HOME"]
     os.environ["RAYNB_HOME"] = str(home)
-    raynb.client.connection.disconnect()
+    # The session's connection (tests/conftest.py's cluster) is set aside, not closed:
+    # the tests after these go on using it.
+    session_client, raynb.client.connection._client = raynb.client.connection._client, None
     try:
         with ray_cluster(head_cpus=1, node_cpus=(2, 2)) as (cluster, nodes):
             head_id = cluster.head_node.node_id
@@ -75,6 +77,8 @@ def rayc(raynb_home, tmp_path_factory):
                     time.sleep(0.1)
                 assert not alive(state["pids"]), f"raynb processes left: {alive(state['pids'])}"
     finally:
+        raynb.client.connection.disconnect()  # this module's own, if a test left one open
+        raynb.client.connection._client = session_client
         os.environ["RAYNB_HOME"] = old
 
 

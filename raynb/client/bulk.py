@@ -6,8 +6,9 @@ copy). Datasets (``raynb.data``) and captured numpy arrays / torch tensors of at
 ``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then written once into a
 shared-memory segment (``cluster.shm``) per node agent, named after its owner, and only
 a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload. The bytes never
-pass through the head: on this host the client writes ``/dev/shm`` itself (0600); to an
-agent on another host it sends them to that agent's data socket (``cluster.data_server``:
+pass through the head: to an agent that sees the client's own ``/dev/shm`` (the same
+``shm.shm_id``) the client writes it itself (0600); to any other agent (another host, or
+another ``/dev/shm`` on this one) it sends them to that agent's data socket (``cluster.data_server``:
 signed, chunked, a credit window). The node agent owns and removes the segment (when the
 head says the run ended, or on ``release_data`` for an experiment), and ranks map it
 copy-on-write. ``RAYNB_DATA_VIA_SOCKET=1`` sends to local agents through their socket too.
@@ -55,10 +56,10 @@ class Scope:
         if self._nodes is None:
             from .connection import get_client
 
-            host, via_socket = socket.gethostname(), os.environ.get("RAYNB_DATA_VIA_SOCKET") == "1"
+            mine, via_socket = shm.shm_id(), os.environ.get("RAYNB_DATA_VIA_SOCKET") == "1"
             self._nodes = []
             for n in get_client().status().get("nodes", []):
-                here = n.get("hostname") == host and _pid_alive(n.get("pid")) and not via_socket
+                here = not via_socket and _same_shm(n, mine)
                 if here or n.get("data_port"):
                     self._nodes.append((n["node_id"], n["pid"],
                                         None if here else f"tcp://{n['ip']}:{n['data_port']}", n.get("data_key")))
@@ -115,6 +116,15 @@ def _send(address: str, server_key: str | None, name: str, arrays: dict, layout:
     client = get_client()
     send_segment(zmq.Context.instance(), client.session.key, address, name, arrays, layout, nbytes,
                  curve_keys=client.info.get("curve"), server_key=server_key)
+
+
+def _same_shm(node: dict, mine: str) -> bool:
+    """Whether node agent ``node`` (a ``status()`` entry) sees this process's ``/dev/shm``:
+    their ``shm.shm_id`` match; for an agent that did not report one, the same hostname
+    and its pid alive here."""
+    if node.get("shm_id") and mine:
+        return node["shm_id"] == mine
+    return node.get("hostname") == socket.gethostname() and _pid_alive(node.get("pid"))
 
 
 def _pid_alive(pid) -> bool:

@@ -175,7 +175,7 @@ class _OutputRelay:
             self.hidden = 0
 
 
-def _absolute(storage_path: str | None) -> str | None:
+def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
     """A relative storage path is the notebook's (its working directory), not the head's:
     the head resolved it against its own working directory (wherever the cluster was
     started), and the relative Result.path then pointed nowhere from the notebook."""

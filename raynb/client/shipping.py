@@ -91,7 +91,7 @@ def notebook_sources() -> dict:
     Sent along so remote tracebacks show the lines of functions defined in other cells.
     """
     out = {}
-    for filename, entry in list(linecache.cache.items()):
+    for filename, entry in dict(linecache.cache).items():  # a copy: other threads import too
         if len(entry) == 4 and entry[2] and not os.path.exists(filename):
             out[filename] = "".join(entry[2])
     return out

@@ -230,7 +230,7 @@ class NodeAgent:
             "pid": os.getpid(), "num_workers": self.num_workers,
             "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": self.cpus or node_cpus(),
             "shared_storage": self.shared_storage, "data_port": self.data.port, "data_key": self.data.public_key,
-            **({"labels": self.labels} if self.labels else {})})
+            "shm_id": shm.shm_id(),            **({"labels": self.labels} if self.labels else {})})
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal

@@ -13,8 +13,9 @@ A message on the wire is a list of ZeroMQ frames::
   and user data (cloudpickled functions, results) travel here, so the head never
   unpickles anything a notebook wrote.
 - ``signature``: HMAC-SHA256, with the cluster key, over *every* following frame,
-  each prefixed by its length (Jupyter's wire protocol signs only the header
-  dicts; signing the buffers too means a tampered payload is never unpickled).
+  each prefixed by its length, a frame over 64 KiB by its SHA-256 (``signing``: a
+  payload sent to many ranks is hashed once). Jupyter's wire protocol signs only the
+  header dicts; signing the buffers too means a tampered payload is never unpickled.
 
 Replays are rejected twice over: a bounded history of recent digests (as
 ``jupyter_client.session`` keeps), and a per-sender sequence number that must
@@ -30,13 +31,11 @@ dropped and counted as a forged one is.
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
 import os
 import pickle
-import struct
 import time
 import uuid
 from collections import OrderedDict
@@ -44,11 +43,11 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from . import chunking
+from . import chunking, signing
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "1.0"
+PROTOCOL_VERSION = "2.0"
 
 log = logging.getLogger("raynb.protocol")
 
@@ -134,7 +133,7 @@ SCHEMAS: dict[str, Record] = {
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,
                            "max_workers": _COUNT, "gpus?": ListOf(Int(0)), "cpus?": (_COUNT, None),
                            "shared_storage?": bool, "data_port?": (Int(1, 65535), None), "data_key?": _STR,
-                           "labels?": MapOf(str)}),
+                           "labels?": MapOf(str), "shm_id?": _STR}),
     WORKER_EXITED: Record({"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR,
                            "reason?": _STR}),
     NODE_STATS: Record({"node_id?": str, "zygote_pid?": _INT, "note?": _STR, "load?": _NUM, "workers": MapOf(Record({
@@ -231,13 +230,8 @@ class Session:
         self.rejects = RejectLog(log)
 
     # -- signing --------------------------------------------------------------
-    def _digest(self, frames) -> bytes:
-        h = hmac.new(self.key, digestmod=hashlib.sha256)
-        for f in frames:
-            buf = f.buffer if isinstance(f, zmq.Frame) else f
-            h.update(struct.pack("<Q", len(buf)))
-            h.update(buf)
-        return h.hexdigest().encode()
+    def _digest(self, frames, known: dict | None = None) -> bytes:
+        return signing.sign(self.key, frames, known)
 
     def serialize(self, msg_type: str, content: dict | None = None, buffers=()) -> list:
         """The signed frames for a message (without any routing identity), as one
@@ -246,7 +240,7 @@ class Session:
             raise ValueError(f"unknown raynb message type {msg_type!r}")
         return self._signed(msg_type, pickle.dumps(content or {}, protocol=5), buffers)
 
-    def _signed(self, msg_type: str, body, buffers, chunks: dict | None = None) -> list:
+    def _signed(self, msg_type: str, body, buffers, chunks: dict | None = None, known=None) -> list:
         self._seq += 1
         fields = {
             "version": PROTOCOL_VERSION,
@@ -259,7 +253,7 @@ class Session:
         if chunks is not None:
             fields["chunks"] = chunks
         frames = [json.dumps(fields).encode(), body, *buffers]
-        return [self._digest(frames), *frames]
+        return [self._digest(frames, known), *frames]
 
     def messages(self, msg_type: str, content: dict | None = None, buffers=()) -> list[list]:
         """The signed messages that carry one message: a train of ``chunk`` messages
@@ -268,7 +262,11 @@ class Session:
             raise ValueError(f"unknown raynb message type {msg_type!r}")
         frames = [pickle.dumps(content or {}, protocol=5), *buffers]
         frames, pieces, chunks = chunking.split(frames, self.frame_bytes)
-        out = [self._signed(CHUNK, pickle.dumps(c, protocol=5), [piece]) for c, piece in pieces]
+        # A Payload's pieces are hashed once for every message that carries them (signing).
+        known = (lambda c, piece: {2: buffers.digest(c["frame"], c["offset"], piece)}) \
+            if isinstance(buffers, signing.Payload) else (lambda c, piece: None)
+        out = [self._signed(CHUNK, pickle.dumps(c, protocol=5), [piece], known=known(c, piece))
+               for c, piece in pieces]
         out.append(self._signed(msg_type, frames[0], frames[1:], chunks))
         return out
 

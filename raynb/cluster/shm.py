@@ -2,7 +2,7 @@
 
 A segment is a file in ``/dev/shm`` (POSIX shared memory, tmpfs) named
 
-    ``raynb-<node id>-<agent pid>-<key>-<uid>``
+    ``raynb-<node id>-<agent pid>-<key>-<random>``
 
 where the node agent ``<node id>`` (process ``<agent pid>``) owns it and ``<key>`` is
 the run id (or a Tune experiment's id) it serves. The notebook's client creates it
@@ -31,7 +31,7 @@ SHM_DIR = "/dev/shm"
 PREFIX = "raynb-"
 ALIGN = 64  # each column starts on a cache line (and any dtype's alignment)
 KEY_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
-_NAME_RE = re.compile(r"^raynb-(?P<node>.+)-(?P<pid>\d+)-(?P<key>[A-Za-z0-9_]+)-(?P<uid>[0-9a-f]+)$")
+_NAME_RE = re.compile(r"^raynb-(?P<node>.+)-(?P<pid>\d+)-(?P<key>[A-Za-z0-9_]+)-(?P<random>[0-9a-f]+)$")
 
 
 def check_key(key: str) -> str:
@@ -44,6 +44,21 @@ def check_key(key: str) -> str:
 def segment_name(node_id: str, agent_pid: int, key: str) -> str:
     """A fresh segment name for ``key`` owned by the agent ``node_id`` (pid ``agent_pid``)."""
     return f"{PREFIX}{node_id}-{int(agent_pid)}-{check_key(key)}-{uuid.uuid4().hex[:12]}"
+
+
+def shm_id() -> str:
+    """Which ``/dev/shm`` this process sees: ``<boot id>:<st_dev>`` (the kernel's boot id,
+    ``/proc/sys/kernel/random/boot_id``, and the device number of the tmpfs mounted there).
+    Two processes can share segments exactly when their ids are equal: a hostname and a
+    live pid are not enough (cloned machines share hostnames, a container or a network
+    namespace can have a ``/dev/shm`` of its own, and a remote agent's pid may be alive here
+    by chance). "" when either cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat(SHM_DIR).st_dev}"
+    except OSError:
+        return ""
 
 
 def free_bytes() -> int:

@@ -84,7 +84,8 @@ class Dataset:
 
         Raises:
             ValueError: an unknown ``batch_format``.
-            TypeError: ``fn`` is not callable, or extra keyword arguments without ``num_workers``.
+            TypeError: ``fn`` is not callable, is a class without ``num_workers``, or extra
+                keyword arguments without ``num_workers``.
             NotImplementedError: ``num_workers`` given and no executor is registered.
         """
         fmt = B.check_batch_format(batch_format)
@@ -101,6 +102,10 @@ class Dataset:
         if kwargs:
             raise TypeError(f"map_batches() got unexpected arguments {sorted(kwargs)} (they belong to "
                             "the num_workers= path)")
+        if isinstance(fn, type):  # it would be called with a batch as its constructor's argument
+            raise TypeError(f"map_batches({fn.__name__}) is a class: a class is built once per worker on "
+                            "the batch-inference path, map_batches(cls, num_workers=N, fn_constructor_kwargs="
+                            "{...}); for the lazy per-rank path pass a function or an instance")
         return self._with(ops=self._ops + (MapBatches(fn, fmt, fn_kwargs),))
 
     def random_shuffle(self, *, seed: int | None = None) -> "Dataset":

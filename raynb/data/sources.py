@@ -156,7 +156,9 @@ class FileSource:
             missing = [c for c in self.columns if c not in schema.names]
             if missing:
                 raise ValueError(f"columns {missing} are not in the files (they have {schema.names})")
-            schema = schema.__class__([schema.field(c) for c in self.columns])
+            import pyarrow as pa
+
+            schema = pa.schema([schema.field(c) for c in self.columns])
         return schema
 
     def __reduce__(self):

@@ -56,7 +56,7 @@ class NodeEvents:
             c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
             c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
             cpus=int(c.get("cpus") or 0), shared_storage=bool(c.get("shared_storage", True)),
-            data_port=c.get("data_port"), data_key=c.get("data_key"), labels=dict(c.get("labels") or {})))
+            data_port=c.get("data_port"), data_key=c.get("data_key"), shm_id=c.get("shm_id") or "", labels=dict(c.get("labels") or {})))
         log.info("node %s joined (%s, %s, %d workers, %d GPUs)", c["node_id"], c["hostname"], c["ip"],
                  c["num_workers"], len(c.get("gpus", [])))
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})

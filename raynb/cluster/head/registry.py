@@ -57,6 +57,7 @@ class NodeInfo:
     shared_storage: bool = True    # mounts the head's storage_path (else checkpoints are streamed)
     data_port: int | None = None   # its data socket (cluster.data_server), on its ip
     data_key: str | None = None    # that socket's Curve public key (None on loopback)
+    shm_id: str = ""               # which /dev/shm it sees (cluster.shm.shm_id)
     labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
 
     @property
@@ -180,7 +181,7 @@ class Registry:
                  "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
                  "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note, "load": n.load,
                  "last_heartbeat_s": round(time.monotonic() - n.last_seen, 2), "data_port": n.data_port,
-                 "data_key": n.data_key, "workers": self.workers_on(n.node_id), "labels": n.labels}
+                 "data_key": n.data_key, "shm_id": n.shm_id, "workers": self.workers_on(n.node_id), "labels": n.labels}
                 for n in self.nodes.values()]
 
     def status_workers(self, run_names: dict[str, str]) -> list[dict]:

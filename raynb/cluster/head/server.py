@@ -16,7 +16,7 @@ import time
 
 import zmq
 
-from .. import chunking, curve, event_batch, protocol as P
+from .. import chunking, curve, event_batch, protocol as P, signing
 from . import progress_relay, scheduler
 from .controller import RunController
 from .local_node import LOCAL_NODE_ID, LocalNode
@@ -242,7 +242,7 @@ class Head(NodeEvents):
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
-            run = self.store.create(spec, msg.identity, list(msg.buffers), chunking.view(msg.buffers[0]))
+            run = self.store.create(spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0]))
         except RunRefused as e:
             return refuse(str(e))
         self.queue.add(run)
