@@ -16,9 +16,10 @@ from conftest import private_cluster, wait_idle_workers
 pafs = pytest.importorskip("pyarrow.fs")
 moto_server = pytest.importorskip("moto.server")
 
+import raynb  # noqa: E402
 from raynb import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from raynb.errors import RunError  # noqa: E402
-from raynb.train import get_checkpoint, get_context, report  # noqa: E402
+from raynb.train import Result, get_checkpoint, get_context, report  # noqa: E402
 from raynb.train.torch import TorchTrainer  # noqa: E402
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -82,7 +83,7 @@ def _fit(endpoint, name, config, **run_kw):
                                              verbose=0, **run_kw)).fit()
 
 
-def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3):
+def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3, tmp_path):
     endpoint, fs, client = s3
     wait_idle_workers(client, 2)
     result = _fit(endpoint, "s3-run", {"epochs": 4})
@@ -99,12 +100,15 @@ def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3):
     assert not os.path.exists(d)  # the download is removed after the block
     assert [c.path.split("?")[0].rsplit("/", 1)[1] for c, _ in result.best_checkpoints] == [
         "checkpoint_000002", "checkpoint_000003"]
-    out = ckpt.to_directory()
+    out = ckpt.to_directory(tmp_path / "copy")
     assert json.load(open(os.path.join(out, "shard_1.json"))) == {"epoch": 3, "rank": 1}
     # The run directory (logs, run.json) stayed on the head's disk under the default path.
     assert result.path == os.path.join(os.environ["RAYNB_STORAGE_PATH"], "s3-run")
     assert os.path.exists(os.path.join(result.path, "run.json"))
     assert Checkpoint(result.best_checkpoints[0][0].path) == result.best_checkpoints[0][0]
+    # The head's record and the run directory read back name the same URIs.
+    assert raynb.get_run("s3-run").checkpoint.path == ckpt.path
+    assert Result.from_path(result.path).checkpoint.path == ckpt.path
     # A new run resuming from the checkpoint's URI: each rank downloads it from the bucket.
     again = TorchTrainer(_train, train_loop_config={"epochs": 5}, scaling_config=ScalingConfig(num_workers=2),
                          run_config=RunConfig(name="s3-resumed", verbose=0), resume_from_checkpoint=ckpt).fit()
