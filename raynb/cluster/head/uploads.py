@@ -22,7 +22,8 @@ log = logging.getLogger("raynb.head")
 
 
 class Uploads:
-    """The head's upload queue and its thread (started at the first job)."""
+    """The head's upload queue and its thread (started at the first job; a daemon thread,
+    ended with the head's process)."""
 
     def __init__(self):
         self._jobs: queue.Queue = queue.Queue()
@@ -60,10 +61,6 @@ class Uploads:
         """Drop what is known of an ended run (its queued jobs still run, unreported)."""
         with self._lock:
             self._errors.pop(run_id, None)
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._jobs.put(None)
 
     def _submit(self, run_id: str, job: tuple) -> None:
         with self._lock:
