@@ -74,11 +74,17 @@ def test_bad_worker_counts_are_refused_before_ray_is_touched():
         start_on_ray("127.0.0.1:1", gpus_per_node=-1)
 
 
-def test_storage_path_uri_of_an_object_store_is_refused_with_the_fix():
-    from raynb.cluster.storage_uri import local_path_of
+def test_storage_path_uri_is_a_local_path_or_an_object_store_pyarrow_opens():
+    from raynb.cluster.storage_uri import check_storage_uri, is_storage_uri, local_path_of, redact
 
     assert local_path_of("file:///tmp/a%20b") == "/tmp/a b"
-    with pytest.raises(ValueError, match=r"s3:// file system: .*mount it on every node"):
+    # An object store is no local path: the head uploads checkpoints there (test_storage_s3.py).
+    with pytest.raises(ValueError, match=r"s3:// file system, not a local path"):
         local_path_of("s3://bucket/results")
+    assert is_storage_uri("s3://bucket/results") and not is_storage_uri("file:///tmp")
+    assert check_storage_uri("s3://bucket/results") == "s3://bucket/results"
     with pytest.raises(ValueError, match="not a URI pyarrow.fs can open"):
         local_path_of("file://otherhost/results")
+    with pytest.raises(ValueError, match="'nosuchfs://x' is not a URI pyarrow.fs can open"):
+        check_storage_uri("nosuchfs://x")
+    assert redact("s3://b/p?secret_key=abc&scheme=http") == "s3://b/p?secret_key=***&scheme=http"

@@ -83,6 +83,9 @@ class FakeStore:
     def write_state(self, run):
         self.calls.append(("write_state", run.state, run.attempt))
 
+    def uploading(self, run):
+        return False  # no storage URI: nothing to wait for
+
     def run_ended(self, run):
         self.calls.append(("run_ended", run.state))
         self.summaries.append(run.summary())

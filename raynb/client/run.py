@@ -24,6 +24,7 @@ import cloudpickle
 from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL as RUN_END_STATES
 from ..cluster.rundir import OUTPUT_FILE, read_reports
+from ..cluster.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
 from . import refollow
 from .connection import disconnect, local_head_gone
@@ -180,11 +181,11 @@ def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
     started), and the relative Result.path then pointed nowhere from the notebook."""
     if not storage_path:
         return storage_path
-    storage_path = os.fspath(storage_path)  # a pathlib.Path too, as before storage URIs
-    if "://" in storage_path:
-        from ..cluster.storage_uri import local_path_of
-
-        storage_path = local_path_of(storage_path)  # ValueError: a URI the head cannot write
+    storage_path = os.fspath(storage_path)  # a pathlib.Path too
+    if "://" in storage_path:  # ValueError: a URI pyarrow.fs cannot open
+        storage_path = split_storage_path(storage_path)[0]
+        if storage_path is None:
+            return None  # an object store's: its run directory stages on the head's default
     expanded = os.path.expanduser(storage_path)
     return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
 
@@ -232,6 +233,8 @@ def build_submission(fn, config, scaling_config, run_config, *,
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
         "storage_path": _absolute(run_config.storage_path),
+        # An object store's URI: the head uploads checkpoints there (cluster.head.uploads).
+        **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],

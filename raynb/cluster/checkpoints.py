@@ -76,7 +76,8 @@ class CheckpointStore:
     def commit(self, staged: list[str], metrics: dict) -> dict:
         """Merge the ranks' staged directories (rank order) into the next checkpoint.
 
-        Returns ``{"index", "name", "path", "metrics"}`` of the new checkpoint.
+        Returns ``{"index", "name", "path", "metrics"}`` of the new checkpoint, and
+        ``"pruned"``: the names of the checkpoints ``num_to_keep`` removed for it.
         """
         index = self.next_index
         self.next_index += 1
@@ -95,8 +96,8 @@ class CheckpointStore:
             shutil.rmtree(Path(rank_dir).parent, ignore_errors=True)
         entry = {"index": index, "name": name, "metrics": dict(metrics)}
         self.kept.append(entry)
-        self._prune()
-        return {**entry, "path": str(final)}
+        pruned = self._prune()
+        return {**entry, "path": str(final), "pruned": pruned}
 
     def _score(self, c: dict) -> float:
         if self.score_attr is None:
@@ -110,15 +111,17 @@ class CheckpointStore:
         """Kept checkpoints, best first (by score, else newest first)."""
         return sorted(self.kept, key=lambda c: (self._score(c), c["index"]), reverse=True)
 
-    def _prune(self) -> None:
+    def _prune(self) -> list[str]:
         if self.num_to_keep is None or len(self.kept) <= self.num_to_keep:
-            return
+            return []
         latest = self.latest
         keep = [c for c in self.ranked() if c is not latest][: max(0, self.num_to_keep - 1)]
         keep.append(latest)  # the latest always stays: a restart resumes from it
-        for c in [c for c in self.kept if c not in keep]:
-            shutil.rmtree(self.path / c["name"], ignore_errors=True)
+        pruned = [c["name"] for c in self.kept if c not in keep]
+        for name in pruned:
+            shutil.rmtree(self.path / name, ignore_errors=True)
         self.kept = sorted(keep, key=lambda c: c["index"])
+        return pruned
 
     def discard_staging(self) -> None:
         """Forget checkpoints staged by an attempt that failed before committing them."""

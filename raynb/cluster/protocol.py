@@ -124,7 +124,7 @@ SCHEMAS: dict[str, Record] = {
     HELLO: Record({"role?": str}),
     SUBMIT_RUN: Record({
         "run_id?": _STR, "name?": _STR, "name_prefix?": _STR, "num_workers": int, "use_gpu?": (bool, None),
-        "timeout_s?": _NUM, "storage_path?": _STR, "params?": object, "cwd?": _STR,
+        "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
         "experiment?": _STR, "placement_strategy?": _STR}),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from . import spare_files
 from .run_logs import OUTPUT_FILE, tag_lines
+from .storage_uri import join_uri
 
 
 def default_storage_path() -> str:
@@ -176,7 +177,8 @@ def read_run_dir(path, with_reports: bool = True) -> dict:
     record["params"] = _read_json(p / "params.json", "the run's config")
     record["path"] = str(p)
     for c in record.get("checkpoints", []):
-        c["path"] = str(p / c["name"])
+        c["path"] = (join_uri(record["storage_uri"], record["name"], c["name"]) if record.get("storage_uri")
+                     else str(p / c["name"]))
     if with_reports:
         record["reports"] = read_reports(p)
         record["output"] = read_output_tail(p)

@@ -4,7 +4,10 @@ A checkpoint is only a path. The training function writes its state into a
 directory of its own and passes ``Checkpoint.from_directory(dir)`` to
 ``report(..., checkpoint=...)``; raynb copies the files into the run directory
 as ``checkpoint_000NNN/`` (under a temporary name first, then renamed, so a
-crash mid-copy never leaves a half checkpoint as the latest).
+crash mid-copy never leaves a half checkpoint as the latest). A run whose
+``storage_path`` is an object-store URI (``s3://...``) hands out checkpoints whose
+``path`` is a URI there and ``filesystem`` the ``pyarrow.fs`` file system of it, as Ray's
+``Checkpoint(path, filesystem)``; reading one downloads its files.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..cluster.storage_uri import is_storage_uri, redact
+
 
 class Checkpoint:
     """A checkpoint directory.
@@ -22,11 +27,42 @@ class Checkpoint:
     ``get_checkpoint()`` hand out checkpoints that live in a run directory.
 
     Attributes:
-        path (str): the directory holding the checkpoint's files.
+        path (str): the directory holding the checkpoint's files: a local path, or a
+            ``pyarrow.fs`` URI (``s3://bucket/prefix/run/checkpoint_000001?...``).
+        filesystem (pyarrow.fs.FileSystem): the file system of ``path`` (opened from the
+            URI on first use: ``pyarrow.fs.FileSystem.from_uri``; credentials from the
+            environment, e.g. ``AWS_ACCESS_KEY_ID``).
     """
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = str(Path(path).expanduser().absolute())
+    def __init__(self, path: str | os.PathLike, filesystem=None):
+        path = os.fspath(path)
+        self.path = path if is_storage_uri(path) else str(Path(path).expanduser().absolute())
+        self._fs = filesystem
+
+    @property
+    def filesystem(self):
+        import pyarrow.fs as pafs
+
+        if self._fs is None:
+            self._fs = pafs.FileSystem.from_uri(self.path)[0] if is_storage_uri(self.path) else pafs.LocalFileSystem()
+        return self._fs
+
+    def _remote(self) -> tuple:
+        """(file system, path in it) of a checkpoint at a URI.
+
+        Raises:
+            FileNotFoundError: nothing is stored there."""
+        import pyarrow.fs as pafs
+
+        fs = self.filesystem
+        inner = pafs.FileSystem.from_uri(self.path)[1]
+        if fs.get_file_info(inner).type != pafs.FileType.Directory:
+            raise FileNotFoundError(f"checkpoint {redact(self.path)} is not in its storage (pruned by "
+                                    "CheckpointConfig(num_to_keep=...), or deleted)")
+        return fs, inner
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path, "_fs": None}  # reopened from the URI where it is read
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
@@ -68,8 +104,20 @@ class Checkpoint:
         """Context manager giving a local directory (str) with the checkpoint's files.
 
         The directory is the checkpoint itself (raynb checkpoints live on a file
-        system every worker reads): read from it, do not write to it.
+        system every worker reads): read from it, do not write to it. A checkpoint at a
+        URI is downloaded into a temporary directory, removed when the block ends.
+
+        Raises:
+            FileNotFoundError: the checkpoint is gone.
+            OSError: its storage cannot be reached (the message names the URI).
         """
+        if is_storage_uri(self.path):
+            tmp = tempfile.mkdtemp(prefix="checkpoint_")
+            try:
+                yield self.to_directory(tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            return
         if not os.path.isdir(self.path):
             raise FileNotFoundError(f"checkpoint directory {self.path} is gone (pruned by "
                                     "CheckpointConfig(num_to_keep=...), or deleted)")
@@ -80,8 +128,23 @@ class Checkpoint:
 
         Returns:
             str: the directory written.
+
+        Raises:
+            FileNotFoundError: the checkpoint is gone.
+            OSError: a checkpoint at a URI could not be downloaded (the message names it).
         """
         target = Path(path).expanduser() if path is not None else Path(tempfile.mkdtemp(prefix="checkpoint_"))
+        if is_storage_uri(self.path):
+            import pyarrow.fs as pafs
+
+            fs, inner = self._remote()
+            target.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                pafs.copy_files(inner, str(target.absolute()), source_filesystem=fs,
+                                destination_filesystem=pafs.LocalFileSystem())
+            except (OSError, ValueError) as e:
+                raise OSError(f"could not download checkpoint {redact(self.path)}: {e}") from None
+            return str(target)
         shutil.copytree(self.path, target, dirs_exist_ok=True)
         return str(target)
 
@@ -95,4 +158,4 @@ class Checkpoint:
         return hash(self.path)
 
     def __repr__(self) -> str:
-        return f"Checkpoint(path={self.path!r})"
+        return f"Checkpoint(path={redact(self.path)!r})"

@@ -211,6 +211,8 @@ def get_checkpoint() -> Checkpoint | None:
     """
     task = _require("get_checkpoint")
     path = task.get("checkpoint")
+    if path and "://" in path:  # resume_from_checkpoint at a storage URI: read as it is
+        return Checkpoint(path)
     if path and task.get("stream_checkpoints"):
         # This node does not mount the run's storage: fetch the files from the head, once
         # per task, into the worker's private temp dir (removed when the worker exits).

@@ -18,6 +18,7 @@ from ..client import bulk, views
 from ..cluster.head.run import TERMINAL
 from ..cluster.rundir import (default_storage_path, make_private_dir, make_run_name, private_opener,
                               read_run_dir)
+from ..cluster.storage_uri import local_storage_path
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -228,7 +229,8 @@ class Tuner:
             return dict(self._restored["header"])
         rc = self._run_config
         name = rc.name or make_run_name(self._runner.name_prefix)
-        storage = rc.storage_path or default_storage_path()
+        # ValueError: an object store's URI (an experiment directory is written by the notebook)
+        storage = local_storage_path(rc.storage_path or default_storage_path(), "Tuner")
         path = Path(storage).expanduser().absolute() / name  # the notebook's, as for a run
         make_private_dir(path)  # it holds pickled settings and trial configs: 0700, files 0600
         self._experiment_path = str(path)

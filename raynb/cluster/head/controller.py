@@ -111,6 +111,7 @@ class Effects(Protocol):
 class RunStoreLike(Protocol):
     def commit_checkpoints(self, run: Run, run_ended: bool = False) -> None: ...
     def write_state(self, run: Run) -> None: ...
+    def uploading(self, run: Run) -> bool: ...
     def run_ended(self, run: Run) -> None: ...
 
 
@@ -226,6 +227,8 @@ class RunController:
     def tick(self, run: Run) -> None:
         """Ranks that did not return within the grace period are killed; their node
         replaces them."""
+        if run.state == RUNNING and run.spec.get("_awaiting_uploads"):
+            return self._maybe_all_stopped(run)  # every rank returned; its checkpoints upload
         if not run.finishing or run.deadline is None or self.clock() < run.deadline:
             return
         run.deadline = None
@@ -309,6 +312,10 @@ class RunController:
                 self._finish(run)
         else:
             self.store.commit_checkpoints(run, run_ended=True)
+            if self.store.uploading(run):  # Result.checkpoint must be in its storage URI first
+                run.spec["_awaiting_uploads"] = True
+                return
+            run.spec.pop("_awaiting_uploads", None)
             if run.write_error is not None:  # its last checkpoint or record could not be written
                 self._note_write_error(run)
                 self._move(run, RANK_FAILED, FAILING)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..checkpoints import CheckpointStore
 from ..rundir import RunDirectory
+from ..storage_uri import join_uri
 
 # States a run ends in; the others are PENDING, RUNNING, FAILING and CANCELLING (controller.py).
 # STOPPED: cancelled by a Tune scheduler's STOP (or time budget), an ordinary end for a trial.
@@ -89,6 +90,12 @@ class Run:
     def max_failures(self) -> int:
         return int(self.spec.get("max_failures") or 0)
 
+    def checkpoint_path(self, name: str) -> str:
+        """Where a client finds checkpoint ``name``: ``<storage URI>/<run name>/<name>``
+        when the run stores them at a URI (``head.uploads``), else the run directory's."""
+        uri = self.spec.get("storage_uri")
+        return join_uri(uri, self.name, name) if uri else str(self.rundir.path / name)
+
     def summary(self) -> dict:
         """What ``raynb.runs()`` lists and ``run.json`` holds."""
         return {
@@ -105,7 +112,7 @@ class Run:
             "checkpoint_config": self.spec.get("checkpoint_config"),
             "timeout_s": self.spec.get("timeout_s"), "kind": self.spec.get("name_prefix"),
             "peak_resources": {str(r): p for r, p in sorted(self.peaks.items())},
-            "experiment": self.spec.get("experiment"),
+            "experiment": self.spec.get("experiment"), "storage_uri": self.spec.get("storage_uri"),
         }
 
     def done_content(self) -> dict:
@@ -115,7 +122,8 @@ class Run:
             "path": str(self.rundir.path), "metrics": self.last_metrics,
             "time_total_s": (self.ended - (self.started or self.submitted)),
             "failures": self.failures, "num_failures": self.num_failures, "attempt": self.attempt,
-            "checkpoint": self.store.latest_path(), "checkpoints": self.store.records(),
+            "checkpoint": self.checkpoint_path(self.store.latest["name"]) if self.store.latest else None,
+            "checkpoints": [{**c, "path": self.checkpoint_path(c["name"])} for c in self.store.records()],
             "checkpoint_config": self.spec.get("checkpoint_config"),
             "started": self.started, "ended": self.ended, "num_reports": self.reports,
         }

@@ -27,6 +27,7 @@ from ..rundir import (CorruptRunDirectory, RunDirectory, RunFileError, default_s
                       make_run_name, read_run_dir, write_json_atomic)
 from .controller import AUTO_FIELDS
 from .run import TERMINAL, Run
+from .uploads import Uploads
 
 log = logging.getLogger("raynb.head")
 
@@ -61,6 +62,7 @@ class RunStore:
         self.runs: dict[str, Run] = {}
         self._storage_paths: set[str] = set()
         self._state_due: dict[str, float] = {}  # run_id -> when its first run.json is written
+        self.uploads = Uploads()  # checkpoints copied to a storage URI, in a thread of its own
 
     # -- finding runs -----------------------------------------------------------
     def find(self, name: str | None, run_id: str | None = None) -> Run | None:
@@ -89,7 +91,7 @@ class RunStore:
             rec = {"reports": [], "output": [], "read_error": str(e)}
         rec.update(run.summary())
         for c in rec.get("checkpoints", []):
-            c["path"] = str(run.rundir.path / c["name"])
+            c["path"] = run.checkpoint_path(c["name"])
         return rec
 
     def prune(self, keep: int = 1000) -> None:
@@ -124,7 +126,8 @@ class RunStore:
     def _archive_run(self, rec: dict) -> Run:
         spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
                 "max_failures": rec.get("max_failures"), "name_prefix": rec.get("kind"),
-                "checkpoint_config": rec.get("checkpoint_config"), "experiment": rec.get("experiment")}
+                "checkpoint_config": rec.get("checkpoint_config"), "experiment": rec.get("experiment"),
+                "storage_uri": rec.get("storage_uri")}
         path = rec["path"]
         run = Run(rec.get("run_id") or uuid.uuid4().hex, rec["name"], b"", spec, [],
                   RunDirectory(os.path.dirname(path), os.path.basename(path)),
@@ -199,6 +202,8 @@ class RunStore:
         path = str(rundir.path)
         self._remember_storage(storage)
         run = Run(run_id, name, client, spec, payload, rundir)
+        if spec.get("storage_uri"):
+            self.uploads.open(run_id, spec["storage_uri"], name)
         run.store = CheckpointStore(path, spec.get("checkpoint_config"),
                                     previous.get("checkpoints") if previous else None)
         if previous is not None:
@@ -244,8 +249,23 @@ class RunStore:
         except OSError as e:
             self._failed(run, e)
 
+    def uploading(self, run: Run) -> bool:
+        """Whether checkpoints of the run are still being copied to its storage URI (False
+        once one failed: ``run.write_error`` then says so)."""
+        self._upload_failed(run)
+        return run.write_error is None and self.uploads.pending(run.run_id)
+
+    def _upload_failed(self, run: Run) -> None:
+        failed = self.uploads.error(run.run_id)
+        if failed and run.write_error is None:
+            run.write_error = f"{failed}: the run cannot store its checkpoints, so it was stopped"
+            log.error("run %s: %s", run.name, run.write_error)
+            self.write_failed(run)
+
     def flush(self, run: Run) -> None:
-        """Write what waits: the rows of its reports, its output, a first run.json due."""
+        """Write what waits: the rows of its reports, its output, a first run.json due;
+        a failed upload to the run's storage URI fails the run."""
+        self._upload_failed(run)
         due = self._state_due.get(run.run_id)
         if due is not None and time.monotonic() >= due:
             self.write_state(run)
@@ -308,6 +328,10 @@ class RunStore:
                 self.emit(run, {"kind": "note", "text": f"checkpoint not saved: {e}"})
                 self._failed(run, e)
                 continue
+            if run.spec.get("storage_uri"):
+                self.uploads.upload(run.run_id, c["path"], c["name"])
+                for name in c["pruned"]:
+                    self.uploads.delete(run.run_id, name)
             for old in [i for i in run.rank0_metrics if i < index]:
                 del run.rank0_metrics[old]
             attr = run.store.score_attr
@@ -321,13 +345,14 @@ class RunStore:
                     f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
                     "last: pruning keeps the newest of them, not the best")})
             self.emit(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],
-                            "path": c["path"], "metrics": c["metrics"]})
+                            "path": run.checkpoint_path(c["name"]), "metrics": c["metrics"]})
             self.write_state(run)
 
     def run_ended(self, run: Run) -> None:
         """Close a run's files: what was staged and not committed is not a checkpoint."""
         run.store.discard_staging()
         self._state_due.pop(run.run_id, None)
+        self.uploads.forget(run.run_id)
         for write in (lambda: run.rundir.write_error(run.errors if run.state == "FAILED" else None),
                       run.rundir.close, lambda: run.rundir.write_state(run.summary())):
             try:
