@@ -361,8 +361,10 @@ def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp
 
         with bulk.active("orphan_key") as scope:
             block = scope.place("t", ds, ds._source.columns(), "test data")
+        assert not shm.segments(node_id, agent)   # written only for a placed attempt (data_needed)
+        scope.write({**client.status()["nodes"][0], "blocks": [block.block_id]})   # as data_needed asks
         bulk._scopes.pop("orphan_key")
-        assert shm.segments(node_id, agent) == {block.segments[node_id]: block.nbytes}
+        assert shm.segments(node_id, agent) == {block.segment(node_id): block.nbytes}
         os.kill(agent, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
