@@ -47,7 +47,7 @@ from . import chunking, signing
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.0"
+PROTOCOL_VERSION = "2.1"
 
 log = logging.getLogger("raynb.protocol")
 
