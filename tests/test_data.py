@@ -640,6 +640,22 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             done = follow_run(client, spec["run_id"], _NoView())
             assert done.state == "FAILED" and "the disk is on fire" in str(done.record["errors"])
             bulk.forget(spec["run_id"])
+        # a client gone when its run is placed: failed then, saying so (not after the wait)
+        sleeper = submit(lambda: time.sleep(1.0))         # holds the only worker meanwhile
+        gone = control.Client(client.address, client.session.key, client.info)
+        spec, payload = build_submission(with_datasets(_first_row, {"train": ds}), None,
+                                         ScalingConfig(num_workers=1), QUIET)
+        submit_run_accepted(gone, spec, payload)
+        gone.close()
+        assert follow_run(client, sleeper["run_id"], _NoView()).state == "FINISHED"
+        deadline = time.monotonic() + 10
+        while True:
+            rec = client.request(P.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(P.RUN_RECORD,)).content["record"]
+            if rec["state"] != "PENDING" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert rec["state"] == "FAILED" and "the notebook that submitted the run is gone" in str(rec), rec
+        bulk.forget(spec["run_id"])
         # the workers were given back; the client's own answer starts the run
         assert TorchTrainer(lambda: report({"v": _first_row()}), datasets={"train": ds},
                             scaling_config=ScalingConfig(num_workers=1), run_config=QUIET).fit().metrics["v"] == 7.0

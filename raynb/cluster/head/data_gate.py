@@ -7,8 +7,9 @@ GPUs) reserved and asks the run's client for the blocks the placement's nodes la
 (``data_needed``: node id, agent pid, ip, data socket and its Curve key, ``shm_id``);
 the client writes them (its own ``/dev/shm`` or the node's data socket) and answers
 ``data_ready``, and the ranks get their ``run_task`` then. ``data_failed`` (the client's
-error, naming the node), no answer within ``data_wait_s()``, or the run ending
-meanwhile (a cancel) give the workers back; the first two fail the run with the reason.
+error, naming the node), no answer within ``data_wait_s()``, a client no longer
+connected, or the run ending meanwhile (a cancel) give the workers back; all but the
+last fail the run with the reason.
 
 Which node agent (node id and pid: a restarted agent starts empty) holds which block of
 which key is kept here, so trials of one Tune experiment on a node that already has the
@@ -22,6 +23,8 @@ import os
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+import zmq
 
 from .. import protocol as P
 from .registry import Registry
@@ -46,11 +49,29 @@ class _Waiting:
     nodes: list                # the data_needed entries
 
 
+def send_if_connected(sock: zmq.Socket, session: P.Session) -> Callable:
+    """``send(identity, msg_type, content) -> bool`` on the head's ROUTER ``sock``: False,
+    and nothing sent, when no peer of that identity is connected (``ROUTER_MANDATORY`` for
+    this one send: a client whose process is gone fails its run at once, not after
+    ``data_wait_s()``)."""
+    def send(identity: bytes, msg_type: str, content: dict) -> bool:
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        try:
+            session.send(sock, msg_type, content, identity=identity)
+            return True
+        except zmq.ZMQError:   # EHOSTUNREACH: that client disconnected
+            return False
+        finally:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+    return send
+
+
 class DataGate:
     """Args:
         registry: the head's nodes and workers.
         runs: the head's runs by id.
-        send: ``send(identity, msg_type, content)`` on the head's socket.
+        send: ``send(identity, msg_type, content) -> bool`` (False: that client is gone),
+            e.g. :func:`send_if_connected`.
         start: ``start(run, placement)``: send the ranks their ``run_task`` (``RunQueue``).
         requeue: ``requeue(run)``: queue it again at the front (a reserved worker died).
         fail: ``fail(run, message)``: a PENDING run fails with ``message``.
@@ -85,14 +106,19 @@ class DataGate:
                               "shm_id": node.shm_id or None, "blocks": lacking})
         if not needs:
             return False
+        names = ", ".join(n["node_id"] for n in needs)
+        if not run.client or not self._send(run.client, P.DATA_NEEDED, {
+                "run_id": run.run_id, "attempt": run.attempt, "key": key, "nodes": needs}):
+            self._fail(run, f"the notebook that submitted the run is gone (its kernel stopped?), so no one "
+                            f"can write the run's in-memory data to node(s) {names}, where its ranks were "
+                            "placed; submit the run again from a running notebook")
+            return True
         for w in workers:
             w.run_id = run.run_id  # reserved: busy for the scheduler meanwhile
         for w, gpu_id in zip(workers, placement.gpu_ids):
             if gpu_id is not None:
                 self._registry.take_gpu(w.node_id, gpu_id)
         self.waiting[run.run_id] = _Waiting(run, placement, run.attempt, time.monotonic() + data_wait_s(), needs)
-        self._send(run.client, P.DATA_NEEDED, {"run_id": run.run_id, "attempt": run.attempt, "key": key,
-                                               "nodes": needs})
         return True
 
     def _unreserve(self, w: _Waiting) -> None:

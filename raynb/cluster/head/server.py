@@ -19,7 +19,7 @@ import zmq
 from .. import chunking, curve, event_batch, protocol as P, signing
 from . import progress_relay, scheduler
 from .controller import RunController
-from .data_gate import DataGate
+from .data_gate import DataGate, send_if_connected
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -97,8 +97,9 @@ class Head(NodeEvents):
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
             P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
         }
-        self.queue.gate = DataGate(self.registry, self.runs, self.send, lambda run, placement: self.queue._start(
-            run, placement, gated=True), self.requeue, self.controller.no_room)
+        self.queue.gate = DataGate(self.registry, self.runs, send_if_connected(self.sock, self.session),
+                                   lambda run, placement: self.queue._start(run, placement, gated=True),
+                                   self.requeue, self.controller.no_room)
         self.handlers.update(self.queue.gate.handlers())
         self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
         self.handlers.update(self.transfers.handlers())
