@@ -351,6 +351,11 @@ def test_parquet_streams_each_rank_its_row_groups_in_bounded_memory(warm, tmp_pa
     assert not _segments(warm)                         # files never go to shared memory
 
 
+def spec_written(scope) -> list:
+    """One local node agent: the block was written while pickling (no data_needed)."""
+    return scope.written()
+
+
 def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp_path, monkeypatch):
     ds = rd.from_numpy(np.zeros((2000, 128), np.float32))
     with private_cluster(tmp_path, monkeypatch, workers=1) as (info, client, pids):
@@ -361,8 +366,7 @@ def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp
 
         with bulk.active("orphan_key") as scope:
             block = scope.place("t", ds, ds._source.columns(), "test data")
-        assert not shm.segments(node_id, agent)   # written only for a placed attempt (data_needed)
-        scope.write({**client.status()["nodes"][0], "blocks": [block.block_id]})   # as data_needed asks
+        assert spec_written(scope) == [{"node_id": node_id, "pid": agent, "blocks": [block.block_id]}]
         bulk._scopes.pop("orphan_key")
         assert shm.segments(node_id, agent) == {block.segment(node_id): block.nbytes}
         os.kill(agent, signal.SIGKILL)
@@ -622,6 +626,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
 
         with monkeypatch.context() as m:
             m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            m.setenv("RAYNB_DATA_VIA_SOCKET", "1")     # else one local node is written while pickling
             spec = submit(with_datasets(_first_row, {"train": ds}))
             ask = needed(spec["run_id"])
             assert spec["shared_data"]["key"] == spec["run_id"] == ask["key"]
@@ -640,25 +645,27 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             done = follow_run(client, spec["run_id"], _NoView())
             assert done.state == "FAILED" and "the disk is on fire" in str(done.record["errors"])
             bulk.forget(spec["run_id"])
-        # a client gone when its run is placed: failed then, saying so (not after the wait)
-        sleeper = submit(lambda: time.sleep(1.0))         # holds the only worker meanwhile
-        gone = control.Client(client.address, client.session.key, client.info)
-        spec, payload = build_submission(with_datasets(_first_row, {"train": ds}), None,
-                                         ScalingConfig(num_workers=1), QUIET)
-        submit_run_accepted(gone, spec, payload)
-        gone.close()
-        assert follow_run(client, sleeper["run_id"], _NoView()).state == "FINISHED"
-        deadline = time.monotonic() + 10
-        while True:
-            rec = client.request(P.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(P.RUN_RECORD,)).content["record"]
-            if rec["state"] != "PENDING" or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        assert rec["state"] == "FAILED" and "the notebook that submitted the run is gone" in str(rec), rec
-        bulk.forget(spec["run_id"])
-        # the workers were given back; the client's own answer starts the run
-        assert TorchTrainer(lambda: report({"v": _first_row()}), datasets={"train": ds},
-                            scaling_config=ScalingConfig(num_workers=1), run_config=QUIET).fit().metrics["v"] == 7.0
+            # a client gone when its run is placed: failed then, saying so (not after the wait)
+            sleeper = submit(lambda: time.sleep(1.0))         # holds the only worker meanwhile
+            gone = control.Client(client.address, client.session.key, client.info)
+            spec, payload = build_submission(with_datasets(_first_row, {"train": ds}), None,
+                                             ScalingConfig(num_workers=1), QUIET)
+            submit_run_accepted(gone, spec, payload)
+            gone.close()
+            assert follow_run(client, sleeper["run_id"], _NoView()).state == "FINISHED"
+            deadline = time.monotonic() + 10
+            while True:
+                rec = client.request(P.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(P.RUN_RECORD,)).content["record"]
+                if rec["state"] != "PENDING" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert rec["state"] == "FAILED" and "the notebook that submitted the run is gone" in str(rec), rec
+            bulk.forget(spec["run_id"])
+        # the workers were given back; one local node is written while pickling: no ask at all
+        with monkeypatch.context() as m:
+            m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            assert TorchTrainer(lambda: report({"v": _first_row()}), datasets={"train": ds},
+                                scaling_config=ScalingConfig(num_workers=1), run_config=QUIET).fit().metrics["v"] == 7.0
         spec = submit(lambda: 1)
         assert "shared_data" not in spec               # no data: no round trip
         assert follow_run(client, spec["run_id"], _NoView()).state == "FINISHED"

@@ -9,7 +9,9 @@ blocks (``shared_data``). Once the head has placed an attempt's ranks it asks th
 for the nodes of the placement that lack them (``data_needed``, ``head/data_gate.py``),
 and they are written then, once into a shared-memory segment (``cluster.shm``) per such
 node agent, named after its owner: a node that runs no rank gets no copy, and one that
-joins later (a restart's replacement) gets one when ranks land there. The bytes never
+joins later (a restart's replacement) gets one when ranks land there. A cluster of one
+node agent on this host (the local cluster) is written to while pickling, and the spec
+says so (``shared_data["written"]``): no round trip. The bytes never
 pass through the head: to an agent that sees the client's own ``/dev/shm`` (the same
 ``shm.shm_id``) the client writes it itself (0600); to any other agent (another host, or
 another ``/dev/shm`` on this one) it sends them to that agent's data socket (``cluster.data_server``:
@@ -59,6 +61,7 @@ class Scope:
         self.placed: dict = {}
         self.blocks: dict = {}
         self.used: list = []
+        self.prewritten: dict = {}   # (node id, agent pid) -> block ids written at pickling
         self._keep: dict = {}    # token -> the object (its id stays unique while placed)
         self._nodes = None       # [(node_id, agent pid, data socket address or None, its Curve key)]
         self._local: list = []   # segment names written through this process's /dev/shm
@@ -98,13 +101,24 @@ class Scope:
             nodes = self.nodes()
             shm.check_room(nbytes * min(1, sum(addr is None for _, _, addr, _ in nodes)), what)
             block = shm.SharedBlock(self.key, uuid.uuid4().hex[:16], layout, nbytes)
-            self.placed[token], self._keep[token] = block, obj
             self.blocks[block.block_id] = (arrays, layout, nbytes, what)
+            if len(nodes) == 1 and nodes[0][2] is None:
+                # One node, on this host: every rank runs there, so it is written now and the
+                # head is told (``shared_data["written"]``): no data_needed round trip.
+                node_id, pid = nodes[0][0], nodes[0][1]
+                self.write({"node_id": node_id, "pid": pid, "blocks": [block.block_id]}, here=True)
+                self.prewritten.setdefault((node_id, pid), []).append(block.block_id)
+            self.placed[token], self._keep[token] = block, obj
         if block.block_id not in self.used:
             self.used.append(block.block_id)
         return block
 
-    def write(self, node: dict) -> None:
+    def written(self) -> list[dict]:
+        """``shared_data["written"]``: the blocks of this payload written while pickling."""
+        return [{"node_id": n, "pid": pid, "blocks": [b for b in ids if b in self.used]}
+                for (n, pid), ids in self.prewritten.items() if any(b in self.used for b in ids)]
+
+    def write(self, node: dict, here: bool | None = None) -> None:
         """Write the blocks ``node`` (a ``data_needed`` entry) lacks: through this process's
         ``/dev/shm`` when the agent sees it, else to its data socket.
 
@@ -112,7 +126,8 @@ class Scope:
             KeyError: a block this scope never placed. MemoryError / OSError / TimeoutError:
             the write failed (``shm.write_segment``, ``data_server.send_segment``).
         """
-        here = os.environ.get("RAYNB_DATA_VIA_SOCKET") != "1" and _same_shm(node, shm.shm_id())
+        if here is None:
+            here = os.environ.get("RAYNB_DATA_VIA_SOCKET") != "1" and _same_shm(node, shm.shm_id())
         if not here and not node.get("data_port"):
             raise OSError("the node agent does not share this notebook's /dev/shm and has no data socket")
         for block_id in node["blocks"]:
@@ -134,6 +149,7 @@ class Scope:
         freed = sum(shm.remove(n) for n in self._local)
         self._local.clear()
         self._written.clear()
+        self.prewritten.clear()
         self.placed.clear()
         self.blocks.clear()
         self._keep.clear()

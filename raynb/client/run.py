@@ -244,7 +244,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
     if fc is not None:
         spec["max_failures"] = fc.max_failures
     if scope.used:   # written to the nodes the head places ranks on (data_needed)
-        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used)}
+        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
     spec.update(extra or {})
     return spec, payload
 

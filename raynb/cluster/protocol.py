@@ -129,7 +129,8 @@ SCHEMAS: dict[str, Record] = {
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
         "experiment?": _STR, "placement_strategy?": _STR,
-        "shared_data?": Record({"key": str, "blocks": ListOf(str)})}),   # head/data_gate.py
+        "shared_data?": Record({"key": str, "blocks": ListOf(str), "written?": ListOf(Record(
+            {"node_id": str, "pid": Int(1), "blocks": ListOf(str)}))})}),   # head/data_gate.py
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,

@@ -14,7 +14,8 @@ last fail the run with the reason.
 Which node agent (node id and pid: a restarted agent starts empty) holds which block of
 which key is kept here, so trials of one Tune experiment on a node that already has the
 key's blocks start without a round trip, and a node that joins later (the replacement a
-restarted attempt lands on) is asked for when ranks are placed on it. ``forget_key``
+restarted attempt lands on) is asked for when ranks are placed on it; blocks the client
+wrote while pickling (a one-node local cluster: ``shared_data["written"]``) need no ask. ``forget_key``
 drops a key when the head tells the nodes to free it (``free_data``).
 """
 from __future__ import annotations
@@ -94,6 +95,8 @@ class DataGate:
         if not shared or not shared.get("blocks"):
             return False
         key, blocks = shared["key"], list(shared["blocks"])
+        for n in shared.pop("written", None) or ():   # the client wrote these while pickling
+            self._held.setdefault((n["node_id"], n["pid"]), set()).update((key, b) for b in n["blocks"])
         workers = [self._registry.workers[wid] for wid in placement.worker_ids]
         needs = []
         for node_id in dict.fromkeys(w.node_id for w in workers):
