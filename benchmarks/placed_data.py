@@ -11,9 +11,11 @@ warm up:
 - ``no_data_fit_s``: a function that reports one metric.
 - ``data_fit_s``: the same with ``datasets={"train": from_numpy(...)}`` of ``--mib`` MiB
   (the rank reads one batch of it).
-- ``data_needed_s``: where the code has the hook (this change), the time the client spent
-  answering ``data_needed`` (writing the segment into ``/dev/shm`` and sending
-  ``data_ready``), per run with data.
+- ``data_needed_s``: where the code has the hook (this change), the median time the client
+  spent answering ``data_needed`` (writing the segment and sending ``data_ready``); None
+  when the head never asked: one node agent on this host is written while pickling
+  (``shared_data["written"]``). ``RAYNB_DATA_VIA_SOCKET=1`` makes the local agent take
+  the data on its socket, as another host's would, and so every first attempt asks.
 
 Medians in seconds, with the load average before and after. Run it once per code base
 to compare (``RAYNB_CODE=/path/to/other/checkout python benchmarks/placed_data.py``
