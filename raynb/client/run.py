@@ -212,7 +212,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
     all_sources = notebook_sources()
     all_sources.update(sources or {})
     run_id = uuid.uuid4().hex
-    with bulk.active(data_key or run_id):
+    with bulk.active(data_key or run_id) as scope:
         try:
             payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
         except BaseException:
@@ -246,6 +246,8 @@ def build_submission(fn, config, scaling_config, run_config, *,
                                      "checkpoint_score_order": cc.checkpoint_score_order}
     if fc is not None:
         spec["max_failures"] = fc.max_failures
+    if scope.used:   # written to the nodes the head places ranks on (data_needed)
+        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
     spec.update(extra or {})
     return spec, payload
 
