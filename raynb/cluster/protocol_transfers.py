@@ -15,7 +15,9 @@ CHECKPOINT_FILE = "checkpoint_file"    # {"run_id", "rank", "attempt", "report",
                                        #  "path", "offset"}; buffers[0] = a piece of the file
 CHECKPOINT_DONE = "checkpoint_done"    # {..., "files": {path: sha256}}: commit the rank's directory
 CHECKPOINT_FETCH = "checkpoint_fetch"  # {"run_id", "rank", "attempt", "worker_id", "checkpoint",
-                                       #  "path"?, "offset"?}: the file list, or one piece
+                                       #  "path"?, "offset"?}: the file list, or one piece;
+                                       # a client (routing id "client:...") sends only
+                                       # {"run_id", "checkpoint", "path"?, "offset"?}
 # head -> that rank
 CHECKPOINT_ACK = "checkpoint_ack"      # {"path"}: the staged directory, for the report
 CHECKPOINT_PIECE = "checkpoint_piece"  # {"files": {path: [size, sha256]}}; buffers[0] = a piece
@@ -41,7 +43,7 @@ TRANSFER_SCHEMAS: dict[str, Record] = {
                              "transfer": str, "path": str, "offset": Int(0)}),
     CHECKPOINT_DONE: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "report": _RANK, "worker_id": str,
                              "transfer": str, "files": MapOf(str)}),
-    CHECKPOINT_FETCH: Record({"run_id": str, "rank": _RANK, "attempt?": _RANK, "worker_id": str,
+    CHECKPOINT_FETCH: Record({"run_id": str, "rank?": _RANK, "attempt?": _RANK, "worker_id?": str,
                               "checkpoint": str, "path?": str, "offset?": Int(0)}),
     CHECKPOINT_ACK: Record({"path": str}),
 }
