@@ -8,6 +8,7 @@ import json
 import os
 import socket
 import tempfile
+import time
 
 import pytest
 
@@ -15,6 +16,8 @@ from conftest import private_cluster, wait_idle_workers
 
 pafs = pytest.importorskip("pyarrow.fs")
 moto_server = pytest.importorskip("moto.server")
+
+import torch.distributed  # noqa: E402
 
 import raynb  # noqa: E402
 from raynb import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
@@ -62,6 +65,12 @@ def _train(config):
         with start.as_directory() as d:
             epoch0 = json.load(open(os.path.join(d, "state.json")))["epoch"] + 1
     for epoch in range(epoch0, config["epochs"]):
+        if epoch == config.get("fail_at"):
+            # Both ranks' reports of the epoch before are sent before rank 0 fails: nothing
+            # else here keeps the ranks in step (training would, by its all-reduce), and a
+            # checkpoint counts only once every rank reported it.
+            torch.distributed.barrier()
+            time.sleep(0.5)
         if epoch == config.get("fail_at") and rank == 0 and not os.path.exists(config["flag"]):
             open(config["flag"], "w").close()
             raise RuntimeError("rank 0 fails once")
