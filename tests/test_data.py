@@ -460,7 +460,7 @@ def test_data_socket_is_curve_encrypted_off_loopback():
     keys = curve.new_keys()
     client_keys = curve.client_part(keys)
     ctx = zmq.Context()
-    server = data_server.DataServer(ctx, b"k" * 64, "127.0.0.1", "curvetest", curve_keys=client_keys)
+    server = data_server.DataServer(ctx, b"k" * 64, "127.0.0.1", f"curvetest{os.getpid()}", curve_keys=client_keys)
     stop = threading.Event()
 
     def serve():
@@ -472,17 +472,17 @@ def test_data_socket_is_curve_encrypted_off_loopback():
     a = np.arange(300_000, dtype=np.float64)   # 2.4 MB: three pieces
     layout, nbytes = shm.layout_of({"a": a})
     addr = f"tcp://127.0.0.1:{server.port}"
-    name = shm.segment_name("curvetest", os.getpid(), "curvekey")
+    name = shm.segment_name(f"curvetest{os.getpid()}", os.getpid(), "curvekey")
     try:
         assert server.public_key and len(server.public_key) == 40
         other = curve.client_part(curve.new_keys())
         with pytest.raises(TimeoutError):   # an unknown client key never gets through
             data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes, timeout_s=1.0,
                                      curve_keys=other, server_key=server.public_key)
-        assert not shm.segments("curvetest")
+        assert not shm.segments(f"curvetest{os.getpid()}")
         data_server.send_segment(ctx, b"k" * 64, addr, name, {"a": a}, layout, nbytes,
                                  curve_keys=client_keys, server_key=server.public_key)
-        assert shm.segments("curvetest") == {name: nbytes}
+        assert shm.segments(f"curvetest{os.getpid()}") == {name: nbytes}
         mm = shm.map_segment(name)
         assert np.array_equal(shm.arrays_from(mm, layout)["a"], a)
         del mm
@@ -491,7 +491,7 @@ def test_data_socket_is_curve_encrypted_off_loopback():
         t.join()
         server.close()
         ctx.term()
-        shm.free_agent("curvetest", os.getpid())
+        shm.free_agent(f"curvetest{os.getpid()}", os.getpid())
 
 
 def _rows_of_shard():
