@@ -160,7 +160,7 @@ class Head(NodeEvents):
     def tick(self) -> None:
         now = time.monotonic()
         self.session.rejects.flush(due_only=True)
-        for run in list(self.runs.values()):
+        for run in self.store.ticking():  # not the ended runs kept for raynb.runs()
             self.controller.tick(run)
             progress_relay.flush(run, self.emit)
             if run.state not in TERMINAL:
