@@ -212,7 +212,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
     all_sources = notebook_sources()
     all_sources.update(sources or {})
     run_id = uuid.uuid4().hex
-    with bulk.active(data_key or run_id):
+    with bulk.active(data_key or run_id) as scope:
         try:
             payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
         except BaseException:
@@ -238,6 +238,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+        **({"shm_data": True} if scope.placed else {}),  # the node agents free it at the run's end
     }
     cc, fc = run_config.checkpoint_config, run_config.failure_config
     if cc is not None:

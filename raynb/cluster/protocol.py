@@ -127,7 +127,7 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR, "placement_strategy?": _STR}),
+        "experiment?": _STR, "placement_strategy?": _STR, "shm_data?": bool}),
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,

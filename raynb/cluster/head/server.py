@@ -363,7 +363,8 @@ class Head(NodeEvents):
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
-        self.pool.free_data(run.run_id)  # its shared-memory data on every node
+        if run.spec.get("shm_data"):  # its shared-memory data on every node (none: no message)
+            self.pool.free_data(run.run_id)
         run.result = []
         self.store.prune()
 
