@@ -351,6 +351,11 @@ def test_parquet_streams_each_rank_its_row_groups_in_bounded_memory(warm, tmp_pa
     assert not _segments(warm)                         # files never go to shared memory
 
 
+def spec_written(scope) -> list:
+    """One local node agent: the block was written while pickling (no data_needed)."""
+    return scope.written()
+
+
 def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp_path, monkeypatch):
     ds = rd.from_numpy(np.zeros((2000, 128), np.float32))
     with private_cluster(tmp_path, monkeypatch, workers=1) as (info, client, pids):
@@ -361,8 +366,9 @@ def test_segments_freed_when_the_cluster_stops_and_after_a_killed_node_agent(tmp
 
         with bulk.active("orphan_key") as scope:
             block = scope.place("t", ds, ds._source.columns(), "test data")
+        assert spec_written(scope) == [{"node_id": node_id, "pid": agent, "blocks": [block.block_id]}]
         bulk._scopes.pop("orphan_key")
-        assert shm.segments(node_id, agent) == {block.segments[node_id]: block.nbytes}
+        assert shm.segments(node_id, agent) == {block.segment(node_id): block.nbytes}
         os.kill(agent, signal.SIGKILL)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -573,3 +579,94 @@ def test_data_socket_unfinished_segment_is_dropped_with_its_key():
         server.close()
         ctx.term()
         shm.free_agent("droptest", os.getpid())
+
+
+class _NoView:
+    def handle(self, event):
+        pass
+
+    def finish(self):
+        pass
+
+
+def _first_row():
+    import raynb.train as rt
+
+    return float(next(iter(rt.get_dataset_shard("train").iter_batches(batch_size=4)))["x"][0, 0])
+
+
+def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypatch):
+    """The head asks the run's client for the data once the ranks are placed (data_needed),
+    and starts them only on data_ready: no answer within RAYNB_DATA_WAIT_S, or a
+    data_failed, fails the run with the reason and gives its workers back; a run without
+    in-memory data is never held."""
+    from raynb.client import bulk
+    from raynb.client.run import build_submission, follow_run, submit_run_accepted
+    from raynb.cluster import control
+    from raynb.cluster import protocol as P
+    from raynb.train.datasets import with_datasets
+
+    ds = rd.from_numpy({"x": np.arange(4000, dtype=np.float32).reshape(-1, 4) + 7})
+    with private_cluster(tmp_path, monkeypatch, workers=1, env={"RAYNB_DATA_WAIT_S": "1.5"}) as (info, client, _):
+        node_id, agent = _agent(client)
+        wait_idle_workers(client, 1)
+
+        def submit(fn):
+            spec, payload = build_submission(fn, None, ScalingConfig(num_workers=1), QUIET)
+            submit_run_accepted(client, spec, payload)
+            return spec
+
+        def needed(run_id):   # the head's ask, with the client's own answer switched off
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                msg = client.recv(1.0)
+                if msg is not None and msg.msg_type == P.DATA_NEEDED and msg.content["run_id"] == run_id:
+                    return msg.content
+            raise AssertionError("no data_needed from the head")
+
+        with monkeypatch.context() as m:
+            m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            m.setenv("RAYNB_DATA_VIA_SOCKET", "1")     # else one local node is written while pickling
+            spec = submit(with_datasets(_first_row, {"train": ds}))
+            ask = needed(spec["run_id"])
+            assert spec["shared_data"]["key"] == spec["run_id"] == ask["key"]
+            assert [(n["node_id"], n["pid"], n["blocks"]) for n in ask["nodes"]] == [
+                (node_id, agent, spec["shared_data"]["blocks"])]
+            assert not _segments(client)               # nothing written before the ask is answered
+            time.sleep(2.0)                            # no answer: the attempt times out
+            done = follow_run(client, spec["run_id"], _NoView())
+            assert done.state == "FAILED"
+            assert "did not write the run's in-memory data to node(s) " + node_id in str(done.record["errors"])
+            bulk.forget(spec["run_id"])
+            spec = submit(with_datasets(_first_row, {"train": ds}))
+            ask = needed(spec["run_id"])
+            client.send(P.DATA_FAILED, {"run_id": spec["run_id"], "attempt": ask["attempt"],
+                                        "message": f"node {node_id}: OSError: the disk is on fire"})
+            done = follow_run(client, spec["run_id"], _NoView())
+            assert done.state == "FAILED" and "the disk is on fire" in str(done.record["errors"])
+            bulk.forget(spec["run_id"])
+            # a client gone when its run is placed: failed then, saying so (not after the wait)
+            sleeper = submit(lambda: time.sleep(1.0))         # holds the only worker meanwhile
+            gone = control.Client(client.address, client.session.key, client.info)
+            spec, payload = build_submission(with_datasets(_first_row, {"train": ds}), None,
+                                             ScalingConfig(num_workers=1), QUIET)
+            submit_run_accepted(gone, spec, payload)
+            gone.close()
+            assert follow_run(client, sleeper["run_id"], _NoView()).state == "FINISHED"
+            deadline = time.monotonic() + 10
+            while True:
+                rec = client.request(P.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(P.RUN_RECORD,)).content["record"]
+                if rec["state"] != "PENDING" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert rec["state"] == "FAILED" and "the notebook that submitted the run is gone" in str(rec), rec
+            bulk.forget(spec["run_id"])
+        # the workers were given back; one local node is written while pickling: no ask at all
+        with monkeypatch.context() as m:
+            m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            assert TorchTrainer(lambda: report({"v": _first_row()}), datasets={"train": ds},
+                                scaling_config=ScalingConfig(num_workers=1), run_config=QUIET).fit().metrics["v"] == 7.0
+        spec = submit(lambda: 1)
+        assert "shared_data" not in spec               # no data: no round trip
+        assert follow_run(client, spec["run_id"], _NoView()).state == "FINISHED"
+        _wait_no_segments(client)

@@ -8,6 +8,7 @@ node agent's data socket (``cluster.data_server``). The node hosts share the mac
 where namespaces cannot be made (not root)."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -181,9 +182,6 @@ IDLE_NODE_RUN = """
 """ % (ROWS, NODES)
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: the client writes a dataset to every node agent when "
-                   "the payload is pickled, before the head places the ranks, so a node that runs none "
-                   "of them gets a copy too (issue 10 asks for one copy on each node that runs ranks)")
 def test_dataset_goes_only_to_the_nodes_that_run_ranks(hosts):
     out, r = hosts.client(IDLE_NODE_RUN, timeout=120, private_shm=True)
     [node] = {x["node"] for x in out["ranks"]}           # PACK: both ranks on one host
@@ -249,3 +247,81 @@ def test_segments_freed_on_both_hosts_after_cancel_and_worker_death(hosts):
     assert out["outcome"] == "failed" and "rank 3" in out["error"], r.stdout
     assert _wait_no_segments() == {}
     c.wait_workers(4)
+
+
+LOSES_ITS_HOST = """
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from raynb import FailureConfig, RunConfig, ScalingConfig, TorchTrainer
+    from raynb.cluster import shm
+    from raynb.train import get_context, get_dataset_shard, report
+
+    x = np.zeros((%d, 64), dtype=np.float32)
+    x[:, 0] = np.arange(len(x))
+    ds = raynb.data.from_numpy({"x": x, "y": np.arange(len(x), dtype=np.int64)})
+    NODES, MARK = %r, %r
+
+    def loop():
+        shard = get_dataset_shard("train")
+        ok = all(bool(torch.equal(b["x"][:, 0].long(), b["y"])) for b in shard.iter_torch_batches(batch_size=8192))
+        node = os.environ["RAYNB_NODE_ID"]
+        dist.barrier()
+        first = not os.path.exists(MARK)
+        dist.barrier()
+        if first:                           # the first attempt waits for its host to be killed
+            if get_context().get_world_rank() == 0:
+                with open(MARK + ".tmp", "w") as f:
+                    f.write(node)
+                os.rename(MARK + ".tmp", MARK)
+            time.sleep(120)
+        report({"node": node, "rows": len(shard), "content_ok": ok,
+                "held": json.dumps({n: len(shm.segments(n)) for n in NODES})})
+
+    raynb.connect(KEY_FILE)
+    r = TorchTrainer(loop, datasets={"train": ds}, run_config=RunConfig(verbose=0,
+                     failure_config=FailureConfig(max_failures=1)),
+                     scaling_config=ScalingConfig(num_workers=2, placement_strategy="PACK")).fit()
+    m = r.metrics
+    print(json.dumps({"error": None if r.error is None else str(r.error)[:500], "node": m.get("node"),
+                      "rows": m.get("rows"), "content_ok": m.get("content_ok"), "held": m.get("held")}))
+"""
+
+
+def test_a_restart_after_losing_its_host_gets_the_data_on_the_new_node(hosts):
+    """Issue 11's host loss with in-memory data: the first attempt's host holds the only
+    copy and dies; the restart lands on the other node, which had none (data only goes to
+    the nodes that run ranks): the head asks the notebook for it there, and the run ends well."""
+    import subprocess
+
+    c = hosts
+    mark = c.storage / "lost-host-mark"
+    code = LOSES_ITS_HOST % (ROWS, NODES, str(mark))
+    p = c.net.popen("client", c.client_args(code, private_shm=True), env=c.env("client"),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    host = first = None
+    try:
+        deadline = time.monotonic() + 90
+        while not mark.exists():
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.05)
+        first = mark.read_text()
+        [other] = set(NODES) - {first}
+        assert shm.segments(first) and not shm.segments(other)   # one copy, where the ranks run
+        host = "h1" if first == NODES[0] else "h2"
+        assert c.net.kill_all(host) and not c.net.wait_empty(host)   # the host dies
+        stdout, stderr = p.communicate(timeout=120)
+        lines = [x for x in stdout.splitlines() if x.startswith("{")]
+        assert lines, stdout + stderr[-3000:]
+        out = json.loads(lines[-1])
+        assert out["error"] is None, stdout + stderr[-3000:]
+        assert out["node"] == other and out["rows"] == ROWS // 2 and out["content_ok"], out
+        assert json.loads(out["held"])[other] == 1, out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if host is not None:
+            c.start_node(host, first)    # the host comes back: its new agent removes the dead one's copy
+    c.wait_workers(4)
+    assert _wait_no_segments(30) == {}

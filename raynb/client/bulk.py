@@ -3,9 +3,15 @@
 While a run's payload is pickled (``build_submission``), a :class:`Scope` is active for
 its *data key* (the run id, or a Tune experiment's id so that every trial shares one
 copy). Datasets (``raynb.data``) and captured numpy arrays / torch tensors of at least
-``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then written once into a
-shared-memory segment (``cluster.shm``) per node agent, named after its owner, and only
-a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload. The bytes never
+``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then registered as blocks, and only
+a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload; the spec names the
+blocks (``shared_data``). Once the head has placed an attempt's ranks it asks this client
+for the nodes of the placement that lack them (``data_needed``, ``head/data_gate.py``),
+and they are written then, once into a shared-memory segment (``cluster.shm``) per such
+node agent, named after its owner: a node that runs no rank gets no copy, and one that
+joins later (a restart's replacement) gets one when ranks land there. A cluster of one
+node agent on this host (the local cluster) is written to while pickling, and the spec
+says so (``shared_data["written"]``): no round trip. The bytes never
 pass through the head: to an agent that sees the client's own ``/dev/shm`` (the same
 ``shm.shm_id``) the client writes it itself (0600); to any other agent (another host, or
 another ``/dev/shm`` on this one) it sends them to that agent's data socket (``cluster.data_server``:
@@ -18,9 +24,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import uuid
 from contextlib import contextmanager
 
-from ..cluster import protocol as P
+from ..cluster import control, protocol as P
 from ..cluster import shm
 
 DEFAULT_THRESHOLD = 16 << 20
@@ -38,16 +45,27 @@ def threshold_bytes() -> int:
 class Scope:
     """The shared-memory data of one data key, as this client placed it.
 
+    Pickling a payload only registers its blocks (:meth:`place`); their bytes are written
+    when the head, having placed an attempt's ranks, names the nodes that lack them
+    (``data_needed``, :func:`on_data_needed`).
+
     Attributes:
         key (str): the run id or experiment id the segments are freed with.
-        placed (dict): token -> SharedBlock, so one object is written once per key.
+        placed (dict): token -> SharedBlock, so one object is registered once per key.
+        blocks (dict): block id -> (arrays, layout, nbytes, what): the bytes to write.
+        used (list): the block ids of the payload being pickled (``shared_data`` of its spec).
     """
 
     def __init__(self, key: str):
         self.key = shm.check_key(key)
         self.placed: dict = {}
+        self.blocks: dict = {}
+        self.used: list = []
+        self.prewritten: dict = {}   # (node id, agent pid) -> block ids written at pickling
         self._keep: dict = {}    # token -> the object (its id stays unique while placed)
         self._nodes = None       # [(node_id, agent pid, data socket address or None, its Curve key)]
+        self._local: list = []   # segment names written through this process's /dev/shm
+        self._written: set = set()   # segment names written (two trials placed at once ask alike)
         self.remote = False      # something was sent to a node agent's data socket
 
     def nodes(self) -> list[tuple]:
@@ -70,41 +88,96 @@ class Scope:
         return self._nodes
 
     def place(self, token, obj, arrays: dict, what: str) -> shm.SharedBlock:
-        """The block holding ``arrays`` on every node of this host, written on first use.
+        """The block that will hold ``arrays`` on each node that runs ranks (registered on
+        first use; written on ``data_needed``).
 
         Raises:
-            MemoryError: ``/dev/shm`` lacks the room (free and needed bytes named).
+            MemoryError: this host's ``/dev/shm`` lacks the room (free and needed bytes named).
+            RuntimeError: no node agent can take in-memory data.
         """
         block = self.placed.get(token)
-        if block is not None:
-            return block
-        layout, nbytes = shm.layout_of(arrays)
-        nodes = self.nodes()
-        shm.check_room(nbytes * sum(addr is None for _, _, addr, _ in nodes), what)
-        segments = {}
-        try:
-            for node_id, pid, addr, server_key in nodes:
-                name = shm.segment_name(node_id, pid, self.key)
-                if addr is None:
-                    shm.write_segment(name, arrays, layout, nbytes)
-                else:
-                    self.remote = True
-                    _send(addr, server_key, name, arrays, layout, nbytes)
-                segments[node_id] = name
-        except BaseException:
-            for name in segments.values():
-                shm.remove(name)   # a remote one is freed with the run's key (free_data)
-            raise
-        block = self.placed[token] = shm.SharedBlock(segments, layout, nbytes)
-        self._keep[token] = obj
+        if block is None:
+            layout, nbytes = shm.layout_of(arrays)
+            nodes = self.nodes()
+            shm.check_room(nbytes * min(1, sum(addr is None for _, _, addr, _ in nodes)), what)
+            block = shm.SharedBlock(self.key, uuid.uuid4().hex[:16], layout, nbytes)
+            self.blocks[block.block_id] = (arrays, layout, nbytes, what)
+            if len(nodes) == 1 and nodes[0][2] is None:
+                # One node, on this host: every rank runs there, so it is written now and the
+                # head is told (``shared_data["written"]``): no data_needed round trip.
+                node_id, pid = nodes[0][0], nodes[0][1]
+                self.write({"node_id": node_id, "pid": pid, "blocks": [block.block_id]}, here=True)
+                self.prewritten.setdefault((node_id, pid), []).append(block.block_id)
+            self.placed[token], self._keep[token] = block, obj
+        if block.block_id not in self.used:
+            self.used.append(block.block_id)
         return block
 
+    def written(self) -> list[dict]:
+        """``shared_data["written"]``: the blocks of this payload written while pickling."""
+        return [{"node_id": n, "pid": pid, "blocks": [b for b in ids if b in self.used]}
+                for (n, pid), ids in self.prewritten.items() if any(b in self.used for b in ids)]
+
+    def write(self, node: dict, here: bool | None = None) -> None:
+        """Write the blocks ``node`` (a ``data_needed`` entry) lacks: through this process's
+        ``/dev/shm`` when the agent sees it, else to its data socket.
+
+        Raises:
+            KeyError: a block this scope never placed. MemoryError / OSError / TimeoutError:
+            the write failed (``shm.write_segment``, ``data_server.send_segment``).
+        """
+        if here is None:
+            here = os.environ.get("RAYNB_DATA_VIA_SOCKET") != "1" and _same_shm(node, shm.shm_id())
+        if not here and not node.get("data_port"):
+            raise OSError("the node agent does not share this notebook's /dev/shm and has no data socket")
+        for block_id in node["blocks"]:
+            arrays, layout, nbytes, what = self.blocks[block_id]
+            name = shm.block_segment(node["node_id"], node["pid"], self.key, block_id)
+            if name in self._written:
+                continue
+            if here:
+                shm.check_room(nbytes, what)
+                shm.write_segment(name, arrays, layout, nbytes)
+                self._local.append(name)
+            else:
+                self.remote = True
+                _send(f"tcp://{node['ip']}:{node['data_port']}", node.get("data_key"), name, arrays, layout, nbytes)
+            self._written.add(name)
+
     def discard(self) -> int:
-        """Unlink what this scope wrote (idempotent with the node agents' own removal)."""
-        freed = sum(shm.remove(n) for b in self.placed.values() for n in b.segments.values())
+        """Unlink what this scope wrote here (idempotent with the node agents' own removal)."""
+        freed = sum(shm.remove(n) for n in self._local)
+        self._local.clear()
+        self._written.clear()
+        self.prewritten.clear()
         self.placed.clear()
+        self.blocks.clear()
         self._keep.clear()
         return freed
+
+
+def on_data_needed(client, msg) -> None:
+    """The head placed an attempt of a run whose payload holds shared-memory data: write
+    the segments its nodes lack, then answer ``data_ready`` (or ``data_failed`` naming the
+    node and the error; the head fails the run with it). A ``control.MESSAGE_HOOKS`` hook."""
+    c = msg.content
+    reply = {"run_id": c["run_id"], "attempt": c["attempt"]}
+    scope = _scopes.get(c["key"])
+    for node in c["nodes"]:
+        try:
+            if scope is None:
+                raise KeyError(f"this notebook no longer holds the data of {c['key']} (its run ended, or "
+                               "the kernel restarted)")
+            scope.write(node)
+        except Exception as e:  # noqa: BLE001 - the run fails with it, the notebook goes on
+            client.send(P.DATA_FAILED, {**reply, "message": (
+                f"the run's in-memory data could not be written to node {node['node_id']} "
+                f"({node['ip']}): {type(e).__name__}: {e}")})
+            return
+    client.send(P.DATA_READY, reply)
+
+
+control.MESSAGE_HOOKS[P.DATA_NEEDED] = on_data_needed
 
 
 def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
@@ -119,7 +192,7 @@ def _send(address: str, server_key: str | None, name: str, arrays: dict, layout:
 
 
 def _same_shm(node: dict, mine: str) -> bool:
-    """Whether node agent ``node`` (a ``status()`` entry) sees this process's ``/dev/shm``:
+    """Whether node agent ``node`` (a ``status()`` or ``data_needed`` entry) sees this process's ``/dev/shm``:
     their ``shm.shm_id`` match; for an agent that did not report one, the same hostname
     and its pid alive here."""
     if node.get("shm_id") and mine:
@@ -145,6 +218,7 @@ _active: list[Scope] = []
 def active(key: str):
     """Make ``key``'s scope current while a payload is pickled (kept after, for reuse)."""
     scope = _scopes.get(key) or _scopes.setdefault(key, Scope(key))
+    scope.used = []
     _active.append(scope)
     try:
         yield scope

@@ -238,7 +238,6 @@ def build_submission(fn, config, scaling_config, run_config, *,
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-        **({"shm_data": True} if scope.placed else {}),  # the node agents free it at the run's end
     }
     cc, fc = run_config.checkpoint_config, run_config.failure_config
     if cc is not None:
@@ -247,6 +246,8 @@ def build_submission(fn, config, scaling_config, run_config, *,
                                      "checkpoint_score_order": cc.checkpoint_score_order}
     if fc is not None:
         spec["max_failures"] = fc.max_failures
+    if scope.used:   # written to the nodes the head places ranks on (data_needed)
+        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
     spec.update(extra or {})
     return spec, payload
 

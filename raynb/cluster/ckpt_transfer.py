@@ -39,15 +39,18 @@ class TransferError(OSError):
 class _Link:
     """A request/reply DEALER to the head for one transfer."""
 
-    def __init__(self, worker_id: str):
-        self.session = P.Session(P.key_from_env(), validate=True)
+    def __init__(self, worker_id: str, info: dict | None = None):
+        """``info``: a client's connection info (``address``, ``key``, ``curve``); None for a
+        rank, whose environment carries them."""
+        key = info["key"].encode() if info else P.key_from_env()
+        self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
         self.sock.setsockopt(zmq.SNDHWM, 8)   # a few pieces in flight: TCP's pace, not memory
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("transfer", worker_id))
-        curve.secure_client(self.sock, curve.from_env())
-        self.sock.connect(os.environ["RAYNB_ADDRESS"])
+        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client" if info else "transfer", worker_id))
+        curve.secure_client(self.sock, info.get("curve") if info else curve.from_env())
+        self.sock.connect(info["address"] if info else os.environ["RAYNB_ADDRESS"])
 
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
         self.session.send(self.sock, msg_type, content, buffers)
@@ -115,13 +118,32 @@ def download(task: dict, dest: str) -> str:
     worker_id = os.environ.get("RAYNB_WORKER_ID", "")
     ident = {"run_id": task["run_id"], "rank": task["rank"], "attempt": task.get("attempt", 0),
              "worker_id": worker_id, "checkpoint": task["checkpoint"]}
-    link = _Link(worker_id)
+    return _pull(_Link(worker_id), ident, dest)
+
+
+def download_for_client(info: dict, run_id: str, checkpoint: str, dest: str) -> str:
+    """Fetch the committed checkpoint directory ``checkpoint`` (a path on the head's disk)
+    of run ``run_id`` into ``dest``, for a client that cannot read the head's storage
+    (``Checkpoint.to_directory`` on a laptop), over a socket of its own built from the
+    client's connection ``info`` (``address``, ``key``, ``curve`` off loopback).
+
+    Raises:
+        TransferError: the head refused (no such run or checkpoint, an unsafe path), did
+            not answer within ``TRANSFER_TIMEOUT_S`` seconds, or a digest did not match.
+    """
+    return _pull(_Link("checkpoint", info), {"run_id": run_id, "checkpoint": checkpoint}, dest)
+
+
+def _pull(link: _Link, ident: dict, dest: str) -> str:
+    """The file list, then every piece in turn, each file's SHA-256 checked."""
     try:
         link.send(P.CHECKPOINT_FETCH, ident)
         listing = link.reply("checkpoint_fetch").content["files"]
         os.makedirs(dest, mode=0o700, exist_ok=True)
         for rel, (size, digest) in sorted(listing.items()):
             path = os.path.join(dest, rel)
+            if not _inside(dest, path):
+                raise TransferError(f"the head listed an unsafe checkpoint path {rel!r}")
             os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             h = hashlib.sha256()
             with open(path, "wb") as f:
@@ -139,3 +161,8 @@ def download(task: dict, dest: str) -> str:
         return dest
     finally:
         link.close()
+
+
+def _inside(root: str, path: str) -> bool:
+    root = os.path.abspath(root)
+    return os.path.commonpath([root, os.path.abspath(path)]) == root and os.path.abspath(path) != root

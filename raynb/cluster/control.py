@@ -17,6 +17,13 @@ from .rejects import refusal
 from ..errors import ClusterError
 
 
+# Messages a head sends unasked that the client answers itself, wherever it waits
+# (a run's follow loop, Tune's, a request), before ``recv`` returns them (callers ignore
+# their type): type -> hook(client, message). E.g. the
+# ``data_needed`` of ``client.bulk``: the segments a placed run's nodes need.
+MESSAGE_HOOKS: dict = {}
+
+
 class Client:
     """A connection to a head.
 
@@ -63,6 +70,9 @@ class Client:
                 raise ClusterError(f"{why} (head {self.address})")
             msg = self.session.accept(frames)
             if msg is not None:
+                hook = MESSAGE_HOOKS.get(msg.msg_type)
+                if hook is not None:
+                    hook(self, msg)   # answered; still returned: the head was heard from
                 return msg
 
     def request(self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0,

@@ -47,7 +47,7 @@ from . import chunking, signing
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.0"
+PROTOCOL_VERSION = "2.1"
 
 log = logging.getLogger("raynb.protocol")
 
@@ -102,6 +102,7 @@ from .protocol_jobs import JOB_LOGS_REPLY, JOB_REPLY, JOBS_REPLY, NODE_LOST_REPL
 # Bulk transfers' messages (checkpoint files to and from the head, data to node agents).
 from .protocol_transfers import TRANSFER_SCHEMAS, CHECKPOINT_FILE, CHECKPOINT_DONE, CHECKPOINT_FETCH  # noqa: E402,F401
 from .protocol_transfers import CHECKPOINT_ACK, CHECKPOINT_PIECE, DATA_PUT, DATA_ACK  # noqa: E402,F401
+from .protocol_transfers import DATA_NEEDED, DATA_READY, DATA_FAILED  # noqa: E402,F401
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)
@@ -127,7 +128,9 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR, "placement_strategy?": _STR, "shm_data?": bool}),
+        "experiment?": _STR, "placement_strategy?": _STR,
+        "shared_data?": Record({"key": str, "blocks": ListOf(str), "written?": ListOf(Record(
+            {"node_id": str, "pid": Int(1), "blocks": ListOf(str)}))})}),   # head/data_gate.py
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
     GET_RUN: _NAMED, ATTACH_RUN: _NAMED,
     NODE_REGISTER: Record({"node_id": str, "hostname": str, "ip": str, "pid": _PID, "num_workers": _COUNT,

@@ -204,40 +204,58 @@ class SharedBlock:
     """Columns (numpy arrays of equal first dimension or not) held once per node in shared
     memory: what travels to the ranks instead of the bytes. Small to pickle.
 
+    The bytes reach a node only once the head has placed ranks there (``data_needed``,
+    ``client.bulk``), so the block names no node: on a rank it is the segment
+    ``raynb-<this node>-<its agent's pid>-<key>-<block_id>`` (:func:`block_segment`).
+
     Attributes:
-        segments (dict[str, str]): node id -> segment name on that node.
+        key (str): the run id or experiment id the segments are freed with.
+        block_id (str): hex, the last part of every node's segment name.
         layout (dict): column -> (offset, dtype str, shape).
         nbytes (int): the segment's size in bytes.
     """
 
-    def __init__(self, segments: dict, layout: dict, nbytes: int):
-        self.segments, self.layout, self.nbytes = dict(segments), dict(layout), int(nbytes)
+    def __init__(self, key: str, block_id: str, layout: dict, nbytes: int):
+        self.key, self.block_id = check_key(key), str(block_id)
+        self.layout, self.nbytes = dict(layout), int(nbytes)
         self._mm = None
 
     def __getstate__(self):
-        return {"segments": self.segments, "layout": self.layout, "nbytes": self.nbytes}
+        return {"key": self.key, "block_id": self.block_id, "layout": self.layout, "nbytes": self.nbytes}
 
     def __setstate__(self, state):
-        self.__init__(state["segments"], state["layout"], state["nbytes"])
+        self.__init__(state["key"], state["block_id"], state["layout"], state["nbytes"])
+
+    def segment(self, node_id: str) -> str | None:
+        """This block's segment on node ``node_id`` (as its agent named it), or None."""
+        tail = f"-{self.key}-{self.block_id}"
+        return next((n for n in segments(node_id, key=self.key) if n.endswith(tail)), None)
 
     def arrays(self, writeable: bool = False) -> dict:
         """This node's columns as numpy views of the segment (mapped once per block).
 
         Raises:
-            RuntimeError: this node holds no copy (it joined after the run's data was
-                written to the nodes there were).
+            RuntimeError: this node holds no copy (the head did not ask the notebook for one).
             FileNotFoundError: the segment was freed.
         """
         if self._mm is None:
             node = os.environ.get("RAYNB_NODE_ID")
-            name = self.segments.get(node)
+            name = self.segment(node) if node else None
             if name is None:
                 raise RuntimeError(
-                    f"in-memory data is in shared memory on node(s) {sorted(self.segments)}, not on this "
-                    f"node ({node}), which joined after the data was written: submit the run again, or put "
-                    "the data in files every node can read and use raynb.data.read_parquet()")
+                    f"in-memory data {self.key}/{self.block_id} is not in shared memory on this node "
+                    f"({node}): its run or experiment ended, or the notebook did not write it here; "
+                    "submit the run again, or put the data in files every node can read and use "
+                    "raynb.data.read_parquet()")
             self._mm = map_segment(name)
         return arrays_from(self._mm, self.layout, writeable)
+
+
+def block_segment(node_id: str, agent_pid: int, key: str, block_id: str) -> str:
+    """The name of block ``block_id``'s segment of ``key`` on agent ``node_id`` (pid ``agent_pid``)."""
+    if not re.fullmatch(r"[0-9a-f]{1,32}", str(block_id)):
+        raise ValueError(f"bad shared-memory block id {block_id!r}: 1-32 hex digits")
+    return f"{PREFIX}{node_id}-{int(agent_pid)}-{check_key(key)}-{block_id}"
 
 
 def attach_array(block: SharedBlock, column: str):

@@ -7,7 +7,10 @@ as ``checkpoint_000NNN/`` (under a temporary name first, then renamed, so a
 crash mid-copy never leaves a half checkpoint as the latest). A run whose
 ``storage_path`` is an object-store URI (``s3://...``) hands out checkpoints whose
 ``path`` is a URI there and ``filesystem`` the ``pyarrow.fs`` file system of it, as Ray's
-``Checkpoint(path, filesystem)``; reading one downloads its files.
+``Checkpoint(path, filesystem)``; reading one downloads its files. A checkpoint of a
+``Result`` from a raynb head whose ``path`` is not readable here (a notebook on a
+laptop, the run's storage on the head's disk) is downloaded through the head
+(``raynb.client.checkpoint_fetch``).
 """
 from __future__ import annotations
 
@@ -38,6 +41,21 @@ class Checkpoint:
         path = os.fspath(path)
         self.path = path if is_storage_uri(path) else str(Path(path).expanduser().absolute())
         self._fs = filesystem
+        self._run_id: str | None = None  # set on checkpoints of a head's run (result_from_record)
+
+    @classmethod
+    def _of_run(cls, path: str, run_id: str | None) -> "Checkpoint":
+        """A checkpoint of run ``run_id`` on a raynb head: read through the head where
+        ``path`` is not readable here."""
+        ckpt = cls(path)
+        ckpt._run_id = run_id
+        return ckpt
+
+    def _on_head_only(self) -> bool:
+        """True for a head's checkpoint whose run directory this process cannot read (where
+        it can, a missing checkpoint was pruned: FileNotFoundError as on the head)."""
+        return (bool(getattr(self, "_run_id", None)) and not is_storage_uri(self.path)
+                and not os.access(os.path.dirname(self.path), os.R_OK | os.X_OK))
 
     @property
     def filesystem(self):
@@ -62,7 +80,8 @@ class Checkpoint:
         return fs, inner
 
     def __getstate__(self) -> dict:
-        return {"path": self.path, "_fs": None}  # reopened from the URI where it is read
+        # the file system is reopened from the URI where it is read
+        return {"path": self.path, "_fs": None, "_run_id": getattr(self, "_run_id", None)}
 
     @classmethod
     def from_directory(cls, path: str | os.PathLike) -> "Checkpoint":
@@ -105,13 +124,16 @@ class Checkpoint:
 
         The directory is the checkpoint itself (raynb checkpoints live on a file
         system every worker reads): read from it, do not write to it. A checkpoint at a
-        URI is downloaded into a temporary directory, removed when the block ends.
+        URI, or one on a raynb head's disk that this process cannot read (a notebook on
+        another machine), is downloaded into a temporary directory, removed when the
+        block ends.
 
         Raises:
             FileNotFoundError: the checkpoint is gone.
-            OSError: its storage cannot be reached (the message names the URI).
+            OSError: its storage cannot be reached (the message names the URI), or the
+                head refused or could not send it.
         """
-        if is_storage_uri(self.path):
+        if is_storage_uri(self.path) or self._on_head_only():
             tmp = tempfile.mkdtemp(prefix="checkpoint_")
             try:
                 yield self.to_directory(tmp)
@@ -129,11 +151,20 @@ class Checkpoint:
         Returns:
             str: the directory written.
 
+        A checkpoint on a raynb head's disk that this process cannot read is downloaded
+        through the head (``raynb.client.checkpoint_fetch``; each file's SHA-256 checked).
+
         Raises:
-            FileNotFoundError: the checkpoint is gone.
-            OSError: a checkpoint at a URI could not be downloaded (the message names it).
+            FileNotFoundError: the checkpoint is gone, or it is on a head's disk and this
+                process is not connected to that head.
+            OSError: a checkpoint at a URI, or on a head, could not be downloaded (the
+                message names it).
         """
         target = Path(path).expanduser() if path is not None else Path(tempfile.mkdtemp(prefix="checkpoint_"))
+        if self._on_head_only():
+            from ..client.checkpoint_fetch import download
+
+            return download(self._run_id, self.path, str(target))
         if is_storage_uri(self.path):
             import pyarrow.fs as pafs
 

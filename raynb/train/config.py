@@ -265,7 +265,8 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
 
     reports = reports if reports is not None else list(record.get("reports") or [])
     ckpts = [c for c in record.get("checkpoints") or [] if c.get("path")]
-    best = [(Checkpoint(c["path"]), c.get("metrics") or {}) for c in ckpts]
+    run_id = record.get("run_id")   # a head's run: read through the head where not readable here
+    best = [(Checkpoint._of_run(c["path"], run_id), c.get("metrics") or {}) for c in ckpts]
     cc = record.get("checkpoint_config") or {}
     if cc.get("checkpoint_score_attribute"):
         best.sort(key=_score_key(cc["checkpoint_score_attribute"], cc.get("checkpoint_score_order", "max")))
@@ -278,7 +279,7 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
         metrics=reports[-1] if reports else (record.get("metrics") or None),
         metrics_dataframe=FROM_REPORTS, path=record.get("path"), name=record.get("name"),
         state=record.get("state"), time_total_s=total,
-        checkpoint=Checkpoint(latest) if latest else None, best_checkpoints=best,
+        checkpoint=Checkpoint._of_run(latest, run_id) if latest else None, best_checkpoints=best,
         failures=list(record.get("failures") or []),
         logs=RunLogs(record.get("output") or [], record.get("path"), record.get("world_size")),
         _reports=reports)

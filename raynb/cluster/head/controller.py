@@ -24,7 +24,7 @@ Every transition there is, at a glance::
     CANCELLING   rank_failed     CANCELLING   (a rank dying while it is being stopped)
     CANCELLING   all_stopped     CANCELLED
     CANCELLING   all_stopped     STOPPED      the cancel was a Tune scheduler's STOP (or time budget)
-    PENDING      no_room         FAILED       a restarted run waited REPLACEMENT_WAIT_S for nodes with room for its ranks, in vain
+    PENDING      no_room         FAILED       a restarted run waited REPLACEMENT_WAIT_S for nodes with room for its ranks, in vain (or its in-memory data did not reach its nodes: head/data_gate.py)
     any active   head_stopping   FAILED       the cluster stopped under the run (or a queued run's files could not be written)
 
 FAILING and CANCELLING give the ranks still running a grace period (a rank stuck

@@ -42,6 +42,7 @@ class RunQueue:
         self._registry, self._runs = registry, runs
         self._send, self._emit, self._controller = send, emit, controller
         self._ids: list[str] = []  # pending run ids, FIFO
+        self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
 
     def add(self, run: Run, front: bool = False) -> None:
         """Queue a run (``front``: a restart goes before the runs that came after it)."""
@@ -123,7 +124,9 @@ class RunQueue:
             group["timeout_s"] = timeout_s
         return group
 
-    def _start(self, run: Run, placement: scheduler.Placement) -> None:
+    def _start(self, run: Run, placement: scheduler.Placement, gated: bool = False) -> None:
+        if not gated and self.gate is not None and self.gate.hold(run, placement):
+            return  # its nodes lack its shared-memory data: started on the client's data_ready
         spec = run.spec
         chosen = [self._registry.workers[wid] for wid in placement.worker_ids]
         group = self._group_for(chosen, bool(spec.get("use_gpu")), spec.get("timeout_s"))

@@ -19,6 +19,7 @@ import zmq
 from .. import chunking, curve, event_batch, protocol as P, signing
 from . import progress_relay, scheduler
 from .controller import RunController
+from .data_gate import DataGate, send_if_connected
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -94,8 +95,12 @@ class Head(NodeEvents):
             P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
             P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, event_batch.unbatch(m))],
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
-            P.RELEASE_DATA: lambda msg: self.pool.free_data(msg.content["key"]),
+            P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
         }
+        self.queue.gate = DataGate(self.registry, self.runs, send_if_connected(self.sock, self.session),
+                                   lambda run, placement: self.queue._start(run, placement, gated=True),
+                                   self.requeue, self.controller.no_room)
+        self.handlers.update(self.queue.gate.handlers())
         self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
         self.handlers.update(self.transfers.handlers())
         self.store.load_archive()
@@ -168,6 +173,7 @@ class Head(NodeEvents):
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
         self.pool.tick(now, runs_waiting=len(self.queue) > 0)
+        self.queue.gate.tick(now)
         if len(self.queue) and now >= self._next_schedule:  # a run waiting for room times out
             self._next_schedule = now + 1.0
             self.schedule()
@@ -363,10 +369,16 @@ class Head(NodeEvents):
         self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
-        if run.spec.get("shm_data"):  # its shared-memory data on every node (none: no message)
-            self.pool.free_data(run.run_id)
+        self.queue.gate.drop(run)  # a held attempt's reserved workers
+        if run.spec.get("shared_data"):  # its shared-memory data on every node (none: no message)
+            self.free_data(run.run_id)
         run.result = []
         self.store.prune()
+
+    def free_data(self, key: str) -> None:
+        """Every node removes its shared-memory segments of ``key`` (a run, an experiment)."""
+        self.pool.free_data(key)
+        self.queue.gate.forget_key(key)
 
     # -- shutting down ----------------------------------------------------------
     def shutdown_nodes(self) -> None:

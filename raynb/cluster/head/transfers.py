@@ -48,6 +48,8 @@ class Transfers:
         """The run, if the message's worker holds its rank in its current attempt."""
         c = msg.content
         run = self.head.runs.get(c["run_id"])
+        if "rank" not in c or "worker_id" not in c:
+            return None
         if run is None or run.state not in ("RUNNING", "FAILING", "CANCELLING"):
             return None
         rank = c["rank"]
@@ -150,18 +152,34 @@ class Transfers:
         self.head.send(msg.identity, P.CHECKPOINT_ACK, {"path": str(final)})
 
     # -- downloads --------------------------------------------------------------
+    def _committed(self, msg: P.Message) -> Path | None:
+        """The checkpoint directory a fetch names, when its sender may read it: a rank of the
+        run's current attempt, or a client (a key holder, which reads every run through
+        the head) asking for a committed checkpoint of any run the head knows, live or
+        archived. Always ``<the run's dir>/checkpoint_*``, an existing directory."""
+        c = msg.content
+        client = msg.identity.startswith(b"client:")
+        run = self.head.store.find(None, c["run_id"]) if client else self._run_of(msg)
+        root = Path(c["checkpoint"])
+        if run is None or root.parent != run.rundir.path or not root.name.startswith("checkpoint_") \
+                or (client and (root.is_symlink() or not root.is_dir())):
+            return None
+        return root
+
     def on_fetch(self, msg: P.Message) -> None:
         c = msg.content
-        run = self._run_of(msg)
-        root = Path(c["checkpoint"])
-        if run is None or root.parent != run.rundir.path or not root.name.startswith("checkpoint_"):
-            return self._refuse(msg, f"no checkpoint {c['checkpoint']} for this rank's run")
+        root = self._committed(msg)
+        if root is None:
+            return self._refuse(msg, f"no checkpoint {c['checkpoint']} for run {c['run_id']} on this head "
+                                     "(pruned, not committed, or not that run's)")
         try:
             if "path" not in c:
                 files = {}
                 for d, _, names in os.walk(root):
                     for n in names:
                         p = Path(d) / n
+                        if p.is_symlink():
+                            continue   # never written by an upload; not served (O_NOFOLLOW)
                         files[str(p.relative_to(root))] = (p.stat().st_size, _sha256(p))
                 return self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": files})
             if not _safe(c["path"]):
