@@ -165,7 +165,7 @@ class Head(NodeEvents):
     def tick(self) -> None:
         now = time.monotonic()
         self.session.rejects.flush(due_only=True)
-        for run in list(self.runs.values()):
+        for run in self.store.ticking():  # not the ended runs kept for raynb.runs()
             self.controller.tick(run)
             progress_relay.flush(run, self.emit)
             if run.state not in TERMINAL:
@@ -370,7 +370,8 @@ class Head(NodeEvents):
         run.followers.clear()
         run.payload = []  # the function is not needed any more
         self.queue.gate.drop(run)  # a held attempt's reserved workers
-        self.free_data(run.run_id)  # its shared-memory data on every node
+        if run.spec.get("shared_data"):  # its shared-memory data on every node (none: no message)
+            self.free_data(run.run_id)
         run.result = []
         self.store.prune()
 

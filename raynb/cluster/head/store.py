@@ -60,6 +60,9 @@ class RunStore:
         self.emit = emit
         self.write_failed = write_failed
         self.runs: dict[str, Run] = {}
+        # The runs created by this head that the tick still looks at (``ticking``): the
+        # finished ones (up to 1000 kept in ``runs``) are not walked at every tick.
+        self._ticking: dict[str, Run] = {}
         self._storage_paths: set[str] = set()
         self._state_due: dict[str, float] = {}  # run_id -> when its first run.json is written
         self.uploads = Uploads()  # checkpoints copied to a storage URI, in a thread of its own
@@ -94,7 +97,18 @@ class RunStore:
             c["path"] = run.checkpoint_path(c["name"])
         return rec
 
+    def ticking(self) -> list[Run]:
+        """The runs the head's tick looks at: those not ended, and an ended one whose
+        ranks' progress is still to be sent (``progress_relay``). An ended run leaves the
+        list for good (it never becomes live again: a resumed run is a new ``Run``)."""
+        for run_id, run in list(self._ticking.items()):
+            if run.state in TERMINAL and not run.pending_progress:
+                del self._ticking[run_id]
+        return list(self._ticking.values())
+
     def prune(self, keep: int = 1000) -> None:
+        if len(self.runs) <= keep:
+            return  # fewer runs than kept: nothing to prune (no walk over them per run)
         done = [r for r in self.runs.values() if r.state in TERMINAL]
         for r in done[:-keep] if len(done) > keep else []:
             del self.runs[r.run_id]
@@ -175,7 +189,7 @@ class RunStore:
         name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
         storage = os.path.expanduser(spec.get("storage_path") or default_storage_path())
         path = os.path.join(storage, name)
-        live = [r for r in self.runs.values() if r.name == name and r.state not in TERMINAL
+        live = [r for r in self._ticking.values() if r.name == name and r.state not in TERMINAL
                 and str(r.rundir.path) == path]
         if live:
             raise RunRefused(f"run {name!r} is still {live[0].state.lower()}; attach to it with "
@@ -230,6 +244,7 @@ class RunStore:
         else:
             self._state_due[run_id] = time.monotonic() + STATE_DELAY_S
         self.runs[run_id] = run
+        self._ticking[run_id] = run
         return run
 
     # -- writing, where a failure fails the run, never the head -----------------
