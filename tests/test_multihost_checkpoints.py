@@ -37,7 +37,7 @@ def _laptop(c, code: str, timeout: float = 90):
 
 
 RUN_AND_READ = """
-    import hashlib, tempfile
+    import hashlib, shutil, tempfile
     from raynb import Checkpoint, RunConfig, ScalingConfig, TorchTrainer
     from raynb.train import get_context, report
 
@@ -79,6 +79,8 @@ RUN_AND_READ = """
                       "written": written, "mode": oct(os.stat(written).st_mode & 0o777),
                       "first_epoch": open(os.path.join(best_first, "sub", "epoch.txt")).read(),
                       "nodes": r.metrics["node"]}))
+    shutil.rmtree(target)  # the downloads this script asked for are its own to remove
+    shutil.rmtree(best_first)
 """
 
 
