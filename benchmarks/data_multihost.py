@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import netns  # noqa: E402
-from multihost_fixture import Cluster  # noqa: E402
+from multihost_fixture import Cluster, hosts_up  # noqa: E402
 
 RUN = """
 import numpy as np
@@ -111,15 +111,10 @@ def main() -> int:
         print(json.dumps({"skipped": why}))
         return 0
     sizes = (32, 128) if args.quick else (32, 256, 1024)
-    net = netns.Net(["head", "h1", "h2", "client"], tag="b")
     base = Path(tempfile.mkdtemp(prefix="raynb-bench-data-multihost-"))
-    c = Cluster(net, base)
     out: dict = {"load_avg_start": os.getloadavg(), "sizes": {}}
-    try:
-        c.start()
-        c.start_node("h1", f"bd{os.getpid()}a")
-        c.start_node("h2", f"bd{os.getpid()}b")
-        c.wait_workers(4)
+    nodes = (("h1", f"bd{os.getpid()}a", 2), ("h2", f"bd{os.getpid()}b", 2))
+    with hosts_up(base, nodes, tag="b", remove_base=True) as c:
         head = psutil.Process(int(json.loads((c.homes["head"] / "cluster.json").read_text())["pids"]["head"]))
         for mib in sizes:
             row: dict = {}
@@ -138,14 +133,7 @@ def main() -> int:
             row["floor_s"] = round(sum(_socket_copy_s(c, h, row["size_bytes"]) for h in ("h1", "h2")), 3)
             row["via_sockets_over_floor"] = round(row["via_sockets"]["to_shards_s"] / row["floor_s"], 2)
             out["sizes"][f"{mib}MiB"] = row
-    finally:
-        out["load_avg_end"] = os.getloadavg()
-        try:
-            c.stop()
-        finally:
-            net.close()
-            import shutil
-            shutil.rmtree(base, ignore_errors=True)
+    out["load_avg_end"] = os.getloadavg()
     print(json.dumps(out))
     return 0
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import netns  # noqa: E402
-from multihost_fixture import Cluster  # noqa: E402
+from multihost_fixture import Cluster, hosts_up  # noqa: E402
 
 TRIVIAL = """
 import torch, torch.distributed as dist
@@ -167,15 +167,10 @@ def main() -> int:
         print(json.dumps({"skipped": why}))
         return 0
     runs, steps, mib, n_ckpt = (5, 5, 16, 2) if args.quick else (20, 20, 64, 3)
-    net = netns.Net(["head", "h1", "h2", "client"])
     base = Path(tempfile.mkdtemp(prefix="raynb-bench-multihost-"))
-    c = Cluster(net, base)
     out: dict = {"load_avg_start": os.getloadavg()}
-    try:
-        c.start()
-        c.start_node("h1", "n1", 4)
-        c.start_node("h2", "n2", 2)
-        c.wait_workers(6)
+    with hosts_up(base, (("h1", "n1", 4), ("h2", "n2", 2)), remove_base=True) as c:
+        net = c.net
         warm, _ = c.client(f"RUNS = {runs}\n" + TRIVIAL, timeout=600)
         two, one = statistics.median(warm["two_hosts"]) * 1e3, statistics.median(warm["one_host"]) * 1e3
         out["warm_rerun_ms"] = {"two_hosts": round(two, 1), "one_host": round(one, 1),
@@ -197,14 +192,7 @@ def main() -> int:
                                   "ratio": round(sock / ck["upload_s"], 2)}
         c.wait_workers(4, nodes={"n1"}, timeout=60)
         out["host_loss_to_first_report_s"] = round(_host_loss(c), 2)
-    finally:
-        out["load_avg_end"] = os.getloadavg()
-        try:
-            c.stop()
-        finally:
-            net.close()
-            import shutil
-            shutil.rmtree(base, ignore_errors=True)
+    out["load_avg_end"] = os.getloadavg()
     print(json.dumps(out))
     return 0
 

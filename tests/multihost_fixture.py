@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -125,26 +124,38 @@ class Cluster:
 
 
 @contextmanager
-def cluster_up(base: Path, tag: str = "", node_ids: tuple[str, str] = ("n1", "n2")):
-    """The running cluster (head, ``node_ids`` on h1 and h2, 2 workers each) and its client
-    namespace, in namespaces named with ``tag`` (``netns.Net``); torn down with every
-    process in every namespace killed and the namespaces deleted. Skips without root."""
-    why = netns.available()
-    if why:
-        pytest.skip(why)
+def hosts_up(base: Path, nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)), tag: str = "",
+             remove_base: bool = False):
+    """A running cluster: the head, a node agent per ``(host, node id, workers)`` in
+    ``nodes``, and the client namespace, in namespaces named with ``tag``
+    (``netns.Net``); torn down with every process in every namespace killed and the
+    namespaces deleted (and ``base`` removed, with ``remove_base``). For the tests and the
+    benchmarks alike; the caller checks ``netns.available()`` first."""
     net = netns.Net(HOSTS, tag=tag)
     c = Cluster(net, base)
     try:
         c.start()
-        c.start_node("h1", node_ids[0])
-        c.start_node("h2", node_ids[1])
-        c.wait_workers(4)
+        for host, node_id, workers in nodes:
+            c.start_node(host, node_id, workers)
+        c.wait_workers(sum(workers for _, _, workers in nodes))
         yield c
     finally:
         try:
             c.stop()
         finally:
             net.close()
+            if remove_base:
+                shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def cluster_up(base: Path, tag: str = "", node_ids: tuple[str, str] = ("n1", "n2")):
+    """:func:`hosts_up` with ``node_ids`` on h1 and h2, 2 workers each. Skips without root."""
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    with hosts_up(base, ((("h1", node_ids[0], 2)), ("h2", node_ids[1], 2)), tag) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
