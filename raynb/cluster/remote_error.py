@@ -7,8 +7,17 @@ import traceback
 
 from .notebook_main import with_pickling_hint
 
-# raynb's own frames (the worker's) are left out of the traceback shown.
+# raynb's own frames (the worker's, and those of the wrappers it ships around the user's
+# function: ``hide_from_tracebacks``) are left out of the traceback shown.
 _WORKER_FILE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "worker.py")
+_HIDDEN_CODE: set = set()
+
+
+def hide_from_tracebacks(fn):
+    """Leave ``fn``'s frames out of the tracebacks the notebook is shown (a wrapper that
+    calls the user's function: datasets, profiling). Returns ``fn`` (usable as a decorator)."""
+    _HIDDEN_CODE.add(fn.__code__)
+    return fn
 
 
 def format_remote_error(exc: BaseException, rank: int) -> dict:
@@ -22,8 +31,10 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
     except Exception:  # noqa: BLE001 - a broken __str__ must not kill the worker
         message = "<exception str() failed>"
     tbe = traceback.TracebackException.from_exception(exc)
+    frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]  # in tbe.stack's order
     tbe.stack = traceback.StackSummary.from_list(
-        [f for f in tbe.stack if os.path.realpath(f.filename) != _WORKER_FILE])
+        [f for f, frame in zip(tbe.stack, frames)
+         if frame.f_code not in _HIDDEN_CODE and os.path.realpath(f.filename) != _WORKER_FILE])
     return {
         "rank": rank,
         "pid": os.getpid(),

@@ -7,6 +7,7 @@ rank, the wrapper makes the datasets known to ``get_dataset_shard`` for the call
 from __future__ import annotations
 
 from ..cluster import task_context
+from ..cluster.remote_error import hide_from_tracebacks
 from ..data import DataIterator, Dataset
 from ..data.ray_source import RayPendingSource, is_ray_dataset
 from . import session as _session
@@ -50,14 +51,10 @@ class WithDatasets:
         self.__wrapped__ = fn
         self.datasets = datasets
 
+    @hide_from_tracebacks  # the rank's traceback starts at the user's code
     def __call__(self, *args):
         task_context.state()[STATE_KEY] = self.datasets
-        try:
-            return self.__wrapped__(*args)
-        except BaseException as e:
-            if e.__traceback__ is not None and e.__traceback__.tb_next is not None:
-                e.__traceback__ = e.__traceback__.tb_next  # the rank's traceback starts at the user's code
-            raise
+        return self.__wrapped__(*args)
 
 
 def with_datasets(fn, datasets: dict | None):

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..cluster import task_context
+from ..cluster.remote_error import hide_from_tracebacks
 
 DEFAULTS = {"wait": 1, "warmup": 1, "active": 3, "record_shapes": False, "profile_memory": False,
             "with_stack": False, "top": 15}
@@ -259,6 +260,7 @@ class Profiled:
         self.__wrapped__ = fn
         self.options = options
 
+    @hide_from_tracebacks  # the rank's traceback starts at the user's code
     def __call__(self, *args):
         task = task_context.current()
         profiler = RankProfiler(task, self.options).start()
@@ -266,10 +268,6 @@ class Profiled:
         state[STATE_KEY] = profiler
         try:
             return self.__wrapped__(*args)
-        except BaseException as e:
-            if e.__traceback__ is not None and e.__traceback__.tb_next is not None:
-                e.__traceback__ = e.__traceback__.tb_next  # the rank's traceback starts at the user's code
-            raise
         finally:
             state.pop(STATE_KEY, None)
             _finish(profiler)
