@@ -22,8 +22,6 @@ import os
 import threading
 
 import zmq
-import zmq.auth.thread
-from zmq.utils.monitor import recv_monitor_message
 
 from .netaddr import is_loopback
 
@@ -139,6 +137,8 @@ class Gatekeeper:
     """
 
     def __init__(self, ctx: zmq.Context, sock: zmq.Socket, keys: dict):
+        import zmq.auth.thread  # only a head off loopback needs it (19 ms to import)
+
         self.rejected = 0
         self.allowed_key = keys["client_public"].encode()
         self.auth = zmq.auth.thread.ThreadAuthenticator(ctx, log=logging.getLogger("raynb.zap"))
@@ -159,6 +159,8 @@ class Gatekeeper:
         return ok
 
     def _watch(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message  # it imports asyncio (19 ms)
+
         try:
             while True:
                 event = recv_monitor_message(self._monitor)
