@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ class Cluster:
         self.storage = base / "storage"
         self.storage.mkdir(mode=0o700)
         self.nodes: dict[str, subprocess.Popen] = {}
+        self.node_pids: list[int] = []   # every node agent started, restarted ones too
         self.start_out = ""
 
     def env(self, host: str, **extra) -> dict:
@@ -67,7 +69,19 @@ class Cluster:
                            env=self.env(host), stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.nodes[node_id] = p
+        self.node_pids.append(p.pid)
         return p
+
+    def remove_workers_tmp(self) -> None:
+        """The workers' temp dirs of this cluster's node agents (``node_host``): an agent
+        SIGKILLed with its host (the host-loss tests) cannot remove its own."""
+        from raynb.cluster.node_host import WORKERS_TMP_PREFIX
+
+        root = tempfile.gettempdir()
+        for name in os.listdir(root):
+            pid = name[len(WORKERS_TMP_PREFIX):].partition("-")[0]
+            if name.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and int(pid) in self.node_pids:
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
     def node_log(self, node_id: str) -> str:
         return (self.base / f"node-{node_id}.log").read_text(errors="replace")
@@ -144,6 +158,7 @@ def hosts_up(base: Path, nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)), tag:
             c.stop()
         finally:
             net.close()
+            c.remove_workers_tmp()
             if remove_base:
                 shutil.rmtree(base, ignore_errors=True)
 
