@@ -350,6 +350,76 @@ def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
         assert heads[0] == heads[1] and heads[0][1] == "FINISHED", heads  # one cluster, both ran
 
 
+OWNER_SCRIPT = """
+import os, sys, time
+import raynb
+
+raynb.connect(num_workers=2)
+open(sys.argv[1] + ".started", "w").close()
+while not os.path.exists(sys.argv[2]):   # the other script's run is running
+    time.sleep(0.01)
+"""
+
+GUEST_SCRIPT = """
+import os, sys, time
+import raynb
+from raynb.train import RunConfig, ScalingConfig, report
+from raynb.train.torch import TorchTrainer
+
+def outlives_the_owner(config):
+    open(config["running"], "w").close()
+    while not config["owner_gone"]():
+        time.sleep(0.05)
+    report({"after_owner_exit": 1})
+
+while not os.path.exists(sys.argv[1] + ".started"):
+    time.sleep(0.01)
+client = raynb.connect()
+owner = int(sys.argv[3])
+
+def owner_gone():
+    try:
+        os.kill(owner, 0)
+        return False
+    except ProcessLookupError:
+        return True
+
+result = TorchTrainer(outlives_the_owner, train_loop_config={"running": sys.argv[2], "owner_gone": owner_gone},
+                      scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(verbose=0)).fit()
+print("GUEST", client.info["pids"]["head"], result.state, result.metrics.get("after_owner_exit"))
+"""
+
+
+def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_stops(tmp_path):
+    # The owner's atexit stop failed the other script's active run ("the raynb cluster was
+    # stopped ... while this run was active"): it now waits until no one else uses it.
+    from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
+    from raynb.cluster.launch import cluster_pids
+    from raynb.cluster.connection import read_connection_file
+
+    (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
+    (tmp_path / "guest.py").write_text(textwrap.dedent(GUEST_SCRIPT))
+    running = tmp_path / "guest-running"
+    with _private_home(tmp_path) as (env, note_pids):
+        owner = subprocess.Popen([sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(running)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        guest = subprocess.Popen([sys.executable, str(tmp_path / "guest.py"), str(tmp_path / "o"), str(running),
+                                  str(owner.pid)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, err = owner.communicate(timeout=180)
+        note_pids()
+        pids = cluster_pids(read_connection_file(tmp_path / "home" / "cluster.json") or {})
+        assert owner.returncode == 0, out + err
+        assert "stays up while another client uses it (1 active run(s) of other clients" in err, err
+        said = guest.communicate(timeout=120)[0]
+        assert guest.returncode == 0, said
+        assert "FINISHED 1" in said, said   # its run ended well, after the owner had gone
+        deadline = time.monotonic() + CLIENT_GRACE_S + 20   # the head stops by itself
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pids and not alive(pids), f"the cluster outlived both scripts: {alive(pids)}"
+        assert read_connection_file(tmp_path / "home" / "cluster.json") is None
+
+
 # -- item 10: the local head killed under a live notebook --------------------------------------
 
 KILLED_HEAD_SCRIPT = """

@@ -21,6 +21,8 @@ def format_status(st: dict) -> str:
              f"rejected messages: {st['rejected_messages']}"]
     if st.get("curve"):
         lines[0] += f", CurveZMQ on, refused handshakes: {st.get('rejected_connections', 0)}"
+    if st.get("stop_when_idle"):
+        lines.append("stops by itself once no other client uses it (the script that started it exited)")
     for n in st["nodes"]:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""

@@ -5,6 +5,7 @@ Used by everything that talks to a head from outside it: the notebook-side clien
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -22,6 +23,17 @@ from ..errors import ClusterError
 # their type): type -> hook(client, message). E.g. the
 # ``data_needed`` of ``client.bulk``: the segments a placed run's nodes need.
 MESSAGE_HOOKS: dict = {}
+
+# The routing ids of this process's latest connections: a script that stops the cluster it
+# started when it exits names them, so the head tells its own clients from others'
+# (head/idle_stop.py). Only recent ones matter: the head forgets quiet clients.
+OWN_IDENTITIES: collections.deque = collections.deque(maxlen=64)
+
+
+def _new_identity() -> bytes:
+    identity = P.routing_id("client")
+    OWN_IDENTITIES.append(identity)
+    return identity
 
 
 class Client:
@@ -44,7 +56,7 @@ class Client:
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
         self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
+        self.sock.setsockopt(zmq.IDENTITY, _new_identity())
         curve.secure_client(self.sock, self.info.get("curve"))
         self.sock.connect(address)
         self._pid = os.getpid()
@@ -114,7 +126,7 @@ class Client:
             self.sock = self.ctx.socket(zmq.DEALER)
             P.configure_socket(self.sock)
             self.sock.setsockopt(zmq.RCVHWM, 0)
-            self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client"))
+            self.sock.setsockopt(zmq.IDENTITY, _new_identity())
             curve.secure_client(self.sock, self.info.get("curve"))
             self.sock.connect(self.address)
 

@@ -20,6 +20,7 @@ from .. import chunking, curve, event_batch, protocol as P, signing
 from . import progress_relay, scheduler
 from .controller import RunController
 from .data_gate import DataGate, send_if_connected
+from .idle_stop import IdleStop
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
@@ -86,6 +87,7 @@ class Head(NodeEvents):
         self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
         self._stop = False
+        self.idle_stop = IdleStop()  # `shutdown` with when_idle: a script's cluster others use
         self._next_schedule = 0.0
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
@@ -150,6 +152,8 @@ class Head(NodeEvents):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
             self.registry.worker_seen(P.routing_name(identity), identity, time.monotonic())
+        elif identity.startswith(b"client:"):
+            self.idle_stop.client_heard(identity, time.monotonic())
         handler = self.handlers.get(msg.msg_type)
         if handler is None:
             log.warning("unexpected %s from %r", msg.msg_type, identity)
@@ -178,6 +182,10 @@ class Head(NodeEvents):
             self._next_schedule = now + 1.0
             self.schedule()
         self.watch_nodes(now)
+        self.idle_stop.forget_quiet(now)
+        if self.idle_stop.owners is not None and self._in_use(now) is None:
+            log.info("stopping: the stop asked when idle is due (no other client uses the cluster)")
+            self._stop = True
 
     # -- clients ----------------------------------------------------------------
     def on_hello(self, msg: P.Message) -> None:
@@ -221,6 +229,7 @@ class Head(NodeEvents):
             "curve": self.gatekeeper is not None,
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
             "checkpoint_transfers": self.transfers.status(),
+            "stop_when_idle": self.idle_stop.owners is not None,
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
             "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
@@ -228,9 +237,21 @@ class Head(NodeEvents):
         }
 
     def on_shutdown(self, msg: P.Message) -> None:
+        if msg.content.get("when_idle"):   # idle_stop.py: stop once no other client uses it
+            self.idle_stop.ask([msg.identity, *(o.encode() for o in msg.content.get("owners") or () if isinstance(o, str))])
+            busy = self._in_use(time.monotonic())
+            if busy is not None:
+                log.info("a stop when idle is asked; waiting for %s", busy)
+                return self.send(msg.identity, P.STATUS_REPLY, {"stopping": False, "in_use": busy})
         log.info("shutdown requested")
         self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
         self._stop = True
+
+    def _in_use(self, now: float) -> str | None:
+        jobs = getattr(self, "jobs", None)   # installed by main (addons.install)
+        if jobs is not None:
+            jobs.poll()
+        return self.idle_stop.in_use(self.store.ticking(), len(jobs.procs) if jobs else 0, now)
 
     def on_submit_run(self, msg: P.Message) -> None:
         spec = dict(msg.content)

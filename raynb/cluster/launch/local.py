@@ -230,7 +230,11 @@ def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     os.environ["RAYNB_HOME"] = home
     current = read_connection_file()
     if current is not None and current.get("token") == token:
-        stop_cluster()
+        from ..control import OWN_IDENTITIES
+
+        # Another process may use it meanwhile (a second script, a notebook): the head
+        # then stops by itself once their runs end (head/idle_stop.py).
+        stop_cluster(when_idle=True, owners=[i.decode() for i in OWN_IDENTITIES])
 
 
 def cluster_pids(info: dict) -> list[int]:
@@ -273,8 +277,15 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
-def stop_cluster(timeout: float = 10.0) -> bool:
+def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> bool:
     """Stop the local cluster and every process it started.
+
+    Args:
+        timeout (float): seconds to wait for its processes to exit before they are killed.
+        when_idle (bool): stop only once no client but ``owners`` uses it
+            (``head/idle_stop.py``). While one does, the head is left to stop by itself
+            when they are done, and this returns at once, saying so on stderr.
+        owners: routing ids (str) of the caller's own connections, for ``when_idle``.
 
     Returns False when no cluster was running. A head that does not answer is
     killed (only if its pid still belongs to a raynb head).
@@ -298,7 +309,13 @@ def stop_cluster(timeout: float = 10.0) -> bool:
     if head_alive(info):
         c = Client(info["address"], info["key"].encode(), info)
         try:
-            c.request(P.SHUTDOWN, reply_types=(P.STATUS_REPLY,), timeout=3.0)
+            reply = c.request(P.SHUTDOWN, {"when_idle": True, "owners": list(owners)} if when_idle else {},
+                              reply_types=(P.STATUS_REPLY,), timeout=3.0)
+            if reply.content.get("stopping") is False:
+                print(f"raynb: the cluster this script started stays up while another client uses it "
+                      f"({reply.content.get('in_use')}); it stops by itself when they are done",
+                      file=sys.stderr, flush=True)
+                return True
         except ClusterError:
             pass
         finally:

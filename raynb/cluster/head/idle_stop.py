@@ -1,0 +1,58 @@
+"""Stopping the cluster once no one else uses it: ``shutdown`` with ``when_idle``.
+
+A plain script that started the local cluster stops it when it exits, as ``ray.init()``'s
+local cluster ends with its driver. Another process may have attached to it meanwhile
+(two scripts started at once share one cluster; a notebook attached to a script's
+cluster): stopping at once would fail that process's active run with "the cluster was
+stopped". So the exiting script asks for a stop *when idle*, naming the routing ids of
+its own connections (``owners``), and the head stops once
+
+- no run is active (queued or running) that a client other than the owners submitted
+  or follows (the owners' own runs end with the cluster, as before),
+- no job's driver runs (``raynb submit``: a client of the cluster too), and
+- no other client has been heard from for ``CLIENT_GRACE_S`` (one that has just
+  connected and is about to submit its first run).
+"""
+from __future__ import annotations
+
+from .run import TERMINAL
+
+# A client pings at least every 2 s while it follows a run (client/run.PING_EVERY_S),
+# and submits right after it connects; 10 s also covers a busy machine.
+CLIENT_GRACE_S = 10.0
+
+
+class IdleStop:
+    """What the head's ``when_idle`` shutdown waits for. ``owners`` is None until one is asked."""
+
+    def __init__(self):
+        self.heard: dict[bytes, float] = {}    # client routing id -> when last heard (monotonic s)
+        self.owners: set[bytes] | None = None
+
+    def client_heard(self, identity: bytes, now: float) -> None:
+        self.heard[identity] = now
+
+    def ask(self, owners) -> None:
+        """A stop when idle is asked by the clients ``owners`` (routing ids, bytes)."""
+        self.owners = set(owners) | (self.owners or set())
+
+    def forget_quiet(self, now: float) -> None:
+        """Forget the clients not heard from within the grace (called each tick)."""
+        for identity, when in list(self.heard.items()):
+            if now - when > CLIENT_GRACE_S:
+                del self.heard[identity]
+
+    def in_use(self, runs, jobs_running: int, now: float) -> str | None:
+        """Why the cluster is still in use by others (for the log and the asker), or None
+        when it may stop now."""
+        self.forget_quiet(now)
+        owners = self.owners or set()
+        theirs = [r for r in runs if r.state not in TERMINAL and not {r.client, *r.followers} <= owners]
+        if theirs:
+            return f"{len(theirs)} active run(s) of other clients ({', '.join(r.name for r in theirs[:3])})"
+        if jobs_running:
+            return f"{jobs_running} running job(s)"
+        others = [i for i in self.heard if i not in owners]
+        if others:
+            return f"{len(others)} other client(s) connected in the last {CLIENT_GRACE_S:.0f}s"
+        return None
