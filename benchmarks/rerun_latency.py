@@ -181,14 +181,15 @@ def stop_cluster(home: str) -> None:
 
 # -- the measurements -----------------------------------------------------------------
 @contextlib.contextmanager
-def private_cluster():
-    """A temporary RAYNB_HOME and storage path for this benchmark's own cluster; on exit
-    (also on SIGTERM) the cluster started in it is stopped and both are removed.
+def private_cluster(base: str | None = None):
+    """A temporary RAYNB_HOME and storage path for this benchmark's own cluster, in
+    ``base`` (None: the system's temporary directory, ``$TMPDIR``); on exit (also on
+    SIGTERM) the cluster started in it is stopped and both are removed.
 
     Yields (home, storage)."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still run the cleanup below
-    home = tempfile.mkdtemp(prefix="raynb-bench-home-")
-    storage = tempfile.mkdtemp(prefix="raynb-bench-results-")
+    home = tempfile.mkdtemp(prefix="raynb-bench-home-", dir=base)
+    storage = tempfile.mkdtemp(prefix="raynb-bench-results-", dir=base)
     os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
     os.environ.pop("RAYNB_KEY", None)
     try:
@@ -199,6 +200,18 @@ def private_cluster():
     finally:
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(storage, ignore_errors=True)
+
+
+def inode_create_us(directory: str | None = None, files: int = 100) -> float:
+    """CPU µs to create one empty file in a new directory under ``directory``: a run's
+    files are new inodes, and on ext4 their cost depends on the directory's block group
+    (13 µs to 1 ms on the VM measured, in the same file system), so the run figures
+    are read with it."""
+    with tempfile.TemporaryDirectory(prefix="raynb-bench-inode-", dir=directory) as d:
+        t = time.thread_time()
+        for i in range(files):
+            os.close(os.open(os.path.join(d, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return round((time.thread_time() - t) / files * 1e6, 1)
 
 
 def machine_info(load_at_start: float, **extra) -> dict:
@@ -332,6 +345,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-torchrun", action="store_true", help="do not time torchrun")
     ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototype")
     ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
+    ap.add_argument("--storage-dir", default=None, help="where the private RAYNB_HOME and storage path "
+                    "are made (default: $TMPDIR); machine.inode_create_us is measured there")
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.warmup, args.torchrun_runs = min(args.runs, 5), min(args.warmup, 1), 1
@@ -339,8 +354,9 @@ def main(argv=None) -> int:
         ap.error("--runs must be >= 1")
 
     load_at_start = round(os.getloadavg()[0], 2)
+    inode_at_start = inode_create_us(args.storage_dir)
     report: dict = {}
-    with private_cluster():
+    with private_cluster(args.storage_dir):
         report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor))
     if not args.skip_torchrun:
         report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
@@ -349,7 +365,10 @@ def main(argv=None) -> int:
     else:
         report["torchrun_s"] = None
         report["speedup_vs_torchrun"] = None
-    report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
+    report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2),
+                                     inode_create_us={"at_start": inode_at_start,
+                                                      "at_end": inode_create_us(args.storage_dir)},
+                                     storage_dir=args.storage_dir or tempfile.gettempdir())
     report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup,
                           "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
     print(json.dumps(report, indent=1))

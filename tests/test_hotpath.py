@@ -161,3 +161,63 @@ def test_spare_files_are_private_renamed_into_place_and_made_again_when_quiet(tm
     finally:
         pool.stop()
     assert not (tmp_path / "spare").exists()
+
+
+def _same_every_time(config):
+    from raynb.train import report
+
+    report({"x": config["x"]})
+
+
+def test_an_unchanged_rerun_links_its_function_and_params_and_an_edited_file_is_not_reused(warm, tmp_path):
+    import os
+    import pickle
+    import stat
+
+    from raynb.train.run import execute_run
+
+    runs = RunConfig(verbose=0, storage_path=str(tmp_path))
+    first, _ = execute_run(_same_every_time, {"x": 1}, ScalingConfig(num_workers=2), runs)
+    second, _ = execute_run(_same_every_time, {"x": 1}, ScalingConfig(num_workers=2), runs)
+    a, b = Path(first.path), Path(second.path)
+    for name in ("function.pkl", "params.json"):
+        sa, sb = os.stat(a / name), os.stat(b / name)
+        assert (sa.st_ino, sa.st_nlink) == (sb.st_ino, 2), name   # one inode, two names
+        assert stat.S_IMODE(sb.st_mode) == 0o600
+    assert json.loads((b / "params.json").read_text()) == {"x": 1}
+    assert pickle.loads((b / "function.pkl").read_bytes())   # what restore re-runs
+    # A changed config is a file of its own; so is one whose earlier copy a user edited.
+    third, _ = execute_run(_same_every_time, {"x": 2}, ScalingConfig(num_workers=2), runs)
+    assert os.stat(Path(third.path) / "params.json").st_ino != os.stat(b / "params.json").st_ino
+    (b / "params.json").write_text('{"x": "edited"}')
+    fourth, _ = execute_run(_same_every_time, {"x": 1}, ScalingConfig(num_workers=2), runs)
+    assert json.loads((Path(fourth.path) / "params.json").read_text()) == {"x": 1}
+    assert json.loads((a / "params.json").read_text()) == {"x": "edited"}   # a and b share it
+    # Removing a run's directory leaves the runs linked to it whole.
+    import shutil
+
+    shutil.rmtree(a)
+    assert pickle.loads((b / "function.pkl").read_bytes()) and second.metrics["x"] == 1
+
+
+def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm, tmp_path):
+    from raynb.cluster.rundir import read_run_dir
+    from raynb.train.run import execute_run
+
+    def quiet():
+        return 7
+
+    storage = RunConfig(verbose=0, storage_path=str(tmp_path))
+    for _ in range(2):   # the second one's function.pkl and params.json are links
+        result, value = execute_run(quiet, None, ScalingConfig(num_workers=1), storage)
+        assert value == 7
+        path = Path(result.path)
+        assert sorted(p.name for p in path.iterdir()) == ["function.pkl", "params.json", "run.json"]
+        rec = read_run_dir(path)
+        assert rec["state"] == "FINISHED" and rec["params"] == {} and rec["reports"] == []
+    result, _ = execute_run(_same_every_time, {"x": 3}, ScalingConfig(num_workers=2), storage)
+    path = Path(result.path)
+    assert sorted(p.name for p in path.iterdir()) == ["function.pkl", "params.json", "progress.csv",
+                                                      "result.json", "run.json"]
+    assert (path / "progress.csv").read_text().splitlines()[0].startswith("x,training_iteration")
+    assert json.loads((path / "result.json").read_text())["x"] == 3

@@ -221,11 +221,29 @@ class RunDirectory:
     def write_state(self, record: dict) -> None:
         write_json_atomic(self.path / STATE_FILE, record)
 
-    def write_function(self, payload: bytes) -> None:
-        tmp = self.path / f".{FUNCTION_FILE}.tmp"
-        with writing(self.path / FUNCTION_FILE), open(tmp, "wb", opener=private_opener) as f:
-            f.write(payload)
-        os.replace(tmp, self.path / FUNCTION_FILE)
+    def write_function(self, payload: bytes, links=None) -> None:
+        """``function.pkl``; ``links`` (``linked_files.LinkedFiles``): a hard link to an
+        earlier run's file with the same bytes, when there is one."""
+        self._write_bytes(self.path / FUNCTION_FILE, payload, links, atomic=True)
+
+    def _write_bytes(self, path: Path, data, links=None, atomic: bool = False) -> None:
+        """``path`` holding ``data``: a new file (``atomic``: written aside, then renamed in,
+        so a crash leaves no torn file), or a link (``links``). An existing file is
+        replaced by rename, never written in place: its inode may be another run's too."""
+        exists = path.exists()
+
+        def write():
+            target = path.with_name(f".{path.name}.tmp") if atomic or exists else path
+            with writing(path), open(target, "wb", opener=private_opener) as f:
+                f.write(data)
+            if target != path:
+                with writing(path):
+                    os.replace(target, path)
+        if links is None or exists:
+            write()
+        else:
+            with writing(path):
+                links.write(path, data, write)
 
     def append_output(self, rank, text: str, stream: str | None = None) -> None:
         """Append a rank's output to ``output.log``, tagged (``run_logs.tag_lines``).
@@ -249,9 +267,10 @@ class RunDirectory:
                                     opener=private_opener)
             self._output.write(tag_lines(rank, text, stream))
 
-    def write_params(self, params: dict) -> None:
-        with writing(self.path / "params.json"), open(self.path / "params.json", "w", opener=private_opener) as f:
-            json.dump(params, f, indent=2, default=_json_default)
+    def write_params(self, params: dict, links=None) -> None:
+        """``params.json`` (as ``write_function``, ``links`` may make it a hard link)."""
+        text = json.dumps(params, indent=2, default=_json_default)
+        self._write_bytes(self.path / "params.json", text.encode(), links)
 
     def append_result(self, metrics: dict, started: float | None, t: float | None) -> dict:
         """Add Ray's automatic fields to a rank-0 report, to be appended to the files.

