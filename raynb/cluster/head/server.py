@@ -17,9 +17,11 @@ import time
 import zmq
 
 from .. import chunking, curve, event_batch, protocol as P, signing
+from ..connection import remove_connection_file
 from . import progress_relay, scheduler
 from .controller import RunController
 from .data_gate import DataGate, send_if_connected
+from . import idle_stop
 from .idle_stop import IdleStop
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
@@ -135,6 +137,8 @@ class Head(NodeEvents):
                         break
                     self._receive(frames)
             self.tick()
+        if self.connection_info is not None:
+            remove_connection_file()  # stopping: a client arriving now starts a fresh cluster
         for run in list(self.runs.values()):
             self.controller.head_stopping(run, "the raynb cluster was stopped (`raynb stop`, or the "
                                                "head got SIGTERM) while this run was active")
@@ -152,7 +156,7 @@ class Head(NodeEvents):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
             self.registry.worker_seen(P.routing_name(identity), identity, time.monotonic())
-        elif identity.startswith(b"client:"):
+        elif identity.startswith(b"client:") and msg.msg_type in idle_stop.USE:
             self.idle_stop.client_heard(identity, time.monotonic())
         handler = self.handlers.get(msg.msg_type)
         if handler is None:

@@ -145,7 +145,8 @@ class RunStore:
             for e in entries:
                 if e.is_dir() and os.path.exists(os.path.join(e.path, "run.json")):
                     found.append((e.stat().st_mtime, e.path))
-        for _, path in sorted(found, reverse=True)[:ARCHIVE_LIMIT]:
+        # The newest ARCHIVE_LIMIT, added oldest first: prune drops from the front.
+        for _, path in reversed(sorted(found, reverse=True)[:ARCHIVE_LIMIT]):
             try:
                 self._archive_run(read_run_dir(path, with_reports=False))
             except (OSError, CorruptRunDirectory, ValueError) as e:  # another user's, or damaged

@@ -234,7 +234,7 @@ def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
 
         # Another process may use it meanwhile (a second script, a notebook): the head
         # then stops by itself once their runs end (head/idle_stop.py).
-        stop_cluster(when_idle=True, owners=[i.decode() for i in OWN_IDENTITIES])
+        stop_cluster(when_idle=True, owners=[i.decode() for i in list(OWN_IDENTITIES)])
 
 
 def cluster_pids(info: dict) -> list[int]:
@@ -309,12 +309,14 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
     if head_alive(info):
         c = Client(info["address"], info["key"].encode(), info)
         try:
+            # A stop when idle is not a kill: a head slow to answer (a busy machine) gets
+            # longer, so another client's run is not killed with it by mistake.
             reply = c.request(P.SHUTDOWN, {"when_idle": True, "owners": list(owners)} if when_idle else {},
-                              reply_types=(P.STATUS_REPLY,), timeout=3.0)
+                              reply_types=(P.STATUS_REPLY,), timeout=15.0 if when_idle else 3.0)
             if reply.content.get("stopping") is False:
                 print(f"raynb: the cluster this script started stays up while another client uses it "
-                      f"({reply.content.get('in_use')}); it stops by itself when they are done",
-                      file=sys.stderr, flush=True)
+                      f"({reply.content.get('in_use')}); it stops by itself when they are done "
+                      "(`raynb stop` ends it now)", file=sys.stderr, flush=True)
                 return True
         except ClusterError:
             pass
