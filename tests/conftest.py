@@ -148,6 +148,9 @@ def private_cluster(tmp_path, monkeypatch, workers: int = 1, env: dict | None = 
 
     monkeypatch.setattr(raynb.client.connection, "_client", None)
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    # Its runs (and those of the jobs its head starts) stay in the test's directory, never
+    # in ~/raynb_results (a test that uses no session fixture has no storage path set).
+    monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "results"))
     for k, v in (env or {}).items():
         monkeypatch.setenv(k, v)
     info, started = start_cluster(num_workers=workers, **start_kwargs)
