@@ -11,9 +11,9 @@ its own connections (``owners``), and the head stops once
   or follows (the owners' own runs end with the cluster, as before),
 - no job's driver runs (``raynb submit``: a client of the cluster too), and
 - no other client has used it for ``CLIENT_GRACE_S`` (one that has just connected
-  and is about to submit its first run): connecting (``ping``), submitting, attaching,
-  cancelling count as use; asking for the status, the runs or their logs does not, so an
-  open dashboard or a ``watch raynb status`` does not keep it up for good.
+  and is about to submit its first run): connecting (``connect()``'s hello), submitting,
+  attaching, cancelling count as use; pings and asking for the status, the runs or their
+  logs do not, so an open dashboard or a ``watch raynb status`` does not keep it up for good.
 
 A client that stays quiet longer (a notebook between cells) finds the cluster gone and
 its next run starts a fresh one, saying so; a cluster meant to outlive scripts is
@@ -28,8 +28,7 @@ from .run import TERMINAL
 # runs and jobs (a client following a run is counted by the run being active).
 USE = frozenset({P.HELLO, P.SUBMIT_RUN, P.ATTACH_RUN, P.CANCEL_RUN, P.SUBMIT_JOB})
 
-# A client pings at least every 2 s while it follows a run (client/run.PING_EVERY_S),
-# and submits right after it connects; 10 s also covers a busy machine.
+# A client submits right after it says hello; 10 s also covers a busy machine.
 CLIENT_GRACE_S = 10.0
 
 
