@@ -19,7 +19,6 @@ Needs root (namespaces). Usage: ``python benchmarks/data_multihost.py [--quick]`
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -34,8 +33,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import netns  # noqa: E402
-from multihost_fixture import Cluster, hosts_up  # noqa: E402
+from multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
 
 RUN = """
 import numpy as np
@@ -103,12 +101,8 @@ def _peak_rss(pid: int, stop: threading.Event, out: list) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    why = netns.available()
-    if why:
-        print(json.dumps({"skipped": why}))
+    args = bench_args()
+    if args is None:
         return 0
     sizes = (32, 128) if args.quick else (32, 256, 1024)
     base = Path(tempfile.mkdtemp(prefix="raynb-bench-data-multihost-"))

@@ -18,7 +18,6 @@ Needs root (namespaces). Usage: ``python benchmarks/multihost.py [--quick]``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,8 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import netns  # noqa: E402
-from multihost_fixture import Cluster, hosts_up  # noqa: E402
+from multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
 
 TRIVIAL = """
 import torch, torch.distributed as dist
@@ -159,12 +157,8 @@ def _host_loss(c: Cluster) -> float:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
-    why = netns.available()
-    if why:
-        print(json.dumps({"skipped": why}))
+    args = bench_args()
+    if args is None:
         return 0
     runs, steps, mib, n_ckpt = (5, 5, 16, 2) if args.quick else (20, 20, 64, 3)
     base = Path(tempfile.mkdtemp(prefix="raynb-bench-multihost-"))

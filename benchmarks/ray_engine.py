@@ -96,19 +96,6 @@ def _ray_train(n: int, storage: str) -> dict:
     return out
 
 
-def _alive(pids) -> list[int]:
-    import psutil
-
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ray-train-fits", type=int, default=3, help="fits after the first (default 3)")
@@ -181,10 +168,12 @@ def main() -> int:
         if "median_s" in out.get("ray_train", {}):
             out["speedup_vs_ray_train"] = round(out["ray_train"]["median_s"] * 1000 / on_ray, 1)
     finally:
+        from raynb.cluster.procutil import alive
+
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and _alive(started):
+        while time.monotonic() < deadline and alive(started):
             time.sleep(0.2)
-        for pid in _alive(started):  # by pid: only what this run started
+        for pid in alive(started):  # by pid: only what this run started
             try:
                 psutil.Process(pid).kill()
             except psutil.Error:

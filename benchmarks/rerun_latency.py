@@ -136,15 +136,6 @@ def _cluster_pids(home: str) -> list[int]:
     return list(dict.fromkeys(pids))
 
 
-def _alive(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
 def _kill_leftovers(pids: list[int], home: str) -> list[int]:
     """SIGKILL the cluster processes that outlived ``raynb stop``; returns who was left.
 
@@ -167,12 +158,14 @@ def _kill_leftovers(pids: list[int], home: str) -> list[int]:
 
 def stop_cluster(home: str) -> None:
     """``raynb stop``, then make sure nothing of the cluster in ``home`` is left."""
+    from raynb.cluster.procutil import alive
+
     pids = _cluster_pids(home)
     try:
         subprocess.run(_raynb_cli() + ["stop"], stdout=subprocess.DEVNULL, timeout=60)
     finally:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        while time.monotonic() < deadline and alive(pids):
             time.sleep(0.1)
         left = _kill_leftovers(pids + [p for p in _cluster_pids(home) if p not in pids], home)
         if left:

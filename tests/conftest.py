@@ -10,8 +10,9 @@ import signal
 import time
 from contextlib import contextmanager
 
-import psutil
 import pytest
+
+from raynb.cluster.procutil import alive  # noqa: F401 - the tests import it from here
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -43,16 +44,6 @@ def raynb_home(tmp_path_factory):
             os.environ[k] = v
 
 
-def alive(pids) -> list[int]:
-    """The pids that still run (zombies count as gone)."""
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.Error:
-            pass
-    return out
 
 
 @pytest.fixture(scope="session")

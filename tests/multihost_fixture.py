@@ -24,6 +24,21 @@ ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ["head", "h1", "h2", "client"]
 
 
+def bench_args(argv=None):
+    """A multi-host benchmark's arguments (``--quick``), or None where network namespaces
+    cannot be made here (after printing ``{"skipped": why}`` as its JSON)."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    why = netns.available()
+    if why:
+        print(json.dumps({"skipped": why}))
+        return None
+    return args
+
+
 class Cluster:
     def __init__(self, net: netns.Net, base: Path):
         self.net, self.base = net, base

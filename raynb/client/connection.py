@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cluster import protocol as P
 from ..cluster.control import Client
 from ..errors import ClusterError
 
@@ -52,8 +51,8 @@ def _connection_file_changed(client: Client) -> bool:
         seen = (st.st_ino, st.st_size, st.st_mtime_ns)
     except OSError:
         return True
-    changed = getattr(client, "_connection_file_seen", None) != seen
-    client._connection_file_seen = seen
+    changed = client.local_file_seen != seen
+    client.local_file_seen = seen
     return changed
 
 
@@ -119,7 +118,7 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
     message = None
     if _client is not None and _client._pid == os.getpid() and address is None:
         gone = local_head_gone(_client)
-        if gone is None and _hello(_client):
+        if gone is None and _client.hello():
             return _client
         if gone is not None:
             message = f"raynb: the local cluster's head (pid {gone}) is gone; starting a new one"
@@ -150,22 +149,12 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
     client = Client(info["address"], info["key"].encode(), info)
     if address in (None, "ray"):
         client.local_token = info.get("token")
-    if not _hello(client):
+    if not client.hello():
         client.close()
         raise ClusterError(f"the raynb head at {info['address']} does not answer; "
                            "check `raynb status`, or `raynb stop` and start again")
     _client = client
     return client
-
-
-def _hello(client: Client, timeout: float = 5.0) -> bool:
-    """Say hello to the head (it answers, and counts this client as one using the cluster:
-    ``head/idle_stop.py``); False when it does not answer."""
-    try:
-        reply = client.request(P.HELLO, {"role": "client"}, reply_types=(P.HELLO_REPLY,), timeout=timeout)
-    except ClusterError:
-        return False
-    return reply.msg_type == P.HELLO_REPLY
 
 
 def disconnect() -> None:

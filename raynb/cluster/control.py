@@ -64,6 +64,8 @@ class Client:
         # The token of the local connection file this client came from (connect() with no
         # address), so a replaced local cluster is noticed; None otherwise.
         self.local_token: str | None = None
+        # (inode, size, mtime) of that file when last read: a stat tells it is unchanged.
+        self.local_file_seen: tuple | None = None
 
     # -- low level ---------------------------------------------------------------
     def send(self, msg_type: str, content: dict | None = None, buffers=()) -> None:
@@ -107,6 +109,15 @@ class Client:
                            "handshake: copy this head's connection file" if self.info.get("curve") else ""))
                 if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
                     return msg
+
+    def hello(self, timeout: float = 5.0) -> bool:
+        """Say hello (a client attaching: the head counts it as one using the cluster,
+        ``head/idle_stop.py``); False when the head does not answer."""
+        try:
+            return self.request(P.HELLO, {"role": "client"}, reply_types=(P.HELLO_REPLY,),
+                                timeout=timeout).msg_type == P.HELLO_REPLY
+        except ClusterError:
+            return False
 
     def ping(self, timeout: float = 2.0) -> bool:
         try:

@@ -93,20 +93,36 @@ def end_descendants(timeout: float = 2.0) -> list[int]:
     left = procs
     while left and time.monotonic() < deadline:
         reap_children()
-        left = [p for p in left if _running(p)]
+        left = [p for p in left if running(p)]
         if left:
             time.sleep(0.005)
     reap_children()
     return [p.pid for p in procs]
 
 
-def _running(proc) -> bool:
+def running(proc) -> bool:
+    """Whether ``proc`` (a ``psutil.Process``) still runs. A zombie has exited: it holds
+    nothing but its pid until its parent reaps it."""
     import psutil
 
     try:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def alive(pids) -> list[int]:
+    """The pids of ``pids`` that still run (zombies and gone ones are left out)."""
+    import psutil
+
+    out = []
+    for pid in pids:
+        try:
+            if running(psutil.Process(pid)):
+                out.append(pid)
+        except psutil.Error:
+            pass
+    return out
 
 
 def end_groups(pgids, started_before: float) -> None:

@@ -186,8 +186,9 @@ class Head(NodeEvents):
             self._next_schedule = now + 1.0
             self.schedule()
         self.watch_nodes(now)
-        self.idle_stop.forget_quiet(now)
-        if self.idle_stop.owners is not None and self._in_use(now) is None:
+        if self.idle_stop.owners is None:
+            self.idle_stop.forget_quiet(now)
+        elif self._in_use(now) is None:   # (which forgets the quiet clients too)
             log.info("stopping: the stop asked when idle is due (no other client uses the cluster)")
             self._stop = True
 

@@ -23,7 +23,7 @@ from ..connection import (connection_file_path, head_alive, open_private, privat
                           raynb_home, read_connection_file, remove_connection_file)
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
-from ..procutil import HEAD_MODULE, NODE_MODULE
+from ..procutil import HEAD_MODULE, NODE_MODULE, running
 from ...errors import ClusterError
 
 
@@ -264,17 +264,10 @@ def _wait_gone(procs: list, timeout: float) -> list:
     for that on every stop)."""
     deadline = time.monotonic() + timeout
     while True:
-        procs = [p for p in procs if _running(p)]
+        procs = [p for p in procs if running(p)]
         if not procs or time.monotonic() >= deadline:
             return procs
         time.sleep(0.02)
-
-
-def _running(p: psutil.Process) -> bool:
-    try:
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> bool:
