@@ -3,6 +3,8 @@ and what a worker keeps after a run. Properties, not timings (``benchmarks/`` ha
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -137,30 +139,113 @@ def test_worker_rss_returns_to_idle_after_a_run_that_shipped_256_mib(warm):
     assert raynb.cluster_status()["workers"]  # the cluster is fine
 
 
-def test_spare_files_are_private_renamed_into_place_and_made_again_when_quiet(tmp_path):
+def _ready_spares(pool, deadline_s: float = 10.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not pool._ready and time.monotonic() < deadline:
+        pool._read_ready()
+        time.sleep(0.01)
+    assert pool._ready, "the spare-directory maker made no batch"
+
+
+def test_spare_run_directories_are_private_made_by_an_idle_process_and_renamed_into_place(tmp_path):
     import os
+    import signal
     import stat
 
-    from raynb.cluster.spare_files import REFILL_AFTER_S, SparePool
+    import psutil
 
-    pool = SparePool(tmp_path / "spare", files=3, dirs=1).start()
+    from raynb.cluster.spare_files import SparePool
+
+    root = tmp_path / "spare"
+    pool = SparePool(root, dirs=2, ahead=1).start()
+    maker = psutil.Process(pool._proc.pid)
     try:
-        deadline = time.monotonic() + 5
-        while (len(pool._ready["f"]), len(pool._ready["d"])) != (3, 1) and time.monotonic() < deadline:
+        _ready_spares(pool)
+        assert os.sched_getscheduler(maker.pid) == os.SCHED_IDLE  # (set before its first batch)
+        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        runs = tmp_path / "runs"
+        runs.mkdir()
+        assert pool.take(runs / "r0")
+        assert stat.S_IMODE(os.stat(runs / "r0").st_mode) == 0o700 and not os.listdir(runs / "r0")
+        assert not pool.take(runs / "r0")  # never over an existing directory
+        assert pool.take(runs / "r1")  # the batch's last: the maker makes the next one at once
+        deadline = time.monotonic() + 10
+        while not pool.take(runs / "r2") and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert stat.S_IMODE(os.stat(tmp_path / "spare").st_mode) == 0o700
-        run = tmp_path / "run"
-        assert pool.take(run, "d") and stat.S_IMODE(os.stat(run).st_mode) == 0o700
-        for name in ("a", "b", "c"):
-            assert pool.take(run / name, "f")
-            assert stat.S_IMODE(os.stat(run / name).st_mode) == 0o600 and os.path.getsize(run / name) == 0
-        assert not pool.take(run / "a", "f")  # never over an existing file
-        assert not pool.take(run / "d", "f") and pool.missed == 1  # none left: the caller creates it
-        time.sleep(REFILL_AFTER_S + 0.5)
-        assert len(pool._ready["f"]) == 3 and len(pool._ready["d"]) == 1
+        assert (runs / "r2").is_dir(), "no new batch after one was used up"
+        assert pool.taken == 3
+        os.kill(maker.pid, signal.SIGKILL)  # the maker gone: what is ready is used, then none
+        maker.wait(10)
+        while pool.take(runs / f"r{pool.taken}"):
+            pass
+        assert not pool.take(runs / "last") and pool.missed >= 1
     finally:
         pool.stop()
-    assert not (tmp_path / "spare").exists()
+    assert not root.exists() and not maker.is_running()
+
+
+def _inode_flags(path) -> int | None:
+    import array
+    import fcntl
+    import os
+
+    from raynb.cluster import spare_files
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, spare_files._FS_IOC_GETFLAGS, flags, True)
+        return flags[0]
+    except OSError:
+        return None  # no inode flags on this file system (tmpfs)
+    finally:
+        os.close(fd)
+
+
+def test_spare_directories_are_spread_over_block_groups_where_the_file_system_can(tmp_path):
+    """ext2/3/4: the spare root is flagged a top of hierarchies (``chattr +T``), so Orlov
+    spreads the maker's batches; elsewhere nothing is flagged and nothing fails."""
+    from raynb.cluster import spare_files
+    from raynb.cluster.spare_files import SparePool
+
+    pool = SparePool(tmp_path / "spare", dirs=2, ahead=1).start()
+    try:
+        flags = _inode_flags(tmp_path / "spare")
+        if flags is not None:
+            assert flags & spare_files._FS_TOPDIR_FL, hex(flags)
+            out = subprocess.run(["lsattr", "-d", str(tmp_path / "spare")], capture_output=True, text=True)
+            if out.returncode == 0:  # e2fsprogs' own reading of the flag
+                assert "T" in out.stdout.split()[0], out.stdout
+        _ready_spares(pool)
+        assert pool.take(tmp_path / "run")
+    finally:
+        pool.stop()
+
+
+def test_the_spare_maker_cleans_up_and_exits_when_its_head_is_killed(tmp_path):
+    import os
+    import signal
+
+    import psutil
+
+    root = tmp_path / "spare"
+    code = ("import sys, time\nfrom raynb.cluster.spare_files import SparePool\n"
+            f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, flush=True)\ntime.sleep(60)\n")
+    head = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        maker = psutil.Process(int(head.stdout.readline()))
+        deadline = time.monotonic() + 10
+        while not any(root.glob("*")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert any(root.glob("*")), "the maker made no batch"
+        os.kill(head.pid, signal.SIGKILL)
+        head.wait(10)
+        maker.wait(10)  # its input ended with the head: it removed its directory and exited
+        assert not root.exists()
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
 
 
 def _same_every_time(config):
@@ -221,3 +306,70 @@ def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm
                                                       "result.json", "run.json"]
     assert (path / "progress.csv").read_text().splitlines()[0].startswith("x,training_iteration")
     assert json.loads((path / "result.json").read_text())["x"] == 3
+
+
+def _print_then_report(config):
+    from raynb.train import get_context, report
+
+    print(f"rank {get_context().get_world_rank()} starts")
+    report({"step": 1})
+    report({"step": 2})
+
+
+def _run_recording_messages(monkeypatch, client):
+    """Submit and follow a 2-rank run; returns (messages as received, events as followed)."""
+    received = []
+    accept = client.session.accept
+
+    def recording(frames, identity=None):
+        msg = accept(frames, identity)
+        if msg is not None:
+            received.append((msg.msg_type, dict(msg.content)))
+        return msg
+
+    monkeypatch.setattr(client.session, "accept", recording)
+    spec, payload = build_submission(_print_then_report, {}, ScalingConfig(num_workers=2), QUIET)
+    submit_run_accepted(client, spec, payload)
+    view = _Recorder()
+    outcome = follow_run(client, spec["run_id"], view, all_ranks=True)
+    monkeypatch.undo()
+    assert outcome.state == "FINISHED" and [r["step"] for r in outcome.reports] == [1, 2]
+    return received, view.events
+
+
+def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch):
+    """The head sends what it has for a client once per drain of its socket
+    (head/client_outbox.py): the submit's states with one message after the accepted,
+    the end's events inside run_done; the client reads them back in order."""
+    received, events = _run_recording_messages(monkeypatch, get_client())
+    types = [t for t, _ in received if t != "pong"]
+    assert types[:2] == ["run_accepted", "run_events"], types
+    assert [e["event"]["state"] for e in received[1][1]["events"]] == ["PENDING", "RUNNING"]
+    assert types[-1] == "run_done" and received[-1][1]["events"][-1]["event"]["state"] == "FINISHED"
+    states = [e["state"] for e in events if e.get("kind") == "state"]
+    assert states == ["PENDING", "RUNNING", "FINISHED"], events
+    carried = [len(c.get("events", ())) if t in ("run_events", "run_done") else 1
+               for t, c in received if t in ("run_event", "run_events", "run_done")]
+    assert len(carried) < sum(carried), (types, carried)
+    outputs = [e["event"]["text"] for t, c in received if t in ("run_events", "run_done")
+               for e in c.get("events", ()) if e["event"]["kind"] == "output"]
+    outputs += [c["event"]["text"] for t, c in received if t == "run_event" and c["event"]["kind"] == "output"]
+    assert sorted("".join(outputs).split("\n")[:-1]) == ["rank 0 starts", "rank 1 starts"], outputs
+
+
+def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatch):
+    """A 2.1 client (no run_events) is sent each event as its own run_event, as before."""
+    from raynb.cluster import protocol as P
+    from raynb.cluster.control import Client
+
+    info = get_client().info
+    monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.1")  # what this client's messages say
+    old = Client(info["address"], info["key"].encode(), info)
+    try:
+        received, events = _run_recording_messages(monkeypatch, old)
+    finally:
+        old.close()
+    types = [t for t, _ in received]
+    assert "run_events" not in types and "events" not in received[-1][1], types
+    assert types.count("run_event") == len(events)
+    assert [e["state"] for e in events if e.get("kind") == "state"] == ["PENDING", "RUNNING", "FINISHED"]

@@ -12,7 +12,7 @@ import time
 
 import zmq
 
-from . import curve
+from . import curve, event_batch
 from . import protocol as P
 from .rejects import refusal
 from ..errors import ClusterError
@@ -61,6 +61,8 @@ class Client:
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()
+        # The rest of a message that stood for several (a run_events: event_batch.expand).
+        self._backlog: collections.deque = collections.deque()
         # The token of the local connection file this client came from (connect() with no
         # address), so a replaced local cluster is noticed; None otherwise.
         self.local_token: str | None = None
@@ -72,7 +74,10 @@ class Client:
         self.session.send(self.sock, msg_type, content, buffers)
 
     def recv(self, timeout: float | None) -> P.Message | None:
-        """The next verified message, or None after ``timeout`` seconds (None: wait forever)."""
+        """The next verified message, or None after ``timeout`` seconds (None: wait forever).
+        A message that carries several (``run_events``) is returned as them, one per call."""
+        if self._backlog:
+            return self._backlog.popleft()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -87,6 +92,9 @@ class Client:
                 hook = MESSAGE_HOOKS.get(msg.msg_type)
                 if hook is not None:
                     hook(self, msg)   # answered; still returned: the head was heard from
+                if msg.msg_type in (P.RUN_EVENTS, P.RUN_DONE):
+                    self._backlog.extend(event_batch.expand(msg))
+                    return self._backlog.popleft()
                 return msg
 
     def request(self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0,

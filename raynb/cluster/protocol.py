@@ -47,7 +47,7 @@ from . import chunking, signing
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.1"
+PROTOCOL_VERSION = "2.2"
 
 log = logging.getLogger("raynb.protocol")
 
@@ -67,7 +67,8 @@ RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory da
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
 RUN_EVENT = "run_event"          # {"run_id", "event": {...}} (progress pane events)
-RUN_DONE = "run_done"            # {"run_id", "state", "error", ...}; buffers[0] = rank 0 return value
+RUN_EVENTS = "run_events"        # {"events": [run_event content, ...]}: one drain's events (2.2)
+RUN_DONE = "run_done"            # {"run_id", "state", "error", "events"?, ...}; buffers[0] = rank 0 return value
 STATUS_REPLY = "status_reply"
 ERROR = "error"                  # {"message"}: a request the head refused
 PONG = "pong"                    # also the head's answer to a node's stats
@@ -162,7 +163,9 @@ SCHEMAS: dict[str, Record] = {
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
     RUN_EVENT: Record({"run_id": str, "event": dict}),
-    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict)}),
+    RUN_EVENTS: Record({"events": ListOf(Record({"run_id": str, "event": dict}))}),
+    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict),
+                      "events?": ListOf(Record({"run_id": str, "event": dict}))}),
     ERROR: Record({"message": str}),
     RUNS_REPLY: Record({"runs": ListOf(dict)}),
     RUN_RECORD: Record({"record": dict}),

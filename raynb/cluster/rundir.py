@@ -52,8 +52,6 @@ OUTPUT_TAIL_LINES = 2000
 def private_opener(path, flags: int) -> int:
     """``open(..., opener=private_opener)``: a file created (or rewritten) 0600, never
     through a symlink."""
-    if flags & os.O_CREAT:
-        spare_files.take(path)  # a spare empty file renamed to ``path``, when there is one
     fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     if flags & os.O_CREAT:
         try:
@@ -69,7 +67,7 @@ def make_private_dir(path: Path) -> None:
     Raises:
         PermissionError: it exists and belongs to another user.
     """
-    if not spare_files.take(path, "d"):
+    if not spare_files.take(path):  # a spare, in a block group where files are cheap
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     if os.stat(path).st_uid not in (os.getuid(), 0):
         raise PermissionError(f"{path} belongs to another user (uid {os.stat(path).st_uid}); "

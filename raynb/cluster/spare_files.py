@@ -1,132 +1,183 @@
-"""Empty files and directories made ahead of time, for the files of a run directory.
+"""Run directories made ahead of time, in block groups where their files are cheap.
 
-On some file systems making an inode costs far more than anything else a run does
-with its files: on the 2-core VM raynb is measured on (ext4, shared with other busy
-processes), creating a file or a directory takes 30-900 µs of CPU (it varies with the
-disk's other traffic), a rename 12 µs, a write to an open file 3 µs. A warm re-run
-makes seven (its directory, ``params.json``, ``run.json`` twice, ``function.pkl``,
-``result.json``, ``progress.csv``): up to 6 ms on the head's loop, most of a re-run of
-a trivial function.
+On ext4 without a journal (the 2-core VM raynb is measured on), a new inode is not
+taken from those deleted in the last one to six minutes (``recently_deleted()`` in
+``fs/ext4/ialloc.c``), and each new file's search starts at the first inode of its
+directory's block group: in a group where a test suite or a benchmark just deleted
+thousands of files, every new file costs 100-1,000 µs of CPU, in the kernel, where
+this kernel (``PREEMPT_NONE``) lets nothing else run on that CPU. A warm re-run makes
+its directory and three to five files there: up to 5 ms, more than the rest of a re-run
+of a trivial function. A process of lower priority making them ahead of time did not
+help: its system calls took the CPUs from the ranks all the same.
 
-So the head keeps a few spare empty files (0600) and directories (0700) in a private
-directory of its own (``$RAYNB_HOME/spare``), made by a thread once runs stopped taking
-them for a while (``REFILL_AFTER_S``: not while the head starts runs), and a run's new
-file or directory is one of them, renamed into place (:func:`take`). (The thread is not
-niced: starved while holding the GIL, it stalled the head's loop for milliseconds.) A rename only works within one file
-system: for a run directory elsewhere, or with no spare left (a burst of runs), the
-file is created as before. Nothing else changes: the same names, modes and contents.
-``RAYNB_SPARE_FILES=0`` turns it off.
+What does help is where the directory is. ext4's Orlov allocator spreads the
+subdirectories of a directory flagged "top of a hierarchy" (``chattr +T``) over block
+groups with many free inodes, which mostly saw no deletions: a file in such a
+directory costs about 10 µs. So the head keeps spare empty directories (0700) in a
+private one of its own so flagged (``$RAYNB_HOME/spare``), made by a process at the
+lowest CPU priority (``spare_maker.py``), and a run's directory is one of them,
+renamed into place (:func:`take`, 16 µs); its files, created in it, land in its group.
+(Making a directory in the flagged one costs ~250 µs, for Orlov's search: the maker
+pays it once per batch.)
+
+Elsewhere nothing changes: on another file system the flag is not set (a rename still
+costs no more than a ``mkdir``), and for a run directory on another file system than
+``$RAYNB_HOME`` (rename fails) or with no spare ready, the directory is made as before.
+Same names, modes and contents. ``RAYNB_SPARE_FILES=0`` turns it off.
 """
 from __future__ import annotations
 
-import itertools
+import array
+import fcntl
 import logging
 import os
 import shutil
-import threading
-import time
+import subprocess
+import sys
 from collections import deque
 from pathlib import Path
 
+from . import spare_maker
+
 log = logging.getLogger("raynb.spare")
 
-# How many spares of each kind are kept ready (a warm run takes 4-6 files and 1 directory).
-FILES, DIRS = 24, 4
-# Spares are made once no run has taken one for this long (s): between a user's re-runs,
-# never in the middle of a burst of them (a burst uses them up, then creates files itself).
-REFILL_AFTER_S = 0.05
+# Directories per batch (a directory of the maker's), and batches kept ready.
+DIRS, AHEAD = 8, 4
+# linux/fs.h: the inode flags ioctls, and "top of directory hierarchy" (chattr +T).
+_FS_IOC_GETFLAGS, _FS_IOC_SETFLAGS, _FS_TOPDIR_FL = 0x80086601, 0x40086602, 0x00020000
+
+
+def flag_top_directory(path) -> bool:
+    """Set ext2/3/4's "top of a directory hierarchy" flag on ``path`` (what ``chattr +T``
+    does); False where the file system has no such flag."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        flags = array.array("i", [0])
+        fcntl.ioctl(fd, _FS_IOC_GETFLAGS, flags, True)
+        flags[0] |= _FS_TOPDIR_FL
+        fcntl.ioctl(fd, _FS_IOC_SETFLAGS, flags)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class SparePool:
-    """Spare empty files and directories in ``root`` (created 0700, emptied first).
+    """Spare empty directories in ``root``, made by a ``spare_maker`` process.
 
     Args:
         root (Path): a directory only this process uses (it is removed and re-made).
-        files, dirs (int): how many of each to keep ready.
+        dirs (int): how many directories one batch holds.
+        ahead (int): batches kept ready.
     """
 
-    def __init__(self, root: Path, files: int = FILES, dirs: int = DIRS):
+    def __init__(self, root: Path, dirs: int = DIRS, ahead: int = AHEAD):
         self.root = Path(root)
-        self._want = {"f": files, "d": dirs}
-        self._ready: dict[str, deque] = {"f": deque(), "d": deque()}
-        self._names = itertools.count()
-        self._wake = threading.Event()
-        self._stop = False
-        self._thread: threading.Thread | None = None
-        self.taken = self.missed = 0  # spares used, and creations that found none
-        self._last_take = 0.0
+        self._size, self._ahead = dirs, ahead
+        self._ready: deque = deque()  # [batch directory, numbers of the directories left in it]
+        self._proc: subprocess.Popen | None = None
+        self._from_maker = self._to_maker = -1
+        self._partial = b""
+        self.taken = self.missed = 0  # spares used, and directories made with none ready
 
     def start(self) -> "SparePool":
         shutil.rmtree(self.root, ignore_errors=True)  # a killed head's leftovers
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        self._thread = threading.Thread(target=self._fill, name="raynb-spare-files", daemon=True)
-        self._thread.start()
-        self._wake.set()
+        flag_top_directory(self.root)
+        ready_r, ready_w = os.pipe()  # (not inherited by what the head starts later)
+        used_r, used_w = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", spare_maker.__file__, str(self.root), str(ready_w), str(used_r),
+                 str(self._size), str(self._ahead)],
+                pass_fds=(ready_w, used_r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                start_new_session=True)  # a Ctrl-C meant for a foreground head is not its
+        except OSError as e:
+            log.warning("cannot start the spare-directory maker (run directories are made as "
+                        "needed): %s", e)
+            os.close(ready_r)
+            os.close(used_w)
+            return self
+        finally:
+            os.close(ready_w)
+            os.close(used_r)
+        os.set_blocking(ready_r, False)
+        os.set_blocking(used_w, False)
+        self._from_maker, self._to_maker = ready_r, used_w
         return self
 
     def stop(self) -> None:
-        """Stop making spares and remove the directory with those left."""
-        self._stop = True
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        """Stop the maker (it removes the directory with what is left) and wait for it."""
+        if self._to_maker >= 0:
+            os.close(self._to_maker)  # its end of input: it cleans up and exits
+            self._to_maker = -1
+        if self._proc is not None:
+            try:  # at SCHED_IDLE it might wait long for a CPU on a busy machine
+                os.sched_setscheduler(self._proc.pid, os.SCHED_OTHER, os.sched_param(0))
+            except (AttributeError, OSError):
+                pass
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if self._from_maker >= 0:
+            os.close(self._from_maker)
+            self._from_maker = -1
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _fill(self) -> None:
-        while not self._stop:
-            self._wake.wait()
-            self._wake.clear()
-            while not self._stop:
-                quiet = time.monotonic() - self._last_take
-                if quiet < REFILL_AFTER_S:  # runs are being started: stay out of their way
-                    time.sleep(REFILL_AFTER_S - quiet)
-                    continue
-                if not self._make_one():
-                    break
+    def _read_ready(self) -> None:
+        """Take in the batches the maker finished since the last look (no wait)."""
+        try:
+            data = os.read(self._from_maker, 4096)
+        except OSError:  # none (EAGAIN)
+            return
+        if not data:  # the maker is gone: what is ready stays usable
+            os.close(self._from_maker)
+            self._from_maker = -1
+            return
+        self._partial += data
+        *lines, self._partial = self._partial.split(b"\n")
+        for line in lines:
+            k, count = line.split()
+            self._ready.append([self.root / str(int(k)), list(range(int(count)))])
 
-    def _make_one(self) -> bool:
-        """Make one missing spare; False when none is missing (or the disk refuses)."""
-        for kind, want in self._want.items():
-            if len(self._ready[kind]) < want:
-                path = str(self.root / f"{kind}{next(self._names)}")
-                try:
-                    if kind == "d":
-                        os.mkdir(path, 0o700)
-                        os.chmod(path, 0o700)
-                    else:
-                        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW
-                                     | os.O_CLOEXEC, 0o600)
-                        os.fchmod(fd, 0o600)
-                        os.close(fd)
-                except OSError as e:  # a full disk: make none until the next take
-                    log.warning("cannot make spare files in %s: %s", self.root, e)
-                    return False
-                self._ready[kind].append(path)
-                return True
-        return False
-
-    def take(self, path, kind: str) -> bool:
-        """Rename a spare ``kind`` ("f": file, "d": directory) to ``path``, which must not
-        exist. False when it exists, when there is no spare, or when ``path`` is on
-        another file system: the caller then creates it itself."""
+    def take(self, path) -> bool:
+        """Rename a spare directory to ``path``, which must not exist. False when it
+        exists, when there is no spare, or when ``path`` is on another file system:
+        the caller then makes it itself."""
         if os.path.lexists(path):
             return False
-        self._last_take = time.monotonic()
-        try:
-            spare = self._ready[kind].popleft()
-        except IndexError:
+        if self._from_maker >= 0:
+            self._read_ready()
+        if not self._ready:
             self.missed += 1
-            self._wake.set()
             return False
-        self._wake.set()
+        batch = self._ready[0]
         try:
-            os.rename(spare, path)
+            os.rename(batch[0] / str(batch[1][-1]), path)
         except OSError:
-            self._ready[kind].appendleft(spare)  # another file system (EXDEV), or a race
-            return False
+            return False  # another file system (EXDEV): the spare stays for a run that can use it
+        batch[1].pop()
+        if not batch[1]:
+            self._ready.popleft()
+            self._used(batch[0])
         self.taken += 1
         return True
+
+    def _used(self, batch: Path) -> None:
+        if self._to_maker < 0:
+            return
+        try:
+            os.write(self._to_maker, f"{batch.name}\n".encode())
+        except OSError:  # the maker is gone
+            pass
 
 
 _pool: SparePool | None = None
@@ -149,7 +200,13 @@ def uninstall() -> None:
         pool.stop()
 
 
-def take(path, kind: str = "f") -> bool:
+def stats() -> dict | None:
+    """``{"taken", "missed"}``: spares used, and creations that found none (None: no pool)."""
+    pool = _pool
+    return None if pool is None else {"taken": pool.taken, "missed": pool.missed}
+
+
+def take(path) -> bool:
     """:meth:`SparePool.take` of the installed pool; False when none is installed."""
     pool = _pool
-    return pool is not None and pool.take(path, kind)
+    return pool is not None and pool.take(path)

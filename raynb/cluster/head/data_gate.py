@@ -50,12 +50,15 @@ class _Waiting:
     nodes: list                # the data_needed entries
 
 
-def send_if_connected(sock: zmq.Socket, session: P.Session) -> Callable:
+def send_if_connected(sock: zmq.Socket, session: P.Session,
+                      before: Callable[[bytes], None] = lambda identity: None) -> Callable:
     """``send(identity, msg_type, content) -> bool`` on the head's ROUTER ``sock``: False,
     and nothing sent, when no peer of that identity is connected (``ROUTER_MANDATORY`` for
     this one send: a client whose process is gone fails its run at once, not after
-    ``data_wait_s()``)."""
+    ``data_wait_s()``). ``before(identity)`` first: what the head queued for that client
+    (its ``run_accepted``) goes before."""
     def send(identity: bytes, msg_type: str, content: dict) -> bool:
+        before(identity)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         try:
             session.send(sock, msg_type, content, identity=identity)

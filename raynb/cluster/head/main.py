@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         head.connection_info["curve"] = curve.client_part(head.curve_keys)
     write_connection_file(head.connection_info)
     log.info("head listening on %s", head.address)
-    spare_files.install(raynb_home() / "spare")  # run directories' new files, made ahead of time
+    spare_files.install(raynb_home() / "spare")  # run directories made ahead, where files are cheap
     try:
         head.serve()
     finally:

@@ -10,7 +10,6 @@ periods, flushes run files and watches the node agents.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 
@@ -19,6 +18,8 @@ import zmq
 from .. import chunking, curve, event_batch, protocol as P, signing
 from ..connection import remove_connection_file
 from . import progress_relay, scheduler
+from .client_outbox import ClientOutbox
+from .client_requests import ClientRequests
 from .controller import RunController
 from .data_gate import DataGate, send_if_connected
 from . import idle_stop
@@ -37,7 +38,7 @@ log = logging.getLogger("raynb.head")
 TICK_S = 0.1
 
 
-class Head(NodeEvents):
+class Head(NodeEvents, ClientRequests):
     """Args:
         key: the cluster's HMAC key.
         bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
@@ -91,6 +92,7 @@ class Head(NodeEvents):
         self._stop = False
         self.idle_stop = IdleStop()  # `shutdown` with when_idle: a script's cluster others use
         self._next_schedule = 0.0
+        self.outbox = ClientOutbox(self._send_now)  # a client's run messages: once per drain
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
             P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
@@ -101,7 +103,7 @@ class Head(NodeEvents):
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
             P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
         }
-        self.queue.gate = DataGate(self.registry, self.runs, send_if_connected(self.sock, self.session),
+        self.queue.gate = DataGate(self.registry, self.runs, send_if_connected(self.sock, self.session, self.outbox.flush),
                                    lambda run, placement: self.queue._start(run, placement, gated=True),
                                    self.requeue, self.controller.no_room)
         self.handlers.update(self.queue.gate.handlers())
@@ -115,6 +117,11 @@ class Head(NodeEvents):
 
     # -- plumbing ---------------------------------------------------------------
     def send(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
+        if self.outbox.waiting(identity):
+            self.outbox.flush(identity)  # what was queued for this client goes first
+        self._send_now(identity, msg_type, content, buffers)
+
+    def _send_now(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
         try:
             self.session.send(self.sock, msg_type, content, buffers, identity=identity)
         except zmq.ZMQError as e:
@@ -136,12 +143,15 @@ class Head(NodeEvents):
                     except zmq.Again:
                         break
                     self._receive(frames)
+                self.outbox.flush()
             self.tick()
+            self.outbox.flush()
         if self.connection_info is not None:
             remove_connection_file()  # stopping: a client arriving now starts a fresh cluster
         for run in list(self.runs.values()):
             self.controller.head_stopping(run, "the raynb cluster was stopped (`raynb stop`, or the "
                                                "head got SIGTERM) while this run was active")
+        self.outbox.flush()
         self.shutdown_nodes()
 
     def _receive(self, frames) -> None:
@@ -156,8 +166,10 @@ class Head(NodeEvents):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
             self.registry.worker_seen(P.routing_name(identity), identity, time.monotonic())
-        elif identity.startswith(b"client:") and msg.msg_type in idle_stop.USE:
-            self.idle_stop.client_heard(identity, time.monotonic())
+        elif identity.startswith(b"client:"):
+            self.outbox.heard(identity, msg.header.get("version"))
+            if msg.msg_type in idle_stop.USE:
+                self.idle_stop.client_heard(identity, time.monotonic())
         handler = self.handlers.get(msg.msg_type)
         if handler is None:
             log.warning("unexpected %s from %r", msg.msg_type, identity)
@@ -192,55 +204,7 @@ class Head(NodeEvents):
             log.info("stopping: the stop asked when idle is due (no other client uses the cluster)")
             self._stop = True
 
-    # -- clients ----------------------------------------------------------------
-    def on_hello(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
-                                                "version": P.PROTOCOL_VERSION})
-
-    def on_ping(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.PONG, {"time": time.time()})
-
-    def on_list_runs(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.RUNS_REPLY, {"runs": self.store.summaries()})
-
-    def on_get_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        self.send(msg.identity, P.RUN_RECORD, {"record": self.store.record(run)})
-
-    def on_attach_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        if run.state not in TERMINAL:
-            run.followers.add(msg.identity)
-        rec = self.store.record(run)
-        workers = self.registry.workers
-        rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": workers[wid].pid,
-                         "hostname": workers[wid].hostname}
-                        for r, wid in enumerate(run.ranks) if wid in workers]
-        self.send(msg.identity, P.RUN_RECORD, {"record": rec})
-
-    def on_status_request(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.STATUS_REPLY, self.status())
-
-    def status(self) -> dict:
-        return {
-            "address": self.address,
-            "pid": os.getpid(),
-            "uptime_s": time.time() - self.started,
-            "rejected_messages": self.session.rejected,
-            "curve": self.gatekeeper is not None,
-            "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
-            "checkpoint_transfers": self.transfers.status(),
-            "stop_when_idle": self.idle_stop.owners is not None,
-            "nodes": self.registry.status_nodes(),
-            "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
-            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
-                      "path": str(r.rundir.path)} for r in self.runs.values()],
-        }
-
+    # -- clients (their requests: client_requests.py) ---------------------------
     def on_shutdown(self, msg: P.Message) -> None:
         if msg.content.get("when_idle"):   # idle_stop.py: stop once no other client uses it
             self.idle_stop.ask([msg.identity, *(o.encode() for o in msg.content.get("owners") or () if isinstance(o, str))])
@@ -278,8 +242,10 @@ class Head(NodeEvents):
         except RunRefused as e:
             return refuse(str(e))
         self.queue.add(run)
-        self.send(msg.identity, P.RUN_ACCEPTED, {"run_id": run.run_id, "name": run.name,
-                                                 "path": str(run.rundir.path)})
+        # Queued (client_outbox): the client hears of it once the drain ends, after its
+        # ranks got their tasks (schedule, below), which is what it waits for.
+        self.outbox.put(msg.identity, P.RUN_ACCEPTED, {"run_id": run.run_id, "name": run.name,
+                                                       "path": str(run.rundir.path)})
         self.emit(run, {"kind": "state", "state": "PENDING"})
         self.schedule()
 
@@ -349,7 +315,7 @@ class Head(NodeEvents):
     def _to_clients(self, run: Run, msg_type: str, content: dict, buffers=()) -> None:
         for identity in (run.client, *run.followers):
             if identity:
-                self.send(identity, msg_type, content, buffers)
+                self.outbox.put(identity, msg_type, content, buffers)
 
     def cancel_rank(self, run: Run, rank: int) -> None:
         w = self.registry.workers.get(run.ranks[rank])

@@ -1,0 +1,94 @@
+"""What the head tells a client about its runs, sent once per drain of the socket.
+
+A warm re-run's client used to get eight messages (accepted, three state events,
+two progress counters, rank 0's report, run_done), each signed, sent, woken for and
+verified: on two cores, a client's wake-ups compete with the ranks it waits for.
+Now what is queued for one client while the head handles what arrived (one drain of
+its socket) goes out when the drain ends (:meth:`ClientOutbox.flush`): its run events
+as one ``run_events`` message, and the events just before a ``run_done`` inside it
+(``events``). The client reads them back as the messages they stand for
+(``event_batch.expand``), in the order they were queued. A run's tasks, sent during
+the drain, so leave before its client's messages: the client is not waiting on them.
+
+Any other message to a client (a reply, an error) first sends what waits for it, so
+order is kept. A client of an older protocol (under 2.2, no ``run_events``) gets each
+message at once, as before.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+from .. import protocol as P
+from ..event_batch import MAX_BATCH_EVENTS
+
+# The clients whose protocol version was seen, most recent last (at most this many).
+MAX_CLIENTS = 4096
+
+
+def reads_batches(version) -> bool:
+    """Whether a peer of protocol ``version`` ("2.2") reads ``run_events``."""
+    try:
+        major, minor = (int(x) for x in str(version).split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (2, 2)
+
+
+class ClientOutbox:
+    """Args: send(identity, msg_type, content, buffers): sends one message now."""
+
+    def __init__(self, send: Callable):
+        self._send = send
+        self._queued: dict[bytes, list] = {}
+        self._batching: OrderedDict[bytes, bool] = OrderedDict()
+
+    def heard(self, identity: bytes, version) -> None:
+        """A message from client ``identity``, of protocol ``version``."""
+        if identity in self._batching:
+            self._batching.move_to_end(identity)
+            return
+        self._batching[identity] = reads_batches(version)
+        while len(self._batching) > MAX_CLIENTS:
+            gone, _ = self._batching.popitem(last=False)
+            self.flush(gone)
+
+    def put(self, identity: bytes, msg_type: str, content: dict, buffers=()) -> None:
+        """Queue a message for ``identity`` (sent now to a client of an older protocol)."""
+        if not self._batching.get(identity):
+            return self._send(identity, msg_type, content, buffers)
+        self._queued.setdefault(identity, []).append((msg_type, content, buffers))
+
+    def waiting(self, identity: bytes) -> bool:
+        return identity in self._queued
+
+    def flush(self, identity: bytes | None = None) -> None:
+        """Send what waits for ``identity`` (None: for every client)."""
+        for ident in ([identity] if identity is not None else list(self._queued)):
+            items = self._queued.pop(ident, None)
+            if items:
+                self._send_batched(ident, items)
+
+    def _send_batched(self, identity: bytes, items: list) -> None:
+        events: list[dict] = []
+        for msg_type, content, buffers in items:
+            if msg_type == P.RUN_EVENT:
+                events.append(content)
+                continue
+            if msg_type == P.RUN_DONE and events:
+                self._send_events(identity, events[:-MAX_BATCH_EVENTS])
+                content, events = {**content, "events": events[-MAX_BATCH_EVENTS:]}, []
+            elif events:
+                self._send_events(identity, events)
+                events = []
+            self._send(identity, msg_type, content, buffers)
+        if events:
+            self._send_events(identity, events)
+
+    def _send_events(self, identity: bytes, events: list[dict]) -> None:
+        for i in range(0, len(events), MAX_BATCH_EVENTS):
+            part = events[i:i + MAX_BATCH_EVENTS]
+            if len(part) == 1:
+                self._send(identity, P.RUN_EVENT, part[0], ())
+            else:
+                self._send(identity, P.RUN_EVENTS, {"events": part}, ())
