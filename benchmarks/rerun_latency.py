@@ -254,6 +254,9 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
             "report_to_result": med([r["wall1"] - r["reports"][0]["timestamp"] for r in floor_runs]),
         }
         out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
+    # Run directories that were spares made ahead (cluster/spare_files.py), and those made
+    # on the spot: the figure depends on it where making files is dear (see the README).
+    out["spare_run_dirs"] = raynb.cluster_status().get("spare_files")
     raynb.disconnect()
     return out
 

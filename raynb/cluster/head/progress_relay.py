@@ -9,14 +9,21 @@ rank other than 0 is folded into a compact ``progress`` event::
 
     {"kind": "progress", "ranks": {"1": {"reports": 12, "epoch": 2}, "2": {...}}}
 
-sent before the run's next event (rank 0's next report, a state change, a note) or at
-the head's next tick (``TICK_S``), whichever comes first; the latest value per rank wins.
+sent before the run's next event (rank 0's next report, a state change, a note) or by
+the head's tick once ``EVERY_S`` passed since the last one, whichever comes first; the
+latest value per rank wins. (The head ticks after every drain of its socket: flushing
+there sent a warm re-run's client two or three counters, one per rank finishing, each a
+message to sign, send, wake for and verify; now they ride with the run's end.)
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from .run import Run
+
+# The most often a run's counters go out on their own (s): a progress bar's 10 Hz.
+EVERY_S = 0.1
 
 
 def relay(run: Run, rank: int, event: dict, emit: Callable[[Run, dict], None]) -> None:
@@ -40,8 +47,14 @@ def note(run: Run, rank: int, metrics: dict) -> None:
     run.pending_progress[str(rank)] = entry
 
 
-def flush(run: Run, emit: Callable[[Run, dict], None]) -> None:
-    """``emit(run, event)`` the pending ``progress`` event of ``run``, if there is one."""
-    if run.pending_progress:
-        ranks, run.pending_progress = run.pending_progress, {}
-        emit(run, {"kind": "progress", "ranks": ranks})
+def flush(run: Run, emit: Callable[[Run, dict], None], due_only: bool = False) -> None:
+    """``emit(run, event)`` the pending ``progress`` event of ``run``, if there is one
+    (``due_only``: only once ``EVERY_S`` passed since the last)."""
+    if not run.pending_progress:
+        return
+    now = time.monotonic()
+    if due_only and now - run.progress_sent < EVERY_S:
+        return
+    ranks, run.pending_progress = run.pending_progress, {}
+    run.progress_sent = now
+    emit(run, {"kind": "progress", "ranks": ranks})

@@ -56,6 +56,7 @@ class Run:
     write_error: str | None = None                    # a file of it could not be written: it fails
     stop_requested: bool = False                      # the cancel is a Tune STOP: it ends STOPPED
     pending_progress: dict = field(default_factory=dict)  # str(rank) -> its counter, not sent yet
+    progress_sent: float = 0.0  # monotonic time the last counters went out (progress_relay)
     rank_reports: dict = field(default_factory=dict)  # rank -> reports, all attempts (progress_relay)
     blocked: set = field(default_factory=set)         # ranks still inside a call after their cancel
 

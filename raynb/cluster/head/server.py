@@ -187,7 +187,7 @@ class Head(NodeEvents, ClientRequests):
         self.session.rejects.flush(due_only=True)
         for run in self.store.ticking():  # not the ended runs kept for raynb.runs()
             self.controller.tick(run)
-            progress_relay.flush(run, self.emit)
+            progress_relay.flush(run, self.emit, due_only=True)
             if run.state not in TERMINAL:
                 self.store.flush(run)
         while self._write_failures:  # a run whose files cannot be written fails, not the head
