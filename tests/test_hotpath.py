@@ -373,3 +373,38 @@ def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatc
     assert "run_events" not in types and "events" not in received[-1][1], types
     assert types.count("run_event") == len(events)
     assert [e["state"] for e in events if e.get("kind") == "state"] == ["PENDING", "RUNNING", "FINISHED"]
+
+
+def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
+    """The worker's I/O thread sends the events queued just before a task_done inside it
+    (one message for a short function's report and end), only to a 2.2 head; an older
+    head gets them as before. Order and content are the same either way."""
+    import collections
+
+    from raynb.cluster import event_batch
+    from raynb.cluster import protocol as P
+    from raynb.cluster.worker import Worker
+
+    class Dealer:   # where the I/O thread's frames go: kept, then verified as the head does
+        def __init__(self):
+            self.sent = []
+
+        def send_multipart(self, frames, copy=False):
+            self.sent.append(frames)
+
+    key = b"k" * 64
+    worker = Worker.__new__(Worker)  # its sending loop only: no sockets, no threads
+    head = P.Session(key, validate=True)
+    for version, expected in (("2.2", ["task_done"]), ("2.1", ["task_events", "task_done"])):
+        worker._head_batches = event_batch.reads_batches(version)
+        worker._woken, worker._outbox = True, collections.deque(
+            [(P.TASK_EVENT, {"run_id": "r", "rank": 1, "event": {"kind": "report", "metrics": {"i": i}}}, ())
+             for i in range(2)]
+            + [(P.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])])
+        dealer = Dealer()
+        worker._send_queued(P.Session(key), dealer)
+        msgs = [head.deserialize(frames) for frames in dealer.sent]
+        assert [m.msg_type for m in msgs] == expected
+        events = [e for m in msgs for e in event_batch.unbatch(m)]
+        assert [e.content["event"]["metrics"]["i"] for e in events] == [0, 1]
+        assert msgs[-1].content["status"] == "ok" and bytes(msgs[-1].buffers[0]) == b"ret"

@@ -147,7 +147,8 @@ SCHEMAS: dict[str, Record] = {
                           "store_port?": (Int(1, 65535), None), "cpu_percent?": _NUM, "rss?": _INT}),
     TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
     TASK_EVENTS: Record({"run_id": str, "rank": _RANK, "events": ListOf(_EVENT)}),
-    TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None)}),
+    TASK_DONE: Record({"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None),
+                       "events?": ListOf(_EVENT)}),   # the task's last events (2.2)
     SPAWN_WORKERS: Record({"count": _COUNT}),
     KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
     RETIRE_WORKER: Record({"worker_id": str}),

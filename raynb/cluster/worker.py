@@ -75,6 +75,7 @@ class Worker:
         self._io_ready = threading.Event()
         self._outbox: collections.deque = collections.deque()  # (msg_type, content, buffers) to send
         self._woken = False  # a wake-up frame for the I/O thread is on its way
+        self._head_batches = False  # the head reads a task_done's events (event_batch.reads_batches)
         self._push_lock = threading.Lock()
         self._modules = user_modules()
         self.threads = ThreadShare()
@@ -131,17 +132,25 @@ class Worker:
     def _send_queued(self, session: P.Session, dealer) -> None:
         """(I/O thread) Sign and send what :meth:`send` queued, oldest first. Events of one
         task queued back to back (a burst of reports) go as one ``task_events`` message:
-        signed, sent and verified once."""
+        signed, sent and verified once; those just before the task's ``task_done`` ride in
+        it, to a head that reads them (a short function's report and end: one message)."""
         self._woken = False  # before draining: a message queued from now on wakes us again
         outbox = self._outbox
+
+        def same_task(item, key) -> bool:
+            return (item[1]["run_id"], item[1]["rank"]) == key
         while outbox:
             msg_type, content, buffers = outbox.popleft()
-            if msg_type == P.TASK_EVENT and outbox and outbox[0][0] == P.TASK_EVENT:
+            if msg_type == P.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
                 while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < event_batch.MAX_BATCH_EVENTS
-                       and (outbox[0][1]["run_id"], outbox[0][1]["rank"]) == key):
+                       and same_task(outbox[0], key)):
                     events.append(outbox.popleft()[1]["event"])
-                msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
+                if self._head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key):
+                    msg_type, content, buffers = outbox.popleft()
+                    content = {**content, "events": events}
+                elif len(events) > 1:
+                    msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
             for frames in session.messages(msg_type, content, buffers):
                 dealer.send_multipart(frames, copy=False)
 
@@ -195,6 +204,7 @@ class Worker:
     def _dispatch(self, msg: P.Message) -> None:
         """(I/O thread) Act on a verified message from the head."""
         if msg.msg_type == P.RUN_TASK:
+            self._head_batches = event_batch.reads_batches(msg.header.get("version"))
             self.tasks.put(msg)
         elif msg.msg_type == P.CANCEL_TASK:
             self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))

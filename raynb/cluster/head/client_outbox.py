@@ -20,19 +20,10 @@ from collections import OrderedDict
 from typing import Callable
 
 from .. import protocol as P
-from ..event_batch import MAX_BATCH_EVENTS
+from ..event_batch import MAX_BATCH_EVENTS, reads_batches
 
 # The clients whose protocol version was seen, most recent last (at most this many).
 MAX_CLIENTS = 4096
-
-
-def reads_batches(version) -> bool:
-    """Whether a peer of protocol ``version`` ("2.2") reads ``run_events``."""
-    try:
-        major, minor = (int(x) for x in str(version).split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= (2, 2)
 
 
 class ClientOutbox:

@@ -289,6 +289,8 @@ class Head(NodeEvents, ClientRequests):
         self.emit(run, event)
 
     def on_task_done(self, msg: P.Message) -> None:
+        for event in event_batch.unbatch(msg):  # its last events, sent with it (worker.py)
+            self.on_task_event(event)
         c = msg.content
         run = self.runs.get(c["run_id"])
         worker = self.registry.workers.get(P.routing_name(msg.identity))
