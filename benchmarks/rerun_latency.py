@@ -15,6 +15,10 @@ What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
   workers, one gloo group, a cloudpickled function over ZeroMQ, no signing), one floor
   run after each timed raynb run so both see the same load; ``ratio_to_floor`` is the
   raynb median over the floor median.
+- ``spare_run_dirs``: the run directories that were spares made ahead by the head
+  (``cluster/spare_files.py``: in block groups where new files are cheap) and those
+  made on the spot; ``machine.inode_create_us`` is what one new file costs in the
+  benchmark's directory, at its start and end.
 
 The cluster is always stopped (``raynb stop``) at the end, and any process it left is
 killed, whatever happened.

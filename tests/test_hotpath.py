@@ -162,7 +162,7 @@ def test_spare_run_directories_are_private_made_by_an_idle_process_and_renamed_i
     try:
         _ready_spares(pool)
         assert os.sched_getscheduler(maker.pid) == os.SCHED_IDLE  # (set before its first batch)
-        assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+        assert stat.S_IMODE(os.stat(root).st_mode) == stat.S_IMODE(os.stat(pool.dir).st_mode) == 0o700
         runs = tmp_path / "runs"
         runs.mkdir()
         assert pool.take(runs / "r0")
@@ -179,6 +179,9 @@ def test_spare_run_directories_are_private_made_by_an_idle_process_and_renamed_i
         while pool.take(runs / f"r{pool.taken}"):
             pass
         assert not pool.take(runs / "last") and pool.missed >= 1
+        # a spare that vanished (removed by hand) is skipped, not tried again forever
+        pool._ready.append([pool.dir / "gone", [1, 0]])
+        assert not pool.take(runs / "x") and pool.take(runs / "y") is False and not pool._ready
     finally:
         pool.stop()
     assert not root.exists() and not maker.is_running()
@@ -210,10 +213,10 @@ def test_spare_directories_are_spread_over_block_groups_where_the_file_system_ca
 
     pool = SparePool(tmp_path / "spare", dirs=2, ahead=1).start()
     try:
-        flags = _inode_flags(tmp_path / "spare")
+        flags = _inode_flags(pool.dir)
         if flags is not None:
             assert flags & spare_files._FS_TOPDIR_FL, hex(flags)
-            out = subprocess.run(["lsattr", "-d", str(tmp_path / "spare")], capture_output=True, text=True)
+            out = subprocess.run(["lsattr", "-d", str(pool.dir)], capture_output=True, text=True)
             if out.returncode == 0:  # e2fsprogs' own reading of the flag
                 assert "T" in out.stdout.split()[0], out.stdout
         _ready_spares(pool)
@@ -230,17 +233,28 @@ def test_the_spare_maker_cleans_up_and_exits_when_its_head_is_killed(tmp_path):
 
     root = tmp_path / "spare"
     code = ("import sys, time\nfrom raynb.cluster.spare_files import SparePool\n"
-            f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, flush=True)\ntime.sleep(60)\n")
+            f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, p.dir, flush=True)\ntime.sleep(60)\n")
     head = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
-        maker = psutil.Process(int(head.stdout.readline()))
+        pid, own = head.stdout.readline().split()
+        maker, own = psutil.Process(int(pid)), Path(own)
         deadline = time.monotonic() + 10
-        while not any(root.glob("*")) and time.monotonic() < deadline:
+        while not any(own.glob("*")) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert any(root.glob("*")), "the maker made no batch"
+        assert any(own.glob("*")), "the maker made no batch"
         os.kill(head.pid, signal.SIGKILL)
         head.wait(10)
         maker.wait(10)  # its input ended with the head: it removed its directory and exited
+        assert not own.exists() and list(root.iterdir()) == []
+        # the next head's pool removes what a killed one's maker could not, and only that
+        (root / "1-dead").mkdir()
+        from raynb.cluster.spare_files import SparePool
+
+        pool = SparePool(root).start()
+        try:
+            assert [p.name for p in root.iterdir()] == [pool.dir.name]
+        finally:
+            pool.stop()
         assert not root.exists()
     finally:
         if head.poll() is None:

@@ -142,6 +142,7 @@ class Client:
         a second connection under an id it still holds); what the old one queued is lost."""
         with self._lock:
             self.sock.close(0)
+            self._backlog.clear()
             self.sock = self.ctx.socket(zmq.DEALER)
             P.configure_socket(self.sock)
             self.sock.setsockopt(zmq.RCVHWM, 0)

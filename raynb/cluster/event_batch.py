@@ -11,8 +11,34 @@ from __future__ import annotations
 
 from .protocol import RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
 
-# The most events one task_events message carries (a rank's report burst).
+# The most events one batch carries (a rank's report burst), and about the most bytes of
+# their text and metrics: far under any message limit (RAYNB_MAX_MESSAGE_BYTES), also
+# with a return value or a run's result frames next to them.
 MAX_BATCH_EVENTS = 256
+MAX_BATCH_BYTES = 1 << 20
+
+
+def event_bytes(event: dict) -> int:
+    """About what ``event`` adds to a message (bytes): its text, and a little per field."""
+    text = event.get("text")
+    metrics = event.get("metrics")
+    return 256 + (len(text) if isinstance(text, str) else 0) + 64 * (len(metrics) if isinstance(metrics, dict) else 0)
+
+
+def split_batches(events: list) -> list[list]:
+    """``events`` (their contents, any kind) in runs of at most ``MAX_BATCH_EVENTS`` and
+    about ``MAX_BATCH_BYTES``, in order (each run at least one)."""
+    out, part, size = [], [], 0
+    for e in events:
+        n = event_bytes(e.get("event", e))
+        if part and (len(part) >= MAX_BATCH_EVENTS or size + n > MAX_BATCH_BYTES):
+            out.append(part)
+            part, size = [], 0
+        part.append(e)
+        size += n
+    if part:
+        out.append(part)
+    return out
 
 
 def reads_batches(version) -> bool:

@@ -89,7 +89,7 @@ WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "
 WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
 TASK_EVENTS = "task_events"      # {"run_id", "rank", "events": [...]}: a burst of them, signed once
-TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error"}; buffers[0] = return value
+TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error", "events"?}; buffers[0] = return value
 # head -> worker
 RUN_TASK = "run_task"            # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"      # {"run_id"}

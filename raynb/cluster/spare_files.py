@@ -14,7 +14,7 @@ What does help is where the directory is. ext4's Orlov allocator spreads the
 subdirectories of a directory flagged "top of a hierarchy" (``chattr +T``) over block
 groups with many free inodes, which mostly saw no deletions: a file in such a
 directory costs about 10 µs. So the head keeps spare empty directories (0700) in a
-private one of its own so flagged (``$RAYNB_HOME/spare``), made by a process at the
+private one of its own so flagged (``$RAYNB_HOME/spare/<pid>-<random>``), made by a process at the
 lowest CPU priority (``spare_maker.py``), and a run's directory is one of them,
 renamed into place (:func:`take`, 16 µs); its files, created in it, land in its group.
 (Making a directory in the flagged one costs ~250 µs, for Orlov's search: the maker
@@ -28,9 +28,11 @@ Same names, modes and contents. ``RAYNB_SPARE_FILES=0`` turns it off.
 from __future__ import annotations
 
 import array
+import errno
 import fcntl
 import logging
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -67,16 +69,20 @@ def flag_top_directory(path) -> bool:
 
 
 class SparePool:
-    """Spare empty directories in ``root``, made by a ``spare_maker`` process.
+    """Spare empty directories, made by a ``spare_maker`` process in a directory of its
+    own inside ``root`` (``<root>/<pid>-<random>``: a maker of a killed head, still
+    cleaning up, removes only its own).
 
     Args:
-        root (Path): a directory only this process uses (it is removed and re-made).
+        root (Path): a directory only this process (and the makers of earlier heads of its
+            ``RAYNB_HOME``) uses: what earlier makers left in it is removed.
         dirs (int): how many directories one batch holds.
         ahead (int): batches kept ready.
     """
 
     def __init__(self, root: Path, dirs: int = DIRS, ahead: int = AHEAD):
         self.root = Path(root)
+        self.dir = self.root / f"{os.getpid()}-{secrets.token_hex(4)}"
         self._size, self._ahead = dirs, ahead
         self._ready: deque = deque()  # [batch directory, numbers of the directories left in it]
         self._proc: subprocess.Popen | None = None
@@ -85,15 +91,17 @@ class SparePool:
         self.taken = self.missed = 0  # spares used, and directories made with none ready
 
     def start(self) -> "SparePool":
-        shutil.rmtree(self.root, ignore_errors=True)  # a killed head's leftovers
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
-        flag_top_directory(self.root)
+        for old in self.root.iterdir():  # a killed head's leftovers
+            shutil.rmtree(old, ignore_errors=True)
+        self.dir.mkdir(mode=0o700)
+        flag_top_directory(self.dir)
         ready_r, ready_w = os.pipe()  # (not inherited by what the head starts later)
         used_r, used_w = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", spare_maker.__file__, str(self.root), str(ready_w), str(used_r),
+                [sys.executable, "-I", "-S", spare_maker.__file__, str(self.dir), str(ready_w), str(used_r),
                  str(self._size), str(self._ahead)],
                 pass_fds=(ready_w, used_r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True)  # a Ctrl-C meant for a foreground head is not its
@@ -112,17 +120,13 @@ class SparePool:
         return self
 
     def stop(self) -> None:
-        """Stop the maker (it removes the directory with what is left) and wait for it."""
+        """Stop the maker and remove its directory with what is left."""
         if self._to_maker >= 0:
             os.close(self._to_maker)  # its end of input: it cleans up and exits
             self._to_maker = -1
         if self._proc is not None:
-            try:  # at SCHED_IDLE it might wait long for a CPU on a busy machine
-                os.sched_setscheduler(self._proc.pid, os.SCHED_OTHER, os.sched_param(0))
-            except (AttributeError, OSError):
-                pass
-            try:
-                self._proc.wait(timeout=5)
+            try:  # at SCHED_IDLE it may wait for a CPU on a busy machine; the head cleans up
+                self._proc.wait(timeout=0.5)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
@@ -130,7 +134,11 @@ class SparePool:
         if self._from_maker >= 0:
             os.close(self._from_maker)
             self._from_maker = -1
-        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.root.rmdir()  # when nothing else is in it
+        except OSError:
+            pass
 
     def _read_ready(self) -> None:
         """Take in the batches the maker finished since the last look (no wait)."""
@@ -146,7 +154,7 @@ class SparePool:
         *lines, self._partial = self._partial.split(b"\n")
         for line in lines:
             k, count = line.split()
-            self._ready.append([self.root / str(int(k)), list(range(int(count)))])
+            self._ready.append([self.dir / str(int(k)), list(range(int(count)))])
 
     def take(self, path) -> bool:
         """Rename a spare directory to ``path``, which must not exist. False when it
@@ -162,14 +170,22 @@ class SparePool:
         batch = self._ready[0]
         try:
             os.rename(batch[0] / str(batch[1][-1]), path)
-        except OSError:
-            return False  # another file system (EXDEV): the spare stays for a run that can use it
+        except OSError as e:
+            if e.errno == errno.EXDEV:
+                return False  # another file system: the spare stays for a run that can use it
+            self._drop_one()  # gone (removed by hand, the maker's cleanup): the next one, next time
+            self.missed += 1
+            return False
+        self._drop_one()
+        self.taken += 1
+        return True
+
+    def _drop_one(self) -> None:
+        batch = self._ready[0]
         batch[1].pop()
         if not batch[1]:
             self._ready.popleft()
             self._used(batch[0])
-        self.taken += 1
-        return True
 
     def _used(self, batch: Path) -> None:
         if self._to_maker < 0:

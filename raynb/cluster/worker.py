@@ -143,10 +143,13 @@ class Worker:
             msg_type, content, buffers = outbox.popleft()
             if msg_type == P.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
+                size = event_batch.event_bytes(content["event"])
                 while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < event_batch.MAX_BATCH_EVENTS
-                       and same_task(outbox[0], key)):
+                       and same_task(outbox[0], key) and size < event_batch.MAX_BATCH_BYTES):
                     events.append(outbox.popleft()[1]["event"])
-                if self._head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key):
+                    size += event_batch.event_bytes(events[-1])
+                if (self._head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key)
+                        and size + sum(len(b) for b in outbox[0][2]) < P.max_message_bytes() // 2):
                     msg_type, content, buffers = outbox.popleft()
                     content = {**content, "events": events}
                 elif len(events) > 1:

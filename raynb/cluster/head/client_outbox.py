@@ -16,11 +16,14 @@ message at once, as before.
 """
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from typing import Callable
 
 from .. import protocol as P
-from ..event_batch import MAX_BATCH_EVENTS, reads_batches
+from ..event_batch import MAX_BATCH_BYTES, event_bytes, reads_batches, split_batches
+
+log = logging.getLogger("raynb.head")
 
 # The clients whose protocol version was seen, most recent last (at most this many).
 MAX_CLIENTS = 4096
@@ -58,7 +61,10 @@ class ClientOutbox:
         for ident in ([identity] if identity is not None else list(self._queued)):
             items = self._queued.pop(ident, None)
             if items:
-                self._send_batched(ident, items)
+                try:
+                    self._send_batched(ident, items)
+                except Exception:  # noqa: BLE001 - one client's message must not stop the head
+                    log.exception("could not send %d message(s) to client %r", len(items), ident)
 
     def _send_batched(self, identity: bytes, items: list) -> None:
         events: list[dict] = []
@@ -67,8 +73,16 @@ class ClientOutbox:
                 events.append(content)
                 continue
             if msg_type == P.RUN_DONE and events:
-                self._send_events(identity, events[:-MAX_BATCH_EVENTS])
-                content, events = {**content, "events": events[-MAX_BATCH_EVENTS:]}, []
+                parts = split_batches(events)
+                last = parts.pop()
+                if sum(event_bytes(e["event"]) for e in last) > MAX_BATCH_BYTES // 4:
+                    parts.append(last)   # a long last burst goes on its own, beside the result frames
+                    last = []
+                for part in parts:
+                    self._send_events(identity, part)
+                if last:
+                    content = {**content, "events": last}
+                events = []
             elif events:
                 self._send_events(identity, events)
                 events = []
@@ -77,8 +91,7 @@ class ClientOutbox:
             self._send_events(identity, events)
 
     def _send_events(self, identity: bytes, events: list[dict]) -> None:
-        for i in range(0, len(events), MAX_BATCH_EVENTS):
-            part = events[i:i + MAX_BATCH_EVENTS]
+        for part in split_batches(events):
             if len(part) == 1:
                 self._send(identity, P.RUN_EVENT, part[0], ())
             else:

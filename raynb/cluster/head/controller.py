@@ -283,7 +283,8 @@ class RunController:
 
     def _begin_stopping(self, run: Run, event: str, state: str, grace_s: float) -> None:
         self._move(run, event, state)
-        run.deadline = self.clock() + grace_s
+        run.stopping_since = self.clock()
+        run.deadline = run.stopping_since + grace_s
         for rank in range(len(run.ranks)):
             if rank not in run.done:
                 self.effects.cancel_rank(run, rank)

@@ -36,6 +36,7 @@ class Run:
     started: float | None = None
     ended: float | None = None
     deadline: float | None = None                     # when unfinished ranks get killed
+    stopping_since: float | None = None               # when its ranks were asked to stop
     gpu_ids: dict = field(default_factory=dict)       # rank -> (node_id, CUDA device index)
     reports: int = 0
     last_metrics: dict = field(default_factory=dict)

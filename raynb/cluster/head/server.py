@@ -290,7 +290,11 @@ class Head(NodeEvents, ClientRequests):
 
     def on_task_done(self, msg: P.Message) -> None:
         for event in event_batch.unbatch(msg):  # its last events, sent with it (worker.py)
-            self.on_task_event(event)
+            try:
+                self.on_task_event(event)
+            except Exception:  # noqa: BLE001 - as for an event alone: the rank's end still counts
+                log.exception("error handling an event of run %s's rank %s", msg.content["run_id"],
+                              msg.content["rank"])
         c = msg.content
         run = self.runs.get(c["run_id"])
         worker = self.registry.workers.get(P.routing_name(msg.identity))
@@ -330,7 +334,10 @@ class Head(NodeEvents, ClientRequests):
         if w is None:
             return False
         node = self.registry.nodes.get(w.node_id)
-        if node is not None and node.node_id != LOCAL_NODE_ID and self.node_suspect(node):
+        if node is not None and node.node_id != LOCAL_NODE_ID and (
+                self.node_suspect(node) or node.last_seen < (run.stopping_since or 0.0)):
+            # (Not heard from since its ranks were asked to stop: a heartbeat a moment before
+            # its host went made it look alive for SUSPECT_S, longer than the grace.)
             # Its host may be gone (a peer's gloo error came first): the rank ends with its
             # exit report if the node lives, else with the node's loss, which names it.
             self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
