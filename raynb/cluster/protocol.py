@@ -252,7 +252,7 @@ class Session:
         fields = {
             "version": PROTOCOL_VERSION,
             "msg_type": msg_type,
-            "msg_id": uuid.uuid4().hex,
+            "msg_id": f"{self.session_id}:{self._seq}",  # unique as (session, seq); no urandom per message
             "session": self.session_id,
             "seq": self._seq,
             "time": time.time(),

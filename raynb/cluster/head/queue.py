@@ -42,6 +42,7 @@ class RunQueue:
         self._registry, self._runs = registry, runs
         self._send, self._emit, self._controller = send, emit, controller
         self._ids: list[str] = []  # pending run ids, FIFO
+        self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
 
     def add(self, run: Run, front: bool = False) -> None:
@@ -116,8 +117,15 @@ class RunQueue:
         backend = "nccl" if use_gpu else "gloo"
         key = self._registry.group_key(tuple(w.worker_id for w in chosen), backend, timeout_s)
         master = chosen[0]
+        # A group kept across re-runs keeps its port (MASTER_PORT stays; no socket bound
+        # and closed per run to find a free one, ~0.1 ms of the head's).
+        port = master.store_port or self._ports.get(key) or _free_port(master.ip)
+        if key not in self._ports:
+            live = {g[1] for g in self._registry.groups.values()}
+            self._ports = {k: p for k, p in self._ports.items() if k in live}
+            self._ports[key] = port
         group = {"key": key, "backend": backend, "master_addr": master.ip,
-                 "master_port": master.store_port or _free_port(master.ip),
+                 "master_port": port,
                  "store_port": master.store_port,
                  "file_store": len({w.node_id for w in chosen}) == 1}
         if timeout_s:
