@@ -66,23 +66,7 @@ def local_head_gone(client: Client | None) -> int | None:
     if client is None or client.local_token is None:
         return None
     pid = client.info.get("pids", {}).get("head")
-    if not pid:
-        return None
-    # One read of /proc/<pid>/cmdline at every fit() (psutil's checks cost 40 µs more).
-    alive = _runs_head(pid) if os.path.isdir("/proc") else head_alive(client.info)
-    return None if alive else pid
-
-
-def _runs_head(pid: int) -> bool:
-    """``head_alive``'s test (the command line names the head; a zombie's is empty) with
-    one read of /proc instead of psutil's several."""
-    from ..cluster.procutil import HEAD_MODULE
-
-    try:
-        with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
-            return HEAD_MODULE.encode() in f.read()
-    except (OSError, ValueError):
-        return False
+    return pid if pid and not head_alive(client.info) else None
 
 
 def connect(address: str | None = None, *, key: str | bytes | None = None, key_file: str | None = None,

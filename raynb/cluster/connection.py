@@ -170,14 +170,25 @@ def read_connection_file(path: Path | None = None) -> dict | None:
     return info
 
 
+_PROC = os.path.isdir("/proc/self")
+
+
 def process_alive(pid: int | None, marker: str) -> bool:
     """True when ``pid`` runs and its command line mentions ``marker``.
 
     The marker guards against pid reuse: a stale file's pid may now belong to an
-    unrelated process, which must never be taken for the head (or killed).
+    unrelated process, which must never be taken for the head (or killed). On Linux one
+    read of ``/proc/<pid>/cmdline`` (a zombie's is empty): ``fit()`` asks at every run, and
+    psutil's checks cost about 40 µs more.
     """
     if not pid:
         return False
+    if _PROC:
+        try:
+            with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
+                return marker.encode() in f.read()
+        except (OSError, ValueError):
+            return False
     try:
         p = psutil.Process(int(pid))
         if p.status() == psutil.STATUS_ZOMBIE:

@@ -79,7 +79,7 @@ class ClientOutbox:
                     parts.append(last)   # a long last burst goes on its own, beside the result frames
                     last = []
                 for part in parts:
-                    self._send_events(identity, part)
+                    self._send_part(identity, part)
                 if last:
                     content = {**content, "events": last}
                 events = []
@@ -92,7 +92,10 @@ class ClientOutbox:
 
     def _send_events(self, identity: bytes, events: list[dict]) -> None:
         for part in split_batches(events):
-            if len(part) == 1:
-                self._send(identity, P.RUN_EVENT, part[0], ())
-            else:
-                self._send(identity, P.RUN_EVENTS, {"events": part}, ())
+            self._send_part(identity, part)
+
+    def _send_part(self, identity: bytes, part: list[dict]) -> None:
+        if len(part) == 1:
+            self._send(identity, P.RUN_EVENT, part[0], ())
+        else:
+            self._send(identity, P.RUN_EVENTS, {"events": part}, ())

@@ -133,9 +133,12 @@ class NodeEvents:
                                       "or the network to it is down)")
 
     @staticmethod
-    def node_suspect(node: NodeInfo) -> bool:
-        """A remote node that missed its last heartbeats (``SUSPECT_S``): maybe lost."""
-        return time.monotonic() - node.last_seen > SUSPECT_S
+    def node_suspect(node: NodeInfo, since: float | None = None) -> bool:
+        """A remote node that missed its last heartbeats (``SUSPECT_S``), or was not heard
+        from since ``since`` (monotonic s; when its ranks were asked to stop: a heartbeat a
+        moment before its host went makes it look alive for SUSPECT_S, longer than the
+        cancel grace): maybe lost."""
+        return time.monotonic() - node.last_seen > SUSPECT_S or node.last_seen < (since or 0.0)
 
     # -- refusing a peer ----------------------------------------------------------
     def refuse_peer(self, identity: bytes) -> None:

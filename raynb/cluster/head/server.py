@@ -334,10 +334,7 @@ class Head(NodeEvents, ClientRequests):
         if w is None:
             return False
         node = self.registry.nodes.get(w.node_id)
-        if node is not None and node.node_id != LOCAL_NODE_ID and (
-                self.node_suspect(node) or node.last_seen < (run.stopping_since or 0.0)):
-            # (Not heard from since its ranks were asked to stop: a heartbeat a moment before
-            # its host went made it look alive for SUSPECT_S, longer than the grace.)
+        if node is not None and node.node_id != LOCAL_NODE_ID and self.node_suspect(node, run.stopping_since):
             # Its host may be gone (a peer's gloo error came first): the rank ends with its
             # exit report if the node lives, else with the node's loss, which names it.
             self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
