@@ -393,14 +393,14 @@ def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatc
 
 
 def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
-    """The worker's I/O thread sends the events queued just before a task_done inside it
+    """A worker's link sends the events queued just before a task_done inside it
     (one message for a short function's report and end), only to a 2.2 head; an older
     head gets them as before. Order and content are the same either way."""
     import collections
 
     from raynb.cluster import event_batch
     from raynb.cluster import protocol as P
-    from raynb.cluster.worker import Worker
+    from raynb.cluster.worker_link import HeadLink
 
     class Dealer:   # where the I/O thread's frames go: kept, then verified as the head does
         def __init__(self):
@@ -410,18 +410,156 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
             self.sent.append(frames)
 
     key = b"k" * 64
-    worker = Worker.__new__(Worker)  # its sending loop only: no sockets, no threads
+    link = HeadLink.__new__(HeadLink)  # its sending loop only: no sockets, no threads
     head = P.Session(key, validate=True)
     for version, expected in (("2.2", ["task_done"]), ("2.1", ["task_events", "task_done"])):
-        worker._head_batches = event_batch.reads_batches(version)
-        worker._woken, worker._outbox = True, collections.deque(
+        link.head_batches = event_batch.reads_batches(version)
+        link._woken, link._outbox = True, collections.deque(
             [(P.TASK_EVENT, {"run_id": "r", "rank": 1, "event": {"kind": "report", "metrics": {"i": i}}}, ())
              for i in range(2)]
             + [(P.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])])
         dealer = Dealer()
-        worker._send_queued(P.Session(key), dealer)
+        link.send_queued(P.Session(key), dealer)
         msgs = [head.deserialize(frames) for frames in dealer.sent]
         assert [m.msg_type for m in msgs] == expected
         events = [e for m in msgs for e in event_batch.unbatch(m)]
         assert [e.content["event"]["metrics"]["i"] for e in events] == [0, 1]
         assert msgs[-1].content["status"] == "ok" and bytes(msgs[-1].buffers[0]) == b"ret"
+
+
+def _report_then_wait(config):
+    import time as _time
+
+    from raynb.train import report
+
+    report({"step": 0, "t": _time.time()})
+    _time.sleep(config["wait"])
+    report({"step": 1, "t": _time.time()})
+
+
+def test_a_long_tasks_reports_reach_the_client_while_it_runs_and_a_short_ones_ride_its_end(warm):
+    """worker_link: a task that runs past HANDOVER_S lends the link to the I/O thread,
+    which sends what was reported so far at once; the client sees report 0 long before
+    the function ends. A short task's report and end travel together, still in order."""
+    from raynb.cluster import worker_link
+
+    client = get_client()
+    spec, payload = build_submission(_report_then_wait, {"wait": 1.0}, ScalingConfig(num_workers=2), QUIET)
+    accepted = submit_run_accepted(client, spec, payload)
+    seen: dict = {}
+
+    class Timed(_Recorder):
+        def handle(self, event):
+            super().handle(event)
+            if event.get("kind") == "report":
+                seen.setdefault(event["metrics"]["step"], time.time())
+
+    view = Timed()
+    outcome = follow_run(client, spec["run_id"], view, name=accepted["name"])
+    assert outcome.state == "FINISHED"
+    reports = [e["metrics"] for e in view.events if e.get("kind") == "report"]
+    assert [r["step"] for r in reports] == [0, 1]
+    # Report 0 arrived within HANDOVER_S (+ slack for a loaded machine) of being made,
+    # not with the run's end a second later.
+    delay = seen[0] - reports[0]["t"]
+    assert delay < worker_link.HANDOVER_S + 0.5 < 1.0, delay
+    # A short function: its report is in the Result and the events kept their order.
+    from raynb.train.run import execute_run
+
+    result, _ = execute_run(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=2), QUIET)
+    assert result.metrics["step"] == 1 and len(result.metrics_dataframe) == 2
+
+
+def test_the_wake_timer_fires_once_after_its_delay_and_never_when_disarmed_first():
+    import select
+
+    from raynb.cluster.wake_timer import WakeTimer
+
+    timer = WakeTimer()
+    try:
+        assert select.select([timer], [], [], 0)[0] == []
+        t0 = time.monotonic()
+        timer.arm(0.05)
+        if timer.deferred:
+            assert select.select([timer], [], [], 0.01)[0] == []   # not before its time
+        assert select.select([timer], [], [], 2.0)[0] == [timer]
+        assert time.monotonic() - t0 >= (0.045 if timer.deferred else 0.0)
+        assert timer.clear() is True and timer.clear() is False    # consumed once
+        timer.arm(0.05)
+        timer.disarm()
+        assert select.select([timer], [], [], 0.15)[0] == []       # cancelled: never fires
+        assert timer.clear() is False
+        timer.arm(0.01)
+        time.sleep(0.05)
+        timer.disarm()                                              # fired, then disarmed
+        assert select.select([timer], [], [], 0)[0] == [] or timer.clear() is False
+    finally:
+        timer.close()
+
+
+def test_the_compiled_schema_checks_agree_with_the_described_problems():
+    """schema.valid_for is the fast path of every received message: it must accept and
+    refuse exactly what problem() names, for every message type's record."""
+    import copy
+    import random
+
+    from raynb.cluster import protocol as P
+    from raynb.cluster import schema
+
+    odd = [None, True, 0, -1, 3, 2.5, "x", "", [], [1], ["a"], {}, {"k": 1}, {1: 2}, b"b", 1 << 70]
+    rng = random.Random(15)
+
+    def sample(spec, depth=0):
+        """A value that fits spec (mostly), to mutate."""
+        if isinstance(spec, tuple):
+            return sample(rng.choice([s for s in spec if s is not None] or [None]), depth)
+        if isinstance(spec, schema.Record):
+            return {k: sample(s, depth + 1) for k, (s, req) in spec.fields.items()
+                    if req or rng.random() < 0.5}
+        if isinstance(spec, schema.ListOf):
+            return [sample(spec.item, depth + 1) for _ in range(rng.randint(0, 2))]
+        if isinstance(spec, schema.MapOf):
+            return {"a": sample(spec.value, depth + 1)}
+        if isinstance(spec, schema.Int):
+            return spec.low if spec.low is not None else (spec.high if spec.high is not None else 5)
+        return {float: 1.5, int: 2, str: "s", bool: False, dict: {}, list: []}.get(spec, None)
+
+    def mutate(value):
+        if isinstance(value, dict) and value and rng.random() < 0.7:
+            k = rng.choice(list(value))
+            if rng.random() < 0.3:
+                del value[k]
+            else:
+                value[k] = mutate(value[k]) if rng.random() < 0.5 else rng.choice(odd)
+            return value
+        return rng.choice(odd)
+
+    checked = refused = 0
+    for msg_type, record in P.SCHEMAS.items():
+        ok = schema.valid_for(record)
+        for _ in range(60):
+            value = sample(record)
+            if rng.random() < 0.7:
+                value = mutate(copy.deepcopy(value))
+            described = record.describe_problem(value)
+            assert ok(value) == (described is None), (msg_type, value, described)
+            assert record.problem(value) == described
+            checked += 1
+            refused += described is not None
+    assert checked > 1000 and 0.2 * checked < refused < 0.9 * checked
+
+
+def test_a_private_file_is_rewritten_whole_without_truncating_first(tmp_path):
+    import os
+
+    from raynb.cluster.private_files import rewrite, write_json_atomic
+
+    target = tmp_path / "state.json"
+    (tmp_path / ".state.json.tmp").write_text("x" * 5000)  # a longer leftover of a crash
+    write_json_atomic(target, {"a": 1})
+    assert json.loads(target.read_text()) == {"a": 1}
+    assert not (tmp_path / ".state.json.tmp").exists()
+    assert os.stat(target).st_mode & 0o777 == 0o600
+    rewrite(target, b"12345678")
+    rewrite(target, b"abc")
+    assert target.read_bytes() == b"abc"

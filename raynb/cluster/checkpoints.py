@@ -125,9 +125,13 @@ class CheckpointStore:
 
     def discard_staging(self) -> None:
         """Forget checkpoints staged by an attempt that failed before committing them."""
-        shutil.rmtree(self.path / ".staging", ignore_errors=True)
-        for tmp in self.path.glob(".tmp_checkpoint_*"):
-            shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            names = os.listdir(self.path)  # one read of the directory, at every run's end
+        except OSError:
+            return
+        for name in names:
+            if name == ".staging" or name.startswith(".tmp_checkpoint_"):
+                shutil.rmtree(self.path / name, ignore_errors=True)
 
     def records(self) -> list[dict]:
         return [{**c, "path": str(self.path / c["name"])} for c in sorted(self.kept, key=lambda c: c["index"])]

@@ -86,7 +86,7 @@ RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm
 FREE_DATA = "free_data"          # {"key"}: remove the node's shared-memory segments of a run/experiment
 # worker -> head
 WORKER_READY = "worker_ready"    # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
-WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker.HEARTBEAT_S
+WORKER_ALIVE = "worker_alive"    # {}: the I/O thread's heartbeat, every worker_link.HEARTBEAT_S
 TASK_EVENT = "task_event"        # {"run_id", "rank", "event"}: report / output
 TASK_EVENTS = "task_events"      # {"run_id", "rank", "events": [...]}: a burst of them, signed once
 TASK_DONE = "task_done"          # {"run_id", "rank", "status", "error", "events"?}; buffers[0] = return value
@@ -304,7 +304,7 @@ class Session:
             raise ProtocolError("replayed message (digest seen before)")
         hdr_raw = rest[0].bytes if isinstance(rest[0], zmq.Frame) else rest[0]
         try:
-            header = json.loads(hdr_raw)
+            header = json.loads(bytes(hdr_raw).decode())  # str: json skips detect_encoding
             msg_type, session, seq, sent = (
                 header["msg_type"], header["session"], int(header["seq"]), float(header["time"]))
         except (ValueError, KeyError, TypeError) as e:

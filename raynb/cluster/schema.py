@@ -9,6 +9,11 @@ A spec is a type (``int`` and ``float`` never accept a bool; ``float`` accepts a
 int), a tuple of specs (any of them; ``None`` in it allows None), :class:`Int`,
 :class:`ListOf`, :class:`MapOf` or a nested :class:`Record`. Fields not named in a
 record are allowed (and ignored by the handlers).
+
+Every message is checked, so the check is made in two steps: :func:`valid`, a
+predicate built once per spec (closures, no text), answers for a well-formed
+message in a few microseconds; only a malformed one is walked again by
+:func:`problem` to name what is wrong. Both read the same specs, so they agree.
 """
 from __future__ import annotations
 
@@ -18,6 +23,14 @@ class Int:
 
     def __init__(self, low: int | None = None, high: int | None = None):
         self.low, self.high = low, high
+
+    def compile(self):
+        low, high = self.low, self.high
+        if low is None and high is None:
+            return _is_int
+        low = float("-inf") if low is None else low
+        high = float("inf") if high is None else high
+        return lambda v: _is_int(v) and low <= v <= high
 
     def problem(self, value, where: str) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -33,6 +46,10 @@ class Int:
 class ListOf:
     def __init__(self, item):
         self.item = item
+
+    def compile(self):
+        item = valid_for(self.item)
+        return lambda v: isinstance(v, list) and all(map(item, v))
 
     def problem(self, value, where: str) -> str | None:
         if not isinstance(value, list):
@@ -53,6 +70,10 @@ class MapOf:
     def __init__(self, value):
         self.value = value
 
+    def compile(self):
+        item = valid_for(self.value)
+        return lambda v: isinstance(v, dict) and all(isinstance(k, str) and item(x) for k, x in v.items())
+
     def problem(self, value, where: str) -> str | None:
         if not isinstance(value, dict):
             return f"{where} is {_name(value)}, not a dict"
@@ -72,8 +93,36 @@ class Record:
 
     def __init__(self, fields: dict | None = None):
         self.fields = {k.rstrip("?"): (spec, not k.endswith("?")) for k, spec in (fields or {}).items()}
+        self._valid = None
+
+    def compile(self):
+        required = [(name, valid_for(spec)) for name, (spec, req) in self.fields.items() if req]
+        optional = [(name, valid_for(spec)) for name, (spec, req) in self.fields.items() if not req]
+
+        def check(v) -> bool:
+            if not isinstance(v, dict):
+                return False
+            for name, ok in required:
+                x = v.get(name, _MISSING)
+                if x is _MISSING or not ok(x):
+                    return False
+            for name, ok in optional:
+                x = v.get(name, _MISSING)
+                if x is not _MISSING and not ok(x):
+                    return False
+            return True
+        return check
 
     def problem(self, value, where: str = "content") -> str | None:
+        """What is wrong with ``value`` (None: nothing), naming the field: a valid value is
+        answered by the compiled predicate, without building any text."""
+        if self._valid is None:
+            self._valid = self.compile()
+        if self._valid(value):
+            return None
+        return self.describe_problem(value, where)
+
+    def describe_problem(self, value, where: str = "content") -> str | None:
         if not isinstance(value, dict):
             return f"{where} is {_name(value)}, not a dict"
         for name, (spec, required) in self.fields.items():
@@ -90,6 +139,36 @@ class Record:
         return "a dict"
 
 
+_MISSING = object()
+
+
+def _is_int(v) -> bool:
+    return v.__class__ is int or (isinstance(v, int) and not isinstance(v, bool))
+
+
+def _is_number(v) -> bool:
+    return v.__class__ is float or _is_int(v) or isinstance(v, float)
+
+
+def valid_for(spec):
+    """The predicate ``value -> bool`` for ``spec``: True exactly when :func:`problem` finds
+    nothing."""
+    if isinstance(spec, tuple):
+        nullable = None in spec
+        checks = [valid_for(s) for s in spec if s is not None]
+        if len(checks) == 1:  # (X, None), the common case
+            ok = checks[0]
+            return (lambda v: v is None or ok(v)) if nullable else ok
+        return lambda v: (v is None and nullable) or any(ok(v) for ok in checks)
+    if isinstance(spec, (Int, ListOf, MapOf, Record)):
+        return spec.compile()
+    if spec is float:
+        return _is_number
+    if spec is int:
+        return _is_int
+    return lambda v: isinstance(v, spec)
+
+
 def problem(value, spec, where: str) -> str | None:
     """What is wrong with ``value`` as ``spec`` (None: nothing), naming where it is."""
     if isinstance(spec, tuple):
@@ -101,7 +180,9 @@ def problem(value, spec, where: str) -> str | None:
         if any(problem(value, s, where) is None for s in others):
             return None
         return f"{where} is {_name(value)}, not {' or '.join(_describe(s) for s in spec)}"
-    if isinstance(spec, (Int, ListOf, MapOf, Record)):
+    if isinstance(spec, Record):
+        return spec.describe_problem(value, where)
+    if isinstance(spec, (Int, ListOf, MapOf)):
         return spec.problem(value, where)
     if spec is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -25,10 +25,24 @@ def frame_view(frame) -> memoryview:
     return frame.buffer if isinstance(frame, zmq.Frame) else memoryview(frame)
 
 
+# One keyed HMAC per key (a process has one or two), copied for each message: keying
+# anew makes OpenSSL 3 look the digest up again on every message.
+_KEYED: dict[bytes, "hmac.HMAC"] = {}
+
+
+def _keyed(key: bytes) -> "hmac.HMAC":
+    h = _KEYED.get(key)
+    if h is None:
+        if len(_KEYED) > 8:
+            _KEYED.clear()
+        h = _KEYED[key] = hmac.new(key, digestmod=hashlib.sha256)
+    return h
+
+
 def sign(key: bytes, frames, known: dict | None = None) -> bytes:
     """The hex HMAC of ``frames``; ``known`` maps a frame's index to its SHA-256 when
     the sender has it already (``Payload``)."""
-    h = hmac.new(key, digestmod=hashlib.sha256)
+    h = _keyed(key).copy()
     for i, f in enumerate(frames):
         buf = frame_view(f)
         n = buf.nbytes

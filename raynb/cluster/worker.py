@@ -1,12 +1,11 @@
 """A warm worker: forked from the zygote, runs training functions on its main thread.
 
-Two threads:
-- the main thread waits for tasks and runs the user's function, so that a cancel
-  can reach it as a KeyboardInterrupt (a signal is only delivered to the main
-  thread);
-- the I/O thread owns the DEALER socket to the head: it forwards what the main
-  thread (and any thread of the user's) sends, hands tasks over, and turns a
-  cancel into SIGINT for the main thread.
+The user's function runs on the main thread, so that a cancel can reach it as a
+KeyboardInterrupt (a signal is only delivered to the main thread). The link to the
+head (``worker_link``) is the main thread's between tasks, and an I/O thread's while
+a task runs longer than a few milliseconds: it then forwards what the main thread
+(and any thread of the user's) sends, sends the heartbeats, and turns a cancel into
+SIGINT for the main thread.
 
 Between runs a worker keeps its torch.distributed process group, so a re-run on
 the same ranks skips the rendezvous entirely (``rendezvous.py``: how a group forms,
@@ -14,7 +13,6 @@ and what the worker listens on).
 """
 from __future__ import annotations
 
-import collections
 import inspect
 import linecache
 import logging
@@ -28,9 +26,8 @@ import time
 import types
 
 import cloudpickle
-import zmq
 
-from . import chunking, curve, event_batch
+from . import chunking, event_batch
 from . import protocol as P
 from . import task_context
 from .module_reload import user_modules
@@ -40,12 +37,10 @@ from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
 from .thread_share import ThreadShare
+from .worker_link import HeadLink
 
 log = logging.getLogger("raynb.worker")
 
-# The I/O thread's sign of life to the head: a worker silent much longer than this (a
-# SIGSTOP, a hang that holds the GIL) is shown as not responding.
-HEARTBEAT_S = 1.0
 # A cancelled task still running this long after its SIGINT (s) is inside a call no
 # interrupt reaches (a collective with a dead peer, most likely): the head is told, and
 # kills it at once when a peer died (controller.rank_blocked).
@@ -61,7 +56,6 @@ class Worker:
         self.key = key
         self.node_id = os.environ.get("RAYNB_NODE_ID", "")
         self.node_ip = os.environ.get("RAYNB_NODE_IP", "127.0.0.1")
-        self.ctx = zmq.Context()
         self.tasks: queue.Queue = queue.Queue()
         self.lock = threading.Lock()
         self.current_task: dict | None = None
@@ -72,22 +66,16 @@ class Worker:
         self._cancelled_early: dict[tuple, None] = {}
         self._main_ident = threading.get_ident()
         self.pid = os.getpid()
-        self._io_ready = threading.Event()
-        self._outbox: collections.deque = collections.deque()  # (msg_type, content, buffers) to send
-        self._woken = False  # a wake-up frame for the I/O thread is on its way
-        self._head_batches = False  # the head reads a task_done's events (event_batch.reads_batches)
-        self._push_lock = threading.Lock()
         self._modules = user_modules()
         self.threads = ThreadShare()
         self._sys_path_seen: tuple = ()
         self.rendezvous = Rendezvous(self.node_ip)
-        io = threading.Thread(target=self._io_loop, name="raynb-io", daemon=True)
-        io.start()
-        self._io_ready.wait()
-        self._push = self.ctx.socket(zmq.PUSH)
-        self._push.setsockopt(zmq.SNDHWM, 0)  # report() must never block training
-        self._push.setsockopt(zmq.LINGER, 0)
-        self._push.connect("inproc://raynb-out")
+        self.link = HeadLink(worker_id, address, key, self._dispatch)
+        self.link.session.send(self.link.dealer, P.WORKER_READY, {
+            "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
+            "hostname": socket.gethostname(), "ip": self.node_ip,
+            "store_port": self.rendezvous.store_port, **_own_stats()})
+        self.link.start_io_thread()
         # The fallbacks are the zygote child's log-file streams, not sys.__stdout__: were
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
@@ -111,51 +99,8 @@ class Worker:
 
     # -- outgoing (any thread) ------------------------------------------------
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
-        """Queue a message for the head; the I/O thread signs and sends it, in order.
-
-        Costs the calling thread (a training loop's ``report()``) an append and, when the
-        I/O thread is not already woken, one empty inproc frame: no pickling, signing or
-        socket I/O (those took ~40 µs of every report on the training thread)."""
-        # The head drops a message over the limit (its chunks are refused): the message
-        # (a run's task_done among them) would be lost and its run hang.
-        size = sum(len(b) for b in buffers)
-        if size > P.max_message_bytes():
-            raise ValueError(
-                f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
-                f"{P.max_message_bytes() / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
-        self._outbox.append((msg_type, content, buffers))
-        if not self._woken:
-            self._woken = True
-            with self._push_lock:  # a zmq socket is not thread-safe: any thread may send
-                self._push.send(b"", copy=True)
-
-    def _send_queued(self, session: P.Session, dealer) -> None:
-        """(I/O thread) Sign and send what :meth:`send` queued, oldest first. Events of one
-        task queued back to back (a burst of reports) go as one ``task_events`` message:
-        signed, sent and verified once; those just before the task's ``task_done`` ride in
-        it, to a head that reads them (a short function's report and end: one message)."""
-        self._woken = False  # before draining: a message queued from now on wakes us again
-        outbox = self._outbox
-
-        def same_task(item, key) -> bool:
-            return (item[1]["run_id"], item[1]["rank"]) == key
-        while outbox:
-            msg_type, content, buffers = outbox.popleft()
-            if msg_type == P.TASK_EVENT:
-                events, key = [content["event"]], (content["run_id"], content["rank"])
-                size = event_batch.event_bytes(content["event"])
-                while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < event_batch.MAX_BATCH_EVENTS
-                       and same_task(outbox[0], key) and size < event_batch.MAX_BATCH_BYTES):
-                    events.append(outbox.popleft()[1]["event"])
-                    size += event_batch.event_bytes(events[-1])
-                if (self._head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key)
-                        and size + sum(len(b) for b in outbox[0][2]) < P.max_message_bytes() // 2):
-                    msg_type, content, buffers = outbox.popleft()
-                    content = {**content, "events": events}
-                elif len(events) > 1:
-                    msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
-            for frames in session.messages(msg_type, content, buffers):
-                dealer.send_multipart(frames, copy=False)
+        """Queue a message for the head (``HeadLink.send``: no signing or I/O here)."""
+        self.link.send(msg_type, content, buffers)
 
     def emit(self, event: dict) -> None:
         """Send a progress event (report, output) for the current task."""
@@ -169,45 +114,9 @@ class Worker:
         if self.threads.pending and threading.get_ident() == self._main_ident:
             self.threads.apply()
 
-    # -- the I/O thread -------------------------------------------------------
-    def _io_loop(self) -> None:
-        session = P.Session(self.key, validate=True)
-        dealer = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(dealer)
-        dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", self.worker_id))
-        curve.secure_client(dealer, curve.from_env())  # off loopback: CurveZMQ, as every link
-        dealer.connect(self.address)
-        pull = self.ctx.socket(zmq.PULL)
-        pull.bind("inproc://raynb-out")
-        session.send(dealer, P.WORKER_READY, {
-            "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
-            "hostname": socket.gethostname(), "ip": self.node_ip,
-            "store_port": self.rendezvous.store_port, **_own_stats()})
-        self._io_ready.set()
-        poller = zmq.Poller()
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(pull, zmq.POLLIN)
-        next_beat = time.monotonic() + HEARTBEAT_S
-        while True:
-            if time.monotonic() >= next_beat:
-                session.send(dealer, P.WORKER_ALIVE, {})
-                next_beat = time.monotonic() + HEARTBEAT_S
-            for sock, _ in poller.poll(max(0.0, next_beat - time.monotonic()) * 1000):
-                if sock is pull:
-                    while pull.poll(0):
-                        pull.recv(copy=False)  # wake-up frames: what to send is in the outbox
-                    self._send_queued(session, dealer)
-                    continue
-                msg = session.recv(dealer)
-                if msg is None:
-                    continue
-                self._dispatch(msg)
-                msg = None  # a task's message is the main thread's to free once it ran
-
     def _dispatch(self, msg: P.Message) -> None:
-        """(I/O thread) Act on a verified message from the head."""
-        if msg.msg_type == P.RUN_TASK:
-            self._head_batches = event_batch.reads_batches(msg.header.get("version"))
+        """Act on a verified message from the head (either thread, as the link's owner)."""
+        if msg.msg_type == P.RUN_TASK:  # (I/O thread) the next task, come early
             self.tasks.put(msg)
         elif msg.msg_type == P.CANCEL_TASK:
             self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
@@ -257,12 +166,27 @@ class Worker:
     # -- the main thread ------------------------------------------------------
     def serve(self) -> int:
         while True:
+            # No name holds the task across iterations: its message (the shipped function
+            # and what it captured) is freed when execute() returns.
+            msg = self._next_task()
+            self.link.lend()
             try:
-                # No name holds the task here: its message (the shipped function and what it
-                # captured) is freed when execute() returns, not when the next task comes.
-                self.execute(self.tasks.get())
+                self.execute(msg)
             except KeyboardInterrupt:
-                continue
+                pass
+            finally:
+                self.link.take_back()
+                self.link.send_queued(self.link.session, self.link.dealer)  # if it did not get to its end
+            del msg
+
+    def _next_task(self) -> P.Message:
+        """(main thread, owning the link) Wait for the head's next ``run_task``."""
+        try:
+            msg = self.tasks.get_nowait()  # come while the last task ran (the I/O thread's)
+        except queue.Empty:
+            msg = self.link.serve(lambda m: m is not None and m.msg_type == P.RUN_TASK)
+        self.link.head_batches = event_batch.reads_batches(msg.header.get("version"))
+        return msg
 
     def execute(self, msg: P.Message) -> None:
         task = msg.content
@@ -345,6 +269,7 @@ class Worker:
             # one-rank group has no peers and stays usable (a Tune STOP then costs no
             # new group for the worker's next trial).
             self.rendezvous.group_key = None
+        self.link.take_back()  # the end goes from this thread, with the events before it
         self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
                                 "error": error}, buffers)
         del buffers, ret

@@ -31,7 +31,7 @@ log = logging.getLogger("raynb.head")
 
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 IDLE_TIMEOUT_ENV = "RAYNB_WORKER_IDLE_TIMEOUT_S"
-# A worker's I/O thread sends a heartbeat every second (worker.HEARTBEAT_S).
+# A worker's I/O thread sends a heartbeat every second (worker_link.HEARTBEAT_S).
 WORKER_SILENCE_S = 5.0
 
 

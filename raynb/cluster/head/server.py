@@ -144,6 +144,7 @@ class Head(NodeEvents, ClientRequests):
                         break
                     self._receive(frames)
                 self.outbox.flush()
+                self.store.write_after_start()  # the ranks started have their tasks: now the files
             self.tick()
             self.outbox.flush()
         if self.connection_info is not None:

@@ -68,6 +68,7 @@ class RunStore:
         self._storage_paths: set[str] = set()
         self._state_due: dict[str, float] = {}  # run_id -> when its first run.json is written
         self.links = LinkedFiles()  # a re-run's function.pkl / params.json: hard links when unchanged
+        self._after_start: list[tuple[Run, Callable[[], object]]] = []  # see write_after_start
         self.uploads = Uploads()  # checkpoints copied to a storage URI, in a thread of its own
 
     # -- finding runs -----------------------------------------------------------
@@ -249,11 +250,12 @@ class RunStore:
                 run.add_failure({"message": HEAD_DIED})
             run.failures_before = run.num_failures
         else:
-            rundir.write_params(spec.get("params", {}), self.links)
+            self._after_start.append((run, lambda: rundir.write_params(spec.get("params", {}), self.links)))
         if not spec.get("experiment"):
             # What TorchTrainer.restore(path) re-runs. A Tune trial is resumed by
             # Tuner.restore(path, trainable), which ships the trainable again: none is kept.
-            rundir.write_function(function_bytes, self.links)
+            self._after_start.append((run, lambda: rundir.write_function(function_bytes, self.links)))
+        self._after_start.append((run, lambda: run.ended is None and rundir.prepare_files()))
         if previous is not None:
             rundir.write_state(run.summary())
         else:
@@ -261,6 +263,17 @@ class RunStore:
         self.runs[run_id] = run
         self._ticking[run_id] = run
         return run
+
+    def write_after_start(self) -> None:
+        """The files a run's start does not wait for (``params.json``, ``function.pkl``, the
+        report files made empty): written once its ranks have their tasks, while they start.
+        A failure fails the run, as any write while it runs does."""
+        work, self._after_start = self._after_start, []
+        for run, write in work:
+            try:
+                write()
+            except OSError as e:
+                self._failed(run, e)
 
     # -- writing, where a failure fails the run, never the head -----------------
     def _failed(self, run: Run, e: OSError) -> None:
