@@ -563,3 +563,23 @@ def test_a_private_file_is_rewritten_whole_without_truncating_first(tmp_path):
     rewrite(target, b"12345678")
     rewrite(target, b"abc")
     assert target.read_bytes() == b"abc"
+
+
+def test_params_json_cannot_hold_refuse_the_run_and_the_head_runs_on(warm, tmp_path):
+    """A raw client's params that JSON cannot hold (a cycle) get an error at the submit, and
+    the head goes on (its files written after the tasks are sent never see such a run)."""
+    import pytest
+
+    from raynb.train.run import execute_run
+
+    spec, payload = build_submission(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=1),
+                                     RunConfig(verbose=0, storage_path=str(tmp_path)))
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    spec["params"] = cyclic
+    with pytest.raises(ValueError, match="failed to handle submit_run"):
+        submit_run_accepted(get_client(), spec, payload)
+    result, _ = execute_run(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=1),
+                            RunConfig(verbose=0, storage_path=str(tmp_path)))
+    assert result.metrics["step"] == 1
+    assert json.loads((Path(result.path) / "params.json").read_text()) == {"wait": 0.0}

@@ -14,7 +14,6 @@ once: the hand-over is not deferred, which costs a wake-up but is still correct.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -35,9 +34,10 @@ def _libc():
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        # The process's own C library: find_library would run ldconfig in a subprocess.
+        libc = ctypes.CDLL(None, use_errno=True)
         return libc if hasattr(libc, "timerfd_create") else None
-    except OSError:
+    except (OSError, AttributeError):
         return None
 
 

@@ -17,6 +17,7 @@ A zmq socket is not thread-safe, so exactly one thread owns the link at a time
 from __future__ import annotations
 
 import collections
+import logging
 import select
 import threading
 import time
@@ -27,6 +28,8 @@ import zmq
 from . import curve, event_batch
 from . import protocol as P
 from .wake_timer import WakeTimer
+
+log = logging.getLogger("raynb.worker")
 
 # The I/O thread's sign of life to the head: a worker silent much longer than this (a
 # SIGSTOP, a hang that holds the GIL) is shown as not responding.
@@ -74,6 +77,7 @@ class HeadLink:
         self._owner_lock = threading.Lock()
         self._want_back = False  # the main thread asked the I/O thread for the link
         self._given_back = threading.Event()
+        self._lent_at = 0.0
         self._handover = WakeTimer()
         self._next_beat = time.monotonic() + HEARTBEAT_S
 
@@ -171,6 +175,7 @@ class HeadLink:
         """(main thread) A task starts: the I/O thread takes the link in ``HANDOVER_S``."""
         with self._owner_lock:
             self.owner = LENT
+            self._lent_at = time.monotonic()
         self._handover.arm(HANDOVER_S)
 
     def take_back(self) -> None:
@@ -192,17 +197,24 @@ class HeadLink:
             self._given_back.wait()
 
     def _io_loop(self) -> None:
+        timer = select.poll()
+        timer.register(self._handover.fileno(), select.POLLIN)
         while True:
-            select.select([self._handover], [], [])
+            timer.poll()
             if not self._handover.clear():
                 continue  # disarmed after it fired: the task ended first
             with self._owner_lock:
-                if self.owner != LENT:
+                # Not a firing of the last lend, seen only now (the task ended, another began).
+                if self.owner != LENT or time.monotonic() - self._lent_at < HANDOVER_S / 2:
                     continue
                 self.owner = IO
-            self.send_queued(self.session, self.dealer)  # what the task queued so far
-            self.serve(lambda msg: msg is None and self._want_back)
-            with self._owner_lock:
-                self._want_back = False
-                self.owner = MAIN
-            self._given_back.set()
+            try:
+                self.send_queued(self.session, self.dealer)  # what the task queued so far
+                self.serve(lambda msg: msg is None and self._want_back)
+            except Exception:  # noqa: BLE001 - the main thread must get the link back all the same
+                log.exception("the worker's I/O thread failed; the link goes back to the main thread")
+            finally:
+                with self._owner_lock:
+                    self._want_back = False
+                    self.owner = MAIN
+                self._given_back.set()

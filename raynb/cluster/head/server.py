@@ -143,8 +143,10 @@ class Head(NodeEvents, ClientRequests):
                     except zmq.Again:
                         break
                     self._receive(frames)
+                # The ranks started have their tasks (sent as they were placed): now their files,
+                # before their clients hear of them (an end in this drain among them).
+                self.store.write_after_start()
                 self.outbox.flush()
-                self.store.write_after_start()  # the ranks started have their tasks: now the files
             self.tick()
             self.outbox.flush()
         if self.connection_info is not None:

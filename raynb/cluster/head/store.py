@@ -249,31 +249,42 @@ class RunStore:
                 # the resumed run's Result.failures must not lose it.
                 run.add_failure({"message": HEAD_DIED})
             run.failures_before = run.num_failures
-        else:
-            self._after_start.append((run, lambda: rundir.write_params(spec.get("params", {}), self.links)))
+        if previous is None:
+            # Here, not later: a storage path that cannot hold it refuses the run (a full disk).
+            rundir.write_params(spec.get("params", {}), self.links)
+        # Written once the ranks have their tasks (write_after_start); queued last, so never for
+        # a run refused here.
+        later = []
         if not spec.get("experiment"):
             # What TorchTrainer.restore(path) re-runs. A Tune trial is resumed by
             # Tuner.restore(path, trainable), which ships the trainable again: none is kept.
-            self._after_start.append((run, lambda: rundir.write_function(function_bytes, self.links)))
-        self._after_start.append((run, lambda: run.ended is None and rundir.prepare_files()))
+            later.append(lambda: rundir.write_function(function_bytes, self.links))
         if previous is not None:
             rundir.write_state(run.summary())
         else:
             self._state_due[run_id] = time.monotonic() + STATE_DELAY_S
+        self._after_start += [(run, write) for write in later]
+        # The empty report files: only for a run that started (a queued one holds no file open).
+        self._after_start.append((run, lambda: run.started and run.ended is None and rundir.prepare_files()))
         self.runs[run_id] = run
         self._ticking[run_id] = run
         return run
 
     def write_after_start(self) -> None:
-        """The files a run's start does not wait for (``params.json``, ``function.pkl``, the
-        report files made empty): written once its ranks have their tasks, while they start.
-        A failure fails the run, as any write while it runs does."""
+        """The files a run's start does not wait for (``function.pkl``, empty report files),
+        written once its ranks have their tasks; a failure fails the run."""
         work, self._after_start = self._after_start, []
         for run, write in work:
-            try:
-                write()
-            except OSError as e:
-                self._failed(run, e)
+            self._write_later(run, write)
+
+    def _write_later(self, run: Run, write) -> None:
+        try:
+            write()
+        except OSError as e:
+            self._failed(run, e)
+        except Exception as e:  # noqa: BLE001 - one run's files, never the head
+            log.exception("run %s: writing its files failed", run.name)
+            self._failed(run, RunFileError(run.rundir.path, OSError(0, f"{type(e).__name__}: {e}")))
 
     # -- writing, where a failure fails the run, never the head -----------------
     def _failed(self, run: Run, e: OSError) -> None:
@@ -392,7 +403,12 @@ class RunStore:
             self.write_state(run)
 
     def run_ended(self, run: Run) -> None:
-        """Close a run's files: what was staged and not committed is not a checkpoint."""
+        """Close a run's files: what was staged and not committed is not a checkpoint. Its
+        files still to write (ended in the drain it started in) are written first: its
+        client may read them as soon as it hears of the end."""
+        for write in [w for r, w in self._after_start if r is run]:
+            self._write_later(run, write)
+        self._after_start = [(r, w) for r, w in self._after_start if r is not run]
         run.store.discard_staging()
         self._state_due.pop(run.run_id, None)
         self.uploads.forget(run.run_id)
