@@ -571,3 +571,68 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     assert again["epochs"] == [r["epoch"] for r in rows]
     assert again["checkpoint"] == str(run_dir / f"checkpoint_{epochs - 1:06d}")
     assert again["failures"] == 1
+
+
+def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_it_exits(tmp_path, monkeypatch):
+    """The head asks for a killed rank's replacement right after its kill_worker, before the
+    exit frees the node's room. The agent dropped that request (no room yet) while the head
+    counted the fork as in flight: the node stayed a worker short, and a restarted run that
+    needed it waited forever (seen in test_ray_engine). A real agent, zygote and workers,
+    driven by a bare ROUTER socket standing in for the head."""
+    import threading
+
+    import zmq
+
+    from raynb.cluster import protocol as P
+    from raynb.cluster.node import NodeAgent
+
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    key = P.new_key()
+    ctx = zmq.Context()
+    head = ctx.socket(zmq.ROUTER)
+    port = head.bind_to_random_port("tcp://127.0.0.1")
+    session = P.Session(key, validate=True)
+    agent = NodeAgent(f"tcp://127.0.0.1:{port}", key, num_workers=2, max_workers=2, node_id="t1")
+    serving = threading.Thread(target=agent.serve, daemon=True)
+    serving.start()
+    node_identity, ready, exited = None, [], []
+
+    def pump(until, timeout=90.0):
+        nonlocal node_identity
+        deadline = time.monotonic() + timeout
+        while not until():
+            assert time.monotonic() < deadline, (ready, exited)
+            if not head.poll(200):
+                continue
+            msg = session.recv(head, router=True)
+            if msg is None:
+                continue
+            if msg.msg_type == P.NODE_REGISTER:
+                node_identity = msg.identity
+            if msg.identity == node_identity:
+                session.send(head, P.PONG, {"time": time.time(), "registered": True}, identity=node_identity)
+            if msg.msg_type == P.WORKER_READY:
+                ready.append(msg.content["worker_id"])
+            elif msg.msg_type == P.WORKER_EXITED:
+                exited.append(msg.content["worker_id"])
+
+    pids = []
+    try:
+        pump(lambda: len(ready) == 2)
+        pids = list(agent.workers) + [agent.zygote.pid]
+        victim = ready[0]
+        session.send(head, P.KILL_WORKER, {"worker_id": victim, "signal": int(signal.SIGKILL)},
+                     identity=node_identity)
+        session.send(head, P.SPAWN_WORKERS, {"count": 1}, identity=node_identity)
+        pump(lambda: victim in exited and len(ready) == 3)
+        assert len(agent.workers) == 2 and agent.forks.wanted == 0 and agent.forks.in_flight == 0
+        pids += list(agent.workers)
+    finally:
+        if node_identity is not None:
+            session.send(head, P.SHUTDOWN, {}, identity=node_identity)
+        serving.join(15)
+        head.close(0)
+        ctx.term()
+        for pid in alive(pids):  # only when the agent failed to end them
+            os.kill(pid, signal.SIGKILL)
+    assert not serving.is_alive()

@@ -130,6 +130,9 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
     session = P.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
     sock = ctx.socket(zmq.DEALER)
     P.configure_socket(sock, limit=FRAME_LIMIT + (64 << 10))
+    # A DEALER with no peer blocks in send: a refused Curve handshake (or no agent at the
+    # address) drops the pipe, and the first send waited forever instead of timing out.
+    sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
     if server_key:
         curve.secure_client(sock, {**(curve_keys or {}), "server_public": server_key})
     sock.connect(address)
@@ -144,7 +147,12 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
         in_flight = 0
         for i, (offset, piece) in enumerate(pieces):
             content = {"name": name, "offset": offset, "nbytes": nbytes, "done": i == len(pieces) - 1}
-            session.send(sock, P.DATA_PUT, content, buffers=[piece])
+            try:
+                session.send(sock, P.DATA_PUT, content, buffers=[piece])
+            except zmq.Again:
+                raise TimeoutError(f"the node agent's data socket at {address} took no data within "
+                                   f"{timeout_s:.0f}s (no agent there, or its Curve handshake "
+                                   "refused this client's key)") from None
             in_flight += 1
             while in_flight >= (WINDOW if i < len(pieces) - 1 else 1):
                 in_flight -= _ack(session, sock, address, timeout_s)

@@ -36,6 +36,7 @@ from . import curve
 from . import protocol as P
 from . import shm
 from .data_server import DataServer
+from .fork_requests import ForkRequests
 from .rejects import refusal
 from .gpu_stats import GpuSampler
 from .connection import private_dir
@@ -85,10 +86,8 @@ class NodeAgent:
                  node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
                  gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0,
                  *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None):
-        self.address = address
-        self.key = key
-        self.num_workers = num_workers
-        self.max_workers = max_workers
+        self.address, self.key = address, key
+        self.num_workers, self.max_workers = num_workers, max_workers
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
         self.hostname = socket.gethostname()
         self.ip = node_ip or _local_ip_for(address)
@@ -105,16 +104,14 @@ class NodeAgent:
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
         self._retiring: dict[int, float] = {}  # pid -> when to SIGKILL it
         self._next_index = 0
-        self._stop = False
-        self._zygote_starts: list[float] = []
+        self.forks = ForkRequests()
+        self._stop, self._zygote_starts = False, []  # (zygote starts: monotonic times)
         self.note: str | None = note  # what went wrong with the zygote, for `raynb status`
-        self.cpus = cpus
-        self.labels = dict(labels or {})
-        log_dir = private_dir("logs")
+        self.cpus, self.labels = cpus, dict(labels or {})
+        self.log_dir = private_dir("logs")
         self.rdzv_dir = _rendezvous_dir(self.node_id)
         self.tmp_dir = _workers_tmp_dir(self.node_id)
         shm.remove_stale()  # segments of agents that were SIGKILLed (cluster.shm)
-        self.log_dir = log_dir
         self._start_zygote()
 
     # -- zygote ----------------------------------------------------------------
@@ -129,6 +126,7 @@ class NodeAgent:
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
+        self.forks.zygote_started()
         self._zygote_starts.append(time.monotonic())
 
     def _zygote_died(self) -> bool:
@@ -172,8 +170,12 @@ class NodeAgent:
         self.zygote.stdin.flush()
 
     def spawn(self, count: int) -> None:
-        room = self.max_workers - len(self.workers)
-        for _ in range(max(0, min(count, room))):
+        """Fork ``count`` workers: those without room yet at the next exits (``fork_requests``)."""
+        self.forks.ask(count)
+        self._fork_wanted()
+
+    def _fork_wanted(self) -> None:
+        for _ in range(self.forks.take(self.max_workers, len(self.workers))):
             self._next_index += 1
             self._zygote_send(f"spawn {self.node_id}-w{self._next_index}")
 
@@ -187,6 +189,7 @@ class NodeAgent:
                 self.spawn(self.num_workers)
         elif parts[0] == "spawned":
             wid, pid = parts[1], int(parts[2])
+            self.forks.spawned()
             self.workers[pid] = wid
             try:
                 self.procs[pid] = psutil.Process(pid)
@@ -203,6 +206,7 @@ class NodeAgent:
                 self.session.send(self.sock, P.WORKER_EXITED, {
                     "worker_id": wid, "pid": pid, "exitcode": code if not sig else None,
                     "signal": sig or None, "node_id": self.node_id})
+                self._fork_wanted()  # its room: for a fork asked for while it lived
 
     def _read_zygote(self) -> bool:
         chunk = os.read(self.zygote.stdout.fileno(), 65536)
