@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from . import spare_files
-from .private_files import (RunFileError, json_default as _json_default, private_opener, rewrite,  # noqa: F401
+from .private_files import (RunFileError, json_default as _json_default, private_opener,  # noqa: F401
                             write_json_atomic, writing)
 from .run_logs import OUTPUT_FILE, tag_lines
 from .storage_uri import join_uri

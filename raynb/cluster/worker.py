@@ -71,7 +71,7 @@ class Worker:
         self._sys_path_seen: tuple = ()
         self.rendezvous = Rendezvous(self.node_ip)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
-        self.link.session.send(self.link.dealer, P.WORKER_READY, {
+        self.link.send(P.WORKER_READY, {  # sent now: the main thread owns the link
             "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
             "hostname": socket.gethostname(), "ip": self.node_ip,
             "store_port": self.rendezvous.store_port, **_own_stats()})
@@ -176,7 +176,7 @@ class Worker:
                 pass
             finally:
                 self.link.take_back()
-                self.link.send_queued(self.link.session, self.link.dealer)  # if it did not get to its end
+                self.link.send_queued()  # what the task queued, if it did not get to its end
             del msg
 
     def _next_task(self) -> P.Message:

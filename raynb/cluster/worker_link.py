@@ -107,22 +107,25 @@ class HeadLink:
         owner = self.owner
         if owner == LENT or (owner == MAIN and threading.get_ident() == self._main_ident):
             if owner == MAIN:
-                self.send_queued(self.session, self.dealer)
+                self.send_queued()
             return
         self._wake()
 
-    def _wake(self) -> None:
-        if not self._woken:
+    def _wake(self, again: bool = False) -> None:
+        """Send the owner a wake-up frame, unless one is on its way (``again``: anyway)."""
+        if again or not self._woken:
             self._woken = True
             with self._push_lock:  # a zmq socket is not thread-safe: any thread may send
                 self._push.send(b"", copy=True)
 
-    def send_queued(self, session: P.Session, dealer) -> None:
-        """(The link's owner) Sign and send what :meth:`send` queued, oldest first. Events of
+    def send_queued(self, session: P.Session | None = None, dealer=None) -> None:
+        """(The link's owner) Sign and send what :meth:`send` queued, oldest first, on the
+        link's socket (or ``dealer``, signed by ``session``: a test's). Events of
         one task queued back to back (a burst of reports) go as one ``task_events`` message:
         signed, sent and verified once; those just before the task's ``task_done`` ride in
         it, to a head that reads them (a short function's report and end: one message)."""
         self._woken = False  # before draining: a message queued from now on wakes us again
+        session, dealer = session or self.session, dealer or self.dealer
         outbox = self._outbox
 
         def same_task(item, key) -> bool:
@@ -159,7 +162,7 @@ class HeadLink:
                 if sock is self._pull:
                     while self._pull.poll(0):
                         self._pull.recv(copy=False)
-                    self.send_queued(self.session, self.dealer)
+                    self.send_queued()
                     if until(None):
                         return None
                     continue
@@ -192,8 +195,7 @@ class HeadLink:
         if owner == LENT:
             self._handover.disarm()
         elif owner == IO:
-            self._woken = False
-            self._wake()
+            self._wake(again=True)
             self._given_back.wait()
 
     def _io_loop(self) -> None:
@@ -209,7 +211,7 @@ class HeadLink:
                     continue
                 self.owner = IO
             try:
-                self.send_queued(self.session, self.dealer)  # what the task queued so far
+                self.send_queued()  # what the task queued so far
                 self.serve(lambda msg: msg is None and self._want_back)
             except Exception:  # noqa: BLE001 - the main thread must get the link back all the same
                 log.exception("the worker's I/O thread failed; the link goes back to the main thread")

@@ -99,7 +99,7 @@ class Head(NodeEvents, ClientRequests):
             P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run, P.CANCEL_RUN: self.on_cancel_run,
             P.NODE_REGISTER: self.on_node_register, P.WORKER_READY: self.on_worker_ready,
             P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
-            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: lambda m: [*map(self.on_task_event, event_batch.unbatch(m))],
+            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: self.on_task_events,
             P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
             P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
         }
@@ -291,13 +291,19 @@ class Head(NodeEvents, ClientRequests):
             return
         self.emit(run, event)
 
-    def on_task_done(self, msg: P.Message) -> None:
-        for event in event_batch.unbatch(msg):  # its last events, sent with it (worker.py)
+    def on_task_events(self, msg: P.Message) -> None:
+        """A burst of a rank's events (``task_events``), or those riding in its ``task_done``
+        (worker_link), each handled as if it came alone: one that fails is logged and the
+        others, and the rank's end, still count."""
+        for event in event_batch.unbatch(msg):
             try:
                 self.on_task_event(event)
-            except Exception:  # noqa: BLE001 - as for an event alone: the rank's end still counts
+            except Exception:  # noqa: BLE001
                 log.exception("error handling an event of run %s's rank %s", msg.content["run_id"],
                               msg.content["rank"])
+
+    def on_task_done(self, msg: P.Message) -> None:
+        self.on_task_events(msg)  # its last events, sent with it
         c = msg.content
         run = self.runs.get(c["run_id"])
         worker = self.registry.workers.get(P.routing_name(msg.identity))

@@ -254,18 +254,17 @@ class RunStore:
             rundir.write_params(spec.get("params", {}), self.links)
         # Written once the ranks have their tasks (write_after_start); queued last, so never for
         # a run refused here.
-        later = []
+        # The empty report files: only for a run that started (a queued one holds no file open).
+        later = [lambda: run.started and run.ended is None and rundir.prepare_files()]
         if not spec.get("experiment"):
             # What TorchTrainer.restore(path) re-runs. A Tune trial is resumed by
             # Tuner.restore(path, trainable), which ships the trainable again: none is kept.
-            later.append(lambda: rundir.write_function(function_bytes, self.links))
+            later.insert(0, lambda: rundir.write_function(function_bytes, self.links))
         if previous is not None:
             rundir.write_state(run.summary())
         else:
             self._state_due[run_id] = time.monotonic() + STATE_DELAY_S
         self._after_start += [(run, write) for write in later]
-        # The empty report files: only for a run that started (a queued one holds no file open).
-        self._after_start.append((run, lambda: run.started and run.ended is None and rundir.prepare_files()))
         self.runs[run_id] = run
         self._ticking[run_id] = run
         return run
