@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import pytest
 
 import raynb
 from raynb import RunConfig, ScalingConfig
@@ -583,3 +584,89 @@ def test_params_json_cannot_hold_refuse_the_run_and_the_head_runs_on(warm, tmp_p
                             RunConfig(verbose=0, storage_path=str(tmp_path)))
     assert result.metrics["step"] == 1
     assert json.loads((Path(result.path) / "params.json").read_text()) == {"wait": 0.0}
+
+
+def test_wire_sends_and_receives_a_message_as_pyzmqs_multipart_calls_do():
+    """``wire.send_frames`` / ``recv_frames`` over a real socket pair: the same frames in
+    the same order (a big one sent zero-copy), ``zmq.Again`` when nothing waits, and a
+    stand-in with pyzmq's methods gets its own calls."""
+    import zmq
+
+    from raynb.cluster.wire import recv_frames, send_frames
+
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    try:
+        port = b.bind_to_random_port("tcp://127.0.0.1")
+        a.connect(f"tcp://127.0.0.1:{port}")
+        big = np.arange(1 << 17, dtype=np.uint8)  # over copy_threshold: sent from its buffer
+        msgs = [[b"sig", memoryview(b"header"), big.data], [b"one"], [b"", b"x" * 100, bytearray(b"y")]]
+        for frames in msgs:
+            send_frames(a, frames)
+        for frames in msgs:
+            got = recv_frames(b)   # a ROUTER: the sender's identity first
+            assert all(isinstance(f, zmq.Frame) for f in got)
+            assert [bytes(f.buffer) for f in got[1:]] == [bytes(f) for f in frames]
+        with pytest.raises(zmq.Again):
+            recv_frames(b, zmq.NOBLOCK)
+        assert b.poll(0) == 0  # nothing half-read left behind
+
+        class Recorder:
+            def __init__(self):
+                self.calls = []
+
+            def send_multipart(self, frames, copy=True, **kw):
+                self.calls.append((frames, copy, kw))
+
+            def recv_multipart(self, copy=True, **kw):
+                self.calls.append(("recv", copy, kw))
+                return [b"r"]
+        r = Recorder()
+        send_frames(r, [b"a"])
+        send_frames(r, [b"b"], zmq.NOBLOCK)
+        assert recv_frames(r) == [b"r"]
+        assert r.calls == [([b"a"], False, {}), ([b"b"], False, {"flags": zmq.NOBLOCK}), ("recv", False, {})]
+    finally:
+        a.close(0)
+        b.close(0)
+        ctx.term()
+
+
+def test_an_idle_head_sleeps_between_ticks_after_a_burst_of_runs(warm):
+    """The head ticks at most every ``TICK_MIN_S`` while messages come back to back, and
+    waits for the tick it put off; once idle it wakes about every ``TICK_S`` again, not
+    every few milliseconds (a put-off tick once made its poll spin)."""
+    from raynb.cluster.head.server import TICK_MIN_S, TICK_S
+    from raynb.train.torch import TorchTrainer
+
+    head = psutil.Process(warm.info["pids"]["head"])
+
+    def trivial():
+        pass
+    for _ in range(5):
+        TorchTrainer(trivial, scaling_config=ScalingConfig(num_workers=4), run_config=QUIET).fit()
+    time.sleep(TICK_S)
+    before = _voluntary_switches(head.pid)
+    t0 = time.monotonic()
+    time.sleep(1.0)
+    woke = _voluntary_switches(head.pid) - before
+    per_s = woke / (time.monotonic() - t0)
+    # Idle: one wake-up per tick (1/TICK_S a second) plus heartbeats from 4 workers and
+    # the node agent (every HEARTBEAT_S); a spinning poll would wake ~1/TICK_MIN_S a second.
+    assert per_s < 0.5 / TICK_MIN_S, f"the idle head woke {per_s:.0f} times a second"
+
+
+def test_the_head_waits_for_a_put_off_tick_without_spinning():
+    """A tick put off by less than a millisecond still waits a whole one: pyzmq takes the
+    timeout as int milliseconds, and a 0 ms poll returns at once."""
+    from raynb.cluster.head.server import TICK_S, poll_ms
+
+    assert poll_ms(True, 10.0004, 10.0) == 1
+    assert poll_ms(True, 10.004, 10.0) == 4
+    assert poll_ms(True, 9.0, 10.0) == 0   # due already: tick now
+    assert poll_ms(False, 10.004, 10.0) == round(TICK_S * 1000)
+
+
+def _voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/task/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))

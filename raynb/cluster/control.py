@@ -83,7 +83,7 @@ class Client:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.sock.poll(None if left is None else left * 1000):
                 return None
-            frames = self.sock.recv_multipart(copy=False)
+            frames = P.recv_frames(self.sock)
             why = refusal(frames)
             if why is not None:
                 raise ClusterError(f"{why} (head {self.address})")

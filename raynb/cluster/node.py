@@ -239,7 +239,7 @@ class NodeAgent:
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
         notice (wrong key, other protocol version) is kept in ``refused``."""
-        frames = self.sock.recv_multipart(copy=False)
+        frames = P.recv_frames(self.sock)
         why = refusal(frames)
         if why is not None:
             self.refused = why

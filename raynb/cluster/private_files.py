@@ -52,11 +52,17 @@ def writing(path):
         raise RunFileError(path, e) from None
 
 
-def write_json_atomic(path: Path, data) -> None:
+def aside(path) -> str:
+    """Where ``path`` (str or Path) is written before it is renamed in: ``.<name>.tmp`` beside it."""
+    head, name = os.path.split(os.fspath(path))
+    return os.path.join(head, f".{name}.tmp")
+
+
+def write_json_atomic(path: Path | str, data) -> None:
     """``path`` holding ``data`` as JSON, written aside and renamed in (a crash leaves the
     old file or the new one, never a torn one). One line: the C encoder (an ``indent``
     takes Python's, 6x slower, on every run's end)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = aside(path)
     with writing(path):
         rewrite(tmp, (json.dumps(data, default=json_default) + "\n").encode())
         os.replace(tmp, path)

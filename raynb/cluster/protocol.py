@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import chunking, signing
+from .wire import recv_frames, send_frames
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
@@ -249,17 +250,14 @@ class Session:
 
     def _signed(self, msg_type: str, body, buffers, chunks: dict | None = None, known=None) -> list:
         self._seq += 1
-        fields = {
-            "version": PROTOCOL_VERSION,
-            "msg_type": msg_type,
-            "msg_id": f"{self.session_id}:{self._seq}",  # unique as (session, seq); no urandom per message
-            "session": self.session_id,
-            "seq": self._seq,
-            "time": time.time(),
-        }
-        if chunks is not None:
-            fields["chunks"] = chunks
-        frames = [json.dumps(fields).encode(), body, *buffers]
+        seq, sid = self._seq, self.session_id   # msg_id is unique as (session, seq): no urandom
+        if chunks is None:  # what json.dumps writes, without its encoder (the names are hex and types)
+            header = (f'{{"version": "{PROTOCOL_VERSION}", "msg_type": "{msg_type}", "msg_id": "{sid}:{seq}", '
+                      f'"session": "{sid}", "seq": {seq}, "time": {time.time()!r}}}')
+        else:
+            header = json.dumps({"version": PROTOCOL_VERSION, "msg_type": msg_type, "msg_id": f"{sid}:{seq}",
+                                 "session": sid, "seq": seq, "time": time.time(), "chunks": chunks})
+        frames = [header.encode(), body, *buffers]
         return [self._digest(frames, known), *frames]
 
     def messages(self, msg_type: str, content: dict | None = None, buffers=()) -> list[list]:
@@ -282,7 +280,7 @@ class Session:
         for frames in self.messages(msg_type, content, buffers):
             if identity is not None:
                 frames.insert(0, identity)
-            sock.send_multipart(frames, copy=False)
+            send_frames(sock, frames)
 
     # -- verifying ------------------------------------------------------------
     def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:
@@ -356,7 +354,7 @@ class Session:
         """Receive one message (the whole train, for a chunked one); returns None (and
         counts it) when it fails verification, or when a train stops midway."""
         while True:
-            frames = sock.recv_multipart(copy=False)
+            frames = recv_frames(sock)
             identity = None
             if router:
                 identity = frames[0].bytes

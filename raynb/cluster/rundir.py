@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 from . import spare_files
-from .private_files import (RunFileError, json_default as _json_default, private_opener,  # noqa: F401
+from .private_files import (RunFileError, aside, json_default as _json_default, private_opener,  # noqa: F401
                             write_json_atomic, writing)
 from .run_logs import OUTPUT_FILE, tag_lines
 from .storage_uri import join_uri
@@ -147,6 +147,11 @@ class RunDirectory:
             raise ValueError(f"run name {name!r} is not a valid directory name")
         self.path = Path(storage_path).expanduser() / name
         make_private_dir(self.path)
+        # The files written at every run, as strings: a Path join per write cost more
+        # than the write itself on a warm re-run's end.
+        d = str(self.path)
+        self._result_path, self._progress_path = os.path.join(d, "result.json"), os.path.join(d, "progress.csv")
+        self._state_path = os.path.join(d, STATE_FILE)
         self._result = None
         self._output = None
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
@@ -177,29 +182,29 @@ class RunDirectory:
         aside file of ``run.json``), so that its end, which the client waits for, only
         writes into them: a new inode costs 10-1000 µs on ext4 (see ``spare_files``)."""
         if self._result is None:
-            with writing(self.path / "result.json"):
-                self._result = open(self.path / "result.json", "a", opener=private_opener)
-        for name in ("progress.csv", f".{STATE_FILE}.tmp"):
-            with writing(self.path / name):
-                os.close(private_opener(self.path / name, os.O_WRONLY | os.O_CREAT))
+            with writing(self._result_path):
+                self._result = open(self._result_path, "a", opener=private_opener)
+        for path in (self._progress_path, aside(self._state_path)):
+            with writing(path):
+                os.close(private_opener(path, os.O_WRONLY | os.O_CREAT))
         self._prepared = True
 
     def write_state(self, record: dict) -> None:
-        write_json_atomic(self.path / STATE_FILE, record)
+        write_json_atomic(self._state_path, record)
 
     def write_function(self, payload: bytes, links=None) -> None:
         """``function.pkl``; ``links`` (``linked_files.LinkedFiles``): a hard link to an
         earlier run's file with the same bytes, when there is one."""
-        self._write_bytes(self.path / FUNCTION_FILE, payload, links, atomic=True)
+        self._write_bytes(os.path.join(self.path, FUNCTION_FILE), payload, links, atomic=True)
 
-    def _write_bytes(self, path: Path, data, links=None, atomic: bool = False) -> None:
+    def _write_bytes(self, path: str, data, links=None, atomic: bool = False) -> None:
         """``path`` holding ``data``: a new file (``atomic``: written aside, then renamed in,
         so a crash leaves no torn file), or a link (``links``). An existing file is
         replaced by rename, never written in place: its inode may be another run's too."""
-        exists = path.exists()
+        exists = os.path.exists(path)
 
         def write():
-            target = path.with_name(f".{path.name}.tmp") if atomic or exists else path
+            target = aside(path) if atomic or exists else path
             with writing(path), open(target, "wb", opener=private_opener) as f:
                 f.write(data)
             if target != path:
@@ -236,7 +241,7 @@ class RunDirectory:
     def write_params(self, params: dict, links=None) -> None:
         """``params.json`` (as ``write_function``, ``links`` may make it a hard link)."""
         text = json.dumps(params, indent=2, default=_json_default)
-        self._write_bytes(self.path / "params.json", text.encode(), links)
+        self._write_bytes(os.path.join(self.path, "params.json"), text.encode(), links)
 
     def append_result(self, metrics: dict, started: float | None, t: float | None) -> dict:
         """Add Ray's automatic fields to a rank-0 report, to be appended to the files.
@@ -267,24 +272,24 @@ class RunDirectory:
         rows, self._unwritten = self._unwritten, []
         if not rows:
             return
-        with writing(self.path / "result.json"):
+        with writing(self._result_path):
             if self._result is None:
-                self._result = open(self.path / "result.json", "a", opener=private_opener)
+                self._result = open(self._result_path, "a", opener=private_opener)
             self._result.write("".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
             self._result.flush()
-        with writing(self.path / "progress.csv"):
+        with writing(self._progress_path):
             self._write_progress(rows)
 
     def _write_progress(self, rows: list[dict]) -> None:
         new = [k for row in rows for k in row if k not in self._columns]
-        path = self.path / "progress.csv"
+        path = self._progress_path
         if new or not self._columns:
             # A new metric appeared: rewrite with the widened header.
             self._columns += list(dict.fromkeys(new))
             if self._progress is not None:
                 self._progress.close()
             # Rewritten in place, cut after (not "w": see rewrite), in the file prepare_files made.
-            self._progress = open(path, "r+" if path.exists() else "w", newline="", opener=private_opener)
+            self._progress = open(path, "r+" if os.path.exists(path) else "w", newline="", opener=private_opener)
             old_bytes = os.fstat(self._progress.fileno()).st_size
             self._progress_writer = csv.DictWriter(self._progress, self._columns)
             self._progress_writer.writeheader()
@@ -327,25 +332,25 @@ class RunDirectory:
         except RunFileError as e:
             failed = failed or e
         self._progress_writer = None
-        for name, filename in (("_result", "result.json"), ("_output", OUTPUT_FILE), ("_progress", "progress.csv")):
+        for name, path in (("_result", self._result_path), ("_output", None), ("_progress", self._progress_path)):
             f = getattr(self, name)
             setattr(self, name, None)
             if f is not None:
                 try:
-                    with writing(self.path / filename):
+                    with writing(path or os.path.join(self.path, OUTPUT_FILE)):
                         f.close()
                 except RunFileError as e:
                     failed = failed or e
         if self._prepared and not self._rows:
             # No report came: the report files made for them are not left empty (a run
             # without reports has none, as before prepare_files made them ahead).
-            for filename in ("result.json", "progress.csv"):
+            for path in (self._result_path, self._progress_path):
                 try:
-                    os.unlink(self.path / filename)
+                    os.unlink(path)
                 except FileNotFoundError:
                     pass
                 except OSError as e:
-                    failed = failed or RunFileError(self.path / filename, e)
+                    failed = failed or RunFileError(path, e)
         self._prepared = False
         # Every report's row is kept only to rewrite progress.csv when a new metric shows up;
         # once the run ended nothing writes here again (a resumed run reads its files back).

@@ -146,7 +146,7 @@ class HeadLink:
                 elif len(events) > 1:
                     msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
             for frames in session.messages(msg_type, content, buffers):
-                dealer.send_multipart(frames, copy=False)
+                P.send_frames(dealer, frames)
 
     # -- owning the link --------------------------------------------------------
     def serve(self, until: Callable[[P.Message | None], bool]) -> P.Message | None:
