@@ -20,6 +20,20 @@ def non_negative_int(text: str) -> int:
     return n
 
 
+
+def _keep(info: dict) -> None:
+    """``raynb start`` found a cluster running, maybe a script's that stops when the script
+    exits: keep it up until ``raynb stop`` (``head/idle_stop.py``)."""
+    from .cluster.control import Client
+
+    c = Client(info["address"], info["key"].encode(), info)
+    try:
+        if not c.hello(keep=True):
+            print("raynb: could not keep this cluster running: its head did not answer, or is older "
+                  "than this raynb; it may stop when the script that started it exits", file=sys.stderr)
+    finally:
+        c.close()
+
 def main(argv=None) -> int:
     from . import __version__
 
@@ -98,6 +112,8 @@ def main(argv=None) -> int:
 
             print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
                   f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
+            if not started:
+                _keep(info)
             from .cluster.launch.local import join_command
 
             join = join_command(info, connection_file_path())

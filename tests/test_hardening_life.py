@@ -420,6 +420,48 @@ def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_
         assert read_connection_file(tmp_path / "home" / "cluster.json") is None
 
 
+def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path):
+    """A script's cluster stops when the script exits (once no one else uses it); `raynb
+    start` run meanwhile says it is already running and keeps it, as a `ray start`
+    cluster outlives its drivers: the script's exit leaves it up past any grace, and
+    `raynb stop` still ends it."""
+    from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
+    from raynb.cluster.launch import cluster_pids
+    from raynb.cluster.connection import read_connection_file
+
+    (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
+    go = tmp_path / "go"
+    with _private_home(tmp_path) as (env, note_pids):
+        owner = subprocess.Popen([sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(go)],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "o.started").exists():
+            assert time.monotonic() < deadline and owner.poll() is None, owner.communicate()
+            time.sleep(0.05)
+        note_pids()
+        started = subprocess.run([sys.executable, "-m", "raynb.cli", "start"], env=env, capture_output=True,
+                                 text=True, timeout=60)
+        assert started.returncode == 0 and "already running" in started.stdout, started
+        assert "could not keep" not in started.stderr, started.stderr
+        status = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], env=env, capture_output=True,
+                                text=True, timeout=60)
+        assert "stops by itself" not in status.stdout, status.stdout
+        go.touch()
+        out, err = owner.communicate(timeout=60)
+        assert owner.returncode == 0, out + err
+        assert "stays up: `raynb start` keeps it" in err, err
+        pids = cluster_pids(read_connection_file(tmp_path / "home" / "cluster.json") or {})
+        time.sleep(CLIENT_GRACE_S + 3)   # past the grace that `raynb start`'s own hello earned
+        assert pids and set(alive(pids)) == set(pids), f"the kept cluster stopped: {alive(pids)}"
+        stop = subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert "raynb cluster stopped" in stop.stdout, stop
+        deadline = time.monotonic() + 10
+        while alive(pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(pids), f"raynb stop left: {alive(pids)}"
+
+
 # -- item 10: the local head killed under a live notebook --------------------------------------
 
 KILLED_HEAD_SCRIPT = """

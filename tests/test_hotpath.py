@@ -636,7 +636,8 @@ def test_an_idle_head_sleeps_between_ticks_after_a_burst_of_runs(warm):
     """The head ticks at most every ``TICK_MIN_S`` while messages come back to back, and
     waits for the tick it put off; once idle it wakes about every ``TICK_S`` again, not
     every few milliseconds (a put-off tick once made its poll spin)."""
-    from raynb.cluster.head.server import TICK_MIN_S, TICK_S
+    from raynb.cluster.head.server import TICK_S
+    from raynb.cluster.head.tick_pacer import TICK_MIN_S
     from raynb.train.torch import TorchTrainer
 
     head = psutil.Process(warm.info["pids"]["head"])
@@ -658,13 +659,18 @@ def test_an_idle_head_sleeps_between_ticks_after_a_burst_of_runs(warm):
 
 def test_the_head_waits_for_a_put_off_tick_without_spinning():
     """A tick put off by less than a millisecond still waits a whole one: pyzmq takes the
-    timeout as int milliseconds, and a 0 ms poll returns at once."""
-    from raynb.cluster.head.server import TICK_S, poll_ms
+    timeout as int milliseconds, and a 0 ms poll returns at once. Idle, the poll waits the
+    whole TICK_S."""
+    from raynb.cluster.head.tick_pacer import TICK_MIN_S, TickPacer
 
-    assert poll_ms(True, 10.0004, 10.0) == 1
-    assert poll_ms(True, 10.004, 10.0) == 4
-    assert poll_ms(True, 9.0, 10.0) == 0   # due already: tick now
-    assert poll_ms(False, 10.004, 10.0) == round(TICK_S * 1000)
+    p = TickPacer(0.1)
+    assert p.poll_ms(0.0) == 100 and p.due(10.0)      # idle: tick, the next TICK_MIN_S away
+    assert p.poll_ms(10.0) == 100                     # nothing owed: wait the whole TICK_S
+    assert not p.due(10.0 + TICK_MIN_S - 0.0004)      # a drain just before it: owed
+    assert p.poll_ms(10.0 + TICK_MIN_S - 0.0004) == 1
+    assert p.poll_ms(10.0 + TICK_MIN_S - 0.004) == 4
+    assert p.poll_ms(10.0 + TICK_MIN_S + 1.0) == 0    # due already: tick now
+    assert p.due(10.0 + TICK_MIN_S) and p.poll_ms(10.0 + TICK_MIN_S) == 100
 
 
 def _voluntary_switches(pid: int) -> int:

@@ -118,14 +118,17 @@ class Client:
                 if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
                     return msg
 
-    def hello(self, timeout: float = 5.0) -> bool:
+    def hello(self, timeout: float = 5.0, keep: bool = False) -> bool:
         """Say hello (a client attaching: the head counts it as one using the cluster,
-        ``head/idle_stop.py``); False when the head does not answer."""
+        ``head/idle_stop.py``); False when the head does not answer, or, with ``keep``
+        (``raynb start``: no stop when idle any more), when it did not keep the cluster
+        (a head older than this client)."""
         try:
-            return self.request(P.HELLO, {"role": "client"}, reply_types=(P.HELLO_REPLY,),
-                                timeout=timeout).msg_type == P.HELLO_REPLY
+            reply = self.request(P.HELLO, {"role": "client", **({"keep": True} if keep else {})},
+                                 reply_types=(P.HELLO_REPLY,), timeout=timeout)
         except ClusterError:
             return False
+        return reply.msg_type == P.HELLO_REPLY and (not keep or reply.content.get("kept") is True)
 
     def ping(self, timeout: float = 2.0) -> bool:
         try:

@@ -124,7 +124,7 @@ _CHECKPOINT_CONFIG = Record({"num_to_keep?": (Int(0), None), "checkpoint_score_a
 _NAMED = Record({"name?": _STR, "run_id?": _STR})
 _ANY = Record()  # a dict, whatever its fields
 SCHEMAS: dict[str, Record] = {
-    HELLO: Record({"role?": str}),
+    HELLO: Record({"role?": str, "keep?": bool}),
     SUBMIT_RUN: Record({
         "run_id?": _STR, "name?": _STR, "name_prefix?": _STR, "num_workers": int, "use_gpu?": (bool, None),
         "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
@@ -281,6 +281,14 @@ class Session:
             if identity is not None:
                 frames.insert(0, identity)
             send_frames(sock, frames)
+
+    def send_each(self, sock: zmq.Socket, msg_type: str, items, buffers=()) -> None:
+        """Send ``msg_type`` on a ROUTER to each ``(identity, content)`` of ``items``, all
+        signed before the first goes out: a run's ranks get their tasks close together."""
+        ready = [(identity, self.messages(msg_type, content, buffers)) for identity, content in items]
+        for identity, messages in ready:
+            for frames in messages:
+                send_frames(sock, [identity, *frames])
 
     # -- verifying ------------------------------------------------------------
     def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:

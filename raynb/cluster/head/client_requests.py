@@ -15,8 +15,10 @@ from .run import TERMINAL
 
 class ClientRequests:
     def on_hello(self, msg: P.Message) -> None:
+        if msg.content.get("keep") is True:   # `raynb start` found this cluster running
+            self.idle_stop.keep()
         self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
-                                                "version": P.PROTOCOL_VERSION})
+                                                "version": P.PROTOCOL_VERSION, "kept": self.idle_stop.kept})
 
     def on_ping(self, msg: P.Message) -> None:
         self.send(msg.identity, P.PONG, {"time": time.time()})
@@ -55,7 +57,7 @@ class ClientRequests:
             "curve": self.gatekeeper is not None,
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
             "checkpoint_transfers": self.transfers.status(),
-            "stop_when_idle": self.idle_stop.owners is not None,
+            "stop_when_idle": self.idle_stop.owners is not None, "kept": self.idle_stop.kept,
             "spare_files": spare_files.stats(),
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),

@@ -17,7 +17,9 @@ its own connections (``owners``), and the head stops once
 
 A client that stays quiet longer (a notebook between cells) finds the cluster gone and
 its next run starts a fresh one, saying so; a cluster meant to outlive scripts is
-``raynb start``'s.
+``raynb start``'s. ``raynb start`` finding a script's cluster running keeps it (a
+``hello`` with ``keep``): a stop asked when idle, pending or later, then leaves it up,
+as a ``ray start`` cluster outlives its drivers; ``raynb stop`` still ends it.
 """
 from __future__ import annotations
 
@@ -38,13 +40,21 @@ class IdleStop:
     def __init__(self):
         self.heard: dict[bytes, float] = {}    # client routing id -> when last heard (monotonic s)
         self.owners: set[bytes] | None = None
+        self.kept = False   # `raynb start` attached: no stop when idle any more
+
+    def keep(self) -> None:
+        """Keep the cluster up until a plain ``shutdown``: a stop when idle asked before
+        is dropped, one asked later is refused."""
+        self.kept, self.owners = True, None
 
     def client_heard(self, identity: bytes, now: float) -> None:
         self.heard[identity] = now
 
     def ask(self, owners) -> None:
-        """A stop when idle is asked by the clients ``owners`` (routing ids, bytes)."""
-        self.owners = set(owners) | (self.owners or set())
+        """A stop when idle is asked by the clients ``owners`` (routing ids, bytes); no-op
+        once the cluster is kept."""
+        if not self.kept:
+            self.owners = set(owners) | (self.owners or set())
 
     def forget_quiet(self, now: float) -> None:
         """Forget the clients not heard from within the grace (called each tick)."""
@@ -55,6 +65,8 @@ class IdleStop:
     def in_use(self, runs, jobs_running: int, now: float) -> str | None:
         """Why the cluster is still in use by others (for the log and the asker), or None
         when it may stop now."""
+        if self.kept:
+            return "`raynb start` keeps it (`raynb stop` ends it)"
         self.forget_quiet(now)
         owners = self.owners or set()
         theirs = [r for r in runs if r.state not in TERMINAL and not {r.client, *r.followers} <= owners]

@@ -38,9 +38,12 @@ class RunQueue:
     """
 
     def __init__(self, registry: Registry, runs: dict, send: Callable, emit: Callable,
-                 controller: RunController):
+                 controller: RunController, send_each: Callable | None = None):
         self._registry, self._runs = registry, runs
         self._send, self._emit, self._controller = send, emit, controller
+        # send_each(msg_type, [(identity, content)], buffers): a run's tasks, all signed
+        # before the first goes out, so its ranks get them (and start) close together.
+        self._send_each = send_each or (lambda t, items, bufs: [send(i, t, c, bufs) for i, c in items])
         self._ids: list[str] = []  # pending run ids, FIFO
         self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
@@ -148,6 +151,7 @@ class RunQueue:
         # Each rank's share of its node's cores, counting every rank busy there now (this
         # run's too): four one-rank trials on two cores get a thread each, not two.
         threads = {nid: self._registry.thread_share(nid) for nid in nodes}
+        tasks = []
         for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
             w.threads, w.attempt = threads[w.node_id], run.attempt
             local_rank = seen.get(w.node_id, 0)
@@ -155,7 +159,7 @@ class RunQueue:
             if gpu_id is not None:
                 self._registry.take_gpu(w.node_id, gpu_id)
                 run.gpu_ids[rank] = (w.node_id, gpu_id)
-            self._send(w.identity, P.RUN_TASK, {
+            tasks.append((w.identity, {
                 "run_id": run.run_id, "name": run.name, "path": str(run.rundir.path),
                 "rank": rank, "world_size": len(chosen), "local_rank": local_rank,
                 "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
@@ -163,7 +167,8 @@ class RunQueue:
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
                 "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
                 "node_id": w.node_id, "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
-            }, run.payload)
+            }))
+        self._send_each(P.RUN_TASK, tasks, run.payload)
         restart = run.spec.pop("_restart", None)
         if restart:
             where = ", ".join(nodes)

@@ -10,7 +10,6 @@ periods, flushes run files and watches the node agents.
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import time
 
@@ -32,21 +31,12 @@ from .queue import RunQueue
 from .registry import Registry
 from .run import TERMINAL, Run
 from .store import RunRefused, RunStore
+from .tick_pacer import TickPacer
 from .transfers import Transfers
 
 log = logging.getLogger("raynb.head")
 
 TICK_S = 0.1
-# Messages arriving back to back tick the head at most this often (s): a re-run drains
-# its socket three times, and a tick then cost more than the rest of its drain.
-TICK_MIN_S = 0.005
-
-
-def poll_ms(owed: bool, next_tick: float, now: float) -> int:
-    """How long ``Head.serve`` waits for a message (ms): until the tick it put off
-    (``owed``), rounded up, since a 0 ms poll returns at once and the loop would spin
-    until the tick is due; else ``TICK_S``."""
-    return math.ceil(max(0.0, next_tick - now) * 1000) if owed else round(TICK_S * 1000)
 
 
 class Head(NodeEvents, ClientRequests):
@@ -95,7 +85,7 @@ class Head(NodeEvents, ClientRequests):
         self._write_failures: list[Run] = []  # failed at the next tick, outside any handler
         self.store = RunStore(self.emit, self._write_failures.append)
         self.controller = RunController(self, self.store)
-        self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller)
+        self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller, self.send_each)
         self.pool = WorkerPool(self.registry, self.send, self._note, idle_timeout_s)
         self.local_node: LocalNode | None = None
         self.connection_info: dict | None = None  # written to the connection file by main()
@@ -132,6 +122,13 @@ class Head(NodeEvents, ClientRequests):
             self.outbox.flush(identity)  # what was queued for this client goes first
         self._send_now(identity, msg_type, content, buffers)
 
+    def send_each(self, msg_type: str, items: list, buffers=()) -> None:
+        """``Session.send_each``: to peers with no queued client messages (workers)."""
+        try:
+            self.session.send_each(self.sock, msg_type, items, buffers)
+        except zmq.ZMQError as e:
+            log.warning("could not send %s to %d peers: %s", msg_type, len(items), e)
+
     def _send_now(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
         try:
             self.session.send(self.sock, msg_type, content, buffers, identity=identity)
@@ -146,9 +143,9 @@ class Head(NodeEvents, ClientRequests):
     def serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
-        next_tick, owed = 0.0, False   # owed: a drain came before the tick was due
+        pacer = TickPacer(TICK_S)
         while not self._stop:
-            if poller.poll(poll_ms(owed, next_tick, time.monotonic())):
+            if poller.poll(pacer.poll_ms(time.monotonic())):
                 for _ in range(1000):  # drain what is there, then tick
                     try:
                         frames = P.recv_frames(self.sock, zmq.NOBLOCK)
@@ -159,12 +156,9 @@ class Head(NodeEvents, ClientRequests):
                 # before their clients hear of them (an end in this drain among them).
                 self.store.write_after_start()
                 self.outbox.flush()
-            now = time.monotonic()
-            owed = now < next_tick  # its duties are all timed: not after every drain of a busy socket
-            if not owed:
+            if pacer.due(time.monotonic()):  # its duties are all timed: not after every drain
                 self.tick()
                 self.outbox.flush()
-                next_tick = now + TICK_MIN_S
         if self.connection_info is not None:
             remove_connection_file()  # stopping: a client arriving now starts a fresh cluster
         for run in list(self.runs.values()):
@@ -230,7 +224,8 @@ class Head(NodeEvents, ClientRequests):
             busy = self._in_use(time.monotonic())
             if busy is not None:
                 log.info("a stop when idle is asked; waiting for %s", busy)
-                return self.send(msg.identity, P.STATUS_REPLY, {"stopping": False, "in_use": busy})
+                return self.send(msg.identity, P.STATUS_REPLY, {"stopping": False, "in_use": busy,
+                                                                "kept": self.idle_stop.kept})
         log.info("shutdown requested")
         self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
         self._stop = True

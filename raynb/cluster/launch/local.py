@@ -306,6 +306,10 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
             # longer, so another client's run is not killed with it by mistake.
             reply = c.request(P.SHUTDOWN, {"when_idle": True, "owners": list(owners)} if when_idle else {},
                               reply_types=(P.STATUS_REPLY,), timeout=15.0 if when_idle else 3.0)
+            if reply.content.get("stopping") is False and reply.content.get("kept"):
+                print("raynb: the cluster this script started stays up: `raynb start` keeps it "
+                      "(`raynb stop` ends it)", file=sys.stderr, flush=True)
+                return True
             if reply.content.get("stopping") is False:
                 print(f"raynb: the cluster this script started stays up while another client uses it "
                       f"({reply.content.get('in_use')}); it stops by itself when they are done "
