@@ -21,19 +21,6 @@ def non_negative_int(text: str) -> int:
 
 
 
-def _keep(info: dict) -> None:
-    """``raynb start`` found a cluster running, maybe a script's that stops when the script
-    exits: keep it up until ``raynb stop`` (``head/idle_stop.py``)."""
-    from .cluster.control import Client
-
-    c = Client(info["address"], info["key"].encode(), info)
-    try:
-        if not c.hello(keep=True):
-            print("raynb: could not keep this cluster running: its head did not answer, or is older "
-                  "than this raynb; it may stop when the script that started it exits", file=sys.stderr)
-    finally:
-        c.close()
-
 def main(argv=None) -> int:
     from . import __version__
 
@@ -100,20 +87,18 @@ def main(argv=None) -> int:
             print(f"raynb {'started' if started else 'already running'} on the Ray cluster at "
                   f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers")
         elif args.cmd == "start":
-            from .cluster.launch.local import start_cluster
+            from .cluster.launch.local import start_and_keep
 
             try:
-                info, started = start_cluster(4 if args.workers is None else args.workers, args.max_workers, host=args.host,
-                                              port=args.port, idle_timeout_s=args.idle_timeout,
-                                              key_file=args.key_file, head_only=args.head_only)
+                info, started = start_and_keep(4 if args.workers is None else args.workers, args.max_workers,
+                                               host=args.host, port=args.port, idle_timeout_s=args.idle_timeout,
+                                               key_file=args.key_file, head_only=args.head_only)
             except ValueError as e:
                 ap.error(str(e))
             from .cluster.connection import connection_file_path
 
             print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
                   f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
-            if not started:
-                _keep(info)
             from .cluster.launch.local import join_command
 
             join = join_command(info, connection_file_path())

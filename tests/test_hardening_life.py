@@ -445,7 +445,7 @@ def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path)
         assert "could not keep" not in started.stderr, started.stderr
         status = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], env=env, capture_output=True,
                                 text=True, timeout=60)
-        assert "stops by itself" not in status.stdout, status.stdout
+        assert "stops by itself" not in status.stdout and "kept up by `raynb start`" in status.stdout, status.stdout
         go.touch()
         out, err = owner.communicate(timeout=60)
         assert owner.returncode == 0, out + err

@@ -23,6 +23,8 @@ def format_status(st: dict) -> str:
         lines[0] += f", CurveZMQ on, refused handshakes: {st.get('rejected_connections', 0)}"
     if st.get("stop_when_idle"):
         lines.append("stops by itself once no other client uses it (the script that started it exited)")
+    if st.get("kept"):
+        lines.append("kept up by `raynb start`: the script that started it leaves it running (`raynb stop` ends it)")
     for n in st["nodes"]:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""

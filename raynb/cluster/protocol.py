@@ -287,8 +287,11 @@ class Session:
         signed before the first goes out: a run's ranks get their tasks close together."""
         ready = [(identity, self.messages(msg_type, content, buffers)) for identity, content in items]
         for identity, messages in ready:
-            for frames in messages:
-                send_frames(sock, [identity, *frames])
+            try:
+                for frames in messages:
+                    send_frames(sock, [identity, *frames])
+            except zmq.ZMQError as e:  # the others still get theirs
+                log.warning("could not send %s to %r: %s", msg_type, identity, e)
 
     # -- verifying ------------------------------------------------------------
     def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:

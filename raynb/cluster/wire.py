@@ -12,7 +12,8 @@ inproc pair).
 Same semantics as pyzmq's: ``copy=False`` throughout, so a frame under the socket's
 ``copy_threshold`` is copied and a bigger one is sent zero-copy; received frames are
 ``zmq.Frame`` objects. Anything else than a pyzmq socket (a stand-in with its
-methods) is handed to its own ``send_multipart`` / ``recv_multipart``.
+methods), and any socket of pyzmq's cffi backend, is handed to its own
+``send_multipart`` / ``recv_multipart``.
 """
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from zmq.backend import Socket as _Socket
 
 _SNDMORE = int(zmq.SNDMORE)
 _send, _recv = _Socket.send, _Socket.recv
+# The Cython backend sets each received frame's ``more``; the cffi one (PyPy's) leaves it
+# False, so there every socket takes pyzmq's own calls.
+_FAST = _Socket.__module__.startswith("zmq.backend.cython")
 
 
 def send_frames(sock: zmq.Socket, frames, flags: int = 0) -> None:
@@ -30,7 +34,7 @@ def send_frames(sock: zmq.Socket, frames, flags: int = 0) -> None:
         zmq.ZMQError: as ``send_multipart`` does (``zmq.Again`` with ``zmq.NOBLOCK``
             and a full queue).
     """
-    if not isinstance(sock, _Socket):  # a stand-in with pyzmq's interface (a test's recorder)
+    if not _FAST or not isinstance(sock, _Socket):  # a stand-in with pyzmq's interface (a test's recorder)
         return sock.send_multipart(frames, copy=False, **({"flags": flags} if flags else {}))
     flags = int(flags)
     last = len(frames) - 1
@@ -45,7 +49,7 @@ def recv_frames(sock: zmq.Socket, flags: int = 0) -> list:
         zmq.Again: with ``zmq.NOBLOCK`` when no message is waiting.
         zmq.ZMQError: as ``recv_multipart`` does.
     """
-    if not isinstance(sock, _Socket):
+    if not _FAST or not isinstance(sock, _Socket):
         return sock.recv_multipart(copy=False, **({"flags": flags} if flags else {}))
     frame = _recv(sock, int(flags), False)
     frames = [frame]

@@ -205,11 +205,11 @@ class RayNBMagics(Magics):
         """%ray_cluster [start|status|stop|dashboard] [--workers N]"""
         from ..client.connection import connect, disconnect, get_client
         from ..client.status import format_status
-        from ..cluster.launch.local import start_cluster, stop_cluster
+        from ..cluster.launch.local import start_and_keep, stop_cluster
 
         args = _cluster_parser().parse_line(line)
         if args.action == "start":
-            info, started = start_cluster(num_workers=args.workers)
+            info, started = start_and_keep(num_workers=args.workers)
             connect()
             print(("started" if started else "already running") + f": {info['address']}")
         elif args.action == "dashboard":

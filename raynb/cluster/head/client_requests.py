@@ -15,7 +15,7 @@ from .run import TERMINAL
 
 class ClientRequests:
     def on_hello(self, msg: P.Message) -> None:
-        if msg.content.get("keep") is True:   # `raynb start` found this cluster running
+        if msg.content.get("keep") is True and not self._stop:   # `raynb start` found it running
             self.idle_stop.keep()
         self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
                                                 "version": P.PROTOCOL_VERSION, "kept": self.idle_stop.kept})

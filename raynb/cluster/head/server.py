@@ -124,10 +124,7 @@ class Head(NodeEvents, ClientRequests):
 
     def send_each(self, msg_type: str, items: list, buffers=()) -> None:
         """``Session.send_each``: to peers with no queued client messages (workers)."""
-        try:
-            self.session.send_each(self.sock, msg_type, items, buffers)
-        except zmq.ZMQError as e:
-            log.warning("could not send %s to %d peers: %s", msg_type, len(items), e)
+        self.session.send_each(self.sock, msg_type, items, buffers)
 
     def _send_now(self, identity: bytes, msg_type: str, content: dict | None = None, buffers=()):
         try:
@@ -147,6 +144,8 @@ class Head(NodeEvents, ClientRequests):
         while not self._stop:
             if poller.poll(pacer.poll_ms(time.monotonic())):
                 for _ in range(1000):  # drain what is there, then tick
+                    if self._stop:
+                        break   # stopping: what is left is not answered as if the head stayed
                     try:
                         frames = P.recv_frames(self.sock, zmq.NOBLOCK)
                     except zmq.Again:

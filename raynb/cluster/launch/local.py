@@ -222,6 +222,29 @@ def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0, message: 
     return info
 
 
+def start_and_keep(num_workers: int = 4, *args, **kwargs) -> tuple[dict, bool]:
+    """``raynb start`` and ``%ray_cluster start``: :func:`start_cluster`, and a cluster found
+    running (perhaps a script's, which stops when the script exits) is kept up until
+    ``raynb stop`` (``head/idle_stop.py``). One that stopped meanwhile is started afresh.
+
+    Returns and raises as :func:`start_cluster`; a head too old to keep it is warned of
+    on stderr."""
+    for _ in range(2):   # the second time: it stopped by itself as we came, a fresh one
+        info, started = start_cluster(num_workers, *args, **kwargs)
+        if started:
+            return info, started
+        c = Client(info["address"], info["key"].encode(), info)
+        try:
+            kept = c.hello(keep=True)
+        finally:
+            c.close()
+        if kept or head_alive(info):
+            break
+    if not kept:
+        print("raynb: could not keep the running cluster up: its head did not answer, or is older "
+              "than this raynb; it may stop when the script that started it exits", file=sys.stderr)
+    return info, started
+
 def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     """Stop the cluster this script started: only in the process that started it, only in
     its RAYNB_HOME, and only if that home's cluster is still the one it started."""
