@@ -245,6 +245,7 @@ def start_and_keep(num_workers: int = 4, *args, **kwargs) -> tuple[dict, bool]:
               "than this raynb; it may stop when the script that started it exits", file=sys.stderr)
     return info, started
 
+
 def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     """Stop the cluster this script started: only in the process that started it, only in
     its RAYNB_HOME, and only if that home's cluster is still the one it started."""
