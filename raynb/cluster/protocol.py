@@ -277,10 +277,7 @@ class Session:
 
     def send(self, sock: zmq.Socket, msg_type: str, content: dict | None = None,
              buffers=(), identity: bytes | None = None) -> None:
-        for frames in self.messages(msg_type, content, buffers):
-            if identity is not None:
-                frames.insert(0, identity)
-            send_frames(sock, frames)
+        self._put(sock, self.messages(msg_type, content, buffers), identity)
 
     def send_each(self, sock: zmq.Socket, msg_type: str, items, buffers=()) -> None:
         """Send ``msg_type`` on a ROUTER to each ``(identity, content)`` of ``items``, all
@@ -288,10 +285,14 @@ class Session:
         ready = [(identity, self.messages(msg_type, content, buffers)) for identity, content in items]
         for identity, messages in ready:
             try:
-                for frames in messages:
-                    send_frames(sock, [identity, *frames])
+                self._put(sock, messages, identity)
             except zmq.ZMQError as e:  # the others still get theirs
                 log.warning("could not send %s to %r: %s", msg_type, identity, e)
+
+    @staticmethod
+    def _put(sock: zmq.Socket, messages: list, identity: bytes | None) -> None:
+        for frames in messages:
+            send_frames(sock, frames if identity is None else [identity, *frames])
 
     # -- verifying ------------------------------------------------------------
     def deserialize(self, frames: list, identity: bytes | None = None) -> Message | None:

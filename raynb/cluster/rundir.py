@@ -151,7 +151,7 @@ class RunDirectory:
         # than the write itself on a warm re-run's end.
         d = str(self.path)
         self._result_path, self._progress_path = os.path.join(d, "result.json"), os.path.join(d, "progress.csv")
-        self._state_path = os.path.join(d, STATE_FILE)
+        self._state_path, self._output_path = os.path.join(d, STATE_FILE), os.path.join(d, OUTPUT_FILE)
         self._result = None
         self._output = None
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
@@ -232,9 +232,9 @@ class RunDirectory:
             self._write_output(rank, text, stream)
 
     def _write_output(self, rank, text: str, stream: str | None) -> None:
-        with writing(self.path / OUTPUT_FILE):
+        with writing(self._output_path):
             if self._output is None:
-                self._output = open(self.path / OUTPUT_FILE, "a", encoding="utf-8", errors="replace",
+                self._output = open(self._output_path, "a", encoding="utf-8", errors="replace",
                                     opener=private_opener)
             self._output.write(tag_lines(rank, text, stream))
 
@@ -315,7 +315,7 @@ class RunDirectory:
         """Write the rows waiting (``append_result``) and flush ``output.log``."""
         self._write_rows()
         if self._output is not None:
-            with writing(self.path / OUTPUT_FILE):
+            with writing(self._output_path):
                 self._output.flush()
 
     def close(self) -> None:
@@ -332,12 +332,13 @@ class RunDirectory:
         except RunFileError as e:
             failed = failed or e
         self._progress_writer = None
-        for name, path in (("_result", self._result_path), ("_output", None), ("_progress", self._progress_path)):
+        for name, path in (("_result", self._result_path), ("_output", self._output_path),
+                           ("_progress", self._progress_path)):
             f = getattr(self, name)
             setattr(self, name, None)
             if f is not None:
                 try:
-                    with writing(path or os.path.join(self.path, OUTPUT_FILE)):
+                    with writing(path):
                         f.close()
                 except RunFileError as e:
                     failed = failed or e

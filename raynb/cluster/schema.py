@@ -10,7 +10,7 @@ int), a tuple of specs (any of them; ``None`` in it allows None), :class:`Int`,
 :class:`ListOf`, :class:`MapOf` or a nested :class:`Record`. Fields not named in a
 record are allowed (and ignored by the handlers).
 
-Every message is checked, so the check is made in two steps: :func:`valid`, a
+Every message is checked, so the check is made in two steps: :func:`valid_for`, a
 predicate built once per spec (closures, no text), answers for a well-formed
 message in a few microseconds; only a malformed one is walked again by
 :func:`problem` to name what is wrong. Both read the same specs, so they agree.

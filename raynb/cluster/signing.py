@@ -50,7 +50,7 @@ def sign(key: bytes, frames, known: dict | None = None) -> bytes:
     h = _keyed(key).copy()
     update = h.update
     for i, f in enumerate(frames):
-        buf = f.buffer if isinstance(f, zmq.Frame) else memoryview(f)
+        buf = frame_view(f)
         n = buf.nbytes
         update(_LENGTH(n))
         if n > DIGEST_OVER:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import select
 import threading
 import time
@@ -96,11 +97,11 @@ class HeadLink:
             ValueError: the buffers are over ``RAYNB_MAX_MESSAGE_BYTES``; the head would
                 drop such a message (a task_done among them: its run would hang).
         """
-        size = sum(len(b) for b in buffers)
-        if size > P.max_message_bytes():
+        size, limit = sum(len(b) for b in buffers), self.session.max_bytes
+        if size > limit:
             raise ValueError(
                 f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
-                f"{P.max_message_bytes() / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
+                f"{limit / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
         self._outbox.append((msg_type, content, buffers))
         # Lent: the I/O thread sends it when it takes the link, or the main thread with the
         # task's end. Owned by the main thread: sent now, when the main thread sends it.
@@ -140,7 +141,7 @@ class HeadLink:
                     events.append(outbox.popleft()[1]["event"])
                     size += event_batch.event_bytes(events[-1])
                 if (self.head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key)
-                        and size + sum(len(b) for b in outbox[0][2]) < P.max_message_bytes() // 2):
+                        and size + sum(len(b) for b in outbox[0][2]) < session.max_bytes // 2):
                     msg_type, content, buffers = outbox.popleft()
                     content = {**content, "events": events}
                 elif len(events) > 1:
@@ -158,7 +159,8 @@ class HeadLink:
             if now >= self._next_beat:
                 self.session.send(self.dealer, P.WORKER_ALIVE, {})
                 self._next_beat = now + HEARTBEAT_S
-            for sock, _ in self._poller.poll(max(0.0, self._next_beat - time.monotonic()) * 1000):
+            # Whole ms, rounded up: pyzmq truncates, and a 0 ms poll would spin until the beat.
+            for sock, _ in self._poller.poll(math.ceil(max(0.0, self._next_beat - time.monotonic()) * 1000)):
                 if sock is self._pull:
                     while self._pull.poll(0):
                         self._pull.recv(copy=False)

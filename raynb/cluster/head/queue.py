@@ -38,12 +38,12 @@ class RunQueue:
     """
 
     def __init__(self, registry: Registry, runs: dict, send: Callable, emit: Callable,
-                 controller: RunController, send_each: Callable | None = None):
+                 controller: RunController, send_each: Callable):
         self._registry, self._runs = registry, runs
         self._send, self._emit, self._controller = send, emit, controller
         # send_each(msg_type, [(identity, content)], buffers): a run's tasks, all signed
         # before the first goes out, so its ranks get them (and start) close together.
-        self._send_each = send_each or (lambda t, items, bufs: [send(i, t, c, bufs) for i, c in items])
+        self._send_each = send_each
         self._ids: list[str] = []  # pending run ids, FIFO
         self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
