@@ -546,3 +546,45 @@ def test_a_workers_temp_files_go_with_it(tmp_path, monkeypatch):
         path2, _ = _run(client, _leave_a_temp_dir).value()   # its replacement has its own
         assert os.path.isdir(path2)
     assert not os.path.exists(path2) and not os.path.exists(agent_dir)
+
+
+def _policies():
+    import os as _os
+    import subprocess as _sp
+    import threading as _th
+
+    seen = {}
+    t = _th.Thread(target=lambda: seen.update(thread=_os.sched_getscheduler(0)))
+    t.start()
+    t.join()
+    child = _sp.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+                    capture_output=True, text=True, check=True)
+    return {"main": _os.sched_getscheduler(0), "thread": seen["thread"], "child": int(child.stdout)}
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
+    """procutil.batch_scheduling: a rank waking up no longer preempts the head mid-way
+    through sending a run's tasks (nor the notebook's kernel); what the rank starts, a
+    thread or a process, inherits it."""
+    from raynb.train.run import execute_run
+
+    _, policies = execute_run(_policies, None, raynb.ScalingConfig(num_workers=2), raynb.RunConfig(verbose=0))
+    assert policies == {"main": os.SCHED_BATCH, "thread": os.SCHED_BATCH, "child": os.SCHED_BATCH}
+    head = warm.info["pids"]["head"]
+    assert os.sched_getscheduler(head) == os.SCHED_OTHER
+    assert os.sched_getscheduler(warm.info["pids"]["node"]) == os.SCHED_OTHER
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+@pytest.mark.parametrize("setting, expected", [(None, "True 3"), ("other", "False 0")])
+def test_batch_scheduling_is_on_unless_raynb_worker_sched_says_other(setting, expected):
+    code = ("import os; from raynb.cluster.procutil import batch_scheduling; "
+            "print(batch_scheduling(), os.sched_getscheduler(0))")
+    env = {k: v for k, v in os.environ.items() if k != "RAYNB_WORKER_SCHED"}
+    if setting:
+        env["RAYNB_WORKER_SCHED"] = setting
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == expected.split(), out
+    assert os.SCHED_BATCH == 3 and os.SCHED_OTHER == 0

@@ -32,7 +32,7 @@ from . import protocol as P
 from . import task_context
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
-from .procutil import become_subreaper, end_descendants, trim_heap
+from .procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
@@ -334,5 +334,6 @@ def _takes_config(fn) -> bool:
 def main(worker_id: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     become_subreaper()  # what a task starts stays below the worker, see end_descendants
+    batch_scheduling()  # before any thread starts: they inherit it (see procutil)
     worker = Worker(worker_id, os.environ["RAYNB_ADDRESS"], P.key_from_env())
     return worker.serve()
