@@ -28,6 +28,19 @@ def _sigint_raises_keyboardinterrupt():
     signal.signal(signal.SIGINT, old)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_by_killed_agents():
+    """Tests SIGKILL node agents (and whole clusters), which then cannot remove their
+    workers' temp dirs nor their shared-memory segments: the next agent's start does,
+    and, after the last test, this (only those whose agent's pid is gone)."""
+    yield
+    from raynb.cluster import shm
+    from raynb.cluster.node_host import remove_stale_workers_tmp
+
+    remove_stale_workers_tmp()
+    shm.remove_stale()
+
+
 @pytest.fixture(scope="session")
 def raynb_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("raynb_home")

@@ -588,3 +588,23 @@ def test_batch_scheduling_is_on_unless_raynb_worker_sched_says_other(setting, ex
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == expected.split(), out
     assert os.SCHED_BATCH == 3 and os.SCHED_OTHER == 0
+
+
+def test_workers_temp_dirs_of_a_killed_agent_are_removed_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """A SIGKILLed node agent cannot remove its workers' temp dirs: the next agent's start
+    (and the test session's end) removes those whose agent's pid is gone, no other."""
+    import tempfile
+
+    from raynb.cluster.node_host import WORKERS_TMP_PREFIX, remove_stale_workers_tmp
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"{WORKERS_TMP_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{WORKERS_TMP_PREFIX}{os.getpid()}-def"
+    other = tmp_path / "raynb-bench-home-x"
+    for d in (dead, live, other):
+        (d / "w0").mkdir(parents=True)
+        (d / "w0" / "scratch.bin").write_bytes(b"x")
+    assert remove_stale_workers_tmp() == [str(dead)]
+    assert not dead.exists() and live.exists() and other.exists()

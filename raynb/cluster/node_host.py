@@ -76,7 +76,14 @@ def _workers_tmp_dir(node_id: str) -> str:
     stay in /tmp for good. It sits in the system's temp dir, not under RAYNB_HOME: Unix
     sockets made there (torch's shared-memory manager, multiprocessing's listeners) need
     a path under 108 bytes. Those of agents whose pid is gone (SIGKILLed) are removed."""
-    root = tempfile.gettempdir()
+    remove_stale_workers_tmp()
+    return tempfile.mkdtemp(prefix=f"{WORKERS_TMP_PREFIX}{os.getpid()}-")  # 0700
+
+
+def remove_stale_workers_tmp() -> list[str]:
+    """Remove this user's workers' temp dirs (in the system's temp dir) whose node agent's
+    pid is gone: a SIGKILLed agent cannot remove its own. Returns the paths removed."""
+    root, removed = tempfile.gettempdir(), []
     for old in os.listdir(root):
         pid = old[len(WORKERS_TMP_PREFIX):].partition("-")[0]
         if old.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and not psutil.pid_exists(int(pid)):
@@ -84,9 +91,10 @@ def _workers_tmp_dir(node_id: str) -> str:
             try:
                 if os.lstat(path).st_uid == os.getuid():
                     shutil.rmtree(path, ignore_errors=True)
+                    removed.append(path)
             except OSError:
                 pass
-    return tempfile.mkdtemp(prefix=f"{WORKERS_TMP_PREFIX}{os.getpid()}-")  # 0700
+    return removed
 
 
 def node_cpus() -> int:
