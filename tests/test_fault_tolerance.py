@@ -636,3 +636,45 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
         for pid in alive(pids):  # only when the agent failed to end them
             os.kill(pid, signal.SIGKILL)
     assert not serving.is_alive()
+
+
+def _rank1_error_is_slow_to_format(config):
+    import os
+    import time
+
+    from raynb.train import get_context
+
+    formatting = os.path.join(config["dir"], "formatting")
+
+    class SlowToFormat(Exception):
+        def __str__(self):
+            if not os.path.exists(formatting):   # (str() is called more than once)
+                open(formatting, "w").close()
+                time.sleep(config["format_s"])  # the head's cancel (rank 0 failed) lands meanwhile
+            return "rank 1's own error"
+
+    rank = get_context().get_world_rank()
+    with open(os.path.join(config["dir"], f"rank{rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    if rank == 1:
+        raise SlowToFormat()
+    deadline = time.monotonic() + 30
+    while not os.path.exists(formatting) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    raise ValueError("rank 0 failed too")
+
+
+def test_a_cancel_landing_while_a_ranks_error_is_formatted_keeps_its_end(warm, tmp_path):
+    """Worker.execute: the SIGINT of the head's cancel, arriving while the worker formatted
+    its rank's exception, raised a KeyboardInterrupt out of execute(), so its task_done was
+    never sent: the head waited out the grace and killed a healthy worker (a peer's gloo
+    error, then the dead peer's cancel, in a third of recovery.py's restarts)."""
+    with pytest.raises(raynb.RunError) as info:
+        TorchTrainer(_rank1_error_is_slow_to_format, train_loop_config={"dir": str(tmp_path), "format_s": 0.6},
+                     scaling_config=ScalingConfig(num_workers=2), run_config=_quiet()).fit()
+    messages = " | ".join(str(e.get("message")) for e in info.value.errors)
+    assert "rank 1's own error" in messages and "rank 0 failed too" in messages, messages
+    assert "did not stop" not in messages, messages
+    pid = int((tmp_path / "rank1.pid").read_text())
+    st = wait_idle_workers(warm, 4)
+    assert pid in {w["pid"] for w in st["workers"] if w["state"] == "idle"}, "rank 1's worker was killed"

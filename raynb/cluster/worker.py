@@ -206,29 +206,34 @@ class Worker:
         shipped_bytes = 0
         if status == "ok":
             try:
-                self._interruptible = True
-                self._prepare(task)
+                # Interruptible only while the user's code runs: a cancel's SIGINT landing
+                # while its error is formatted (a peer's death, then the head's cancel) raised
+                # out of execute() and lost the task's end; the head waited out its grace.
                 try:
-                    frames, msg.buffers = msg.buffers, []  # the payload frame: read in place, then freed
-                    shipped_bytes = len(chunking.view(frames[0]))
-                    payload, shipped = load_payload(chunking.view(frames[0]))
-                    del frames
-                except ImportError as e:
-                    raise ModuleNotFoundError(
-                        f"the training function could not be loaded on this worker: {e}. It uses a "
-                        "module the notebook can import but the workers cannot (they get the "
-                        "notebook's working directory and sys.path); install it on every node, or "
-                        "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
-                for filename, source in payload.get("sources", {}).items():
-                    lines = source.splitlines(True)
-                    linecache.cache[filename] = (len(source), None, lines, filename)
-                task_context.start(task, self.emit)
-                fn, config = payload["fn"], payload["config"]
-                del payload
-                with notebook_main(shipped):  # torch.save(model) finds __main__.Net
-                    ret = fn(config) if _takes_config(fn) else fn()
-                del fn, config, shipped
-                self._interruptible = False
+                    self._interruptible = True
+                    self._prepare(task)
+                    try:
+                        frames, msg.buffers = msg.buffers, []  # the payload frame: read in place, then freed
+                        shipped_bytes = len(chunking.view(frames[0]))
+                        payload, shipped = load_payload(chunking.view(frames[0]))
+                        del frames
+                    except ImportError as e:
+                        raise ModuleNotFoundError(
+                            f"the training function could not be loaded on this worker: {e}. It uses a "
+                            "module the notebook can import but the workers cannot (they get the "
+                            "notebook's working directory and sys.path); install it on every node, or "
+                            "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
+                    for filename, source in payload.get("sources", {}).items():
+                        lines = source.splitlines(True)
+                        linecache.cache[filename] = (len(source), None, lines, filename)
+                    task_context.start(task, self.emit)
+                    fn, config = payload["fn"], payload["config"]
+                    del payload
+                    with notebook_main(shipped):  # torch.save(model) finds __main__.Net
+                        ret = fn(config) if _takes_config(fn) else fn()
+                    del fn, config, shipped
+                finally:
+                    self._interruptible = False
             except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"
                 if status == "error":  # raised by the user's code itself: keep its message and traceback
