@@ -578,7 +578,8 @@ def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
 
 
 @pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
-@pytest.mark.parametrize("setting, expected", [(None, "True 3"), ("other", "False 0")])
+@pytest.mark.parametrize("setting, expected", [(None, "True 3"), ("other", "False 0"), (" Other ", "False 0"),
+                                              ("fifo", "True 3")])
 def test_batch_scheduling_is_on_unless_raynb_worker_sched_says_other(setting, expected):
     code = ("import os; from raynb.cluster.procutil import batch_scheduling; "
             "print(batch_scheduling(), os.sched_getscheduler(0))")
@@ -608,3 +609,13 @@ def test_workers_temp_dirs_of_a_killed_agent_are_removed_and_a_live_ones_kept(tm
         (d / "w0" / "scratch.bin").write_bytes(b"x")
     assert remove_stale_workers_tmp() == [str(dead)]
     assert not dead.exists() and live.exists() and other.exists()
+
+
+def test_a_bad_raynb_worker_sched_is_refused_by_start_and_node_naming_the_choices(tmp_path):
+    env = {**os.environ, "RAYNB_WORKER_SCHED": "fifo", "RAYNB_HOME": str(tmp_path / "home")}
+    for args in (["start", "--workers", "1"], ["node", "--address", "tcp://127.0.0.1:1"]):
+        p = subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2, (args, p.stdout, p.stderr)
+        assert "RAYNB_WORKER_SCHED='fifo'" in p.stderr and "'batch'" in p.stderr and "'other'" in p.stderr, p.stderr
+    assert not (tmp_path / "home" / "cluster.json").exists()

@@ -23,7 +23,7 @@ from ..connection import (connection_file_path, head_alive, open_private, privat
                           raynb_home, read_connection_file, remove_connection_file)
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
-from ..procutil import HEAD_MODULE, NODE_MODULE, running
+from ..procutil import HEAD_MODULE, NODE_MODULE, running, worker_sched_policy
 from ...errors import ClusterError
 
 
@@ -124,8 +124,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         (connection info, started): ``started`` is False when a cluster was already running.
 
     Raises:
-        ValueError: ``num_workers`` is not a positive integer, or the idle timeout is
-            not a number of seconds >= 0.
+        ValueError: ``num_workers`` is not a positive integer, the idle timeout is
+            not a number of seconds >= 0, or ``$RAYNB_WORKER_SCHED`` is not a policy.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
     if head_only:
@@ -135,6 +135,7 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
                          "without workers of its own: head_only=True, `raynb start --head-only`)")
     check_host(host)  # an address this machine does not have fails here, naming its interfaces
     _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
+    worker_sched_policy()  # so does a bad $RAYNB_WORKER_SCHED
     with _start_lock():
         info = _live_cluster()
         if info is not None:
