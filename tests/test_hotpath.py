@@ -676,3 +676,28 @@ def test_the_head_waits_for_a_put_off_tick_without_spinning():
 def _voluntary_switches(pid: int) -> int:
     with open(f"/proc/{pid}/task/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_sys_path_dirs_stats_an_entry_until_it_is_a_directory_and_keeps_one_found(tmp_path, monkeypatch):
+    from raynb.client import shipping
+
+    later, gone = tmp_path / "later", tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.setattr(shipping, "_DIRS_SEEN", set())
+    monkeypatch.setattr(sys, "path", ["", str(later), str(gone), str(tmp_path / "never")])
+    assert shipping.sys_path_dirs() == [str(gone)]
+    later.mkdir()
+    gone.rmdir()   # seen once: still sent (the worker stats each entry before adding it)
+    assert shipping.sys_path_dirs() == [str(later), str(gone)]
+
+
+def test_the_connection_files_name_is_its_path_without_touching_raynb_home(tmp_path, monkeypatch):
+    from raynb.cluster.connection import connection_file_name, connection_file_path
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("RAYNB_HOME", str(home))
+    assert connection_file_name() == str(home / "cluster.json") and not home.exists()
+    assert connection_file_name() == str(connection_file_path()) and home.is_dir()
+    monkeypatch.delenv("RAYNB_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert connection_file_name() == str(tmp_path / ".raynb" / "cluster.json")

@@ -30,7 +30,7 @@ from . import refollow
 from .connection import disconnect, local_head_gone
 from . import bulk
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
-from .shipping import dumps_payload, notebook_sources
+from .shipping import dumps_payload, notebook_sources, sys_path_dirs
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
 CANCEL_WAIT_S = 5.0
@@ -237,7 +237,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
-        "cwd": os.getcwd(), "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+        "cwd": os.getcwd(), "sys_path": sys_path_dirs(),
     }
     cc, fc = run_config.checkpoint_config, run_config.failure_config
     if cc is not None:

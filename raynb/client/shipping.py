@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import linecache
 import os
+import sys
 import types
 from collections import ChainMap
 
@@ -94,6 +95,24 @@ def notebook_sources() -> dict:
     for filename, entry in dict(linecache.cache).items():  # a copy: other threads import too
         if len(entry) == 4 and entry[2] and not os.path.exists(filename):
             out[filename] = "".join(entry[2])
+    return out
+
+
+_DIRS_SEEN: set[str] = set()   # sys.path entries found to be directories (see sys_path_dirs)
+
+
+def sys_path_dirs() -> list[str]:
+    """The entries of ``sys.path`` that are directories: the workers add them to theirs, so
+    they import what the notebook imports. One found once is not stat-ed again at every
+    ``fit()`` (8-10 stats, 30 µs): a worker checks each path before adding it, so one
+    removed since costs it a stat, nothing more."""
+    out = []
+    for p in sys.path:
+        if p in _DIRS_SEEN:
+            out.append(p)
+        elif p and os.path.isdir(p):
+            _DIRS_SEEN.add(p)
+            out.append(p)
     return out
 
 

@@ -125,6 +125,14 @@ def connection_file_path() -> Path:
     return raynb_home() / CONNECTION_FILE_NAME
 
 
+def connection_file_name() -> str:
+    """Where :func:`connection_file_path` is, without creating or checking ``RAYNB_HOME``
+    (a str): for a stat that only asks whether the file changed. What is read from it
+    goes through :func:`read_connection_file` and its checks."""
+    return os.path.join(os.environ.get("RAYNB_HOME") or os.path.join(os.path.expanduser("~"), ".raynb"),
+                        CONNECTION_FILE_NAME)
+
+
 def write_connection_file(info: dict, path: Path | None = None) -> Path:
     """Atomically write ``info`` as JSON with mode 0600 (written to a temp name, then renamed)."""
     path = Path(path or connection_file_path())
@@ -184,11 +192,16 @@ def process_alive(pid: int | None, marker: str) -> bool:
     if not pid:
         return False
     if _PROC:
-        try:
-            with open(f"/proc/{int(pid)}/cmdline", "rb") as f:
-                return marker.encode() in f.read()
+        try:   # os.read, not open(): no file object for a read of a few hundred bytes
+            fd = os.open(f"/proc/{int(pid)}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
         except (OSError, ValueError):
             return False
+        try:
+            return marker.encode() in os.read(fd, 1 << 16)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
     try:
         p = psutil.Process(int(pid))
         if p.status() == psutil.STATUS_ZOMBIE:
