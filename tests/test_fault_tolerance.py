@@ -661,6 +661,10 @@ def _rank1_error_is_slow_to_format(config):
     deadline = time.monotonic() + 30
     while not os.path.exists(formatting) and time.monotonic() < deadline:
         time.sleep(0.005)
+    if config.get("die"):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
     raise ValueError("rank 0 failed too")
 
 
@@ -670,11 +674,25 @@ def test_a_cancel_landing_while_a_ranks_error_is_formatted_keeps_its_end(warm, t
     never sent: the head waited out the grace and killed a healthy worker (a peer's gloo
     error, then the dead peer's cancel, in a third of recovery.py's restarts)."""
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_rank1_error_is_slow_to_format, train_loop_config={"dir": str(tmp_path), "format_s": 0.6},
+        TorchTrainer(_rank1_error_is_slow_to_format, train_loop_config={"dir": str(tmp_path), "format_s": 0.3},
                      scaling_config=ScalingConfig(num_workers=2), run_config=_quiet()).fit()
-    messages = " | ".join(str(e.get("message")) for e in info.value.errors)
-    assert "rank 1's own error" in messages and "rank 0 failed too" in messages, messages
-    assert "did not stop" not in messages, messages
+    errors = {e.get("rank"): e.get("message") for e in info.value.errors}
+    assert errors == {0: "rank 0 failed too", 1: "rank 1's own error"}, info.value.errors
+    pid = int((tmp_path / "rank1.pid").read_text())
+    st = wait_idle_workers(warm, 4)
+    assert pid in {w["pid"] for w in st["workers"] if w["state"] == "idle"}, "rank 1's worker was killed"
+
+
+def test_a_rank_formatting_its_error_when_a_peer_dies_is_not_killed_as_blocked(warm, tmp_path):
+    """Worker._still_running told the head "blocked" for a task past its function (its
+    error being formatted), and the head kills a blocked rank at once when a peer died."""
+    with pytest.raises(raynb.RunError) as info:
+        TorchTrainer(_rank1_error_is_slow_to_format,
+                     train_loop_config={"dir": str(tmp_path), "format_s": 0.15, "die": True},
+                     scaling_config=ScalingConfig(num_workers=2), run_config=_quiet()).fit()
+    by_rank = {e.get("rank"): e for e in info.value.errors}
+    assert by_rank[0].get("signal") == "SIGKILL", info.value.errors
+    assert by_rank[1].get("message") == "rank 1's own error", info.value.errors
     pid = int((tmp_path / "rank1.pid").read_text())
     st = wait_idle_workers(warm, 4)
     assert pid in {w["pid"] for w in st["workers"] if w["state"] == "idle"}, "rank 1's worker was killed"

@@ -562,7 +562,17 @@ def _policies():
     return {"main": _os.sched_getscheduler(0), "thread": seen["thread"], "child": int(child.stdout)}
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+def _batch_settable() -> bool:
+    """Whether a child of this process can switch to SCHED_BATCH and this one runs under
+    the normal policy (not so under `chrt -b`, or where the call is not permitted)."""
+    if not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER:
+        return False
+    code = "import os; os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _batch_settable() or os.environ.get("RAYNB_WORKER_SCHED", "batch") != "batch",
+                    reason="SCHED_BATCH cannot be set here, or RAYNB_WORKER_SCHED turns it off")
 def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
     """procutil.batch_scheduling: a rank waking up no longer preempts the head mid-way
     through sending a run's tasks (nor the notebook's kernel); what the rank starts, a
@@ -577,7 +587,7 @@ def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
     assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling policies")
+@pytest.mark.skipif(not _batch_settable(), reason="SCHED_BATCH cannot be set here")
 @pytest.mark.parametrize("setting, expected", [(None, "True 3"), ("other", "False 0"), (" Other ", "False 0"),
                                               ("fifo", "True 3")])
 def test_batch_scheduling_is_on_unless_raynb_worker_sched_says_other(setting, expected):
@@ -613,9 +623,41 @@ def test_workers_temp_dirs_of_a_killed_agent_are_removed_and_a_live_ones_kept(tm
 
 def test_a_bad_raynb_worker_sched_is_refused_by_start_and_node_naming_the_choices(tmp_path):
     env = {**os.environ, "RAYNB_WORKER_SCHED": "fifo", "RAYNB_HOME": str(tmp_path / "home")}
-    for args in (["start", "--workers", "1"], ["node", "--address", "tcp://127.0.0.1:1"]):
-        p = subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
-                           text=True, timeout=60)
-        assert p.returncode == 2, (args, p.stdout, p.stderr)
-        assert "RAYNB_WORKER_SCHED='fifo'" in p.stderr and "'batch'" in p.stderr and "'other'" in p.stderr, p.stderr
-    assert not (tmp_path / "home" / "cluster.json").exists()
+    try:
+        for args in (["start", "--workers", "1"], ["node", "--address", "tcp://127.0.0.1:1"]):
+            p = subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
+                               text=True, timeout=60)
+            assert p.returncode == 2, (args, p.stdout, p.stderr)
+            assert "RAYNB_WORKER_SCHED='fifo'" in p.stderr and "'batch'" in p.stderr and "'other'" in p.stderr, p.stderr
+        assert not (tmp_path / "home" / "cluster.json").exists()
+    finally:   # were it ever started anyway, it is not left running
+        subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env={**env, "RAYNB_WORKER_SCHED": "batch"},
+                       capture_output=True, timeout=60)
+
+
+def _imports_late_module(config):
+    import importlib
+
+    return importlib.import_module(config["module"]).VALUE
+
+
+def test_a_sys_path_directory_missing_at_a_workers_first_look_is_added_once_it_exists(warm, tmp_path, monkeypatch):
+    """The client sends a sys.path directory it saw once (shipping.sys_path_dirs); a worker
+    that found it missing must look again at its next task, not remember the list as done."""
+    from raynb.train.run import execute_run
+
+    late = tmp_path / "late_dir"
+    late.mkdir()
+    monkeypatch.syspath_prepend(str(late))
+    from raynb.client.shipping import sys_path_dirs
+
+    assert str(late) in sys_path_dirs()
+    late.rmdir()
+    ranks = raynb.ScalingConfig(num_workers=4)
+    module = f"raynb_late_{os.getpid()}"
+    with pytest.raises(raynb.RunError, match="No module named"):
+        execute_run(_imports_late_module, {"module": module}, ranks, raynb.RunConfig(verbose=0))
+    late.mkdir()
+    (late / f"{module}.py").write_text("VALUE = 42\n")
+    _, value = execute_run(_imports_late_module, {"module": module}, ranks, raynb.RunConfig(verbose=0))
+    assert value == 42

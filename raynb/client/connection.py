@@ -44,12 +44,13 @@ def _connection_file_changed(client: Client) -> bool:
     """Whether the local connection file may name another cluster than when last read:
     it is replaced by rename, so an unchanged inode, size and mtime is the same file
     (a stat, where reading and checking it cost each fit() about 0.1 ms; RAYNB_HOME's
-    checks, 60 µs more, are left to that read: nothing is read here)."""
+    checks, 60 µs more, are left to that read: nothing is read or trusted here, and a
+    file replaced, re-owned or re-moded is read again)."""
     from ..cluster.connection import connection_file_name
 
     try:
         st = os.stat(connection_file_name(), follow_symlinks=False)
-        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_uid, st.st_mode)
     except OSError:
         return True
     changed = client.local_file_seen != seen

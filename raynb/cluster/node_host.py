@@ -91,7 +91,8 @@ def remove_stale_workers_tmp() -> list[str]:
             try:
                 if os.lstat(path).st_uid == os.getuid():
                     shutil.rmtree(path, ignore_errors=True)
-                    removed.append(path)
+                    if not os.path.lexists(path):
+                        removed.append(path)
             except OSError:
                 pass
     return removed

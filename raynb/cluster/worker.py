@@ -143,8 +143,10 @@ class Worker:
                     del self._cancelled_early[next(iter(self._cancelled_early))]
 
     def _still_running(self, task: dict) -> None:
-        """(a timer) Tell the head when the cancelled ``task`` has not stopped."""
-        if self.current_task is task:
+        """(a timer) Tell the head when the cancelled ``task`` is still inside its function
+        (not once it returned or raised: formatting its error or ending its processes, it
+        is stopping, and the head would kill it as blocked when a peer died)."""
+        if self.current_task is task and self._interruptible:
             self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"],
                                      "event": {"kind": "blocked", "time": time.time()}})
 
@@ -152,6 +154,7 @@ class Worker:
         # Only a cancel of the running task interrupts, and only while the task's
         # own code runs; a late SIGINT (the task already returned) is ignored.
         if self._cancel_requested and self._interruptible:
+            self._interruptible = False  # once: a second SIGINT must not hit the handlers
             raise KeyboardInterrupt("run cancelled")
 
     def _on_sigterm(self, signum, frame):
@@ -172,8 +175,9 @@ class Worker:
             self.link.lend()
             try:
                 self.execute(msg)
-            except KeyboardInterrupt:
-                pass
+            except KeyboardInterrupt:  # outside the task's own code (execute() sends its end)
+                log.warning("an interrupt escaped a task of run %s: its end was not sent",
+                            msg.content.get("run_id"))
             finally:
                 self.link.take_back()
                 self.link.send_queued()  # what the task queued, if it did not get to its end
@@ -298,7 +302,9 @@ class Worker:
             for p in reversed(paths):
                 if p not in sys.path and os.path.isdir(p):
                     sys.path.insert(0, p)
-            self._sys_path_seen = paths
+            # Not seen while one is missing: the client sends a directory it saw once
+            # (shipping.sys_path_dirs), so one recreated later is added then.
+            self._sys_path_seen = paths if all(p in sys.path for p in paths) else ()
         self._modules.reload_changed()
         # The head's share of the node's cores (see thread_share); the function's own
         # torch.set_num_threads still wins, it runs after this.
