@@ -20,7 +20,6 @@ def non_negative_int(text: str) -> int:
     return n
 
 
-
 def main(argv=None) -> int:
     from . import __version__
 
@@ -131,12 +130,7 @@ def main(argv=None) -> int:
             import signal
 
             from .cluster.launch.static import run_node
-            from .cluster.procutil import worker_sched_policy
 
-            try:
-                worker_sched_policy()
-            except ValueError as e:
-                ap.error(str(e))
             logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
             return run_node(args.address, args.key_file, args.workers, args.gpus, args.node_ip,

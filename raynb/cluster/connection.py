@@ -63,13 +63,18 @@ def _check_home(home: Path) -> None:
     check_private(home, st)
 
 
+def raynb_home_path() -> str:
+    """Where :func:`raynb_home` is, neither created nor checked."""
+    return os.environ.get("RAYNB_HOME") or str(Path.home() / ".raynb")
+
+
 def raynb_home() -> Path:
     """``$RAYNB_HOME`` or ``~/.raynb``, created with mode 0700.
 
     Raises:
         ClusterError: it is not a directory of this user's that only they may write.
     """
-    home = Path(os.environ.get("RAYNB_HOME") or Path.home() / ".raynb")
+    home = Path(raynb_home_path())
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     _check_home(home)
     return home
@@ -129,8 +134,7 @@ def connection_file_name() -> str:
     """Where :func:`connection_file_path` is, without creating or checking ``RAYNB_HOME``
     (a str): for a stat that only asks whether the file changed. What is read from it
     goes through :func:`read_connection_file` and its checks."""
-    return os.path.join(os.environ.get("RAYNB_HOME") or os.path.join(os.path.expanduser("~"), ".raynb"),
-                        CONNECTION_FILE_NAME)
+    return os.path.join(raynb_home_path(), CONNECTION_FILE_NAME)
 
 
 def write_connection_file(info: dict, path: Path | None = None) -> Path:

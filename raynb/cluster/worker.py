@@ -209,35 +209,9 @@ class Worker:
         started_ns = time.time_ns()
         shipped_bytes = 0
         if status == "ok":
+            shipped_bytes = len(chunking.view(msg.buffers[0])) if msg.buffers else 0
             try:
-                # Interruptible only while the user's code runs: a cancel's SIGINT landing
-                # while its error is formatted (a peer's death, then the head's cancel) raised
-                # out of execute() and lost the task's end; the head waited out its grace.
-                try:
-                    self._interruptible = True
-                    self._prepare(task)
-                    try:
-                        frames, msg.buffers = msg.buffers, []  # the payload frame: read in place, then freed
-                        shipped_bytes = len(chunking.view(frames[0]))
-                        payload, shipped = load_payload(chunking.view(frames[0]))
-                        del frames
-                    except ImportError as e:
-                        raise ModuleNotFoundError(
-                            f"the training function could not be loaded on this worker: {e}. It uses a "
-                            "module the notebook can import but the workers cannot (they get the "
-                            "notebook's working directory and sys.path); install it on every node, or "
-                            "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
-                    for filename, source in payload.get("sources", {}).items():
-                        lines = source.splitlines(True)
-                        linecache.cache[filename] = (len(source), None, lines, filename)
-                    task_context.start(task, self.emit)
-                    fn, config = payload["fn"], payload["config"]
-                    del payload
-                    with notebook_main(shipped):  # torch.save(model) finds __main__.Net
-                        ret = fn(config) if _takes_config(fn) else fn()
-                    del fn, config, shipped
-                finally:
-                    self._interruptible = False
+                ret = self._call(task, msg)
             except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"
                 if status == "error":  # raised by the user's code itself: keep its message and traceback
@@ -245,7 +219,6 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the worker lives on
                 status, error = "error", format_remote_error(exc, rank)
             finally:
-                self._interruptible = False
                 for stream in self.streams:
                     stream.drain()
                 with self.lock:
@@ -285,6 +258,33 @@ class Worker:
         if shipped_bytes > TRIM_AFTER_BYTES:
             trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
         self._modules.note(started_ns)
+
+    def _call(self, task: dict, msg: P.Message):
+        """Run the task's function; what it returned. Only while inside may a cancel's
+        SIGINT interrupt it: one landing while its error was formatted (a peer's death,
+        then the head's cancel) raised out of execute() and lost the task's end."""
+        self._interruptible = True
+        try:
+            self._prepare(task)
+            frames, msg.buffers = msg.buffers, []  # the payload frame: read in place, then freed
+            try:
+                payload, shipped = load_payload(chunking.view(frames[0]))
+            except ImportError as e:
+                raise ModuleNotFoundError(
+                    f"the training function could not be loaded on this worker: {e}. It uses a "
+                    "module the notebook can import but the workers cannot (they get the "
+                    "notebook's working directory and sys.path); install it on every node, or "
+                    "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
+            del frames
+            for filename, source in payload.get("sources", {}).items():
+                linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+            task_context.start(task, self.emit)
+            fn, config = payload["fn"], payload["config"]
+            del payload
+            with notebook_main(shipped):  # torch.save(model) finds __main__.Net
+                return fn(config) if _takes_config(fn) else fn()
+        finally:
+            self._interruptible = False
 
     def _prepare(self, task: dict) -> None:
         for name, value in (("RANK", task["rank"]), ("WORLD_SIZE", task["world_size"]),

@@ -15,6 +15,7 @@ from ...errors import ClusterError
 from ..connection import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
 from ..node import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
+from ..procutil import worker_sched_policy
 
 
 def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: int | None = None,
@@ -42,8 +43,13 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
 
     Raises:
         ClusterError: an unreadable or non-private key file, no key, ``node_ip`` not an
-            address of this machine, or ``gpus`` more than it has (names what it has).
+            address of this machine, ``gpus`` more than it has (names what it has), or
+            ``$RAYNB_WORKER_SCHED`` not a policy.
     """
+    try:
+        worker_sched_policy()
+    except ValueError as e:
+        raise ClusterError(str(e)) from None
     curve_keys = None
     if key_file:
         info = read_connection_file(key_file)
