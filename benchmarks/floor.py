@@ -7,9 +7,14 @@ head in between. ``report(metrics)`` inside the function is one pickled ZeroMQ s
 Used side by side with raynb in ``rerun_latency.py`` and ``report_cost.py``, so the
 distance to the floor is one ratio measured under the same load.
 
+``RelayFloor`` is the same with one more process between the driver and the workers,
+which forwards every message unread: the shape of raynb's path (client -> head ->
+workers -> head -> client) with nothing done in the head, so raynb's distance to the
+floor splits into what the head's two extra hops cost and what raynb's own work costs.
+
 Usage (inside a benchmark)::
 
-    with Floor(4) as floor:
+    with Floor(4) as floor:        # or RelayFloor(4)
         result = floor.run(fn)   # {"seconds", "reports": [...], "returns": [...], "cpu_s"}
 """
 from __future__ import annotations
@@ -54,6 +59,36 @@ def _worker(rank: int, world: int, port: int, address: str) -> None:
     ctx.term()
 
 
+def _relay(world: int, driver_port: int, worker_port: int) -> None:
+    """Forward the driver's messages to every worker and the workers' to the driver,
+    unread (what the head adds to the floor's path, with none of the head's work)."""
+    ctx = zmq.Context()
+    driver = ctx.socket(zmq.ROUTER)
+    driver.bind(f"tcp://127.0.0.1:{driver_port}")
+    workers = ctx.socket(zmq.ROUTER)
+    workers.bind(f"tcp://127.0.0.1:{worker_port}")
+    ids = [workers.recv_multipart()[0] for _ in range(world)]   # each worker's "ready"
+    client, _ = driver.recv_multipart()                         # the driver's hello
+    driver.send_multipart([client, pickle.dumps(("ready", -1, None))])
+    poller = zmq.Poller()
+    poller.register(driver, zmq.POLLIN)
+    poller.register(workers, zmq.POLLIN)
+    while True:
+        for sock, _ in poller.poll():
+            if sock is driver:
+                _, data = driver.recv_multipart()
+                for ident in ids:
+                    workers.send_multipart([ident, data])
+                if data == b"stop":   # the stops delivered before this process exits
+                    for sock in (driver, workers):
+                        sock.close(linger=2000)
+                    ctx.term()
+                    return
+            else:
+                _, data = workers.recv_multipart()
+                driver.send_multipart([client, data])
+
+
 class Floor:
     """``world`` forked workers in one gloo group, driven over one ROUTER socket."""
 
@@ -67,18 +102,21 @@ class Floor:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        fork = mp.get_context("fork")
-        gloo_port = _free_port()
-        self.procs = [fork.Process(target=_worker, args=(r, self.world, gloo_port, f"tcp://127.0.0.1:{port}"),
-                                   daemon=True) for r in range(self.world)]
-        for p in self.procs:
-            p.start()
+        self._start_workers(f"tcp://127.0.0.1:{port}")
         self.ids: dict[int, bytes] = {}
         while len(self.ids) < self.world:
             ident, data = self.sock.recv_multipart()
             _, rank, _ = pickle.loads(data)
             self.ids[rank] = ident
         return self
+
+    def _start_workers(self, address: str) -> None:
+        fork = mp.get_context("fork")
+        gloo_port = _free_port()
+        self.procs = [fork.Process(target=_worker, args=(r, self.world, gloo_port, address), daemon=True)
+                      for r in range(self.world)]
+        for p in self.procs:
+            p.start()
 
     def run(self, fn) -> dict:
         """Ship ``fn`` (called as ``fn(report)`` on every rank) and wait for every rank.
@@ -87,11 +125,10 @@ class Floor:
         "returns": each rank's return value, "cpu_s": this process's CPU time in it}."""
         cpu0, t0 = time.process_time(), time.perf_counter()
         data = cloudpickle.dumps(fn, protocol=5)
-        for rank in range(self.world):
-            self.sock.send_multipart([self.ids[rank], data])
+        self._send_all(data)
         reports, returns, done = [], {}, 0
         while done < self.world:
-            _, raw = self.sock.recv_multipart()
+            raw = self.sock.recv_multipart()[-1]
             kind, rank, value = pickle.loads(raw)
             if kind == "report" and rank == 0:
                 reports.append(value)
@@ -101,12 +138,15 @@ class Floor:
         return {"seconds": time.perf_counter() - t0, "reports": reports,
                 "returns": [returns[r] for r in range(self.world)], "cpu_s": time.process_time() - cpu0}
 
-    def __exit__(self, *exc) -> None:
+    def _send_all(self, data: bytes) -> None:
         for rank in range(self.world):
-            try:
-                self.sock.send_multipart([self.ids[rank], b"stop"])
-            except (KeyError, zmq.ZMQError):
-                pass
+            self.sock.send_multipart([self.ids[rank], data])
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._send_all(b"stop")
+        except (KeyError, zmq.ZMQError):
+            pass
         for p in self.procs:
             p.join(timeout=5)
             if p.is_alive():
@@ -114,3 +154,30 @@ class Floor:
                 p.join()
         self.sock.close(0)
         self.ctx.term()
+
+
+class RelayFloor(Floor):
+    """:class:`Floor` with a relay process (``_relay``) between this driver and the workers."""
+
+    def __enter__(self) -> "RelayFloor":
+        import torch  # noqa: F401
+        import torch.distributed  # noqa: F401
+
+        driver_port, worker_port = _free_port(), _free_port()
+        self._start_workers(f"tcp://127.0.0.1:{worker_port}")
+        relay = mp.get_context("fork").Process(target=_relay, args=(self.world, driver_port, worker_port),
+                                               daemon=True)
+        relay.start()
+        self.procs.append(relay)
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.connect(f"tcp://127.0.0.1:{driver_port}")
+        self.sock.send(b"hello")
+        if not self.sock.poll(120_000):   # the relay's "ready": every worker is connected
+            self.__exit__()
+            raise RuntimeError("the relay floor's workers did not come up within 120 s")
+        self.sock.recv()
+        return self
+
+    def _send_all(self, data: bytes) -> None:
+        self.sock.send(data)   # the relay sends it to every worker

@@ -15,6 +15,15 @@ What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
   workers, one gloo group, a cloudpickled function over ZeroMQ, no signing), one floor
   run after each timed raynb run so both see the same load; ``ratio_to_floor`` is the
   raynb median over the floor median.
+- ``floor_relay_ms``: the same on ``floor.RelayFloor``, the floor with one process between
+  the driver and the workers that forwards every message unread (raynb's path, client ->
+  head -> ranks -> head -> client, with nothing done in the head), one run after each floor
+  run; ``ratio_to_floor_relay`` is raynb's median over it: what raynb's own work costs,
+  beyond the head's two extra hops.
+- ``--busy-loops K``: K processes spinning on the CPU (nice 0) while the warm runs, the
+  floors' included, are timed, as another kernel's work would: the issue's "at load <= 3"
+  made reproducible (each adds about 1 to the load average). They are started after the
+  warm-up and killed, by pid, before the cluster stops.
 - ``spare_run_dirs``: the run directories that were spares made ahead by the head
   (``cluster/spare_files.py``: in block groups where new files are cheap) and those
   made on the spot; ``machine.inode_create_us`` is what one new file costs in the
@@ -217,7 +226,7 @@ def machine_info(load_at_start: float, **extra) -> dict:
             "platform": platform.platform(), "load_avg_1m_at_start": load_at_start, **extra}
 
 
-def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
+def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig, TorchTrainer
 
@@ -241,11 +250,14 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
     for _ in range(warmup):
         fit()
     floor_runs: list = []
-    floor_ctx = _floor() if floor else contextlib.nullcontext()
-    with floor_ctx as fl:
-        for _ in range(warmup if fl else 0):
-            fl.run(floor_train_fn)
-        out.update(_timed_runs(fit, runs, fl, floor_runs))
+    relay_runs: list = []
+    floor_ctx = _floors() if floor else contextlib.nullcontext()
+    with floor_ctx as floors:
+        for fl in floors or ():
+            for _ in range(warmup):
+                fl.run(floor_train_fn)
+        with busy_loops(busy):
+            out.update(_timed_runs(fit, runs, floors, floor_runs, relay_runs))
     if floor_runs:
         secs = [r["seconds"] for r in floor_runs]
         out["floor_ms"] = _summary_ms(secs)
@@ -258,6 +270,8 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
             "report_to_result": med([r["wall1"] - r["reports"][0]["timestamp"] for r in floor_runs]),
         }
         out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
+        out["floor_relay_ms"] = _summary_ms([r["seconds"] for r in relay_runs])
+        out["ratio_to_floor_relay"] = round(out["warm_rerun_ms"]["median"] / out["floor_relay_ms"]["median"], 2)
     # Run directories that were spares made ahead (cluster/spare_files.py), and those made
     # on the spot: the figure depends on it where making files is dear (see the README).
     out["spare_run_dirs"] = raynb.cluster_status().get("spare_files")
@@ -266,16 +280,31 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True) -> dict:
 
 
 @contextlib.contextmanager
-def _floor():
+def _floors():
+    """(the floor, the relay floor), both up."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from floor import Floor
+    from floor import Floor, RelayFloor
 
-    with Floor(WORKERS) as fl:
-        yield fl
+    with Floor(WORKERS) as fl, RelayFloor(WORKERS) as relay:
+        yield fl, relay
 
 
-def _timed_runs(fit, runs: int, fl, floor_runs: list) -> dict:
-    """``runs`` timed raynb fits (each followed by one floor run, when ``fl``)."""
+@contextlib.contextmanager
+def busy_loops(count: int):
+    """``count`` processes spinning on the CPU for the block's duration (killed by pid)."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        time.sleep(0.5 if procs else 0)  # running before the first timed run
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def _timed_runs(fit, runs: int, floors, floor_runs: list, relay_runs: list) -> dict:
+    """``runs`` timed raynb fits (each followed by one floor and one relay-floor run,
+    when ``floors``)."""
     out: dict = {}
     total, dispatch, in_fn, back, head = [], [], [], [], []
     for _ in range(runs):
@@ -293,13 +322,13 @@ def _timed_runs(fit, runs: int, fl, floor_runs: list) -> dict:
         in_fn.append(m["timestamp"] - m["fn_start"])  # all_reduce, up to rank 0's report
         back.append(wall1 - m["timestamp"])  # report -> every rank done -> Result in hand
         head.append(result.time_total_s)  # the head's view: tasks sent -> last rank done
-        if fl is not None:
+        for fl, into in zip(floors or (), (floor_runs, relay_runs)):
             wall0 = time.time()
             r = fl.run(floor_train_fn)
             r["wall0"], r["wall1"] = wall0, time.time()
             if r["reports"][0]["sum"] != sum(range(1, WORKERS + 1)):
                 raise RuntimeError(f"a floor run went wrong: {r!r}")
-            floor_runs.append(r)
+            into.append(r)
     out["warm_rerun_ms"] = _summary_ms(total)
     med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
     out["warm_split_ms"] = {
@@ -343,7 +372,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=2, help="warm runs after the first, not timed (default 2)")
     ap.add_argument("--torchrun-runs", type=int, default=3, help="torchrun launches timed (default 3)")
     ap.add_argument("--skip-torchrun", action="store_true", help="do not time torchrun")
-    ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototype")
+    ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototypes")
+    ap.add_argument("--busy-loops", type=int, default=0, metavar="K",
+                    help="K processes spinning on the CPU while the warm runs are timed (default 0)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
     ap.add_argument("--storage-dir", default=None, help="where the private RAYNB_HOME and storage path "
                     "are made (default: $TMPDIR); machine.inode_create_us is measured there")
@@ -352,12 +383,14 @@ def main(argv=None) -> int:
         args.runs, args.warmup, args.torchrun_runs = min(args.runs, 5), min(args.warmup, 1), 1
     if args.runs < 1:
         ap.error("--runs must be >= 1")
+    if args.busy_loops < 0:
+        ap.error("--busy-loops must be >= 0")
 
     load_at_start = round(os.getloadavg()[0], 2)
     inode_at_start = inode_create_us(args.storage_dir)
     report: dict = {}
     with private_cluster(args.storage_dir):
-        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor))
+        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor, busy=args.busy_loops))
     if not args.skip_torchrun:
         report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
         report["speedup_vs_torchrun"] = round(
@@ -369,7 +402,7 @@ def main(argv=None) -> int:
                                      inode_create_us={"at_start": inode_at_start,
                                                       "at_end": inode_create_us(args.storage_dir)},
                                      storage_dir=args.storage_dir or tempfile.gettempdir())
-    report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup,
+    report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup, "busy_loops": args.busy_loops,
                           "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
     print(json.dumps(report, indent=1))
     return 0
