@@ -96,9 +96,6 @@ class Floor:
         self.world = world
 
     def __enter__(self) -> "Floor":
-        import torch  # noqa: F401  (imported before the fork, as raynb's zygote does)
-        import torch.distributed  # noqa: F401
-
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
         port = self.sock.bind_to_random_port("tcp://127.0.0.1")
@@ -111,6 +108,9 @@ class Floor:
         return self
 
     def _start_workers(self, address: str) -> None:
+        import torch  # noqa: F401  (imported before the fork, as raynb's zygote does)
+        import torch.distributed  # noqa: F401
+
         fork = mp.get_context("fork")
         gloo_port = _free_port()
         self.procs = [fork.Process(target=_worker, args=(r, self.world, gloo_port, address), daemon=True)
@@ -160,9 +160,6 @@ class RelayFloor(Floor):
     """:class:`Floor` with a relay process (``_relay``) between this driver and the workers."""
 
     def __enter__(self) -> "RelayFloor":
-        import torch  # noqa: F401
-        import torch.distributed  # noqa: F401
-
         driver_port, worker_port = _free_port(), _free_port()
         self._start_workers(f"tcp://127.0.0.1:{worker_port}")
         relay = mp.get_context("fork").Process(target=_relay, args=(self.world, driver_port, worker_port),

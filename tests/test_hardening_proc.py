@@ -9,6 +9,7 @@ cluster; the others use the session's warm cluster.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -562,8 +563,9 @@ def _policies():
     return {"main": _os.sched_getscheduler(0), "thread": seen["thread"], "child": int(child.stdout)}
 
 
+@functools.lru_cache(maxsize=None)
 def _batch_settable() -> bool:
-    """Whether a child of this process can switch to SCHED_BATCH and this one runs under
+    """(asked once) Whether a child of this process can switch to SCHED_BATCH and this one runs under
     the normal policy (not so under `chrt -b`, or where the call is not permitted)."""
     if not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER:
         return False
