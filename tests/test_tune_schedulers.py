@@ -487,3 +487,26 @@ def test_hyperband_results_after_a_stop_change_nothing():
     assert sched.on_trial_result(trials[1], _result(9, 54)) == STOP      # max_t
     assert sched.on_trial_result(trials[1], _result(10, 60)) == STOP
     assert "num_stopped=3" in sched.debug_string()
+
+
+def test_held_stops_send_each_cancel_once_on_commit_or_after_the_wait():
+    from raynb.tune.held_stops import COMMIT_WAIT_S, HeldStops
+
+    now, sent, notes = [0.0], [], []
+    held = HeldStops(sent.append, notes.append, clock=lambda: now[0])
+    held.hold("r1", "t1")
+    held.hold("r2", "t2")
+    held.hold("r3", "t3")
+    held.committed("r1")                 # its checkpoint committed: cancelled now
+    held.ended("r2")                     # ended by itself: nothing to cancel
+    held.committed("r2")
+    held.release_due()                   # r3's wait is not over
+    assert sent == ["r1"] and "r3" in held and "r2" not in held
+    now[0] = COMMIT_WAIT_S
+    held.release_due()                   # over: cancelled without the checkpoint, and said so
+    held.committed("r3")
+    assert sent == ["r1", "r3"] and "r3" not in held
+    assert len(notes) == 1 and notes[0].startswith("t3: stopped without the checkpoint")
+    held.hold("r4", "t4")
+    held.release_all()                   # the time budget: every held cancel goes now
+    assert sent == ["r1", "r3", "r4"] and notes == notes[:1]

@@ -144,3 +144,75 @@ def test_pbt_via_the_tuner_restarts_bottom_trials_from_a_top_checkpoint(warm):
         assert first["w"] == pytest.approx(first["restored_w"] + first["lr"])
         assert reports[tid][i - 1]["lr"] != first["lr"]
     wait_idle_workers(warm, 4, timeout=3)
+
+
+def lagging_rank(config):
+    """Three reports on 2 ranks; the third carries rank 0's checkpoint (step 3), and rank 1
+    reaches it ``config["lag"]`` seconds after rank 0."""
+    import json
+    import os
+    import tempfile
+    import time
+
+    from raynb import tune
+    from raynb.train import get_context
+
+    rank = get_context().get_world_rank()
+    for step in (1, 2, 3):
+        if step < 3:
+            tune.report({"loss": 1.0 / step})
+        elif rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"step": step}, f)
+                tune.report({"loss": 1.0 / step}, checkpoint=tune.Checkpoint.from_directory(d))
+        else:
+            time.sleep(config["lag"])
+            tune.report({"loss": 1.0 / step})
+
+
+def _lagging_fit(lag: float):
+    from raynb.train import ScalingConfig
+    from raynb.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(lagging_rank, train_loop_config={"lag": lag},
+                           scaling_config=ScalingConfig(num_workers=2))
+    # ASHA stops the trial at max_t=3, on rank 0's third report: the one with the checkpoint.
+    sched = ASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
+    return tune.Tuner(trainer, tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched),
+                      run_config=QUIET).fit()
+
+
+def test_a_stop_on_a_checkpointed_report_keeps_that_checkpoint_when_a_rank_lags(warm):
+    # The STOP is decided on rank 0's report, 0.8 s before rank 1 reaches it and the head can
+    # commit the checkpoint; a cancel sent at once cut rank 1 short and the checkpoint was lost
+    # (05_xgboost.ipynb's best trial, stopped by ASHA at max_t, had none).
+    import json
+    import os
+
+    grid = _lagging_fit(lag=0.8)
+    [result] = list(grid)
+    # Stopped for having used its whole budget (max_t): TERMINATED.
+    assert grid.num_errors == 0 and result.status == "TERMINATED", (result.status, result.error)
+    assert result.metrics["training_iteration"] == 3
+    assert result.checkpoint is not None, "the checkpoint of the report ASHA stopped on was lost"
+    with open(os.path.join(result.checkpoint.path, "state.json")) as f:
+        assert json.load(f) == {"step": 3}
+    wait_idle_workers(warm, 4, timeout=3)
+
+
+def test_a_held_stop_is_sent_anyway_when_a_rank_never_reaches_the_report(warm, monkeypatch):
+    import time
+
+    from raynb.tune import held_stops
+
+    monkeypatch.setattr(held_stops, "COMMIT_WAIT_S", 0.5)
+    t0 = time.monotonic()
+    grid = _lagging_fit(lag=60.0)
+    # Stopped 0.5 s after the STOP (plus the head's 1 s grace to kill the sleeping rank),
+    # not 60 s later; the uncommitted checkpoint is not a checkpoint.
+    assert time.monotonic() - t0 < 20
+    [result] = list(grid)
+    assert grid.num_errors == 0 and result.status == "TERMINATED", (result.status, result.error)
+    assert result.checkpoint is None
+    wait_idle_workers(warm, 4, timeout=10)

@@ -40,7 +40,8 @@ class _RelayView:
         return getattr(self._view, name)
 
 
-def _one_line(errors: list) -> str:
+def first_error_line(errors: list) -> str:
+    """The first error of a run's ``errors`` as one line of at most 300 characters."""
     e = errors[0] if errors else {}
     text = f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type") else str(e.get("message", "failed"))
     return (text.splitlines() or ["failed"])[0][:300]
@@ -76,7 +77,7 @@ def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: C
         raise
     trial.status = "TERMINATED" if outcome.state == "FINISHED" else "ERROR"
     if trial.status == "ERROR":
-        trial.error = _one_line(outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}])
+        trial.error = first_error_line(outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}])
     trial.checkpoint = outcome.record.get("checkpoint") or trial.checkpoint
     try:
         callbacks.on_trial_end(trial)

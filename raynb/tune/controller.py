@@ -9,7 +9,6 @@ Ray Tune's ``TuneController`` is the reference for the order of the callbacks.
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,12 +18,14 @@ from ..cluster import protocol as P
 from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
 from ..errors import ClusterError
 from ..train.config import RunConfig
+from ..train.run_callbacks import first_error_line
 from .experiment_state import ExperimentState
+from .held_stops import HeldStops
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
 from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
-from .trial_runner import TrialRunner, adopt_checkpoint, newest_checkpoint, write_params
+from .trial_runner import TrialRunner, adopt_first_checkpoint, newest_checkpoint, write_params
 
 # After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
 # The head kills ranks that ignore the cancel after 1 s, so this is rarely reached.
@@ -59,6 +60,8 @@ class TuneController:
         self._stop_freed: list[float] = []  # times of STOP decisions whose worker is free again
         self._last_heard = time.monotonic()
         self._budget_hit = False
+        self._held_stops = HeldStops(lambda run_id: client.send(P.CANCEL_RUN, {"run_id": run_id, "reason": "stop"}),
+                                     progress.note)
 
     # -- public ---------------------------------------------------------------------------
     def interrupt(self) -> None:
@@ -85,6 +88,7 @@ class TuneController:
                     raise KeyboardInterrupt
                 if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
                     self._time_budget_reached()
+                self._held_stops.release_due()
                 if not self._by_run:
                     if self._budget_hit:
                         break
@@ -213,12 +217,13 @@ class TuneController:
             kind = event.get("kind")
             if kind == "report":
                 if event.get("rank") == 0:
-                    self._on_report(trial, event["metrics"])
+                    self._on_report(trial, event["metrics"], bool(event.get("checkpoint_staged")))
             elif kind == "state":
                 if event.get("state") == "RUNNING":
                     trial.extra["started_at"] = event.get("time")
             elif kind == "checkpoint":
                 trial.checkpoint = event.get("path")
+                self._held_stops.committed(trial.run_id)
                 self.state.mark(trial)
                 self.callbacks.on_checkpoint(trial, trial.checkpoint)
             elif kind == "output":
@@ -231,7 +236,7 @@ class TuneController:
         elif msg.msg_type == P.ERROR:  # the head refused the run
             self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
 
-    def _on_report(self, trial: Trial, metrics: dict) -> None:
+    def _on_report(self, trial: Trial, metrics: dict, checkpoint_staged: bool = False) -> None:
         ending = trial.extra.get("_ending")
         if ending in ("stop", "budget"):
             # Made before the STOP reached the run: as in Ray, the trial's results end where
@@ -260,6 +265,8 @@ class TuneController:
         else:
             raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
+        if decision == STOP and checkpoint_staged:
+            return self._held_stops.hold(trial.run_id, trial.trial_id)  # keeps that report's checkpoint
         self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None})
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
@@ -271,6 +278,7 @@ class TuneController:
 
     def _on_done(self, trial: Trial, c: dict) -> None:
         self._by_run.pop(trial.run_id, None)
+        self._held_stops.ended(trial.run_id)
         if c.get("checkpoint"):
             trial.checkpoint = c["checkpoint"]
         for key in ("checkpoints", "checkpoint_config", "failures"):  # for the trial's Result
@@ -305,7 +313,7 @@ class TuneController:
             if state == "CANCELLED":
                 errors = [{"message": "cancelled outside Tune (raynb stop, or a cancel from another client)"}]
             trial.status = ERROR
-            trial.error = _one_line(errors)
+            trial.error = first_error_line(errors)
             trial.extra["errors"] = errors
             self.scheduler.on_trial_error(trial)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
@@ -332,17 +340,9 @@ class TuneController:
             # is tried next.
             sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
             sources += [lambda: newest_checkpoint(donor.path if donor else None)] * 3
-            for source in sources:
-                source = source() if callable(source) else source
-                if not source:
-                    continue
-                try:
-                    adopted = adopt_checkpoint(trial.path, source, self.runner.run_config.checkpoint_config,
-                                               {"donor_trial_id": decision.donor_id})
-                    break
-                except (FileNotFoundError, shutil.Error):
-                    continue
-            else:
+            adopted = adopt_first_checkpoint(trial.path, sources, self.runner.run_config.checkpoint_config,
+                                             {"donor_trial_id": decision.donor_id})
+            if adopted is None:
                 self.progress.note(f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} "
                                    "continues as it was")
                 return
@@ -380,6 +380,7 @@ class TuneController:
         self._budget_hit = True
         self.progress.note(f"time budget of {self.time_budget_s:g}s reached: running trials stopped, "
                            f"{len(self._pending)} pending trial(s) not started")
+        self._held_stops.release_all()
         for trial in list(self._by_run.values()):
             if not trial.extra.get("_ending"):
                 trial.extra["_ending"] = "budget"
@@ -391,6 +392,7 @@ class TuneController:
         for trial in list(self._by_run.values()):
             if trial.extra.get("_ending") not in ("stop", "budget"):
                 trial.extra["_ending"] = "interrupt"
+            self._held_stops.ended(trial.run_id)
             self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
         deadline = time.monotonic() + INTERRUPT_WAIT_S
         try:
@@ -412,9 +414,3 @@ class TuneController:
             self.state.write(created=len(self.trials), search_finished=self.search_finished)
         self.display.update()
 
-
-def _one_line(errors: list) -> str:
-    e = errors[0] if errors else {}
-    if e.get("exc_type"):
-        return f"{e['exc_type']}: {e.get('message', '')}".splitlines()[0][:300]
-    return str(e.get("message", "failed")).splitlines()[0][:300]

@@ -82,6 +82,24 @@ def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dic
     return entry
 
 
+def adopt_first_checkpoint(run_path: str, sources: list, checkpoint_config, metrics: dict) -> dict | None:
+    """:func:`adopt_checkpoint` from the first of ``sources`` that copies whole, or None.
+
+    ``sources``: checkpoint paths, or callables returning one (read when reached). A source
+    may be pruned before or while it is copied (its trial ran on, with ``num_to_keep``): that
+    copy fails (FileNotFoundError, shutil.Error) and the next source is tried.
+    """
+    for source in sources:
+        source = source() if callable(source) else source
+        if not source:
+            continue
+        try:
+            return adopt_checkpoint(run_path, source, checkpoint_config, metrics)
+        except (FileNotFoundError, shutil.Error):
+            continue
+    return None
+
+
 def newest_checkpoint(run_path: str | None) -> str | None:
     """The newest committed checkpoint of the run at ``run_path`` (from its run.json)."""
     if not run_path:
