@@ -489,24 +489,28 @@ def test_hyperband_results_after_a_stop_change_nothing():
     assert "num_stopped=3" in sched.debug_string()
 
 
-def test_held_stops_send_each_cancel_once_on_commit_or_after_the_wait():
+def test_held_stops_send_each_cancel_once_on_its_commit_or_after_the_wait():
     from raynb.tune.held_stops import COMMIT_WAIT_S, HeldStops
 
     now, sent, notes = [0.0], [], []
     held = HeldStops(sent.append, notes.append, clock=lambda: now[0])
-    held.hold("r1", "t1")
-    held.hold("r2", "t2")
-    held.hold("r3", "t3")
-    held.committed("r1")                 # its checkpoint committed: cancelled now
+    for run_id in ("r1", "r2", "r3", "r5"):
+        held.hold(run_id, run_id.replace("r", "t"), iteration=3)
+    held.committed("r1", 2)              # an older report's checkpoint: still held
+    assert sent == [] and "r1" in held
+    held.committed("r1", 3)              # the one it waits for: cancelled now
     held.ended("r2")                     # ended by itself: nothing to cancel
-    held.committed("r2")
+    held.committed("r2", 3)
+    held.release("r5")                   # its run restarted: the checkpoint is gone
     held.release_due()                   # r3's wait is not over
-    assert sent == ["r1"] and "r3" in held and "r2" not in held
+    assert sent == ["r1", "r5"] and "r3" in held and "r2" not in held
     now[0] = COMMIT_WAIT_S
     held.release_due()                   # over: cancelled without the checkpoint, and said so
-    held.committed("r3")
-    assert sent == ["r1", "r3"] and "r3" not in held
-    assert len(notes) == 1 and notes[0].startswith("t3: stopped without the checkpoint")
-    held.hold("r4", "t4")
+    held.committed("r3", 3)
+    assert sent == ["r1", "r5", "r3"] and "r3" not in held
+    assert notes == [f"t3: stopped without the checkpoint of report 3, the one it was stopped on: "
+                     f"a rank had not reached it {COMMIT_WAIT_S:g} s after rank 0"]
+    held.hold("r4", "t4", iteration=1)
     held.release_all()                   # the time budget: every held cancel goes now
-    assert sent == ["r1", "r3", "r4"] and notes == notes[:1]
+    held.committed("r4", None)
+    assert sent == ["r1", "r5", "r3", "r4"] and len(notes) == 1

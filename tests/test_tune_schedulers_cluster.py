@@ -157,16 +157,21 @@ def lagging_rank(config):
     from raynb import tune
     from raynb.train import get_context
 
+    import torch.distributed as dist
+
     rank = get_context().get_world_rank()
     for step in (1, 2, 3):
         if step < 3:
             tune.report({"loss": 1.0 / step})
         elif rank == 0:
+            dist.barrier()
+            time.sleep(0.2)  # rank 1's first reports are in: the head knows it reports
             with tempfile.TemporaryDirectory() as d:
                 with open(os.path.join(d, "state.json"), "w") as f:
                     json.dump({"step": step}, f)
                 tune.report({"loss": 1.0 / step}, checkpoint=tune.Checkpoint.from_directory(d))
         else:
+            dist.barrier()
             time.sleep(config["lag"])
             tune.report({"loss": 1.0 / step})
 
@@ -216,3 +221,41 @@ def test_a_held_stop_is_sent_anyway_when_a_rank_never_reaches_the_report(warm, m
     assert grid.num_errors == 0 and result.status == "TERMINATED", (result.status, result.error)
     assert result.checkpoint is None
     wait_idle_workers(warm, 4, timeout=10)
+
+
+def rank0_reports(config):
+    """Only rank 0 reports (a checkpoint with its third report): the others never reach it."""
+    import os
+    import tempfile
+
+    from raynb import tune
+    from raynb.train import get_context
+
+    if get_context().get_world_rank() != 0:
+        return
+    for step in (1, 2, 3):
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "w.txt"), "w").close()
+            tune.report({"loss": 1.0 / step}, checkpoint=tune.Checkpoint.from_directory(d) if step == 3 else None)
+
+
+def test_a_stop_is_not_held_for_ranks_that_never_report(warm, monkeypatch):
+    # Its checkpoint could only commit at the run's end: a held STOP would wait 10 s for nothing.
+    from raynb.train import ScalingConfig
+    from raynb.train.torch import TorchTrainer
+    from raynb.tune import held_stops
+
+    holds = []
+    real_hold = held_stops.HeldStops.hold
+    monkeypatch.setattr(held_stops.HeldStops, "hold", lambda self, *a: (holds.append(a), real_hold(self, *a)))
+    sched = ASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
+    grid = tune.Tuner(TorchTrainer(rank0_reports, scaling_config=ScalingConfig(num_workers=2)),
+                      tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched),
+                      run_config=QUIET).fit()
+    [result] = list(grid)
+    assert grid.num_errors == 0 and result.metrics["training_iteration"] == 3
+    assert holds == []
+    # And the hook sees holds where there are some: the lagging rank's trial is held once.
+    _lagging_fit(lag=0.3)
+    assert len(holds) == 1 and holds[0][2] == 3, holds
+    wait_idle_workers(warm, 4, timeout=3)

@@ -223,14 +223,17 @@ class TuneController:
                     trial.extra["started_at"] = event.get("time")
             elif kind == "checkpoint":
                 trial.checkpoint = event.get("path")
-                self._held_stops.committed(trial.run_id)
+                self._held_stops.committed(trial.run_id, (event.get("metrics") or {}).get("training_iteration"))
                 self.state.mark(trial)
                 self.callbacks.on_checkpoint(trial, trial.checkpoint)
             elif kind == "output":
                 if event.get("rank") == 0 and self.verbose:
                     self._relay(trial, event)
-            elif kind in ("note", "restart") and event.get("text"):
-                self.progress.note(f"{trial.trial_id}: {event['text']}")
+            elif kind == "note":
+                if event.get("restart") is not None:  # a held STOP's checkpoint went with the failed attempt
+                    self._held_stops.release(trial.run_id)
+                if event.get("text"):
+                    self.progress.note(f"{trial.trial_id}: {event['text']}")
         elif msg.msg_type == P.RUN_DONE:
             self._on_done(trial, msg.content)
         elif msg.msg_type == P.ERROR:  # the head refused the run
@@ -266,7 +269,8 @@ class TuneController:
             raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
         if decision == STOP and checkpoint_staged:
-            return self._held_stops.hold(trial.run_id, trial.trial_id)  # keeps that report's checkpoint
+            # (held_stops) keeps that report's checkpoint
+            return self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
         self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None})
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
@@ -389,10 +393,10 @@ class TuneController:
     def _cancel_all(self, status_after: str) -> None:
         """Cancel every running trial and wait (at most INTERRUPT_WAIT_S) for the head to
         confirm; trials that were running end ``status_after`` (PAUSED: resumable)."""
+        self._held_stops.release_all()  # their cancels say "stop": the runs end STOPPED
         for trial in list(self._by_run.values()):
             if trial.extra.get("_ending") not in ("stop", "budget"):
                 trial.extra["_ending"] = "interrupt"
-            self._held_stops.ended(trial.run_id)
             self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
         deadline = time.monotonic() + INTERRUPT_WAIT_S
         try:

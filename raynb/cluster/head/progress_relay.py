@@ -28,11 +28,28 @@ EVERY_S = 0.1
 
 def relay(run: Run, rank: int, event: dict, emit: Callable[[Run, dict], None]) -> None:
     """Rank ``rank``'s report ``event`` (as the store recorded it): rank 0's is emitted
-    whole, another rank's is folded into the pending progress event (:func:`note`)."""
+    whole, another rank's is folded into the pending progress event (:func:`note`).
+
+    Rank 0's says ``checkpoint_staged`` when its report carries a checkpoint that will
+    commit once the ranks behind reach it: a Tune STOP on it waits for that commit
+    (``tune.held_stops``)."""
     if rank == 0:
+        if _commit_to_come(run, run.report_counts.get(0, 0)):
+            event["checkpoint_staged"] = True
         emit(run, event)
     else:
         note(run, rank, event["metrics"])
+
+
+def _commit_to_come(run: Run, index: int) -> bool:
+    """Whether the checkpoint staged for report ``index`` of this attempt (if any) can still
+    commit: every rank behind is running and reports (one that returned, or that has not
+    reported in this attempt, as with ``if rank == 0: report(..., checkpoint=...)``, may
+    never reach it; then a STOP waiting for it would only wait)."""
+    if index not in run.staged:
+        return False
+    behind = [r for r in range(1, run.world_size) if run.report_counts.get(r, 0) < index]
+    return all(r not in run.done and run.report_counts.get(r, 0) > 0 for r in behind)
 
 
 def note(run: Run, rank: int, metrics: dict) -> None:

@@ -1,11 +1,12 @@
 """The head's run store: every run it knows, and their files on disk.
 
 A run directory holds ``run.json`` (the record), ``params.json``, ``result.json`` /
-``progress.csv`` (rank 0's reports), ``output.log``, ``function.pkl`` (not for a Tune trial:
-``Tuner.restore`` takes the trainable again) and the committed ``checkpoint_000NNN/``
-(``rundir``, ``checkpoints``). The store creates a run's directory when it is submitted,
-appends its reports and output, commits its checkpoints once every rank has reported past
-them, and, when a head starts, reads the run directories of known storage paths back.
+``progress.csv`` (rank 0's reports), ``output.log``, ``function.pkl`` (not for a Tune
+trial: ``Tuner.restore`` takes the trainable again) and the
+committed ``checkpoint_000NNN/`` (``rundir``, ``checkpoints``). The store creates a
+run's directory when it is submitted, appends its reports and output, commits its
+checkpoints once every rank has reported past them, and, when a head starts, reads
+the run directories of known storage paths back, so a restarted head lists them.
 
 A run whose files cannot be written (a full disk: ENOSPC) fails, with a message
 naming the file and the error; the head and the other runs go on.
@@ -176,7 +177,8 @@ class RunStore:
             run.add_failure({"message": HEAD_DIED})
             run.errors.append({"message": HEAD_DIED + "; continue it with TorchTrainer.restore(path) "
                                                       "or %%ray_train --resume"})
-            # Staged and never committed: not a checkpoint (as when a run ends), not kept.
+            # What its ranks staged and nobody committed is not a checkpoint (as when a run
+            # ends); left here it stayed for good unless the run was resumed.
             run.store.discard_staging()
             self.write_state(run)  # Result.from_path tells the same, with no head running
         self.runs.setdefault(run.run_id, run)
@@ -337,8 +339,7 @@ class RunStore:
         """Rank ``rank``'s report ``event`` (metrics, and maybe a staged checkpoint).
 
         Rank 0's metrics become a row of ``result.json`` / ``progress.csv`` (with
-        ``training_iteration`` and the times added, in ``event["metrics"]``); its event says
-        ``checkpoint_staged`` when the report carries a checkpoint still to commit."""
+        ``training_iteration`` and the times added, in ``event["metrics"]``)."""
         index = event.pop("index", None) or run.report_counts.get(rank, 0) + 1
         run.report_counts[rank] = index
         staged = event.pop("checkpoint", None)
@@ -362,8 +363,6 @@ class RunStore:
             event["metrics"] = metrics
             run.last_metrics = metrics
             run.rank0_metrics[index] = metrics
-            if index in run.staged:  # a Tune STOP on it waits for the commit (tune.held_stops)
-                event["checkpoint_staged"] = True
             if len(run.rank0_metrics) > 64 and not run.staged:
                 run.rank0_metrics = {index: metrics}
 
