@@ -514,3 +514,7 @@ def test_held_stops_send_each_cancel_once_on_its_commit_or_after_the_wait():
     held.release_all()                   # the time budget: every held cancel goes now
     held.committed("r4", None)
     assert sent == ["r1", "r5", "r3", "r4"] and len(notes) == 1
+    held.hold("r6", "t6", iteration=2)
+    assert held.ended("r6", failed=True) is True and held.ended("r6", failed=True) is False
+    assert held.ended("r1") is False and sent == ["r1", "r5", "r3", "r4"]
+    assert notes[1].startswith("t6: a rank failed while its STOP waited for the checkpoint of report 2")

@@ -173,14 +173,16 @@ def lagging_rank(config):
         else:
             dist.barrier()
             time.sleep(config["lag"])
+            if config.get("fail"):
+                raise RuntimeError("rank 1 fails after the STOP")
             tune.report({"loss": 1.0 / step})
 
 
-def _lagging_fit(lag: float):
+def _lagging_fit(lag: float, fail: bool = False):
     from raynb.train import ScalingConfig
     from raynb.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(lagging_rank, train_loop_config={"lag": lag},
+    trainer = TorchTrainer(lagging_rank, train_loop_config={"lag": lag, "fail": fail},
                            scaling_config=ScalingConfig(num_workers=2))
     # ASHA stops the trial at max_t=3, on rank 0's third report: the one with the checkpoint.
     sched = ASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
@@ -220,6 +222,20 @@ def test_a_held_stop_is_sent_anyway_when_a_rank_never_reaches_the_report(warm, m
     [result] = list(grid)
     assert grid.num_errors == 0 and result.status == "TERMINATED", (result.status, result.error)
     assert result.checkpoint is None
+    wait_idle_workers(warm, 4, timeout=10)
+
+
+def test_a_rank_failing_while_the_stop_is_held_leaves_the_trial_stopped(warm):
+    # With the cancel sent at once the failing rank would have been cut short; a stopped
+    # trial is stopped (as in Ray Tune), and its run's record keeps the error.
+    from raynb import Result
+
+    grid = _lagging_fit(lag=0.3, fail=True)
+    [result] = list(grid)
+    assert grid.num_errors == 0 and result.status == "TERMINATED", (result.status, result.error)
+    assert result.checkpoint is None and result.metrics["training_iteration"] == 3
+    run = Result.from_path(result.path)
+    assert run.state == "FAILED" and "rank 1 fails after the STOP" in str(run.error)
     wait_idle_workers(warm, 4, timeout=10)
 
 

@@ -282,18 +282,18 @@ class TuneController:
 
     def _on_done(self, trial: Trial, c: dict) -> None:
         self._by_run.pop(trial.run_id, None)
-        self._held_stops.ended(trial.run_id)
         if c.get("checkpoint"):
             trial.checkpoint = c["checkpoint"]
         for key in ("checkpoints", "checkpoint_config", "failures"):  # for the trial's Result
             if c.get(key):
                 trial.extra[key] = c[key]
         state = c.get("state")
+        held = self._held_stops.ended(trial.run_id, failed=state == "FAILED")  # a STOP, as in Ray
         ending = trial.extra.pop("_ending", None)
         trial.extra["ended_at"] = time.time()
         if ending == "exploit" and state != "FAILED":
             self._exploit(trial, trial.extra.pop("_exploit"))
-        elif ending in ("stop", "budget") and state != "FAILED":
+        elif ending in ("stop", "budget") and (state != "FAILED" or held):
             # Stopped early by the scheduler or the time budget: STOPPED, even when its run
             # returned before the cancel landed (its results end at the STOP). A trial the
             # scheduler stopped for having used its whole budget (max_t): TERMINATED.

@@ -59,9 +59,16 @@ class HeldStops:
         if self._held.pop(run_id, None) is not None:
             self._cancel(run_id)
 
-    def ended(self, run_id: str) -> None:
-        """``run_id`` ended by itself: nothing is left to cancel."""
-        self._held.pop(run_id, None)
+    def ended(self, run_id: str, failed: bool = False) -> bool:
+        """``run_id`` ended by itself: nothing is left to cancel. Returns whether its stop
+        was still held: then it ended as stopped, even ``failed`` (a rank's error after the
+        STOP, which a cancel sent at once would have cut short; Ray Tune never runs a
+        stopped trial on). A note says so; the run's own record keeps the error."""
+        held = self._held.pop(run_id, None)
+        if held is not None and failed:
+            self._note(f"{held[1]}: a rank failed while its STOP waited for the checkpoint of report "
+                       f"{held[2]}; the trial ends as stopped (the error is in its run's run.json)")
+        return held is not None
 
     def release_all(self) -> None:
         """Send every held cancel now (the time budget is spent, or an interrupt)."""
