@@ -273,3 +273,33 @@ def test_a_checkpoint_renamed_but_not_yet_recorded_is_adopted(tmp_path):
     assert store.latest_path() == str(tmp_path / "checkpoint_000001")
     assert store.next_index == 2
     assert [c["name"] for c in store.records()] == ["checkpoint_000000", "checkpoint_000001"]
+
+
+def test_a_committed_checkpoints_report_row_is_on_disk_with_it(tmp_path, monkeypatch):
+    """The head's report rows go to result.json in batches (at its tick); a checkpoint
+    commits, and run.json names it, at once. A head SIGKILLed between the two left a run
+    whose resume continued from a checkpoint whose report result.json did not hold
+    (test_head_sigkill_leaves_no_process_then_start_and_restore_work, once in CI). The
+    head's own RunStore, on real files: the row is written before the checkpoint."""
+    from raynb.cluster import signing
+    from raynb.cluster.head.store import RunStore
+
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
+    store = RunStore(lambda run, event: None)
+    run = store.create({"run_id": "r1", "name": "rows", "num_workers": 2, "storage_path": str(tmp_path)},
+                       b"client:x", signing.Payload([b"fn"]), b"fn")
+    staged = run.rundir.path / ".staging" / "0_2" / "rank_0"
+    staged.mkdir(parents=True)
+    (staged / "state.json").write_text('{"epoch": 1}')
+    result_json = run.rundir.path / "result.json"
+    for index, epoch in ((1, 0), (2, 1)):
+        store.report(run, 1, {"metrics": {"epoch": epoch}, "index": index})
+        event = {"metrics": {"epoch": epoch}, "index": index}
+        if index == 2:
+            event["checkpoint"] = str(staged)
+        store.report(run, 0, event)
+        store.commit_checkpoints(run)
+    assert (run.rundir.path / "checkpoint_000000" / "state.json").is_file()
+    rows = [json.loads(line) for line in result_json.read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [0, 1]  # no tick ran: written for the commit
+    run.rundir.close()

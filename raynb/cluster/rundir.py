@@ -248,8 +248,9 @@ class RunDirectory:
 
         The rows are written in batches (:meth:`flush`: the head's tick, every 0.1 s
         while the run is live, a run record asked for, and :meth:`close` at the run's
-        end, before the client hears of it): a head killed mid-run loses at most the
-        rows of its last tick.
+        end, before the client hears of it), and before a checkpoint commits: a head
+        killed mid-run loses at most the rows of its last tick, never a row that a
+        committed checkpoint's report made.
 
         Returns the report as written: ``metrics`` plus ``training_iteration``
         (1-based), ``timestamp`` (s since epoch), ``time_total_s`` and

@@ -177,8 +177,7 @@ class RunStore:
             run.add_failure({"message": HEAD_DIED})
             run.errors.append({"message": HEAD_DIED + "; continue it with TorchTrainer.restore(path) "
                                                       "or %%ray_train --resume"})
-            # What its ranks staged and nobody committed is not a checkpoint (as when a run
-            # ends); left here it stayed for good unless the run was resumed.
+            # Staged and never committed: not a checkpoint (as when a run ends), not kept.
             run.store.discard_staging()
             self.write_state(run)  # Result.from_path tells the same, with no head running
         self.runs.setdefault(run.run_id, run)
@@ -375,6 +374,7 @@ class RunStore:
             if behind and not run_ended:
                 return
             try:
+                run.rundir.flush()  # its report's row on disk before the checkpoint (a head killed)
                 c = run.store.commit(list(run.staged.pop(index).values()),
                                      run.rank0_metrics.pop(index, {}))
             except OSError as e:
