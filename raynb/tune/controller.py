@@ -268,9 +268,9 @@ class TuneController:
         else:
             raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
-        if decision == STOP and checkpoint_staged:
-            # (held_stops) keeps that report's checkpoint
-            return self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
+        if decision == STOP and checkpoint_staged:  # sent once that report's checkpoint commits
+            self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
+            return
         self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None})
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
