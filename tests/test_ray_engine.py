@@ -150,6 +150,32 @@ def test_start_places_one_agent_per_ray_node_holding_its_cpus(rayc):
     rayc["pids"] |= raynb_pids()
 
 
+def _rank_niceness():
+    import os
+
+    from raynb.train import report
+
+    report({"nice": os.nice(0)})
+
+
+def test_raynb_runs_at_niceness_0_where_ray_starts_its_workers_at_15(rayc):
+    """Ray starts actor processes at niceness 15 (RAY_worker_niceness); raynb's head, agents,
+    zygotes and ranks ask for 0, or beside nice-0 work on a node they starve (under three
+    CPU-bound processes on 2 cores the zygotes took over 3 minutes to start)."""
+
+    @ray.remote(num_cpus=0)
+    def plain_ray_task():
+        return os.nice(0)
+
+    assert ray.get(plain_ray_task.remote()) == 15  # Ray's default, the one raynb must not inherit
+    pids = raynb_pids()
+    assert len(pids) >= 3 + 3 + 4 + 1  # agents, zygotes, workers and the head at least
+    assert {pid: psutil.Process(pid).nice() for pid in pids} == dict.fromkeys(pids, 0)
+    result = _fit(_rank_niceness, 4)
+    assert result.state == "FINISHED", result.error
+    assert result.metrics["nice"] == 0
+
+
 def test_four_ranks_across_two_ray_nodes_all_reduce(rayc):
     result = _fit(_allreduce, 4)
     assert result.error is None, result.error

@@ -19,6 +19,13 @@ run inside Ray's worker processes:
   gave the actor (``ray.get_gpu_ids()``). The node agent keeps its zygote and forks warm
   workers as everywhere; the forked workers never call Ray.
 
+Both actors are created with ``ACTOR_RUNTIME_ENV``: Ray starts its worker processes at
+niceness 15 (``RAY_worker_niceness``), and the head, the agents, their zygotes and the
+training ranks they fork would inherit it. Beside any nice-0 work on the node they got a
+few percent of a core (a zygote's imports took minutes, a DDP step waited behind a
+compile job). Ray's job supervisor asks for niceness 0 the same way
+(``dashboard/modules/job/job_manager.py``).
+
 Each child is started with ``PR_SET_PDEATHSIG`` (SIGTERM): when Ray kills an actor
 (``ray.kill``, its node dying, ``raynb stop``), its node agent ends its workers' process
 groups and its zygote; the zygote and each worker also die with their parent, so a
@@ -52,6 +59,9 @@ log = logging.getLogger("raynb.ray")
 NAMESPACE = "raynb"
 HEAD_ACTOR = "raynb-head"
 AGENT_PREFIX = "raynb-node-"
+# The raylet reads RAY_worker_niceness from an actor's runtime env when it starts the
+# actor's process (see the module docstring).
+ACTOR_RUNTIME_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 WATCH_S = 0.5
 # A Ray node whose agent died is given a new one at most this often (seconds).
 REPLACE_AFTER_S = 2.0
@@ -261,6 +271,7 @@ class HeadActor:
             pass
         handle = NodeAgentActor.options(
             name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, num_gpus=gpus,
+            runtime_env=ACTOR_RUNTIME_ENV,
             scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(cfg)
         return nid, handle, {"node_id": node_id, "workers": cpus, "cpus": cpus, "gpus": gpus, "note": note}
 

@@ -168,6 +168,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
             if head_node is not None:
                 opts["scheduling_strategy"] = A.NodeAffinitySchedulingStrategy(head_node, soft=False)
             head = A.HeadActor.options(name=A.HEAD_ACTOR, namespace=A.NAMESPACE, lifetime="detached",
+                                       runtime_env=A.ACTOR_RUNTIME_ENV,
                                        **opts).remote({"workers_per_node": workers_per_node,
                                                        "gpus_per_node": gpus_per_node, "port": port,
                                                        "max_workers_per_node": max_workers_per_node,
