@@ -169,6 +169,7 @@ def test_raynb_runs_at_niceness_0_where_ray_starts_its_workers_at_15(rayc):
 
     assert ray.get(plain_ray_task.remote()) == 15  # Ray's default, the one raynb must not inherit
     pids = raynb_pids()
+    rayc["pids"] |= pids
     assert len(pids) >= 3 + 3 + 4 + 1  # agents, zygotes, workers and the head at least
     assert {pid: psutil.Process(pid).nice() for pid in pids} == dict.fromkeys(pids, 0)
     result = _fit(_rank_niceness, 4)

@@ -22,9 +22,9 @@ run inside Ray's worker processes:
 Both actors are created with ``ACTOR_RUNTIME_ENV``: Ray starts its worker processes at
 niceness 15 (``RAY_worker_niceness``), and the head, the agents, their zygotes and the
 training ranks they fork would inherit it. Beside any nice-0 work on the node they got a
-few percent of a core (a zygote's imports took minutes, a DDP step waited behind a
-compile job). Ray's job supervisor asks for niceness 0 the same way
-(``dashboard/modules/job/job_manager.py``).
+few percent of a core (beside three CPU-bound processes on 2 cores, the zygotes had not
+finished their imports after 3 minutes). Ray's job supervisor asks for niceness 0 the
+same way (``dashboard/modules/job/job_manager.py``).
 
 Each child is started with ``PR_SET_PDEATHSIG`` (SIGTERM): when Ray kills an actor
 (``ray.kill``, its node dying, ``raynb stop``), its node agent ends its workers' process
