@@ -32,7 +32,8 @@ def main(argv=None) -> int:
                    help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)")
     s.add_argument("--head-only", action="store_true",
                    help="no workers on this machine: only those of the nodes that join")
-    s.add_argument("--max-workers", type=positive_int, default=None, help="most workers this machine may hold")
+    s.add_argument("--max-workers", type=positive_int, default=None,
+                   help="most workers this machine may hold (default: the larger of 16 and 4 x its cores)")
     s.add_argument("--host", default="127.0.0.1", help="address of the interface the head listens on "
                    "(default 127.0.0.1; off loopback every link is CurveZMQ and it prints how to join)")
     s.add_argument("--port", type=int, default=0, help="port the head listens on (0: any free)")
@@ -58,7 +59,8 @@ def main(argv=None) -> int:
     n.add_argument("--node-ip", default=None, help="IP to register, for gloo/NCCL and the rank-0 store "
                    "(default $RAYNB_NODE_IP, else the interface that routes to the head)")
     n.add_argument("--node-id", default=None, help="this node's name (default random)")
-    n.add_argument("--max-workers", type=positive_int, default=None, help="most workers this node may hold")
+    n.add_argument("--max-workers", type=positive_int, default=None,
+                   help="most workers this node may hold (default: the larger of 16 and 4 x its cores)")
     n.add_argument("--shared-storage", action="store_true",
                    help="this host mounts the head's storage_path at the same path (else checkpoints stream)")
     n.add_argument("--reconnect", type=float, default=60.0, metavar="S",

@@ -195,6 +195,21 @@ def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
     assert _mode(exp) == 0o700
     for name in ("tuner.pkl", "experiment_state.json"):
         assert _mode(os.path.join(exp, name)) == 0o600, name
+    # Directories raynb makes on the way, whatever the umask (mkdir(parents=True) gave them
+    # its mode: 0777 under umask 0), and a run directory made before by hand (it stayed 0755).
+    old = os.umask(0)
+    try:
+        grid = tune.Tuner(lambda config: tune.report({"v": 1}), tune_config=tune.TuneConfig(num_samples=1),
+                          run_config=raynb.RunConfig(storage_path=str(tmp_path / "new" / "deep"), verbose=0)).fit()
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "new") == _mode(tmp_path / "new" / "deep") == _mode(grid.experiment_path) == 0o700
+    (tmp_path / "made_before").mkdir(mode=0o755)
+    os.chmod(tmp_path / "made_before", 0o755)
+    result = raynb.TorchTrainer(_checkpointing, scaling_config=raynb.ScalingConfig(num_workers=2),
+                                run_config=raynb.RunConfig(name="made_before", verbose=0,
+                                                           storage_path=str(tmp_path))).fit()
+    assert result.path == str(tmp_path / "made_before") and _mode(result.path) == 0o700
 
 
 # -- the torch.distributed store ----------------------------------------------------------
@@ -491,6 +506,44 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
     counted = sum(1 if "rejected a message" in line else int(re.search(r"rejected (\d+) messages", line)[1])
                   for line in lines)
     assert counted == 5000, lines
+
+
+def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_ids(warm):
+    """A wrong-key peer that took a new routing id per connection wrote a 'refused' line
+    each time: 1,636 lines in 20 s from one Python loop (rate-limited per id only)."""
+    import uuid
+
+    import zmq
+
+    from raynb.cluster import protocol as P
+    from raynb.cluster.head.node_events import REFUSALS_LOGGED_EVERY_S
+    from test_protocol import dealer, sync
+
+    log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
+    size = os.path.getsize(log_path)
+    wrong = P.Session(b"not-the-cluster-key-" * 3)
+    tag = uuid.uuid4().hex[:8].encode()
+    ctx = zmq.Context()
+
+    def burst(count: int) -> None:
+        for i in range(count):
+            with dealer(ctx, warm.info["address"], identity=b"node:%s-%d:x" % (tag, i)) as s:
+                wrong.send(s, P.PING)
+                assert s.poll(5000), "no refusal notice came back"   # each peer is still told why
+        with dealer(ctx, warm.info["address"]) as s:
+            sync(s, P.Session(warm.info["key"].encode()))
+
+    try:
+        burst(40)
+        time.sleep(REFUSALS_LOGGED_EVERY_S + 0.2)
+        burst(1)
+    finally:
+        ctx.destroy(linger=0)
+    with open(log_path, errors="replace") as f:
+        f.seek(size)
+        lines = [line for line in f if f"refused b'node:{tag.decode()}" in line]
+    assert len(lines) == 2, lines
+    assert "wrong cluster key" in lines[0] and "(39 more peers refused since the last such line)" in lines[1], lines
 
 
 @pytest.fixture

@@ -323,7 +323,11 @@ def test_interrupt_shows_one_line_and_no_raynb_frames(kernel):
     err = error_of(msgs)
     assert err is not None and err["ename"] == "KeyboardInterrupt", err
     tb = _short_and_clean(err)
-    assert re.search(r"KeyboardInterrupt: run 'ray_train_\S+' cancelled on every rank", tb), tb
+    cancelled = re.search(r"KeyboardInterrupt: run '(ray_train_\S+)' cancelled on every rank", tb)
+    assert cancelled, tb
+    # As after a failure, `_ray_result` is the run's Result (it was left unset, or the last run's).
+    shown = streams(kernel.run("print(_ray_result.name, _ray_result.state)"))
+    assert shown.split() == [cancelled.group(1), "CANCELLED"], shown
 
 
 def test_a_rank_error_is_named_once_in_the_cell(kernel):
@@ -534,6 +538,61 @@ def test_a_script_says_what_becomes_of_its_cluster_and_stops_it_at_exit(private_
     assert _cli(private_home, "stop").returncode == 0
 
 
+TERMINATED = """
+import json
+import raynb
+from raynb import RunConfig, ScalingConfig, TorchTrainer
+from raynb.cluster.launch import cluster_pids
+from raynb.cluster.connection import read_connection_file
+
+def long_run():
+    import time
+    from raynb.train import report
+    for i in range(600):
+        report({"i": i})
+        time.sleep(0.1)
+
+raynb.connect(num_workers=2)
+print("PIDS", json.dumps(cluster_pids(read_connection_file())), flush=True)
+TorchTrainer(long_run, scaling_config=ScalingConfig(num_workers=2),
+             run_config=RunConfig(name="terminated", verbose=0)).fit()
+"""
+
+
+def test_a_sigterm_to_a_script_cancels_its_run_and_stops_the_cluster_it_started(private_home):
+    # Python's default SIGTERM ended the script at once: its run went on for its whole
+    # minute with nobody following it, and the cluster it started outlived it
+    # (client/script_exit.py; a Ray driver exits on SIGTERM the same way).
+    from conftest import alive
+
+    proc = subprocess.Popen([sys.executable, "-c", TERMINATED], env=private_home, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while not line.startswith("PIDS"):
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, proc.stderr.read()
+        pids = json.loads(line.split(" ", 1)[1])
+        result = Path(private_home["RAYNB_STORAGE_PATH"]) / "terminated" / "result.json"
+        deadline = time.monotonic() + 60
+        while not (result.exists() and result.read_text().count("\n") >= 3):   # running, reporting
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        proc.terminate()
+        assert proc.wait(timeout=30) == 143, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 20
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(pids), f"the script's cluster outlived its SIGTERM: {alive(pids)}"
+    record = json.loads((result.parent / "run.json").read_text())
+    assert record["state"] == "CANCELLED", record
+    assert record["num_reports"] < 100, record   # cancelled at once, not run to its end
+
+
 # ---------------------------------------------------------------- 20. the README's snippets
 def _readme_python_blocks(heading: str) -> list[str]:
     """The ```python blocks of the README section whose heading starts with ``heading``."""
@@ -570,3 +629,20 @@ def test_readme_tune_snippet_runs(warm, tmp_path):
     assert "== Tune finished: 16 trials" in out, out[-2000:]
     m = re.search(r"'lr': [\d.e-]+.*val_accuracy ([\d.]+)$", out, flags=re.M)
     assert m and float(m.group(1)) > 0.8, out[-2000:]
+
+
+def test_a_runs_storage_path_is_the_clients_own_environment_before_the_clusters(tmp_path, monkeypatch):
+    # A notebook's RAYNB_STORAGE_PATH was ignored without a word: the run went under the
+    # storage path of the environment the cluster was started in.
+    import raynb
+    from raynb.client.run import build_submission
+
+    def submitted_to(run_config) -> str | None:
+        spec, _ = build_submission(lambda: None, None, raynb.ScalingConfig(num_workers=1), run_config)
+        return spec["storage_path"]
+
+    monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "mine"))
+    assert submitted_to(raynb.RunConfig()) == str(tmp_path / "mine")
+    assert submitted_to(raynb.RunConfig(storage_path=str(tmp_path / "given"))) == str(tmp_path / "given")
+    monkeypatch.delenv("RAYNB_STORAGE_PATH")
+    assert submitted_to(raynb.RunConfig()) is None   # the head's own default

@@ -194,6 +194,7 @@ def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path)
     ("--bogus", "unrecognized arguments: --bogus"),
     ("--workers", "expected one argument"),
     ("--name \"unclosed", "closing quotation"),
+    ("--worker 2", "unrecognized arguments: --worker 2"),   # a typo, not argparse's prefix of --workers
 ])
 def test_bad_options_print_usage(ip, cluster, line, why):
     before = run_count(cluster)
@@ -214,9 +215,13 @@ def test_bad_out_and_config_are_usage_errors(ip, cluster):
         ip.run_cell_magic("ray_train", "--out 1bad", "x = 1\n")
     with pytest.raises(UsageError, match="failed to evaluate"):
         ip.run_cell_magic("ray_train", "--config no_such_name_here", "x = 1\n")
-    with pytest.raises(UsageError) as ei:
-        ip.run_cell_magic("ray_train", "--help", "x = 1\n")
-    assert "usage: %%ray_train" in str(ei.value) and "--all-ranks" in str(ei.value)
+    with pytest.raises(UsageError, match=r"--config must be a dict, the cell's `config` .* '5' is a int"):
+        ip.run_cell_magic("ray_train", "--config 5", "x = 1\n")   # was run, its config an int
+    res, cap = run(ip, "%%ray_train --help\nx = 1\n")
+    assert isinstance(res.error_in_exec, UsageError)
+    assert "usage: %%ray_train" in str(res.error_in_exec) and "--all-ranks" in str(res.error_in_exec)
+    shown = cap.stdout + cap.stderr
+    assert shown.count("usage: %%ray_train") == 1, shown   # the help once (it was printed, then raised)
     assert run_count(cluster) == before
 
 

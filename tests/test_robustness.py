@@ -380,3 +380,95 @@ def test_a_runs_thread_count_does_not_leak_into_the_next_run(warm):
     _, (pid2, threads) = execute_run(read, scaling_config=cfg, run_config=raynb.RunConfig(verbose=0))
     assert pid2 == pid, "the second run should reuse the warm single-rank group"
     assert threads == max(1, os.cpu_count() or 1)
+
+
+def _oversized_reports(config):
+    import torch
+
+    from raynb.train import get_context, report
+
+    report({"step": 1.0})
+    if get_context().get_world_rank() == 0:
+        report({"step": 2.0, config["key"]: torch.ones(10_000_000) if config["key"] == "tensor" else "x" * (100 << 20)})
+    report({"step": 3.0})
+
+
+@pytest.mark.parametrize("key,what", [("tensor", "a Tensor of at least 40,000,000 bytes"),
+                                      ("text", "a str of at least 104,857,600 bytes")])
+def test_an_oversized_report_fails_on_its_rank_and_holds_no_other_run(warm, key, what):
+    # A 100 MB report held the head's thread 10-25 s: the node agents took it for dead and
+    # every run on the cluster failed (train/report_metrics.py).
+    with pytest.raises(raynb.RunError) as info:
+        execute_run(_oversized_reports, {"key": key}, _sc(2), QUIET)
+    e = info.value
+    assert e.errors[0]["rank"] == 0 and e.errors[0]["exc_type"] == "ReportTooLarge", e.errors
+    assert f"the metrics are over the 1,048,576 bytes a report may carry ({key!r} is {what})" in str(e), str(e)
+    assert "save arrays, tensors and long text in a checkpoint" in str(e)
+    assert e.result.metrics["step"] == 1.0   # the report before it, recorded; nothing of it sent
+    assert sum(len(v) for v in e.result.metrics.values() if isinstance(v, (str, list))) == 0
+
+
+def _sets_umask_zero():
+    import os
+
+    os.umask(0)
+
+
+def _reports_umask():
+    import os
+
+    from raynb.train import get_context, report
+
+    mask = os.umask(0o077)
+    os.umask(mask)
+    report({"umask": mask, "pid": os.getpid(), "rank": get_context().get_world_rank()})
+
+
+def test_a_runs_umask_does_not_leak_into_the_next_run(warm):
+    # A task's os.umask(0) stayed with its warm worker: every later run's files there, another
+    # notebook's too, were created world-writable. The cwd was already restored per task.
+    before, _ = execute_run(_reports_umask, None, _sc(4), QUIET)
+    execute_run(_sets_umask_zero, None, _sc(4), QUIET)
+    after, _ = execute_run(_reports_umask, None, _sc(4), QUIET)
+    assert after.metrics["umask"] == before.metrics["umask"] != 0, (before.metrics, after.metrics)
+
+
+def _removes_its_run_directory(config):
+    import os
+    import shutil
+    import tempfile
+    import time
+
+    import torch.distributed as dist
+
+    from raynb.train import Checkpoint, get_context, report
+
+    report({"step": 1})
+    time.sleep(0.4)   # the head's tick has written the report files: the run's end only appends
+    dist.barrier()
+    if get_context().get_world_rank() == 0:
+        shutil.rmtree(get_context().get_trial_dir())   # as `rm -r` in a terminal while it runs
+    dist.barrier()
+    if config["checkpoint"] and get_context().get_world_rank() == 0:
+        with tempfile.TemporaryDirectory() as d:
+            open(os.path.join(d, "w.txt"), "w").write("state")
+            report({"step": 2}, checkpoint=Checkpoint.from_directory(d))
+    else:
+        report({"step": 2})
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_a_run_whose_directory_is_removed_fails_and_it_is_not_made_again(warm, checkpoint):
+    # Without checkpoints the run ended FINISHED over a directory that did not exist; with them,
+    # staging one made the directory again, with the umask's mode (0755), holding only the
+    # later checkpoints while best_checkpoints listed them all.
+    with pytest.raises(raynb.RunError) as info:
+        execute_run(_removes_its_run_directory, {"checkpoint": checkpoint}, _sc(2), QUIET)
+    e = info.value
+    path = e.result.path
+    if checkpoint:
+        assert e.errors[0]["rank"] == 0 and e.errors[0]["exc_type"] == "FileNotFoundError", e.errors
+        assert f"the run directory {path} is gone (removed while the run ran?)" in str(e), str(e)
+    else:
+        assert f"the run directory {path} was removed while the run ran" in str(e), str(e)
+    assert not os.path.exists(path)

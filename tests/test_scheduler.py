@@ -329,3 +329,12 @@ def test_spread_reuses_a_group_only_when_it_is_spread_alike():
 def test_check_names_an_unknown_strategy():
     why = check(Request(2, strategy="STRICT_PACK"), _snapshot(_node("n1"), workers=_workers("n1", 2)), 4, 0)
     assert "placement_strategy='STRICT_PACK'" in why and "SPREAD" in why
+
+
+def test_a_gpu_request_the_cluster_can_never_hold_names_a_fix_that_exists():
+    # With no GPU at all the message said "Ask for at most 0 workers".
+    none = check(Request(2, use_gpu=True), _snapshot(_node(LOCAL), workers=_workers(LOCAL, 2)), 4, 0)
+    assert "needs 2 GPUs (one per rank); this cluster has 0" in none
+    assert "at most 0" not in none and "Run on CPU (use_gpu=False), or add a GPU node" in none
+    one = check(Request(2, use_gpu=True), _snapshot(_node(LOCAL, free_gpus=(0,)), workers=_workers(LOCAL, 2)), 4, 1)
+    assert "Ask for at most 1 workers, run on CPU (use_gpu=False), or add a GPU node" in one

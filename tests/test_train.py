@@ -11,6 +11,7 @@ import pytest
 
 import raynb
 from raynb.train.run import execute_run
+from raynb.train.config import ScalingConfig
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.
@@ -33,7 +34,8 @@ def _allreduce_and_context():
             "world_size": ctx.get_world_size(), "dist_world_size": dist.get_world_size(),
             "local_world_size": ctx.get_local_world_size(), "node_rank": ctx.get_node_rank(),
             "env_rank": int(os.environ["RANK"]), "env_local_rank": int(os.environ["LOCAL_RANK"]),
-            "sum": t.item(), "pid": os.getpid()}
+            "sum": t.item(), "pid": os.getpid(), "trial_name": ctx.get_trial_name(),
+            "trial_dir": ctx.get_trial_dir()}
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     report({"sum": t.item(), "ranks": everyone})
@@ -54,6 +56,7 @@ def test_all_reduce_sum_and_ranks_on_every_rank(warm):
             assert r["world_size"] == r["dist_world_size"] == 4
             assert r["local_world_size"] == 4
             assert r["node_rank"] == 0
+            assert (r["trial_name"], r["trial_dir"]) == (result.name, result.path)   # Ray Train's names
     assert len({r["pid"] for r in ret}) == 4, "each rank is its own process"
 
 
@@ -161,3 +164,36 @@ def test_run_directory_files(warm, tmp_path):
     assert [int(r["i"]) for r in table] == [0, 1, 2]
     assert [float(r["loss"]) for r in table] == pytest.approx([1.0, 0.5, 1 / 3])
     assert not (path / "error.txt").exists()
+
+
+@pytest.mark.parametrize("kwargs,error,says", [
+    ({"use_gpu": "yes"}, TypeError, "ScalingConfig(use_gpu='yes'): use_gpu must be True or False"),
+    ({"use_gpu": 2}, TypeError, "use_gpu must be True or False"),
+    ({"resources_per_worker": "x"}, TypeError, "give a dict of resource names to amounts >= 0"),
+    ({"resources_per_worker": {"CPU": -1}}, TypeError, "give a dict of resource names to amounts >= 0"),
+    ({"resources_per_worker": {"GPU": 1}}, ValueError, "asks for GPUs but use_gpu is False: set use_gpu=True"),
+    ({"use_gpu": True, "resources_per_worker": {"GPU": 0}}, ValueError, "gives each worker 0 GPUs"),
+    ({"timeout_s": "5"}, ValueError, "ScalingConfig(timeout_s='5') must be a positive number of seconds"),
+    ({"timeout_s": -5}, ValueError, "must be a positive number of seconds"),
+])
+def test_a_scaling_config_of_the_wrong_kind_is_refused_naming_the_argument(kwargs, error, says):
+    # "yes", a string and {"GPU": 1} without use_gpu were accepted: the run then failed
+    # naming another value, or ran on CPU without a word.
+    with pytest.raises(error) as ei:
+        ScalingConfig(num_workers=2, **kwargs)
+    assert says in str(ei.value)
+
+
+def test_scaling_config_keeps_what_ray_accepts():
+    import numpy as np
+
+    assert ScalingConfig(use_gpu=np.bool_(False)).use_gpu is False
+    assert ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 2, "GPU": 1}).resources_per_worker == \
+        {"CPU": 2, "GPU": 1}
+    assert ScalingConfig(resources_per_worker={"CPU": 0.5, "memory": 2 ** 30}).use_gpu is False
+
+
+def test_train_loop_config_must_be_a_dict():
+    with pytest.raises(TypeError, match=r"train_loop_config must be a dict .* got list: \[1, 2\]"):
+        TorchTrainer(lambda config: None, train_loop_config=[1, 2])
+    assert TorchTrainer(lambda config: None, train_loop_config={"lr": 1}).train_loop_config == {"lr": 1}

@@ -204,3 +204,49 @@ def test_pbt_mutates_the_sampled_entries_of_the_space(ip):
     grid = ip.user_ns["pbt"]
     assert len(grid) == 4 and grid.num_errors == 0
     assert all(r.metrics["training_iteration"] == 4 for r in grid)
+
+
+SLOW_TRIALS = """%%ray_tune --samples 2 --metric i --mode max --quiet --result slow --name {name} --space {{'a': uniform(0, 1)}} {opts}
+import time
+for i in range(1, 31):
+    report({{"i": i, "a": config["a"]}})
+    time.sleep(0.1)
+"""
+
+
+def test_an_interrupted_experiment_resumes_by_name_and_is_never_overwritten(ip, tmp_path):
+    # The interrupt's advice was Tuner.restore(path, trainable), which a cell has no trainable
+    # for, and re-running the cell started new trials in the same directory: the interrupted
+    # ones could no longer be restored.
+    import _thread
+    import threading
+    import uuid
+
+    name = f"resumable_{uuid.uuid4().hex[:6]}"
+    timer = threading.Timer(2.5, _thread.interrupt_main)   # as Ctrl-C / the stop button in the kernel
+    timer.start()
+    try:
+        res, cap = ok(ip, SLOW_TRIALS.format(name=name, opts=""))
+    finally:
+        timer.cancel()
+    first = ip.user_ns["slow"]
+    assert first.interrupted and sorted(r.status for r in first) == ["PAUSED", "PAUSED"], cap.stderr
+    assert f"re-run this cell with --name {name} --resume" in cap.stderr, cap.stderr
+    ids = sorted(r.trial_id for r in first)
+
+    res, cap = run(ip, SLOW_TRIALS.format(name=name, opts=""))   # the same cell again: refused
+    assert isinstance(res.error_in_exec, UsageError), res.error_in_exec
+    assert f"an experiment named {name!r} already exists" in str(res.error_in_exec)
+    assert "add --resume to continue it" in str(res.error_in_exec)
+
+    ok(ip, SLOW_TRIALS.format(name=name, opts="--resume"))
+    resumed = ip.user_ns["slow"]
+    assert not resumed.interrupted and resumed.num_terminated == 2 and resumed.num_errors == 0
+    assert sorted(r.trial_id for r in resumed) == ids   # the same trials, carried on
+    assert all(r.metrics["i"] == 30 for r in resumed)
+
+    with pytest.raises(UsageError, match="no experiment named 'nothing_here_" + name):
+        ip.run_cell_magic("ray_tune", f"--metric i --mode max --name nothing_here_{name} --resume",
+                          "report({'i': 1})\n")
+    with pytest.raises(UsageError, match="--resume continues an experiment by name: add --name NAME"):
+        ip.run_cell_magic("ray_tune", "--metric i --mode max --resume", "report({'i': 1})\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..cluster.control import Client
 from ..errors import ClusterError
+from .script_exit import exit_on_sigterm
 
 
 _client: Client | None = None
@@ -69,6 +70,20 @@ def local_head_gone(client: Client | None) -> int | None:
         return None
     pid = client.info.get("pids", {}).get("head")
     return pid if pid and not head_alive(client.info) else None
+
+
+def check_head_alive(client: Client) -> None:
+    """Fail at once when the local head's process is gone (killed), instead of after a
+    silence of some seconds: the run followed ended with it.
+
+    Raises:
+        ClusterError: the local head's process is gone.
+    """
+    pid = local_head_gone(client)
+    if pid is not None:
+        raise ClusterError(f"lost contact with the raynb head at {client.address}: the local cluster's "
+                           f"head (pid {pid}) is gone, and this run with it; the next run starts a "
+                           "new cluster")
 
 
 def connect(address: str | None = None, *, key: str | bytes | None = None, key_file: str | None = None,
@@ -140,6 +155,7 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
         raise ClusterError(f"the raynb head at {info['address']} does not answer; "
                            "check `raynb status`, or `raynb stop` and start again")
     _client = client
+    exit_on_sigterm()   # a script's SIGTERM cancels its run and stops the cluster it started
     return client
 
 

@@ -27,7 +27,7 @@ from ..cluster.rundir import OUTPUT_FILE, read_reports
 from ..cluster.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
 from . import refollow
-from .connection import disconnect, local_head_gone
+from .connection import check_head_alive, disconnect, local_head_gone
 from . import bulk
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources, sys_path_dirs
@@ -232,7 +232,8 @@ def build_submission(fn, config, scaling_config, run_config, *,
         "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
-        "storage_path": _absolute(run_config.storage_path),
+        # Unset: this process's $RAYNB_STORAGE_PATH, as for a Tuner's experiment, else the head's.
+        "storage_path": _absolute(run_config.storage_path or os.environ.get("RAYNB_STORAGE_PATH")),
         # An object store's URI: the head uploads checkpoints there (cluster.head.uploads).
         **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
@@ -270,12 +271,14 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     """
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as e:
         # Interrupted before the head's answer: the run may exist already; cancel it by id
         # (not when the kernel is restarting: the run goes on, as after any other cell).
-        if interrupt_is_shutdown():
+        if isinstance(e, KeyboardInterrupt) and interrupt_is_shutdown():
             raise
         client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
+        if isinstance(e, SystemExit):
+            raise   # the script is ending (script_exit.py), and its run with it
         raise RunInterrupted("interrupted while submitting the run; it was cancelled") from None
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
@@ -309,6 +312,10 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     try:
         done = _follow(client, run_id, display, reports, _OutputRelay(all_ranks, path),
                        cancel_on_interrupt, name)
+    except SystemExit:   # the script is ending (script_exit.py): a run it started ends too
+        if cancel_on_interrupt:
+            client.send(P.CANCEL_RUN, {"run_id": run_id})
+        raise
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
         if local_head_gone(client) is None:
@@ -345,7 +352,7 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                 if relay.pending:
                     relay.flush()
                     continue
-                _check_head_alive(client)
+                check_head_alive(client)
                 if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
                     raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
                                        "check `raynb status`")
@@ -405,13 +412,3 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                                      f"cluster ({call} follows it again)") from None
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
-
-
-def _check_head_alive(client) -> None:
-    """Fail at once when the local head's process is gone (killed), instead of after
-    HEAD_SILENCE_S of silence: the run ended with it."""
-    pid = local_head_gone(client)
-    if pid is not None:
-        raise ClusterError(f"lost contact with the raynb head at {client.address}: the local cluster's "
-                           f"head (pid {pid}) is gone, and this run with it; the next run starts a "
-                           "new cluster")

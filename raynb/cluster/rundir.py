@@ -52,11 +52,21 @@ def make_private_dir(path: Path) -> None:
         PermissionError: it exists and belongs to another user.
     """
     if not spare_files.take(path):  # a spare, in a block group where files are cheap
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if os.stat(path).st_uid not in (os.getuid(), 0):
-        raise PermissionError(f"{path} belongs to another user (uid {os.stat(path).st_uid}); "
+        try:
+            path.mkdir(exist_ok=True, mode=0o700)
+        except FileNotFoundError:   # parents too: each 0700 (mkdir(parents=True) gives them the umask's mode)
+            missing = [path]
+            while not missing[-1].parent.exists():
+                missing.append(missing[-1].parent)
+            for d in reversed(missing):
+                d.mkdir(exist_ok=True, mode=0o700)
+    st = os.stat(path)
+    if st.st_uid not in (os.getuid(), 0):
+        raise PermissionError(f"{path} belongs to another user (uid {st.st_uid}); "
                               "raynb will not write a run's files into it: choose another name "
                               "or storage_path")
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():   # made before (by hand, another umask): it holds pickled code
+        os.chmod(path, 0o700)
 
 
 class CorruptRunDirectory(ValueError):

@@ -69,6 +69,8 @@ class Worker:
         self._modules = user_modules()
         self.threads = ThreadShare()
         self._sys_path_seen: tuple = ()
+        self._umask = os.umask(0o077)   # the worker's own, restored for every task (_prepare)
+        os.umask(self._umask)
         self.rendezvous = Rendezvous(self.node_ip)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
         self.link.send(P.WORKER_READY, {  # sent now: the main thread owns the link
@@ -297,6 +299,9 @@ class Worker:
         cwd = task.get("cwd")
         if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
             os.chdir(cwd)
+        # As the cwd: a task's os.umask(0) made every later run's files on this warm worker
+        # world-writable (another notebook's among them).
+        os.umask(self._umask)
         paths = tuple(task.get("sys_path") or ())
         if paths != self._sys_path_seen:
             for p in reversed(paths):

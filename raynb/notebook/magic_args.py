@@ -22,7 +22,18 @@ def positive_int(text: str) -> int:
 
 
 class MagicParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors and --help are IPython UsageErrors (no SystemExit)."""
+    """An ArgumentParser whose errors and --help are IPython UsageErrors (no SystemExit).
+
+    Options are taken only as spelled out: argparse's prefix matching made the typo
+    ``--worker 2`` mean ``--workers 2`` (and would make a new option change what an old
+    abbreviation means)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def print_help(self, file=None):
+        """--help: nothing printed here; ``exit`` raises the help as the UsageError (it was shown twice)."""
 
     def error(self, message):
         raise UsageError(f"{self.format_usage().strip()}\n{self.prog}: {message}")

@@ -51,6 +51,20 @@ def _profile(text: str) -> dict:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
+    """``ns[name]``: the interrupted run's Result, read from its directory, once the run has
+    ended there (a second interrupt may leave before the head confirmed the cancel)."""
+    from ..cluster.head.run import TERMINAL
+    from ..train.config import Result
+
+    try:
+        result = Result.from_path(path) if path else None
+    except Exception:  # noqa: BLE001 - a remote head's directory, or none yet: nothing to bind
+        return
+    if result is not None and result.state in TERMINAL:
+        ns[name] = result
+
+
 def _resumed_record(storage_path: str | None, name: str) -> dict | None:
     """The run.json of the run ``%%ray_train --resume`` continues, or None if unreadable."""
     from ..cluster.rundir import default_storage_path, read_run_dir
@@ -133,6 +147,9 @@ class RayNBMagics(Magics):
                 config = eval(args.config, ns)  # noqa: S307 - the user's own expression, in their kernel
             except Exception as e:
                 raise UsageError(f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}") from None
+            if not isinstance(config, dict):
+                raise UsageError(f"--config must be a dict, the cell's `config` (e.g. --config "
+                                 f"{{'lr': 0.01}}); {args.config!r} is a {type(config).__name__}")
         if args.epochs and isinstance(config, dict):
             config.setdefault("epochs", args.epochs)
         datasets = _datasets(args.data, ns) if args.data else None
@@ -172,6 +189,9 @@ class RayNBMagics(Magics):
                 extra={"resume": True} if args.resume else None)
         except RunError as e:
             ns[args.result] = e.result
+            raise
+        except KeyboardInterrupt as e:   # cancelled: its Result (state CANCELLED), as after a failure
+            _bind_interrupted(ns, args.result, getattr(e, "run_path", None))
             raise
         ns[args.result] = result
         missing = [n for n in out if n not in (ret or {})]

@@ -77,6 +77,9 @@ def tune_parser() -> MagicParser:
                    help="pbt: iterations between exploit/explore steps (default 4)")
     p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
     p.add_argument("--name", default=None, help="experiment name (its directory name)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the experiment --name NAME (the cell is its trainable; the other "
+                        "options are the experiment's own)")
     p.add_argument("--storage-path", default=None, help="parent directory of the experiment directory")
     p.add_argument("--result", default=None,
                    help="notebook name bound to the ResultGrid (default: the cell's output, `_`)")
@@ -103,6 +106,9 @@ def parse_line(line: str):
     if needs and args.metric is None:
         raise UsageError(f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a metric: "
                          "add --metric NAME --mode min|max")
+    if args.resume and not args.name:
+        raise UsageError("--resume continues an experiment by name: add --name NAME (raynb.runs() "
+                         "lists the experiments)")
     if args.max_t is not None and args.scheduler not in ("asha", "hyperband"):
         raise UsageError(f"--max-t applies to --scheduler asha or hyperband, not {args.scheduler}")
     if args.grace_period is not None and args.scheduler not in ("asha", "median"):
@@ -185,7 +191,7 @@ class RayTuneMagics(Magics):
     def ray_tune(self, line: str, cell: str):
         """%%ray_tune [--samples N] [--metric NAME --mode min|max]
         [--scheduler fifo|asha|hyperband|median|pbt] [--search random|optuna] [--space EXPR]
-        [--workers-per-trial N] [--max-concurrent N] [--result NAME] [--name NAME]:
+        [--workers-per-trial N] [--max-concurrent N] [--result NAME] [--name NAME [--resume]]:
         tune the cell body (``config`` holds each trial's sampled values)."""
         from ..train.config import RunConfig, ScalingConfig
 
@@ -210,17 +216,34 @@ class RayTuneMagics(Magics):
         else:
             trainable, param_space = cf.fn, space
         from ..tune import TuneConfig, Tuner
+        from ..tune.experiment_state import experiment_dir
 
         try:
-            tuner = Tuner(
-                trainable, param_space=param_space,
-                tune_config=TuneConfig(metric=args.metric, mode=args.mode, num_samples=args.samples,
-                                       max_concurrent_trials=args.max_concurrent, scheduler=scheduler,
-                                       search_alg=search_alg, time_budget_s=args.time_budget),
-                run_config=RunConfig(name=args.name, storage_path=args.storage_path,
-                                     verbose=0 if args.quiet else 1))
+            path = experiment_dir(args.name, args.storage_path) if args.name else None
+        except ValueError as e:   # an object store's URI
+            raise UsageError(f"%%ray_tune --storage-path: {e}") from None
+        exists = path is not None and Tuner.can_restore(str(path))
+        if args.resume and not exists:
+            raise UsageError(f"no experiment named {args.name!r} in {path.parent} to resume: drop --resume "
+                             "to start it")
+        if exists and not args.resume:   # as %%ray_train refuses a run's name: nothing is overwritten
+            raise UsageError(f"an experiment named {args.name!r} already exists in {path.parent}: add "
+                             "--resume to continue it (its unfinished trials resume from their "
+                             "checkpoints), or choose another --name")
+        try:
+            if args.resume:   # as Tuner.restore(path, trainable): the experiment's own settings
+                tuner = Tuner.restore(str(path), trainable)
+            else:
+                tuner = Tuner(
+                    trainable, param_space=param_space,
+                    tune_config=TuneConfig(metric=args.metric, mode=args.mode, num_samples=args.samples,
+                                           max_concurrent_trials=args.max_concurrent, scheduler=scheduler,
+                                           search_alg=search_alg, time_budget_s=args.time_budget),
+                    run_config=RunConfig(name=args.name, storage_path=args.storage_path,
+                                         verbose=0 if args.quiet else 1))
         except (ValueError, TypeError) as e:   # a bad space (empty choice, lower >= upper) names its key
             raise UsageError(f"%%ray_tune: {e}") from None
+        tuner._carry_on = "re-run this cell with --name {name} --resume"
         grid = tuner.fit()
         _print_errors(grid)
         if args.result is not None:

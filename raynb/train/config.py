@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,13 +19,21 @@ class ScalingConfig:
     Args:
         num_workers (int): ranks in the run (the world size), >= 1.
         use_gpu (bool): one CUDA device per worker and the NCCL backend (gloo otherwise).
-        resources_per_worker (dict | None): e.g. ``{"CPU": 1, "GPU": 1}``; recorded
-            with the run (the warm pool runs one worker per rank regardless).
+        resources_per_worker (dict[str, float] | None): e.g. ``{"CPU": 1, "GPU": 1}``;
+            checked as Ray checks it (a ``"GPU"`` amount needs ``use_gpu=True``) and
+            recorded with the run: the warm pool runs one worker per rank, with one CUDA
+            device each when ``use_gpu``, whatever the amounts.
         timeout_s (float | None): torch.distributed collective timeout in seconds
             (torch's default, 1800 s, when None).
         placement_strategy ("PACK" | "SPREAD"): as Ray's placement groups: PACK puts the
             ranks on as few nodes as possible, SPREAD over as many as possible. Either way
             a node's ranks are contiguous, so local ranks count 0..k-1 on every node.
+
+    Raises:
+        ValueError: ``num_workers`` not an integer >= 1, an unknown ``placement_strategy``,
+            ``timeout_s`` not a positive number, GPUs in ``resources_per_worker`` that
+            contradict ``use_gpu``.
+        TypeError: ``use_gpu`` not a bool, ``resources_per_worker`` not a dict of amounts.
     """
 
     num_workers: int = 4
@@ -40,8 +49,32 @@ class ScalingConfig:
         if self.placement_strategy not in ("PACK", "SPREAD"):
             raise ValueError(f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use "
                              "'PACK' (fewest nodes) or 'SPREAD' (most nodes)")
-        if self.timeout_s is not None and not self.timeout_s > 0:
-            raise ValueError(f"ScalingConfig(timeout_s={self.timeout_s!r}) must be a positive number of seconds")
+        if self.use_gpu not in (True, False):   # (numpy's bools too; "yes" or 2 is a mistake)
+            raise TypeError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False")
+        self.use_gpu = bool(self.use_gpu)
+        t = self.timeout_s
+        if t is not None and (not isinstance(t, numbers.Real) or isinstance(t, bool) or not t > 0):
+            raise ValueError(f"ScalingConfig(timeout_s={t!r}) must be a positive number of seconds")
+        self._check_resources()
+
+    def _check_resources(self) -> None:
+        """``resources_per_worker`` as Ray's ScalingConfig checks it: names to amounts >= 0,
+        and a GPU asked for there only with ``use_gpu=True`` (and not 0 with it)."""
+        res = self.resources_per_worker
+        if res is None:
+            return
+        if not isinstance(res, dict) or not all(
+                isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0
+                for k, v in res.items()):
+            raise TypeError(f"ScalingConfig(resources_per_worker={res!r}): give a dict of resource names "
+                            "to amounts >= 0, e.g. {'CPU': 1, 'GPU': 1}")
+        gpus = res.get("GPU", 0)
+        if gpus and not self.use_gpu:
+            raise ValueError(f"ScalingConfig(resources_per_worker={res!r}) asks for GPUs but use_gpu is "
+                             "False: set use_gpu=True, or remove 'GPU' from resources_per_worker")
+        if self.use_gpu and "GPU" in res and not gpus:
+            raise ValueError(f"ScalingConfig(use_gpu=True) but resources_per_worker={res!r} gives each "
+                             "worker 0 GPUs: set use_gpu=False, or give 'GPU' a positive amount")
 
 
 @dataclass

@@ -60,7 +60,8 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         UnpicklableError: something ``fn`` reads cannot be shipped; nothing was sent.
         TypeError: ``run_config.callbacks`` holds something that is not a Callback; nothing was sent.
         CallbackError: a callback with ``fail_on_error = True`` raised; the run was cancelled.
-        KeyboardInterrupt: the run was interrupted; every rank was cancelled first.
+        KeyboardInterrupt: the run was interrupted; every rank was cancelled first. Its
+            ``run_path`` is the run directory (``Result.from_path`` reads the cancelled run).
     """
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
@@ -80,11 +81,15 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
                           run_config.verbose, raises=True)
     view.display()
-    if callbacks:
-        outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
-    else:
-        outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
-                             path=accepted.get("path"))
+    try:
+        if callbacks:
+            outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
+        else:
+            outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
+                                 path=accepted.get("path"))
+    except KeyboardInterrupt as e:
+        e.run_path = accepted.get("path")   # %%ray_train binds the cancelled run's Result from it
+        raise
     bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
     if profile is not None and run_config.verbose:
         _show_profile(outcome.record.get("path"), scaling_config.num_workers)

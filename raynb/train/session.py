@@ -6,18 +6,17 @@ silently doing nothing.
 """
 from __future__ import annotations
 
-import numbers
 import os
 import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from ..cluster import ckpt_transfer, task_context
 from . import profiling
 from .checkpoint import Checkpoint
+from .report_metrics import plain_metrics
 
 
 class TrainContext:
@@ -54,6 +53,14 @@ class TrainContext:
         """The run directory (str path on the head's file system)."""
         return self._task["path"]
 
+    def get_trial_name(self) -> str:
+        """The run's name, as Ray Train's (a Tune trial's: ``<trainable>_<trial_id>``)."""
+        return self._task["name"]
+
+    def get_trial_dir(self) -> str:
+        """The run directory, as Ray Train's trial directory (``get_storage_path()``)."""
+        return self._task["path"]
+
     def __repr__(self) -> str:
         return (f"TrainContext(world_rank={self.get_world_rank()}, local_rank={self.get_local_rank()}, "
                 f"world_size={self.get_world_size()}, node_rank={self.get_node_rank()})")
@@ -70,20 +77,26 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     if not src.is_dir():
         raise FileNotFoundError(f"report(checkpoint={checkpoint!r}): the directory is gone; "
                                 "report it before deleting it (e.g. inside the TemporaryDirectory block)")
-    stage = Path(task["path"]) / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
+    run_dir = Path(task["path"])
+    if not run_dir.is_dir():   # removed while the run ran: not made again, with the umask's mode
+        raise FileNotFoundError(f"report(checkpoint=...): the run directory {run_dir} is gone (removed "
+                                "while the run ran?), so the checkpoint cannot be saved")
+    stage = run_dir / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
     final = stage / f"rank_{task['rank']}"
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        stage.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
+        stage.parent.mkdir(exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
         stage.mkdir(exist_ok=True, mode=0o700)
     except OSError as e:
-        # A node that said it mounts the head's storage (--shared-storage) but cannot write it.
-        raise OSError(f"report(checkpoint=...): node {task.get('node_id') or 'local'} "
-                      f"({socket.gethostname()}) cannot write the run directory {task['path']}: "
-                      f"{e.strerror or e}. Mount the head's storage_path there at the same path, or "
-                      "start that node without --shared-storage (its checkpoints then stream to the "
-                      "head)") from None
+        node = task.get("node_id") or "local"
+        # The head's own node: its storage is full or read-only. Another: it said it mounts the
+        # head's storage (--shared-storage) but cannot write it.
+        fix = ("Free space there, or give a storage_path that can be written" if node == "local" else
+               "Mount the head's storage_path there at the same path, or start that node without "
+               "--shared-storage (its checkpoints then stream to the head)")
+        raise OSError(f"report(checkpoint=...): node {node} ({socket.gethostname()}) cannot write the run "
+                      f"directory {task['path']}: {e.strerror or e}. {fix}") from None
     try:
         shutil.copytree(src, tmp)
     except (shutil.Error, OSError) as e:
@@ -94,9 +107,13 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
         bad = e.args[0] if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) else None
         first = f"{bad[0][0]}: {bad[0][2]}" if bad else str(e)
         more = f" (and {len(bad) - 1} more)" if bad and len(bad) > 1 else ""
+        full = "No space left" in first or "Disk quota" in first or "Read-only" in first
+        hint = ("The run directory's file system is full or read-only: free space, or give a "
+                "storage_path that can hold the checkpoints." if full else
+                "A dangling symlink or a symlink loop in the checkpoint directory? Symlinks are "
+                "followed (their targets are copied).")
         raise OSError(f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
-                      f"run directory: {first}{more}. A dangling symlink or a symlink loop in the "
-                      "checkpoint directory? Symlinks are followed (their targets are copied).") from None
+                      f"run directory: {first}{more}. {hint}") from None
     if final.exists():  # the same report staged twice (a retried copy): the newer wins
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -130,31 +147,6 @@ def _require(what: str) -> dict:
     return task
 
 
-def _plain(value: Any) -> Any:
-    """Metrics as plain JSON-able values: tensors and numpy scalars become numbers."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, numbers.Number):
-        return float(value) if not isinstance(value, numbers.Integral) else int(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    item = getattr(value, "item", None)
-    numel = getattr(value, "numel", None) or getattr(value, "size", None)
-    if callable(item):
-        try:
-            n = numel() if callable(numel) else numel
-            if n == 1:
-                return item()
-        except Exception:  # noqa: BLE001 - fall through to tolist/repr
-            pass
-    tolist = getattr(value, "tolist", None)
-    if callable(tolist):
-        return tolist()
-    return repr(value)
-
-
 def report(metrics: dict, checkpoint=None) -> None:
     """Report metrics for this step/epoch (``ray.train.report``).
 
@@ -176,6 +168,8 @@ def report(metrics: dict, checkpoint=None) -> None:
 
     Raises:
         TypeError: ``metrics`` is not a dict, or ``checkpoint`` is not a Checkpoint.
+        ValueError: (``report_metrics.ReportTooLarge``) the metrics would take over
+            ``MAX_REPORT_BYTES`` (1 MiB; ``$RAYNB_MAX_REPORT_BYTES``): nothing was sent.
         RuntimeError: called outside a training function.
     """
     task = _require("report")
@@ -186,9 +180,10 @@ def report(metrics: dict, checkpoint=None) -> None:
             f"report(checkpoint=...) takes a raynb.train.Checkpoint, got {type(checkpoint).__name__}: "
             f"{checkpoint!r:.80}; save the state into a directory and pass "
             "Checkpoint.from_directory(that_directory)")
+    plain = plain_metrics(metrics)   # ValueError, before this report counts (its index)
     state = task_context.state()
     index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
-    event = {"kind": "report", "metrics": _plain(metrics), "time": time.time(), "index": index}
+    event = {"kind": "report", "metrics": plain, "time": time.time(), "index": index}
     if checkpoint is not None:
         event["checkpoint"] = (_stream_checkpoint(task, checkpoint, index) if task.get("stream_checkpoints")
                                else _stage_checkpoint(task, checkpoint, index))

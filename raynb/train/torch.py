@@ -227,6 +227,9 @@ class TorchTrainer:
         from .datasets import check_datasets
 
         self.datasets = check_datasets(datasets)  # TypeError / ValueError before anything ships
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise TypeError("train_loop_config must be a dict (train_loop_per_worker(config) gets it), "
+                            f"got {type(train_loop_config).__name__}: {train_loop_config!r:.80}")
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()

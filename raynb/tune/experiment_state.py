@@ -20,12 +20,24 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..cluster.rundir import CorruptRunDirectory, private_opener, read_reports
+from ..cluster.rundir import CorruptRunDirectory, default_storage_path, private_opener, read_reports
+from ..cluster.storage_uri import local_storage_path
 from .trial import Trial
 
 STATE_FILE = "experiment_state.json"
 TUNER_FILE = "tuner.pkl"
 STATE_VERSION = 1
+
+
+def experiment_dir(name: str, storage_path: str | None = None) -> Path:
+    """``<storage_path>/<name>``, absolute: where a Tuner keeps the experiment ``name``
+    (``storage_path`` None: the default, ``~/raynb_results`` or ``$RAYNB_STORAGE_PATH``).
+
+    Raises:
+        ValueError: ``storage_path`` is an object store's URI: the notebook writes the
+            experiment directory, so it must be a local (or mounted) path.
+    """
+    return Path(local_storage_path(storage_path or default_storage_path(), "Tuner")).expanduser().absolute() / name
 
 
 def _encode_config(config) -> dict:

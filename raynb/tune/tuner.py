@@ -16,14 +16,12 @@ import cloudpickle
 
 from ..client import bulk, views
 from ..cluster.head.run import TERMINAL
-from ..cluster.rundir import (default_storage_path, make_private_dir, make_run_name, private_opener,
-                              read_run_dir)
-from ..cluster.storage_uri import local_storage_path
+from ..cluster.rundir import make_private_dir, make_run_name, private_opener, read_run_dir
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
 from .trial_runner import TrialRunner
-from .experiment_state import ExperimentState, read_state, read_tuner_file
+from .experiment_state import ExperimentState, experiment_dir, read_state, read_tuner_file
 from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
@@ -128,6 +126,9 @@ class Tuner:
         self._restored = _restored
         self._experiment_path: str | None = _restored["path"] if _restored else None
         self._trials: list[Trial] = _restored["trials"] if _restored else []
+        # How an interrupted fit() says to carry on ({name}, {path}); %%ray_tune says --resume.
+        self._carry_on = ("call fit() on this Tuner again, or after a kernel restart "
+                          "Tuner.restore({path!r}, trainable).fit()")
 
     # -- fit --------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
@@ -216,9 +217,8 @@ class Tuner:
         if controller.interrupted:
             unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
             sys.stderr.write(f"Tuning interrupted: {grid.num_terminated} trial(s) done, {unfinished} "
-                             f"unfinished. The ResultGrid holds the results so far; to carry on, call fit() "
-                             f"on this Tuner again, or after a kernel restart "
-                             f"Tuner.restore({path!r}, trainable).fit()\n")
+                             f"unfinished. The ResultGrid holds the results so far; to carry on, "
+                             f"{self._carry_on.format(name=header['name'], path=path)}\n")
             sys.stderr.flush()
         callbacks.check()  # a fail_on_error callback that raised at the very end
         return grid
@@ -229,9 +229,7 @@ class Tuner:
             return dict(self._restored["header"])
         rc = self._run_config
         name = rc.name or make_run_name(self._runner.name_prefix)
-        # ValueError: an object store's URI (an experiment directory is written by the notebook)
-        storage = local_storage_path(rc.storage_path or default_storage_path(), "Tuner")
-        path = Path(storage).expanduser().absolute() / name  # the notebook's, as for a run
+        path = experiment_dir(name, rc.storage_path)  # ValueError: an object store's URI
         make_private_dir(path)  # it holds pickled settings and trial configs: 0700, files 0600
         self._experiment_path = str(path)
         if self._settings_blob is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import time
 from typing import Callable, Protocol
 
@@ -317,6 +318,8 @@ class RunController:
                 run.spec["_awaiting_uploads"] = True
                 return
             run.spec.pop("_awaiting_uploads", None)
+            if run.write_error is None and not os.path.isdir(run.rundir.path):  # (a stat) rm -r mid-run
+                run.write_error = f"the run directory {run.rundir.path} was removed while the run ran"
             if run.write_error is not None:  # its last checkpoint or record could not be written
                 self._note_write_error(run)
                 self._move(run, RANK_FAILED, FAILING)

@@ -26,6 +26,8 @@ log = logging.getLogger("raynb.head")
 
 # The local node agent, on the head's own (possibly loaded) machine, is given longer.
 NODE_TIMEOUT_S = 10.0
+# The head logs a refused peer (wrong key or protocol version) at most this often (s).
+REFUSALS_LOGGED_EVERY_S = 5.0
 # A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
 # stop is not counted killed until its exit report or the node's loss says which it was.
 SUSPECT_S = 1.5
@@ -163,7 +165,15 @@ class NodeEvents:
             text = f"the head refused this peer: {why}"
         else:
             return  # a replay or a malformed message: dropped and counted, nothing to say
-        log.warning("refused %r: %s", identity[:64], text)
+        # One line every REFUSALS_LOGGED_EVERY_S in all, the others counted into the next: a
+        # peer that takes a new routing id per connection wrote 80 lines a second.
+        if now - self.__dict__.get("_refusal_logged_at", -1e9) >= REFUSALS_LOGGED_EVERY_S:
+            unlogged = self.__dict__.pop("_refusals_unlogged", 0)
+            log.warning("refused %r: %s%s", identity[:64], text,
+                        f" ({unlogged} more peers refused since the last such line)" if unlogged else "")
+            self._refusal_logged_at = now
+        else:
+            self._refusals_unlogged = self.__dict__.get("_refusals_unlogged", 0) + 1
         try:
             self.sock.send_multipart([identity, REFUSED, text.encode()])
         except Exception:  # noqa: BLE001 - best effort

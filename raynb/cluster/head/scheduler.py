@@ -91,9 +91,11 @@ def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) 
                 f"ask for at most {capacity}, or add a node with `raynb node --address ...`, or "
                 "restart with `raynb start --max-workers N`")
     if request.use_gpu and n > total_gpus:
+        fix = (f"Ask for at most {total_gpus} workers, run on CPU (use_gpu=False)" if total_gpus
+               else "Run on CPU (use_gpu=False)")   # not "at most 0 workers"
         return (f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
-                f"cluster has {total_gpus} ({_per_node(snapshot, 'gpus', 'GPUs:')}). Ask for at most "
-                f"{total_gpus} workers, run on CPU (use_gpu=False), or add a GPU node with `raynb node`")
+                f"cluster has {total_gpus} ({_per_node(snapshot, 'gpus', 'GPUs:')}). {fix}, "
+                "or add a GPU node with `raynb node`")
     return None
 
 
