@@ -630,19 +630,3 @@ def test_readme_tune_snippet_runs(warm, tmp_path):
     m = re.search(r"'lr': [\d.e-]+.*val_accuracy ([\d.]+)$", out, flags=re.M)
     assert m and float(m.group(1)) > 0.8, out[-2000:]
 
-
-def test_a_runs_storage_path_is_the_clients_own_environment_before_the_clusters(tmp_path, monkeypatch):
-    # A notebook's RAYNB_STORAGE_PATH was ignored without a word: the run went under the
-    # storage path of the environment the cluster was started in.
-    import raynb
-    from raynb.client.run import build_submission
-
-    def submitted_to(run_config) -> str | None:
-        spec, _ = build_submission(lambda: None, None, raynb.ScalingConfig(num_workers=1), run_config)
-        return spec["storage_path"]
-
-    monkeypatch.setenv("RAYNB_STORAGE_PATH", str(tmp_path / "mine"))
-    assert submitted_to(raynb.RunConfig()) == str(tmp_path / "mine")
-    assert submitted_to(raynb.RunConfig(storage_path=str(tmp_path / "given"))) == str(tmp_path / "given")
-    monkeypatch.delenv("RAYNB_STORAGE_PATH")
-    assert submitted_to(raynb.RunConfig()) is None   # the head's own default

@@ -197,3 +197,13 @@ def test_train_loop_config_must_be_a_dict():
     with pytest.raises(TypeError, match=r"train_loop_config must be a dict .* got list: \[1, 2\]"):
         TorchTrainer(lambda config: None, train_loop_config=[1, 2])
     assert TorchTrainer(lambda config: None, train_loop_config={"lr": 1}).train_loop_config == {"lr": 1}
+
+
+def test_a_bad_max_report_bytes_does_not_break_import_raynb():
+    import subprocess
+
+    for bad in ("2MB", "-5", "0"):
+        out = subprocess.run([sys.executable, "-c", "from raynb.train.report_metrics import MAX_REPORT_BYTES as m; "
+                              "import raynb; print(m)"], capture_output=True, text=True,
+                             env={**__import__("os").environ, "RAYNB_MAX_REPORT_BYTES": bad})
+        assert out.returncode == 0 and out.stdout.strip() == str(1 << 20), (bad, out.stderr)

@@ -232,8 +232,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
-        # Unset: this process's $RAYNB_STORAGE_PATH, as for a Tuner's experiment, else the head's.
-        "storage_path": _absolute(run_config.storage_path or os.environ.get("RAYNB_STORAGE_PATH")),
+        "storage_path": _absolute(run_config.storage_path),
         # An object store's URI: the head uploads checkpoints there (cluster.head.uploads).
         **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),

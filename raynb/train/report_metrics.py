@@ -17,7 +17,17 @@ import os
 from typing import Any
 
 # The most a report's values may take (bytes, about their JSON size); $RAYNB_MAX_REPORT_BYTES.
-MAX_REPORT_BYTES = int(os.environ.get("RAYNB_MAX_REPORT_BYTES") or 1 << 20)
+def _max_report_bytes() -> int:
+    """$RAYNB_MAX_REPORT_BYTES when it is a positive integer, else 1 MiB (a bad value must not
+    break ``import raynb`` in every notebook and worker)."""
+    try:
+        n = int(os.environ.get("RAYNB_MAX_REPORT_BYTES") or 0)
+    except ValueError:
+        n = 0
+    return n if n > 0 else 1 << 20
+
+
+MAX_REPORT_BYTES = _max_report_bytes()
 _NUMBER_BYTES = 8
 
 
