@@ -54,7 +54,7 @@ def make_private_dir(path: Path) -> None:
     if not spare_files.take(path):  # a spare, in a block group where files are cheap
         try:
             path.mkdir(exist_ok=True, mode=0o700)
-        except FileNotFoundError:   # parents too: each 0700 (mkdir(parents=True) gives them the umask's mode)
+        except FileNotFoundError:   # parents too, each 0700 (mkdir(parents=True) gives them the umask's)
             missing = [path]
             while not missing[-1].parent.exists():
                 missing.append(missing[-1].parent)
@@ -65,8 +65,8 @@ def make_private_dir(path: Path) -> None:
         raise PermissionError(f"{path} belongs to another user (uid {st.st_uid}); "
                               "raynb will not write a run's files into it: choose another name "
                               "or storage_path")
-    if st.st_mode & 0o077 and st.st_uid == os.getuid():   # made before (by hand, another umask): it holds pickled code
-        os.chmod(path, 0o700)
+    if st.st_mode & 0o077 and st.st_uid == os.getuid():
+        os.chmod(path, 0o700)   # made before (by hand, another umask): it will hold pickled code
 
 
 class CorruptRunDirectory(ValueError):

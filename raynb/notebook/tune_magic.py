@@ -78,8 +78,8 @@ def tune_parser() -> MagicParser:
     p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
     p.add_argument("--name", default=None, help="experiment name (its directory name)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the experiment --name NAME (the cell is its trainable; the other "
-                        "options are the experiment's own)")
+                   help="continue the experiment --name NAME: the cell is its trainable (give the "
+                        "same --workers-per-trial and --gpu); space, search and scheduler are its own")
     p.add_argument("--storage-path", default=None, help="parent directory of the experiment directory")
     p.add_argument("--result", default=None,
                    help="notebook name bound to the ResultGrid (default: the cell's output, `_`)")

@@ -16,9 +16,9 @@ import numbers
 import os
 from typing import Any
 
-# The most a report's values may take (bytes, about their JSON size); $RAYNB_MAX_REPORT_BYTES.
 def _max_report_bytes() -> int:
-    """$RAYNB_MAX_REPORT_BYTES when it is a positive integer, else 1 MiB (a bad value must not
+    """The most a report's values may take (bytes, about their JSON size):
+    $RAYNB_MAX_REPORT_BYTES when it is a positive integer, else 1 MiB (a bad value must not
     break ``import raynb`` in every notebook and worker)."""
     try:
         n = int(os.environ.get("RAYNB_MAX_REPORT_BYTES") or 0)
@@ -41,7 +41,7 @@ def plain_metrics(metrics: dict) -> dict:
 
     Raises:
         ReportTooLarge: (a ValueError) they would take more than ``MAX_REPORT_BYTES``; the
-            message names the largest entry seen and what to do instead.
+            message names the entry at which the cap was passed and what to do instead.
     """
     left = [MAX_REPORT_BYTES]
     out = {}
