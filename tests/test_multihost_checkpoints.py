@@ -174,3 +174,44 @@ def test_a_tampered_or_unsafe_checkpoint_fetch_is_refused(hosts):
     for k in ("up_path", "abs_path"):
         assert out[k] and "unsafe checkpoint path" in out[k], (k, out[k])
     assert out["good_files"] and out["alive"]
+
+
+REMOVES_ITS_RUN_DIR = """
+    import shutil, tempfile, time
+    from raynb import Checkpoint, RunConfig, RunError, ScalingConfig, TorchTrainer
+    from raynb.train import get_context, report
+
+    def loop():
+        for epoch in range(2):
+            if epoch == 1:   # the node host sees the head's disk here, but streams its checkpoints
+                time.sleep(0.5)   # the head commits epoch 0's checkpoint meanwhile
+                while os.path.exists(get_context().get_trial_dir()):
+                    shutil.rmtree(get_context().get_trial_dir(), ignore_errors=True)
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "x"), "w").write(str(epoch))
+                report({"epoch": epoch, "node": os.environ["RAYNB_NODE_ID"]},
+                       checkpoint=Checkpoint.from_directory(d))
+
+    raynb.connect(ADDRESS, key_file=KEY_FILE)
+    try:
+        TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=1),
+                     run_config=RunConfig(name="streamed-gone", verbose=0)).fit()
+        out = {"error": None}
+    except RunError as e:
+        out = {"error": str(e), "path": e.result.path, "errors": e.errors}
+    print(json.dumps(out))
+"""
+
+
+def test_a_streamed_checkpoint_does_not_make_a_removed_run_directory_again(hosts):
+    # The head staged a streamed checkpoint with mkdir(parents=True): a run directory removed
+    # while the run ran came back, holding only the later checkpoints, in the umask's mode.
+    c = hosts
+    script = c.client_prelude() + textwrap.dedent(REMOVES_ITS_RUN_DIR)
+    r = c.net.run("client", [sys.executable, "-c", script], env=c.env("client"), timeout=90)
+    assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    out = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
+    assert out["error"] is not None, "the run ended well over a removed directory"
+    assert f"the run directory {out['path']} is gone (removed while the run ran?)" in out["error"], out["error"]
+    assert out["errors"][0]["rank"] == 0, out["errors"]
+    assert out["path"].startswith(str(c.storage)) and not os.path.exists(out["path"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -253,6 +254,13 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
     done_before = (Path(grid[0].path) / "result.json").read_text()
 
     Path(marker).touch()  # the resumed trials now end after one report
+    # Another trainable, or the same loop on other ranks per trial: refused, as Ray Tune's restore.
+    for other, ran in ((_counting_with_checkpoints, "'_counting_with_checkpoints' on 1 worker(s)"),
+                       (TorchTrainer(_until_marker, scaling_config=ScalingConfig(num_workers=2)),
+                        "'TorchTrainer' on 2 worker(s)")):
+        with pytest.raises(ValueError, match="the experiment ran '_until_marker' on 1 worker"
+                                             rf"\(s\) per trial, but the trainable given is {re.escape(ran)}"):
+            tune.Tuner.restore(grid.experiment_path, other)
     restored = tune.Tuner.restore(grid.experiment_path, _until_marker)
     grid2 = restored.fit()
     assert [r.trial_id for r in grid2] == [r.trial_id for r in grid]  # no trial forgotten or added

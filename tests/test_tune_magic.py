@@ -238,6 +238,11 @@ def test_an_interrupted_experiment_resumes_by_name_and_is_never_overwritten(ip, 
     assert isinstance(res.error_in_exec, UsageError), res.error_in_exec
     assert f"an experiment named {name!r} already exists" in str(res.error_in_exec)
     assert "add --resume to continue it" in str(res.error_in_exec)
+    # Other ranks per trial than the experiment ran: refused, naming the option, and nothing lost.
+    res, cap = run(ip, SLOW_TRIALS.format(name=name, opts="--resume --workers-per-trial 2"))
+    assert isinstance(res.error_in_exec, UsageError), res.error_in_exec
+    assert (f"experiment {name!r} ran each trial on 1 worker(s): resume it with --workers-per-trial 1 "
+            "on the line") in str(res.error_in_exec), res.error_in_exec
 
     ok(ip, SLOW_TRIALS.format(name=name, opts="--resume"))
     resumed = ip.user_ns["slow"]

@@ -232,6 +232,7 @@ class RayTuneMagics(Magics):
                              "checkpoints), or choose another --name")
         try:
             if args.resume:   # as Tuner.restore(path, trainable): the experiment's own settings
+                _check_resume_line(path, args)
                 tuner = Tuner.restore(str(path), trainable)
             else:
                 tuner = Tuner(
@@ -250,6 +251,23 @@ class RayTuneMagics(Magics):
             ns[args.result] = grid
             return None
         return grid   # shown as the cell's output; `_` holds it
+
+
+def _check_resume_line(path, args) -> None:
+    """The line must ask for the ranks and GPUs per trial the experiment ran with: they are
+    the cell's trainable, not a setting stored with the experiment.
+
+    Raises:
+        UsageError: they differ, naming the options to give."""
+    from ..tune.experiment_state import read_state
+
+    header, _ = read_state(str(path))
+    ran = header.get("num_workers"), bool(header.get("use_gpu"))
+    if ran[0] is not None and ran != (args.workers_per_trial, args.gpu):
+        options = f"--workers-per-trial {ran[0]}" + (" --gpu" if ran[1] else "")
+        raise UsageError(f"experiment {args.name!r} ran each trial on {ran[0]} worker(s)"
+                         f"{' with a GPU each' if ran[1] else ''}: resume it with {options} on the line "
+                         "(its checkpoints are those ranks'); its space, search and scheduler are its own")
 
 
 def _print_errors(grid) -> None:

@@ -159,7 +159,7 @@ class RankProfiler:
         final = self.dir / f"rank_{self.rank}.json"
         tmp = self.dir / f".rank_{self.rank}.json.tmp"
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(exist_ok=True, mode=0o700)   # in the run directory: never made again
             prof.export_chrome_trace(str(tmp))
             os.replace(tmp, final)
             self.trace = final.name
@@ -219,7 +219,7 @@ class RankProfiler:
                    "trace": self.trace, "cuda": self.cuda, "step_ms": self.step_ms, "ops": self.ops,
                    "note": note, "errors": self.errors}
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(exist_ok=True, mode=0o700)   # in the run directory: never made again
             tmp = self.dir / f".rank_{self.rank}_top.json.tmp"
             tmp.write_text(json.dumps(summary))
             os.replace(tmp, self.dir / f"rank_{self.rank}_top.json")

@@ -170,6 +170,28 @@ def _trial_entry(t: Trial) -> dict:
             "extra": extra}
 
 
+def trainable_header(name: str, scaling) -> dict:
+    """What the state header says of the trainable: its name and each trial's ranks and GPUs."""
+    return {"trainable": name, "num_workers": scaling.num_workers, "use_gpu": bool(scaling.use_gpu)}
+
+
+def check_same_trainable(header: dict, name: str, scaling) -> None:
+    """As Ray Tune's ``Tuner.restore``: the trainable must be the experiment's own. One with
+    other ranks or GPUs per trial would resume rank-sharded checkpoints on the wrong world.
+
+    Raises:
+        ValueError: it differs, naming what the experiment ran and what was given."""
+    given = trainable_header(name, scaling)
+    stored = {k: header[k] for k in given if k in header}   # older experiments: the name only
+    if any(given[k] != v for k, v in stored.items()):
+        def say(d):
+            return (f"{d.get('trainable')!r} on {d.get('num_workers', '?')} worker(s) per trial"
+                    f"{' with GPUs' if d.get('use_gpu') else ''}")
+        raise ValueError(f"Tuner.restore: the experiment ran {say(stored)}, but the trainable given is "
+                         f"{say(given)}. Pass the trainable the experiment was started with (the same "
+                         "function or TorchTrainer, and ScalingConfig)")
+
+
 def read_tuner_file(path: str) -> dict | None:
     p = Path(path) / TUNER_FILE
     if not p.exists():

@@ -21,7 +21,8 @@ from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
 from .trial_runner import TrialRunner
-from .experiment_state import ExperimentState, experiment_dir, read_state, read_tuner_file
+from .experiment_state import (ExperimentState, check_same_trainable, experiment_dir, read_state, read_tuner_file,
+                               trainable_header)
 from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
@@ -239,8 +240,8 @@ class Tuner:
             tmp.replace(path / "tuner.pkl")
         elif self._settings_warning:
             sys.stderr.write(f"warning: {self._settings_warning}; Tuner.restore will need them passed again\n")
-        return {"name": name, "exp_id": uuid.uuid4().hex[:5], "trainable": self._runner.name_prefix,
-                "metric": self._metric, "mode": self._mode, "num_samples": self._tune_config.num_samples,
+        return {"name": name, "exp_id": uuid.uuid4().hex[:5], "metric": self._metric,
+                **trainable_header(self._runner.name_prefix, self._runner.scaling_config), "mode": self._mode, "num_samples": self._tune_config.num_samples,
                 "search_finished": False}
 
     def get_results(self) -> ResultGrid:
@@ -287,9 +288,12 @@ class Tuner:
 
         Raises:
             FileNotFoundError: ``path`` holds no experiment state.
+            ValueError: ``trainable`` is not the experiment's (another name, or other ranks or GPUs per trial).
         """
         path = str(Path(path).expanduser())
         header, trials = read_state(path)
+        _, scaling, *_, name = _trainable_parts(trainable, None)
+        check_same_trainable(header, name, scaling)   # before the stored space meets another trainable
         settings = read_tuner_file(path) or {}
         if param_space is not None:
             settings["param_space"] = param_space

@@ -78,11 +78,7 @@ class Transfers:
             stage = self._stage(run, c)
             tmp = stage / f".tmp_rank_{c['rank']}_{c['transfer'][:8]}"
             t = self._open[c["transfer"]] = {"dir": tmp, "hashes": {}, "bad": None, "at": time.monotonic()}
-            try:
-                stage.mkdir(parents=True, exist_ok=True, mode=0o700)
-                tmp.mkdir(mode=0o700)
-            except OSError as e:
-                t["bad"] = f"the head cannot write {tmp}: {e}"
+            t["bad"] = _make_stage(run, stage, tmp)
         if t["bad"]:
             return
         h = t["hashes"].setdefault(c["path"], [hashlib.sha256(), 0])
@@ -126,12 +122,9 @@ class Transfers:
             return self._refuse(msg, "checkpoint upload refused: this rank no longer holds its run "
                                      "(the attempt ended)")
         if t is None:  # an empty checkpoint directory: nothing was sent
-            t = {"dir": self._stage(run, c) / f".tmp_rank_{c['rank']}_{c['transfer'][:8]}",
-                 "hashes": {}, "bad": None}
-            try:
-                t["dir"].mkdir(parents=True, mode=0o700)
-            except OSError as e:
-                t["bad"] = f"the head cannot write {t['dir']}: {e}"
+            stage = self._stage(run, c)
+            t = {"dir": stage / f".tmp_rank_{c['rank']}_{c['transfer'][:8]}", "hashes": {}}
+            t["bad"] = _make_stage(run, stage, t["dir"])
         got = {rel: h.hexdigest() for rel, (h, _) in t["hashes"].items()}
         if not t["bad"] and got != c["files"]:
             t["bad"] = (f"checkpoint files arrived incomplete or corrupted (SHA-256 of "
@@ -196,6 +189,23 @@ class Transfers:
 
     def status(self) -> dict:
         return {"bytes_in": self.bytes_in, "files_in": self.files_in, "bytes_out": self.bytes_out}
+
+
+def _make_stage(run: Run, stage: Path, tmp: Path) -> str | None:
+    """Make an upload's directories, each 0700; the refusal to send the rank, if any.
+
+    Never the run directory itself: one removed while the run ran is not made again (with
+    only the later checkpoints in it), as a rank on shared storage does not (``session``)."""
+    if not run.rundir.path.is_dir():
+        return (f"the run directory {run.rundir.path} is gone (removed while the run ran?), "
+                "so the checkpoint cannot be saved")
+    try:
+        stage.parent.mkdir(exist_ok=True, mode=0o700)
+        stage.mkdir(exist_ok=True, mode=0o700)
+        tmp.mkdir(mode=0o700)
+    except OSError as e:
+        return f"the head cannot write {tmp}: {e}"
+    return None
 
 
 def _close(t: dict) -> None:
