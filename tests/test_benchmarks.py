@@ -109,3 +109,17 @@ def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
     assert out["ratio_to_floor"] > 0 and isinstance(out["machine"]["load_avg_1m_at_end"], float)
     assert _processes_with_home_under(str(tmp_path)) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "progress_csv.py"), "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["reports"] == 200
+    for policy in ("bounded", "every_flush"):
+        assert {"total_s", "worst_write_ms", "rewrites", "columns"} <= set(out[policy]), out[policy]
+    # every flush brought a new metric: the old policy rewrote at each, the bounded one did not
+    assert out["every_flush"]["rewrites"] == 20 and out["bounded"]["rewrites"] < 20, out
+    assert out["bounded"]["columns"] == out["every_flush"]["columns"] == 205   # none left out at 200
+    assert out["ratio_total"] > 0 and out["machine"]["cpus"] >= 1

@@ -268,3 +268,80 @@ def test_progress_pane_holds_the_log_view(monkeypatch):
     assert pane.progress.output_tail[1] == ["from one"]   # the model is still fed
     pane.finish()
     assert pane.log_view.closed
+
+
+def _table(path) -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
+    # Each report bringing a new key (report({f"loss_{epoch}": ...})) rewrote progress.csv at
+    # every flush: 2,000 such reports took 24 s of the head's one thread, 5,000 six minutes.
+    from raynb.cluster import progress_table
+
+    rd = RunDirectory(str(tmp_path), "r")
+    rd.prepare_files()
+    rewrites = []
+    real = progress_table.ProgressTable._rewrite
+    progress_table.ProgressTable._rewrite = lambda self, rows: (rewrites.append(len(rows)), real(self, rows))[1]
+    try:
+        for i in range(3000):   # well within one REWRITE_EVERY_S, a tick's flush every 10 reports
+            rd.append_result({"loss": 1 / (i + 1), f"m{i}": i}, None, None)
+            if i % 10 == 9:
+                rd.flush()
+        waiting_before_close = rd._progress.waiting
+        rd.close()
+    finally:
+        progress_table.ProgressTable._rewrite = real
+    assert len(rewrites) <= 3 and rewrites[-1] == 3000, rewrites   # the first rows, maybe one more, the end
+    assert waiting_before_close
+    columns, rows = _table(tmp_path / "r" / "progress.csv")
+    assert len(rows) == 3000 and [float(r["loss"]) for r in rows[:2]] == [1.0, 0.5]
+    shown = [c for c in columns if c.startswith("m")]
+    # Columns were added while the table stayed within MAX_REWRITE_CELLS; later ones left out.
+    assert 300 < len(shown) < 3000 and shown == [f"m{i}" for i in range(len(shown))], len(shown)
+    # (the last column shown came with row len(shown), the next flush's ten would have passed it)
+    assert len(shown) * len(columns) <= progress_table.MAX_REWRITE_CELLS < (len(shown) + 10) * (len(columns) + 10)
+    assert rows[5]["m5"] == "5" and rows[6]["m5"] == ""
+    with open(tmp_path / "r" / "result.json") as f:   # every key, in every row, whatever the table shows
+        assert [json.loads(line)[f"m{i}"] for i, line in enumerate(f)] == list(range(3000))
+
+
+def test_a_new_metric_widens_progress_csv_within_a_second_and_a_resume_repairs_it(tmp_path):
+    import time as _time
+
+    from raynb.cluster.progress_table import REWRITE_EVERY_S
+
+    rd = RunDirectory(str(tmp_path), "r")
+    rd.prepare_files()
+    rd.append_result({"loss": 1.0}, None, None)
+    rd.flush()
+    rd.append_result({"loss": 0.5, "val_loss": 0.7}, None, None)   # a new metric, at once after a rewrite
+    rd.flush()
+    path = tmp_path / "r" / "progress.csv"
+    assert _table(path)[0][:1] == ["loss"] and len(_table(path)[1]) == 1   # held for the rewrite
+    deadline = _time.monotonic() + REWRITE_EVERY_S + 2
+    while "val_loss" not in _table(path)[0] and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+        rd.flush()   # the head's tick, with no new report
+    columns, rows = _table(path)
+    assert columns[:2] == ["loss", "training_iteration"] and "val_loss" in columns, columns
+    assert [r["val_loss"] for r in rows] == ["", "0.7"]
+    rd.append_result({"loss": 0.25}, None, None)
+    rd.flush()
+    assert len(_table(path)[1]) == 3   # appended again
+    rd.close()
+    # A resumed run whose progress.csv lost its last row (a head killed before writing it):
+    # written again from result.json at its first write.
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:-1]) + "\n")
+    again = RunDirectory(str(tmp_path), "r")
+    again.load_existing()
+    again.append_result({"loss": 0.125}, None, None)
+    again.flush()
+    again.close()
+    assert [float(r["loss"]) for r in _table(path)[1]] == [1.0, 0.5, 0.25, 0.125]

@@ -472,3 +472,44 @@ def test_a_run_whose_directory_is_removed_fails_and_it_is_not_made_again(warm, c
     else:
         assert f"the run directory {path} was removed while the run ran" in str(e), str(e)
     assert not os.path.exists(path)
+
+
+def _sleeps_reporting(config):
+    from raynb.train import report
+
+    for i in range(600):
+        report({"i": i})
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_before_the_run_is_followed_cancels_it(warm, monkeypatch, exc):
+    # Between the head's acceptance and following the run, the cell builds its progress
+    # widgets (tens of ms): a Ctrl-C or a script's SIGTERM there left the run going on for
+    # its whole half minute, followed by nobody.
+    from raynb.client import views
+    from raynb.client.runs import fetch_record
+    from raynb.cluster import protocol as P
+    from raynb.errors import RunInterrupted
+
+    class Interrupted:
+        def __init__(self, *a, **k):
+            pass
+
+        def display(self):
+            raise exc(143) if exc is SystemExit else exc()
+
+    monkeypatch.setattr(views, "run_view", Interrupted)
+    name = f"unfollowed_{exc.__name__}_{os.getpid()}"
+    with pytest.raises(exc) as info:
+        execute_run(_sleeps_reporting, {}, _sc(2), raynb.RunConfig(name=name, verbose=0))
+    if exc is KeyboardInterrupt:
+        assert isinstance(info.value, RunInterrupted) and "it was cancelled" in str(info.value), info.value
+        assert info.value.run_path and info.value.run_path.endswith(name)   # %%ray_train binds its Result
+    deadline = time.monotonic() + 10
+    while (record := fetch_record(P.GET_RUN, name))["state"] not in ("CANCELLED", "FINISHED", "FAILED") \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert record["state"] == "CANCELLED", record["state"]
+    assert record.get("num_reports", 0) < 100, record.get("num_reports")
+    wait_idle_workers(warm, 4, timeout=10)

@@ -170,7 +170,9 @@ def test_run_directory_files(warm, tmp_path):
     ({"use_gpu": "yes"}, TypeError, "ScalingConfig(use_gpu='yes'): use_gpu must be True or False"),
     ({"use_gpu": 2}, TypeError, "use_gpu must be True or False"),
     ({"resources_per_worker": "x"}, TypeError, "give a dict of resource names to amounts >= 0"),
-    ({"resources_per_worker": {"CPU": -1}}, TypeError, "give a dict of resource names to amounts >= 0"),
+    ({"resources_per_worker": {"CPU": -1}}, ValueError, "{'CPU': -1}): 'CPU' must be an amount >= 0"),
+    ({"resources_per_worker": {"CPU": float("nan")}}, ValueError, "'CPU' must be an amount >= 0"),
+    ({"resources_per_worker": {"CPU": "1"}}, TypeError, "give a dict of resource names to amounts >= 0"),
     ({"resources_per_worker": {"GPU": 1}}, ValueError, "asks for GPUs but use_gpu is False: set use_gpu=True"),
     ({"use_gpu": True, "resources_per_worker": {"GPU": 0}}, ValueError, "gives each worker 0 GPUs"),
     ({"timeout_s": "5"}, ValueError, "ScalingConfig(timeout_s='5') must be a positive number of seconds"),
@@ -207,3 +209,25 @@ def test_a_bad_max_report_bytes_does_not_break_import_raynb():
                               "import raynb; print(m)"], capture_output=True, text=True,
                              env={**__import__("os").environ, "RAYNB_MAX_REPORT_BYTES": bad})
         assert out.returncode == 0 and out.stdout.strip() == str(1 << 20), (bad, out.stderr)
+
+
+def test_an_oversized_report_names_its_largest_entry_and_is_never_printed_whole():
+    from raynb.train.report_metrics import MAX_REPORT_BYTES, ReportTooLarge, plain_metrics
+
+    third = MAX_REPORT_BYTES // 3
+    with pytest.raises(ReportTooLarge) as ei:   # the cap passed by a small entry after a big one
+        plain_metrics({"big": "x" * (2 * third), "mid": "y" * (third // 2), "last": list(range(third // 8))})
+    assert f"('big' is a str of at least {2 * third:,} bytes; 'last', a list, passed the cap)" \
+        in str(ei.value), ei.value
+
+    class Huge:   # as bytes or a set: a repr longer than its length, never made when too long
+        def __len__(self):
+            return MAX_REPORT_BYTES + 1
+
+        def __repr__(self):
+            raise AssertionError("repr() of an oversized value was built")
+
+    for value in (Huge(), b"\0" * (MAX_REPORT_BYTES + 1), set(range(MAX_REPORT_BYTES + 1))):
+        with pytest.raises(ReportTooLarge, match=rf"'blob' is a {type(value).__name__} of at least"):
+            plain_metrics({"loss": 0.5, "blob": value})
+    assert plain_metrics({"b": b"ab", "s": {1}}) == {"b": "b'ab'", "s": "{1}"}   # small ones: their repr

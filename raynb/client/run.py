@@ -270,21 +270,28 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     """
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
-    except (KeyboardInterrupt, SystemExit) as e:
-        # Interrupted before the head's answer: the run may exist already; cancel it by id
-        # (not when the kernel is restarting: the run goes on, as after any other cell).
-        if isinstance(e, KeyboardInterrupt) and interrupt_is_shutdown():
-            raise
-        client.send(P.CANCEL_RUN, {"run_id": spec["run_id"]})
-        if isinstance(e, SystemExit):
-            raise   # the script is ending (script_exit.py), and its run with it
-        raise RunInterrupted("interrupted while submitting the run; it was cancelled") from None
+    except (KeyboardInterrupt, SystemExit) as e:   # before the head's answer: the run may exist already
+        cancel_unfollowed(client, spec["run_id"], e, "while submitting the run")
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
         raise
     if accepted.msg_type == P.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
     return accepted.content
+
+
+def cancel_unfollowed(client, run_id: str, exc: BaseException, when: str) -> None:
+    """An interrupt or a script's exit (``script_exit``) before the run was followed: the run
+    cancelled by id (else nobody follows it), but not when the kernel is restarting.
+
+    Raises:
+        RunInterrupted: for a ``KeyboardInterrupt`` (the run was cancelled); ``exc`` itself else."""
+    if isinstance(exc, KeyboardInterrupt) and interrupt_is_shutdown():
+        raise exc
+    client.send(P.CANCEL_RUN, {"run_id": run_id})
+    if isinstance(exc, SystemExit):
+        raise exc   # the script is ending, and its run with it
+    raise RunInterrupted(f"interrupted {when}; it was cancelled") from None
 
 
 def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,

@@ -11,7 +11,6 @@ file raynb writes in it 0600, whatever the umask.
 """
 from __future__ import annotations
 
-import csv
 import datetime as _dt
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 from . import spare_files
 from .private_files import (RunFileError, aside, json_default as _json_default, private_opener,  # noqa: F401
                             write_json_atomic, writing)
+from .progress_table import ProgressTable
 from .run_logs import OUTPUT_FILE, tag_lines
 from .storage_uri import join_uri
 
@@ -167,9 +167,7 @@ class RunDirectory:
         self._partial: dict[tuple, str] = {}  # (rank, stream) -> its line not ended yet
         self._rows: list[dict] = []
         self._unwritten: list[dict] = []  # rows not in the files yet (see flush)
-        self._columns: list[str] = []
-        self._progress = None  # progress.csv, open for appending
-        self._progress_writer = None
+        self._progress = ProgressTable(self._progress_path)
         self._last_time: float | None = None
         self.time_offset = 0.0  # seconds trained by earlier attempts (a resumed run)
         self._prepared = False  # prepare_files made the report files
@@ -177,8 +175,7 @@ class RunDirectory:
     def load_existing(self) -> None:
         """Continue a resumed run's files: later reports append after its rows."""
         self._rows = read_reports(self.path)
-        for row in self._rows:
-            self._columns += [k for k in row if k not in self._columns]
+        self._progress.load(self._rows)
         if self._rows:
             self.time_offset = float(self._rows[-1].get("time_total_s") or 0.0)
 
@@ -278,41 +275,19 @@ class RunDirectory:
         self._unwritten.append(row)
         return row
 
-    def _write_rows(self) -> None:
-        """Append the rows not written yet to ``result.json`` and ``progress.csv``."""
+    def _write_rows(self, final: bool = False) -> None:
+        """Append the rows not written yet to ``result.json`` and ``progress.csv`` (which may
+        hold them for a rewrite: ``progress_table``)."""
         rows, self._unwritten = self._unwritten, []
-        if not rows:
+        if not rows and not self._progress.waiting:
             return
-        with writing(self._result_path):
-            if self._result is None:
-                self._result = open(self._result_path, "a", opener=private_opener)
-            self._result.write("".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
-            self._result.flush()
-        with writing(self._progress_path):
-            self._write_progress(rows)
-
-    def _write_progress(self, rows: list[dict]) -> None:
-        new = [k for row in rows for k in row if k not in self._columns]
-        path = self._progress_path
-        if new or not self._columns:
-            # A new metric appeared: rewrite with the widened header.
-            self._columns += list(dict.fromkeys(new))
-            if self._progress is not None:
-                self._progress.close()
-            # Rewritten in place, cut after (not "w": see rewrite), in the file prepare_files made.
-            self._progress = open(path, "r+" if os.path.exists(path) else "w", newline="", opener=private_opener)
-            old_bytes = os.fstat(self._progress.fileno()).st_size
-            self._progress_writer = csv.DictWriter(self._progress, self._columns)
-            self._progress_writer.writeheader()
-            self._progress_writer.writerows(self._rows)
-            if old_bytes:
-                self._progress.truncate()
-        else:
-            if self._progress is None:
-                self._progress = open(path, "a", newline="", opener=private_opener)
-                self._progress_writer = csv.DictWriter(self._progress, self._columns)
-            self._progress_writer.writerows(rows)
-        self._progress.flush()
+        if rows:
+            with writing(self._result_path):
+                if self._result is None:
+                    self._result = open(self._result_path, "a", opener=private_opener)
+                self._result.write("".join(json.dumps(row, default=_json_default) + "\n" for row in rows))
+                self._result.flush()
+        self._progress.write(rows, self._rows, final)
 
     def write_error(self, errors: list | None) -> None:
         if not errors:
@@ -334,7 +309,7 @@ class RunDirectory:
         failed = None
         partial, self._partial = self._partial, {}
         try:
-            self._write_rows()
+            self._write_rows(final=True)
         except RunFileError as e:
             failed = e
         try:
@@ -342,9 +317,11 @@ class RunDirectory:
                 self._write_output(rank, rest, stream)
         except RunFileError as e:
             failed = failed or e
-        self._progress_writer = None
-        for name, path in (("_result", self._result_path), ("_output", self._output_path),
-                           ("_progress", self._progress_path)):
+        try:
+            self._progress.close()
+        except RunFileError as e:
+            failed = failed or e
+        for name, path in (("_result", self._result_path), ("_output", self._output_path)):
             f = getattr(self, name)
             setattr(self, name, None)
             if f is not None:

@@ -31,8 +31,8 @@ class ScalingConfig:
 
     Raises:
         ValueError: ``num_workers`` not an integer >= 1, an unknown ``placement_strategy``,
-            ``timeout_s`` not a positive number, GPUs in ``resources_per_worker`` that
-            contradict ``use_gpu``.
+            ``timeout_s`` not a positive number, a negative amount in ``resources_per_worker``,
+            GPUs there that contradict ``use_gpu``.
         TypeError: ``use_gpu`` not a bool, ``resources_per_worker`` not a dict of amounts.
     """
 
@@ -64,10 +64,14 @@ class ScalingConfig:
         if res is None:
             return
         if not isinstance(res, dict) or not all(
-                isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool) and v >= 0
+                isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool)
                 for k, v in res.items()):
             raise TypeError(f"ScalingConfig(resources_per_worker={res!r}): give a dict of resource names "
                             "to amounts >= 0, e.g. {'CPU': 1, 'GPU': 1}")
+        negative = sorted(k for k, v in res.items() if not v >= 0)   # (NaN too)
+        if negative:   # the right type, a wrong value: a ValueError, as Ray's
+            raise ValueError(f"ScalingConfig(resources_per_worker={res!r}): {', '.join(map(repr, negative))} "
+                             "must be an amount >= 0")
         gpus = res.get("GPU", 0)
         if gpus and not self.use_gpu:
             raise ValueError(f"ScalingConfig(resources_per_worker={res!r}) asks for GPUs but use_gpu is "

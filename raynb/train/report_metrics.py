@@ -41,10 +41,12 @@ def plain_metrics(metrics: dict) -> dict:
 
     Raises:
         ReportTooLarge: (a ValueError) they would take more than ``MAX_REPORT_BYTES``; the
-            message names the entry at which the cap was passed and what to do instead.
+            message names the largest entry (and the one that passed the cap, if another)
+            and what to do instead.
     """
     left = [MAX_REPORT_BYTES]
     out = {}
+    sizes: dict[str, tuple[int, str]] = {}   # key -> (bytes, type name): the largest is named
     for k, v in metrics.items():
         key = str(k)
         before = left[0] - len(key)
@@ -54,14 +56,23 @@ def plain_metrics(metrics: dict) -> dict:
             if left[0] < 0:
                 raise ReportTooLarge
         except ReportTooLarge:
+            sizes[key] = (before - left[0], type(v).__name__)
             raise ReportTooLarge(
                 f"report(): the metrics are over the {MAX_REPORT_BYTES:,} bytes a report may carry "
-                f"({key!r} is a {type(v).__name__} of at least {before - left[0]:,} bytes). A report "
+                f"({_largest(sizes, key)}). A report "
                 "is a row of result.json and progress.csv: save arrays, tensors and long text in a "
                 "checkpoint (report(metrics, checkpoint=...)) or a file under "
                 "get_context().get_trial_dir(); RAYNB_MAX_REPORT_BYTES (set where the cluster starts) "
                 "raises the cap") from None
+        sizes[key] = (before - left[0], type(v).__name__)
     return out
+
+
+def _largest(sizes: dict, last: str) -> str:
+    """Which entry to shrink: the largest, and the one that passed the cap if another."""
+    big = max(sizes, key=lambda k: sizes[k][0])
+    said = f"{big!r} is a {sizes[big][1]} of at least {sizes[big][0]:,} bytes"
+    return said if big == last else f"{said}; {last!r}, a {sizes[last][1]}, passed the cap"
 
 
 def _plain(value: Any, left: list) -> Any:
@@ -108,6 +119,13 @@ def _plain(value: Any, left: list) -> Any:
     tolist = getattr(value, "tolist", None)
     if callable(tolist):
         return _plain(tolist(), left)
+    try:   # bytes, a set...: a repr at least as long as the value, never made when too long
+        length = len(value)
+    except Exception:  # noqa: BLE001 - no length: its repr is sized as it is
+        length = 0
+    if length > left[0]:
+        left[0] -= length
+        raise ReportTooLarge
     text = repr(value)
     left[0] -= len(text)
     return text

@@ -10,7 +10,7 @@ from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL
 from ..client import bulk, views
 from ..client.connection import get_client
-from ..client.run import RunOutcome, build_submission, follow_run, submit_run_accepted
+from ..client.run import RunOutcome, build_submission, cancel_unfollowed, follow_run, submit_run_accepted
 from ..client.runs import fetch_record, latest_live_run
 from ..errors import RunError
 from .callback_list import CallbackList
@@ -78,9 +78,16 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     except ValueError:
         bulk.forget(spec["run_id"])  # refused: no run will free its shared-memory data
         raise
-    view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
-                          run_config.verbose, raises=True)
-    view.display()
+    try:
+        view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
+                              run_config.verbose, raises=True)
+        view.display()   # (widgets: tens of ms, when an early Ctrl-C lands)
+    except (KeyboardInterrupt, SystemExit) as e:
+        try:
+            cancel_unfollowed(client, spec["run_id"], e, "before the run was followed")
+        except KeyboardInterrupt as ki:
+            ki.run_path = accepted.get("path")
+            raise
     try:
         if callbacks:
             outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)

@@ -165,16 +165,37 @@ class NodeEvents:
             text = f"the head refused this peer: {why}"
         else:
             return  # a replay or a malformed message: dropped and counted, nothing to say
-        # One line every REFUSALS_LOGGED_EVERY_S in all, the others counted into the next: a
-        # peer that takes a new routing id per connection wrote 80 lines a second.
-        if now - self.__dict__.get("_refusal_logged_at", -1e9) >= REFUSALS_LOGGED_EVERY_S:
-            unlogged = self.__dict__.pop("_refusals_unlogged", 0)
-            log.warning("refused %r: %s%s", identity[:64], text,
-                        f" ({unlogged} more peers refused since the last such line)" if unlogged else "")
-            self._refusal_logged_at = now
-        else:
-            self._refusals_unlogged = self.__dict__.get("_refusals_unlogged", 0) + 1
+        self.refusal_log.refused(identity, text, now)
         try:
             self.sock.send_multipart([identity, REFUSED, text.encode()])
         except Exception:  # noqa: BLE001 - best effort
             pass
+
+
+class RefusalLog:
+    """``head.log``'s lines for refused peers: one every ``REFUSALS_LOGGED_EVERY_S`` in all (a
+    peer that takes a new routing id per connection wrote 80 lines a second). The refusals
+    in between are counted: into the next such line, or, when none comes, into a summary
+    that the head's tick writes once the interval is over (``flush``)."""
+
+    def __init__(self):
+        self._logged_at = -1e9
+        self._unlogged = 0
+        self._last: tuple[bytes, str] | None = None   # the latest unlogged peer and why
+
+    def refused(self, identity: bytes, text: str, now: float) -> None:
+        if now - self._logged_at < REFUSALS_LOGGED_EVERY_S:
+            self._unlogged += 1
+            self._last = (identity[:64], text)
+            return
+        more = f" ({self._unlogged} more peers refused since the last such line)" if self._unlogged else ""
+        log.warning("refused %r: %s%s", identity[:64], text, more)
+        self._logged_at, self._unlogged, self._last = now, 0, None
+
+    def flush(self, now: float) -> None:
+        """The count of refusals not yet logged, once the interval since the last line is over."""
+        if self._unlogged and now - self._logged_at >= REFUSALS_LOGGED_EVERY_S:
+            identity, text = self._last
+            log.warning("refused %d more peers since the last such line, the latest %r: %s",
+                        self._unlogged, identity, text)
+            self._logged_at, self._unlogged, self._last = now, 0, None

@@ -25,7 +25,7 @@ from .data_gate import DataGate, send_if_connected
 from . import idle_stop
 from .idle_stop import IdleStop
 from .local_node import LOCAL_NODE_ID, LocalNode
-from .node_events import NODE_TIMEOUT_S, NodeEvents  # noqa: F401 - NODE_TIMEOUT_S: its old home
+from .node_events import NODE_TIMEOUT_S, NodeEvents, RefusalLog  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
 from .registry import Registry
@@ -109,6 +109,7 @@ class Head(NodeEvents, ClientRequests):
                                    self.requeue, self.controller.no_room)
         self.handlers.update(self.queue.gate.handlers())
         self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
+        self.refusal_log = RefusalLog()   # head.log's lines for refused peers, rate-limited
         self.handlers.update(self.transfers.handlers())
         self.store.load_archive()
 
@@ -197,6 +198,7 @@ class Head(NodeEvents, ClientRequests):
     def tick(self) -> None:
         now = time.monotonic()
         self.session.rejects.flush(due_only=True)
+        self.refusal_log.flush(now)
         for run in self.store.ticking():  # not the ended runs kept for raynb.runs()
             self.controller.tick(run)
             progress_relay.flush(run, self.emit, due_only=True)
