@@ -29,6 +29,7 @@ from ..errors import ClusterError, RunInterrupted
 from . import refollow
 from .connection import check_head_alive, disconnect, local_head_gone
 from . import bulk
+from .interrupts import CHECK_S, NotedInterrupts
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .shipping import dumps_payload, notebook_sources, sys_path_dirs
 
@@ -344,16 +345,29 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
 def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
             name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
+    with NotedInterrupts() as interrupts:
+        return _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts)
+
+
+def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name,
+                 interrupts: NotedInterrupts) -> P.Message:
     cancel_sent_at = None
     last_heard = last_reattach = time.monotonic()
+    wait_until = None   # the end of this wait, polled in slices (interrupts.CHECK_S)
     while True:
         try:
-            timeout = PING_EVERY_S if cancel_sent_at is None else max(
-                0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at)))
-            if relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
-                timeout = min(timeout, OUTPUT_FLUSH_S)
-            msg = client.recv(timeout)
+            if wait_until is None:
+                timeout = PING_EVERY_S if cancel_sent_at is None else max(
+                    0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at)))
+                if relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
+                    timeout = min(timeout, OUTPUT_FLUSH_S)
+                wait_until = time.monotonic() + timeout
+            msg = client.recv(max(0.0, min(wait_until - time.monotonic(), CHECK_S)))
+            interrupts.raise_noted()   # a Ctrl-C that pyzmq swallowed
             now = time.monotonic()
+            if msg is None and now < wait_until:
+                continue
+            wait_until = None
             if msg is None:
                 if relay.pending:
                     relay.flush()
@@ -402,6 +416,8 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
                         reports.append(event["metrics"])
                 display.handle(event)
         except KeyboardInterrupt as e:
+            interrupts.handled()
+            wait_until = None
             if isinstance(e, RunInterrupted):
                 raise
             if not cancel_on_interrupt:

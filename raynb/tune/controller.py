@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..client.interrupts import CHECK_S, NotedInterrupts
 from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..cluster import protocol as P
 from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
@@ -76,6 +77,10 @@ class TuneController:
             ClusterError: the head stopped answering.
             Exception: whatever a scheduler or searcher raised; running trials are cancelled first.
         """
+        with NotedInterrupts() as interrupts:   # a Ctrl-C that pyzmq swallowed, raised again
+            self._run(interrupts)
+
+    def _run(self, interrupts: NotedInterrupts) -> None:
         started = time.monotonic()
         deadline = started + self.time_budget_s if self.time_budget_s else None
         try:
@@ -86,6 +91,7 @@ class TuneController:
                     not self.search_finished and not self._budget_hit):
                 if self._interrupt_requested:
                     raise KeyboardInterrupt
+                interrupts.raise_noted()
                 if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
                     self._time_budget_reached()
                 self._held_stops.release_due()
@@ -110,8 +116,9 @@ class TuneController:
                     timeout = max(0.0, min(timeout, deadline - time.monotonic()))
                 if self._interrupt_requested:
                     timeout = 0.0
-                # Wake at least every 0.25 s: the table's clock, and interrupt() from another thread.
-                msg = self.client.recv(min(timeout, 0.25))
+                # Wake at least every 0.25 s: the table's clock, interrupt() from another thread,
+                # an interrupt noted but swallowed.
+                msg = self.client.recv(min(timeout, CHECK_S))
                 if msg is None:
                     self._quiet()
                 else:
