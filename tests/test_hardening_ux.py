@@ -120,8 +120,10 @@ def error_of(msgs) -> dict | None:
 
 # ---------------------------------------------------------------- 15. log floods
 def test_relay_shows_a_bounded_head_and_tail_and_names_the_full_log(capsys):
-    cap, tail = client_run.MAX_SHOWN_LINES, client_run.TAIL_LINES
-    relay = client_run._OutputRelay(all_ranks=True, path="/runs/r1")
+    from raynb.client import output_relay
+
+    cap, tail = output_relay.MAX_SHOWN_LINES, output_relay.TAIL_LINES
+    relay = output_relay.OutputRelay(all_ranks=True, path="/runs/r1")
     n = cap + 5000
     for i in range(0, n, 10):   # chunks of 10 lines, as the ranks now send them
         relay.write({"rank": 1, "stream": "stdout", "text": "".join(f"line {j}\n" for j in range(i, i + 10))})
@@ -181,7 +183,9 @@ def test_log_flood_keeps_the_client_flat_and_says_where_the_log_is(warm, tmp_pat
     log = os.path.join(figures["path"], "output.log")
     assert f"the full log: {log}" in out, [ln for ln in out.splitlines() if not ln.startswith("(rank 0) line")]
     shown = [ln for ln in out.splitlines() if ln.startswith("(rank 0) line")]
-    assert len(shown) == client_run.MAX_SHOWN_LINES + client_run.TAIL_LINES
+    from raynb.client.output_relay import MAX_SHOWN_LINES, TAIL_LINES
+
+    assert len(shown) == MAX_SHOWN_LINES + TAIL_LINES
     assert shown[-1].startswith(f"(rank 0) line {n - 1} ")
     with open(log) as f:
         assert sum(1 for _ in f) == 4 * n   # the file keeps every line of every rank

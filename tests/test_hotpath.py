@@ -357,12 +357,12 @@ def _run_recording_messages(monkeypatch, client):
 
 def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch):
     """The head sends what it has for a client once per drain of its socket
-    (head/client_outbox.py): the submit's states with one message after the accepted,
-    the end's events inside run_done; the client reads them back in order."""
+    (head/client_outbox.py): the submit's states inside the accepted (2.3), the end's
+    events inside run_done; the client reads them back in order."""
     received, events = _run_recording_messages(monkeypatch, get_client())
     types = [t for t, _ in received if t != "pong"]
-    assert types[:2] == ["run_accepted", "run_events"], types
-    assert [e["event"]["state"] for e in received[1][1]["events"]] == ["PENDING", "RUNNING"]
+    assert types[0] == "run_accepted", types
+    assert [e["event"]["state"] for e in received[0][1]["events"]] == ["PENDING", "RUNNING"]
     assert types[-1] == "run_done" and received[-1][1]["events"][-1]["event"]["state"] == "FINISHED"
     states = [e["state"] for e in events if e.get("kind") == "state"]
     assert states == ["PENDING", "RUNNING", "FINISHED"], events
@@ -373,6 +373,25 @@ def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch
                for e in c.get("events", ()) if e["event"]["kind"] == "output"]
     outputs += [c["event"]["text"] for t, c in received if t == "run_event" and c["event"]["kind"] == "output"]
     assert sorted("".join(outputs).split("\n")[:-1]) == ["rank 0 starts", "rank 1 starts"], outputs
+
+
+def test_a_22_client_gets_the_first_states_after_the_accepted(warm, monkeypatch):
+    """A 2.2 client (run_events, but no events inside run_accepted) gets the submit's
+    states in a run_events message after the accepted, as before 2.3."""
+    from raynb.cluster import protocol as P
+    from raynb.cluster.control import Client
+
+    info = get_client().info
+    monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.2")
+    old = Client(info["address"], info["key"].encode(), info)
+    try:
+        received, events = _run_recording_messages(monkeypatch, old)
+    finally:
+        old.close()
+    types = [t for t, _ in received if t != "pong"]
+    assert types[:2] == ["run_accepted", "run_events"] and "events" not in received[0][1], types
+    assert [e["event"]["state"] for e in received[1][1]["events"]] == ["PENDING", "RUNNING"]
+    assert [e["state"] for e in events if e.get("kind") == "state"] == ["PENDING", "RUNNING", "FINISHED"]
 
 
 def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatch):

@@ -20,6 +20,7 @@ import pytest
 import raynb
 import raynb.client
 import raynb.client.connection
+import raynb.client.output_relay
 import raynb.client.run
 from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.train.run import execute_run
@@ -62,7 +63,7 @@ def test_slow_client_loses_no_event_and_gets_run_done(warm, monkeypatch):
             time.sleep(1.5)
         lines.extend(event["text"].splitlines())
 
-    monkeypatch.setattr(raynb.client.run._OutputRelay, "write", slow_write)
+    monkeypatch.setattr(raynb.client.output_relay.OutputRelay, "write", slow_write)
     n = 4000
     result, ret = execute_run(_flood, {"n": n}, _sc(1), QUIET)
     assert ret == "done"

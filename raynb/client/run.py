@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import sys
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +20,7 @@ import cloudpickle
 
 from ..cluster import protocol as P
 from ..cluster.head.run import TERMINAL as RUN_END_STATES
-from ..cluster.rundir import OUTPUT_FILE, read_reports
+from ..cluster.rundir import read_reports
 from ..cluster.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
 from . import refollow
@@ -31,6 +28,7 @@ from .connection import check_head_alive, disconnect, local_head_gone
 from . import bulk
 from .interrupts import CHECK_S, NotedInterrupts
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
+from .output_relay import OUTPUT_FLUSH_S, OutputRelay
 from .shipping import dumps_payload, notebook_sources, sys_path_dirs
 
 # After a cancel, how long to wait for the head to confirm every rank stopped (s).
@@ -40,12 +38,6 @@ CANCEL_WAIT_S = 5.0
 # cell fails instead of waiting forever.
 PING_EVERY_S = 2.0
 HEAD_SILENCE_S = 10.0
-# A followed run's output shown in the cell: the first MAX_SHOWN_LINES lines as they come,
-# then only the last TAIL_LINES, at the end (the run's output.log has every line).
-MAX_SHOWN_LINES = 1000
-TAIL_LINES = 20
-# Output is written to the cell in chunks, at most this long after it arrived (s).
-OUTPUT_FLUSH_S = 0.05
 
 
 def _json_safe(value):
@@ -79,101 +71,6 @@ class RunOutcome:
         if self.state == "FINISHED" and self.value_frames:
             return cloudpickle.loads(P.buffer_bytes(self.value_frames[0]))
         return None
-
-
-class _OutputRelay:
-    """Writes the ranks' output to the cell's stdout / stderr, each line tagged ``(rank N)``.
-
-    A rank's unfinished line (``print(".", end="", flush=True)``) is continued
-    without a second tag, and ended before another rank's output starts there.
-
-    What a notebook holds stays bounded however much a run prints: text is written
-    in coalesced chunks (one write and flush per `flush`, not per event), the first
-    `MAX_SHOWN_LINES` lines are shown as they come, and past them only a count and
-    the last `TAIL_LINES` are kept; `end` shows those, with where the full log is.
-    """
-
-    def __init__(self, all_ranks: bool, path: str | None = None):
-        self.all_ranks = all_ranks
-        self.path = path                  # the run directory, for the notices
-        self._open: dict[str, int] = {}   # stream name -> rank whose line is unfinished
-        self._pending: list[tuple[str, str]] = []   # (stream name, text) not written yet
-        self.shown = 0                    # lines written (or pending) so far
-        self.hidden = 0                   # lines past the cap, not shown
-        self._tail: deque = deque(maxlen=TAIL_LINES)   # the newest hidden (stream, line)
-
-    @staticmethod
-    def _stream(name: str):
-        return sys.stderr if name == "stderr" else sys.stdout
-
-    @property
-    def pending(self) -> bool:
-        return bool(self._pending)
-
-    def write(self, event: dict) -> None:
-        """Take one output event (written at the next `flush`)."""
-        rank = event.get("rank")
-        if rank != 0 and not self.all_ranks:
-            return
-        name = "stderr" if event.get("stream") == "stderr" else "stdout"
-        text = event.get("text", "")
-        if not text:
-            return
-        open_rank = self._open.pop(name, None)
-        out = ["\n"] if open_rank is not None and open_rank != rank else []
-        for piece in re.findall(r"[^\n]*\n|[^\n]+", text):
-            line = piece if open_rank == rank else f"(rank {rank}) {piece}"
-            open_rank = None if piece.endswith("\n") else rank
-            if self.shown < MAX_SHOWN_LINES:
-                out.append(line)
-                self.shown += piece.endswith("\n")
-                if self.shown == MAX_SHOWN_LINES:
-                    out.append(self._cap_notice())
-                    open_rank = None
-            elif piece.endswith("\n"):
-                self.hidden += 1
-                self._tail.append((name, f"(rank {rank}) {piece}"))
-        if open_rank is not None:
-            self._open[name] = open_rank
-        if out:
-            self._pending.append((name, "".join(out)))
-
-    def _cap_notice(self) -> str:
-        where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
-        return (f"\n(raynb) {MAX_SHOWN_LINES} lines shown: further output is not shown here (the last "
-                f"{TAIL_LINES} lines come when the run ends); the full log: {where}\n")
-
-    def flush(self) -> None:
-        """Write what was taken since the last flush: one write and flush per stream run."""
-        pending, self._pending = self._pending, []
-        i = 0
-        while i < len(pending):
-            name = pending[i][0]
-            j = i
-            while j < len(pending) and pending[j][0] == name:
-                j += 1
-            stream = self._stream(name)
-            stream.write("".join(text for _, text in pending[i:j]))
-            stream.flush()
-            i = j
-
-    def end(self, path: str | None = None) -> None:
-        """Write the rest, then how many lines were not shown and the last of them, and
-        end unfinished lines, so what the cell prints next starts on its own line."""
-        self.path = path or self.path
-        self.flush()
-        for name in list(self._open):
-            del self._open[name]
-            self._stream(name).write("\n")
-            self._stream(name).flush()
-        if self.hidden:
-            where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
-            shown = min(self.hidden, TAIL_LINES)
-            self._pending.append(("stdout", f"(raynb) ... {self.hidden - shown} lines not shown; the "
-                                            f"full log: {where}\n"))
-            self._pending.extend((self._tail.popleft() for _ in range(len(self._tail))))
-            self.flush()
-            self.hidden = 0
 
 
 def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
@@ -317,7 +214,7 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     reports = reports if reports is not None else []
     watch_kernel_shutdown()
     try:
-        done = _follow(client, run_id, display, reports, _OutputRelay(all_ranks, path),
+        done = _follow(client, run_id, display, reports, OutputRelay(all_ranks, path),
                        cancel_on_interrupt, name)
     except SystemExit:   # the script is ending (script_exit.py): a run it started ends too
         if cancel_on_interrupt:

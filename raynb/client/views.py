@@ -76,13 +76,13 @@ def run_view(name: str, world_size: int, total_epochs: int | None = None, verbos
 
     Args:
         total_epochs: the epochs its progress bars count to (None: unknown).
-        verbose: 0 shows nothing (the model is still fed).
+        verbose: 0 shows nothing (and feeds no model: nothing reads it).
         history: events that happened before this process followed the run
             (an attached run's earlier reports), given to the model first.
         raises: the caller raises a ``RunError`` naming a failure, so the view does
             not repeat it (the cell showed "rank 2 raised ValueError: boom" three times).
     """
-    if _run_factory is None:
+    if _run_factory is None or not verbose:
         return _NullView()
     return _run_factory(name, world_size, total_epochs=total_epochs, verbose=verbose,
                         history=history, raises=raises)

@@ -92,7 +92,7 @@ class Client:
                 hook = MESSAGE_HOOKS.get(msg.msg_type)
                 if hook is not None:
                     hook(self, msg)   # answered; still returned: the head was heard from
-                if msg.msg_type in (P.RUN_EVENTS, P.RUN_DONE):
+                if msg.msg_type in (P.RUN_EVENTS, P.RUN_DONE, P.RUN_ACCEPTED):
                     self._backlog.extend(event_batch.expand(msg))
                     return self._backlog.popleft()
                 return msg

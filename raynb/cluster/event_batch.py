@@ -4,12 +4,13 @@
 - A task's last events ride in its ``task_done`` (``worker.py``), sent to a head that
   reads them (:func:`reads_batches`).
 - The head's events for one client between two drains of its socket are one
-  ``run_events`` message; those just before a run's ``run_done`` ride in it
-  (``head/client_outbox.py``). :func:`expand` gives a client the messages it stands for.
+  ``run_events`` message; those just before a run's ``run_done`` ride in it, and those
+  just after its ``run_accepted`` (its first states) ride in that (protocol 2.3;
+  ``head/client_outbox.py``). :func:`expand` gives a client the messages it stands for.
 """
 from __future__ import annotations
 
-from .protocol import RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
+from .protocol import RUN_ACCEPTED, RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
 
 # The most events one batch carries (a rank's report burst), and about the most bytes of
 # their text and metrics: far under any message limit (RAYNB_MAX_MESSAGE_BYTES), also
@@ -44,11 +45,21 @@ def split_batches(events: list) -> list[list]:
 def reads_batches(version) -> bool:
     """Whether a peer of protocol ``version`` ("2.2") reads ``run_events`` and the
     ``events`` of a ``run_done`` or ``task_done`` (2.2 and later)."""
+    return _at_least(version, (2, 2))
+
+
+def reads_accepted_events(version) -> bool:
+    """Whether a client of protocol ``version`` reads the ``events`` of a ``run_accepted``
+    (2.3 and later)."""
+    return _at_least(version, (2, 3))
+
+
+def _at_least(version, least: tuple) -> bool:
     try:
         major, minor = (int(x) for x in str(version).split(".")[:2])
     except ValueError:
         return False
-    return (major, minor) >= (2, 2)
+    return (major, minor) >= least
 
 
 def unbatch(msg: Message) -> list[Message]:
@@ -61,16 +72,19 @@ def unbatch(msg: Message) -> list[Message]:
 
 
 def expand(msg: Message) -> list[Message]:
-    """A ``run_events`` message as its ``run_event`` messages, and a ``run_done`` that
-    carries ``events`` as those events, then the ``run_done`` without them; any other
-    message as itself. In the order the head sent them."""
+    """A ``run_events`` message as its ``run_event`` messages; a ``run_done`` that carries
+    ``events`` as those events, then the ``run_done`` without them; a ``run_accepted``
+    that carries ``events`` as itself without them, then those events; any other message
+    as itself. In the order the head sent them."""
     if msg.msg_type == RUN_EVENTS:
         events = msg.content["events"]
-    elif msg.msg_type == RUN_DONE and "events" in msg.content:
+    elif msg.msg_type in (RUN_DONE, RUN_ACCEPTED) and "events" in msg.content:
         events = msg.content.pop("events")
     else:
         return [msg]
     out = [Message(RUN_EVENT, e, [], msg.header, msg.identity) for e in events]
     if msg.msg_type == RUN_DONE:
         out.append(msg)
+    elif msg.msg_type == RUN_ACCEPTED:
+        out.insert(0, msg)
     return out

@@ -48,7 +48,7 @@ from .wire import recv_frames, send_frames
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.2"
+PROTOCOL_VERSION = "2.3"
 
 log = logging.getLogger("raynb.protocol")
 
@@ -66,7 +66,7 @@ ATTACH_RUN = "attach_run"        # {"name"}: its record now, then its events unt
 RELEASE_DATA = "release_data"    # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
 # head -> client
 HELLO_REPLY = "hello_reply"
-RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "ranks": [...]}
+RUN_ACCEPTED = "run_accepted"    # {"run_id", "name", "path", "events"?: the run events after it (2.3)}
 RUN_EVENT = "run_event"          # {"run_id", "event": {...}} (progress pane events)
 RUN_EVENTS = "run_events"        # {"events": [run_event content, ...]}: one drain's events (2.2)
 RUN_DONE = "run_done"            # {"run_id", "state", "error", "events"?, ...}; buffers[0] = rank 0 return value
@@ -123,6 +123,7 @@ _CHECKPOINT_CONFIG = Record({"num_to_keep?": (Int(0), None), "checkpoint_score_a
                              "checkpoint_score_order?": _STR})
 _NAMED = Record({"name?": _STR, "run_id?": _STR})
 _ANY = Record()  # a dict, whatever its fields
+_RUN_EVENTS = ListOf(_RUN_EVENT := Record({"run_id": str, "event": dict}))
 SCHEMAS: dict[str, Record] = {
     HELLO: Record({"role?": str, "keep?": bool}),
     SUBMIT_RUN: Record({
@@ -163,11 +164,10 @@ SCHEMAS: dict[str, Record] = {
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
-    RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str}),
-    RUN_EVENT: Record({"run_id": str, "event": dict}),
-    RUN_EVENTS: Record({"events": ListOf(Record({"run_id": str, "event": dict}))}),
-    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict),
-                      "events?": ListOf(Record({"run_id": str, "event": dict}))}),
+    RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str, "events?": _RUN_EVENTS}),
+    RUN_EVENT: _RUN_EVENT,
+    RUN_EVENTS: Record({"events": _RUN_EVENTS}),
+    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict), "events?": _RUN_EVENTS}),
     ERROR: Record({"message": str}),
     RUNS_REPLY: Record({"runs": ListOf(dict)}),
     RUN_RECORD: Record({"record": dict}),

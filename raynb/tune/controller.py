@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..client.interrupts import CHECK_S, NotedInterrupts
+from ..client.interrupts import NotedInterrupts
 from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..cluster import protocol as P
 from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
@@ -52,8 +52,7 @@ class TuneController:
         self.num_samples, self.concurrency, self.total_workers = num_samples, concurrency, total_workers
         self.time_budget_s, self.experiment_path, self.exp_id = time_budget_s, experiment_path, exp_id
         self.state, self.progress, self.display, self.verbose = state, progress, display, verbose
-        self.search_finished = search_finished
-        self.callbacks = callbacks  # a CallbackList (raynb.train.callback_list): post-only, O(1)
+        self.search_finished, self.callbacks = search_finished, callbacks  # a CallbackList: post-only, O(1)
         self.interrupted = False
         self._interrupt_requested = False
         self._by_run: dict[str, Trial] = {}
@@ -77,68 +76,62 @@ class TuneController:
             ClusterError: the head stopped answering.
             Exception: whatever a scheduler or searcher raised; running trials are cancelled first.
         """
-        with NotedInterrupts() as interrupts:   # a Ctrl-C that pyzmq swallowed, raised again
-            self._run(interrupts)
-
-    def _run(self, interrupts: NotedInterrupts) -> None:
-        started = time.monotonic()
-        deadline = started + self.time_budget_s if self.time_budget_s else None
-        try:
-            self._create_trials()
-            self._fill()
-            self._flush()
-            while self._by_run or (self._pending and not self._budget_hit) or (
-                    not self.search_finished and not self._budget_hit):
-                if self._interrupt_requested:
-                    raise KeyboardInterrupt
-                interrupts.raise_noted()
-                if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
-                    self._time_budget_reached()
-                self._held_stops.release_due()
-                if not self._by_run:
-                    if self._budget_hit:
-                        break
-                    self._fill()
-                    if not self._by_run:
-                        if self._pending:
-                            raise RuntimeError(
-                                f"{type(self.scheduler).__name__}.choose_trial_to_run() picked none of "
-                                f"{len(self._pending)} pending trials while none was running")
-                        if self.search_finished:
-                            break
-                        raise RuntimeError(
-                            f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
-                            "was running: it waits for results that can never come")
-                    self._flush()
-                    continue
-                timeout = PING_EVERY_S
-                if deadline is not None and not self._budget_hit:
-                    timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-                if self._interrupt_requested:
-                    timeout = 0.0
-                # Wake at least every 0.25 s: the table's clock, interrupt() from another thread,
-                # an interrupt noted but swallowed.
-                msg = self.client.recv(min(timeout, CHECK_S))
-                if msg is None:
-                    self._quiet()
-                else:
-                    self._handle(msg)
-                    for _ in range(BATCH):
-                        msg = self.client.recv(0)
-                        if msg is None:
-                            break
-                        self._handle(msg)
-                if not self._budget_hit:
-                    self._fill()
+        deadline = time.monotonic() + self.time_budget_s if self.time_budget_s else None
+        with NotedInterrupts(self.interrupt):   # a Ctrl-C that pyzmq swallowed ends the loop too
+            try:
+                self._create_trials()
+                self._fill()
                 self._flush()
-        except KeyboardInterrupt:
-            self._cancel_all(PAUSED)
-            self.interrupted = True
-        except BaseException:
-            self._cancel_all(PAUSED)
-            raise
-        finally:
-            self._flush()
+                while self._by_run or (self._pending and not self._budget_hit) or (
+                        not self.search_finished and not self._budget_hit):
+                    if self._interrupt_requested:
+                        raise KeyboardInterrupt
+                    if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
+                        self._time_budget_reached()
+                    self._held_stops.release_due()
+                    if not self._by_run:
+                        if self._budget_hit:
+                            break
+                        self._fill()
+                        if not self._by_run:
+                            if self._pending:
+                                raise RuntimeError(
+                                    f"{type(self.scheduler).__name__}.choose_trial_to_run() picked none of "
+                                    f"{len(self._pending)} pending trials while none was running")
+                            if self.search_finished:
+                                break
+                            raise RuntimeError(
+                                f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
+                                "was running: it waits for results that can never come")
+                        self._flush()
+                        continue
+                    timeout = PING_EVERY_S
+                    if deadline is not None and not self._budget_hit:
+                        timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+                    if self._interrupt_requested:
+                        timeout = 0.0
+                    # Wake at least every 0.25 s: the table's clock, interrupt() (another thread's, a noted Ctrl-C).
+                    msg = self.client.recv(min(timeout, 0.25))
+                    if msg is None:
+                        self._quiet()
+                    else:
+                        self._handle(msg)
+                        for _ in range(BATCH):
+                            msg = self.client.recv(0)
+                            if msg is None:
+                                break
+                            self._handle(msg)
+                    if not self._budget_hit:
+                        self._fill()
+                    self._flush()
+            except KeyboardInterrupt:
+                self._cancel_all(PAUSED)
+                self.interrupted = True
+            except BaseException:
+                self._cancel_all(PAUSED)
+                raise
+            finally:
+                self._flush()
 
     # -- trials ---------------------------------------------------------------------------
     def _can_create(self) -> bool:

@@ -10,6 +10,9 @@ as one ``run_events`` message, and the events just before a ``run_done`` inside 
 (``event_batch.expand``), in the order they were queued. A run's tasks, sent during
 the drain, so leave before its client's messages: the client is not waiting on them.
 
+The states that follow a ``run_accepted`` in its drain (PENDING, RUNNING) ride in it (2.3):
+a re-run's client then gets two messages, the accepted and the ``run_done``.
+
 Any other message to a client (a reply, an error) first sends what waits for it, so
 order is kept. A client of an older protocol (under 2.2, no ``run_events``) gets each
 message at once, as before.
@@ -21,12 +24,17 @@ from collections import OrderedDict
 from typing import Callable
 
 from .. import protocol as P
-from ..event_batch import MAX_BATCH_BYTES, event_bytes, reads_batches, split_batches
+from ..event_batch import MAX_BATCH_BYTES, event_bytes, reads_accepted_events, reads_batches, split_batches
 
 log = logging.getLogger("raynb.head")
 
 # The clients whose protocol version was seen, most recent last (at most this many).
 MAX_CLIENTS = 4096
+# What a client of each protocol reads (``heard``): run_events and the events of a
+# run_done (2.2), the events of a run_accepted too (2.3).
+BATCHES, ACCEPTED_EVENTS = 1, 2
+# A run_accepted carries the run's first states: a few events, never a run's output.
+MAX_ACCEPTED_EVENTS = 16
 
 
 class ClientOutbox:
@@ -35,14 +43,16 @@ class ClientOutbox:
     def __init__(self, send: Callable):
         self._send = send
         self._queued: dict[bytes, list] = {}
-        self._batching: OrderedDict[bytes, bool] = OrderedDict()
+        # identity -> what it reads: 0 each message alone, BATCHES, or ACCEPTED_EVENTS too
+        self._batching: OrderedDict[bytes, int] = OrderedDict()
 
     def heard(self, identity: bytes, version) -> None:
         """A message from client ``identity``, of protocol ``version``."""
         if identity in self._batching:
             self._batching.move_to_end(identity)
             return
-        self._batching[identity] = reads_batches(version)
+        self._batching[identity] = (ACCEPTED_EVENTS if reads_accepted_events(version)
+                                    else BATCHES if reads_batches(version) else 0)
         while len(self._batching) > MAX_CLIENTS:
             gone, _ = self._batching.popitem(last=False)
             self.flush(gone)
@@ -62,15 +72,28 @@ class ClientOutbox:
             items = self._queued.pop(ident, None)
             if items:
                 try:
-                    self._send_batched(ident, items)
+                    self._send_batched(ident, items, self._batching.get(ident, BATCHES) >= ACCEPTED_EVENTS)
                 except Exception:  # noqa: BLE001 - one client's message must not stop the head
                     log.exception("could not send %d message(s) to client %r", len(items), ident)
 
-    def _send_batched(self, identity: bytes, items: list) -> None:
+    def _send_batched(self, identity: bytes, items: list, accepted_events: bool) -> None:
         events: list[dict] = []
+        accepted = None   # a run_accepted waiting for the events after it
         for msg_type, content, buffers in items:
             if msg_type == P.RUN_EVENT:
-                events.append(content)
+                if accepted is not None and len(accepted[1]["events"]) < MAX_ACCEPTED_EVENTS:
+                    accepted[1]["events"].append(content)
+                else:
+                    events.append(content)
+                continue
+            if accepted is not None:
+                self._send_accepted(identity, accepted)
+                accepted = None
+            if msg_type == P.RUN_ACCEPTED and accepted_events and not buffers:
+                if events:
+                    self._send_events(identity, events)
+                    events = []
+                accepted = (msg_type, {**content, "events": []}, buffers)
                 continue
             if msg_type == P.RUN_DONE and events:
                 parts = split_batches(events)
@@ -87,8 +110,16 @@ class ClientOutbox:
                 self._send_events(identity, events)
                 events = []
             self._send(identity, msg_type, content, buffers)
+        if accepted is not None:
+            self._send_accepted(identity, accepted)
         if events:
             self._send_events(identity, events)
+
+    def _send_accepted(self, identity: bytes, accepted: tuple) -> None:
+        msg_type, content, buffers = accepted
+        if not content["events"]:
+            del content["events"]
+        self._send(identity, msg_type, content, buffers)
 
     def _send_events(self, identity: bytes, events: list[dict]) -> None:
         for part in split_batches(events):
