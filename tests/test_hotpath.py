@@ -720,3 +720,65 @@ def test_the_connection_files_name_is_its_path_without_touching_raynb_home(tmp_p
     monkeypatch.delenv("RAYNB_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert connection_file_name() == str(tmp_path / ".raynb" / "cluster.json")
+
+
+def test_notebook_sources_are_the_cells_in_linecache_found_without_a_stat(tmp_path, monkeypatch):
+    """A fit sends the notebook's cells (linecache entries with no mtime, as IPython makes
+    them) for remote tracebacks; files linecache read are told apart without a stat each."""
+    import linecache
+
+    from raynb.client import shipping
+
+    cell = "<ipython-input-7-0123abcd>"
+    module = tmp_path / "mod.py"
+    module.write_text("y = 2\n")
+    linecache.cache[cell] = (6, None, ["x = 1\n"], cell)
+    assert linecache.getlines(str(module)) == ["y = 2\n"]   # a file's entry: its mtime is set
+    try:
+        def no_stat(*a, **k):
+            raise AssertionError("notebook_sources stat-ed a file")
+
+        monkeypatch.setattr(shipping.os, "stat", no_stat)
+        monkeypatch.setattr(shipping.os.path, "exists", no_stat)
+        got = shipping.notebook_sources()
+        monkeypatch.undo()
+        assert got.get(cell) == ["x = 1\n"] and str(module) not in got
+    finally:
+        linecache.cache.pop(cell, None)
+        linecache.cache.pop(str(module), None)
+
+
+def _defined_in_a_cell(source: str, filename: str, name: str):
+    """A function compiled as IPython compiles a cell (its lines in linecache, no mtime)."""
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    scope = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), scope)
+    return scope[name]
+
+
+def test_a_payload_carries_the_cells_of_its_code_only():
+    """The notebook's other cells (every version of every cell run, in linecache) no longer
+    travel with each fit: only those whose code the payload ships, a helper's cell too."""
+    import linecache
+    import pickle
+
+    from raynb.client.shipping import dumps_payload, notebook_sources
+
+    names = [f"<ipython-input-{i}-feed>" for i in range(300)]
+    try:
+        helper = _defined_in_a_cell("def helper(x):\n    return x + 1\n", names[0], "helper")
+        for f in names[2:]:   # the rest of a long session
+            linecache.cache[f] = (20, None, ["unrelated = 'x' * 1000\n"] * 30, f)
+        src = "def train(config):\n    return helper(config['x'])\n"
+        linecache.cache[names[1]] = (len(src), None, src.splitlines(True), names[1])
+        scope = {"__name__": "__main__", "helper": helper}
+        exec(compile(src, names[1], "exec"), scope)
+        payload = pickle.loads(dumps_payload(scope["train"], {"x": 1}, notebook_sources()))
+        assert payload["sources"] == {names[0]: "def helper(x):\n    return x + 1\n", names[1]: src}
+        assert payload["fn"](payload["config"]) == 2
+        assert payload["fn"].__code__.co_filename == names[1]
+    finally:
+        for f in names:
+            linecache.cache.pop(f, None)

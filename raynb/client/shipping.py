@@ -87,14 +87,21 @@ def find_unpicklable(values: dict, _prefix: str = "", _depth: int = 0, _seen=Non
 
 
 def notebook_sources() -> dict:
-    """Source text of notebook cells in ``linecache`` (files that do not exist on disk).
+    """Source text of notebook cells in ``linecache``: the entries with no modification
+    time, which ``linecache.checkcache`` never drops because no file is behind them
+    (IPython's ``CachingCompiler.cache`` makes them so for every cell).
 
     Sent along so remote tracebacks show the lines of functions defined in other cells.
+    (Telling them from files by that field, not by a stat of every file name ``linecache``
+    holds: every module a traceback or ``inspect`` read, a stat each at every ``fit()``.)
+
+    Returns:
+        CellSources: filename -> the cell's lines (a list of str; joined when pickled).
     """
-    out = {}
+    out = CellSources()
     for filename, entry in dict(linecache.cache).items():  # a copy: other threads import too
-        if len(entry) == 4 and entry[2] and not os.path.exists(filename):
-            out[filename] = "".join(entry[2])
+        if len(entry) == 4 and entry[1] is None and entry[2]:
+            out[filename] = entry[2]
     return out
 
 
@@ -127,11 +134,30 @@ def _reduce_code(code: types.CodeType):
     return _rebuild_code, (ctor, args, code.co_filename)
 
 
+class CellSources(dict):
+    """filename -> source of notebook cells (text, or its lines), pickled (by :class:`_Pickler`,
+    after the function it travels with) as the text of the cells whose code the payload
+    carries, the only ones a remote traceback can show: the whole notebook's cells, every
+    version of each cell run so far, travelled with every fit, and grew with the session."""
+
+    def shipped(self, code_files: set):
+        return iter([(k, v if isinstance(v, str) else "".join(v)) for k, v in self.items() if k in code_files])
+
+
 class _Pickler(cloudpickle.CloudPickler):
     if hasattr(cloudpickle.cloudpickle, "_code_reduce"):
         dispatch_table = ChainMap({types.CodeType: _reduce_code}, cloudpickle.CloudPickler.dispatch_table)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.code_files: set[str] = set()   # the co_filename of every code object pickled
+
     def reducer_override(self, obj):
+        cls = type(obj)
+        if cls is types.CodeType:
+            self.code_files.add(obj.co_filename)   # then pickled by the dispatch table's _reduce_code
+        elif cls is CellSources:
+            return dict, (), None, None, obj.shipped(self.code_files)
         # A large array or tensor goes once per node into shared memory (client.bulk),
         # while build_submission pickles a run's payload; anything else as cloudpickle does.
         big = bulk.reduce_large(obj)
@@ -151,13 +177,14 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
     Args:
         fn: the training function (``f()`` or ``f(config)``).
         config: its ``train_loop_config`` (any picklable value).
-        sources: filename -> source text, registered in the workers' linecache.
+        sources: filename -> source text, registered in the workers' linecache: those of
+            the code the payload carries (``CellSources``).
         captured: for error messages only: the notebook variables ``fn`` reads.
 
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
     """
-    payload = {"fn": fn, "config": config, "sources": dict(sources or {})}
+    payload = {"fn": fn, "config": config, "sources": CellSources(sources or {})}  # last: see CellSources
     try:
         return dumps(payload)
     except Exception as e:  # noqa: BLE001
