@@ -11,11 +11,9 @@ file raynb writes in it 0600, whatever the umask.
 """
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
 import time
-import uuid
 from pathlib import Path
 
 from . import spare_files
@@ -33,8 +31,7 @@ def default_storage_path() -> str:
 
 def make_run_name(prefix: str = "TorchTrainer") -> str:
     """``<prefix>_<date>_<time>_<6 hex>``: unique even for runs started in the same second."""
-    stamp = _dt.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-    return f"{prefix}_{stamp}_{uuid.uuid4().hex[:6]}"
+    return f"{prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}_{os.urandom(3).hex()}"
 
 
 STATE_FILE = "run.json"
@@ -182,6 +179,11 @@ class RunDirectory:
     @property
     def rows(self) -> list[dict]:
         return self._rows
+
+    @property
+    def unwritten(self) -> bool:
+        """Rows wait to be written (:meth:`flush`)."""
+        return bool(self._unwritten)
 
     def prepare_files(self) -> None:
         """Create the files a run's reports and end write (``result.json`` and

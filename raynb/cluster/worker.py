@@ -47,6 +47,8 @@ log = logging.getLogger("raynb.worker")
 BLOCKED_AFTER_S = 0.03
 # After a task whose function came with more than this (bytes), the C heap is trimmed.
 TRIM_AFTER_BYTES = 16 << 20
+# What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
+RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
 class Worker:
@@ -71,6 +73,7 @@ class Worker:
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)   # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
+        self._env_left: tuple | None = None   # RANK_ENV's values as the last task left them
         self.rendezvous = Rendezvous(self.node_ip)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
         self.link.send(P.WORKER_READY, {  # sent now: the main thread owns the link
@@ -260,6 +263,8 @@ class Worker:
         if shipped_bytes > TRIM_AFTER_BYTES:
             trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
         self._modules.note(started_ns)
+        # Read now, the task's end sent: the next task's start compares one tuple with it.
+        self._env_left = tuple(map(os.environ.get, RANK_ENV))
 
     def _call(self, task: dict, msg: P.Message):
         """Run the task's function; what it returned. Only while inside may a cancel's
@@ -289,15 +294,15 @@ class Worker:
             self._interruptible = False
 
     def _prepare(self, task: dict) -> None:
-        for name, value in (("RANK", task["rank"]), ("WORLD_SIZE", task["world_size"]),
-                            ("LOCAL_RANK", task["local_rank"]), ("LOCAL_WORLD_SIZE", task["local_world_size"]),
-                            ("NODE_RANK", task["node_rank"]), ("MASTER_ADDR", task["group"]["master_addr"]),
-                            ("MASTER_PORT", task["group"]["master_port"])):
-            value = str(value)
-            if os.environ.get(name) != value:   # a re-run on the same ranks sets none (putenv)
-                os.environ[name] = value
+        group = task["group"]
+        values = tuple(map(str, (task["rank"], task["world_size"], task["local_rank"], task["local_world_size"],
+                                 task["node_rank"], group["master_addr"], group["master_port"])))
+        if values != self._env_left:   # a re-run on the same ranks sets none (putenv)
+            for name, value in zip(RANK_ENV, values):
+                if os.environ.get(name) != value:
+                    os.environ[name] = value
         cwd = task.get("cwd")
-        if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
+        if cwd and os.getcwd() != cwd and os.path.isdir(cwd):
             os.chdir(cwd)
         # As the cwd: a task's os.umask(0) made every later run's files on this warm worker
         # world-writable (another notebook's among them).

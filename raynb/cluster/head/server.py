@@ -326,6 +326,8 @@ class Head(NodeEvents, ClientRequests):
             if c["status"] != "ok" and worker is not None and run.world_size > 1 and rank not in run.done:
                 self.registry.forget_groups_with(worker.worker_id)  # see Worker.execute
             self.controller.rank_returned(run, rank, c["status"], c.get("error"), list(msg.buffers))
+            if run.state not in TERMINAL and run.rundir.unwritten:
+                self.store.flush(run)   # its rows while its other ranks end, not after the last
         self.schedule()
 
     # -- what the controller asks of the head (controller.Effects) ---------------
