@@ -20,6 +20,10 @@ What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
   head -> ranks -> head -> client, with nothing done in the head), one run after each floor
   run; ``ratio_to_floor_relay`` is raynb's median over it: what raynb's own work costs,
   beyond the head's two extra hops.
+- ``--idle-ms MS``: the machine left idle for MS milliseconds before each timed run (raynb's
+  and each floor's), as between two cells of a notebook: on a VM whose idle vCPUs halt, a
+  run after a pause pays for the wake-ups and the caches other guests took meanwhile,
+  which back-to-back runs never see.
 - ``--busy-loops K``: K processes spinning on the CPU (nice 0) while the warm runs, the
   floors' included, are timed, as another kernel's work would: the issue's "at load <= 3"
   made reproducible (each adds about 1 to the load average). They are started after the
@@ -226,7 +230,7 @@ def machine_info(load_at_start: float, **extra) -> dict:
             "platform": platform.platform(), "load_avg_1m_at_start": load_at_start, **extra}
 
 
-def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0) -> dict:
+def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idle_s: float = 0.0) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig, TorchTrainer
 
@@ -257,7 +261,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0) -> 
             for _ in range(warmup):
                 fl.run(floor_train_fn)
         with busy_loops(busy):
-            out.update(_timed_runs(fit, runs, floors, floor_runs, relay_runs))
+            out.update(_timed_runs(fit, runs, floors, floor_runs, relay_runs, idle_s))
     if floor_runs:
         secs = [r["seconds"] for r in floor_runs]
         out["floor_ms"] = _summary_ms(secs)
@@ -302,12 +306,14 @@ def busy_loops(count: int):
             p.wait()
 
 
-def _timed_runs(fit, runs: int, floors, floor_runs: list, relay_runs: list) -> dict:
+def _timed_runs(fit, runs: int, floors, floor_runs: list, relay_runs: list, idle_s: float = 0.0) -> dict:
     """``runs`` timed raynb fits (each followed by one floor and one relay-floor run,
-    when ``floors``)."""
+    when ``floors``), each after ``idle_s`` seconds of sleep."""
     out: dict = {}
     total, dispatch, in_fn, back, head = [], [], [], [], []
     for _ in range(runs):
+        if idle_s:
+            time.sleep(idle_s)
         wall0 = time.time()
         t = time.perf_counter()
         result = fit()
@@ -323,6 +329,8 @@ def _timed_runs(fit, runs: int, floors, floor_runs: list, relay_runs: list) -> d
         back.append(wall1 - m["timestamp"])  # report -> every rank done -> Result in hand
         head.append(result.time_total_s)  # the head's view: tasks sent -> last rank done
         for fl, into in zip(floors or (), (floor_runs, relay_runs)):
+            if idle_s:
+                time.sleep(idle_s)
             wall0 = time.time()
             r = fl.run(floor_train_fn)
             r["wall0"], r["wall1"] = wall0, time.time()
@@ -375,6 +383,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototypes")
     ap.add_argument("--busy-loops", type=int, default=0, metavar="K",
                     help="K processes spinning on the CPU while the warm runs are timed (default 0)")
+    ap.add_argument("--idle-ms", type=float, default=0.0, metavar="MS",
+                    help="sleep MS milliseconds before each timed run, as between notebook cells (default 0)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
     ap.add_argument("--storage-dir", default=None, help="where the private RAYNB_HOME and storage path "
                     "are made (default: $TMPDIR); machine.inode_create_us is measured there")
@@ -385,12 +395,15 @@ def main(argv=None) -> int:
         ap.error("--runs must be >= 1")
     if args.busy_loops < 0:
         ap.error("--busy-loops must be >= 0")
+    if not 0 <= args.idle_ms <= 60_000:
+        ap.error("--idle-ms must be between 0 and 60000")
 
     load_at_start = round(os.getloadavg()[0], 2)
     inode_at_start = inode_create_us(args.storage_dir)
     report: dict = {}
     with private_cluster(args.storage_dir):
-        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor, busy=args.busy_loops))
+        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor, busy=args.busy_loops,
+                                    idle_s=args.idle_ms / 1000))
     if not args.skip_torchrun:
         report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
         report["speedup_vs_torchrun"] = round(
@@ -403,6 +416,7 @@ def main(argv=None) -> int:
                                                       "at_end": inode_create_us(args.storage_dir)},
                                      storage_dir=args.storage_dir or tempfile.gettempdir())
     report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup, "busy_loops": args.busy_loops,
+                          "idle_ms": args.idle_ms,
                           "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
     print(json.dumps(report, indent=1))
     return 0

@@ -34,7 +34,7 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rerun_latency.py"), "--quick",
-                           "--skip-torchrun", "--busy-loops", "1"], cwd=ROOT, env=env, capture_output=True,
+                           "--skip-torchrun", "--busy-loops", "1", "--idle-ms", "20"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -53,7 +53,7 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     for key in ("floor_ms", "floor_relay_ms"):
         assert out[key]["n"] == 5 and 0 < out[key]["min"] <= out[key]["median"] <= out[key]["p90"], (key, out[key])
     assert out["ratio_to_floor_relay"] == round(warm["median"] / out["floor_relay_ms"]["median"], 2)
-    assert out["settings"]["busy_loops"] == 1
+    assert out["settings"]["busy_loops"] == 1 and out["settings"]["idle_ms"] == 20
     m = out["machine"]
     assert isinstance(m["cpus"], int) and m["cpus"] >= 1
     assert isinstance(m["python"], str) and isinstance(m["torch"], str)
