@@ -748,11 +748,12 @@ def test_notebook_sources_are_the_cells_in_linecache_found_without_a_stat(tmp_pa
         linecache.cache.pop(str(module), None)
 
 
-def _defined_in_a_cell(source: str, filename: str, name: str):
-    """A function compiled as IPython compiles a cell (its lines in linecache, no mtime)."""
+def _defined_in_a_cell(source: str, filename: str, name: str, mtime=None):
+    """A function compiled as IPython compiles a cell (its lines in linecache, no mtime;
+    IPython before 8.6 gave cells one)."""
     import linecache
 
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    linecache.cache[filename] = (len(source), mtime, source.splitlines(True), filename)
     scope = {"__name__": "__main__"}
     exec(compile(source, filename, "exec"), scope)
     return scope[name]
@@ -768,17 +769,103 @@ def test_a_payload_carries_the_cells_of_its_code_only():
 
     names = [f"<ipython-input-{i}-feed>" for i in range(300)]
     try:
-        helper = _defined_in_a_cell("def helper(x):\n    return x + 1\n", names[0], "helper")
-        for f in names[2:]:   # the rest of a long session
+        older = _defined_in_a_cell("def older(x):\n    return x\n", names[2], "older", mtime=1e9)
+        helper = _defined_in_a_cell("def helper(x):\n    return older(x) + 1\n", names[0], "helper")
+        helper.__globals__["older"] = older
+        for f in names[3:]:   # the rest of a long session
             linecache.cache[f] = (20, None, ["unrelated = 'x' * 1000\n"] * 30, f)
         src = "def train(config):\n    return helper(config['x'])\n"
         linecache.cache[names[1]] = (len(src), None, src.splitlines(True), names[1])
         scope = {"__name__": "__main__", "helper": helper}
         exec(compile(src, names[1], "exec"), scope)
         payload = pickle.loads(dumps_payload(scope["train"], {"x": 1}, notebook_sources()))
-        assert payload["sources"] == {names[0]: "def helper(x):\n    return x + 1\n", names[1]: src}
+        assert payload["sources"] == {names[0]: "def helper(x):\n    return older(x) + 1\n", names[1]: src,
+                                      names[2]: "def older(x):\n    return x\n"}
         assert payload["fn"](payload["config"]) == 2
         assert payload["fn"].__code__.co_filename == names[1]
     finally:
         for f in names:
             linecache.cache.pop(f, None)
+
+
+class _PrepareStub:
+    """What Worker._prepare reads of a worker, without its sockets and process group."""
+
+    _umask, _sys_path_seen, _env_left, worker_id = 0o077, (), None, "w"
+
+    def __init__(self):
+        import types
+
+        self._modules = types.SimpleNamespace(reload_changed=lambda: None)
+        self.threads = types.SimpleNamespace(start=lambda *a: None)
+        self.rendezvous = types.SimpleNamespace(ensure=lambda *a: None)
+
+
+def _rank_task(rank: int, cwd=None) -> dict:
+    return {"run_id": "r", "rank": rank, "world_size": 2, "local_rank": rank, "local_world_size": 2,
+            "node_rank": 0, "group": {"master_addr": "127.0.0.1", "master_port": 29500}, "cwd": cwd}
+
+
+def test_a_tasks_rank_variables_are_set_whatever_the_last_task_left(monkeypatch, tmp_path):
+    """A worker compares the rank variables with what its last task left (read after that
+    task's end); a task that never reached its end (an interrupt escaped it) leaves nothing
+    to compare with, so the next sets them all."""
+    import os
+
+    from raynb.cluster.worker import RANK_ENV, Worker
+
+    for name in RANK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    w = _PrepareStub()
+    Worker._prepare(w, _rank_task(0))
+    w._env_left = tuple(map(os.environ.get, RANK_ENV))   # task A's end (Worker.execute)
+    Worker._prepare(w, _rank_task(1))                      # task B: its end never reached
+    Worker._prepare(w, _rank_task(0))                      # task C, rank 0 again
+    assert (os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("0", "0")
+    os.environ["RANK"] = "7"   # the task's own code changed it: read at its end, set again
+    w._env_left = tuple(map(os.environ.get, RANK_ENV))
+    Worker._prepare(w, _rank_task(0))
+    assert os.environ["RANK"] == "0"
+
+
+def test_a_task_starts_where_the_last_ones_directory_was_removed(monkeypatch, tmp_path):
+    import os
+
+    from raynb.cluster.worker import RANK_ENV, Worker
+
+    for name in RANK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()   # the directory the last task left the worker in
+    Worker._prepare(_PrepareStub(), _rank_task(0, cwd=str(tmp_path / "not-on-this-node")))
+    Worker._prepare(_PrepareStub(), _rank_task(0, cwd=str(tmp_path)))
+    assert os.getcwd() == str(tmp_path)
+
+
+def test_a_run_accepted_carries_its_own_first_states_only():
+    """The states after a run_accepted ride in it (2.3); another run's events, and a big
+    event, go in run_events after it, in order."""
+    from raynb.cluster import protocol as P
+    from raynb.cluster.event_batch import MAX_BATCH_BYTES
+    from raynb.cluster.head.client_outbox import ClientOutbox
+
+    sent = []
+    outbox = ClientOutbox(lambda ident, t, c, b: sent.append((t, c)))
+    outbox.heard(b"c", "2.3")
+    state = lambda run, s: (P.RUN_EVENT, {"run_id": run, "event": {"kind": "state", "state": s}})  # noqa: E731
+    big = (P.RUN_EVENT, {"run_id": "A", "event": {"kind": "output", "rank": 0, "text": "x" * (200 << 10)}})
+    items = [(P.RUN_ACCEPTED, {"run_id": "B", "name": "b", "path": "/p"}), state("B", "PENDING"),
+             state("B", "RUNNING"), *[big] * 16, state("B", "late")]
+    for t, c in items:
+        outbox.put(b"c", t, c)
+    outbox.flush()
+    assert sent[0][0] == P.RUN_ACCEPTED
+    assert [e["event"]["state"] for e in sent[0][1]["events"]] == ["PENDING", "RUNNING"]
+    rest = [e for t, c in sent[1:] for e in (c["events"] if t == P.RUN_EVENTS else [c])]
+    assert [e["event"].get("state", "output") for e in rest] == ["output"] * 16 + ["late"]
+    assert all(t in (P.RUN_EVENTS, P.RUN_EVENT) for t, _ in sent[1:])
+    assert max(sum(len(e["event"].get("text", "")) for e in c["events"]) for t, c in sent[1:]
+               if t == P.RUN_EVENTS) <= MAX_BATCH_BYTES

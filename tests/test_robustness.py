@@ -526,10 +526,12 @@ class _SigintInDealloc:
 
 
 class _SwallowingView:
-    """A run's or a Tune experiment's view that, at the first report, takes a Ctrl-C the
-    way pyzmq can lose one: noted by the handler, never raised to the caller."""
+    """A run's or a Tune experiment's view that, at the first report (or the event ``at``
+    picks), takes a Ctrl-C the way pyzmq can lose one: noted by the handler, never raised
+    to the caller."""
 
-    def __init__(self, *a, **k):
+    def __init__(self, at=lambda event: event.get("kind") == "report"):
+        self.at = at
         self.swallowed = []
         self.progress = self   # Tune's driver feeds progress; everything but add_result is ignored
 
@@ -542,7 +544,7 @@ class _SwallowingView:
             _SigintInDealloc()   # made and freed here
 
     def handle(self, event):
-        if event.get("kind") == "report":
+        if self.at(event):
             self._report()
 
     def add_result(self, *a, **k):
@@ -577,3 +579,26 @@ def test_a_ctrl_c_swallowed_in_a_deallocator_still_cancels(warm, monkeypatch, wh
     assert view.swallowed and time.monotonic() - view.swallowed[0] < 10
     assert any(isinstance(u.exc_value, KeyboardInterrupt) for u in unraisable), unraisable
     wait_idle_workers(warm, 4, timeout=10)
+
+
+def _reports_once(config):
+    from raynb.train import report
+
+    report({"i": 0})
+
+
+def test_a_ctrl_c_swallowed_as_the_run_ends_loses_no_message(warm, monkeypatch):
+    # A Ctrl-C noted while the run's last message was received: raised once that message
+    # was handled, so the run_done still in hand is read (it was dropped, and the client
+    # then waited 5 s for a cancel the head never confirms for an ended run: ClusterError).
+    from raynb.client import views
+    from raynb.errors import RunInterrupted
+
+    view = _SwallowingView(at=lambda e: e.get("kind") == "state" and e.get("state") == "FINISHED")
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    monkeypatch.setattr(views, "run_view", lambda *a, **k: view)
+    name = f"swallowed_end_{os.getpid()}_{time.monotonic_ns()}"
+    started = time.monotonic()
+    with pytest.raises(RunInterrupted, match=r"had ended \(FINISHED\) when it was interrupted"):
+        execute_run(_reports_once, {}, _sc(2), raynb.RunConfig(name=name, verbose=0))
+    assert view.swallowed and time.monotonic() - started < 4

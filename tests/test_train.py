@@ -220,14 +220,16 @@ def test_an_oversized_report_names_its_largest_entry_and_is_never_printed_whole(
     assert f"('big' is a str of at least {2 * third:,} bytes; 'last', a list, passed the cap)" \
         in str(ei.value), ei.value
 
-    class Huge:   # as bytes or a set: a repr longer than its length, never made when too long
-        def __len__(self):
-            return MAX_REPORT_BYTES + 1
-
+    class HugeBytes(bytes):   # bytes, a set, a deque: a repr at least as long, never made when too long
         def __repr__(self):
             raise AssertionError("repr() of an oversized value was built")
 
-    for value in (Huge(), b"\0" * (MAX_REPORT_BYTES + 1), set(range(MAX_REPORT_BYTES + 1))):
+    import collections
+
+    n = MAX_REPORT_BYTES + 1
+    for value in (HugeBytes(n), b"\0" * n, set(range(n)), collections.deque(range(n))):
         with pytest.raises(ReportTooLarge, match=rf"'blob' is a {type(value).__name__} of at least"):
             plain_metrics({"loss": 0.5, "blob": value})
     assert plain_metrics({"b": b"ab", "s": {1}}) == {"b": "b'ab'", "s": "{1}"}   # small ones: their repr
+    # A value of many items but a short repr is not refused for its length.
+    assert plain_metrics({"steps": range(MAX_REPORT_BYTES + 1)}) == {"steps": f"range(0, {MAX_REPORT_BYTES + 1})"}

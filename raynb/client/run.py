@@ -259,8 +259,10 @@ def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, n
                 if relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
                     timeout = min(timeout, OUTPUT_FLUSH_S)
                 wait_until = time.monotonic() + timeout
+            # A Ctrl-C that pyzmq swallowed, noted while the last message was received: raised
+            # once that message was handled (a run_done in hand is never dropped for it).
+            interrupts.raise_noted()
             msg = client.recv(max(0.0, min(wait_until - time.monotonic(), CHECK_S)))
-            interrupts.raise_noted()   # a Ctrl-C that pyzmq swallowed
             now = time.monotonic()
             if msg is None and now < wait_until:
                 continue
@@ -297,9 +299,11 @@ def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, n
             if msg.msg_type == P.RUN_DONE:
                 relay.end(msg.content.get("path"))
                 if cancel_sent_at is not None:
-                    display.handle({"kind": "state", "state": msg.content["state"], "time": time.time()})
+                    state = msg.content["state"]
+                    display.handle({"kind": "state", "state": state, "time": time.time()})
                     display.finish()
-                    raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank")
+                    raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank" if state == "CANCELLED"
+                                         else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted")
                 return msg
             if msg.msg_type == P.RUN_EVENT:
                 event = msg.content["event"]
@@ -331,3 +335,4 @@ def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, n
                                      f"cluster ({call} follows it again)") from None
             client.send(P.CANCEL_RUN, {"run_id": run_id})
             cancel_sent_at = time.monotonic()
+            interrupts.handled()   # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one

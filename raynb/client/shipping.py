@@ -89,19 +89,21 @@ def find_unpicklable(values: dict, _prefix: str = "", _depth: int = 0, _seen=Non
 def notebook_sources() -> dict:
     """Source text of notebook cells in ``linecache``: the entries with no modification
     time, which ``linecache.checkcache`` never drops because no file is behind them
-    (IPython's ``CachingCompiler.cache`` makes them so for every cell).
+    (IPython's ``CachingCompiler.cache`` makes them so for every cell since IPython 8.6),
+    and, in ``maybe``, the entries with one (a file's, or a cell of an older IPython).
 
     Sent along so remote tracebacks show the lines of functions defined in other cells.
-    (Telling them from files by that field, not by a stat of every file name ``linecache``
-    holds: every module a traceback or ``inspect`` read, a stat each at every ``fit()``.)
+    (Not by a stat of every file name ``linecache`` holds, every module a traceback or
+    ``inspect`` read, at every ``fit()``: only the few whose code a payload carries are
+    looked for on disk, when it is pickled.)
 
     Returns:
         CellSources: filename -> the cell's lines (a list of str; joined when pickled).
     """
     out = CellSources()
     for filename, entry in dict(linecache.cache).items():  # a copy: other threads import too
-        if len(entry) == 4 and entry[1] is None and entry[2]:
-            out[filename] = entry[2]
+        if len(entry) == 4 and entry[2]:
+            (out if entry[1] is None else out.maybe)[filename] = entry[2]
     return out
 
 
@@ -140,8 +142,15 @@ class CellSources(dict):
     carries, the only ones a remote traceback can show: the whole notebook's cells, every
     version of each cell run so far, travelled with every fit, and grew with the session."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.maybe: dict = {}   # filename -> lines of entries with an mtime: a cell if no file is there
+
     def shipped(self, code_files: set):
-        return iter([(k, v if isinstance(v, str) else "".join(v)) for k, v in self.items() if k in code_files])
+        out = [(k, v if isinstance(v, str) else "".join(v)) for k, v in self.items() if k in code_files]
+        out += [(k, "".join(v)) for k, v in self.maybe.items()
+                if k in code_files and k not in self and not os.path.exists(k)]
+        return iter(out)
 
 
 class _Pickler(cloudpickle.CloudPickler):
@@ -184,7 +193,8 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
     """
-    payload = {"fn": fn, "config": config, "sources": CellSources(sources or {})}  # last: see CellSources
+    cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
+    payload = {"fn": fn, "config": config, "sources": cells}  # last: see CellSources
     try:
         return dumps(payload)
     except Exception as e:  # noqa: BLE001

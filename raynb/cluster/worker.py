@@ -297,13 +297,21 @@ class Worker:
         group = task["group"]
         values = tuple(map(str, (task["rank"], task["world_size"], task["local_rank"], task["local_world_size"],
                                  task["node_rank"], group["master_addr"], group["master_port"])))
-        if values != self._env_left:   # a re-run on the same ranks sets none (putenv)
+        # Set again at this task's end (execute): one that never got there (an interrupt
+        # escaped it) leaves nothing to compare with, and the next task sets them all.
+        left, self._env_left = self._env_left, None
+        if values != left:   # a re-run on the same ranks sets none (putenv)
             for name, value in zip(RANK_ENV, values):
                 if os.environ.get(name) != value:
                     os.environ[name] = value
         cwd = task.get("cwd")
-        if cwd and os.getcwd() != cwd and os.path.isdir(cwd):
-            os.chdir(cwd)
+        if cwd:
+            try:
+                here = os.getcwd()
+            except OSError:   # the directory the last task left it in was removed since
+                here = None
+            if here != cwd and os.path.isdir(cwd):
+                os.chdir(cwd)
         # As the cwd: a task's os.umask(0) made every later run's files on this warm worker
         # world-writable (another notebook's among them).
         os.umask(self._umask)

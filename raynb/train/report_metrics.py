@@ -12,6 +12,7 @@ are a result row.
 """
 from __future__ import annotations
 
+import collections
 import numbers
 import os
 from typing import Any
@@ -29,6 +30,8 @@ def _max_report_bytes() -> int:
 
 MAX_REPORT_BYTES = _max_report_bytes()
 _NUMBER_BYTES = 8
+# Values whose repr is at least as long as they have items (bytes, characters, elements).
+_REPR_AT_LEAST_LEN = (bytes, bytearray, set, frozenset, collections.deque)
 
 
 class ReportTooLarge(ValueError):
@@ -119,10 +122,9 @@ def _plain(value: Any, left: list) -> Any:
     tolist = getattr(value, "tolist", None)
     if callable(tolist):
         return _plain(tolist(), left)
-    try:   # bytes, a set...: a repr at least as long as the value, never made when too long
-        length = len(value)
-    except Exception:  # noqa: BLE001 - no length: its repr is sized as it is
-        length = 0
+    # Bytes, a set...: a repr at least a character per item, never made when too long (not
+    # every sized value: range(10**9)'s repr is short).
+    length = len(value) if isinstance(value, _REPR_AT_LEAST_LEN) else 0
     if length > left[0]:
         left[0] -= length
         raise ReportTooLarge

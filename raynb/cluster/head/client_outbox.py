@@ -33,8 +33,8 @@ MAX_CLIENTS = 4096
 # What a client of each protocol reads (``heard``): run_events and the events of a
 # run_done (2.2), the events of a run_accepted too (2.3).
 BATCHES, ACCEPTED_EVENTS = 1, 2
-# A run_accepted carries the run's first states: a few events, never a run's output.
-MAX_ACCEPTED_EVENTS = 16
+# A run_accepted carries the run's first states: a few small events, never a run's output.
+MAX_ACCEPTED_EVENTS, MAX_ACCEPTED_EVENT_BYTES = 16, 4096
 
 
 class ClientOutbox:
@@ -81,7 +81,11 @@ class ClientOutbox:
         accepted = None   # a run_accepted waiting for the events after it
         for msg_type, content, buffers in items:
             if msg_type == P.RUN_EVENT:
-                if accepted is not None and len(accepted[1]["events"]) < MAX_ACCEPTED_EVENTS:
+                # Only the accepted run's own first events (its states), while none went past
+                # them (the order kept), and small ones: never a burst of another run's output.
+                if (accepted is not None and not events and content.get("run_id") == accepted[1]["run_id"]
+                        and len(accepted[1]["events"]) < MAX_ACCEPTED_EVENTS
+                        and event_bytes(content["event"]) <= MAX_ACCEPTED_EVENT_BYTES):
                     accepted[1]["events"].append(content)
                 else:
                     events.append(content)
