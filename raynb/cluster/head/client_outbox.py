@@ -93,12 +93,6 @@ class ClientOutbox:
             if accepted is not None:
                 self._send_accepted(identity, accepted)
                 accepted = None
-            if msg_type == P.RUN_ACCEPTED and accepted_events and not buffers:
-                if events:
-                    self._send_events(identity, events)
-                    events = []
-                accepted = (msg_type, {**content, "events": []}, buffers)
-                continue
             if msg_type == P.RUN_DONE and events:
                 parts = split_batches(events)
                 last = parts.pop()
@@ -113,7 +107,10 @@ class ClientOutbox:
             elif events:
                 self._send_events(identity, events)
                 events = []
-            self._send(identity, msg_type, content, buffers)
+            if msg_type == P.RUN_ACCEPTED and accepted_events and not buffers:
+                accepted = (msg_type, {**content, "events": []}, buffers)   # sent with the states after it
+            else:
+                self._send(identity, msg_type, content, buffers)
         if accepted is not None:
             self._send_accepted(identity, accepted)
         if events:
