@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ..train.callback import flatten as callback_flatten
 from .formatting import as_number, fmt_duration, fmt_value
 
 from . import trial_table_render as _render
@@ -28,18 +29,10 @@ from .trial_table_render import STATUS_COLOURS, STATUSES, _param_labels
 
 
 
-def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level with ``/``-joined keys, as Ray's ``flatten_dict``."""
-    if not isinstance(config, dict):
-        return {prefix.rstrip("/") or "config": config}
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
+def flatten(config: Any) -> dict[str, Any]:
+    """A trial's config as the table's columns: nested dicts as one level with ``/``-joined
+    keys (:func:`raynb.train.callback.flatten`); a config that is not a dict is one column."""
+    return callback_flatten(config) if isinstance(config, dict) else {"config": config}
 
 
 @dataclass
