@@ -16,7 +16,7 @@ import cloudpickle
 
 from ..client import bulk, views
 from ..cluster.head.run import TERMINAL
-from ..cluster.rundir import make_private_dir, make_run_name, private_opener, read_run_dir
+from ..cluster.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -27,7 +27,10 @@ from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
 from .search.variant_generator import validate_space, varying_keys
-from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .stopper import as_stopper
+from .stopping import StoppingScheduler
+from .trial_catch_up import catch_up as _catch_up
 from .tune_config import TuneConfig
 
 
@@ -124,6 +127,8 @@ class Tuner:
         self._metric = tc.metric or search_alg.metric or scheduler.metric
         self._mode = tc.mode or search_alg.mode or scheduler.mode
         self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
+        self._runner.name_creator, self._runner.dirname_creator = tc.trial_name_creator, tc.trial_dirname_creator
+        self._stopper = as_stopper(self._run_config.stop)   # a TypeError before any trial
         self._restored = _restored
         self._experiment_path: str | None = _restored["path"] if _restored else None
         self._trials: list[Trial] = _restored["trials"] if _restored else []
@@ -195,7 +200,8 @@ class Tuner:
             state.mark(t)
         controller = TuneController(
             client=client, runner=self._runner, trials=self._trials, search_alg=self._search_alg,
-            scheduler=self._scheduler, metric=self._metric, mode=self._mode,
+            scheduler=StoppingScheduler(self._scheduler, self._stopper, getattr(
+                self._run_config.failure_config, "fail_fast", False)), metric=self._metric, mode=self._mode,
             num_samples=self._tune_config.num_samples, concurrency=concurrency,
             total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
             experiment_path=path, exp_id=header["exp_id"], state=state, progress=progress,
@@ -222,6 +228,8 @@ class Tuner:
                              f"{self._carry_on.format(name=header['name'], path=path)}\n")
             sys.stderr.flush()
         callbacks.check()  # a fail_on_error callback that raised at the very end
+        if controller.scheduler.raise_on_failure:   # FailureConfig(fail_fast="raise")
+            raise grid.errors[0]
         return grid
 
     def _prepare_experiment(self) -> dict:
@@ -273,7 +281,7 @@ class Tuner:
         """A Tuner that continues the experiment in ``path`` (after an interrupt, a kernel
         restart or a crash); call ``.fit()`` on it.
 
-        TERMINATED and STOPPED trials keep their results. PENDING trials start. Unfinished
+        TERMINATED trials keep their results. PENDING trials start. Unfinished
         (PAUSED, or RUNNING when the kernel died) trials resume from their latest checkpoint,
         or start over without one. Trials the search had not created yet are created.
 
@@ -332,11 +340,11 @@ class Tuner:
             self._scheduler.on_trial_add(t)
             for r in t.results:
                 self._scheduler.on_trial_result(t, r)  # its decisions are history now: ignored
-            if t.status in (TERMINATED, STOPPED):
+            if t.status == TERMINATED:
                 self._scheduler.on_trial_complete(t, t.last_result)
             elif t.status == ERROR:
                 self._scheduler.on_trial_error(t)
-            if add_point is not None and t.status in (TERMINATED, STOPPED, ERROR):
+            if add_point is not None and t.status in (TERMINATED, ERROR):
                 add_point(t.config, t.last_result, error=t.status == ERROR)
 
 
@@ -355,48 +363,6 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
         if not live:
             return
         time.sleep(0.05)
-
-
-def _catch_up(t: Trial) -> None:
-    """A trial the state file says is RUNNING: its kernel died mid-fit, and its run went on
-    on the head (runs outlive the kernel). The run's own ``run.json`` (written by the head)
-    tells how far it got: a run that FINISHED meanwhile is TERMINATED with its results (it
-    used to be requeued, its directory removed and the trial run again from scratch), one
-    that raised is ERROR; a live one stays RUNNING (an orphan to cancel) with its newest
-    checkpoint, so the requeue resumes from that rather than from the stale one recorded
-    here (which ``num_to_keep`` may have pruned meanwhile)."""
-    if not t.path:
-        return
-    try:
-        record = read_run_dir(t.path, with_reports=False)
-    except (OSError, ValueError):
-        return  # nothing readable: requeued as before
-    checkpoints = record.get("checkpoints") or []
-    if checkpoints:
-        t.checkpoint = checkpoints[-1]["path"]
-        t.extra["checkpoints"] = checkpoints
-    if record.get("failures"):
-        t.extra["failures"] = record["failures"]
-    state = record.get("state")
-    if state == "FINISHED":
-        t.status = TERMINATED
-    elif state == "STOPPED":   # a scheduler's STOP landed after the kernel died
-        t.status = STOPPED
-    elif state == "FAILED" and not _head_died(record):
-        t.status = ERROR
-        errors = record.get("errors") or [{"message": "failed"}]
-        t.extra["errors"] = errors
-        e = errors[0]
-        t.error = (f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type")
-                   else str(e.get("message", "failed"))).splitlines()[0][:300]
-
-
-def _head_died(record: dict) -> bool:
-    """The run failed because the head running it died, or the cluster was stopped under it
-    (``raynb stop``, a reboot's SIGTERM): resumable, not the trial's error."""
-    said = [str(e.get("message", "")) for e in (record.get("failures") or []) + (record.get("errors") or [])
-            if isinstance(e, dict)]
-    return any("head stopped" in m or "cluster was stopped" in m for m in said)
 
 
 def _requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:

@@ -1,0 +1,108 @@
+"""Ray Tune's names with Ray 2.60's meanings, run on the warm cluster: RunConfig(stop=...)
+in each form, the stoppers, FailureConfig(fail_fast=), TuneConfig's every field, the legacy
+tune.run / tune.report, with_resources / with_parameters, and Ray's trial statuses."""
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import pytest
+
+from raynb import tune
+from raynb.train import FailureConfig, RunConfig
+from raynb.tune import stopper as S
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def counting(config):
+    """Reports it = 1..30, score = config["x"] * it."""
+    import time
+
+    from raynb import tune
+
+    for it in range(1, 31):
+        tune.report({"score": config["x"] * it, "flat": 1.0, "it": it})
+        time.sleep(0.02)
+
+
+def _fit(stop=None, xs=(1, 2), **tc):
+    rc = RunConfig(verbose=0, stop=stop, **tc.pop("rc", {}))
+    return tune.Tuner(counting, param_space={"x": tune.grid_search(list(xs))},
+                      tune_config=tune.TuneConfig(**tc), run_config=rc).fit()
+
+
+def _iters(grid):
+    return sorted(r.metrics["training_iteration"] for r in grid)
+
+
+@pytest.mark.parametrize("stop, expected", [
+    ({"training_iteration": 4}, [4, 4]),
+    ({"score": 10}, [5, 10]),                                  # x=1 reaches 10 at it 10, x=2 at 5
+    (lambda trial_id, result: result["it"] >= 3, [3, 3]),
+    (S.MaximumIterationStopper(max_iter=6), [6, 6]),
+    (S.FunctionStopper(lambda trial_id, result: result["score"] >= 8), [4, 8]),
+    (S.CombinedStopper(S.MaximumIterationStopper(7), S.FunctionStopper(lambda t, r: r["score"] >= 8)), [4, 7]),
+    (S.TrialPlateauStopper(metric="flat", std=0.01, num_results=3, grace_period=5), [5, 5]),
+], ids=["dict-iteration", "dict-metric", "callable", "max-iter", "function", "combined", "trial-plateau"])
+def test_stop_ends_each_trial_at_its_iteration_terminated(cluster, stop, expected):
+    grid = _fit(stop)
+    assert _iters(grid) == expected
+    assert [r.status for r in grid] == ["TERMINATED"] * 2
+    assert grid.num_terminated == 2 and not grid.errors
+
+
+def test_experiment_stoppers_end_every_trial(cluster):
+    # Every report of "flat" is 1.0: the top 3 of all trials plateau after 3 reports.
+    grid = _fit(S.ExperimentPlateauStopper(metric="flat", std=0.001, top=3, mode="min"), xs=(1, 2, 3, 4),
+                max_concurrent_trials=2)
+    assert all(r.status in ("TERMINATED", "PENDING") for r in grid)
+    assert max(_iters([r for r in grid if r.metrics])) < 30
+    grid = _fit(S.TimeoutStopper(0.3))   # 30 reports take at least 0.6 s
+    assert all(r.status == "TERMINATED" for r in grid) and max(_iters(grid)) < 30
+
+
+def test_bad_stop_is_a_clear_error():
+    with pytest.raises(TypeError, match="stop"):
+        RunConfig(stop=3)
+    with pytest.raises(TypeError, match="bounds of \\['score'\\]"):
+        S.as_stopper({"score": "high"})
+
+
+def failing(config):
+    from raynb import tune
+
+    tune.report({"score": 1})
+    if config["x"] == 0:
+        raise ValueError("trial zero fails")
+    import time
+
+    time.sleep(3)
+    tune.report({"score": 2})
+
+
+def test_fail_fast_stops_the_experiment(cluster):
+    rc = RunConfig(verbose=0, failure_config=FailureConfig(fail_fast=True))
+    grid = tune.Tuner(failing, param_space={"x": tune.grid_search([0, 1, 2, 3, 4, 5])},
+                      tune_config=tune.TuneConfig(max_concurrent_trials=2), run_config=rc).fit()
+    statuses = [r.status for r in grid]
+    assert statuses[0] == "ERROR" and "PENDING" in statuses, statuses
+    rc = RunConfig(verbose=0, failure_config=FailureConfig(fail_fast="raise"))
+    with pytest.raises(Exception, match="trial zero fails"):
+        tune.Tuner(failing, param_space={"x": tune.grid_search([0, 1])}, run_config=rc).fit()
+    with pytest.raises(ValueError, match="max_failures=0"):
+        FailureConfig(fail_fast=True, max_failures=2)
+
+
+def test_tune_config_fields(cluster, capfd):
+    grid = _fit({"training_iteration": 2}, reuse_actors=True, num_samples=1, metric="score", mode="max",
+                max_concurrent_trials=1, time_budget_s=60,
+                trial_name_creator=lambda t: f"named_{t.config['x']}",
+                trial_dirname_creator=lambda t: f"dir_x{t.config['x']}")
+    assert sorted(r.path.rsplit("/", 1)[1] for r in grid) == ["dir_x1", "dir_x2"]
+    assert grid.get_best_result().config["x"] == 2
+    assert capfd.readouterr().err.count("reuse_actors") <= 1
+    _fit({"training_iteration": 1}, reuse_actors=True)
+    assert "reuse_actors" not in capfd.readouterr().err   # said once per process
+    with pytest.raises(TypeError, match="trial_name_creator"):
+        tune.TuneConfig(trial_name_creator="x")
