@@ -106,3 +106,57 @@ def test_tune_config_fields(cluster, capfd):
     assert "reuse_actors" not in capfd.readouterr().err   # said once per process
     with pytest.raises(TypeError, match="trial_name_creator"):
         tune.TuneConfig(trial_name_creator="x")
+
+
+def legacy(config, data=None):
+    from raynb import tune
+
+    total = sum(len(x) for x in data["rows"]) if data is not None else 0
+    for i in range(3):
+        tune.report(score=config["x"] * (i + 1), total=total)   # Ray's older keyword form
+
+
+BIG = {"rows": [bytes(1000) for _ in range(500)]}   # about 0.5 MB pickled: shared memory
+
+
+def test_with_parameters_object_arrives_once_through_shared_memory(cluster):
+    from raynb.client import bulk
+    from raynb.client.run import build_submission
+    from raynb.train import ScalingConfig
+
+    fn = tune.with_parameters(legacy, data=BIG)
+    key = "wpcheck"
+    try:
+        sizes, blocks = [], []
+        for _ in range(2):   # two trials of one fit: one data key
+            spec, payload = build_submission(fn, {"x": 1}, ScalingConfig(num_workers=1), RunConfig(), data_key=key)
+            sizes.append(len(payload))
+            blocks.append(spec["shared_data"]["blocks"])
+        assert max(sizes) < 50_000, sizes          # the 0.5 MB object is not in the payload
+        assert blocks[0] == blocks[1] and len(blocks[0]) == 1   # one block, shared by both trials
+    finally:
+        bulk.release(key)
+    grid = tune.Tuner(fn, param_space={"x": tune.grid_search([1, 2])}, run_config=RunConfig(verbose=0)).fit()
+    assert [r.metrics["total"] for r in grid] == [500_000, 500_000]
+
+
+def test_tune_run_returns_an_experiment_analysis(cluster):
+    analysis = tune.run(tune.with_parameters(legacy, data=None), config={"x": tune.grid_search([1, 3, 2])},
+                        metric="score", mode="max", verbose=0, stop={"training_iteration": 2},
+                        resources_per_trial={"cpu": 1}, progress_reporter=tune.CLIReporter())
+    assert analysis.best_config == {"x": 3}
+    assert analysis.get_best_config(metric="score", mode="min") == {"x": 1}
+    assert analysis.best_result["score"] == 6 and analysis.best_result["training_iteration"] == 2
+    assert len(analysis.trials) == 3 and all(t.status == "TERMINATED" for t in analysis.trials)
+    assert sorted(analysis.results_df["score"]) == [2, 4, 6]
+    assert len(analysis.dataframe()) == 3
+    with pytest.raises(TypeError, match="'keep_checkpoints_num'"):
+        tune.run(legacy, keep_checkpoints_num=2)
+
+
+def test_with_resources_reads_rays_requests():
+    fn = tune.with_resources(legacy, {"cpu": 2})
+    assert fn._raynb_scaling.num_workers == 1 and not fn._raynb_scaling.use_gpu
+    assert tune.with_resources(legacy, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))._raynb_scaling.use_gpu
+    with pytest.raises(ValueError, match="custom resources"):
+        tune.with_resources(legacy, {"cpu": 1, "TPU": 1})

@@ -25,25 +25,12 @@ from .search import (BasicVariantGenerator, ConcurrencyLimiter, choice, grid_sea
 from .trial import Trial
 from .tune_config import TuneConfig
 from .tuner import Tuner
-
-
-def with_parameters(trainable, **kwargs):
-    """``trainable`` with extra keyword arguments bound (``ray.tune.with_parameters``):
-    ``Tuner(with_parameters(train, data=data))`` calls ``train(config, data=data)`` in each
-    trial. The values are pickled and shipped with every trial.
-
-    Raises:
-        TypeError: ``trainable`` is not a function."""
-    import functools
-
-    if not callable(trainable):
-        raise TypeError(f"with_parameters() takes a function, got {type(trainable).__name__}")
-
-    @functools.wraps(trainable)
-    def inner(config):
-        return trainable(config, **kwargs)
-
-    return inner
+from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
+from . import stopper  # noqa: E402 - raynb.tune.stopper.MaximumIterationStopper
+from .stopper import Stopper
+from .legacy import ExperimentAnalysis, TuneError, run
+from . import progress_reporter  # noqa: E402
+from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 
 
 def __getattr__(name):
@@ -59,4 +46,5 @@ __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callbac
            "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
            "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
            "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",
-           "uniform", "with_parameters"]
+           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper",
+           "run", "ExperimentAnalysis", "TuneError", "CLIReporter", "JupyterNotebookReporter", "ProgressReporter"]

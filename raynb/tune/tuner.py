@@ -53,7 +53,8 @@ def _trainable_parts(trainable, param_space):
                 "train_loop_config", trainable.run_config, "TorchTrainer")
     if callable(trainable) and not isinstance(trainable, type):
         name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
-        return trainable, ScalingConfig(num_workers=1), None, None, None, name
+        scaling = getattr(trainable, "_raynb_scaling", None) or ScalingConfig(num_workers=1)   # with_resources
+        return trainable, scaling, None, None, None, name
     raise TypeError(f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
                     f"got {type(trainable).__name__}")
 
