@@ -205,7 +205,7 @@ class RunConfig:
 
 def _ray_only_fields(rc: "RunConfig") -> None:
     """RunConfig's Ray fields that have no effect here: one line each, once."""
-    from .no_effect import accepted_no_effect
+    from ..client.no_effect import accepted_no_effect
 
     if rc.progress_reporter is not None:
         accepted_no_effect("RunConfig(progress_reporter=...)", "raynb draws its own trial table "

@@ -7,7 +7,7 @@ analysis reads the :class:`~raynb.tune.ResultGrid`.
 from __future__ import annotations
 
 from ..train.config import CheckpointConfig, FailureConfig, RunConfig
-from ..train.no_effect import accepted_no_effect
+from ..client.no_effect import accepted_no_effect
 from .result_grid import ResultGrid
 from .trainable_util import with_resources
 from .tune_config import TuneConfig

@@ -17,7 +17,7 @@ import cloudpickle
 
 from ..client import bulk
 from ..train.config import ScalingConfig
-from ..train.no_effect import accepted_no_effect
+from ..client.no_effect import accepted_no_effect
 
 # Objects that pickle to fewer bytes travel in each trial's payload (cheaper than a segment).
 SHARED_MIN_BYTES = 64 << 10

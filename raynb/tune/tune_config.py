@@ -50,7 +50,7 @@ class TuneConfig:
     def __post_init__(self):
         import datetime
 
-        from ..train.no_effect import accepted_no_effect
+        from ..client.no_effect import accepted_no_effect
 
         if isinstance(self.time_budget_s, datetime.timedelta):
             self.time_budget_s = self.time_budget_s.total_seconds()

@@ -48,7 +48,8 @@ def _trainable_parts(trainable, param_space):
                              f"the trainer's train_loop_config); got also {extra}")
         from ..train.datasets import with_datasets
 
-        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets)  # one copy per node, all trials
+        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets,
+                           trainable.dataset_config.unsplit(trainable.datasets))  # one copy per node, all trials
         return (fn, trainable.scaling_config, trainable.train_loop_config,
                 "train_loop_config", trainable.run_config, "TorchTrainer")
     if callable(trainable) and not isinstance(trainable, type):
