@@ -160,3 +160,33 @@ def test_with_resources_reads_rays_requests():
     assert tune.with_resources(legacy, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))._raynb_scaling.use_gpu
     with pytest.raises(ValueError, match="custom resources"):
         tune.with_resources(legacy, {"cpu": 1, "TPU": 1})
+
+
+class Counter(tune.Trainable):
+    """Ray's class API: state in setup, one result per step, dict checkpoints."""
+
+    def setup(self, config, offset=0):
+        self.value, self.offset = 0, offset
+
+    def step(self):
+        self.value += self.config["x"]
+        return {"value": self.value + self.offset, "done": self.value >= 100 * self.config["x"]}
+
+    def save_checkpoint(self, checkpoint_dir):
+        return {"value": self.value}
+
+    def load_checkpoint(self, checkpoint):
+        self.value = checkpoint["value"]
+
+
+def test_class_trainable_steps_stops_and_checkpoints(cluster):
+    rc = RunConfig(verbose=0, stop={"training_iteration": 5},
+                   checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2, checkpoint_at_end=True))
+    grid = tune.Tuner(tune.with_parameters(Counter, offset=1000), param_space={"x": tune.grid_search([1, 3])},
+                      run_config=rc).fit()
+    assert [r.metrics["value"] for r in grid] == [1005, 1015]
+    assert [r.metrics["training_iteration"] for r in grid] == [5, 5]
+    assert all(r.status == "TERMINATED" for r in grid)
+    assert all(r.checkpoint is not None and len(r.best_checkpoints) == 3 for r in grid)   # steps 2, 4, 5
+    with pytest.raises(ValueError, match="class Trainable"):
+        tune.Tuner(counting, run_config=rc)

@@ -91,13 +91,22 @@ class CheckpointConfig:
         checkpoint_score_attribute (str | None): metric that ranks checkpoints for
             pruning and ``Result.best_checkpoints``; None ranks by age (newest best).
         checkpoint_score_order ("max" | "min"): whether a higher or lower score is better.
+        checkpoint_frequency (int): Ray Tune's, for a class ``Trainable``: checkpoint every
+            this many steps (0: none). A function checkpoints when it reports one.
+        checkpoint_at_end (bool | None): Ray Tune's, for a class ``Trainable``: checkpoint
+            its last step.
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
 
     def __post_init__(self):
+        f = self.checkpoint_frequency
+        if not isinstance(f, int) or isinstance(f, bool) or f < 0:
+            raise ValueError(f"CheckpointConfig(checkpoint_frequency={f!r}): give an integer >= 0")
         n = self.num_to_keep
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise ValueError(f"CheckpointConfig(num_to_keep={n!r}): give an integer >= 1, or None to keep all")

@@ -15,7 +15,8 @@
 """
 from ..train import get_checkpoint, get_context, report
 from ..train.checkpoint import Checkpoint
-from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ..train.config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from ..train.sync_config import SyncConfig
 from . import logger, schedulers, search
 from .callback import Callback
 from .result_grid import ResultGrid, TrialResult
@@ -28,6 +29,7 @@ from .tuner import Tuner
 from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
 from . import stopper  # noqa: E402 - raynb.tune.stopper.MaximumIterationStopper
 from .stopper import Stopper
+from .trainable import Trainable
 from .legacy import ExperimentAnalysis, TuneError, run
 from . import progress_reporter  # noqa: E402
 from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
@@ -38,7 +40,8 @@ def __getattr__(name):
         from .search.optuna import OptunaSearch
 
         return OptunaSearch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}; the Ray Tune names raynb serves, "
+                         "and those it does not, are listed in docs/coming-from-ray.md")
 
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callback", "logger", "report",
@@ -46,5 +49,5 @@ __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callbac
            "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
            "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
            "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",
-           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper",
+           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper", "Result", "SyncConfig", "Trainable",
            "run", "ExperimentAnalysis", "TuneError", "CLIReporter", "JupyterNotebookReporter", "ProgressReporter"]

@@ -59,9 +59,14 @@ def with_parameters(trainable, **kwargs):
 
     Raises:
         TypeError: ``trainable`` is not a function."""
+    params = {k: _Parameter(k, v) for k, v in kwargs.items()}
+    if _is_trainable_class(trainable):   # Ray passes them to setup(config, **params)
+        def setup(self, config):
+            return trainable.setup(self, config, **{k: p.value for k, p in params.items()})
+
+        return type(trainable.__name__, (trainable,), {"setup": setup, "_raynb_parameters": params})
     if not callable(trainable) or isinstance(trainable, type):
         raise TypeError(f"with_parameters() takes a function f(config, **params), got {type(trainable).__name__}")
-    params = {k: _Parameter(k, v) for k, v in kwargs.items()}
 
     @functools.wraps(trainable)
     def inner(config):
@@ -70,6 +75,12 @@ def with_parameters(trainable, **kwargs):
     inner._raynb_parameters = params
     inner._raynb_scaling = getattr(trainable, "_raynb_scaling", None)
     return inner
+
+
+def _is_trainable_class(obj) -> bool:
+    from .trainable import Trainable
+
+    return isinstance(obj, type) and issubclass(obj, Trainable)
 
 
 class PlacementGroupFactory:
@@ -131,9 +142,11 @@ def with_resources(trainable, resources):
         TypeError: a trainable that is not a function, a request of another type.
         ValueError: custom resources, or more than one GPU for a function trial.
     """
+    scaling = _scaling_of(resources)
+    if _is_trainable_class(trainable):
+        return type(trainable.__name__, (trainable,), {"_raynb_scaling": scaling})
     if not callable(trainable) or isinstance(trainable, type):
         raise TypeError(f"with_resources() takes a function f(config), got {type(trainable).__name__}")
-    scaling = _scaling_of(resources)
 
     @functools.wraps(trainable)
     def inner(config):

@@ -31,6 +31,7 @@ from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
 from .stopper import as_stopper
 from .stopping import StoppingScheduler
 from .trial_catch_up import catch_up as _catch_up
+from .trainable import Trainable, class_trainable
 from .tune_config import TuneConfig
 
 
@@ -52,12 +53,32 @@ def _trainable_parts(trainable, param_space):
                            trainable.dataset_config.unsplit(trainable.datasets))  # one copy per node, all trials
         return (fn, trainable.scaling_config, trainable.train_loop_config,
                 "train_loop_config", trainable.run_config, "TorchTrainer")
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):   # Tuner.restore's check
+        trainable = class_trainable(trainable)
     if callable(trainable) and not isinstance(trainable, type):
         name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
         scaling = getattr(trainable, "_raynb_scaling", None) or ScalingConfig(num_workers=1)   # with_resources
         return trainable, scaling, None, None, None, name
     raise TypeError(f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
                     f"got {type(trainable).__name__}")
+
+
+def _function_of(trainable, run_config):
+    """A class ``Trainable`` as a function trainable, with its checkpoint settings (Ray's
+    ``checkpoint_frequency`` / ``checkpoint_at_end``, for class trainables only).
+
+    Raises:
+        ValueError: those settings given for a function trainable (as Ray)."""
+    cc = getattr(run_config, "checkpoint_config", None)
+    is_class = isinstance(trainable, type) and issubclass(trainable, Trainable)
+    if not is_class:
+        if cc is not None and (cc.checkpoint_frequency or cc.checkpoint_at_end):
+            raise ValueError("CheckpointConfig(checkpoint_frequency=, checkpoint_at_end=) apply to a class "
+                             "Trainable; a function checkpoints with report(..., checkpoint=...)")
+        return trainable
+    stop = getattr(run_config, "stop", None)
+    return class_trainable(trainable, cc.checkpoint_frequency if cc else 0, bool(cc and cc.checkpoint_at_end),
+                           stop if isinstance(stop, dict) else None)
 
 
 class Tuner:
@@ -91,6 +112,7 @@ class Tuner:
         if run_config is not None and not isinstance(run_config, RunConfig):
             raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
         validate_space(param_space)
+        trainable = _function_of(trainable, run_config)
         fn, scaling, base, nested, trainer_rc, name = _trainable_parts(trainable, param_space)
         self._trainable = trainable
         self._param_space = param_space
