@@ -190,3 +190,25 @@ def test_class_trainable_steps_stops_and_checkpoints(cluster):
     assert all(r.checkpoint is not None and len(r.best_checkpoints) == 3 for r in grid)   # steps 2, 4, 5
     with pytest.raises(ValueError, match="class Trainable"):
         tune.Tuner(counting, run_config=rc)
+
+
+def test_asha_stopped_trials_are_terminated_everywhere_and_stored_stopped_reads_back(cluster):
+    import json
+    from pathlib import Path
+
+    from raynb.tune.schedulers import ASHAScheduler
+
+    grid = _fit(None, xs=(4, 3, 2, 1), metric="score", mode="max", max_concurrent_trials=1,
+                scheduler=ASHAScheduler(max_t=8, grace_period=1, reduction_factor=2))
+    its = _iters(grid)
+    assert its[0] < 8 and its[-1] == 8, its            # some stopped early, the best ran to max_t
+    assert [r.status for r in grid] == ["TERMINATED"] * 4
+    assert set(grid.get_dataframe()["status"]) == {"TERMINATED"}
+    # An experiment stored before raynb took Ray's statuses said STOPPED: read back as TERMINATED.
+    state = Path(grid.experiment_path) / "experiment_state.json"
+    data = json.loads(state.read_text())
+    for t in data["trials"]:
+        t["status"] = "STOPPED"
+    state.write_text(json.dumps(data))
+    restored = tune.Tuner.restore(grid.experiment_path, counting).get_results()
+    assert [r.status for r in restored] == ["TERMINATED"] * 4 and restored.num_terminated == 4

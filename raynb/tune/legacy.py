@@ -95,7 +95,9 @@ class ExperimentAnalysis:
 
     def dataframe(self, metric: str | None = None, mode: str | None = None):
         """One row per trial: its last result (``metric``/``mode``: its best one instead)."""
-        return self._grid.get_dataframe(filter_metric=metric, filter_mode=mode)
+        if metric is None:
+            return self._grid.get_dataframe()
+        return self._grid.get_dataframe(filter_metric=metric, filter_mode=mode or self.default_mode or "max")
 
     @property
     def trial_dataframes(self) -> dict:
