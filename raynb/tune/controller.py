@@ -97,7 +97,7 @@ class TuneController:
                         if not self._by_run:
                             if self._pending:
                                 raise RuntimeError(
-                                    f"{type(self.scheduler).__name__}.choose_trial_to_run() picked none of "
+                                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() picked none of "
                                     f"{len(self._pending)} pending trials while none was running")
                             if self.search_finished:
                                 break
@@ -265,7 +265,7 @@ class TuneController:
             trial.extra["_ending"] = "exploit"
             trial.extra["_exploit"] = decision
         else:
-            raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
+            raise ValueError(f"{self.scheduler.__class__.__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
         if decision == STOP and checkpoint_staged:  # sent once that report's checkpoint commits
             self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
