@@ -9,7 +9,7 @@ import cloudpickle
 import pytest
 
 from raynb import tune
-from raynb.train import FailureConfig, RunConfig
+from raynb.train import FailureConfig, RunConfig, ScalingConfig
 from raynb.tune import stopper as S
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -158,6 +158,8 @@ def test_with_resources_reads_rays_requests():
     fn = tune.with_resources(legacy, {"cpu": 2})
     assert fn._raynb_scaling.num_workers == 1 and not fn._raynb_scaling.use_gpu
     assert tune.with_resources(legacy, tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]))._raynb_scaling.use_gpu
+    assert not tune.with_resources(legacy, [{"CPU": 1}, {"CPU": 2}])._raynb_scaling.use_gpu
+    assert tune.with_resources(legacy, ScalingConfig(num_workers=2))._raynb_scaling.num_workers == 2
     with pytest.raises(ValueError, match="custom resources"):
         tune.with_resources(legacy, {"cpu": 1, "TPU": 1})
 

@@ -108,6 +108,8 @@ class PlacementGroupFactory:
 def _scaling_of(resources) -> ScalingConfig:
     if isinstance(resources, ScalingConfig):
         return resources
+    if isinstance(resources, (list, tuple)):   # Ray's bundles, as PlacementGroupFactory takes them
+        resources = PlacementGroupFactory(list(resources))
     if isinstance(resources, PlacementGroupFactory):
         resources = resources.required_resources
     if not isinstance(resources, dict):
@@ -134,7 +136,8 @@ def with_resources(trainable, resources):
 
     Args:
         trainable: a function ``f(config)`` (or one from ``with_parameters``).
-        resources (dict | PlacementGroupFactory | ScalingConfig): ``{"cpu": 2, "gpu": 1}``;
+        resources (dict | list[dict] | PlacementGroupFactory | ScalingConfig): ``{"cpu": 2, "gpu": 1}``
+            or bundles (their sum counts);
             a GPU gives each trial one worker with one CUDA device; a ScalingConfig runs each
             trial on its ``num_workers`` ranks.
 
