@@ -214,3 +214,17 @@ def test_asha_stopped_trials_are_terminated_everywhere_and_stored_stopped_reads_
     state.write_text(json.dumps(data))
     restored = tune.Tuner.restore(grid.experiment_path, counting).get_results()
     assert [r.status for r in restored] == ["TERMINATED"] * 4 and restored.num_terminated == 4
+
+
+def test_trial_table_draws_early_stopped_terminated_trials_as_stopped():
+    from raynb.notebook.trial_table import TuneProgress
+
+    p = TuneProgress("score", "max", total_workers=2, param_keys=["x"])
+    for tid in ("a", "b"):
+        p.add_trial(tid, {"x": 1})
+        p.add_result(tid, {"training_iteration": 1, "score": 1.0})
+    p.set_status("a", "TERMINATED", None, early_stopped=True)
+    p.set_status("b", "TERMINATED")
+    rows = {r.trial_id: r for r in p.rows()}
+    assert rows["a"].early_stopped and not rows["b"].early_stopped
+    assert rows["a"].status == rows["b"].status == "TERMINATED"

@@ -9,6 +9,7 @@ from .session import TrainContext, get_checkpoint, get_context, report
 from .tracking import setup_mlflow
 from . import batch_inference as _batch_inference  # noqa: F401,E402 - Dataset.map_batches(num_workers=N)
 
-__all__ = ["Checkpoint", "CheckpointConfig", "DataConfig", "SyncConfig", "TrainingFailedError", "FailureConfig", "Result", "RunConfig",
+__all__ = ["Checkpoint", "CheckpointConfig", "DataConfig", "SyncConfig", "TrainingFailedError",
+           "FailureConfig", "Result", "RunConfig",
            "ScalingConfig", "TrainContext", "get_checkpoint", "get_context", "get_dataset_shard", "report",
            "setup_mlflow"]

@@ -49,5 +49,6 @@ __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callbac
            "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
            "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
            "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",
-           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper", "Result", "SyncConfig", "Trainable",
+           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper",
+           "Result", "SyncConfig", "Trainable",
            "run", "ExperimentAnalysis", "TuneError", "CLIReporter", "JupyterNotebookReporter", "ProgressReporter"]

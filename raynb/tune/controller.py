@@ -321,7 +321,7 @@ class TuneController:
             self.scheduler.on_trial_error(trial)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
         trial.extra.pop("_exploit", None)
-        self.progress.set_status(trial.trial_id, trial.status, trial.error)
+        self.progress.set_status(trial.trial_id, trial.status, trial.error, bool(trial.extra.get("early_stopped")))
         self.state.mark(trial)
         self._workers_changed()
         self.callbacks.on_trial_end(trial)  # complete (TERMINATED) or error (ERROR)

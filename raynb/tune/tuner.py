@@ -218,7 +218,7 @@ class Tuner:
             progress.add_trial(t.trial_id, t.config)
             for r in t.results:
                 progress.add_result(t.trial_id, r)
-            progress.set_status(t.trial_id, t.status, t.error)
+            progress.set_status(t.trial_id, t.status, t.error, bool(t.extra.get("early_stopped")))
         state = ExperimentState(path, header)
         for t in self._trials:
             state.mark(t)
