@@ -27,11 +27,11 @@ from .trial import Trial
 from .tune_config import TuneConfig
 from .tuner import Tuner
 from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
-from . import stopper  # noqa: E402 - raynb.tune.stopper.MaximumIterationStopper
+from . import stopper  # noqa: F401 - raynb.tune.stopper.MaximumIterationStopper
 from .stopper import Stopper
 from .trainable import Trainable
 from .legacy import ExperimentAnalysis, TuneError, run
-from . import progress_reporter  # noqa: E402
+from . import progress_reporter  # noqa: F401 - raynb.tune.progress_reporter.CLIReporter
 from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 
 
