@@ -61,11 +61,12 @@ class TrialRow:
     best: float | None = None
     series: list = field(default_factory=list)
     reports: int = 0
+    early_stopped: bool = False   # TERMINATED by a scheduler / stopper before its budget (grey curve)
 
     def snapshot(self) -> "TrialRow":
         return TrialRow(self.trial_id, dict(self.config), self.order, self.status, self.error,
                         self.iteration, self.time_total_s, self.latest, self.best,
-                        list(self.series), self.reports)
+                        list(self.series), self.reports, self.early_stopped)
 
 
 class TuneProgress:
@@ -119,9 +120,10 @@ class TuneProgress:
                 row.config = flatten(config or {})
             self.version += 1
 
-    def set_status(self, trial_id: str, status: str, error: str | None = None) -> None:
+    def set_status(self, trial_id: str, status: str, error: str | None = None, early_stopped: bool = False) -> None:
         """``status``: PENDING, RUNNING, PAUSED, TERMINATED, STOPPED or ERROR;
-        ``error``: one line saying why, for ERROR.
+        ``error``: one line saying why, for ERROR; ``early_stopped``: a TERMINATED trial
+        stopped before its budget (its curve is drawn as a stopped one).
 
         Raises:
             ValueError: an unknown status."""
@@ -131,6 +133,7 @@ class TuneProgress:
         with self._lock:
             row = self._row(trial_id)
             row.status = status
+            row.early_stopped = bool(early_stopped)
             row.error = str(error) if error is not None else (row.error if status == "ERROR" else None)
             self.version += 1
             self.results_version += 1
