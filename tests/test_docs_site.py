@@ -36,3 +36,13 @@ def test_the_readme_is_a_front_page():
     assert "raynb demo" in blocks[0] and "pytest" in blocks[1], "the README opens with its two commands"
     ci = (ROOT / ".ci" / "run").read_text()
     assert blocks[1].strip() in ci, "CI runs the README's test command verbatim"
+
+
+def test_the_generated_pages_are_current():
+    from raynb.cluster import settings
+    from raynb.notebook import magic_reference
+
+    for page, text, command in (
+            ("environment.md", settings.markdown(), "python -m raynb.cluster.settings --markdown"),
+            ("magics.md", magic_reference.markdown(), "python -m raynb.notebook.magic_reference")):
+        assert (ROOT / "docs" / page).read_text() == text, f"docs/{page} is stale: {command} > docs/{page}"

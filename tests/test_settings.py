@@ -37,9 +37,3 @@ def test_a_value_parses_and_a_bad_one_falls_back(monkeypatch):
 def test_an_undeclared_name_is_a_key_error():
     with pytest.raises(KeyError):
         settings.get("RAYNB_NOT_A_SETTING")
-
-
-def test_the_environment_page_is_the_generated_one():
-    page = (ROOT / "docs" / "environment.md").read_text()
-    assert page == settings.markdown(), (
-        "docs/environment.md is stale: python -m raynb.cluster.settings --markdown > docs/environment.md")
