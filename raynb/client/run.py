@@ -19,7 +19,7 @@ from pathlib import Path
 import cloudpickle
 
 from ..cluster import protocol as P
-from ..cluster.head.run import TERMINAL as RUN_END_STATES
+from ..cluster.run_states import RUN_TERMINAL as RUN_END_STATES
 from ..cluster.rundir import read_reports
 from ..cluster.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted

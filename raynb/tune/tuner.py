@@ -15,7 +15,7 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import bulk, views
-from ..cluster.head.run import TERMINAL
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
 from ..cluster.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
