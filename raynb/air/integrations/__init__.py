@@ -1,0 +1,1 @@
+"""Ray AIR's integrations (``ray.air.integrations``): ``mlflow``."""
