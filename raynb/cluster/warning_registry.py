@@ -17,13 +17,16 @@ worker does not show the warning again; a notebook cell edited and run again is 
 from __future__ import annotations
 
 import functools
+import itertools
 import sys
 import types
 
 # (the globals' __name__, the code's file name) -> the registry kept for them
 _REGISTRIES: dict[tuple, dict] = {}
-# How many objects of a payload are looked at for shipped functions, at most.
-MAX_OBJECTS = 5000
+# How many objects of a payload are looked at for shipped functions, at most, and how
+# many items of one container (a config's data is not walked: its functions come first).
+MAX_OBJECTS = 2000
+MAX_ITEMS = 100
 _CONTAINERS = (list, tuple, set, frozenset)
 
 
@@ -53,10 +56,10 @@ def _children(obj) -> list:
         return [obj.func, *obj.args, *obj.keywords.values()]
     if isinstance(obj, type):
         return [] if _by_reference(obj) else list(vars(obj).values())
-    if isinstance(obj, dict):
-        return list(obj.values())
+    if isinstance(obj, dict):   # a large config: its first items only
+        return list(itertools.islice(obj.values(), MAX_ITEMS))
     if isinstance(obj, _CONTAINERS):
-        return list(obj)
+        return list(itertools.islice(obj, MAX_ITEMS))
     state = getattr(obj, "__dict__", None)
     if isinstance(state, dict) and not isinstance(obj, types.ModuleType):
         return [type(obj), *state.values()]
