@@ -165,3 +165,27 @@ def test_tracking_uri_forms():
     assert mlflow_store.tracking_uri(None) is None
     import raynb.integrations.mlflow as ours
     assert MLflowLoggerCallback is ours.MLflowLoggerCallback and setup_mlflow is ours.setup_mlflow
+
+
+def test_rays_mlflow_example_with_its_imports_changed(cluster, tmp_path):
+    """ray/tune/examples/mlflow_example.py from the installed wheel: the callback on a file
+    store, then setup_mlflow(config) with config["mlflow"], 5 trials each."""
+    ray = pytest.importorskip("ray")
+    source = (Path(ray.__file__).parent / "tune" / "examples" / "mlflow_example.py").read_text()
+    source = (source.replace("from ray.air.integrations.mlflow", "from raynb.air.integrations.mlflow")
+              .replace("from ray import tune", "from raynb import tune"))
+    assert "ray." not in source.replace("raynb.", ""), "the example imports more of Ray than this test changes"
+    script = tmp_path / "mlflow_example.py"
+    script.write_text(source)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_ALLOW_FILE_STORE"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(script), "--smoke-test"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    client = _client(str(tmp_path / "mlruns"))
+    for name, keys in (("example", {"mean_loss", "config/width", "done", "training_iteration"}),
+                       ("mixin_example", {"mean_loss"})):
+        runs = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+        assert len(runs) == 5 and {r.info.status for r in runs} == {"FINISHED"}, name
+        assert all(keys <= set(r.data.metrics) for r in runs), (name, runs[0].data.metrics)
