@@ -61,3 +61,34 @@ def test_registries_are_given_to_functions_shipped_by_value_only():
     assert warning_registry.keep_registries((f, {"nested": [g]})) == 2
     assert f.__globals__["__warningregistry__"] is not g.__globals__["__warningregistry__"]
     assert warning_registry.keep_registries(np.mean) == 0   # an imported module's: its own
+
+
+TRIAL_SOURCE = '''
+import os, warnings
+
+def trainable(config):
+    shown = warnings.showwarning
+    def count(message, category, filename, lineno, file=None, line=None):
+        with open(config["log"], "a") as f:
+            f.write(f"{os.getpid()} {lineno}\\n")
+    warnings.showwarning = count
+    try:
+        for i in range(20):
+            warnings.warn("in every trial's loop", UserWarning)
+            raynb.tune.report({"i": i})
+    finally:
+        warnings.showwarning = shown
+'''
+
+
+def test_tune_trials_on_warm_workers_warn_once_per_process(cluster, tmp_path):
+    import raynb.tune as tune
+
+    trainable = _main_function(TRIAL_SOURCE, "trainable")
+    log = tmp_path / "shown.txt"
+    grid = tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(8))), "log": str(log)},
+                      run_config=raynb.train.RunConfig(verbose=0)).fit()
+    assert not [r.error for r in grid if r.error]
+    shown = [tuple(line.split()) for line in log.read_text().splitlines()]
+    # 8 trials on at most 4 warm workers: once per worker process, not once per trial
+    assert shown and sorted(shown) == sorted(set(shown)) and len(shown) <= 4, shown
