@@ -27,7 +27,7 @@ import cloudpickle
 
 from . import chunking, event_batch
 from . import protocol as P
-from . import task_context
+from . import task_context, warning_registry
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
 from .procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
@@ -286,6 +286,7 @@ class Worker:
             task_context.start(task, self.emit)
             fn, config = payload["fn"], payload["config"]
             del payload
+            warning_registry.keep_registries((fn, config))  # once per location per process
             with notebook_main(shipped):  # torch.save(model) finds __main__.Net
                 return fn(config) if task_context.takes_config(fn) else fn()
         finally:
