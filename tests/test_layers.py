@@ -38,6 +38,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "integrations": ("cluster", "client", "data", "train", "tune", "integrations", "errors"),
     "notebook": ("cluster", "client", "train", "tune", "data", "integrations", "notebook",
                  "errors"),
+    # Ray's module names served by raynb (`raynb run`, raynb.compat.install()).
+    "compat": ("cluster", "client", "train", "tune", "data", "integrations", "compat", "errors"),
 }
 # Top-level entry modules may import anything, and no layer may import them. The
 # package itself (raynb/__init__.py, module name "raynb") is an entry module too:

@@ -1,0 +1,163 @@
+"""The import hook that serves ``ray`` and ``ray.X.Y`` from ``raynb`` and ``raynb.X.Y``.
+
+Each served module is a thin proxy (:class:`ServedModule`) over raynb's module: its names are
+raynb's own objects, a name raynb lacks raises ``AttributeError`` naming it and where to go,
+and the proxy pickles as raynb's module, so a training function whose globals hold
+``ray.train`` unpickles on a worker that never installed the hook. A worker that runs a
+function shipped from a process with the hook installs it too (``client.shipping``'s
+``payload_preludes``), so ``import ray.train`` inside the function resolves there as well.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+
+DOCS = "docs/coming-from-ray.md"
+ON_RAY = ("run the script on Ray itself (with `raynb start --ray`, raynb shares a Ray cluster "
+          "with Ray's own API), or see " + DOCS)
+RAY_API_VERSION = "2.60.0"   # the Ray release whose API names raynb follows
+
+
+def not_served_message(what: str) -> str:
+    return f"{what} is not served by raynb (`raynb run` / raynb.compat serve Ray Train, Tune, " \
+           f"Data and AIR only): {ON_RAY}"
+
+
+class ServedModule(types.ModuleType):
+    """``ray[.X.Y]`` as seen by a script: raynb's module ``raynb[.X.Y]`` under Ray's name."""
+
+    def __init__(self, ray_name: str, target: types.ModuleType):
+        super().__init__(ray_name, getattr(target, "__doc__", None))
+        self.__dict__["_raynb_target"] = target
+        if hasattr(target, "__path__"):
+            self.__dict__["__path__"] = []   # a package: its submodules come from the finder
+
+    def __getattr__(self, name: str):
+        target = self.__dict__["_raynb_target"]
+        try:
+            return getattr(target, name)
+        except AttributeError:
+            if name.startswith("__") and name.endswith("__"):
+                raise
+            raise AttributeError(not_served_message(f"`{self.__name__}.{name}`"),
+                                 name=name, obj=self) from None
+
+    def __dir__(self):
+        return sorted(set(dir(self.__dict__["_raynb_target"])) | set(self.__dict__))
+
+    def __reduce_ex__(self, protocol):
+        # Pickled by reference to raynb's module, rebuilt as a proxy where it is unpickled.
+        return served_module, (self.__name__,)
+
+
+def raynb_name(ray_name: str) -> str:
+    return "raynb" + ray_name[3:]
+
+
+def served_module(ray_name: str) -> ServedModule:
+    """The proxy for ``ray_name`` (``ray`` or ``ray.X.Y``): the one in ``sys.modules`` when
+    the hook serves it there, else a new one over ``raynb.X.Y``."""
+    mod = sys.modules.get(ray_name)
+    if isinstance(mod, ServedModule):
+        return mod
+    return _make(ray_name, importlib.import_module(raynb_name(ray_name)))
+
+
+def _make(ray_name: str, target: types.ModuleType) -> ServedModule:
+    mod = ServedModule(ray_name, target)
+    if ray_name == "ray":
+        from . import ray_init
+
+        mod.__dict__.update(init=ray_init.init, shutdown=ray_init.shutdown,
+                            is_initialized=ray_init.is_initialized, __version__=RAY_API_VERSION)
+    return mod
+
+
+class _ServedLoader(importlib.abc.Loader):
+    def __init__(self, target: types.ModuleType):
+        self.target = target
+
+    def create_module(self, spec):
+        return _make(spec.name, self.target)
+
+    def exec_module(self, module):
+        pass   # raynb's module already ran
+
+
+class RayFinder(importlib.abc.MetaPathFinder):
+    """First on ``sys.meta_path``: ``ray`` and ``ray.*`` come from raynb, or fail naming why."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "ray" and not fullname.startswith("ray."):
+            return None
+        name = raynb_name(fullname)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise   # a module that raynb's own code imports is missing: its own error
+            raise ModuleNotFoundError(not_served_message(f"module `{fullname}`"),
+                                      name=fullname) from None
+        return importlib.machinery.ModuleSpec(fullname, _ServedLoader(module),
+                                              is_package=hasattr(module, "__path__"))
+
+
+_finder: RayFinder | None = None
+
+
+def installed() -> bool:
+    """Whether this process serves ``import ray`` from raynb."""
+    return _finder is not None
+
+
+def install() -> None:
+    """Serve ``import ray`` (and ``ray.train``, ``ray.tune``, ``ray.data``, ``ray.air`` and
+    their submodules) from raynb in this process; a second call does nothing.
+
+    Raises:
+        RuntimeError: real Ray is already imported in this process (its modules are in use:
+            restart the kernel/process and install before the first ``import ray``).
+    """
+    global _finder
+    if _finder is not None:
+        return
+    real = [n for n, m in sys.modules.items()
+            if (n == "ray" or n.startswith("ray.")) and not isinstance(m, ServedModule)]
+    if real:
+        raise RuntimeError("real Ray is already imported in this process, so `import ray` cannot "
+                           "be served by raynb: call raynb.compat.install() before the first "
+                           "`import ray` (restart the kernel first)")
+    _finder = RayFinder()
+    sys.meta_path.insert(0, _finder)
+    from ..client import shipping
+
+    shipping.payload_preludes.append(_WorkerHook())
+
+
+def uninstall() -> None:
+    """Undo :func:`install`: ``import ray`` finds real Ray again (served modules are dropped)."""
+    global _finder
+    if _finder is None:
+        return
+    sys.meta_path.remove(_finder)
+    _finder = None
+    for n in [n for n, m in sys.modules.items() if isinstance(m, ServedModule)]:
+        del sys.modules[n]
+    from ..client import shipping
+
+    shipping.payload_preludes[:] = [p for p in shipping.payload_preludes if not isinstance(p, _WorkerHook)]
+
+
+def install_on_worker() -> None:
+    """Unpickled on a worker before a function shipped from a process with the hook: the same
+    hook there, unless real Ray is already loaded in that worker (left as it is)."""
+    if not any(n == "ray" or n.startswith("ray.") for n in sys.modules) or installed():
+        install()
+
+
+class _WorkerHook:
+    def __reduce__(self):
+        return install_on_worker, ()
