@@ -12,18 +12,18 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import types
 
 DOCS = "docs/coming-from-ray.md"
-ON_RAY = ("run the script on Ray itself (with `raynb start --ray`, raynb shares a Ray cluster "
-          "with Ray's own API), or see " + DOCS)
+ON_RAY = ("run the script on Ray itself (`raynb start --ray` shares a Ray cluster with raynb), "
+          "or see " + DOCS)
 RAY_API_VERSION = "2.60.0"   # the Ray release whose API names raynb follows
 
 
 def not_served_message(what: str) -> str:
-    return f"{what} is not served by raynb (`raynb run` / raynb.compat serve Ray Train, Tune, " \
-           f"Data and AIR only): {ON_RAY}"
+    return f"{what} is not served by raynb (it serves Ray Train, Tune, Data and AIR): {ON_RAY}"
 
 
 class ServedModule(types.ModuleType):
@@ -44,6 +44,9 @@ class ServedModule(types.ModuleType):
                 raise
             raise AttributeError(not_served_message(f"`{self.__name__}.{name}`"),
                                  name=name, obj=self) from None
+
+    def __repr__(self):
+        return f"<module {self.__name__!r} (served by {self.__dict__['_raynb_target'].__name__})>"
 
     def __dir__(self):
         return sorted(set(dir(self.__dict__["_raynb_target"])) | set(self.__dict__))
@@ -93,16 +96,39 @@ class RayFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "ray" and not fullname.startswith("ray."):
             return None
+        if fullname.split(".")[:3] in (["ray", "tune", "examples"], ["ray", "train", "examples"]):
+            return _example_spec(fullname)
         name = raynb_name(fullname)
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
                 raise   # a module that raynb's own code imports is missing: its own error
-            raise ModuleNotFoundError(not_served_message(f"module `{fullname}`"),
-                                      name=fullname) from None
+            # No name=: importlib would swallow an error named for `from ray import x`'s x
+            # and say only "cannot import name"; this one names the fix.
+            raise ModuleNotFoundError(not_served_message(f"`{fullname}`")) from None
         return importlib.machinery.ModuleSpec(fullname, _ServedLoader(module),
                                               is_package=hasattr(module, "__path__"))
+
+
+def _example_spec(fullname: str):
+    """Ray's shipped examples import each other (``ray.tune.examples.mnist_pytorch``): their
+    source comes from the installed Ray wheel, run as any script's code is, under the hook."""
+    import os
+
+    real = importlib.machinery.PathFinder.find_spec("ray")   # located, not imported
+    if real is None or not real.submodule_search_locations:
+        raise ModuleNotFoundError(f"module `{fullname}` is one of Ray's examples, read from the "
+                                  f"installed `ray` wheel, and no `ray` is installed", name=fullname)
+    base = os.path.join(real.submodule_search_locations[0], *fullname.split(".")[1:])
+    for path, is_pkg in ((os.path.join(base, "__init__.py"), True), (base + ".py", False)):
+        if os.path.isfile(path):
+            loader = importlib.machinery.SourceFileLoader(fullname, path)
+            return importlib.util.spec_from_file_location(
+                fullname, path, loader=loader,
+                submodule_search_locations=[os.path.dirname(path)] if is_pkg else None)
+    raise ModuleNotFoundError(f"No module named {fullname!r} (in the installed Ray's examples)",
+                              name=fullname)
 
 
 _finder: RayFinder | None = None
@@ -144,7 +170,9 @@ def uninstall() -> None:
         return
     sys.meta_path.remove(_finder)
     _finder = None
-    for n in [n for n, m in sys.modules.items() if isinstance(m, ServedModule)]:
+    # Every ray module loaded while installed was served (install refuses next to real Ray's):
+    # the proxies and the examples read from the wheel under the hook.
+    for n in [n for n in sys.modules if n == "ray" or n.startswith("ray.")]:
         del sys.modules[n]
     from ..client import shipping
 
