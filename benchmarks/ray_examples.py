@@ -12,6 +12,7 @@ status (pass / fail / timeout), the seconds and, for a failure, the error line.
 
     python benchmarks/ray_examples.py --list              # the collected scripts, JSON
     python benchmarks/ray_examples.py --conformance       # run them all, JSON per script
+        (with --markdown: the tables of docs/coming-from-ray.md; run it with a cluster started)
     python benchmarks/ray_examples.py [--scripts a.py,b.py] [--timeout S]
         # the benchmark: wall seconds of each script on Ray 2.60 (ray.init included), on raynb
         # (cluster start included) and again on a warm raynb cluster, and the ratios, JSON
@@ -202,6 +203,26 @@ def conformance(examples: list[Example], modes=MODES, timeout: float = 180.0, en
     return [run_example(ex, mode, timeout, env) for ex in examples if not ex.excluded for mode in modes]
 
 
+def markdown(examples: list[Example], results: list[dict]) -> str:
+    """The pass count and two tables (scripts run; scripts not run, and why) for
+    docs/coming-from-ray.md."""
+    by = {(r["script"], r["mode"]): r for r in results}
+    ran = [e for e in examples if not e.excluded]
+    counts = ", ".join(f"{sum(by[(e.name, m)]['status'] == 'pass' for e in ran)} of {len(ran)} {m}"
+                       for m in MODES)
+    out = [f"Passing: {counts} ({len(examples) - len(ran)} of the wheel's {len(examples)} files "
+           f"not run here, below).", "", "| Script | `raynb run` | imports changed |", "|---|---|---|"]
+
+    def cell(r):
+        if r["status"] == "pass":
+            return "passes"
+        return f"{r['status']}: {r['reason'].split(' is not served')[0][:120]}".replace("|", "\\|")
+    out += [f"| `{e.name}` | {cell(by[(e.name, MODES[0])])} | {cell(by[(e.name, MODES[1])])} |" for e in ran]
+    out += ["", "| Script | Why it is not run here |", "|---|---|"]
+    out += [f"| `{e.name}` | {e.excluded} |" for e in examples if e.excluded]
+    return "\n".join(out)
+
+
 def _timed(cmd: list[str], env: dict, cwd: str, timeout: float) -> float | None:
     t0 = time.monotonic()
     try:
@@ -214,6 +235,20 @@ def _timed(cmd: list[str], env: dict, cwd: str, timeout: float) -> float | None:
     return round(time.monotonic() - t0, 2)
 
 
+def _kill_leftovers(tmp: str) -> None:
+    """SIGKILL what a timed-out Ray run left (its GCS, raylet, dashboard): the processes
+    whose command line names this run's own temp directory, and nothing else."""
+    import signal
+
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if tmp.encode() in f.read():
+                    os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def benchmark(names: list[str], timeout: float) -> list[dict]:
     """Per script: Ray 2.60's wall seconds (a fresh process, ray.init included), raynb's
     (``raynb run``, cluster start and stop included) and raynb's on a warm cluster."""
@@ -221,13 +256,16 @@ def benchmark(names: list[str], timeout: float) -> list[dict]:
     for name in names:
         path = str(base / name)
         args = ["--smoke-test"] if "--smoke-test" in Path(path).read_text() else []
-        tmp = tempfile.mkdtemp(prefix="raynb-bench-ray-examples-")
+        tmp = tempfile.mkdtemp(prefix="rnbb-")
         try:
             env = {**os.environ, "HOME": tmp, "RAY_TMPDIR": tmp, "RAYNB_HOME": f"{tmp}/raynb",
                    "RAYNB_STORAGE_PATH": f"{tmp}/results", "RAYNB_PROGRESS": "text",
                    "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
             os.makedirs(env["RAYNB_HOME"], mode=0o700)
-            ray_s = _timed([sys.executable, path, *args], env, tmp, timeout)
+            try:
+                ray_s = _timed([sys.executable, path, *args], env, tmp, timeout)
+            finally:
+                _kill_leftovers(tmp)
             cold = _timed([sys.executable, "-m", "raynb.cli", "run", path, *args], env, tmp, timeout)
             subprocess.run([sys.executable, "-m", "raynb.cli", "start"], env=env, cwd=tmp,
                            capture_output=True, timeout=120)
@@ -248,13 +286,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="print the collected scripts and exit")
     ap.add_argument("--conformance", action="store_true", help="run every collected script both ways")
+    ap.add_argument("--markdown", action="store_true", help="with --conformance: the docs' tables")
     ap.add_argument("--scripts", default=",".join(BENCH_DEFAULT), help="comma-separated, relative to ray/")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script run")
     args = ap.parse_args(argv)
     if args.list:
         print(json.dumps([asdict(e) for e in collect()], indent=1))
     elif args.conformance:
-        print(json.dumps(conformance(collect(), timeout=args.timeout), indent=1))
+        examples = collect()
+        results = conformance(examples, timeout=args.timeout)
+        print(markdown(examples, results) if args.markdown else json.dumps(results, indent=1))
     else:
         print(json.dumps({"loadavg": os.getloadavg(), "cpus": os.cpu_count(),
                           "scripts": benchmark([s for s in args.scripts.split(",") if s], args.timeout)},
