@@ -12,7 +12,8 @@ status (pass / fail / timeout), the seconds and, for a failure, the error line.
 
     python benchmarks/ray_examples.py --list              # the collected scripts, JSON
     python benchmarks/ray_examples.py --conformance       # run them all, JSON per script
-        (with --markdown: the tables of docs/coming-from-ray.md; run it with a cluster started)
+        (--markdown: the tables of docs/coming-from-ray.md; --expected: the passing lists of
+        tests/ray_examples_expected.json; start a cluster first, `raynb start`, to share it)
     python benchmarks/ray_examples.py [--scripts a.py,b.py] [--timeout S]
         # the benchmark: wall seconds of each script on Ray 2.60 (ray.init included), on raynb
         # (cluster start included) and again on a warm raynb cluster, and the ratios, JSON
@@ -291,6 +292,8 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the collected scripts and exit")
     ap.add_argument("--conformance", action="store_true", help="run every collected script both ways")
     ap.add_argument("--markdown", action="store_true", help="with --conformance: the docs' tables")
+    ap.add_argument("--expected", action="store_true",
+                    help="with --conformance: the passing scripts per mode, as in tests/ray_examples_expected.json")
     ap.add_argument("--scripts", default=",".join(BENCH_DEFAULT), help="comma-separated, relative to ray/")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script run")
     args = ap.parse_args(argv)
@@ -299,7 +302,11 @@ def main(argv=None) -> int:
     elif args.conformance:
         examples = collect()
         results = conformance(examples, timeout=args.timeout)
-        print(markdown(examples, results) if args.markdown else json.dumps(results, indent=1))
+        if args.expected:
+            print(json.dumps({m: sorted(r["script"] for r in results if r["mode"] == m and r["status"] == "pass")
+                              for m in MODES}, indent=1))
+        else:
+            print(markdown(examples, results) if args.markdown else json.dumps(results, indent=1))
     else:
         before = os.getloadavg()
         rows = benchmark([s for s in args.scripts.split(",") if s], args.timeout)

@@ -3,8 +3,9 @@ run on raynb, unchanged under ``raynb run`` and with their imports changed to ``
 
 A script in tests/ray_examples_expected.json that fails is a regression. By default the
 scripts of its ``"ci"`` list run (a fast subset); ``RAYNB_RAY_EXAMPLES=all`` runs every
-collected script: an expected one must pass, any other is reported (xfail with its error
-line, or XPASS: add it to the expected list). Run alone with ``pytest -m ray_examples``.
+collected script: an expected one must pass, any other xfails with its error line (or
+passes: add it to the list; ``benchmarks/ray_examples.py --conformance --expected`` prints
+the lists). Run alone with ``pytest -m ray_examples``.
 """
 from __future__ import annotations
 
