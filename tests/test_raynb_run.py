@@ -123,6 +123,11 @@ def test_install_in_a_process_serves_ray_and_refuses_after_real_ray():
         import ray, ray.train.torch, ray.tune.schedulers
         import raynb.train.torch
         assert ray.train.torch.TorchTrainer is raynb.train.torch.TorchTrainer
+        assert type(ray.tune.schedulers).__name__ == "ServedModule", ray.tune.schedulers
+        try:
+            ray.train.torch.no_such_name
+        except AttributeError as e:
+            assert "`ray.train.torch.no_such_name` is not served by raynb" in str(e), e
         raynb.compat.uninstall()
         import sys
         assert "ray" not in sys.modules

@@ -38,12 +38,21 @@ class ServedModule(types.ModuleType):
     def __getattr__(self, name: str):
         target = self.__dict__["_raynb_target"]
         try:
-            return getattr(target, name)
+            value = getattr(target, name)
         except AttributeError:
             if name.startswith("__") and name.endswith("__"):
                 raise
-            raise AttributeError(not_served_message(f"`{self.__name__}.{name}`"),
-                                 name=name, obj=self) from None
+            value = _submodule(target, name)   # `ray.tune` after a bare `import ray`
+            if value is None:
+                raise AttributeError(not_served_message(f"`{self.__name__}.{name}`"),
+                                     name=name, obj=self) from None
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{target.__name__}.{name}":
+            # A submodule reached as an attribute (`ray.train.torch` after `import ray`) is
+            # served too, so its missing names say so as well.
+            sub = f"{self.__name__}.{name}"
+            value = importlib.import_module(sub) if installed() else _make(sub, value)
+            self.__dict__[name] = value
+        return value
 
     def __repr__(self):
         return f"<module {self.__name__!r} (served by {self.__dict__['_raynb_target'].__name__})>"
@@ -54,6 +63,17 @@ class ServedModule(types.ModuleType):
     def __reduce_ex__(self, protocol):
         # Pickled by reference to raynb's module, rebuilt as a proxy where it is unpickled.
         return served_module, (self.__name__,)
+
+
+def _submodule(target: types.ModuleType, name: str) -> types.ModuleType | None:
+    """raynb's submodule ``target.name`` imported, or None when raynb has none."""
+    if not hasattr(target, "__path__"):
+        return None
+    try:
+        found = importlib.util.find_spec(f"{target.__name__}.{name}") is not None
+    except (ImportError, ValueError):
+        found = False
+    return importlib.import_module(f"{target.__name__}.{name}") if found else None
 
 
 def raynb_name(ray_name: str) -> str:
