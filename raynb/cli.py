@@ -1,4 +1,4 @@
-"""The ``raynb`` command: start, status, stop, node, demo; ``raynb --version``; a bare
+"""The ``raynb`` command: start, status, stop, node, run, demo; ``raynb --version``; a bare
 ``raynb`` prints the help (exit status 0)."""
 from __future__ import annotations
 
@@ -66,6 +66,10 @@ def main(argv=None) -> int:
     n.add_argument("--reconnect", type=float, default=60.0, metavar="S",
                    help="seconds to keep registering again after losing the head (default 60)")
     add_job_commands(sub)
+    r = sub.add_parser("run", help="run an unchanged Ray Train/Tune/Data script on raynb "
+                       "(`import ray` served by raynb; see docs/coming-from-ray.md)")
+    r.add_argument("script", help="the Python script, run as __main__")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
     d.add_argument("--workers", type=positive_int, default=4, help="ranks (world size), default 4")
     d.add_argument("--epochs", type=positive_int, default=12, help="epochs per run, default 12")
@@ -144,6 +148,10 @@ def main(argv=None) -> int:
             except ValueError as e:
                 print(f"raynb: {e}", file=sys.stderr)
                 return 2
+        elif args.cmd == "run":
+            from .compat.run_script import run_script
+
+            return run_script(args.script, args.args)
         elif args.cmd == "demo":
             from .demo import run_demo
 

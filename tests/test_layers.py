@@ -40,6 +40,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                  "errors"),
     # Ray AIR's module paths (raynb.air.config, .session, .integrations): names of the layers below
     "air": ("cluster", "client", "data", "train", "tune", "integrations", "air", "errors"),
+    # Ray's module names served by raynb (`raynb run`, raynb.compat.install()).
+    "compat": ("cluster", "client", "train", "tune", "data", "integrations", "air", "compat", "errors"),
 }
 # Top-level entry modules may import anything, and no layer may import them. The
 # package itself (raynb/__init__.py, module name "raynb") is an entry module too:
