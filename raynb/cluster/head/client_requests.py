@@ -10,7 +10,6 @@ import os
 import time
 
 from .. import protocol as P, spare_files
-from .run import TERMINAL
 
 
 class ClientRequests:
@@ -25,25 +24,6 @@ class ClientRequests:
 
     def on_list_runs(self, msg: P.Message) -> None:
         self.send(msg.identity, P.RUNS_REPLY, {"runs": self.store.summaries()})
-
-    def on_get_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        self.send(msg.identity, P.RUN_RECORD, {"record": self.store.record(run)})
-
-    def on_attach_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        if run.state not in TERMINAL:
-            run.followers.add(msg.identity)
-        rec = self.store.record(run)
-        workers = self.registry.workers
-        rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": workers[wid].pid,
-                         "hostname": workers[wid].hostname}
-                        for r, wid in enumerate(run.ranks) if wid in workers]
-        self.send(msg.identity, P.RUN_RECORD, {"record": rec})
 
     def on_status_request(self, msg: P.Message) -> None:
         self.send(msg.identity, P.STATUS_REPLY, self.status())
@@ -65,3 +45,10 @@ class ClientRequests:
                       "path": str(r.rundir.path)} for r in self.runs.values()],
         }
 
+    def on_cancel_run(self, msg: P.Message) -> None:
+        run = self.runs.get(msg.content.get("run_id"))
+        if run is None:
+            return
+        if run.state == "PENDING":
+            self.queue.discard(run)
+        self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
