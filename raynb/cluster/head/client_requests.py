@@ -10,6 +10,7 @@ import os
 import time
 
 from .. import protocol as P, spare_files
+from .local_node import LOCAL_NODE_ID
 
 
 class ClientRequests:
@@ -39,6 +40,9 @@ class ClientRequests:
             "checkpoint_transfers": self.transfers.status(),
             "stop_when_idle": self.idle_stop.owners is not None, "kept": self.idle_stop.kept,
             "spare_files": spare_files.stats(),
+            "local_node": self.local_node.status() if self.local_node is not None else None,
+            "loop": {"stalls": self.loop_watch.stalls, "longest_stall_s": round(self.loop_watch.longest_s, 2),
+                     "offloop_pending": self.offloop.pending},
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
             "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
@@ -52,3 +56,11 @@ class ClientRequests:
         if run.state == "PENDING":
             self.queue.discard(run)
         self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
+
+    def with_cause(self, why: str) -> str:
+        """A run refused for want of room: the local node agent that keeps exiting is the
+        cause to name, where it is (not the empty node list it leaves)."""
+        gave_up = self.local_node.gave_up if self.local_node is not None else None
+        if gave_up and not any(n.node_id == LOCAL_NODE_ID for n in self.registry.nodes.values()):
+            return f"{gave_up} (so: {why})"
+        return why

@@ -261,7 +261,7 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"), self.registry.snapshot(),
                               self.registry.capacity(), self.registry.total_gpus())
         if why:
-            return refuse(why)
+            return refuse(self.with_cause(why))
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
