@@ -63,11 +63,11 @@ def tail_lines(path, limit: int, max_bytes: int = MAX_TAIL_BYTES) -> tuple[list[
     return found, more
 
 
-def tail_reports(run_path, limit: int) -> list[dict]:
+def tail_reports(run_path, limit: int) -> tuple[list[dict], bool]:
     """The newest ``limit`` rows of a run's ``result.json``, oldest first (a torn or
-    unreadable line is skipped)."""
+    unreadable line is skipped), and whether older rows were left unread."""
     rows = []
-    lines, _ = tail_lines(Path(run_path) / "result.json", limit)
+    lines, more = tail_lines(Path(run_path) / "result.json", limit)
     for line in lines:
         try:
             row = json.loads(line)
@@ -75,7 +75,7 @@ def tail_reports(run_path, limit: int) -> list[dict]:
             continue
         if isinstance(row, dict):
             rows.append(row)
-    return rows
+    return rows, more
 
 
 def tail_output(run_path, limit: int) -> list[str]:

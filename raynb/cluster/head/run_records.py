@@ -9,7 +9,8 @@ reports come from the rows its directory keeps in memory when the reply is sent,
 follower (``attach_run``) misses none between the read and its first event (an ended
 run's come from ``result.json``).
 
-Optional fields added to the record: ``reports_dropped`` (older reports not sent).
+Optional fields added to the record: ``reports_dropped`` (how many older reports were
+not sent; at least 1 when the file holds more than was read).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def read_record(path, max_reports: int, max_output_lines: int) -> dict:
         rec = read_run_dir(path, with_reports=False)
     except (OSError, CorruptRunDirectory) as e:
         return {"reports": [], "output": [], "read_error": str(e)}
-    rec["reports"] = tail_reports(path, max_reports) if max_reports else []
+    rec["reports"], rec["reports_more"] = tail_reports(path, max_reports) if max_reports else ([], False)
     rec["output"] = tail_output(path, max_output_lines) if max_output_lines else []
     return rec
 
@@ -81,11 +82,12 @@ class RunRecords:
         """(the loop) The read is done: the record as of now, sent."""
         if error is not None:
             rec = {"reports": [], "output": [], "read_error": f"{type(error).__name__}: {error}"}
+        more = rec.pop("reports_more", False)
         if run.state not in TERMINAL and run.rundir.rows:
             rows = run.rundir.rows
-            rec["reports"] = list(rows[-max_reports:]) if max_reports else []
+            rec["reports"], more = (list(rows[-max_reports:]) if max_reports else []), len(rows) > max_reports
         rec.update(run.summary())
-        rec["reports_dropped"] = max(0, (run.reports or 0) - len(rec["reports"]))
+        rec["reports_dropped"] = max(0, (run.reports or 0) - len(rec["reports"]), 1 if more else 0)
         for c in rec.get("checkpoints", []):
             c["path"] = run.checkpoint_path(c["name"])
         if attach:
