@@ -57,10 +57,21 @@ class ClientRequests:
             self.queue.discard(run)
         self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
-    def with_cause(self, why: str) -> str:
-        """A run refused for want of room: the local node agent that keeps exiting is the
-        cause to name, where it is (not the empty node list it leaves)."""
+    def with_cause(self, why: str | None) -> str | None:
+        """Why a run cannot be placed (``why``: the scheduler's reason, or None): the local
+        node agent that keeps exiting is the cause to name, where it is (not the empty
+        node list it leaves); with no node at all nothing could ever run it."""
         gave_up = self.local_node.gave_up if self.local_node is not None else None
-        if gave_up and not any(n.node_id == LOCAL_NODE_ID for n in self.registry.nodes.values()):
+        if not gave_up or LOCAL_NODE_ID in self.registry.nodes:
+            return why
+        if why:
             return f"{gave_up} (so: {why})"
-        return why
+        return gave_up if not self.registry.nodes else None
+
+    def fail_waiting_runs(self) -> None:
+        """The local node agent is given up and no node is left: the runs waiting for room
+        fail now, naming it, instead of waiting for good."""
+        why = self.with_cause(None)
+        for run in [r for r in self.runs.values() if r.state == "PENDING" and r.run_id in self.queue] if why else ():
+            self.queue.discard(run)
+            self.controller.no_room(run, why)

@@ -258,10 +258,10 @@ class Head(NodeEvents, ClientRequests, RunRecords):
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"), self.registry.snapshot(),
-                              self.registry.capacity(), self.registry.total_gpus())
+        why = self.with_cause(scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"),
+                                              self.registry.snapshot(), self.registry.capacity(), self.registry.total_gpus()))
         if why:
-            return refuse(self.with_cause(why))
+            return refuse(why)
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
