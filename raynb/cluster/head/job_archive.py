@@ -7,13 +7,17 @@ written: the count of members (``MAX_WORKING_DIR_FILES``) and the sum of their s
 (``jobs.MAX_WORKING_DIR_BYTES``), so a gzip bomb or a million empty files is refused
 after reading at most the limit's worth, with the reason, and what was written of it is
 removed. ``tarfile``'s ``"data"`` filter refuses links out of the directory, devices
-and absolute paths. The head runs :func:`unpack` on an ``offloop`` thread.
+and absolute paths. The head runs :func:`unpack_in_child` on an ``offloop`` thread: the
+unpacking itself (tens of thousands of small files are Python-heavy) runs in a child
+process, this module run as a script, so it never competes with the loop for the GIL.
 """
 from __future__ import annotations
 
 import io
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -82,3 +86,34 @@ def _empty(dest: Path) -> None:
                 os.unlink(entry.path)
             except OSError:
                 pass
+
+
+def unpack_in_child(archive, dest: Path, max_bytes: int, max_files: int = MAX_WORKING_DIR_FILES,
+                    timeout: float = 600.0) -> int:
+    """:func:`unpack` in a child process (``python -I -S`` this file: the standard library
+    only); the calling thread waits for it without the GIL.
+
+    Returns the number of members written. Raises: ArchiveRefused (as :func:`unpack`, or
+    the child failed or ran past ``timeout`` seconds; ``dest`` is then left empty)."""
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), str(dest), str(max_bytes),
+                               str(max_files)], input=bytes(archive), capture_output=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        _empty(dest)
+        raise ArchiveRefused(f"the working directory archive cannot be unpacked: {e}") from None
+    if done.returncode == 0:
+        return int(done.stdout or 0)
+    _empty(dest)
+    why = done.stderr.decode(errors="replace").strip().splitlines()
+    raise ArchiveRefused(why[-1] if done.returncode == 2 and why else
+                         f"the working directory archive cannot be unpacked: the unpacker exited with "
+                         f"code {done.returncode}: {' '.join(why[-3:])}")
+
+
+if __name__ == "__main__":   # unpack_in_child's child: the archive on stdin
+    os.nice(10)   # behind the head's loop (and the ranks) for the machine's cores
+    try:
+        print(unpack(sys.stdin.buffer.read(), Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
+    except ArchiveRefused as refused:
+        print(refused, file=sys.stderr)
+        sys.exit(2)

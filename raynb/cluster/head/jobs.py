@@ -84,7 +84,7 @@ class Jobs:
         try:
             job_id, work = self.prepare(msg.content)
             if archive is not None:
-                self.offloop.submit(lambda: job_archive.unpack(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
+                self.offloop.submit(lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
                                     lambda _, error: self._unpacked(msg, job_id, error))
                 return self._unpacking.add(job_id)
             job = self.launch(msg.content, job_id, work)

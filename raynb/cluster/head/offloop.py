@@ -9,6 +9,12 @@ loop polls :attr:`OffLoop.wake_fd`, a pipe a finished job writes one byte to, an
 :meth:`OffLoop.drain`). ``work`` must touch nothing the loop owns (the registry, the
 runs, the socket): it gets what it needs as arguments, and ``done`` sends the reply.
 
+The threads share the GIL with the loop: what they do in Python is kept small (records
+read from the files' ends), and the heavy part of a job unpack runs in a child process
+(``job_archive.unpack_in_child``). The process's switch interval is lowered to
+``SWITCH_INTERVAL_S``, so the loop, woken by a message, waits that long at most for a
+busy thread to hand the GIL over, not Python's default 5 ms, for each step of its answer.
+
 At most ``MAX_PENDING`` jobs wait or run at once; more are refused at submit
 (:class:`Busy`), so a client polling faster than its answers come cannot pile work up.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
@@ -28,6 +35,8 @@ log = logging.getLogger("raynb.head")
 THREADS = 2
 # Jobs waiting or running at once; beyond it a request is answered "busy".
 MAX_PENDING = 64
+# The head's GIL switch interval (s) while off-loop threads exist.
+SWITCH_INTERVAL_S = 0.001
 
 
 class Busy(RuntimeError):
@@ -39,6 +48,7 @@ class OffLoop:
 
     def __init__(self, threads: int = THREADS, max_pending: int = MAX_PENDING):
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="raynb-offloop")
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)

@@ -30,9 +30,10 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-# Reports a record carries when the caller does not say (``RAYNB_RECORD_MAX_REPORTS``);
+# Reports a record carries when the caller does not say (``RAYNB_RECORD_MAX_REPORTS``, as many
+# as the dashboard's plot shows);
 # ``raynb.get_run`` reads the rest from the run directory when it can (``client.runs``).
-RECORD_MAX_REPORTS = _env_int("RAYNB_RECORD_MAX_REPORTS", 10_000)
+RECORD_MAX_REPORTS = _env_int("RAYNB_RECORD_MAX_REPORTS", 2_000)
 
 
 def limits(content: dict) -> tuple[int, int]:
