@@ -25,6 +25,15 @@ def format_status(st: dict) -> str:
         lines.append("stops by itself once no other client uses it (the script that started it exited)")
     if st.get("kept"):
         lines.append("kept up by `raynb start`: the script that started it leaves it running (`raynb stop` ends it)")
+    local = st.get("local_node") or {}
+    if local.get("gave_up"):
+        lines.append(f"LOCAL NODE AGENT DOWN: {local['gave_up']}")
+    elif local.get("exits"):
+        lines.append(f"the local node agent exited {local['exits']} time(s) and was restarted (see node-local.log)")
+    loop = st.get("loop") or {}
+    if loop.get("stalls"):
+        lines.append(f"the head's loop stalled {loop['stalls']} time(s), the longest {loop['longest_stall_s']:.1f}s "
+                     "(a stopped or starved head process; peers were not blamed)")
     for n in st["nodes"]:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""

@@ -18,7 +18,6 @@ checks the node's IP and GPUs, and serves a :class:`NodeAgent` in-process.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
@@ -39,21 +38,21 @@ from .data_server import DataServer
 from .fork_requests import ForkRequests
 from .rejects import refusal
 from .gpu_stats import GpuSampler
+from .head_watch import DISCONNECTED_S, HeadWatch
 from .connection import private_dir
 from .node_host import (WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir,  # noqa: F401
-                        default_max_workers, node_cpus, visible_gpus)
+                        default_max_workers, node_cpus, parse_args, visible_gpus)
 from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
                        python_env)
 
 log = logging.getLogger("raynb.node")
 
 STATS_INTERVAL_S = 1.0
-# The head answers every stats message; silent this long, it is dead (or its machine
-# is, or the network to it is down): this node ends its workers (the head has given up on
-# them too), and then exits, rather than hold memory and GPUs for nobody, or (a node on
-# another host, ``reconnect_s`` > 0) registers again each second until the head answers,
-# for up to ``reconnect_s`` (``RECONNECT_S``, 60 s by default) before it exits.
-HEAD_TIMEOUT_S = 4.0
+# The head answers every stats message. Once it is gone (``head_watch``: its process ended,
+# its connection closed, or silent past RAYNB_HEAD_GRACE_S and not known alive) this node
+# ends its workers and exits, or (a node on another host, ``reconnect_s`` > 0) registers
+# again each second for up to ``reconnect_s`` (``RECONNECT_S``, 60 s by default).
+HEAD_TIMEOUT_S = DISCONNECTED_S  # its old name
 RECONNECT_S = 60.0
 # A retired worker (SIGTERM) still there after this long is killed (SIGKILL).
 RETIRE_GRACE_S = 3.0
@@ -80,12 +79,14 @@ class NodeAgent:
         labels: ``{name: value}`` strings shown by ``raynb status`` (the Ray node id).
         note: the first line ``raynb status`` shows for this node (e.g. that it got fewer
             CPUs than asked), until the zygote has news.
+        head_pid: the head's pid when it runs on this machine (``head_watch``).
     """
 
     def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
                  node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
                  gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0,
-                 *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None):
+                 *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None,
+                 head_pid: int | None = None):
         self.address, self.key = address, key
         self.num_workers, self.max_workers = num_workers, max_workers
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
@@ -95,6 +96,7 @@ class NodeAgent:
         self.gpu_ids = visible_gpus() if gpus is None else list(gpus)
         self.shared_storage, self.reconnect_s = shared_storage, reconnect_s
         self.refused: str | None = None  # the head's refusal notice, if it sent one
+        self.head_watch = HeadWatch(head_pid)  # a head gone, not one busy
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
@@ -300,29 +302,32 @@ class NodeAgent:
 
     def serve(self) -> int:
         """Register, then serve the head until it says shutdown (0), refuses this node
-        (3), or is silent past ``HEAD_TIMEOUT_S`` and, with ``reconnect_s``, the grace (1)."""
+        (3), or is gone (``head_watch``) and, with ``reconnect_s``, the grace (1)."""
         self._register()
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
         poller.register(self.data.sock, zmq.POLLIN)
+        watch = self.head_watch
+        watch.watch(self.sock, poller, time.monotonic())
         next_stats = time.monotonic() + STATS_INTERVAL_S
-        last_head = time.monotonic()
         lost_at: float | None = None
         try:
             while not self._stop:
                 timeout = max(0.0, next_stats - time.monotonic())
                 for sock, _ in poller.poll(timeout * 1000):
+                    if watch.handle(sock, time.monotonic()):
+                        continue
                     if sock is self.sock:
                         msg = self._recv_head()
                         if self.refused:
                             log.error("%s (head %s); this node agent exits", self.refused, self.address)
                             return 3
                         if msg is not None:
-                            last_head = time.monotonic()
+                            watch.heard(now := time.monotonic())
                             if lost_at is not None:
                                 log.info("reconnected to the head at %s after %.1fs; spawning %d workers",
-                                         self.address, last_head - lost_at, self.num_workers)
+                                         self.address, now - lost_at, self.num_workers)
                                 lost_at = None
                                 self.spawn(self.num_workers)
                             if msg.msg_type == P.PONG and msg.content.get("registered") is False:
@@ -331,9 +336,7 @@ class NodeAgent:
                                 log.warning("the head at %s does not know this node (it restarted?): "
                                             "ending this node's workers and registering again", self.address)
                                 lost_at = time.monotonic()
-                                poller.unregister(self.sock)
-                                self._lost_head()
-                                poller.register(self.sock, zmq.POLLIN)
+                                self._reconnect(poller)
                                 break
                             self._on_head(msg)
                     elif sock is self.data.sock:
@@ -349,18 +352,15 @@ class NodeAgent:
                     self._send_stats()
                     self._kill_late_retirees()
                     next_stats = time.monotonic() + STATS_INTERVAL_S
-                if lost_at is None and now - last_head > HEAD_TIMEOUT_S:
-                    if self.reconnect_s <= 0:
-                        log.error("no word from the head at %s for %.0fs: it is gone; this node "
-                                  "agent stops its workers and exits", self.address, HEAD_TIMEOUT_S)
-                        return 1
-                    log.warning("no word from the head at %s for %.0fs: ending this node's workers; "
-                                "registering again for up to %.0fs", self.address, HEAD_TIMEOUT_S,
-                                self.reconnect_s)
+                why = watch.gone(now) if lost_at is None else None
+                if why and self.reconnect_s <= 0:
+                    log.error("%s (head %s): this node agent stops its workers and exits", why, self.address)
+                    return 1
+                if why:
+                    log.warning("%s (head %s): ending this node's workers; registering again for up to "
+                                "%.0fs", why, self.address, self.reconnect_s)
                     lost_at = now
-                    poller.unregister(self.sock)
-                    self._lost_head()
-                    poller.register(self.sock, zmq.POLLIN)
+                    self._reconnect(poller)
                 elif lost_at is not None and now - lost_at > self.reconnect_s:
                     log.error("the head at %s did not come back within %.0fs; this node agent exits",
                               self.address, self.reconnect_s)
@@ -368,6 +368,14 @@ class NodeAgent:
         finally:
             self.close()
         return 0
+
+    def _reconnect(self, poller: zmq.Poller) -> None:
+        """End the workers, and register again on a fresh socket (``_lost_head``)."""
+        poller.unregister(self.sock)
+        self.head_watch.close(poller)
+        self._lost_head()
+        poller.register(self.sock, zmq.POLLIN)
+        self.head_watch.watch(self.sock, poller, time.monotonic())
 
     def close(self) -> None:
         for pid in list(self.workers):
@@ -390,29 +398,20 @@ class NodeAgent:
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
         self.data.close()
         shm.free_agent(self.node_id, os.getpid())
+        self.head_watch.close()
         self.sock.close(0)
         self.ctx.term()
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="raynb node", description="Run a raynb node agent.")
-    ap.add_argument("--address", required=True, help="the head's address, tcp://HOST:PORT")
-    ap.add_argument("--workers", type=int, default=0, help="workers to keep warm on this node")
-    ap.add_argument("--max-workers", type=int, default=default_max_workers())
-    ap.add_argument("--node-id", default=None)
-    ap.add_argument("--die-with-parent", action="store_true")
-    ap.add_argument("--cpus", type=int, default=None, help="cores reported to the head")
-    ap.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
-                    help="shown by `raynb status` (repeatable)")
-    ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
-    args = ap.parse_args(argv)
-    labels = dict(item.partition("=")[::2] for item in args.label)
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
     if args.die_with_parent:
         die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id,
-                      curve.from_env(), cpus=args.cpus, labels=labels, note=args.note)
+                      curve.from_env(), cpus=args.cpus, labels=dict(item.partition("=")[::2] for item in args.label),
+                      note=args.note, head_pid=args.head_pid)
     return agent.serve()
 
 

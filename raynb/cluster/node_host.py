@@ -2,6 +2,7 @@
 cores, and its private directories (rendezvous files, the workers' temp dirs)."""
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import socket
@@ -108,3 +109,21 @@ def node_cpus() -> int:
 
 def default_max_workers() -> int:
     return max(16, 4 * (os.cpu_count() or 1))
+
+
+def parse_args(argv=None):
+    """``python -m raynb.cluster.node``'s command line."""
+    ap = argparse.ArgumentParser(prog="raynb node", description="Run a raynb node agent.")
+    ap.add_argument("--address", required=True, help="the head's address, tcp://HOST:PORT")
+    ap.add_argument("--workers", type=int, default=0, help="workers to keep warm on this node")
+    ap.add_argument("--max-workers", type=int, default=default_max_workers())
+    ap.add_argument("--node-id", default=None)
+    ap.add_argument("--die-with-parent", action="store_true")
+    ap.add_argument("--head-pid", type=int, default=None,
+                    help="the head's pid, when it runs on this machine: its workers are never ended "
+                         "while it lives (head_watch)")
+    ap.add_argument("--cpus", type=int, default=None, help="cores reported to the head")
+    ap.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                    help="shown by `raynb status` (repeatable)")
+    ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
+    return ap.parse_args(argv)

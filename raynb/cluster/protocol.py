@@ -111,8 +111,7 @@ MESSAGE_TYPES = frozenset(
     and k not in ("PROTOCOL_VERSION",)
 )
 
-# What each message's content holds (``schema``): checked on receipt by the Sessions
-# raynb's processes use, before any handler sees the message.
+# What each message's content holds (``schema``), checked on receipt before any handler.
 _STR, _NUM, _INT = (str, None), (float, None), (int, None)
 _COUNT, _PID, _RANK = Int(0, 1 << 20), Int(1), Int(0, 1 << 20)
 _ERROR = Record({"rank?": _INT, "pid?": _INT, "hostname?": _STR, "exc_type?": _STR, "exc_module?": _STR,
@@ -121,7 +120,8 @@ _EVENT = Record({"kind": str, "text?": str, "stream?": str, "metrics?": dict, "t
                  "index?": (Int(1), None), "checkpoint?": _STR})
 _CHECKPOINT_CONFIG = Record({"num_to_keep?": (Int(0), None), "checkpoint_score_attribute?": _STR,
                              "checkpoint_score_order?": _STR})
-_NAMED = Record({"name?": _STR, "run_id?": _STR})
+_NAMED = Record({"name?": _STR, "run_id?": _STR, "max_reports?": (Int(0, 1 << 24), None),  # head/run_records
+                 "max_output_lines?": (Int(0, 1 << 20), None)})
 _ANY = Record()  # a dict, whatever its fields
 _RUN_EVENTS = ListOf(_RUN_EVENT := Record({"run_id": str, "event": dict}))
 SCHEMAS: dict[str, Record] = {

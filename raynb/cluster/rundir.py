@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from . import spare_files
+from . import record_tail, spare_files
 from .private_files import (RunFileError, aside, json_default as _json_default, private_opener,  # noqa: F401
                             write_json_atomic, writing)
 from .progress_table import ProgressTable
@@ -98,11 +98,8 @@ def read_reports(path: Path) -> list[dict]:
 
 
 def read_output_tail(path: Path, lines: int = OUTPUT_TAIL_LINES) -> list[str]:
-    try:
-        with open(path / OUTPUT_FILE, encoding="utf-8", errors="replace") as f:
-            return [line.rstrip("\n") for line in f.readlines()[-lines:]]
-    except OSError:
-        return []
+    """The last ``lines`` lines of ``output.log``, read from its end (``record_tail``)."""
+    return record_tail.tail_output(path, lines)
 
 
 def read_run_dir(path, with_reports: bool = True) -> dict:

@@ -13,14 +13,13 @@ sends SIGTERM to the job's process group and SIGKILL once ``STOP_GRACE_S`` have 
 """
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
-import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +27,8 @@ from pathlib import Path
 from .. import protocol as P
 from .. import settings
 from ..run_states import JOB_TERMINAL
+from . import job_archive
+from .offloop import Busy, OffLoop
 from ..connection import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
 
@@ -47,30 +48,27 @@ class JobRefused(ValueError):
 
 
 def unpack(archive: bytes, dest: Path, limit: int = MAX_WORKING_DIR_BYTES) -> None:
-    """Unpack a ``.tar.gz`` working directory into ``dest``: only regular files and
-    directories inside it (``tarfile``'s ``"data"`` filter: no links out, no devices, no
-    absolute paths), at most ``limit`` bytes in all.
+    """Unpack a ``.tar.gz`` working directory into ``dest`` (``job_archive.unpack``: streamed,
+    checked member by member, only regular files and directories inside it).
 
     Raises:
-        JobRefused: not a gzip'd tar, a member the filter refuses, or over ``limit``.
+        JobRefused: not a gzip'd tar, a member the filter refuses, or over the limits.
     """
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            members = tar.getmembers()
-            total = sum(m.size for m in members if m.isfile())
-            if total > limit:
-                raise JobRefused(f"the working directory holds {total} bytes unpacked, over the "
-                                 f"limit of {limit} bytes")
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise JobRefused(f"the working directory archive cannot be unpacked: {e}") from None
+        job_archive.unpack(archive, dest, limit)
+    except job_archive.ArchiveRefused as e:
+        raise JobRefused(str(e)) from None
 
 
 class Jobs:
-    """The head's jobs, by id. Args: send: the head's ``send(identity, type, content)``."""
+    """The head's jobs, by id. Args: send: the head's ``send(identity, type, content)``;
+    offloop: where working directories are unpacked (``offloop.OffLoop``; None: a pool of
+    the jobs' own)."""
 
-    def __init__(self, send):
+    def __init__(self, send, offloop: OffLoop | None = None):
         self.send = send
+        self.offloop = offloop or OffLoop(threads=1)
+        self._unpacking: set[str] = set()  # ids of jobs whose working directory is being unpacked
         self.jobs: dict[str, dict] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self._kill_at: dict[str, float] = {}
@@ -82,11 +80,30 @@ class Jobs:
 
     # -- requests ---------------------------------------------------------------
     def on_submit_job(self, msg: P.Message) -> None:
+        """Checked and its directory made here; its working directory unpacked off the loop
+        (``job_archive``), then started and answered (``_unpacked``)."""
+        archive = msg.buffers[0] if msg.buffers else None
         try:
-            job = self.start(msg.content, msg.buffers[0] if msg.buffers else None)
-        except JobRefused as e:
+            job_id, work = self.prepare(msg.content)
+            if archive is not None:
+                self.offloop.submit(lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
+                                    lambda _, error: self._unpacked(msg, job_id, error))
+                return self._unpacking.add(job_id)
+            job = self.launch(msg.content, job_id, work)
+        except (JobRefused, Busy) as e:
             return self.send(msg.identity, P.ERROR, {"message": str(e)})
         self.send(msg.identity, P.JOB_REPLY, {"job": job})
+
+    def _unpacked(self, msg: P.Message, job_id: str, error: BaseException | None) -> None:
+        """(the loop) The job's working directory is unpacked, or was refused."""
+        self._unpacking.discard(job_id)
+        if error is None:
+            return self.send(msg.identity, P.JOB_REPLY, {"job": self.launch(msg.content, job_id,
+                                                                            self._dir(job_id) / "work")})
+        shutil.rmtree(self._dir(job_id), ignore_errors=True)   # a refused submit leaves nothing
+        text = str(error) if isinstance(error, job_archive.ArchiveRefused) else \
+            f"the working directory archive cannot be unpacked: {type(error).__name__}: {error}"
+        self.send(msg.identity, P.ERROR, {"message": text})
 
     def on_list_jobs(self, msg: P.Message) -> None:
         self.poll()
@@ -120,21 +137,33 @@ class Jobs:
 
     # -- the jobs ---------------------------------------------------------------
     def start(self, content: dict, archive) -> dict:
-        """Start a job; returns its record. Raises: JobRefused (the reason for the client)."""
+        """Start a job, its working directory unpacked here; returns its record.
+        Raises: JobRefused (the reason for the client)."""
+        job_id, work = self.prepare(content)
+        if archive is not None:
+            unpack(P.buffer_bytes(archive), work)
+        return self.launch(content, job_id, work)
+
+    def prepare(self, content: dict) -> tuple[str, Path]:
+        """Check a submit and make its job's directories; returns (job id, working dir).
+        Raises: JobRefused."""
         entrypoint = list(content["entrypoint"])
         if not entrypoint or not entrypoint[0]:
             raise JobRefused("submit_job needs a command: raynb submit -- python train.py")
         job_id = content.get("job_id") or f"job_{uuid.uuid4().hex[:10]}"
         if not _JOB_ID.match(job_id):
             raise JobRefused(f"job id {job_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
-        if job_id in self.jobs:
+        if job_id in self.jobs or job_id in self._unpacking:
             raise JobRefused(f"a job {job_id!r} exists already; pick another id")
         root = self._dir(job_id)
         root.mkdir(mode=0o700)
         work = root / "work"
         work.mkdir(mode=0o700)
-        if archive is not None:
-            unpack(P.buffer_bytes(archive), work)
+        return job_id, work
+
+    def launch(self, content: dict, job_id: str, work: Path) -> dict:
+        """Start a prepared job's command; returns its record."""
+        root, entrypoint = self._dir(job_id), list(content["entrypoint"])
         env = dict(os.environ, **dict(content.get("env") or {}), RAYNB_JOB_ID=job_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), env.get("PYTHONPATH")) if p)
         job = {"job_id": job_id, "entrypoint": entrypoint, "state": "RUNNING", "returncode": None,

@@ -124,6 +124,7 @@ class NodeEvents:
                 self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
             if not self._stop:
                 self.local_node.restart_after(how)
+                self.fail_waiting_runs()   # given up, with no node left: say so, never wait
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:

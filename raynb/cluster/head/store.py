@@ -87,19 +87,12 @@ class RunStore:
     def summaries(self) -> list[dict]:
         return [r.summary() for r in sorted(self.runs.values(), key=lambda r: r.submitted)]
 
-    def record(self, run: Run) -> dict:
-        """The whole record of a run (``get_run``): its files read back, plus the summary."""
+    def before_record(self, run: Run) -> None:
+        """(the loop) What a record read from disk must see: the run's first run.json and its
+        rows waiting; the read itself is ``run_records``' (off the loop)."""
         if run.run_id in self._state_due:
             self.write_state(run)
         self.flush(run)
-        try:
-            rec = read_run_dir(run.rundir.path)
-        except (OSError, CorruptRunDirectory) as e:
-            rec = {"reports": [], "output": [], "read_error": str(e)}
-        rec.update(run.summary())
-        for c in rec.get("checkpoints", []):
-            c["path"] = run.checkpoint_path(c["name"])
-        return rec
 
     def ticking(self) -> list[Run]:
         """The runs the head's tick looks at: those not ended, and an ended one whose
