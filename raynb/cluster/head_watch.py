@@ -16,11 +16,12 @@ them every run there: it must not decide so because the head was busy. Three sig
 from __future__ import annotations
 
 import logging
-import os
 
 import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
+
+from . import settings
 
 log = logging.getLogger("raynb.node")
 
@@ -33,10 +34,7 @@ HEAD_GRACE_S = 60.0
 
 def head_grace_s() -> float:
     """``$RAYNB_HEAD_GRACE_S`` (s, at least 1), else ``HEAD_GRACE_S``."""
-    try:
-        return max(1.0, float(os.environ.get("RAYNB_HEAD_GRACE_S", HEAD_GRACE_S)))
-    except ValueError:
-        return HEAD_GRACE_S
+    return max(1.0, settings.get("RAYNB_HEAD_GRACE_S"))
 
 
 class HeadWatch:

@@ -21,16 +21,14 @@ import sys
 import tarfile
 from pathlib import Path
 
-
-def _env_int(name: str, default: int) -> int:
-    try:
-        return max(1, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
+try:
+    from .. import settings
+except ImportError:  # run as a script (the unpacker child, -I -S): its limits come as arguments
+    settings = None
 
 
 # The most members (files, directories) a working directory may hold.
-MAX_WORKING_DIR_FILES = _env_int("RAYNB_MAX_WORKING_DIR_FILES", 100_000)
+MAX_WORKING_DIR_FILES = settings.get("RAYNB_MAX_WORKING_DIR_FILES") if settings else 100_000
 
 
 class ArchiveRefused(ValueError):

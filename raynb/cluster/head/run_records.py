@@ -14,26 +14,19 @@ not sent; at least 1 when the file holds more than was read).
 """
 from __future__ import annotations
 
-import os
 
 from .. import protocol as P
+from .. import settings
 from ..record_tail import tail_output, tail_reports
 from ..rundir import OUTPUT_TAIL_LINES, CorruptRunDirectory, read_run_dir
 from .offloop import Busy
 from .run import TERMINAL, Run
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return max(0, int(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
 # Reports a record carries when the caller does not say (``RAYNB_RECORD_MAX_REPORTS``, as many
 # as the dashboard's plot shows);
 # ``raynb.get_run`` reads the rest from the run directory when it can (``client.runs``).
-RECORD_MAX_REPORTS = _env_int("RAYNB_RECORD_MAX_REPORTS", 2_000)
+RECORD_MAX_REPORTS = settings.get("RAYNB_RECORD_MAX_REPORTS")
 
 
 def limits(content: dict) -> tuple[int, int]:
