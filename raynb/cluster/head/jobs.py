@@ -17,7 +17,7 @@ import io
 import json
 import logging
 import os
-import re
+import shutil
 import signal
 import subprocess
 import tarfile
@@ -25,9 +25,11 @@ import time
 import uuid
 from pathlib import Path
 
+from .. import job_supervisor
 from .. import protocol as P
 from ..connection import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
+from ..protocol_jobs import check_submit
 
 log = logging.getLogger("raynb.head")
 
@@ -36,7 +38,9 @@ log = logging.getLogger("raynb.head")
 MAX_WORKING_DIR_BYTES = int(os.environ.get("RAYNB_MAX_WORKING_DIR_BYTES", 100 * 2**20))
 STOP_GRACE_S = 3.0
 LOG_CHUNK_BYTES = 1 << 20
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# The supervisor's own grace for the job's processes after a stop, within the head's:
+# it SIGKILLs every descendant (setsid'd ones too) before the head SIGKILLs the group.
+SUPERVISOR_GRACE_S = STOP_GRACE_S - 1.0
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
@@ -62,6 +66,23 @@ def unpack(archive: bytes, dest: Path, limit: int = MAX_WORKING_DIR_BYTES) -> No
             tar.extractall(dest, filter="data")
     except (tarfile.TarError, OSError, EOFError) as e:
         raise JobRefused(f"the working directory archive cannot be unpacked: {e}") from None
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the job's supervisor, its group and every descendant (a stop's last resort:
+    the supervisor, a subreaper, holds them all, also those that called ``setsid``)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    kill_group(pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 class Jobs:
@@ -118,29 +139,38 @@ class Jobs:
 
     # -- the jobs ---------------------------------------------------------------
     def start(self, content: dict, archive) -> dict:
-        """Start a job; returns its record. Raises: JobRefused (the reason for the client)."""
+        """Start a job; returns its record. Raises: JobRefused (the reason for the client).
+
+        Everything is checked before the job's directory is made, and a job refused later
+        (its archive) leaves no directory: its id can be submitted again."""
         entrypoint = list(content["entrypoint"])
-        if not entrypoint or not entrypoint[0]:
-            raise JobRefused("submit_job needs a command: raynb submit -- python train.py")
-        job_id = content.get("job_id") or f"job_{uuid.uuid4().hex[:10]}"
-        if not _JOB_ID.match(job_id):
-            raise JobRefused(f"job id {job_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
-        if job_id in self.jobs:
-            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
+        asked = content.get("job_id")
+        try:
+            check_submit(entrypoint, content.get("env"), asked)
+        except ValueError as e:
+            raise JobRefused(str(e)) from None
+        job_id = asked if asked is not None else f"job_{uuid.uuid4().hex[:10]}"
         root = self._dir(job_id)
+        if job_id in self.jobs or root.exists():
+            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
         root.mkdir(mode=0o700)
-        work = root / "work"
-        work.mkdir(mode=0o700)
-        if archive is not None:
-            unpack(P.buffer_bytes(archive), work)
+        try:
+            work = root / "work"
+            work.mkdir(mode=0o700)
+            if archive is not None:
+                unpack(P.buffer_bytes(archive), work)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)  # a refused job burns no id
+            raise
         env = dict(os.environ, **dict(content.get("env") or {}), RAYNB_JOB_ID=job_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), env.get("PYTHONPATH")) if p)
         job = {"job_id": job_id, "entrypoint": entrypoint, "state": "RUNNING", "returncode": None,
                "working_dir": str(work), "start_time": time.time(), "end_time": None, "pid": None}
         with os.fdopen(open_private(root / "output.log"), "ab") as out:
             try:
-                proc = subprocess.Popen(entrypoint, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                proc = subprocess.Popen(job_supervisor.command(entrypoint, SUPERVISOR_GRACE_S), cwd=work,
+                                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
                                         preexec_fn=lambda: die_with_parent(signal.SIGTERM))
             except OSError as e:
                 job.update(state="FAILED", end_time=time.time())
@@ -169,7 +199,7 @@ class Jobs:
             code = proc.poll()
             if code is None:
                 if now >= self._kill_at.get(job_id, float("inf")):
-                    kill_group(proc.pid, signal.SIGKILL)
+                    _kill_tree(proc.pid)
                 continue
             kill_group(proc.pid, signal.SIGKILL)  # what the driver left in its group
             del self.procs[job_id]
