@@ -192,11 +192,14 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
 
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
+        MemoryError: in-memory data has no room in shared memory (``shm.SharedMemoryFull``).
     """
     cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
     payload = {"fn": fn, "config": config, "sources": cells}  # last: see CellSources
     try:
         return dumps(payload)
+    except MemoryError:
+        raise  # no room for the data (shm.SharedMemoryFull names /dev/shm): not a pickling matter
     except Exception as e:  # noqa: BLE001
         suspects = dict(captured or {})
         if not isinstance(fn, types.FunctionType):  # a profiled run's function (raynb.train.profiling)
