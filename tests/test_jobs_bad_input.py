@@ -5,10 +5,12 @@ processes a job starts in a session of their own (``setsid``) ended with the job
 stop, with the driver's exit, and with ``raynb stop``."""
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
 import sys
+import tarfile
 import time
 
 import psutil
@@ -67,6 +69,15 @@ def test_bad_ids_arguments_and_variables_are_refused_before_anything_is_made(tmp
         # A submit refused for its archive burns no id: the same id is accepted next.
         reply = _raw_submit(client, {"entrypoint": cmd, "job_id": "again"}, buffers=[b"not a tar.gz"])
         assert reply.msg_type == P.ERROR and "cannot be unpacked" in reply.content["message"]
+        assert not os.path.exists(os.path.join(_jobs_dir(), "again"))
+        # A link out of the tree, in an archive made by hand: refused by the head, no id burnt.
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            link = tarfile.TarInfo("etc")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+            tar.addfile(link)
+        reply = _raw_submit(client, {"entrypoint": cmd, "job_id": "again"}, buffers=[buf.getvalue()])
+        assert reply.msg_type == P.ERROR and "cannot be unpacked" in reply.content["message"], reply.content
         assert not os.path.exists(os.path.join(_jobs_dir(), "again"))
         job = J.submit_job(client, cmd, job_id="again")
         assert job["job_id"] == "again"

@@ -7,6 +7,13 @@ whatever becomes of the client that submitted it; it ends with the head (``raynb
 as a Ray job ends with its cluster. Its environment is the head's, so ``raynb.connect()``
 in the driver finds this cluster (its ``RAYNB_HOME``), plus ``RAYNB_JOB_ID``.
 
+The command runs under ``cluster/job_supervisor.py`` (the job's ``pid`` is the
+supervisor's), a child subreaper that ends every process the job started, also those
+that left its process group or session (``setsid``, a double fork), when the driver
+exits, on a stop and when the head stops or dies. The id, argv and environment are
+checked before anything is made (``protocol_jobs.check_submit``); a job refused for its
+archive leaves no directory, so its id can be submitted again.
+
 The head never waits on a job: exits are seen by ``poll`` on every job request, a stop
 sends SIGTERM to the job's process group and SIGKILL once ``STOP_GRACE_S`` have passed
 (at the next request, or when the head stops).
