@@ -55,9 +55,11 @@ def _signal_all(sig: int) -> int:
     return len(procs)
 
 
-# The driver's pid and, once reaped (by the main loop or a signal handler), its status.
+# The driver's pid and, once reaped (by the main loop or a signal handler), its status;
+# whether a stop came (one may come before the driver is started).
 _driver: list[int] = []
 _status: list[int] = []
+_stopping: list[int] = []
 
 
 def _reap() -> None:
@@ -90,6 +92,7 @@ def main(argv: list[str]) -> int:
 
     def on_stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stopping.append(signum)
         _signal_all(signal.SIGTERM)
         signal.setitimer(signal.ITIMER_REAL, grace_s)  # then SIGALRM: SIGKILL what is left
 
@@ -97,12 +100,15 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_stop)
     try:
-        # The driver gets the default of the signals Python ignores, as subprocess does.
-        _driver.append(os.posix_spawnp(entrypoint[0], entrypoint, os.environ,
-                                       setsigdef=(signal.SIGPIPE, signal.SIGXFSZ)))
+        # The driver gets the default of the signals Python ignores, as subprocess does,
+        # and of those this process ignores once stopping.
+        _driver.append(os.posix_spawnp(entrypoint[0], entrypoint, os.environ, setsigdef=(
+            signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)))
     except OSError as e:
         sys.stdout.write(f"raynb: cannot start {entrypoint[0]!r}: {e}\n")
         return 127
+    if _stopping:
+        _signal_all(signal.SIGTERM)  # a stop came while the driver was being started
     while not _status:
         try:
             pid, st = os.waitpid(-1, 0)  # the driver, or an orphan re-parented here
