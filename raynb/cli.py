@@ -218,6 +218,7 @@ def _job_command(args) -> int:
         entry = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
         if not entry:
             raise ValueError("raynb submit needs a command after --, e.g. raynb submit -- python train.py")
+        J.check_submit(entry, None, args.job_id)  # a bad command or id: refused before connecting
         archive_dir = args.working_dir
         if archive_dir is not None:
             J.pack_working_dir(archive_dir)  # over the limit: refused before connecting

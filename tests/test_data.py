@@ -292,8 +292,9 @@ def test_bad_input_is_named_before_anything_ships(warm, tmp_path):
         rd.read_parquet(str(tmp_path / "nope.parquet"))
     with pytest.raises(FileNotFoundError, match="no file matches"):
         rd.read_parquet(str(tmp_path / "*.parquet"))
-    with pytest.raises(MemoryError, match=r"needs \d+ MiB of shared memory on this node, but /dev/shm has "
-                                          r"\d+ MiB free\. Stream it from files.*read_parquet.*more room"):
+    with pytest.raises(MemoryError, match=r"needs \d+ bytes \(.* MiB\) of shared memory in /dev/shm on this node, "
+                                          r"but /dev/shm has \d+ bytes .* free\. Fixes: use a file dataset.*"
+                                          r"read_parquet.*more room.*fewer copies"):
         shm.check_room(shm.free_bytes() + 1, "a dataset")
     with pytest.raises(TypeError, match=r"datasets\['x'\] is a ndarray"):
         TorchTrainer(tain, datasets={"x": np.zeros(3)})

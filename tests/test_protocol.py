@@ -306,12 +306,21 @@ def dealer(ctx, address, identity: bytes | None = None):
 def sync(sock, session: P.Session, timeout: float = 10.0) -> list[P.Message]:
     """Ping the head over ``sock`` and wait for the pong: everything sent before it on
     this connection has then been handled. Returns the other messages that came back."""
+    from raynb.cluster.rejects import refusal
+
     session.send(sock, P.PING)
     others = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if sock.poll(100):
-            msg = session.recv(sock)
+            frames = sock.recv_multipart()
+            why = refusal(frames)
+            if why is not None:
+                # The head's unsigned notice to a peer whose message it rejected: two frames,
+                # a marker and a reason, nothing of the cluster's and nothing to unpickle.
+                assert len(frames) == 2 and why.startswith("the head refused"), frames
+                continue
+            msg = session.accept(frames)
             assert msg is not None, "the head sent a message that does not verify"
             if msg.msg_type == P.PONG:
                 return others

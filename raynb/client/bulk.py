@@ -93,7 +93,8 @@ class Scope:
         first use; written on ``data_needed``).
 
         Raises:
-            MemoryError: this host's ``/dev/shm`` lacks the room (free and needed bytes named).
+            shm.SharedMemoryFull: this host's ``/dev/shm`` lacks the room (a MemoryError naming
+                ``/dev/shm``, the free and needed bytes and the fixes).
             RuntimeError: no node agent can take in-memory data.
         """
         block = self.placed.get(token)
@@ -138,7 +139,7 @@ class Scope:
                 continue
             if here:
                 shm.check_room(nbytes, what)
-                shm.write_segment(name, arrays, layout, nbytes)
+                shm.write_segment(name, arrays, layout, nbytes, what)
                 self._local.append(name)
             else:
                 self.remote = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cluster.control import Client
+from ..cluster.control import Client, KeyRefused
 from ..errors import ClusterError
 from .script_exit import exit_on_sigterm
 
@@ -150,7 +150,14 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
     client = Client(info["address"], info["key"].encode(), info)
     if address in (None, "ray"):
         client.local_token = info.get("token")
-    if not client.hello():
+    try:
+        answered = client.hello(raise_refused=True)
+    except KeyRefused as e:
+        client.close()
+        source = (f"key_file={key_file!r}" if key_file else "key=... or $RAYNB_KEY" if address and
+                  address.startswith("tcp://") else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}")
+        raise KeyRefused(f"{e}. This client's key came from {source}") from None
+    if not answered:
         client.close()
         raise ClusterError(f"the raynb head at {info['address']} does not answer; "
                            "check `raynb status`, or `raynb stop` and start again")

@@ -199,6 +199,7 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
         RealRayError: ``fn`` uses real Ray's ``ray.train`` / ``tune`` / ``data`` / ``air``.
+        MemoryError: in-memory data has no room in shared memory (``shm.SharedMemoryFull``).
     """
     refuse_real_ray(fn, _referenced_globals)   # Ray's own ray.train on a rank fails only there
     cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
@@ -207,6 +208,8 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
         payload = {"preludes": tuple(payload_preludes), **payload}
     try:
         return dumps(payload)
+    except MemoryError:
+        raise  # no room for the data (shm.SharedMemoryFull names /dev/shm): not a pickling matter
     except Exception as e:  # noqa: BLE001
         suspects = dict(captured or {})
         if not isinstance(fn, types.FunctionType):  # a profiled run's function (raynb.train.profiling)

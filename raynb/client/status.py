@@ -21,6 +21,9 @@ def format_status(st: dict) -> str:
              f"rejected messages: {st['rejected_messages']}"]
     if st.get("curve"):
         lines[0] += f", CurveZMQ on, refused handshakes: {st.get('rejected_connections', 0)}"
+    if st.get("duplicate_nodes_refused"):
+        lines[0] += (f", node agents refused for a node id already in use: {st['duplicate_nodes_refused']} "
+                     "(see head.log)")
     if st.get("stop_when_idle"):
         lines.append("stops by itself once no other client uses it (the script that started it exited)")
     if st.get("kept"):

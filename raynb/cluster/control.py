@@ -30,6 +30,11 @@ MESSAGE_HOOKS: dict = {}
 OWN_IDENTITIES: collections.deque = collections.deque(maxlen=64)
 
 
+class KeyRefused(ClusterError):
+    """The head refused this client's key: its refusal notice (a wrong HMAC key, another
+    protocol version) or a failed CurveZMQ handshake (a key file of another head)."""
+
+
 def _new_identity() -> bytes:
     identity = P.routing_id("client")
     OWN_IDENTITIES.append(identity)
@@ -58,6 +63,7 @@ class Client:
         self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
         self.sock.setsockopt(zmq.IDENTITY, _new_identity())
         curve.secure_client(self.sock, self.info.get("curve"))
+        self._watch = curve.HandshakeWatch(self.sock) if self.info.get("curve") else None
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -81,12 +87,16 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if self._watch is not None and self._handshake_pending():
+                left = 0.1 if left is None else min(left, 0.1)  # look at the handshake again soon
             if not self.sock.poll(None if left is None else left * 1000):
+                if deadline is None or time.monotonic() < deadline:
+                    continue
                 return None
             frames = P.recv_frames(self.sock)
             why = refusal(frames)
             if why is not None:
-                raise ClusterError(f"{why} (head {self.address})")
+                raise KeyRefused(f"{why} (head {self.address})")
             msg = self.session.accept(frames)
             if msg is not None:
                 hook = MESSAGE_HOOKS.get(msg.msg_type)
@@ -96,6 +106,24 @@ class Client:
                     self._backlog.extend(event_batch.expand(msg))
                     return self._backlog.popleft()
                 return msg
+
+    def _handshake_pending(self) -> bool:
+        """True while no CurveZMQ handshake has succeeded yet (then watched no more).
+
+        Raises:
+            KeyRefused: the head refused this client's keys in the handshake."""
+        why = self._watch.refused()
+        if why is not None:
+            raise KeyRefused(f"{why}; copy this head's connection file (head {self.address})")
+        if self._watch.succeeded:
+            self._drop_watch()
+            return False
+        return True
+
+    def _drop_watch(self) -> None:
+        if getattr(self, "_watch", None) is not None:
+            self._watch.close(self.sock)
+            self._watch = None
 
     def request(self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0,
                 buffers=()) -> P.Message:
@@ -118,14 +146,22 @@ class Client:
                 if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
                     return msg
 
-    def hello(self, timeout: float = 5.0, keep: bool = False) -> bool:
+    def hello(self, timeout: float = 5.0, keep: bool = False, raise_refused: bool = False) -> bool:
         """Say hello (a client attaching: the head counts it as one using the cluster,
         ``head/idle_stop.py``); False when the head does not answer, or, with ``keep``
         (``raynb start``: no stop when idle any more), when it did not keep the cluster
-        (a head older than this client)."""
+        (a head older than this client).
+
+        Raises:
+            KeyRefused: with ``raise_refused``, the head refused this client's key (else False).
+        """
         try:
             reply = self.request(P.HELLO, {"role": "client", **({"keep": True} if keep else {})},
                                  reply_types=(P.HELLO_REPLY,), timeout=timeout)
+        except KeyRefused:
+            if raise_refused:
+                raise
+            return False
         except ClusterError:
             return False
         return reply.msg_type == P.HELLO_REPLY and (not keep or reply.content.get("kept") is True)
@@ -144,6 +180,7 @@ class Client:
         """A fresh socket with a new routing id (after a silence: the head's ROUTER ignores
         a second connection under an id it still holds); what the old one queued is lost."""
         with self._lock:
+            self._drop_watch()
             self.sock.close(0)
             self._backlog.clear()
             self.sock = self.ctx.socket(zmq.DEALER)
@@ -151,9 +188,11 @@ class Client:
             self.sock.setsockopt(zmq.RCVHWM, 0)
             self.sock.setsockopt(zmq.IDENTITY, _new_identity())
             curve.secure_client(self.sock, self.info.get("curve"))
+            self._watch = curve.HandshakeWatch(self.sock) if self.info.get("curve") else None
             self.sock.connect(self.address)
 
     def close(self) -> None:
         if self._pid == os.getpid():
+            self._drop_watch()
             self.sock.close(0)
             self.ctx.term()

@@ -126,6 +126,50 @@ def secure_client(sock: zmq.Socket, keys: dict | None) -> None:
     sock.curve_secretkey = keys["client_secret"].encode()
 
 
+class HandshakeWatch:
+    """A Curve client's handshakes with the head, watched until one succeeds: a key file
+    of another head fails them at once (the head's ZAP refuses an unknown client key,
+    ``EVENT_HANDSHAKE_FAILED_AUTH``; a wrong server key makes the head drop the handshake,
+    ``..._NO_DETAIL``), and nothing else would say so: no message ever arrives.
+
+    Args:
+        sock: the client socket (already :func:`secure_client`), before or after ``connect``.
+    """
+
+    def __init__(self, sock: zmq.Socket):
+        self.monitor = sock.get_monitor_socket(_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.succeeded = False
+        self._failed: int | None = None
+
+    def refused(self) -> str | None:
+        """Why the head refused this client's keys, once a handshake failed and none
+        succeeded since; None otherwise. Never blocks."""
+        from zmq.utils.monitor import parse_monitor_message
+
+        while self.monitor.poll(0):
+            event = parse_monitor_message(self.monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.succeeded, self._failed = True, None
+            elif event & _FAILED:
+                self._failed = event
+        if self._failed is None:
+            return None
+        if self._failed == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return ("the head refused this peer's key in the CurveZMQ handshake: its Curve client key "
+                    "is not this head's (the key file belongs to another head, or to this head before "
+                    "it was started again with new keys)")
+        return ("the CurveZMQ handshake with the head failed: the head's public key in the key file is "
+                "not this head's (the key file belongs to another head, or to this head before it was "
+                "started again with new keys)")
+
+    def close(self, sock: zmq.Socket) -> None:
+        try:
+            sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self.monitor.close(0)
+
+
 class Gatekeeper:
     """The head's side: a Curve server socket, a ZAP handler that allows only the
     cluster's client key, and a count of refused handshakes.

@@ -19,6 +19,7 @@ with ``done`` closes it; each gets a ``data_ack`` (with ``error`` when refused).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -82,6 +83,12 @@ class DataServer:
             fd = os.open(os.path.join(shm.SHM_DIR, name), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             self._open[name] = fd
             os.ftruncate(fd, nbytes)
+            try:
+                os.posix_fallocate(fd, 0, nbytes)  # a full /dev/shm refused now, not a SIGBUS later
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    raise shm.SharedMemoryFull(f"segment {name}", nbytes, shm.free_bytes(), True) from None
+                raise
         fd = self._open.get(name)
         if fd is None:
             raise ValueError(f"segment {name!r} is not being written (its first piece was refused?)")
@@ -168,6 +175,6 @@ def _ack(session, sock, address: str, timeout_s: float) -> int:
         return 0
     if msg.content.get("error"):
         err = msg.content["error"]
-        raise (MemoryError if err.startswith("MemoryError") else OSError)(
+        raise (MemoryError if err.startswith(("MemoryError", "SharedMemoryFull")) else OSError)(
             f"the node agent at {address} refused the data: {err}")
     return 1

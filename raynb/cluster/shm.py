@@ -67,16 +67,43 @@ def free_bytes() -> int:
     return st.f_bavail * st.f_frsize
 
 
+class SharedMemoryFull(MemoryError):
+    """``/dev/shm`` has no room for a segment: before it is written (the check), or while
+    it is (another process filled it first). The message names ``/dev/shm``, the free and
+    needed bytes and the fixes.
+
+    Attributes:
+        needed (int): bytes the segment needs.
+        free (int): bytes free in ``/dev/shm`` when it was refused.
+    """
+
+    def __init__(self, what: str, needed: int, free: int, during_write: bool = False):
+        self.needed, self.free = int(needed), int(free)
+        when = " (it filled up while the segment was written)" if during_write else ""
+        super().__init__(
+            f"{what} needs {needed} bytes ({needed / 2**20:.1f} MiB) of shared memory in {SHM_DIR} on "
+            f"this node, but {SHM_DIR} has {free} bytes ({free / 2**20:.1f} MiB) free{when}. Fixes: use "
+            f"a file dataset (write the data to parquet and use raynb.data.read_parquet(path): each "
+            f"rank reads its part in bounded memory, nothing goes to {SHM_DIR}); or give {SHM_DIR} "
+            f"more room (`mount -o remount,size=16G {SHM_DIR}`; in Docker `docker run --shm-size=16g`; "
+            f"in Kubernetes an emptyDir with medium: Memory mounted at {SHM_DIR}); or hold fewer copies "
+            "at once (each run or Tune experiment keeps its own copy until it ends: let the others "
+            "end, and pass an array once, through datasets=, not also as a captured variable).")
+
+
+def room_margin() -> int:
+    """Bytes of ``/dev/shm`` kept free: 64 MiB, or a sixteenth of a smaller ``/dev/shm``
+    (Docker's default is 64 MiB: a fixed 64 MiB margin would refuse every byte there)."""
+    st = os.statvfs(SHM_DIR)
+    return min(64 << 20, st.f_blocks * st.f_frsize // 16)
+
+
 def check_room(needed: int, what: str) -> None:
-    """Raise MemoryError (naming free and needed bytes, and the fixes) when ``/dev/shm``
-    has no room for ``needed`` more bytes (a margin of 64 MiB is kept free)."""
+    """Raise :class:`SharedMemoryFull` when ``/dev/shm`` has no room for ``needed`` more
+    bytes and :func:`room_margin`."""
     free = free_bytes()
-    if needed + (64 << 20) > free:
-        raise MemoryError(
-            f"{what} needs {needed / 2**20:.0f} MiB of shared memory on this node, but {SHM_DIR} has "
-            f"{free / 2**20:.0f} MiB free. Stream it from files instead (write it to parquet and use "
-            f"raynb.data.read_parquet(path), which reads each rank's part in bounded memory), or give "
-            f"{SHM_DIR} more room (e.g. `mount -o remount,size=64G {SHM_DIR}`, or docker --shm-size).")
+    if needed + room_margin() > free:
+        raise SharedMemoryFull(what, needed, free)
 
 
 def layout_of(arrays: dict) -> tuple[dict, int]:
@@ -89,25 +116,36 @@ def layout_of(arrays: dict) -> tuple[dict, int]:
     return layout, max(off, 1)
 
 
-def write_segment(name: str, arrays: dict, layout: dict, nbytes: int) -> None:
+def write_segment(name: str, arrays: dict, layout: dict, nbytes: int, what: str = "a shared-memory segment") -> None:
     """Create segment ``name`` (0600, must not exist) holding ``arrays`` at ``layout``.
-    One copy of each array's bytes (``pwrite`` from its buffer); on any error the
-    partial segment is removed."""
+    Its pages are allocated first (``posix_fallocate``: a full ``/dev/shm`` is an error
+    here, never a SIGBUS in a rank that reads a hole later), then one copy of each array's
+    bytes (``pwrite`` from its buffer). On any error the partial segment is removed.
+
+    Raises:
+        SharedMemoryFull: ``/dev/shm`` has no room for ``nbytes`` (``what`` names the data).
+        OSError: another failure to create or write the file.
+    """
+    import errno
+
     import numpy as np
 
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, nbytes)
+        os.posix_fallocate(fd, 0, nbytes)
         for col, (off, _, _) in layout.items():
             a = np.ascontiguousarray(arrays[col])
             view = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
             done = 0
             while done < len(view):
                 done += os.pwrite(fd, view[done:done + (1 << 30)], off + done)
-    except BaseException:
+    except BaseException as e:
         os.close(fd)
         remove(name)
+        if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+            raise SharedMemoryFull(what, nbytes, free_bytes(), during_write=True) from None
         raise
     os.close(fd)
 

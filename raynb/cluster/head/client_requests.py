@@ -37,6 +37,7 @@ class ClientRequests:
             "rejected_messages": self.session.rejected,
             "curve": self.gatekeeper is not None,
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
+            "duplicate_nodes_refused": getattr(self, "duplicate_nodes_refused", 0),
             "checkpoint_transfers": self.transfers.status(),
             "stop_when_idle": self.idle_stop.owners is not None, "kept": self.idle_stop.kept,
             "spare_files": spare_files.stats(),

@@ -7,6 +7,13 @@ whatever becomes of the client that submitted it; it ends with the head (``raynb
 as a Ray job ends with its cluster. Its environment is the head's, so ``raynb.connect()``
 in the driver finds this cluster (its ``RAYNB_HOME``), plus ``RAYNB_JOB_ID``.
 
+The command runs under ``cluster/job_supervisor.py`` (the job's ``pid`` is the
+supervisor's), a child subreaper that ends every process the job started, also those
+that left its process group or session (``setsid``, a double fork), when the driver
+exits, on a stop and when the head stops or dies. The id, argv and environment are
+checked before anything is made (``protocol_jobs.check_submit``); a job refused for its
+archive leaves no directory, so its id can be submitted again.
+
 The head never waits on a job: exits are seen by ``poll`` on every job request, a stop
 sends SIGTERM to the job's process group and SIGKILL once ``STOP_GRACE_S`` have passed
 (at the next request, or when the head stops).
@@ -16,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+from .. import job_supervisor
 from .. import protocol as P
 from .. import settings
 from ..run_states import JOB_TERMINAL
@@ -31,6 +38,7 @@ from . import job_archive
 from .offloop import Busy, OffLoop
 from ..connection import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
+from ..protocol_jobs import check_submit
 
 log = logging.getLogger("raynb.head")
 
@@ -39,7 +47,9 @@ log = logging.getLogger("raynb.head")
 MAX_WORKING_DIR_BYTES = settings.get("RAYNB_MAX_WORKING_DIR_BYTES")
 STOP_GRACE_S = 3.0
 LOG_CHUNK_BYTES = 1 << 20
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# The supervisor's own grace for the job's processes after a stop, within the head's:
+# it SIGKILLs every descendant (setsid'd ones too) before the head SIGKILLs the group.
+SUPERVISOR_GRACE_S = STOP_GRACE_S - 1.0
 TERMINAL = JOB_TERMINAL
 
 
@@ -58,6 +68,23 @@ def unpack(archive: bytes, dest: Path, limit: int = MAX_WORKING_DIR_BYTES) -> No
         job_archive.unpack(archive, dest, limit)
     except job_archive.ArchiveRefused as e:
         raise JobRefused(str(e)) from None
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the job's supervisor, its group and every descendant (a stop's last resort:
+    the supervisor, a subreaper, holds them all, also those that called ``setsid``)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    kill_group(pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 class Jobs:
@@ -138,24 +165,30 @@ class Jobs:
     # -- the jobs ---------------------------------------------------------------
     def start(self, content: dict, archive) -> dict:
         """Start a job, its working directory unpacked here; returns its record.
-        Raises: JobRefused (the reason for the client)."""
+        Raises: JobRefused (the reason for the client). A job refused for its archive
+        leaves no directory: its id can be submitted again."""
         job_id, work = self.prepare(content)
         if archive is not None:
-            unpack(P.buffer_bytes(archive), work)
+            try:
+                unpack(P.buffer_bytes(archive), work)
+            except BaseException:
+                shutil.rmtree(self._dir(job_id), ignore_errors=True)  # a refused job burns no id
+                raise
         return self.launch(content, job_id, work)
 
     def prepare(self, content: dict) -> tuple[str, Path]:
-        """Check a submit and make its job's directories; returns (job id, working dir).
-        Raises: JobRefused."""
+        """Check a submit (everything before the job's directory is made) and make its
+        directories; returns (job id, working dir). Raises: JobRefused."""
         entrypoint = list(content["entrypoint"])
-        if not entrypoint or not entrypoint[0]:
-            raise JobRefused("submit_job needs a command: raynb submit -- python train.py")
-        job_id = content.get("job_id") or f"job_{uuid.uuid4().hex[:10]}"
-        if not _JOB_ID.match(job_id):
-            raise JobRefused(f"job id {job_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
-        if job_id in self.jobs or job_id in self._unpacking:
-            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
+        asked = content.get("job_id")
+        try:
+            check_submit(entrypoint, content.get("env"), asked)
+        except ValueError as e:
+            raise JobRefused(str(e)) from None
+        job_id = asked if asked is not None else f"job_{uuid.uuid4().hex[:10]}"
         root = self._dir(job_id)
+        if job_id in self.jobs or job_id in self._unpacking or root.exists():
+            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
         root.mkdir(mode=0o700)
         work = root / "work"
         work.mkdir(mode=0o700)
@@ -170,8 +203,9 @@ class Jobs:
                "working_dir": str(work), "start_time": time.time(), "end_time": None, "pid": None}
         with os.fdopen(open_private(root / "output.log"), "ab") as out:
             try:
-                proc = subprocess.Popen(entrypoint, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                proc = subprocess.Popen(job_supervisor.command(entrypoint, SUPERVISOR_GRACE_S), cwd=work,
+                                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
                                         preexec_fn=lambda: die_with_parent(signal.SIGTERM))
             except OSError as e:
                 job.update(state="FAILED", end_time=time.time())
@@ -200,7 +234,7 @@ class Jobs:
             code = proc.poll()
             if code is None:
                 if now >= self._kill_at.get(job_id, float("inf")):
-                    kill_group(proc.pid, signal.SIGKILL)
+                    _kill_tree(proc.pid)
                 continue
             kill_group(proc.pid, signal.SIGKILL)  # what the driver left in its group
             del self.procs[job_id]

@@ -41,6 +41,18 @@ def remote_node_timeout_s() -> float:
         return 5.0
 
 
+# A node id whose agent was heard from this recently is live: another agent registering
+# under it (a copy-paste --node-id) is refused. One silent longer (its host died, its pod
+# was replaced) gives the id to the newcomer.
+DUPLICATE_LIVE_S = 3.0
+
+
+def _same_agent(old: NodeInfo, c: dict) -> bool:
+    """Whether a registration comes from the agent that holds the id (a fresh socket after
+    it lost the head): same host, same pid, same ``/dev/shm``."""
+    return (old.hostname, old.pid, old.shm_id) == (c["hostname"], c["pid"], c.get("shm_id") or "")
+
+
 class NodeEvents:
     """Node registration, stats, worker readiness and exits, losing a node."""
 
@@ -50,6 +62,8 @@ class NodeEvents:
         old = self.registry.nodes.get(c["node_id"])
         if old is not None and old.identity == msg.identity:
             return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
+        if old is not None and not _same_agent(old, c) and time.monotonic() - old.last_seen < DUPLICATE_LIVE_S:
+            return self._refuse_duplicate(msg.identity, old, c)
         if old is not None:
             # Its agent lost the head and registered again (a fresh socket): what the head
             # knew of its workers is stale (the agent ended them).
@@ -62,6 +76,20 @@ class NodeEvents:
         log.info("node %s joined (%s, %s, %d workers, %d GPUs)", c["node_id"], c["hostname"], c["ip"],
                  c["num_workers"], len(c.get("gpus", [])))
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
+
+    def _refuse_duplicate(self, identity: bytes, old: NodeInfo, c: dict) -> None:
+        """Another live agent holds this node id: it keeps it (its runs go on), and the
+        newcomer is told why (it exits, status 3); ``raynb status`` counts the refusals."""
+        self.duplicate_nodes_refused = getattr(self, "duplicate_nodes_refused", 0) + 1
+        text = (f"the head refused this node: node id {old.node_id!r} is held by a live node agent on "
+                f"{old.hostname} ({old.ip}, pid {old.pid}); give this node agent its own --node-id")
+        log.warning("refused a node agent on %s (%s, pid %s) registering as %r: that id is held by the "
+                    "live node agent on %s (%s, pid %s)", c["hostname"], c["ip"], c["pid"], old.node_id,
+                    old.hostname, old.ip, old.pid)
+        try:
+            self.sock.send_multipart([identity, REFUSED, text.encode()])
+        except Exception:  # noqa: BLE001 - best effort
+            pass
 
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
@@ -145,10 +173,10 @@ class NodeEvents:
 
     # -- refusing a peer ----------------------------------------------------------
     def refuse_peer(self, identity: bytes) -> None:
-        """Tell a node agent whose message was rejected why (an unsigned notice, at most
-        once every 2 s per peer): its key or its protocol version is wrong. Clients get
-        none: a client's own request times out, naming the key file to check."""
-        if not identity.startswith(b"node:"):
+        """Tell a node agent or client whose message was rejected why (an unsigned notice
+        with no data of the cluster, at most once every 2 s per peer): its key or its
+        protocol version is wrong. The peer shows it, never unpickles it."""
+        if not identity.startswith((b"node:", b"client:")):
             return
         latest = self.session.rejects.latest
         why = str(latest[1]) if latest and latest[0] == identity[:64] else "rejected"
@@ -159,7 +187,10 @@ class NodeEvents:
         if len(told) > 1024:
             told.clear()
         told[identity] = now
-        if "signature" in why:
+        if "signature" in why and identity.startswith(b"client:"):
+            text = ("the head refused this key: wrong cluster key (its HMAC signature did not "
+                    "verify); use this head's connection file (key_file=..., `--key-file`) or its key")
+        elif "signature" in why:
             text = ("the head refused this peer: wrong cluster key (its HMAC signature did not verify); "
                     "use the key file of this head (`--key-file`)")
         elif "protocol version" in why:

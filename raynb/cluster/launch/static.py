@@ -9,13 +9,18 @@ the reconnect grace (``node.RECONNECT_S``, 60 s: exit status 1, no process left)
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from ...errors import ClusterError
+from .. import protocol as P
+from ..control import Client, KeyRefused
 from ..connection import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
 from ..node import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
 from ..procutil import worker_sched_policy
+
+log = logging.getLogger("raynb.node")
 
 
 def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: int | None = None,
@@ -73,7 +78,32 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
     visible = visible_gpus()
     if gpus is not None and gpus > len(visible):
         raise ClusterError(f"--gpus {gpus}: this machine has {len(visible)} visible CUDA device(s)")
-    agent = NodeAgent(address, key.encode() if isinstance(key, str) else key, workers,
-                      max_workers or default_max_workers(), node_id, curve_keys, node_ip,
-                      None if gpus is None else visible[:gpus], shared_storage, reconnect_s)
-    return agent.serve()
+    key = key.encode() if isinstance(key, str) else key
+    source = f"the key file {key_file}" if key_file else "the key given (--key or $RAYNB_KEY)"
+    why = refused_by_head(address, key, curve_keys)
+    if why is None:
+        agent = NodeAgent(address, key, workers, max_workers or default_max_workers(), node_id, curve_keys,
+                          node_ip, None if gpus is None else visible[:gpus], shared_storage, reconnect_s)
+        code = agent.serve()
+        why = agent.refused if code == 3 else None
+        if why is None or "node id" in why:
+            return code  # served, or refused for its node id (the agent said so)
+    log.error("%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
+              "on the head, mode 0600) here and pass it with --key-file; exit status 3", why, source)
+    return 3
+
+
+def refused_by_head(address: str, key: bytes, curve_keys: dict | None, timeout: float = 3.0) -> str | None:
+    """Why the head at ``address`` refuses these keys (a refusal notice, or a failed
+    CurveZMQ handshake), asked once before a node agent starts; None when it accepts
+    them or does not answer in ``timeout`` s (not up yet: the agent keeps trying)."""
+    client = Client(address, key, {"address": address, "curve": curve_keys})
+    try:
+        client.request(P.PING, reply_types=(P.PONG,), timeout=timeout)
+    except KeyRefused as e:
+        return str(e)
+    except ClusterError:
+        return None
+    finally:
+        client.close()
+    return None
