@@ -133,14 +133,14 @@ class SimNodes:
                 continue
             sent = self._sent_at.pop(i, None)
             if sent is not None and (self._flood is None or self._flood[0] != i):
-                self.rtts.append(now - sent)
+                self.rtts.append(time.monotonic() - sent)
 
     def _step(self) -> bool:
         now = time.monotonic()
         busy = False
         while self._due and self._due[0][0] <= now:
             _, i = heapq.heappop(self._due)
-            self._heartbeat(i, now)
+            self._heartbeat(i, time.monotonic())
             heapq.heappush(self._due, (now + self.interval_s, i))
             busy = True
         if self._flood is not None:
@@ -170,8 +170,12 @@ class SimNodes:
                     last_sweep = time.monotonic()
                     for i in range(len(self.socks)):
                         self._drain(i, last_sweep)
-            if not busy:
-                time.sleep(0.001)
+            if not busy:   # until the next heartbeat is due; soon while replies are awaited
+                with self._lock:
+                    nap = self._due[0][0] - time.monotonic() if self._due else 0.05
+                    if self._sent_at or self._pending or self._flood is not None:
+                        nap = min(nap, 0.001)
+                time.sleep(min(0.05, max(0.0005, nap)))
 
     def close(self) -> None:
         self._stop.set()

@@ -31,6 +31,8 @@ REFUSALS_LOGGED_EVERY_S = 5.0
 # A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
 # stop is not counted killed until its exit report or the node's loss says which it was.
 SUSPECT_S = 1.5
+# How often the head walks its nodes for silent ones (s): a small part of the timeouts above.
+NODE_SCAN_S = 0.25
 
 
 def remote_node_timeout_s() -> float:
@@ -124,6 +126,12 @@ class NodeEvents:
                 self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
             if not self._stop:
                 self.local_node.restart_after(how)
+        # Silences are seconds long: walking every node on every tick (up to 200 a second while
+        # heartbeats arrive, and they arrive more often the more nodes there are) cost the head
+        # in proportion to nodes squared; a walk every NODE_SCAN_S costs it in proportion to nodes.
+        if now < self.__dict__.get("_next_node_scan", 0.0):
+            return
+        self._next_node_scan = now + NODE_SCAN_S
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:

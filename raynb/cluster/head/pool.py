@@ -116,10 +116,10 @@ class WorkerPool:
         grouped: set | None = None
         order: dict | None = None
         out = []
-        for node in self.registry.nodes.values():
+        for node in self.registry.nodes_beyond_warm():  # not every node, on every tick
             extra = self.registry.workers_on(node.node_id) - node.num_workers
             if extra <= 0 or node.spawning:
-                continue  # (counted, not scanned: most nodes, most ticks, have no extra workers)
+                continue
             mine = self.registry.workers_of(node.node_id)
             if grouped is None:   # built only when some node holds extra workers
                 grouped = {wid for members in self.registry.groups for wid in members}

@@ -83,6 +83,7 @@ class Registry:
         # cost the same with 1,000 nodes as with one (a scan of every node per message did not).
         self._node_of_identity: dict[bytes, str] = {}
         self._workers_of_node: dict[str, dict[str, WorkerInfo]] = {}
+        self._beyond_warm: dict[str, None] = {}   # nodes over their warm count, in order
 
     # -- nodes ------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> None:
@@ -91,6 +92,7 @@ class Registry:
             self._node_of_identity.pop(old.identity, None)
         self.nodes[node.node_id] = node
         self._node_of_identity[node.identity] = node.node_id
+        self._recount(node.node_id)
 
     def remove_node(self, node_id: str) -> list[WorkerInfo]:
         """Forget a node and its workers; returns the workers it had."""
@@ -98,6 +100,7 @@ class Registry:
         if node is not None and self._node_of_identity.get(node.identity) == node_id:
             del self._node_of_identity[node.identity]
         lost = list(self._workers_of_node.pop(node_id, {}).values())
+        self._beyond_warm.pop(node_id, None)
         for w in lost:
             del self.workers[w.worker_id]
             self.forget_groups_with(w.worker_id)
@@ -115,6 +118,18 @@ class Registry:
 
     def workers_on(self, node_id: str) -> int:
         return len(self._workers_of_node.get(node_id, ()))
+
+    def nodes_beyond_warm(self) -> list[NodeInfo]:
+        """The nodes holding more workers than their warm count (forked for a big or a
+        concurrent run): the pool's candidates for retiring, found without a walk over all."""
+        return [self.nodes[n] for n in self._beyond_warm if n in self.nodes]
+
+    def _recount(self, node_id: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is not None and self.workers_on(node_id) > node.num_workers:
+            self._beyond_warm[node_id] = None
+        else:
+            self._beyond_warm.pop(node_id, None)
 
     def workers_of(self, node_id: str) -> list[WorkerInfo]:
         """The workers of ``node_id``, in the order they joined."""
@@ -143,6 +158,7 @@ class Registry:
             self._workers_of_node.get(old.node_id, {}).pop(w.worker_id, None)
         self.workers[w.worker_id] = w
         self._workers_of_node.setdefault(w.node_id, {})[w.worker_id] = w
+        self._recount(w.node_id)
         node = self.nodes.get(w.node_id)
         if node is not None and node.spawning > 0:
             node.spawning -= 1
@@ -155,6 +171,7 @@ class Registry:
             mine.pop(worker_id, None)
             if not mine:
                 self._workers_of_node.pop(w.node_id, None)
+            self._recount(w.node_id)
         return w
 
     def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
