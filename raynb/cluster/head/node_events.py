@@ -31,6 +31,9 @@ REFUSALS_LOGGED_EVERY_S = 5.0
 # A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
 # stop is not counted killed until its exit report or the node's loss says which it was.
 SUSPECT_S = 1.5
+# A node's stats closer together than this (s) are dropped unanswered: an agent sends one a
+# second, and a flooding peer must not make the head answer and process each.
+MIN_STATS_GAP_S = 0.2
 # How often the head walks its nodes for silent ones (s): a small part of the timeouts above.
 NODE_SCAN_S = 0.25
 
@@ -77,13 +80,18 @@ class NodeEvents:
     def on_node_stats(self, msg: P.Message) -> None:
         node = self.registry.nodes.get(msg.content.get("node_id"))
         known = node is not None and node.identity == msg.identity
+        now = time.monotonic()
+        if known and now - node.stats_at < MIN_STATS_GAP_S:
+            return  # a flood (an agent sends one a second): it counted as a sign of life, no more
+        if known:
+            node.stats_at = now
         # The node's sign of our life; "registered": False tells an agent whose connection
         # came back to a restarted head (same address and keys) that it must register again.
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
         if not known:
             return
         node.load = msg.content.get("load")
-        by_run = self.pool.observe(msg.content, time.monotonic())
+        by_run = self.pool.observe(msg.content, now)
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":

@@ -138,9 +138,13 @@ class WorkerPool:
 
     def free_data(self, key: str) -> None:
         """Every node removes its shared-memory segments of ``key`` (a run's id when the run
-        ended, an experiment's on ``release_data``): see ``cluster.shm``."""
+        ended, an experiment's on ``release_data``): see ``cluster.shm``. Only those that
+        hosted a worker: segments are made for a node's ranks (or, on a one-node cluster, by
+        the client for them), and a message to each of 1,000 idle nodes made every run's end
+        cost the head in proportion to the cluster's size."""
         for node in self.registry.nodes.values():
-            self._send(node.identity, P.FREE_DATA, {"key": key})
+            if node.hosted:
+                self._send(node.identity, P.FREE_DATA, {"key": key})
 
     # -- the node agents' samples -------------------------------------------------
     def observe(self, content: dict, now: float) -> dict[str, dict]:

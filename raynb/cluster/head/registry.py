@@ -59,6 +59,8 @@ class NodeInfo:
     data_key: str | None = None    # that socket's Curve public key (None on loopback)
     shm_id: str = ""               # which /dev/shm it sees (cluster.shm.shm_id)
     labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
+    hosted: bool = False           # a worker joined from it since it registered (its /dev/shm may hold data)
+    stats_at: float = -1e9         # when its last node_stats was taken (monotonic s)
 
     @property
     def free_gpus(self) -> list:
@@ -160,6 +162,8 @@ class Registry:
         self._workers_of_node.setdefault(w.node_id, {})[w.worker_id] = w
         self._recount(w.node_id)
         node = self.nodes.get(w.node_id)
+        if node is not None:
+            node.hosted = True
         if node is not None and node.spawning > 0:
             node.spawning -= 1
 
