@@ -114,3 +114,19 @@ def test_head_stays_responsive_with_200_simulated_nodes(tmp_path):
     m = out["sizes"][0]
     assert m["nodes_in_status"] == 201 and m["heartbeat_ms"]["n"] >= 200, m
     assert out["rerun_ratio_to_baseline"]["200"] < 2.0, out
+
+
+def test_scale_ranks_quick_prints_json(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_ranks.py"), "--quick"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert [m["ranks"] for m in out["sizes"]] == [1, 2] and out["ratio_to_smallest"]["1"] == 1.0
+    for m in out["sizes"]:
+        w = m["warm_rerun_ms"]
+        assert w["n"] == 3 and 0 < w["min"] <= w["median"] <= w["p90"], m
+        assert m["new_group_ms"] > 0
+    assert not list(tmp_path.glob("raynb-scale-ranks-*")), "the benchmark left its directory"
