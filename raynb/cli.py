@@ -117,16 +117,7 @@ def main(argv=None) -> int:
             print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
                   f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))")
         elif args.cmd == "status":
-            from .cluster.control import Client
-            from .cluster.launch.local import running_cluster
-
-            info = running_cluster()
-            if info is None:
-                print("no raynb cluster is running (start one with `raynb start`)")
-                return 1
-            c = Client(info["address"], info["key"].encode(), info)
-            print(format_status(c.status()))
-            c.close()
+            return _status()
         elif args.cmd == "stop":
             from .cluster.launch.local import stop_cluster
 
@@ -159,6 +150,31 @@ def main(argv=None) -> int:
     except ClusterError as e:
         print(f"raynb: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _status() -> int:
+    """``raynb status``: at once, even while a start is under way (it holds the start lock
+    until its workers are ready): what the head has so far, or that it is starting."""
+    from .cluster.control import Client
+    from .cluster.launch.local import running_cluster, starting_pid
+
+    info = running_cluster(wait=False)
+    pid = starting_pid()
+    starting = f"a raynb cluster is starting (pid {pid})" if pid else None
+    if info is None:
+        if starting:
+            print(f"{starting}; its head is not up yet: `raynb status` again in a moment")
+            return 0
+        print("no raynb cluster is running (start one with `raynb start`)")
+        return 1
+    if starting:
+        print(f"{starting}; its workers are not all ready yet. So far:")
+    c = Client(info["address"], info["key"].encode(), info)
+    try:
+        print(format_status(c.status()))
+    finally:
+        c.close()
     return 0
 
 

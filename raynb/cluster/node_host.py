@@ -127,3 +127,20 @@ def parse_args(argv=None):
                     help="shown by `raynb status` (repeatable)")
     ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
     return ap.parse_args(argv)
+
+
+def check_worker_limit(num_workers: int, max_workers: int | None) -> None:
+    """Refuse a warm worker count above the node's limit at once: the agent would fork
+    only ``max_workers`` of them, and a start would then wait its whole timeout for the rest.
+
+    Raises:
+        ValueError: ``num_workers`` exceeds ``max_workers`` (None: :func:`default_max_workers`),
+            naming the limit, where it comes from, and ``--max-workers``.
+    """
+    limit = max_workers or default_max_workers()
+    if num_workers > limit:
+        where = (f"--max-workers {max_workers}" if max_workers else
+                 f"its default, the larger of 16 and 4 x its {os.cpu_count() or 1} cores")
+        raise ValueError(f"--workers {num_workers} is more than this node's limit of {limit} workers "
+                         f"({where}): pass --max-workers {num_workers} (or more) to allow them, "
+                         f"or ask for at most {limit} workers")

@@ -31,6 +31,11 @@ REFUSALS_LOGGED_EVERY_S = 5.0
 # A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
 # stop is not counted killed until its exit report or the node's loss says which it was.
 SUSPECT_S = 1.5
+# A node's stats closer together than this (s) are dropped unanswered: an agent sends one a
+# second, and a flooding peer must not make the head answer and process each.
+MIN_STATS_GAP_S = 0.2
+# How often the head walks its nodes for silent ones (s): a small part of the timeouts above.
+NODE_SCAN_S = 0.25
 
 
 def remote_node_timeout_s() -> float:
@@ -103,13 +108,18 @@ class NodeEvents:
     def on_node_stats(self, msg: P.Message) -> None:
         node = self.registry.nodes.get(msg.content.get("node_id"))
         known = node is not None and node.identity == msg.identity
+        now = time.monotonic()
+        if known and now - node.stats_at < MIN_STATS_GAP_S:
+            return  # a flood (an agent sends one a second): it counted as a sign of life, no more
+        if known:
+            node.stats_at = now
         # The node's sign of our life; "registered": False tells an agent whose connection
         # came back to a restarted head (same address and keys) that it must register again.
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
         if not known:
             return
         node.load = msg.content.get("load")
-        by_run = self.pool.observe(msg.content, time.monotonic())
+        by_run = self.pool.observe(msg.content, now)
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":
@@ -153,6 +163,12 @@ class NodeEvents:
             if not self._stop:
                 self.local_node.restart_after(how)
                 self.fail_waiting_runs()   # given up, with no node left: say so, never wait
+        # Silences are seconds long: walking every node on every tick (up to 200 a second while
+        # heartbeats arrive, and they arrive more often the more nodes there are) cost the head
+        # in proportion to nodes squared; a walk every NODE_SCAN_S costs it in proportion to nodes.
+        if now < self.__dict__.get("_next_node_scan", 0.0):
+            return
+        self._next_node_scan = now + NODE_SCAN_S
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:

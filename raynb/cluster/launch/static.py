@@ -18,6 +18,7 @@ from ..control import Client, KeyRefused
 from ..connection import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
 from ..node import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
+from ..node_host import check_worker_limit
 from ..procutil import worker_sched_policy
 
 log = logging.getLogger("raynb.node")
@@ -47,12 +48,13 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
         The exit status: 0 after the head's shutdown, 1 head lost, 3 refused by the head.
 
     Raises:
-        ClusterError: an unreadable or non-private key file, no key, ``node_ip`` not an
-            address of this machine, ``gpus`` more than it has (names what it has), or
+        ClusterError: ``workers`` over ``max_workers``, an unreadable or non-private key
+            file, no key, ``node_ip`` not an address of this machine, ``gpus`` more than it has (names what it has), or
             ``$RAYNB_WORKER_SCHED`` not a policy.
     """
     try:
         worker_sched_policy()
+        check_worker_limit(workers, max_workers)
     except ValueError as e:
         raise ClusterError(str(e)) from None
     curve_keys = None
