@@ -117,12 +117,35 @@ def to_format(batch: dict, batch_format: str):
     if batch_format == "numpy":
         return batch
     if batch_format == "pyarrow":
-        from .write import batch_to_table
-
         return batch_to_table(batch)
     import pandas as pd
 
     return pd.DataFrame({k: (list(v) if v.ndim > 1 else v) for k, v in batch.items()})
+
+
+def batch_to_table(batch: dict):
+    """A numpy batch as a ``pyarrow.Table``: 2-d columns become fixed-size lists (an
+    embedding per row), deeper ones lists of lists."""
+    import pyarrow as pa
+
+    cols = {}
+    for name, a in batch.items():
+        if a.ndim == 1:
+            cols[name] = pa.array(a)
+        elif a.ndim == 2:
+            cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), a.shape[1])
+        else:
+            cols[name] = pa.array([x.tolist() for x in a])
+    return pa.table(cols)
+
+
+def rows_of(batch: dict) -> list:
+    """The rows of a numpy batch, as dicts of column -> value: Python numbers and strings
+    for 1-d columns (as Ray's rows), a numpy array per row for columns of more dimensions."""
+    names = list(batch)
+    cols = [batch[k].tolist() if batch[k].ndim == 1 and not batch[k].dtype.hasobject else batch[k]
+            for k in names]
+    return [dict(zip(names, vals)) for vals in zip(*cols)]
 
 
 def to_numpy_batch(value, what: str) -> dict:

@@ -67,9 +67,7 @@ class ConsumeMixin:
 
     def take(self, limit: int = 20) -> list:
         """The first ``limit`` rows, as a list of dicts of column -> value."""
-        from .transforms import rows_of
-
-        return rows_of(self._collect(limit)) if limit > 0 else []
+        return B.rows_of(self._collect(limit)) if limit > 0 else []
 
     def take_all(self, limit: int | None = None) -> list:
         """Every row, as a list of dicts.
@@ -77,9 +75,7 @@ class ConsumeMixin:
         Raises:
             ValueError: more rows than ``limit`` (as Ray).
         """
-        from .transforms import rows_of
-
-        rows = rows_of(self._collect(None if limit is None else limit + 1))
+        rows = B.rows_of(self._collect(None if limit is None else limit + 1))
         if limit is not None and len(rows) > limit:
             raise ValueError(f"take_all(limit={limit}): the dataset has more than {limit} rows")
         return rows
@@ -129,25 +125,4 @@ class ConsumeMixin:
     def materialize(self):
         """The rows computed now and held in memory (a ``MaterializedDataset``): steps and
         a shuffle's epoch-0 order applied once; in a run, its columns go to shared memory."""
-        return materialized(self, self._collect())
-
-
-def materialized(like, columns: dict):
-    """A ``MaterializedDataset`` of ``columns`` (a numpy batch; {} keeps ``like``'s schema
-    with no rows)."""
-    from .dataset import MaterializedDataset
-    from .sources import InMemorySource
-
-    if not columns:
-        columns = _empty_like(like)
-    return MaterializedDataset(InMemorySource(columns))
-
-
-def _empty_like(ds) -> dict:
-    import numpy as np
-
-    try:
-        names = ds._source.schema().names if not ds._ops else []
-    except Exception:  # noqa: BLE001 - a schema that cannot be read: no columns
-        names = []
-    return {n: np.empty(0, dtype=object) for n in names} or {"id": np.empty(0, dtype=np.int64)}
+        return self._materialized(self._collect())

@@ -52,6 +52,18 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         parts = {"source": self._source, "ops": self._ops, "seed": self._seed, **changes}
         return Dataset(parts["source"], parts["ops"], parts["seed"])
 
+    def _materialized(self, columns: dict) -> "MaterializedDataset":
+        """A ``MaterializedDataset`` of ``columns`` (a numpy batch; {}: no rows, this
+        dataset's columns when it knows them without reading)."""
+        import numpy as np
+
+        from .sources import InMemorySource
+
+        if not columns:
+            names = self._source.schema().names if not self._ops else []
+            columns = {n: np.empty(0, dtype=object) for n in names} or {"id": np.empty(0, dtype=np.int64)}
+        return MaterializedDataset(InMemorySource(columns))
+
     def _add(self, step) -> "Dataset":
         return self._with(ops=self._ops + (step,))
 

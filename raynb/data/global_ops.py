@@ -21,11 +21,9 @@ class GlobalOpsMixin:
         Raises:
             ValueError: a negative ``limit``.
         """
-        from .consume import materialized
-
         if not isinstance(limit, int) or limit < 0:
             raise ValueError(f"limit({limit!r}): give a number of rows >= 0")
-        return materialized(self, self._collect(limit))
+        return self._materialized(self._collect(limit))
 
     def union(self, *other):
         """This dataset's rows followed by each of ``other``'s.
@@ -34,12 +32,10 @@ class GlobalOpsMixin:
             TypeError: an argument that is not a Dataset.
             ValueError: datasets of different columns (named).
         """
-        from .consume import materialized
-
         for o in other:
             if not isinstance(o, GlobalOpsMixin):
                 raise TypeError(f"union() takes raynb.data.Dataset objects, got {type(o).__name__}")
-        return materialized(self, B.concat([self._collect()] + [o._collect() for o in other]))
+        return self._materialized(B.concat([self._collect()] + [o._collect() for o in other]))
 
     def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
                     strict: bool = False, shuffle: bool = False, keys=None, sort: bool = False):
@@ -69,15 +65,13 @@ class GlobalOpsMixin:
         """
         import numpy as np
 
-        from .consume import materialized
-
         keys = [key] if isinstance(key, str) else list(key)
         desc = list(descending) if isinstance(descending, (list, tuple)) else [bool(descending)] * len(keys)
         if len(desc) != len(keys):
             raise ValueError(f"sort(descending={descending!r}): give one bool, or one per key ({len(keys)})")
         cols = self._collect()
         if not cols:
-            return materialized(self, cols)
+            return self._materialized(cols)
         missing = [k for k in keys if k not in cols]
         if missing:
             raise ValueError(f"sort(key={key!r}): no column {missing} (the dataset has {list(cols)})")
@@ -86,14 +80,12 @@ class GlobalOpsMixin:
             values = cols[k][order]
             step = _stable_argsort(values, d)
             order = order[step]
-        return materialized(self, B.take_rows(cols, order))
+        return self._materialized(B.take_rows(cols, order))
 
     def _split_at(self, cols: dict, indices: list) -> list:
-        from .consume import materialized
-
         n = B.num_rows(cols)
         bounds = [0] + [min(max(int(i), 0), n) for i in indices] + [n]
-        return [materialized(self, B.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])]
+        return [self._materialized(B.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])]
 
     def split_at_indices(self, indices: list) -> list:
         """Datasets of the rows before ``indices[0]``, between each pair, and after the last.

@@ -61,10 +61,10 @@ class GroupedData:
         return df
 
     def _result(self, out):
-        from .read_api import from_pandas
+        from . import block as B
 
-        out = out.reset_index()
-        return from_pandas(out.sort_values(self._keys, kind="stable").reset_index(drop=True))
+        out = out.reset_index().sort_values(self._keys, kind="stable")
+        return self._ds._materialized(B.columns_from({str(c): out[c].to_numpy() for c in out.columns}, "groupby"))
 
     def count(self):
         """A dataset of the keys and ``count()``, the rows of each group."""
@@ -106,7 +106,6 @@ class GroupedData:
             MapBatchesError: ``fn`` raised (the group's index named).
         """
         from . import block as B
-        from .consume import materialized
         from .transforms import UDF, MapBatches
 
         fmt = B.check_batch_format(batch_format)
@@ -116,4 +115,4 @@ class GroupedData:
         for i, (_, group) in enumerate(df.groupby(self._keys, sort=True)):
             cols = B.columns_from({str(c): group[c].to_numpy() for c in group.columns}, "map_groups")
             outs.append(step(cols, i, 0))
-        return materialized(self._ds, B.concat(outs) if outs else {})
+        return self._ds._materialized(B.concat(outs) if outs else {})

@@ -226,10 +226,8 @@ class DataIterator:
 
     def iter_rows(self, *, prefetch_batches: int = 1):
         """This shard's rows for one epoch, each a dict of column -> value."""
-        from .transforms import rows_of
-
         for b in self._batches(None, False, None, None, prefetch_batches):
-            yield from rows_of(b)
+            yield from B.rows_of(b)
 
     def _collect(self) -> dict:
         """This shard's rows of one epoch as one numpy batch ({} for none)."""
@@ -240,9 +238,7 @@ class DataIterator:
         """This shard's rows of one epoch, computed now and held in memory (a
         ``MaterializedDataset``: ``count``, ``take``, ``iter_batches`` ... on it read
         them again without the steps)."""
-        from .consume import materialized
-
-        return materialized(self._ds, self._collect())
+        return self._ds._materialized(self._collect())
 
     def to_pandas(self, limit: int | None = None):
         """This shard's rows of one epoch as one ``pandas.DataFrame`` (raynb's addition:

@@ -104,13 +104,6 @@ class MapBatches(Step):
         return B.to_numpy_batch(out, f"map_batches({self.name}) on batch {index}")
 
 
-def rows_of(batch: dict) -> list:
-    """The rows of a numpy batch, as dicts of column -> value."""
-    names = list(batch)
-    cols = [batch[k] for k in names]
-    return [dict(zip(names, vals)) for vals in zip(*cols)]
-
-
 def from_rows(rows: list, what: str) -> dict:
     """Rows (dicts) as a numpy batch ({} for none).
 
@@ -146,7 +139,7 @@ class RowStep(Step):
 
         what = f"{self.label}({self.name})"
         try:
-            rows = rows_of(batch)
+            rows = B.rows_of(batch)
             if self.label == "filter":
                 keep = np.fromiter((bool(self.udf(r)) for r in rows), dtype=bool, count=len(rows))
                 return B.take_rows(batch, keep)
