@@ -138,7 +138,6 @@ def test_batch_inference_quick_start_imports_changed(capsys):
     import torch.nn as nn
 
     import raynb as ray
-    import raynb.data  # noqa: F401
 
     ds = ray.data.from_numpy(np.ones((1, 100)))
 

@@ -53,6 +53,7 @@ class InMemorySource:
     def __init__(self, columns: dict):
         self._columns = columns
         self.uid = uuid.uuid4().hex
+        self._encoded = None
 
     def columns(self) -> dict:
         return self._columns
@@ -94,7 +95,9 @@ class InMemorySource:
         if scope is None:
             return InMemorySource, (self._columns,)
         n = self.num_rows()
-        shared, arrow, pickled = object_columns.encode(self._columns)
+        if getattr(self, "_encoded", None) is None:   # once: every trial of an experiment pickles it
+            self._encoded = object_columns.encode(self._columns)
+        shared, arrow, pickled = self._encoded
         block = None
         if shared:
             nbytes = sum(a.nbytes for a in shared.values())
