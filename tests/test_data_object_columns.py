@@ -157,3 +157,20 @@ def test_batch_inference_quick_start_imports_changed(capsys):
         out = capsys.readouterr().out.strip().splitlines()
         assert len(out) == 1 and out[0].startswith("{'output': array([0.") and out[0].endswith("dtype=float32)}")
         assert predictions.take_all()[0]["output"].shape == (1,)
+
+
+def _socket_rows():
+    shard = get_dataset_shard("train")
+    return [(int(r["id"]), r["text"], r["tokens"], r["meta"]) for r in shard.iter_rows()]
+
+
+def test_object_columns_through_a_node_agents_data_socket(warm, tmp_path, monkeypatch):
+    """The path to node agents on other hosts (forced for the local one): the Arrow streams
+    travel in the same signed segment as the numeric columns."""
+    monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
+    rows = make_rows(40)
+    TorchTrainer(_to_files(_socket_rows), train_loop_config={"out": str(tmp_path)},
+                 datasets={"train": rd.from_items(rows)}, scaling_config=ScalingConfig(num_workers=2),
+                 run_config=QUIET).fit()
+    got = sorted(r for rank in _read(tmp_path) for r in rank)
+    assert got == [(r["id"], r["text"], r["tokens"], r["meta"]) for r in rows]
