@@ -1,14 +1,16 @@
-"""``Dataset``: rows from notebook arrays or files, with lazy per-batch transformations.
+"""``Dataset``: rows from notebook arrays or files, with Ray Data's transformations.
 
-A dataset is a source (``sources``) and a list of operations. Operations are lazy:
-``map_batches`` records a function that each rank runs on its own batches as it
-iterates (inside the prefetch thread, so it overlaps the training step); in the
-notebook, ``take`` / ``iter_batches`` / ``count`` run them on the spot.
+A dataset is a source (``sources``), a list of lazy steps (``transforms``: ``map``,
+``map_batches``, ``filter``, ...) and an optional global shuffle seed. The steps run in
+the process that reads the rows: each rank as it iterates (inside the prefetch thread,
+so they overlap the training step), or the notebook (``take``, ``show``, ... in
+``consume``). Operations that need every row (``sort``, ``groupby``, ``split``, ...;
+``global_ops``) compute their result when called.
 
-Other modules add operations through :func:`register_map_batches_executor`: Ray's
-``map_batches(..., num_workers=N)`` (a pool of workers running the function over the
-whole dataset: batch inference) is not the lazy per-rank path and is reserved for
-that executor; without one registered it raises ``NotImplementedError``.
+Other modules add operations through :func:`register_map_batches_executor`: raynb's
+``map_batches(..., num_workers=N)`` (a pool of warm workers running the function over the
+whole dataset now: batch inference) is reserved for that executor; without one
+registered it raises ``NotImplementedError``.
 """
 from __future__ import annotations
 
