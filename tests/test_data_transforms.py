@@ -166,6 +166,9 @@ def test_consumption_show_take_all_schema_materialize_to_pandas_iter(capsys):
     assert list(df.columns) == ["a", "s", "l", "n"] and df["l"].tolist()[2] == [0, 1]
     assert [r["a"] for r in ds.iter_rows()] == [0, 1, 2, 3, 4]
     assert [len(b["a"]) for b in ds.iter_batches(batch_size=2)] == [2, 2, 1]
+    table = next(iter(ds.iter_batches(batch_size=5, batch_format="pyarrow")))
+    assert table.num_rows == 5 and table.column("l").to_pylist()[2] == [0, 1]
+    assert ds.take_batch(2, batch_format="pandas")["s"].tolist() == ["", "x"]
     torch_batches = list(ds.select_columns(["a", "n"]).iter_torch_batches(batch_size=5))
     assert torch_batches[0]["n"].tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="column 's' has dtype object"):
