@@ -53,6 +53,11 @@ def test_row_transforms_map_flat_map_filter_and_columns():
     assert ds.drop_columns(["l", "s"]).columns() == ["a"]
     assert ds.select_columns(["s", "a"]).take(2) == [{"s": "", "a": 0}, {"s": "x", "a": 1}]
     assert ds.select_columns("a").columns() == ["a"]
+    assert ds.rename_columns({"a": "id"}).columns() == ["id", "s", "l"]
+    assert ds.rename_columns(["x", "y", "z"]).take(1) == [{"x": 0, "y": "", "z": []}]
+    big = rd.range(2000)
+    assert 800 < big.random_sample(0.5, seed=1).count() < 1200
+    assert big.random_sample(0.5, seed=1).take_all() == big.random_sample(0.5, seed=1).take_all()
     with pytest.raises(ValueError, match=r"select_columns: no column \['zz'\]"):
         ds.select_columns(["zz"]).take(1)
     assert ds.filter(lambda r: False).count() == 0 and ds.filter(lambda r: False).take(3) == []

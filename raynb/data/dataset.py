@@ -205,6 +205,23 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         check_remote_args("select_columns", kwargs)
         return self._add(T.Columns("select_columns", cols))
 
+    def rename_columns(self, names, *, concurrency=None, **kwargs) -> "Dataset":
+        """The columns renamed: ``names`` a dict old -> new, or a list of every new name.
+
+        Raises:
+            TypeError: neither a dict nor a list. Reading: a column the dataset lacks.
+        """
+        check_remote_args("rename_columns", kwargs)
+        return self._add(T.RenameColumns(names))
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> "Dataset":
+        """About ``fraction`` of the rows, each kept with that probability (lazily).
+
+        Raises:
+            ValueError: ``fraction`` outside [0, 1].
+        """
+        return self._add(T.RandomSample(fraction, seed))
+
     def random_shuffle(self, *, seed: int | None = None, num_blocks: int | None = None,
                        **ray_remote_args) -> "Dataset":
         """Shuffle all rows globally, anew each epoch: epoch ``e`` reads the permutation

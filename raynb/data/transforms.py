@@ -210,3 +210,50 @@ class Columns(Step):
         if self.label == "select_columns":
             return {c: batch[c] for c in self.cols if c in batch}
         return {k: v for k, v in batch.items() if k not in self.cols}
+
+
+class RenameColumns(Step):
+    """``rename_columns(names)``: a dict old -> new, or a list of every new name in order."""
+
+    label = "rename_columns"
+
+    def __init__(self, names):
+        if not isinstance(names, (dict, list)) or not names:
+            raise TypeError(f"rename_columns({names!r}): give a dict of old -> new names, or a list of new names")
+        self.names = names
+
+    @property
+    def name(self) -> str:
+        return repr(self.names)
+
+    def __call__(self, batch: dict, index: int, rank: int) -> dict:
+        if isinstance(self.names, list):
+            if len(self.names) != len(batch):
+                raise ValueError(f"rename_columns: {len(self.names)} names for {len(batch)} columns {list(batch)}")
+            return dict(zip(self.names, batch.values()))
+        missing = [c for c in self.names if c not in batch]
+        if missing and batch:
+            raise ValueError(f"rename_columns: no column {missing} (the dataset has {list(batch)})")
+        return {self.names.get(k, k): v for k, v in batch.items()}
+
+
+class RandomSample(Step):
+    """``random_sample(fraction, seed=)``: each row kept with probability ``fraction``
+    (drawn per batch from ``(seed, rank, batch index)``: the same again for a seed)."""
+
+    label = "random_sample"
+
+    def __init__(self, fraction: float, seed: int | None):
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"random_sample(fraction={fraction!r}): give a fraction in [0, 1]")
+        self.fraction, self.seed = float(fraction), seed
+
+    @property
+    def name(self) -> str:
+        return str(self.fraction)
+
+    def __call__(self, batch: dict, index: int, rank: int) -> dict:
+        import numpy as np
+
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, rank, index])
+        return B.take_rows(batch, rng.random(B.num_rows(batch)) < self.fraction)
