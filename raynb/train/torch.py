@@ -13,6 +13,11 @@ from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
+from . import lightning_guard
+
+# A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
+# raynb.train.lightning (the zygote imports this module, so every worker has the hook).
+lightning_guard.install()
 
 
 def get_device():
