@@ -176,7 +176,7 @@ def _fresh(name: str, repeats: int) -> float | None:
         return None
     times = []
     with tempfile.TemporaryDirectory() as tmp:
-        script = os.path.join(tmp, f"{name}.py")
+        script = os.path.join(tmp, f"fresh_{name}.py")  # not {name}.py: it would shadow the package
         with open(script, "w") as f:
             f.write(LGB_FRESH if name == "lightgbm" else FRESH[name])
         cmd = [sys.executable, script] if name == "lightgbm" else \
@@ -184,8 +184,10 @@ def _fresh(name: str, repeats: int) -> float | None:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            subprocess.run(cmd, check=True, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=600)
+            done = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, timeout=600)
+            if done.returncode:
+                raise RuntimeError(f"the fresh {name} launch failed ({done.returncode}): {done.stderr[:3000]}")
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
