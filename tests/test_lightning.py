@@ -52,7 +52,9 @@ def _fit(config):
     torch.manual_seed(train.get_context().get_world_rank())  # different initial weights: DDP syncs them
     trainer = pl.Trainer(max_epochs=config["epochs"], devices="auto", accelerator="cpu",
                          strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()],
-                         callbacks=[RayTrainReportCallback()], enable_progress_bar=False,
+                         callbacks=[RayTrainReportCallback()] + ([_die_in_epoch_2(pl, config["marker"])]
+                                                                 if "marker" in config else []),
+                         enable_progress_bar=False,
                          enable_model_summary=False, logger=False, enable_checkpointing=False)
     trainer = prepare_trainer(trainer)
     model = Regression()
@@ -108,6 +110,37 @@ def test_restored_run_resumes_from_the_lightning_checkpoint(warm, tmp_path):
     epochs = list(resumed.metrics_dataframe["epoch"])
     assert epochs == [0, 1, 2, 3], epochs  # epochs 2 and 3 only, after the first run's 0 and 1
     assert resumed.metrics["step"] == 32
+
+
+def _die_in_epoch_2(pl, marker):
+    """A callback that kills rank 1 at the start of epoch 2, once (``marker`` records it)."""
+    import os
+
+    import raynb.train as train
+
+    class Die(pl.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2 and train.get_context().get_world_rank() == 1 \
+                    and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)
+
+    return Die()
+
+
+def test_rank_killed_in_epoch_2_restarts_from_the_lightning_checkpoint(warm, tmp_path):
+    from raynb.train import FailureConfig
+
+    trainer = TorchTrainer(_fit, train_loop_config={"epochs": 4, "marker": str(tmp_path / "died")},
+                           scaling_config=ScalingConfig(num_workers=2),
+                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path),
+                                                failure_config=FailureConfig(max_failures=1)))
+    result = trainer.fit()
+    assert (tmp_path / "died").exists() and result.state == "FINISHED"
+    assert len(result.failures) == 1, result.failures
+    epochs = list(result.metrics_dataframe["epoch"])
+    assert epochs == [0, 1, 2, 3], epochs  # epochs 0 and 1 not trained again
+    assert result.metrics["step"] == 32
 
 
 def _bad_trainer(config):

@@ -70,8 +70,9 @@ def _hf_train(config):
         output_dir=config["out"], per_device_train_batch_size=8, num_train_epochs=config["epochs"],
         learning_rate=5e-3, logging_strategy="epoch", save_strategy="epoch", report_to=[], use_cpu=True,
         disable_tqdm=True, seed=0, save_only_model=True)
+    extra = [_die_in_epoch_1(transformers, config["marker"])] if "marker" in config else []
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(),
-                                   callbacks=[RayTrainReportCallback()])
+                                   callbacks=[RayTrainReportCallback()] + extra)
     trainer = prepare_trainer(trainer)
     ckpt = train.get_checkpoint()
     resume = os.path.join(ckpt.path, RayTrainReportCallback.CHECKPOINT_NAME) if ckpt else None
@@ -81,12 +82,28 @@ def _hf_train(config):
             "steps": trainer.state.global_step}
 
 
-def _run(tmp_path, fn=_hf_train, workers=2, epochs=2):
+def _die_in_epoch_1(transformers, marker):
+    """A callback that kills rank 1 as epoch 1 (the second) begins, once."""
+    import os
+
+    import raynb.train as train
+
+    class Die(transformers.TrainerCallback):
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            if state.epoch and state.epoch >= 1 and train.get_context().get_world_rank() == 1 \
+                    and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(3)
+
+    return Die()
+
+
+def _run(tmp_path, fn=_hf_train, workers=2, epochs=2, **run):
     from raynb.train.run import execute_run
 
-    trainer = TorchTrainer(fn, train_loop_config={"out": str(tmp_path / "hf_out"), "epochs": epochs},
-                           scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "runs")))
+    cfg = {"out": str(tmp_path / "hf_out"), "epochs": epochs, **run.pop("config", {})}
+    trainer = TorchTrainer(fn, train_loop_config=cfg, scaling_config=ScalingConfig(num_workers=workers),
+                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "runs"), **run))
     return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
                        trainer.run_config)
 
@@ -120,6 +137,16 @@ def test_restored_run_resumes_from_the_trainer_checkpoint(warm, tmp_path):
                                                                     "epochs": 2}).fit()
     assert list(resumed.metrics_dataframe["epoch"]) == [1.0, 2.0]
     assert resumed.metrics["step"] == 16
+
+
+def test_rank_killed_in_epoch_2_resumes_from_the_trainer_checkpoint(warm, tmp_path):
+    from raynb.train import FailureConfig
+
+    result, value = _run(tmp_path, config={"marker": str(tmp_path / "died")},
+                         failure_config=FailureConfig(max_failures=1))
+    assert (tmp_path / "died").exists() and len(result.failures) == 1, result.failures
+    assert list(result.metrics_dataframe["epoch"]) == [1.0, 2.0]  # epoch 1 kept, not trained again
+    assert value["steps"] == 16 and len(set(value["hashes"])) == 1
 
 
 def _accelerate(config):
