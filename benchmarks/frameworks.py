@@ -19,6 +19,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -202,7 +203,8 @@ def main() -> None:
     names = a.only or ["lightning", "transformers", "lightgbm", "fsdp", "horovod"]
     load = os.getloadavg()[0]
     out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
-    with private_cluster():
+    # The ranks' output (forwarded to this process's stdout) goes to stderr: stdout is the JSON.
+    with private_cluster(), contextlib.redirect_stdout(sys.stderr):
         import cloudpickle
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
