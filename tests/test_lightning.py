@@ -29,8 +29,8 @@ def _fit(config):
     from torch.utils.data import DataLoader, TensorDataset
 
     import raynb.train as train
-    from raynb.train.lightning import (RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback,
-                                       prepare_trainer)
+    from raynb.train.lightning import (RayDDPStrategy, RayFSDPStrategy, RayLightningEnvironment,
+                                       RayTrainReportCallback, prepare_trainer)
 
     class Regression(pl.LightningModule):
         def __init__(self):
@@ -51,7 +51,8 @@ def _fit(config):
     y = x @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(512, 1, generator=g)
     torch.manual_seed(train.get_context().get_world_rank())  # different initial weights: DDP syncs them
     trainer = pl.Trainer(max_epochs=config["epochs"], devices="auto", accelerator="cpu",
-                         strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()],
+                         strategy=RayFSDPStrategy() if config.get("fsdp") else RayDDPStrategy(),
+                         plugins=[RayLightningEnvironment()],
                          callbacks=[RayTrainReportCallback()] + ([_die_in_epoch_2(pl, config["marker"])]
                                                                  if "marker" in config else []),
                          enable_progress_bar=False,
@@ -71,10 +72,10 @@ def _fit(config):
             "start_epoch": 0 if ckpt is None else "resumed", "group_is_raynb": dist.is_initialized()}
 
 
-def _run(tmp_path, epochs=4, workers=2, fn=_fit, **run):
+def _run(tmp_path, epochs=4, workers=2, fn=_fit, fsdp=False, **run):
     from raynb.train.run import execute_run
 
-    trainer = TorchTrainer(fn, train_loop_config={"epochs": epochs}, scaling_config=ScalingConfig(num_workers=workers),
+    trainer = TorchTrainer(fn, train_loop_config={"epochs": epochs, "fsdp": fsdp}, scaling_config=ScalingConfig(num_workers=workers),
                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path), **run))
     return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
                        trainer.run_config)
@@ -101,6 +102,13 @@ def test_two_rank_fit_identical_parameters_and_falling_loss(warm, tmp_path):
     assert result.metrics["epoch"] == 3 and result.metrics["step"] == 32
     names = sorted(p.name for p in __import__("pathlib").Path(result.checkpoint.path).iterdir())
     assert names == ["checkpoint.ckpt"], names
+
+
+def test_ray_fsdp_strategy_on_cpu_ranks_names_the_alternatives(warm, tmp_path):
+    from raynb.errors import RunError
+
+    with pytest.raises(RunError, match="RayFSDPStrategy needs GPU ranks.*RayDDPStrategy"):
+        _run(tmp_path, fsdp=True, epochs=1)
 
 
 def test_restored_run_resumes_from_the_lightning_checkpoint(warm, tmp_path):

@@ -75,7 +75,21 @@ class RayDDPStrategy(_RayStrategyMixin, pl.strategies.DDPStrategy):
 class RayFSDPStrategy(_RayStrategyMixin, pl.strategies.FSDPStrategy):
     """Lightning's ``FSDPStrategy`` over raynb's existing process group
     (``ray.train.lightning.RayFSDPStrategy``). Takes ``FSDPStrategy``'s arguments
-    (``sharding_strategy``, ``auto_wrap_policy``, ``state_dict_type``, ...)."""
+    (``sharding_strategy``, ``auto_wrap_policy``, ``state_dict_type``, ...).
+
+    Raises:
+        RuntimeError: (at ``fit``) the ranks have no GPU: Lightning's FSDP is torch's
+            FSDP1, which needs an accelerator (on CPU ranks use ``RayDDPStrategy``, or
+            ``prepare_model(parallel_strategy="fsdp")`` in a plain loop: FSDP2 runs on CPU).
+    """
+
+    def setup(self, trainer) -> None:
+        if self.root_device.type == "cpu":
+            raise RuntimeError("RayFSDPStrategy needs GPU ranks (ScalingConfig(use_gpu=True)): Lightning's "
+                               "FSDP is torch's FullyShardedDataParallel, which does not run on CPU. On CPU "
+                               "ranks use RayDDPStrategy(), or raynb.train.torch.prepare_model(model, "
+                               "parallel_strategy=\"fsdp\") in a plain training loop (FSDP2 runs on CPU)")
+        super().setup(trainer)
 
 
 try:
