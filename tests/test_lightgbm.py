@@ -124,6 +124,27 @@ def test_resume_from_checkpoint_boosts_on_to_num_boost_round(warm, tmp_path):
     assert LightGBMTrainer.get_model(result.checkpoint).current_iteration() == 25
 
 
+def test_tune_merges_trial_params_into_the_trainers(warm, tmp_path):
+    import json
+    import os
+
+    from raynb import tune
+
+    train, valid = _frames()
+    trainer = LightGBMTrainer(params=PARAMS, label_column="y", num_boost_round=10,
+                              datasets={"train": train, "valid": valid}, scaling_config=ScalingConfig(num_workers=2))
+    grid = tune.Tuner(trainer, param_space={"params": {"learning_rate": tune.grid_search([0.001, 0.2])}},
+                      tune_config=tune.TuneConfig(metric="valid-binary_logloss", mode="min", max_concurrent_trials=1),
+                      run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    assert sorted(r.config["params"]["learning_rate"] for r in grid) == [0.001, 0.2]
+    best = grid.get_best_result()
+    assert best.config["params"]["learning_rate"] == 0.2
+    assert LightGBMTrainer.get_model(best.checkpoint).current_iteration() == 10
+    with open(os.path.join(best.path, "params.json")) as f:
+        params = json.load(f)["params"]
+    assert params["objective"] == "binary" and params["learning_rate"] == 0.2
+
+
 def test_bad_input_is_named_before_anything_ships(tmp_path):
     train, valid = _frames()
     with pytest.raises(ValueError, match="label_column='label' is not a column"):

@@ -140,6 +140,21 @@ class LightGBMTrainer(TorchTrainer):
         super().__init__(fn, train_loop_config=config, scaling_config=scaling_config, run_config=run_config,
                          resume_from_checkpoint=resume_from_checkpoint, datasets=_as_datasets(datasets))
 
+    def _tune_parts(self, param_space: dict | None):
+        """(fn, ScalingConfig, base config, nested key, RunConfig, name) for ``Tuner``:
+        ``param_space={"params": {...}}`` (and ``num_boost_round``) merges into the default
+        loop's config; a ``train_loop_per_worker`` takes ``{"train_loop_config": {...}}``."""
+        default = self.params is not None
+        allowed = {"params", "num_boost_round"} if default else {"train_loop_config"}
+        extra = sorted(set(param_space or {}) - allowed)
+        if extra:
+            raise ValueError(f"param_space for this LightGBMTrainer takes only {sorted(allowed)}; got also {extra}")
+        from ..datasets import with_datasets
+
+        fn = with_datasets(self.train_loop_per_worker, self.datasets)  # one copy per node, all trials
+        return (fn, self.scaling_config, self.train_loop_config, "" if default else "train_loop_config",
+                self.run_config, "LightGBMTrainer")
+
     @staticmethod
     def get_model(checkpoint: Checkpoint, filename: str = RayTrainReportCallback.CHECKPOINT_NAME):
         """The ``lightgbm.Booster`` in ``checkpoint`` (``Result.checkpoint``)."""
