@@ -15,6 +15,8 @@ Raises:
         (``pip install "raynb[transformers]"``).
 """
 from .callback import RayTrainReportCallback
-from .prepare import prepare_trainer
+from .prepare import freeze_imported_objects, prepare_trainer
+
+freeze_imported_objects()
 
 __all__ = ["RayTrainReportCallback", "prepare_trainer"]
