@@ -145,6 +145,34 @@ def test_tune_merges_trial_params_into_the_trainers(warm, tmp_path):
     assert params["objective"] == "binary" and params["learning_rate"] == 0.2
 
 
+class _Predictor:
+    """Loads the trained model once per worker; predicts a batch."""
+
+    def __init__(self, model_path):
+        self.booster = lightgbm.Booster(model_file=model_path)
+
+    def __call__(self, batch):
+        return batch.assign(p=self.booster.predict(batch.drop(columns=["y"])))
+
+
+def test_batch_inference_with_the_checkpointed_model_through_map_batches(warm, tmp_path):
+    import os
+
+    import numpy as np
+
+    import raynb.data
+
+    result = _fit(tmp_path / "fit", rounds=10)
+    model_path = os.path.join(result.checkpoint.path, RayTrainReportCallback.CHECKPOINT_NAME)
+    _, valid = _frames()
+    single = lightgbm.Booster(model_file=model_path).predict(valid.drop(columns="y"))
+    out = raynb.data.from_pandas(valid).map_batches(
+        _Predictor, batch_size=32, num_workers=2, batch_format="pandas", preserve_order=True,
+        fn_constructor_kwargs={"model_path": model_path},
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "inf")))
+    np.testing.assert_allclose(out.to_pandas()["p"].to_numpy(), single, rtol=1e-6)
+
+
 def test_bad_input_is_named_before_anything_ships(tmp_path):
     train, valid = _frames()
     with pytest.raises(ValueError, match="label_column='label' is not a column"):
