@@ -97,7 +97,7 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
     gaps = []
     for r in grid:
         extra = r._trial.extra
-        if r.status != "STOPPED":
+        if r.status != "TERMINATED" or not extra.get("early_stopped"):   # Ray's status for a stopped trial
             raise RuntimeError(f"trial {r.trial_id} was not stopped: {r.status}")
         if "freed_by_stop_at" in extra:  # this trial took the worker of a stopped one
             gaps.append(r.metrics_dataframe["fn_start"].iloc[0] - extra["freed_by_stop_at"])

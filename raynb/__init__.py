@@ -14,6 +14,7 @@ node agent, zygote, workers), ``raynb.client`` (the notebook-side connection),
 from . import data  # noqa: F401 - raynb.data.from_numpy(...), read_parquet(...)
 from . import notebook as _notebook  # registers the progress views (raynb.client.views)
 from .client.connection import cluster_status, connect, disconnect
+from .client.ray_init import init, is_initialized, shutdown
 from .client.runs import runs
 from .client.shipping import UnpicklableError
 from .errors import ClusterError, RunError
@@ -24,7 +25,7 @@ from .train.torch import TorchTrainer, get_device, prepare_data_loader, prepare_
 
 __version__ = "0.1.0"
 
-__all__ = ["connect", "disconnect", "ClusterError", "RunError", "UnpicklableError", "Result",
+__all__ = ["connect", "disconnect", "init", "shutdown", "is_initialized", "ClusterError", "RunError", "UnpicklableError", "Result",
            "RunConfig", "ScalingConfig", "Checkpoint", "CheckpointConfig", "FailureConfig",
            "runs", "get_run", "attach", "cluster_status", "get_checkpoint", "get_context", "get_dataset_shard",
            "report", "data",

@@ -172,3 +172,11 @@ def private_cluster(tmp_path, monkeypatch, workers: int = 1, env: dict | None = 
         while alive(pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not alive(pids), f"processes left behind: {alive(pids)}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers it sets
+def pytest_collection_modifyitems(config, items):
+    """Each test gets its kind as a marker (tests/support/markers.py): `pytest -m unit`."""
+    from tests.support.markers import mark
+
+    mark(items)

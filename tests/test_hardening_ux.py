@@ -597,14 +597,15 @@ def test_a_sigterm_to_a_script_cancels_its_run_and_stops_the_cluster_it_started(
     assert record["num_reports"] < 100, record   # cancelled at once, not run to its end
 
 
-# ---------------------------------------------------------------- 20. the README's snippets
-def _readme_python_blocks(heading: str) -> list[str]:
-    """The ```python blocks of the README section whose heading starts with ``heading``."""
-    text = (ROOT / "README.md").read_text()
-    for section in re.split(r"^#{2,3} ", text, flags=re.M):
+# ---------------------------------------------------------------- 20. the docs' snippets
+def _readme_python_blocks(heading: str, page: str = "README.md") -> list[str]:
+    """The ```python blocks of ``page``'s section whose heading starts with ``heading``
+    (a page's title counts as a heading)."""
+    text = (ROOT / page).read_text()
+    for section in re.split(r"^#{1,3} ", text, flags=re.M):
         if section.startswith(heading):
             return re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    raise AssertionError(f"README has no section {heading!r}")
+    raise AssertionError(f"{page} has no section {heading!r}")
 
 
 def _run_readme_script(blocks: list[str], tmp_path) -> str:
@@ -619,18 +620,24 @@ def _run_readme_script(blocks: list[str], tmp_path) -> str:
 
 
 def test_readme_torchtrainer_snippet_runs_and_gives_the_weights_back(warm, tmp_path):
-    data = next(b for b in _readme_python_blocks("In a notebook") if "class DigitsCNN" in b)
-    (trainer,) = _readme_python_blocks("The same cell with `TorchTrainer`")
+    data = next(b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b)
+    (trainer,) = _readme_python_blocks("The same cell with `TorchTrainer`", "docs/notebook.md")
     out = _run_readme_script([data, trainer], tmp_path)
     m = re.search(r"reloaded weights: ([\d.]+) validation accuracy", out)
     assert m and float(m.group(1)) > 0.9, out[-2000:]
 
 
 def test_readme_tune_snippet_runs(warm, tmp_path):
-    data = next(b for b in _readme_python_blocks("In a notebook") if "class DigitsCNN" in b)
-    (tuning,) = _readme_python_blocks("Hyperparameter tuning")
+    data = next(b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b)
+    (tuning,) = _readme_python_blocks("Hyperparameter tuning", "docs/tune.md")
     out = _run_readme_script([data, tuning], tmp_path)
     assert "== Tune finished: 16 trials" in out, out[-2000:]
     m = re.search(r"'lr': [\d.e-]+.*val_accuracy ([\d.]+)$", out, flags=re.M)
     assert m and float(m.group(1)) > 0.8, out[-2000:]
 
+
+
+def test_the_readme_script_trains(warm, tmp_path):
+    (script,) = [b for b in _readme_python_blocks("In a notebook") if "TorchTrainer(" in b]
+    out = _run_readme_script([script], tmp_path)
+    assert float(out.strip().splitlines()[-1]) < 1.0, out[-2000:]

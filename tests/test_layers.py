@@ -38,6 +38,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "integrations": ("cluster", "client", "data", "train", "tune", "integrations", "errors"),
     "notebook": ("cluster", "client", "train", "tune", "data", "integrations", "notebook",
                  "errors"),
+    # Ray AIR's module paths (raynb.air.config, .session, .integrations): names of the layers below
+    "air": ("cluster", "client", "data", "train", "tune", "integrations", "air", "errors"),
 }
 # Top-level entry modules may import anything, and no layer may import them. The
 # package itself (raynb/__init__.py, module name "raynb") is an entry module too:

@@ -188,7 +188,7 @@ def test_scheduler_stop_cancels_the_run_and_frees_the_worker_at_once(warm):
     grid = tune.Tuner(_endless, param_space={"k": tune.grid_search([0, 1, 2, 3])},
                       tune_config=tune.TuneConfig(scheduler=StopAtTwo(), max_concurrent_trials=1),
                       run_config=QUIET).fit()
-    assert [r.status for r in grid] == ["STOPPED"] * 4
+    assert [r.status for r in grid] == ["TERMINATED"] * 4   # Ray 2.60's status for a stopped trial
     for r in grid:
         # Its results end at the STOP (its 2nd report); the run itself (it would report 500
         # times) made at most one more report before the cancel reached it.
@@ -207,7 +207,7 @@ def test_time_budget_stops_everything(warm):
     took = time.monotonic() - t0
     assert 1.0 <= took < 3.0, took
     status = [r.status for r in grid]
-    assert status.count("STOPPED") == 4 and status.count("PENDING") == 2, status
+    assert status.count("TERMINATED") == 4 and status.count("PENDING") == 2, status
     wait_idle_workers(warm, 4, timeout=3)
 
 

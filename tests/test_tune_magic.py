@@ -95,7 +95,7 @@ def test_asha_stops_bad_trials_early(ip):
     assert len(grid) == 8 and grid.num_errors == 0
     assert its[0] < 8 and its[-1] == 8, its        # some trials stopped early, the best ran to max_t
     final = cap.stdout.split("== Tune finished:")[1]
-    assert "STOPPED" in final.splitlines()[0]
+    assert "TERMINATED" in final.splitlines()[0]
 
 
 def test_workers_per_trial_runs_each_trial_as_ddp(ip):

@@ -21,6 +21,7 @@ copy-on-write. ``RAYNB_DATA_VIA_SOCKET=1`` sends to local agents through their s
 """
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import sys
@@ -257,6 +258,24 @@ def _send_release(key: str) -> None:
         pass
 
 
+def loaded_module(name: str):
+    """The module ``name`` if it is imported, else None, without importing it.
+
+    A module another thread is importing at this moment (a callback's thread importing
+    torch, say) is in ``sys.modules`` half made, without its classes yet: this waits for
+    that import to end (importlib's per-module lock, which the importing thread holds)
+    and returns the whole module, or None if that import failed.
+    """
+    mod = sys.modules.get(name)
+    if mod is None or not getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        return mod
+    try:
+        importlib.import_module(name)   # blocks on the module's import lock until it is done
+    except ImportError:
+        return None
+    return sys.modules.get(name)
+
+
 def reduce_large(obj):
     """The pickle reduction of a large numpy array or torch tensor into shared memory
     (``cluster.shm.attach_array`` / ``attach_tensor``), or None to pickle it as usual:
@@ -266,13 +285,13 @@ def reduce_large(obj):
     limit = threshold_bytes()
     if scope is None or limit <= 0:
         return None
-    np = sys.modules.get("numpy")
+    np = loaded_module("numpy")
     if np is not None and type(obj) is np.ndarray:
         if obj.nbytes < limit or obj.dtype.hasobject:
             return None
         block = scope.place(("array", id(obj)), obj, {"a": obj}, f"a captured array {obj.shape} {obj.dtype}")
         return shm.attach_array, (block, "a")
-    torch = sys.modules.get("torch")
+    torch = loaded_module("torch")
     if torch is not None and type(obj) is torch.Tensor:
         if obj.device.type != "cpu" or obj.layout != torch.strided or obj.is_sparse:
             return None

@@ -6,7 +6,7 @@ head's ``RAYNB_HOME/jobs/<job id>/output.log`` for ``job_logs`` to read back.
 
 The working directory is packed here (``.tar.gz``, symlinks kept as links, which the
 head refuses if they point outside) and refused *before anything is sent* when its
-files hold more than ``MAX_WORKING_DIR_BYTES``.
+files hold more than ``$RAYNB_MAX_WORKING_DIR_BYTES``.
 """
 from __future__ import annotations
 
@@ -19,13 +19,14 @@ from typing import Callable
 
 from ..cluster import protocol as P
 from ..cluster.control import Client
-from ..cluster.head.jobs import MAX_WORKING_DIR_BYTES, TERMINAL
+from ..cluster import settings
+from ..cluster.run_states import JOB_TERMINAL as TERMINAL
 from ..errors import ClusterError
 
 EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_modules"}
 
 
-def pack_working_dir(path, limit: int = MAX_WORKING_DIR_BYTES) -> bytes:
+def pack_working_dir(path, limit: int | None = None) -> bytes:
     """``path`` as a gzip'd tar (its contents at the archive's top), without ``EXCLUDED``
     directories.
 
@@ -33,6 +34,7 @@ def pack_working_dir(path, limit: int = MAX_WORKING_DIR_BYTES) -> bytes:
         ValueError: ``path`` is not a directory, or its files hold more than ``limit``
             bytes (the message names the size, the limit and the biggest files).
     """
+    limit = settings.get("RAYNB_MAX_WORKING_DIR_BYTES") if limit is None else limit
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ValueError(f"--working-dir {path!r} is not a directory")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from ..cluster import protocol as P
-from ..cluster.head.run import TERMINAL
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
 
 
 def reconnect_s() -> float:

@@ -19,13 +19,13 @@ from pathlib import Path
 import cloudpickle
 
 from ..cluster import protocol as P
-from ..cluster.head.run import TERMINAL as RUN_END_STATES
+from ..cluster.run_states import RUN_TERMINAL as RUN_END_STATES
 from ..cluster.rundir import read_reports
 from ..cluster.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
 from . import refollow
 from .connection import check_head_alive, disconnect, local_head_gone
-from . import bulk
+from . import bulk, runtime_env
 from .interrupts import CHECK_S, NotedInterrupts
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .output_relay import OUTPUT_FLUSH_S, OutputRelay
@@ -112,7 +112,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
     run_id = uuid.uuid4().hex
     with bulk.active(data_key or run_id) as scope:
         try:
-            payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
+            payload = dumps_payload(runtime_env.wrap(fn), config, all_sources, captured)  # raises before anything ships
         except BaseException:
             if data_key is None:
                 bulk.forget(run_id)  # what this run's pickling wrote to shared memory
@@ -146,6 +146,7 @@ def build_submission(fn, config, scaling_config, run_config, *,
         spec["max_failures"] = fc.max_failures
     if scope.used:   # written to the nodes the head places ranks on (data_needed)
         spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
+    runtime_env.apply(spec)   # raynb.init(runtime_env={"working_dir": ...})
     spec.update(extra or {})
     return spec, payload
 

@@ -11,7 +11,7 @@ import datetime as _dt
 import time
 
 from ..cluster import protocol as P
-from ..cluster.head.run import TERMINAL
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
 from .connection import get_client
 
 # Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).

@@ -18,6 +18,7 @@ import cloudpickle
 
 from ..errors import user_traceback
 from . import bulk
+from .real_ray import refuse_real_ray
 
 
 class UnpicklableError(TypeError):
@@ -192,7 +193,9 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
 
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
+        RealRayError: ``fn`` uses real Ray's ``ray.train`` / ``tune`` / ``data`` / ``air``.
     """
+    refuse_real_ray(fn, _referenced_globals)   # Ray's own ray.train on a rank fails only there
     cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
     payload = {"fn": fn, "config": config, "sources": cells}  # last: see CellSources
     try:

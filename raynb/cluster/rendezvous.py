@@ -19,7 +19,6 @@ Every rendezvous uses keys under a fresh random prefix (the group key).
 """
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import socket
@@ -28,16 +27,11 @@ from datetime import timedelta
 
 import psutil
 
+from .netaddr import is_loopback
+
 log = logging.getLogger("raynb.worker")
 
 IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
-
-def is_loopback(ip: str) -> bool:
-    try:
-        return ipaddress.ip_address(ip).is_loopback
-    except ValueError:
-        return ip == "localhost"
 
 
 def interface_of(ip: str) -> str | None:

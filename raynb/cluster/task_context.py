@@ -7,8 +7,10 @@ never imports ``raynb.train`` (layers point one way: see CONTRIBUTING.md).
 """
 from __future__ import annotations
 
+import inspect
 import sys
 import traceback
+import types
 from typing import Any, Callable
 
 _task: dict | None = None
@@ -62,3 +64,19 @@ def emit(event: dict) -> None:
 def state() -> dict[str, Any]:
     """Scratch state that lives as long as the current task (e.g. a report counter)."""
     return _state
+
+
+def takes_config(fn) -> bool:
+    """Whether a training function takes the config (Ray calls ``fn(config)`` when it
+    takes an argument and ``fn()`` when it takes none)."""
+    code = getattr(fn, "__code__", None)
+    if (isinstance(fn, types.FunctionType) and code is not None
+            and not {"__wrapped__", "__signature__", "__partialmethod__"} & fn.__dict__.keys()):
+        # What inspect.signature says of a plain function, without building it: this is on every run's path.
+        return code.co_argcount > 0 or bool(code.co_flags & inspect.CO_VARARGS)
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+               for p in params)

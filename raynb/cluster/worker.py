@@ -13,7 +13,6 @@ and what the worker listens on).
 """
 from __future__ import annotations
 
-import inspect
 import linecache
 import logging
 import os
@@ -23,13 +22,12 @@ import socket
 import sys
 import threading
 import time
-import types
 
 import cloudpickle
 
 from . import chunking, event_batch
 from . import protocol as P
-from . import task_context
+from . import task_context, warning_registry
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
 from .procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
@@ -288,8 +286,9 @@ class Worker:
             task_context.start(task, self.emit)
             fn, config = payload["fn"], payload["config"]
             del payload
+            warning_registry.keep_registries((fn, config))  # once per location per process
             with notebook_main(shipped):  # torch.save(model) finds __main__.Net
-                return fn(config) if _takes_config(fn) else fn()
+                return fn(config) if task_context.takes_config(fn) else fn()
         finally:
             self._interruptible = False
 
@@ -344,20 +343,6 @@ def _own_stats() -> dict:
                     "rss": proc.memory_info().rss}
     except Exception:  # noqa: BLE001 - stats are a nicety; the node agent's samples follow
         return {}
-
-
-def _takes_config(fn) -> bool:
-    code = getattr(fn, "__code__", None)
-    if (isinstance(fn, types.FunctionType) and code is not None
-            and not {"__wrapped__", "__signature__", "__partialmethod__"} & fn.__dict__.keys()):
-        # What inspect.signature says of a plain function, without building it (~30 µs a run).
-        return code.co_argcount > 0 or bool(code.co_flags & inspect.CO_VARARGS)
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-               for p in params)
 
 
 def main(worker_id: str) -> int:

@@ -228,18 +228,29 @@ class DataIterator:
 def _to_tensor(torch, name, a, dtypes, device):
     if a.dtype.kind not in "biufc":
         raise ValueError(B.torch_unsupported({name: a}))
-    if a.flags.writeable:
-        t = torch.from_numpy(a)
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "not writable": a shared copy, by design
-            t = torch.from_numpy(a)
+    if not a.flags.writeable:
+        _ignore_not_writable()
+    t = torch.from_numpy(a)
     dtype = dtypes.get(name) if isinstance(dtypes, dict) else dtypes
     if dtype is not None and t.dtype != dtype:
         t = t.to(dtype)
     if device.type != "cpu":
         t = t.to(device, non_blocking=True)
     return t
+
+
+# torch's warning for a read-only array: a shard's batches are shared copies, by design.
+_NOT_WRITABLE = ("ignore", "The given NumPy array is not writable")
+
+
+def _ignore_not_writable() -> None:
+    """Filter torch's not-writable warning, once per process. Not by ``catch_warnings``
+    around each conversion: every change of the filters clears Python's once-per-location
+    registries, so a warning in the user's loop printed at every batch."""
+    for f in warnings.filters:
+        if f[0] == _NOT_WRITABLE[0] and f[1] is not None and f[1].pattern == _NOT_WRITABLE[1]:
+            return
+    warnings.filterwarnings(_NOT_WRITABLE[0], message=_NOT_WRITABLE[1], category=UserWarning)
 
 
 def _rank_device(torch):

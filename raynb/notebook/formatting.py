@@ -9,7 +9,7 @@ import io
 import math
 from typing import Any, Callable, Iterable
 
-from ..cluster.head.run import TERMINAL
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
 
 TERMINAL_STATES = frozenset(TERMINAL)
 KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES

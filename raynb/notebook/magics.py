@@ -54,7 +54,7 @@ def _profile(text: str) -> dict:
 def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
     """``ns[name]``: the interrupted run's Result, read from its directory, once the run has
     ended there (a second interrupt may leave before the head confirmed the cancel)."""
-    from ..cluster.head.run import TERMINAL
+    from ..cluster.run_states import RUN_TERMINAL as TERMINAL
     from ..train.config import Result
 
     try:

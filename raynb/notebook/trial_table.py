@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ..train.callback import flatten as callback_flatten
 from .formatting import as_number, fmt_duration, fmt_value
 
 from . import trial_table_render as _render
@@ -28,18 +29,10 @@ from .trial_table_render import STATUS_COLOURS, STATUSES, _param_labels
 
 
 
-def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level with ``/``-joined keys, as Ray's ``flatten_dict``."""
-    if not isinstance(config, dict):
-        return {prefix.rstrip("/") or "config": config}
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "/"))
-        else:
-            out[key] = v
-    return out
+def flatten(config: Any) -> dict[str, Any]:
+    """A trial's config as the table's columns: nested dicts as one level with ``/``-joined
+    keys (:func:`raynb.train.callback.flatten`); a config that is not a dict is one column."""
+    return callback_flatten(config) if isinstance(config, dict) else {"config": config}
 
 
 @dataclass
@@ -68,11 +61,12 @@ class TrialRow:
     best: float | None = None
     series: list = field(default_factory=list)
     reports: int = 0
+    early_stopped: bool = False   # TERMINATED by a scheduler / stopper before its budget (grey curve)
 
     def snapshot(self) -> "TrialRow":
         return TrialRow(self.trial_id, dict(self.config), self.order, self.status, self.error,
                         self.iteration, self.time_total_s, self.latest, self.best,
-                        list(self.series), self.reports)
+                        list(self.series), self.reports, self.early_stopped)
 
 
 class TuneProgress:
@@ -126,9 +120,10 @@ class TuneProgress:
                 row.config = flatten(config or {})
             self.version += 1
 
-    def set_status(self, trial_id: str, status: str, error: str | None = None) -> None:
+    def set_status(self, trial_id: str, status: str, error: str | None = None, early_stopped: bool = False) -> None:
         """``status``: PENDING, RUNNING, PAUSED, TERMINATED, STOPPED or ERROR;
-        ``error``: one line saying why, for ERROR.
+        ``error``: one line saying why, for ERROR; ``early_stopped``: a TERMINATED trial
+        stopped before its budget (its curve is drawn as a stopped one).
 
         Raises:
             ValueError: an unknown status."""
@@ -138,6 +133,7 @@ class TuneProgress:
         with self._lock:
             row = self._row(trial_id)
             row.status = status
+            row.early_stopped = bool(early_stopped)
             row.error = str(error) if error is not None else (row.error if status == "ERROR" else None)
             self.version += 1
             self.results_version += 1

@@ -139,7 +139,7 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
     for r in rows:
         if r.trial_id == best:
             continue
-        kind = r.status if r.status in ("STOPPED", "ERROR") else "other"
+        kind = "STOPPED" if r.early_stopped else r.status if r.status in ("STOPPED", "ERROR") else "other"
         if len(r.series) == 1:
             single.append((r, kind))
             continue

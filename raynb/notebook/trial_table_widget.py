@@ -18,7 +18,7 @@ from IPython.display import display as ipy_display
 
 from .trial_table import TuneProgress
 from .trial_table_render import PLOT_WIDTH_PX
-from .widgets import TextHTML, TextVBox
+from .widgets import TextHTML, TextVBox, close_tree
 
 HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
 
@@ -120,7 +120,7 @@ class TuneTablePane:
                 self._handle.update(summary)   # by display_id: in place, from any thread
             else:
                 ipy_display(summary)
-            _close_tree(self.widget)
+            close_tree(self.widget)
 
     # ------------------------------------------------------------- parts
     def _redraw(self, now: float) -> None:
@@ -172,12 +172,6 @@ class TuneTablePane:
             if (self.progress.version != self._drawn_version
                     or self.progress.results_version != self._plotted_version):
                 self._redraw(self._clock())
-
-
-def _close_tree(w: W.Widget) -> None:
-    for child in getattr(w, "children", ()):
-        _close_tree(child)
-    w.close()
 
 
 __all__ = ["TuneTablePane"]

@@ -208,7 +208,7 @@ class ProgressPane:
             else:
                 ipy_display(summary)
             self.log_view.close()
-            _close_tree(self.widget)   # frees every child's comm, not just the root's
+            close_tree(self.widget)   # frees every child's comm, not just the root's
 
     # ------------------------------------------------------------- parts
     def _schedule(self, delay: float) -> None:
@@ -314,9 +314,10 @@ def _cpu(s: dict) -> str:
     return "?" if s["cpu_percent"] is None else f"{s['cpu_percent']:.0f}%"
 
 
-def _close_tree(w: W.Widget) -> None:
+def close_tree(w: W.Widget) -> None:
+    """Close a widget and all its children (each holds a comm of its own)."""
     for child in getattr(w, "children", ()):
-        _close_tree(child)
+        close_tree(child)
     w.close()
 
 

@@ -91,13 +91,22 @@ class CheckpointConfig:
         checkpoint_score_attribute (str | None): metric that ranks checkpoints for
             pruning and ``Result.best_checkpoints``; None ranks by age (newest best).
         checkpoint_score_order ("max" | "min"): whether a higher or lower score is better.
+        checkpoint_frequency (int): Ray Tune's, for a class ``Trainable``: checkpoint every
+            this many steps (0: none). A function checkpoints when it reports one.
+        checkpoint_at_end (bool | None): Ray Tune's, for a class ``Trainable``: checkpoint
+            its last step.
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
 
     def __post_init__(self):
+        f = self.checkpoint_frequency
+        if not isinstance(f, int) or isinstance(f, bool) or f < 0:
+            raise ValueError(f"CheckpointConfig(checkpoint_frequency={f!r}): give an integer >= 0")
         n = self.num_to_keep
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise ValueError(f"CheckpointConfig(num_to_keep={n!r}): give an integer >= 1, or None to keep all")
@@ -115,11 +124,24 @@ class FailureConfig:
             -1 restarts without limit. A failure is a rank dying (a signal, ``os._exit``,
             the OOM killer, its node lost) or raising; every rank is stopped and the run
             starts again on warm workers from its latest checkpoint.
+        fail_fast (bool | "raise"): for a Tuner, the first trial in ERROR stops the
+            experiment (running trials stopped, none started); ``"raise"`` also raises its
+            error from ``fit()``. Needs ``max_failures=0``, as in Ray.
+
+    Raises:
+        ValueError: a bad ``max_failures``; ``fail_fast`` not a bool or "raise", or
+            given with ``max_failures`` other than 0.
     """
 
     max_failures: int = 0
+    fail_fast: bool | str = False
 
     def __post_init__(self):
+        if self.fail_fast not in (True, False, "raise"):
+            raise ValueError(f"FailureConfig(fail_fast={self.fail_fast!r}): use True, False or 'raise'")
+        if self.fail_fast and self.max_failures != 0:
+            raise ValueError(f"FailureConfig(fail_fast={self.fail_fast!r}) needs max_failures=0 (as in Ray): "
+                             f"a trial is restarted max_failures={self.max_failures!r} times before it fails")
         n = self.max_failures
         if not isinstance(n, int) or isinstance(n, bool) or n < -1:
             raise ValueError(f"FailureConfig(max_failures={n!r}): give an integer >= 0, or -1 for unlimited")
@@ -144,6 +166,14 @@ class RunConfig:
             ``warmup``, ``active``, ``record_shapes``, ``profile_memory``, ``with_stack``,
             ``top``. Chrome traces go to ``<run dir>/profile/rank_<r>.json``; the notebook
             shows the top operators per rank, and ``Result.profile`` keeps them.
+        stop (dict | callable | raynb.tune.stopper.Stopper | None): when a Tune trial (or a
+            TorchTrainer run) stops: ``{"training_iteration": 10}`` stops it once a report's
+            value reaches the bound; ``f(trial_id, result) -> bool``; or a Stopper
+            (``raynb.tune.stopper``), whose ``stop_all()`` ends the whole experiment.
+        progress_reporter (CLIReporter | JupyterNotebookReporter | None): accepted as in
+            Ray; raynb shows its own trial table (a line says so once).
+        sync_config, log_to_file, storage_filesystem: Ray's; accepted with no effect here
+            (the run directory is on the head's file system; rank output is kept per rank).
 
     Raises:
         TypeError: a config of the wrong class; an item of ``callbacks`` that is not a
@@ -159,9 +189,18 @@ class RunConfig:
     failure_config: FailureConfig | None = None
     callbacks: list | None = None
     profile: bool | dict | None = None
+    stop: Any = None
+    progress_reporter: Any = None
+    sync_config: Any = None
+    log_to_file: Any = False
+    storage_filesystem: Any = None
 
     def __post_init__(self):
         check_callbacks(self.callbacks)
+        if self.stop is not None and not isinstance(self.stop, dict) and not callable(self.stop):
+            raise TypeError(f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, "
+                            f"result) -> bool or a raynb.tune.stopper.Stopper, got {type(self.stop).__name__}")
+        _ray_only_fields(self)
         profile_options(self.profile)
         if self.checkpoint_config is not None and not isinstance(self.checkpoint_config, CheckpointConfig):
             raise TypeError(f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
@@ -171,6 +210,28 @@ class RunConfig:
                             f"{type(self.failure_config).__name__}")
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"RunConfig(name={self.name!r}): the name must be a plain directory name")
+
+
+def _ray_only_fields(rc: "RunConfig") -> None:
+    """RunConfig's Ray fields that have no effect here: one line each, once."""
+    from ..client.no_effect import accepted_no_effect
+
+    if rc.progress_reporter is not None:
+        accepted_no_effect("RunConfig(progress_reporter=...)", "raynb draws its own trial table "
+                           "(RunConfig(verbose=0) hides it)")
+    if rc.sync_config is not None:
+        accepted_no_effect("RunConfig(sync_config=...)", "run directories are written on the head's file "
+                           "system directly; there is nothing to sync")
+    if rc.log_to_file:
+        accepted_no_effect("RunConfig(log_to_file=...)", "every rank's output is kept in the run directory "
+                           "anyway (Result.logs)")
+    if rc.storage_filesystem is not None:
+        raise ValueError("RunConfig(storage_filesystem=...) is not served by raynb: give storage_path a local "
+                         "path or an object store URI (s3://..., gs://...) instead")
+    if rc.verbose is None:   # Ray's default
+        rc.verbose = 1
+    elif type(rc.verbose) is not int:
+        rc.verbose = int(rc.verbose)   # Ray's Verbosity / AirVerbosity enums
 
 
 # Result(metrics_dataframe=FROM_REPORTS): the frame is built from ``_reports`` on first use.

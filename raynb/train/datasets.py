@@ -47,25 +47,29 @@ class WithDatasets:
     """The training function with its datasets (what ``TorchTrainer.fit()`` ships).
     ``__wrapped__`` gives the worker ``fn``'s signature."""
 
-    def __init__(self, fn, datasets: dict):
+    def __init__(self, fn, datasets: dict, unsplit: list | None = None):
         self.__wrapped__ = fn
         self.datasets = datasets
+        self.unsplit = list(unsplit or ())   # DataConfig(datasets_to_split=...): read whole
 
     @hide_from_tracebacks  # the rank's traceback starts at the user's code
     def __call__(self, *args):
         task_context.state()[STATE_KEY] = self.datasets
+        task_context.state()["datasets_unsplit"] = getattr(self, "unsplit", ())
         return self.__wrapped__(*args)
 
 
-def with_datasets(fn, datasets: dict | None):
-    """``fn`` wrapped with ``datasets`` (``fn`` itself when there are none)."""
-    return WithDatasets(fn, datasets) if datasets else fn
+def with_datasets(fn, datasets: dict | None, unsplit: list | None = None):
+    """``fn`` wrapped with ``datasets`` (``fn`` itself when there are none); ``unsplit``
+    names those each rank reads whole (``DataConfig``)."""
+    return WithDatasets(fn, datasets, unsplit) if datasets else fn
 
 
 def get_dataset_shard(name: str, *, pad: bool = True) -> DataIterator:
     """This rank's part of the dataset ``name`` (``ray.train.get_dataset_shard``).
 
-    Rows are disjoint between ranks and equal in number on every rank: ``ceil(n / world)``
+    A dataset ``DataConfig(datasets_to_split=[...])`` leaves out is read whole by every
+    rank. Otherwise rows are disjoint between ranks and equal in number on every rank: ``ceil(n / world)``
     with the order padded by wrapping (as ``DistributedSampler``), or ``n // world`` with
     ``pad=False`` (the tail dropped). In-memory data is mapped from this node's shared
     copy (no copy per rank); files are read by this rank only (its row groups).
@@ -84,4 +88,6 @@ def get_dataset_shard(name: str, *, pad: bool = True) -> DataIterator:
         given = ", ".join(repr(n) for n in datasets) or "none"
         raise KeyError(f"get_dataset_shard({name!r}): no dataset of that name; the run was given {given} "
                        "(TorchTrainer(datasets={...}) or %%ray_train --data name=expr)")
+    if name in (task_context.state().get("datasets_unsplit") or ()):   # DataConfig: not split
+        return datasets[name].shard(1, 0, pad)
     return datasets[name].shard(task["world_size"], task["rank"], pad)

@@ -7,7 +7,7 @@ build the ``Result`` and raise for a failed run.
 from __future__ import annotations
 
 from ..cluster import protocol as P
-from ..cluster.head.run import TERMINAL
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
 from ..client import bulk, views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, cancel_unfollowed, follow_run, submit_run_accepted

@@ -147,12 +147,13 @@ def _require(what: str) -> dict:
     return task
 
 
-def report(metrics: dict, checkpoint=None) -> None:
+def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None:
     """Report metrics for this step/epoch (``ray.train.report``).
 
     Args:
         metrics: dict of str -> number (tensors of one element and numpy scalars
-            are converted). Rank 0's reports become ``Result.metrics`` and the
+            are converted); Ray's older ``report(loss=..., acc=...)`` form, keyword
+            arguments, is taken too (merged into ``metrics``). Rank 0's reports become ``Result.metrics`` and the
             rows of ``result.json`` / ``progress.csv``; every rank's ``epoch`` or
             ``step`` drives its progress bar.
         checkpoint (Checkpoint | None): a directory of state to persist with this
@@ -173,6 +174,8 @@ def report(metrics: dict, checkpoint=None) -> None:
         RuntimeError: called outside a training function.
     """
     task = _require("report")
+    if more_metrics or metrics is None:   # Ray's older tune.report(loss=..., acc=...)
+        metrics = {**(metrics if isinstance(metrics, dict) else {}), **more_metrics}
     if not isinstance(metrics, dict):
         raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r:.80}")
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):

@@ -220,6 +220,9 @@ class TorchTrainer:
             shared memory when the run is submitted (``raynb.data``).
         resume_from_checkpoint (Checkpoint | None): what ``get_checkpoint()`` returns
             in the first attempt (later restarts get the run's own latest checkpoint).
+        dataset_config (DataConfig | None): which ``datasets`` are split between the ranks
+            (all by default); the others are read whole by every rank.
+        metadata (dict | None): Ray's; kept as ``trainer.metadata``.
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
@@ -234,13 +237,20 @@ class TorchTrainer:
 
     def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
                  scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None):
+                 datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None,
+                 dataset_config=None, metadata: dict | None = None):
         if not callable(train_loop_per_worker):
             raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
                             f"{type(train_loop_per_worker).__name__}")
         from .datasets import check_datasets
 
         self.datasets = check_datasets(datasets)  # TypeError / ValueError before anything ships
+        from .data_config import DataConfig
+
+        if dataset_config is not None and not isinstance(dataset_config, DataConfig):
+            raise TypeError(f"dataset_config must be a raynb.train.DataConfig, got {type(dataset_config).__name__}")
+        self.dataset_config = dataset_config or DataConfig()
+        self.metadata = metadata
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise TypeError("train_loop_config must be a dict (train_loop_per_worker(config) gets it), "
                             f"got {type(train_loop_config).__name__}: {train_loop_config!r:.80}")
@@ -335,8 +345,14 @@ class TorchTrainer:
         Raises:
             raynb.RunError: a rank raised an exception or died.
             UnpicklableError: the function reads something that cannot be shipped.
+            ValueError: ``RunConfig(stop=...)`` outside a Tuner (Ray 2.60's trainers refuse it too).
         """
         from .run import execute_run
+
+        if self.run_config.stop is not None:
+            raise ValueError("RunConfig(stop=...) stops Tune trials; a TorchTrainer's fit() ends when "
+                             "train_loop_per_worker returns (as in Ray 2.60's Train): return from the loop, "
+                             "or run the trainer in tune.Tuner(trainer, run_config=RunConfig(stop=...))")
 
         extra = {}
         if self.resume_from_checkpoint is not None:
@@ -353,7 +369,7 @@ class TorchTrainer:
         datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.num_workers,
                                                   self.run_config.storage_path or default_storage_path())
         try:
-            fn = with_datasets(self.train_loop_per_worker, datasets)
+            fn = with_datasets(self.train_loop_per_worker, datasets, self.dataset_config.unsplit(datasets))
             result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,
                                     extra=extra, name_prefix=self._name_prefix, epochs=self._total_epochs)
         finally:

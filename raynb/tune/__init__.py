@@ -15,7 +15,8 @@
 """
 from ..train import get_checkpoint, get_context, report
 from ..train.checkpoint import Checkpoint
-from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ..train.config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from ..train.sync_config import SyncConfig
 from . import logger, schedulers, search
 from .callback import Callback
 from .result_grid import ResultGrid, TrialResult
@@ -25,25 +26,13 @@ from .search import (BasicVariantGenerator, ConcurrencyLimiter, choice, grid_sea
 from .trial import Trial
 from .tune_config import TuneConfig
 from .tuner import Tuner
-
-
-def with_parameters(trainable, **kwargs):
-    """``trainable`` with extra keyword arguments bound (``ray.tune.with_parameters``):
-    ``Tuner(with_parameters(train, data=data))`` calls ``train(config, data=data)`` in each
-    trial. The values are pickled and shipped with every trial.
-
-    Raises:
-        TypeError: ``trainable`` is not a function."""
-    import functools
-
-    if not callable(trainable):
-        raise TypeError(f"with_parameters() takes a function, got {type(trainable).__name__}")
-
-    @functools.wraps(trainable)
-    def inner(config):
-        return trainable(config, **kwargs)
-
-    return inner
+from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
+from . import stopper  # noqa: F401 - raynb.tune.stopper.MaximumIterationStopper
+from .stopper import Stopper
+from .trainable import Trainable
+from .legacy import ExperimentAnalysis, TuneError, run
+from . import progress_reporter  # noqa: F401 - raynb.tune.progress_reporter.CLIReporter
+from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 
 
 def __getattr__(name):
@@ -51,7 +40,8 @@ def __getattr__(name):
         from .search.optuna import OptunaSearch
 
         return OptunaSearch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}; the Ray Tune names raynb serves, "
+                         "and those it does not, are listed in docs/coming-from-ray.md")
 
 
 __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callback", "logger", "report",
@@ -59,4 +49,6 @@ __all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callbac
            "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
            "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
            "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",
-           "uniform", "with_parameters"]
+           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper",
+           "Result", "SyncConfig", "Trainable",
+           "run", "ExperimentAnalysis", "TuneError", "CLIReporter", "JupyterNotebookReporter", "ProgressReporter"]

@@ -9,7 +9,6 @@ Ray Tune's ``TuneController`` is the reference for the order of the callbacks.
 """
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -25,7 +24,8 @@ from .held_stops import HeldStops
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
-from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .trial_output import relay_output
 from .trial_runner import TrialRunner, adopt_first_checkpoint, newest_checkpoint, write_params
 
 # After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
@@ -86,8 +86,9 @@ class TuneController:
                         not self.search_finished and not self._budget_hit):
                     if self._interrupt_requested:
                         raise KeyboardInterrupt
-                    if deadline is not None and not self._budget_hit and time.monotonic() >= deadline:
-                        self._time_budget_reached()
+                    reason = None if self._budget_hit else self._end_reason(deadline)
+                    if reason:
+                        self._time_budget_reached(reason)
                     self._held_stops.release_due()
                     if not self._by_run:
                         if self._budget_hit:
@@ -96,7 +97,7 @@ class TuneController:
                         if not self._by_run:
                             if self._pending:
                                 raise RuntimeError(
-                                    f"{type(self.scheduler).__name__}.choose_trial_to_run() picked none of "
+                                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() picked none of "
                                     f"{len(self._pending)} pending trials while none was running")
                             if self.search_finished:
                                 break
@@ -156,9 +157,7 @@ class TuneController:
                 break
             if config is None:
                 break
-            dirname = f"{self.runner.name_prefix}_{trial_id}"
-            trial = Trial(trial_id, config, path=str(Path(self.experiment_path) / dirname),
-                          extra={"dirname": dirname})
+            trial = self.runner.new_trial(trial_id, config, self.experiment_path)  # its name and directory
             self.trials.append(trial)
             self._pending.append(trial)
             self.scheduler.on_trial_add(trial)
@@ -228,7 +227,7 @@ class TuneController:
                 self.callbacks.on_checkpoint(trial, trial.checkpoint)
             elif kind == "output":
                 if event.get("rank") == 0 and self.verbose:
-                    self._relay(trial, event)
+                    relay_output(trial.trial_id, event)
             elif kind == "note":
                 if event.get("restart") is not None:  # a held STOP's checkpoint went with the failed attempt
                     self._held_stops.release(trial.run_id)
@@ -266,7 +265,7 @@ class TuneController:
             trial.extra["_ending"] = "exploit"
             trial.extra["_exploit"] = decision
         else:
-            raise ValueError(f"{type(self.scheduler).__name__}.on_trial_result returned {decision!r}; "
+            raise ValueError(f"{self.scheduler.__class__.__name__}.on_trial_result returned {decision!r}; "
                              "expected CONTINUE, STOP or an Exploit")
         if decision == STOP and checkpoint_staged:  # sent once that report's checkpoint commits
             self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
@@ -294,11 +293,11 @@ class TuneController:
         if ending == "exploit" and state != "FAILED":
             self._exploit(trial, trial.extra.pop("_exploit"))
         elif ending in ("stop", "budget") and (state != "FAILED" or held):
-            # Stopped early by the scheduler or the time budget: STOPPED, even when its run
-            # returned before the cancel landed (its results end at the STOP). A trial the
-            # scheduler stopped for having used its whole budget (max_t): TERMINATED.
-            completed = trial.extra.pop("_completed", False) and ending == "stop"
-            trial.status = TERMINATED if completed else STOPPED
+            # Stopped by the scheduler, a stopper or the time budget: TERMINATED (Ray's), even
+            # when its run returned before the cancel landed (its results end at the STOP);
+            # "early_stopped" is False for a trial stopped at its whole budget (max_t).
+            trial.extra["early_stopped"] = not (trial.extra.pop("_completed", False) and ending == "stop")
+            trial.status = TERMINATED
             if ending == "stop":
                 self._stop_freed.append(trial.extra["stop_requested_at"])
             self.scheduler.on_trial_complete(trial, trial.last_result)
@@ -322,10 +321,10 @@ class TuneController:
             self.scheduler.on_trial_error(trial)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
         trial.extra.pop("_exploit", None)
-        self.progress.set_status(trial.trial_id, trial.status, trial.error)
+        self.progress.set_status(trial.trial_id, trial.status, trial.error, bool(trial.extra.get("early_stopped")))
         self.state.mark(trial)
         self._workers_changed()
-        self.callbacks.on_trial_end(trial)  # complete (TERMINATED, STOPPED) or error (ERROR)
+        self.callbacks.on_trial_end(trial)  # complete (TERMINATED) or error (ERROR)
 
     def _exploit(self, trial: Trial, decision: Exploit) -> None:
         """PBT (Jaderberg et al. 2017, "Population Based Training of Neural Networks"): copy
@@ -358,17 +357,6 @@ class TuneController:
         self.progress.note(f"PBT: {trial.trial_id} continues from {decision.donor_id}'s checkpoint "
                            "with a perturbed config")
 
-    def _relay(self, trial: Trial, event: dict) -> None:
-        text = event.get("text", "")
-        if not text:
-            return
-        stream = sys.stderr if event.get("stream") == "stderr" else sys.stdout
-        lines = text.splitlines(True)
-        stream.write("".join(f"({trial.trial_id}) {line}" for line in lines))
-        if not text.endswith("\n"):
-            stream.write("\n")
-        stream.flush()
-
     # -- the rest ---------------------------------------------------------------------------
     def _quiet(self) -> None:
         """Nothing arrived for a while: ping the head; fail if it has been silent too long."""
@@ -380,9 +368,16 @@ class TuneController:
         if now - self._last_heard >= PING_EVERY_S:
             self.client.send(P.PING)
 
-    def _time_budget_reached(self) -> None:
+    def _end_reason(self, deadline: float | None) -> str | None:
+        """Why the experiment ends now (the time budget, a stopper's stop_all(), fail_fast), or None."""
+        if deadline is not None and time.monotonic() >= deadline:
+            return f"time budget of {self.time_budget_s:g}s reached"
+        check = getattr(self.scheduler, "experiment_stop_reason", None)   # tune.stopping.StoppingScheduler
+        return check() if check is not None else None
+
+    def _time_budget_reached(self, reason: str) -> None:
         self._budget_hit = True
-        self.progress.note(f"time budget of {self.time_budget_s:g}s reached: running trials stopped, "
+        self.progress.note(f"{reason}: running trials stopped, "
                            f"{len(self._pending)} pending trial(s) not started")
         self._held_stops.release_all()
         for trial in list(self._by_run.values()):

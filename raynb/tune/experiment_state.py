@@ -218,8 +218,12 @@ def read_state(path: str) -> tuple[dict, list[Trial]]:
         raise ValueError(f"{p} is not a raynb experiment state: {e}") from None
     trials = []
     for e in entries:
-        t = Trial(e["trial_id"], _decode_config(e), status=e["status"], path=e.get("path"), run_id=e.get("run_id"),
-                  checkpoint=e.get("checkpoint"), error=e.get("error"), extra=e.get("extra") or {})
+        # "STOPPED", stored before raynb took Ray's statuses, is Ray's TERMINATED (stopped early).
+        status, extra = e["status"], e.get("extra") or {}
+        if status == "STOPPED":
+            status, extra = "TERMINATED", {**extra, "early_stopped": True}
+        t = Trial(e["trial_id"], _decode_config(e), status=status, path=e.get("path"), run_id=e.get("run_id"),
+                  checkpoint=e.get("checkpoint"), error=e.get("error"), extra=extra)
         t.results = read_results(t.path) if t.path else []
         if not t.results and e.get("last_result"):
             t.results = [e["last_result"]]

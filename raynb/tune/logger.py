@@ -136,3 +136,21 @@ class TBXLoggerCallback(LoggerCallback):
         writers, self._writers = self._writers, {}
         for w in writers.values():
             w.close()
+
+
+class _AlwaysWritten(LoggerCallback):
+    """A Ray logger whose files raynb writes for every trial anyway."""
+
+    def __init__(self, *args, **kwargs):
+        from ..client.no_effect import accepted_no_effect
+
+        accepted_no_effect(f"{type(self).__name__}()", "raynb writes every trial's result.json and "
+                           "progress.csv itself")
+
+
+class CSVLoggerCallback(_AlwaysWritten):
+    """``ray.tune.logger.CSVLoggerCallback``: each trial's ``progress.csv`` (always written)."""
+
+
+class JsonLoggerCallback(_AlwaysWritten):
+    """``ray.tune.logger.JsonLoggerCallback``: each trial's ``result.json`` (always written)."""

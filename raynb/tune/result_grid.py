@@ -7,7 +7,7 @@ from typing import Iterator
 from ..errors import RunError
 from ..train.config import Result
 from .search.variant_generator import flatten
-from .trial import ERROR, STOPPED, TERMINATED, Trial
+from .trial import ERROR, TERMINATED, Trial
 
 _SCOPES = ("last", "avg", "last-5-avg", "last-10-avg", "all")
 # Fields the head adds to every report; not the user's metrics.
@@ -129,9 +129,8 @@ class ResultGrid:
 
     @property
     def num_terminated(self) -> int:
-        """Trials that ended without error: TERMINATED, or STOPPED early by the scheduler
-        (Ray counts both as terminated)."""
-        return sum(t.status in (TERMINATED, STOPPED) for t in self._trials)
+        """Trials that ended without error (TERMINATED: returned, or stopped early)."""
+        return sum(t.status == TERMINATED for t in self._trials)
 
     def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
                         filter_nan_and_inf: bool = True) -> TrialResult:

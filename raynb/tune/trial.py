@@ -4,8 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Trial states, as the trial table shows them. STOPPED: ended early by the scheduler;
-# TERMINATED: the trainable returned by itself; ERROR: it raised or its workers died.
+# Trial states, Ray 2.60's: TERMINATED is a trial that returned, or that the scheduler,
+# a stopper or the time budget stopped (``extra["early_stopped"]`` says which); ERROR: it
+# raised or its workers died. STOPPED is what experiments stored before read back as:
+# read_state turns it into TERMINATED.
 PENDING, RUNNING, PAUSED, TERMINATED, STOPPED, ERROR = (
     "PENDING", "RUNNING", "PAUSED", "TERMINATED", "STOPPED", "ERROR")
 
@@ -17,7 +19,7 @@ class Trial:
     Attributes:
         trial_id (str): short unique id, e.g. ``"3f2a1_00004"``.
         config (dict): the sampled config (nested dicts as in the search space).
-        status (str): one of PENDING, RUNNING, PAUSED, TERMINATED, STOPPED, ERROR.
+        status (str): one of PENDING, RUNNING, PAUSED, TERMINATED, ERROR.
         results (list[dict]): every report, oldest first, each with
             ``training_iteration`` (1-based, counted per report), ``time_total_s``.
         checkpoint (str | None): path of the trial's latest committed checkpoint.
@@ -39,6 +41,15 @@ class Trial:
     @property
     def last_result(self) -> dict:
         return self.results[-1] if self.results else {}
+
+    @property
+    def trainable_name(self) -> str:
+        """The trainable's name (the function's, or ``TorchTrainer``), as in Ray's Trial."""
+        return self.extra.get("trainable_name", "trainable")
+
+    def __str__(self) -> str:
+        """``TuneConfig(trial_name_creator=...)``'s name, else ``<trainable>_<trial_id>``."""
+        return self.extra.get("name") or f"{self.trainable_name}_{self.trial_id}"
 
     def metric(self, name: str, default: Any = None) -> Any:
         return self.last_result.get(name, default)

@@ -36,6 +36,30 @@ class TrialRunner:
         # when the fit ends (bulk.release).
         self.data_key = uuid.uuid4().hex
 
+    # TuneConfig(trial_name_creator=, trial_dirname_creator=): f(trial) -> str, set by the Tuner
+    name_creator = None
+    dirname_creator = None
+
+    def new_trial(self, trial_id: str, config: dict, experiment_path: str):
+        """A new PENDING :class:`Trial` with its name and run directory under ``experiment_path``.
+
+        Raises:
+            ValueError: a ``trial_dirname_creator`` that returned no plain directory name."""
+        from .trial import Trial
+
+        trial = Trial(trial_id, config, extra={"trainable_name": self.name_prefix})
+        if self.name_creator is not None:
+            trial.extra["name"] = str(self.name_creator(trial))
+        dirname = f"{self.name_prefix}_{trial_id}"
+        if self.dirname_creator is not None:
+            dirname = str(self.dirname_creator(trial))
+            if not dirname or "/" in dirname or dirname in (".", ".."):
+                raise ValueError(f"TuneConfig(trial_dirname_creator=...) returned {dirname!r} for trial "
+                                 f"{trial_id}: return a plain directory name, unique per trial")
+        trial.extra["dirname"] = dirname
+        trial.path = str(Path(experiment_path) / dirname)
+        return trial
+
     def fn_config(self, trial_config: dict):
         if self.nested_key is None:
             return trial_config

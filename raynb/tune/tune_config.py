@@ -22,11 +22,17 @@ class TuneConfig:
             with ``time_budget_s`` or an interrupt).
         max_concurrent_trials (int | None): the most trials running at once; None: as many
             as the cluster's warm workers hold (workers // workers per trial).
-        time_budget_s (float | None): seconds after which running trials are stopped and no
-            new one starts.
+        time_budget_s (float | datetime.timedelta | None): seconds after which running trials
+            are stopped and no new one starts.
+        reuse_actors (bool): Ray's; accepted with no effect (raynb's workers are always warm
+            and reused between trials).
+        trial_name_creator (callable | None): ``f(trial) -> str``, the trial's name (``str(trial)``).
+        trial_dirname_creator (callable | None): ``f(trial) -> str``, the trial's directory
+            name under the experiment directory (``<trainable>_<trial_id>`` when None).
 
     Raises:
         ValueError: a bad mode, num_samples, max_concurrent_trials or time_budget_s.
+        TypeError: a name creator that is not callable.
     """
 
     metric: str | None = None
@@ -36,8 +42,29 @@ class TuneConfig:
     num_samples: int = 1
     max_concurrent_trials: int | None = None
     time_budget_s: float | None = None
+    reuse_actors: bool = False
+    trial_name_creator: Any = None
+    trial_dirname_creator: Any = None
+    chdir_to_trial_dir: Any = None
 
     def __post_init__(self):
+        import datetime
+
+        from ..client.no_effect import accepted_no_effect
+
+        if isinstance(self.time_budget_s, datetime.timedelta):
+            self.time_budget_s = self.time_budget_s.total_seconds()
+        if self.reuse_actors:
+            accepted_no_effect("TuneConfig(reuse_actors=True)", "raynb's workers are always warm and "
+                               "reused between trials")
+        if self.chdir_to_trial_dir is not None:
+            raise ValueError("TuneConfig(chdir_to_trial_dir=...) was removed in Ray 2.8 and is not served: "
+                             "a trial runs in the driver's working directory; use "
+                             "raynb.train.get_context().get_trial_dir() for its own directory")
+        for name in ("trial_name_creator", "trial_dirname_creator"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"TuneConfig({name}=...) takes a function f(trial) -> str, got "
+                                f"{type(getattr(self, name)).__name__}")
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ValueError(f"TuneConfig(mode={self.mode!r}): use mode='min' or mode='max'")
         if self.metric is not None and not isinstance(self.metric, str):

@@ -15,8 +15,8 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import bulk, views
-from ..cluster.head.run import TERMINAL
-from ..cluster.rundir import make_private_dir, make_run_name, private_opener, read_run_dir
+from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -27,7 +27,11 @@ from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
 from .search.variant_generator import validate_space, varying_keys
-from .trial import ERROR, PAUSED, PENDING, RUNNING, STOPPED, TERMINATED, Trial
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .stopper import as_stopper
+from .stopping import StoppingScheduler
+from .trial_catch_up import catch_up as _catch_up
+from .trainable import Trainable, class_trainable
 from .tune_config import TuneConfig
 
 
@@ -45,14 +49,36 @@ def _trainable_parts(trainable, param_space):
                              f"the trainer's train_loop_config); got also {extra}")
         from ..train.datasets import with_datasets
 
-        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets)  # one copy per node, all trials
+        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets,
+                           trainable.dataset_config.unsplit(trainable.datasets))  # one copy per node, all trials
         return (fn, trainable.scaling_config, trainable.train_loop_config,
                 "train_loop_config", trainable.run_config, "TorchTrainer")
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):   # Tuner.restore's check
+        trainable = class_trainable(trainable)
     if callable(trainable) and not isinstance(trainable, type):
         name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
-        return trainable, ScalingConfig(num_workers=1), None, None, None, name
+        scaling = getattr(trainable, "_raynb_scaling", None) or ScalingConfig(num_workers=1)   # with_resources
+        return trainable, scaling, None, None, None, name
     raise TypeError(f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
                     f"got {type(trainable).__name__}")
+
+
+def _function_of(trainable, run_config):
+    """A class ``Trainable`` as a function trainable, with its checkpoint settings (Ray's
+    ``checkpoint_frequency`` / ``checkpoint_at_end``, for class trainables only).
+
+    Raises:
+        ValueError: those settings given for a function trainable (as Ray)."""
+    cc = getattr(run_config, "checkpoint_config", None)
+    is_class = isinstance(trainable, type) and issubclass(trainable, Trainable)
+    if not is_class:
+        if cc is not None and (cc.checkpoint_frequency or cc.checkpoint_at_end):
+            raise ValueError("CheckpointConfig(checkpoint_frequency=, checkpoint_at_end=) apply to a class "
+                             "Trainable; a function checkpoints with report(..., checkpoint=...)")
+        return trainable
+    stop = getattr(run_config, "stop", None)
+    return class_trainable(trainable, cc.checkpoint_frequency if cc else 0, bool(cc and cc.checkpoint_at_end),
+                           stop if isinstance(stop, dict) else None)
 
 
 class Tuner:
@@ -86,6 +112,7 @@ class Tuner:
         if run_config is not None and not isinstance(run_config, RunConfig):
             raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
         validate_space(param_space)
+        trainable = _function_of(trainable, run_config)
         fn, scaling, base, nested, trainer_rc, name = _trainable_parts(trainable, param_space)
         self._trainable = trainable
         self._param_space = param_space
@@ -124,6 +151,8 @@ class Tuner:
         self._metric = tc.metric or search_alg.metric or scheduler.metric
         self._mode = tc.mode or search_alg.mode or scheduler.mode
         self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
+        self._runner.name_creator, self._runner.dirname_creator = tc.trial_name_creator, tc.trial_dirname_creator
+        self._stopper = as_stopper(self._run_config.stop)   # a TypeError before any trial
         self._restored = _restored
         self._experiment_path: str | None = _restored["path"] if _restored else None
         self._trials: list[Trial] = _restored["trials"] if _restored else []
@@ -189,13 +218,14 @@ class Tuner:
             progress.add_trial(t.trial_id, t.config)
             for r in t.results:
                 progress.add_result(t.trial_id, r)
-            progress.set_status(t.trial_id, t.status, t.error)
+            progress.set_status(t.trial_id, t.status, t.error, bool(t.extra.get("early_stopped")))
         state = ExperimentState(path, header)
         for t in self._trials:
             state.mark(t)
         controller = TuneController(
             client=client, runner=self._runner, trials=self._trials, search_alg=self._search_alg,
-            scheduler=self._scheduler, metric=self._metric, mode=self._mode,
+            scheduler=StoppingScheduler(self._scheduler, self._stopper, getattr(
+                self._run_config.failure_config, "fail_fast", False)), metric=self._metric, mode=self._mode,
             num_samples=self._tune_config.num_samples, concurrency=concurrency,
             total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
             experiment_path=path, exp_id=header["exp_id"], state=state, progress=progress,
@@ -222,6 +252,8 @@ class Tuner:
                              f"{self._carry_on.format(name=header['name'], path=path)}\n")
             sys.stderr.flush()
         callbacks.check()  # a fail_on_error callback that raised at the very end
+        if controller.scheduler.raise_on_failure:   # FailureConfig(fail_fast="raise")
+            raise grid.errors[0]
         return grid
 
     def _prepare_experiment(self) -> dict:
@@ -273,7 +305,7 @@ class Tuner:
         """A Tuner that continues the experiment in ``path`` (after an interrupt, a kernel
         restart or a crash); call ``.fit()`` on it.
 
-        TERMINATED and STOPPED trials keep their results. PENDING trials start. Unfinished
+        TERMINATED trials keep their results. PENDING trials start. Unfinished
         (PAUSED, or RUNNING when the kernel died) trials resume from their latest checkpoint,
         or start over without one. Trials the search had not created yet are created.
 
@@ -332,11 +364,11 @@ class Tuner:
             self._scheduler.on_trial_add(t)
             for r in t.results:
                 self._scheduler.on_trial_result(t, r)  # its decisions are history now: ignored
-            if t.status in (TERMINATED, STOPPED):
+            if t.status == TERMINATED:
                 self._scheduler.on_trial_complete(t, t.last_result)
             elif t.status == ERROR:
                 self._scheduler.on_trial_error(t)
-            if add_point is not None and t.status in (TERMINATED, STOPPED, ERROR):
+            if add_point is not None and t.status in (TERMINATED, ERROR):
                 add_point(t.config, t.last_result, error=t.status == ERROR)
 
 
@@ -355,48 +387,6 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
         if not live:
             return
         time.sleep(0.05)
-
-
-def _catch_up(t: Trial) -> None:
-    """A trial the state file says is RUNNING: its kernel died mid-fit, and its run went on
-    on the head (runs outlive the kernel). The run's own ``run.json`` (written by the head)
-    tells how far it got: a run that FINISHED meanwhile is TERMINATED with its results (it
-    used to be requeued, its directory removed and the trial run again from scratch), one
-    that raised is ERROR; a live one stays RUNNING (an orphan to cancel) with its newest
-    checkpoint, so the requeue resumes from that rather than from the stale one recorded
-    here (which ``num_to_keep`` may have pruned meanwhile)."""
-    if not t.path:
-        return
-    try:
-        record = read_run_dir(t.path, with_reports=False)
-    except (OSError, ValueError):
-        return  # nothing readable: requeued as before
-    checkpoints = record.get("checkpoints") or []
-    if checkpoints:
-        t.checkpoint = checkpoints[-1]["path"]
-        t.extra["checkpoints"] = checkpoints
-    if record.get("failures"):
-        t.extra["failures"] = record["failures"]
-    state = record.get("state")
-    if state == "FINISHED":
-        t.status = TERMINATED
-    elif state == "STOPPED":   # a scheduler's STOP landed after the kernel died
-        t.status = STOPPED
-    elif state == "FAILED" and not _head_died(record):
-        t.status = ERROR
-        errors = record.get("errors") or [{"message": "failed"}]
-        t.extra["errors"] = errors
-        e = errors[0]
-        t.error = (f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type")
-                   else str(e.get("message", "failed"))).splitlines()[0][:300]
-
-
-def _head_died(record: dict) -> bool:
-    """The run failed because the head running it died, or the cluster was stopped under it
-    (``raynb stop``, a reboot's SIGTERM): resumable, not the trial's error."""
-    said = [str(e.get("message", "")) for e in (record.get("failures") or []) + (record.get("errors") or [])
-            if isinstance(e, dict)]
-    return any("head stopped" in m or "cluster was stopped" in m for m in said)
 
 
 def _requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:

@@ -26,6 +26,8 @@ import uuid
 from pathlib import Path
 
 from .. import protocol as P
+from .. import settings
+from ..run_states import JOB_TERMINAL
 from ..connection import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
 
@@ -33,11 +35,11 @@ log = logging.getLogger("raynb.head")
 
 # The most a working directory may hold, unpacked (bytes); the client refuses a bigger
 # one before sending anything. Ray's limit for a job's working_dir is 100 MiB too.
-MAX_WORKING_DIR_BYTES = int(os.environ.get("RAYNB_MAX_WORKING_DIR_BYTES", 100 * 2**20))
+MAX_WORKING_DIR_BYTES = settings.get("RAYNB_MAX_WORKING_DIR_BYTES")
 STOP_GRACE_S = 3.0
 LOG_CHUNK_BYTES = 1 << 20
 _JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+TERMINAL = JOB_TERMINAL
 
 
 class JobRefused(ValueError):

@@ -9,12 +9,12 @@ import time
 from dataclasses import dataclass, field
 
 from ..checkpoints import CheckpointStore
+from ..run_states import RUN_TERMINAL
 from ..rundir import RunDirectory
 from ..storage_uri import join_uri
 
 # States a run ends in; the others are PENDING, RUNNING, FAILING and CANCELLING (controller.py).
-# STOPPED: cancelled by a Tune scheduler's STOP (or time budget), an ordinary end for a trial.
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED", "STOPPED")
+TERMINAL = RUN_TERMINAL
 # A run's record keeps its first FAILURES_HEAD failures and the latest, FAILURES_KEPT in all.
 FAILURES_HEAD, FAILURES_KEPT = 10, 100
 

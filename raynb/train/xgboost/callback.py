@@ -96,14 +96,30 @@ class RayTrainReportCallback(TrainingCallback):
         # an xgb_model: the booster's own count is the round across restarts.
         epoch = model.num_boosted_rounds() - 1
         metrics = flatten_evals(evals_log, self._metrics)
+        self._flush_held(model)
         self._last = (epoch, metrics)
         due = self._frequency > 0 and (epoch + 1) % self._frequency == 0
         due = due or (self._checkpoint_at_end and self._num_boost_round == epoch + 1)
-        self._report(model, epoch, metrics, checkpoint=due)
+        if due or not self._checkpoint_at_end or self._num_boost_round is not None:
+            self._report(model, epoch, metrics, checkpoint=due)
+        else:
+            # Which round is the last is known only in after_training: this round's report
+            # waits for the next round (or the end, which adds the final checkpoint to it),
+            # so there is one report per round, training_iteration = rounds, as in Ray Tune.
+            self._held = True
         return False
 
+    _held = False
+
+    def _flush_held(self, model, checkpoint: bool = False) -> None:
+        if self._held:
+            self._held = False
+            self._report(model, *self._last, checkpoint=checkpoint)
+
     def after_training(self, model):
-        if self._checkpoint_at_end and self._last is not None and self._saved_epoch != self._last[0]:
+        if self._held:
+            self._flush_held(model, checkpoint=True)
+        elif self._checkpoint_at_end and self._last is not None and self._saved_epoch != self._last[0]:
             epoch, metrics = self._last
             self._report(model, epoch, metrics, checkpoint=True)
         return model

@@ -1,9 +1,9 @@
 """``XGBoostTrainer``: one xgboost model trained over the ranks of a run (``ray.train.xgboost``)."""
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
+from ...cluster.task_context import takes_config
 from .. import session as _session
 from ..checkpoint import Checkpoint
 from ..config import RunConfig, ScalingConfig
@@ -11,14 +11,6 @@ from ..torch import TorchTrainer
 from .callback import CHECKPOINT_NAME, RayTrainReportCallback
 from .collective import communicator
 from .dmatrix import check_columns, check_frame
-
-
-def _takes_config(fn) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
 class _InCollective:
@@ -30,7 +22,7 @@ class _InCollective:
 
     def __call__(self, config):
         with communicator(self.timeout_s):
-            return self.fn(config) if _takes_config(self.fn) else self.fn()
+            return self.fn(config) if takes_config(self.fn) else self.fn()
 
 
 def _default_loop(config: dict):

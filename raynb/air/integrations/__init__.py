@@ -1,0 +1,1 @@
+"""``ray.air.integrations``: experiment-tracking integrations (``mlflow``)."""

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests and the benchmarks (importable as ``tests.support``)."""
