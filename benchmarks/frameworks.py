@@ -140,7 +140,8 @@ from sklearn.datasets import load_breast_cancer
 df = load_breast_cancer(as_frame=True).frame.rename(columns=lambda c: c.replace(" ", "_"))
 tr, va = df.iloc[:400], df.iloc[400:]
 d = lightgbm.Dataset(tr.drop(columns="target"), label=tr["target"])
-lightgbm.train({LGB_PARAMS!r}, d, 20, valid_sets=[lightgbm.Dataset(va.drop(columns="target"), label=va["target"], reference=d)])
+v = lightgbm.Dataset(va.drop(columns="target"), label=va["target"], reference=d)
+lightgbm.train({LGB_PARAMS!r}, d, 20, valid_sets=[v])
 """
 
 

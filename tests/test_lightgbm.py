@@ -8,7 +8,6 @@ import sys
 import time
 
 import cloudpickle
-import pandas as pd
 import pytest
 
 lightgbm = pytest.importorskip("lightgbm")

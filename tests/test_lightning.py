@@ -75,7 +75,8 @@ def _fit(config):
 def _run(tmp_path, epochs=4, workers=2, fn=_fit, fsdp=False, **run):
     from raynb.train.run import execute_run
 
-    trainer = TorchTrainer(fn, train_loop_config={"epochs": epochs, "fsdp": fsdp}, scaling_config=ScalingConfig(num_workers=workers),
+    trainer = TorchTrainer(fn, train_loop_config={"epochs": epochs, "fsdp": fsdp},
+                           scaling_config=ScalingConfig(num_workers=workers),
                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path), **run))
     return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
                        trainer.run_config)

@@ -24,8 +24,8 @@ def _units(model, modules):
         return [m for m in model.children() if any(True for _ in m.parameters())]
     classes = tuple(modules)
     if not all(isinstance(c, type) for c in classes):
-        raise TypeError(f"parallel_strategy_kwargs['modules'] takes module classes (e.g. [nn.TransformerEncoderLayer]), "
-                        f"got {modules!r}")
+        raise TypeError("parallel_strategy_kwargs['modules'] takes module classes (e.g. "
+                        f"[nn.TransformerEncoderLayer]), got {modules!r}")
     return [m for m in model.modules() if isinstance(m, classes) and m is not model]
 
 
