@@ -179,3 +179,18 @@ def test_without_lightning_the_error_names_the_extra(tmp_path):
             "import raynb.train.lightning")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and 'pip install "raynb[lightning]"' in out.stderr, out.stderr[-800:]
+
+
+def test_with_only_pytorch_lightning_the_classes_are_its_own():
+    import subprocess
+
+    code = ("import sys; sys.modules['lightning'] = None\n"
+            "import raynb.train.lightning as rl, pytorch_lightning as pl\n"
+            "assert issubclass(rl.RayDDPStrategy, pl.strategies.DDPStrategy)\n"
+            "assert issubclass(rl.RayLightningEnvironment, pl.plugins.environments.LightningEnvironment)\n"
+            "assert issubclass(rl.RayTrainReportCallback, pl.Callback)\n"
+            "assert pl.Trainer.__init__._raynb_checked\n"
+            "print('ok')")
+    pytest.importorskip("pytorch_lightning")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-800:]
