@@ -11,8 +11,8 @@ from pathlib import Path
 home, store = tempfile.mkdtemp(), tempfile.mkdtemp()
 os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=store, RAYNB_PROGRESS="text")
 import raynb
-from raynb.cluster import protocol as P
-from raynb.cluster.control import Client
+from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol.control import Client
 from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer

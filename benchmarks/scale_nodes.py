@@ -104,7 +104,7 @@ def misbehaving(client, sim, args) -> dict:
 
 def run(args) -> dict:
     from raynb import RunConfig, ScalingConfig, TorchTrainer
-    from raynb.cluster.control import Client
+    from raynb.cluster.protocol.control import Client
     from raynb.cluster.launch.local import start_cluster, stop_cluster
     import psutil
     from sim_nodes import SimNodes

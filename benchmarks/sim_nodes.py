@@ -2,7 +2,7 @@
 head from one process, for ``scale_nodes.py`` and the tests.
 
 Each simulated node has its own DEALER socket and routing id (``node:<name>:<random>``, as
-a real agent's) and sends what a real agent sends (``raynb/cluster/node.py``): a
+a real agent's) and sends what a real agent sends (``raynb/cluster/node/agent.py``): a
 ``node_register`` (no workers, ``max_workers`` 0: it hosts no ranks, so the scheduler never
 places one there), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
 report: load average, zygote, workers' samples). Every reply is verified with the
@@ -24,7 +24,7 @@ import time
 
 import zmq
 
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 
 
 class SimNodes:

@@ -100,7 +100,7 @@ def main(argv=None) -> int:
                                                key_file=args.key_file, head_only=args.head_only)
             except ValueError as e:
                 ap.error(str(e))
-            from .cluster.connection import connection_file_path
+            from .cluster.connection_file import connection_file_path
 
             print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
                   f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                 print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n"
                       f"  {join}")
         elif args.cmd == "keygen":
-            from .cluster.curve import write_keys
+            from .cluster.protocol.curve_auth import write_keys
 
             head, peers = write_keys(args.dir)
             print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
 def _status() -> int:
     """``raynb status``: at once, even while a start is under way (it holds the start lock
     until its workers are ready): what the head has so far, or that it is starting."""
-    from .cluster.control import Client
+    from .cluster.protocol.control import Client
     from .cluster.launch.local import running_cluster, starting_pid
 
     info = running_cluster(wait=False)
@@ -201,7 +201,7 @@ def add_job_commands(sub) -> None:
 
 
 def _job_client(address):
-    from .cluster.control import Client
+    from .cluster.protocol.control import Client
     from .cluster.launch.local import running_cluster
     from .client.connection import connect, disconnect
     from .errors import ClusterError

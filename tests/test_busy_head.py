@@ -33,7 +33,7 @@ def _extra_agent(info, tmp_path, node_id: str) -> subprocess.Popen:
     """A node agent as another host would run one: no head pid, not the head's child."""
     env = dict(os.environ, RAYNB_KEY=info["key"])
     with open(tmp_path / f"{node_id}.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "raynb.cluster.node", "--address", info["address"],
+        return subprocess.Popen([sys.executable, "-m", "raynb.cluster.node.agent", "--address", info["address"],
                                  "--workers", "1", "--max-workers", "1", "--node-id", node_id],
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
 

@@ -15,7 +15,7 @@ import pytest
 
 import raynb
 import raynb.data as rd
-from raynb.cluster import shm
+from raynb.cluster.node import shm
 from raynb.errors import RunError
 from raynb.train import RunConfig, ScalingConfig, get_context, get_dataset_shard, report
 from raynb.train.torch import TorchTrainer
@@ -407,8 +407,8 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
     to the agent's own data socket in signed 1 MiB pieces, the head never sees them."""
     import zmq
 
-    from raynb.cluster import data_server
-    from raynb.cluster import protocol as P
+    from raynb.cluster.node import data_server
+    from raynb.cluster.protocol import messages as P
 
     monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
     sent = []
@@ -457,7 +457,8 @@ def test_data_socket_is_curve_encrypted_off_loopback():
     handshake (the real sockets, on loopback here)."""
     import zmq
 
-    from raynb.cluster import curve, data_server
+    from raynb.cluster.protocol import curve_auth as curve
+    from raynb.cluster.node import data_server
 
     keys = curve.new_keys()
     client_keys = curve.client_part(keys)
@@ -564,8 +565,8 @@ def test_read_with_columns_keeps_only_those_and_a_class_is_built_once(tmp_path):
 def test_data_socket_unfinished_segment_is_dropped_with_its_key():
     import zmq
 
-    from raynb.cluster import data_server
-    from raynb.cluster import protocol as P
+    from raynb.cluster.node import data_server
+    from raynb.cluster.protocol import messages as P
 
     ctx, key = zmq.Context(), b"k" * 64
     server = data_server.DataServer(ctx, key, "127.0.0.1", "droptest")
@@ -609,8 +610,8 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
     in-memory data is never held."""
     from raynb.client import bulk
     from raynb.client.run import build_submission, follow_run, submit_run_accepted
-    from raynb.cluster import control
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import control
+    from raynb.cluster.protocol import messages as P
     from raynb.train.datasets import with_datasets
 
     ds = rd.from_numpy({"x": np.arange(4000, dtype=np.float32).reshape(-1, 4) + 7})

@@ -47,7 +47,7 @@ def _read(out, n=2) -> list:
 
 
 def _rank_rows():
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
 
     shard = get_dataset_shard("train")
     src = shard._ds._source

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import raynb
-from raynb.cluster import protocol as P
-from raynb.cluster.control import Client
+from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol.control import Client
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 
@@ -32,8 +32,8 @@ REPORTS, LINES = 400_000, 1_000_000
 POLLER = r"""
 import sys, time
 from raynb.notebook.dashboard.gateway import ClusterGateway
-from raynb.cluster.connection import read_connection_file
-from raynb.cluster.control import Client
+from raynb.cluster.connection_file import read_connection_file
+from raynb.cluster.protocol.control import Client
 from raynb.cluster import protocol as P
 name, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
 gw = ClusterGateway(timeout=30)

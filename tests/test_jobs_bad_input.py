@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from raynb.client import jobs as J
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 from raynb.errors import ClusterError
 
 from conftest import alive, private_cluster

@@ -17,8 +17,8 @@ import time
 import pytest
 
 import raynb
-from raynb.cluster.connection import write_connection_file
-from raynb.cluster.control import KeyRefused
+from raynb.cluster.connection_file import write_connection_file
+from raynb.cluster.protocol.control import KeyRefused
 
 from conftest import private_cluster
 from multihost_fixture import cluster_up
@@ -63,7 +63,7 @@ def test_a_wrong_key_on_loopback_is_named_at_once_and_a_node_id_is_never_shared(
 
 
 OTHER_KEYS_CLIENT = """
-    from raynb.cluster.control import KeyRefused
+    from raynb.cluster.protocol.control import KeyRefused
     t0 = time.monotonic()
     try:
         raynb.connect(ADDRESS, key_file=OTHER)

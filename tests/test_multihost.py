@@ -99,7 +99,7 @@ def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy, compr
 
 BAD_CLIENT = """
     import zmq
-    from raynb.cluster.connection import read_connection_file, write_connection_file
+    from raynb.cluster.connection_file import read_connection_file, write_connection_file
     info = read_connection_file(KEY_FILE)
     if MODE == "wrong_curve":
         pub, sec = zmq.curve_keypair()          # a keypair the head does not know
@@ -140,17 +140,17 @@ def _node_refused(c, script_prelude: str, node_id: str) -> subprocess.CompletedP
 
 def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three_hosts):
     c = three_hosts
-    wrong_key = ("import sys, raynb.cluster.connection as C\n"
+    wrong_key = ("import sys, raynb.cluster.connection_file as C\n"
                  "orig = C.read_connection_file\n"
                  "C.read_connection_file = lambda p=None: {**orig(p), 'key': 'f' * 64}\n"
                  "import raynb.cluster.launch.static as S; S.read_connection_file = C.read_connection_file")
     r = _node_refused(c, wrong_key, "bad-key")
     assert r.returncode == 3, r.stderr[-2000:]
     assert "wrong cluster key" in r.stderr
-    version = "import sys, raynb.cluster.protocol as P\nP.PROTOCOL_VERSION = '9.0'"
+    version = "import sys, raynb.cluster.protocol.messages as P\nP.PROTOCOL_VERSION = '9.0'"
     r = _node_refused(c, version, "bad-version")
     assert r.returncode == 3, r.stderr[-2000:]
-    from raynb.cluster.protocol import PROTOCOL_VERSION  # the head's
+    from raynb.cluster.protocol.messages import PROTOCOL_VERSION  # the head's
 
     assert f"protocol version '9.0' does not match '{PROTOCOL_VERSION}'" in r.stderr
     # Refusals are logged once every few seconds: the second may wait for the next line.

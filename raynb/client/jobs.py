@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..cluster import protocol as P
-from ..cluster.control import Client
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.control import Client
 from ..cluster import settings
-from ..cluster.run_states import JOB_TERMINAL as TERMINAL
-from ..cluster.protocol_jobs import check_submit
+from ..cluster.protocol.run_states import JOB_TERMINAL as TERMINAL
+from ..cluster.protocol.job_messages import check_submit
 from ..errors import ClusterError
 
 EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_modules"}

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 
 
 def reconnect_s() -> float:

@@ -11,9 +11,9 @@ import datetime as _dt
 import time
 from pathlib import Path
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
-from ..cluster.rundir import read_reports
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.storage.rundir import read_reports
 from .connection import get_client
 
 # Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).

@@ -56,7 +56,7 @@ def prefetched(make, depth: int):
 
     t = threading.Thread(target=run, name="raynb-data-prefetch", daemon=True)
     t.start()
-    from ..cluster import task_context
+    from ..cluster.worker import task_context
 
     if task_context.current() is not None:   # a loop left unfinished: the thread ends with the task
         task_context.at_end(lambda status: stop.set())
@@ -288,7 +288,7 @@ def _ignore_not_writable() -> None:
 
 
 def _rank_device(torch):
-    from ..cluster import task_context
+    from ..cluster.worker import task_context
 
     task = task_context.current() or {}
     if task.get("use_gpu") and task.get("gpu_id") is not None:

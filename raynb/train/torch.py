@@ -293,7 +293,7 @@ class TorchTrainer:
         """
         import cloudpickle
 
-        from ..cluster.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
+        from ..cluster.storage.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
 
         record = read_run_dir(path, with_reports=False)
         path = record["path"]
@@ -335,7 +335,7 @@ class TorchTrainer:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """True when ``path`` is a raynb run directory that ``restore`` can continue."""
-        from ..cluster.rundir import FUNCTION_FILE, STATE_FILE
+        from ..cluster.storage.rundir import FUNCTION_FILE, STATE_FILE
 
         return all(os.path.isfile(os.path.join(path, f)) for f in (STATE_FILE, "params.json", FUNCTION_FILE))
 
@@ -363,7 +363,7 @@ class TorchTrainer:
 
         import shutil
 
-        from ..cluster.rundir import default_storage_path
+        from ..cluster.storage.rundir import default_storage_path
         from ..data.ray_source import split_ray_datasets
 
         datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.num_workers,

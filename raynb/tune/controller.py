@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..client.interrupts import NotedInterrupts
 from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
-from ..cluster import protocol as P
-from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
+from ..cluster.protocol import messages as P
+from ..cluster.storage.rundir import STATE_FILE as RUN_STATE_FILE
 from ..errors import ClusterError
 from ..train.config import RunConfig
 from ..train.run_callbacks import first_error_line

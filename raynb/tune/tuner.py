@@ -15,8 +15,8 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import bulk, views
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
-from ..cluster.rundir import make_private_dir, make_run_name, private_opener
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.storage.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -375,7 +375,7 @@ class Tuner:
 def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     """Cancel the runs of trials a dead kernel left running, and wait until the head has
     ended them (a trial's run cannot be resumed while it is live)."""
-    from ..cluster import protocol as P
+    from ..cluster.protocol import messages as P
 
     for run_id in run_ids:
         client.send(P.CANCEL_RUN, {"run_id": run_id})

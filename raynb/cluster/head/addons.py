@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .jobs import Jobs
 
 log = logging.getLogger("raynb.head")

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from .. import protocol as P, spare_files
+from ..protocol import messages as P
+from ..storage.made_ahead import spare_files
 from .local_node import LOCAL_NODE_ID
 
 

@@ -7,7 +7,7 @@ whatever becomes of the client that submitted it; it ends with the head (``raynb
 as a Ray job ends with its cluster. Its environment is the head's, so ``raynb.connect()``
 in the driver finds this cluster (its ``RAYNB_HOME``), plus ``RAYNB_JOB_ID``.
 
-The command runs under ``cluster/job_supervisor.py`` (the job's ``pid`` is the
+The command runs under ``cluster/head/job_supervisor.py`` (the job's ``pid`` is the
 supervisor's), a child subreaper that ends every process the job started, also those
 that left its process group or session (``setsid``, a double fork), when the driver
 exits, on a stop and when the head stops or dies. The id, argv and environment are
@@ -30,15 +30,15 @@ import time
 import uuid
 from pathlib import Path
 
-from .. import job_supervisor
-from .. import protocol as P
+from . import job_supervisor
+from ..protocol import messages as P
 from .. import settings
-from ..run_states import JOB_TERMINAL
+from ..protocol.run_states import JOB_TERMINAL
 from . import job_archive
 from .offloop import Busy, OffLoop
-from ..connection import open_private, private_dir
+from ..connection_file import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
-from ..protocol_jobs import check_submit
+from ..protocol.job_messages import check_submit
 
 log = logging.getLogger("raynb.head")
 

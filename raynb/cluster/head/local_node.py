@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Callable
 
-from .. import curve
-from ..connection import open_private, private_dir
+from ..protocol import curve_auth as curve
+from ..connection_file import open_private, private_dir
 from ..procutil import NODE_MODULE, describe_exit, python_env
 
 log = logging.getLogger("raynb.head")

@@ -16,8 +16,8 @@ import logging
 import os
 import time
 
-from .. import protocol as P
-from ..rejects import REFUSED
+from ..protocol import messages as P
+from ..protocol.rejects import REFUSED
 from ..procutil import describe_exit, signal_name
 from .local_node import LOCAL_NODE_ID
 from .registry import NodeInfo, WorkerInfo

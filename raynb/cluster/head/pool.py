@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Callable
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .registry import Registry, WorkerInfo
 
 log = logging.getLogger("raynb.head")
@@ -58,7 +58,7 @@ def idle_timeout_s(value: str | float | None = None) -> float:
 
 
 # What a worker's sample carries to `raynb status` and the pane (the GPU fields only where
-# NVML sees the worker on a GPU: see cluster/gpu_stats.py).
+# NVML sees the worker on a GPU: see cluster/node/gpu_stats.py).
 STAT_FIELDS = ("cpu_percent", "rss", "gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total")
 
 class WorkerPool:

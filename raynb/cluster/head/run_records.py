@@ -15,10 +15,10 @@ not sent; at least 1 when the file holds more than was read).
 from __future__ import annotations
 
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .. import settings
-from ..record_tail import tail_output, tail_reports
-from ..rundir import OUTPUT_TAIL_LINES, CorruptRunDirectory, read_run_dir
+from ..storage.record_tail import tail_output, tail_reports
+from ..storage.rundir import OUTPUT_TAIL_LINES, CorruptRunDirectory, read_run_dir
 from .offloop import Busy
 from .run import TERMINAL, Run
 

@@ -15,8 +15,8 @@ import time
 
 import zmq
 
-from .. import chunking, curve, event_batch, protocol as P, signing
-from ..connection import remove_connection_file
+from ..protocol import chunking, curve_auth as curve, event_batch, messages as P, signing
+from ..connection_file import remove_connection_file
 from . import progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests

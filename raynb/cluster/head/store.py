@@ -22,11 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..checkpoints import CheckpointStore
-from ..connection import raynb_home
-from ..linked_files import LinkedFiles
-from ..rundir import (CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path,
-                      make_run_name, read_run_dir, write_json_atomic)
+from ..storage.checkpoints import CheckpointStore
+from ..connection_file import raynb_home
+from ..storage.made_ahead.linked_files import LinkedFiles
+from ..storage.rundir import CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path, make_run_name, read_run_dir, write_json_atomic
 from .controller import AUTO_FIELDS
 from .run import TERMINAL, Run
 from .uploads import Uploads

@@ -16,8 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import protocol as P
-from ..ckpt_transfer import PIECE_BYTES
+from ..protocol import messages as P
+from ..storage.checkpoint_stream import PIECE_BYTES
 from .offloop import Busy
 from .run import Run
 

@@ -17,13 +17,12 @@ from contextlib import contextmanager
 
 import psutil
 
-from .. import protocol as P
-from ..control import Client
-from ..connection import (connection_file_path, head_alive, open_private, private_dir, process_alive,
-                          raynb_home, read_connection_file, remove_connection_file)
+from ..protocol import messages as P
+from ..protocol.control import Client
+from ..connection_file import connection_file_path, head_alive, open_private, private_dir, process_alive, raynb_home, read_connection_file, remove_connection_file
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
-from ..node_host import check_worker_limit
+from ..node.host import check_worker_limit
 from ..procutil import HEAD_MODULE, NODE_MODULE, running, worker_sched_policy
 from ...errors import ClusterError
 
@@ -282,7 +281,7 @@ def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     os.environ["RAYNB_HOME"] = home
     current = read_connection_file()
     if current is not None and current.get("token") == token:
-        from ..control import OWN_IDENTITIES
+        from ..protocol.control import OWN_IDENTITIES
 
         # Another process may use it meanwhile (a second script, a notebook): the head
         # then stops by itself once their runs end (head/idle_stop.py).

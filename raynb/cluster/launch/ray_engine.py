@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 
-from ..connection import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
+from ..connection_file import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
 from ...errors import ClusterError
 
 SUPPORTED_RAY = ((2, 60), (2, 61))  # >= the first, < the second: what the tests run against
@@ -192,7 +192,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
 
 def _wait_for_workers(info: dict, num_workers: int, timeout: float) -> None:
     """Until the head counts ``num_workers`` workers (the agents' zygotes forked them)."""
-    from ..control import Client
+    from ..protocol.control import Client
 
     c = Client(info["address"], info["key"].encode(), info)
     deadline = time.monotonic() + timeout

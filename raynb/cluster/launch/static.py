@@ -3,7 +3,7 @@ hand, ssh, Slurm ``srun``, a Kubernetes pod, a Ray actor) that joins a head over
 
 :func:`run_node` reads the head's connection file (the HMAC key and, off loopback,
 the CurveZMQ keys), checks the IP to register and the GPUs to offer, and serves a
-:class:`~raynb.cluster.node.NodeAgent` in the calling process until the head stops it,
+:class:`~raynb.cluster.node.agent.NodeAgent` in the calling process until the head stops it,
 refuses it (a wrong key or protocol version: exit status 3), or is gone longer than
 the reconnect grace (``node.RECONNECT_S``, 60 s: exit status 1, no process left).
 """
@@ -13,12 +13,12 @@ import logging
 import os
 
 from ...errors import ClusterError
-from .. import protocol as P
-from ..control import Client, KeyRefused
-from ..connection import read_connection_file
+from ..protocol import messages as P
+from ..protocol.control import Client, KeyRefused
+from ..connection_file import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
-from ..node import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
-from ..node_host import check_worker_limit
+from ..node.agent import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
+from ..node.host import check_worker_limit
 from ..procutil import worker_sched_policy
 
 log = logging.getLogger("raynb.node")

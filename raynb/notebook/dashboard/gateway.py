@@ -14,10 +14,10 @@ import asyncio
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-from ...cluster import protocol as P
-from ...cluster.connection import connection_file_path, read_connection_file
-from ...cluster.control import Client
-from ...cluster.run_logs import OUTPUT_FILE, check_selection, tail_output
+from ...cluster.protocol import messages as P
+from ...cluster.connection_file import connection_file_path, read_connection_file
+from ...cluster.protocol.control import Client
+from ...cluster.storage.run_logs import OUTPUT_FILE, check_selection, tail_output
 from ...errors import ClusterError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")

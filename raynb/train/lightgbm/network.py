@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from ...cluster import task_context
+from ...cluster.worker import task_context
 from .. import session as _session
 
 STATE_KEY = "lightgbm_network_params"

@@ -11,7 +11,7 @@ process a task had started through a daemon (``systemd-run``, ``docker run``, ``
 and, when the zygote or this agent is SIGKILLed, a task's processes that had moved to
 a session of their own (``setsid``); with the agent SIGKILLed, its workers' groups too.
 
-Run as ``python -m raynb.cluster.node --address tcp://HEAD:PORT --workers N`` with the
+Run as ``python -m raynb.cluster.node.agent --address tcp://HEAD:PORT --workers N`` with the
 cluster key in ``$RAYNB_KEY`` (the head does this for the local node). On other
 machines ``raynb node`` runs ``launch.static.run_node``, which reads the key file,
 checks the node's IP and GPUs, and serves a :class:`NodeAgent` in-process.
@@ -31,19 +31,17 @@ import uuid
 import psutil
 import zmq
 
-from . import curve
-from . import protocol as P
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
 from . import shm
 from .data_server import DataServer
 from .fork_requests import ForkRequests
-from .rejects import refusal
+from ..protocol.rejects import refusal
 from .gpu_stats import GpuSampler
 from .head_watch import DISCONNECTED_S, HeadWatch
-from .connection import private_dir
-from .node_host import (WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir,  # noqa: F401
-                        default_max_workers, node_cpus, parse_args, visible_gpus)
-from .procutil import (ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group,
-                       python_env)
+from ..connection_file import private_dir
+from .host import WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir, default_max_workers, node_cpus, parse_args, visible_gpus
+from ..procutil import ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group, python_env
 
 log = logging.getLogger("raynb.node")
 

@@ -26,8 +26,8 @@ import re
 
 import zmq
 
-from . import curve
-from . import protocol as P
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
 from . import shm
 
 log = logging.getLogger("raynb.node")

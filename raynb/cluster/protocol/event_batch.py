@@ -10,7 +10,7 @@
 """
 from __future__ import annotations
 
-from .protocol import RUN_ACCEPTED, RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
+from .messages import RUN_ACCEPTED, RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
 
 # The most events one batch carries (a rank's report burst), and about the most bytes of
 # their text and metrics: far under any message limit (RAYNB_MAX_MESSAGE_BYTES), also

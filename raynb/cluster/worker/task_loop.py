@@ -25,17 +25,17 @@ import time
 
 import cloudpickle
 
-from . import chunking, event_batch
-from . import protocol as P
+from ..protocol import chunking, event_batch
+from ..protocol import messages as P
 from . import task_context, warning_registry
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
-from .procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
+from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
 from .thread_share import ThreadShare
-from .worker_link import HeadLink
+from .head_link import HeadLink
 
 log = logging.getLogger("raynb.worker")
 

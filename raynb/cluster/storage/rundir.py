@@ -16,9 +16,9 @@ import os
 import time
 from pathlib import Path
 
-from . import record_tail, spare_files
-from .private_files import (RunFileError, aside, json_default as _json_default, private_opener,  # noqa: F401
-                            write_json_atomic, writing)
+from . import record_tail
+from .made_ahead import spare_files
+from .private_files import RunFileError, aside, json_default as _json_default, private_opener, write_json_atomic, writing
 from .progress_table import ProgressTable
 from .run_logs import OUTPUT_FILE, tag_lines
 from .storage_uri import join_uri

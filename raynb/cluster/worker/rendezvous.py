@@ -27,7 +27,7 @@ from datetime import timedelta
 
 import psutil
 
-from .netaddr import is_loopback
+from ..netaddr import is_loopback
 
 log = logging.getLogger("raynb.worker")
 

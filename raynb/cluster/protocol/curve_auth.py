@@ -23,7 +23,7 @@ import threading
 
 import zmq
 
-from .netaddr import is_loopback
+from ..netaddr import is_loopback
 
 log = logging.getLogger("raynb.curve")
 
@@ -64,10 +64,10 @@ def write_keys(directory) -> tuple:
     """
     from pathlib import Path
 
-    from ..errors import ClusterError
+    from ...errors import ClusterError
 
-    from .connection import write_connection_file
-    from .protocol import PROTOCOL_VERSION, new_key
+    from ..connection_file import write_connection_file
+    from .messages import PROTOCOL_VERSION, new_key
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -88,8 +88,8 @@ def read_head_keys(path) -> dict:
     Raises:
         ClusterError: not readable, not private, or without the server's secret key.
     """
-    from ..errors import ClusterError
-    from .connection import read_connection_file
+    from ...errors import ClusterError
+    from ..connection_file import read_connection_file
 
     info = read_connection_file(path)
     if info is None or len((info.get("curve") or {}).get("server_secret") or "") != 40:

@@ -21,7 +21,7 @@ import psutil
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from . import settings
+from .. import settings
 
 log = logging.getLogger("raynb.node")
 

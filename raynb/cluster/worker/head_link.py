@@ -26,8 +26,8 @@ from typing import Callable
 
 import zmq
 
-from . import curve, event_batch
-from . import protocol as P
+from ..protocol import curve_auth as curve, event_batch
+from ..protocol import messages as P
 from .wake_timer import WakeTimer
 
 log = logging.getLogger("raynb.worker")

@@ -10,7 +10,7 @@ import tempfile
 
 import psutil
 
-from .connection import private_dir
+from ..connection_file import private_dir
 
 
 def _local_ip_for(address: str) -> str:
@@ -112,7 +112,7 @@ def default_max_workers() -> int:
 
 
 def parse_args(argv=None):
-    """``python -m raynb.cluster.node``'s command line."""
+    """``python -m raynb.cluster.node.agent``'s command line."""
     ap = argparse.ArgumentParser(prog="raynb node", description="Run a raynb node agent.")
     ap.add_argument("--address", required=True, help="the head's address, tcp://HOST:PORT")
     ap.add_argument("--workers", type=int, default=0, help="workers to keep warm on this node")

@@ -32,7 +32,7 @@ import signal
 import sys
 import tempfile
 
-from .procutil import become_subreaper, die_with_parent, end_descendants, kill_group
+from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_group
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
@@ -58,7 +58,7 @@ def _preload() -> None:
     import psutil  # noqa: F401
     import zmq  # noqa: F401  (the module only; contexts are made after fork)
 
-    from . import worker  # noqa: F401
+    from ..worker import task_loop as worker  # noqa: F401
 
     # What the training functions import (raynb.train and its torch helpers), by name:
     # the cluster layer does not depend on them, it only warms the workers' cache.
@@ -69,7 +69,7 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
-    from .module_reload import warm
+    from ..worker.module_reload import warm
 
     warm()  # the ~2,000 modules above are classified once here, not in every worker
 
@@ -105,7 +105,7 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         sys.stdin = open(os.devnull)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        from .worker import main as worker_main
+        from ..worker.task_loop import main as worker_main
 
         code = worker_main(worker_id)
     except BaseException:  # noqa: BLE001 - report, then leave with an error code

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import zmq
 
 from . import chunking, signing
-from .wire import recv_frames, send_frames
+from .framing import recv_frames, send_frames
 from .rejects import RejectLog
 from .schema import Int, ListOf, MapOf, Record
 
@@ -99,12 +99,12 @@ SET_THREADS = "set_threads"      # {"run_id", "attempt", "num_threads"}: a new s
 CHUNK = "chunk"                  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
 # Jobs' and launchers' messages (client <-> head), in a module of their own: names and schemas.
-from .protocol_jobs import JOB_SCHEMAS, LIST_JOBS, NODE_LOST, SUBMIT_JOB, JOB_LOGS, STOP_JOB  # noqa: E402,F401
-from .protocol_jobs import JOB_LOGS_REPLY, JOB_REPLY, JOBS_REPLY, NODE_LOST_REPLY  # noqa: E402,F401
+from .job_messages import JOB_SCHEMAS, LIST_JOBS, NODE_LOST, SUBMIT_JOB, JOB_LOGS, STOP_JOB  # noqa: E402,F401
+from .job_messages import JOB_LOGS_REPLY, JOB_REPLY, JOBS_REPLY, NODE_LOST_REPLY  # noqa: E402,F401
 # Bulk transfers' messages (checkpoint files to and from the head, data to node agents).
-from .protocol_transfers import TRANSFER_SCHEMAS, CHECKPOINT_FILE, CHECKPOINT_DONE, CHECKPOINT_FETCH  # noqa: E402,F401
-from .protocol_transfers import CHECKPOINT_ACK, CHECKPOINT_PIECE, DATA_PUT, DATA_ACK  # noqa: E402,F401
-from .protocol_transfers import DATA_NEEDED, DATA_READY, DATA_FAILED  # noqa: E402,F401
+from .transfer_messages import TRANSFER_SCHEMAS, CHECKPOINT_FILE, CHECKPOINT_DONE, CHECKPOINT_FETCH  # noqa: E402,F401
+from .transfer_messages import CHECKPOINT_ACK, CHECKPOINT_PIECE, DATA_PUT, DATA_ACK  # noqa: E402,F401
+from .transfer_messages import DATA_NEEDED, DATA_READY, DATA_FAILED  # noqa: E402,F401
 
 MESSAGE_TYPES = frozenset(
     v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str)

@@ -12,10 +12,10 @@ import time
 
 import zmq
 
-from . import curve, event_batch
-from . import protocol as P
+from . import curve_auth as curve, event_batch
+from . import messages as P
 from .rejects import refusal
-from ..errors import ClusterError
+from ...errors import ClusterError
 
 
 # Messages a head sends unasked that the client answers itself, wherever it waits

@@ -25,8 +25,8 @@ import uuid
 
 import zmq
 
-from . import curve
-from . import protocol as P
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
 
 PIECE_BYTES = 192 << 10  # under chunking.FRAME_BYTES with the message's other frames
 TRANSFER_TIMEOUT_S = 60.0
