@@ -164,7 +164,7 @@ def hold(config):
         time.sleep(0.05)
 
 TorchTrainer(hold, train_loop_config={"up": sys.argv[1], "release": sys.argv[2]},
-             scaling_config=ScalingConfig(num_workers=3), run_config=RunConfig(verbose=0)).fit()
+             scaling_config=ScalingConfig(num_workers=int(sys.argv[3])), run_config=RunConfig(verbose=0)).fit()
 """
 
 
@@ -178,36 +178,41 @@ def _reports_until(config):
         time.sleep(0.05)
 
 
-def test_trials_that_never_started_are_pending_after_an_interrupt(warm, tmp_path):
+def test_trials_that_never_started_are_pending_after_an_interrupt(tmp_path, monkeypatch):
     import _thread
     import threading
 
     from raynb import tune
 
+    from conftest import private_cluster
+
     up, release = str(tmp_path / "up"), str(tmp_path / "release")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_WORKERS, up, release],
-                              env=dict(os.environ, PYTHONPATH=RAYNB_ROOT))
-    try:
-        deadline = time.monotonic() + 60
-        while not all(Path(up + str(r)).exists() for r in range(3)):   # 3 of the 4 workers held
-            assert time.monotonic() < deadline and holder.poll() is None, "the holding run never started"
-            time.sleep(0.05)
-        tuner = tune.Tuner(_reports_until, param_space={"k": tune.grid_search([1, 2, 3]), "release": release},
-                           run_config=tune.RunConfig(verbose=0))
-        timer = threading.Timer(3.0, _thread.interrupt_main)   # one trial runs, two wait for workers
-        timer.start()
+    # Two workers at most: another client's run holds one, so of the two trials submitted
+    # one runs and one waits at the head for a worker; the third is never submitted.
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2):
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_WORKERS, up, release, "1"],
+                                  env=dict(os.environ, PYTHONPATH=RAYNB_ROOT))
         try:
-            grid = tuner.fit()   # not in an IPython cell: returned, as Ray Tune does
+            deadline = time.monotonic() + 60
+            while not Path(up + "0").exists():
+                assert time.monotonic() < deadline and holder.poll() is None, "the holding run never started"
+                time.sleep(0.05)
+            tuner = tune.Tuner(_reports_until, param_space={"k": tune.grid_search([1, 2, 3]), "release": release},
+                               run_config=tune.RunConfig(verbose=0))
+            timer = threading.Timer(3.0, _thread.interrupt_main)
+            timer.start()
+            try:
+                grid = tuner.fit()   # not in an IPython cell: returned, as Ray Tune does
+            finally:
+                timer.cancel()
+            assert grid.interrupted
+            assert [r.status for r in grid] == ["PAUSED", "PENDING", "PENDING"], [r.status for r in grid]
+            Path(release).touch()
+            assert holder.wait(timeout=60) == 0
+            grid2 = tuner.fit()   # carries on: the PENDING ones start now, from scratch
+            assert [r.status for r in grid2] == ["TERMINATED"] * 3, [(r.status, r.error) for r in grid2]
         finally:
-            timer.cancel()
-        assert grid.interrupted
-        assert sorted(r.status for r in grid) == ["PAUSED", "PENDING", "PENDING"], [r.status for r in grid]
-        Path(release).touch()
-        assert holder.wait(timeout=60) == 0
-        grid2 = tuner.fit()   # carries on: the PENDING ones start now, from scratch
-        assert [r.status for r in grid2] == ["TERMINATED"] * 3, [(r.status, r.error) for r in grid2]
-    finally:
-        Path(release).touch()
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+            Path(release).touch()
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
