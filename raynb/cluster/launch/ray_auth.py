@@ -115,10 +115,14 @@ def probe(address: str) -> None:
         ClusterError: Ray refused the token (``refused``). Anything else is left to
             ``ray.init``, whose errors say more."""
     try:
+        from ray._private.authentication.authentication_token_setup import ensure_token_if_auth_enabled
         from ray._raylet import GcsClient
     except ImportError:
         return
     try:
+        # Token mode without a token: Ray's own AuthenticationError here, as ray.init raises
+        # it (a GcsClient made in that state aborts the process on a failed CHECK).
+        ensure_token_if_auth_enabled(None, create_token_if_missing=False)
         GcsClient(address=address)   # it asks the GCS for the cluster's id: refused without the token
     except Exception as e:  # noqa: BLE001 - only a refusal is ours to report
         err = auth_error(e)
