@@ -27,6 +27,8 @@ ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "rayn
 import netns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# `ray start --head` alone takes minutes on a loaded machine (and is retried there).
+pytestmark = pytest.mark.timeout(900)
 GCS = "198.18.0.1:6379"
 
 
@@ -57,7 +59,7 @@ def token_ray():
         r = net.run("ray", ["ray", "get-auth-token", "--generate"], env=env, timeout=120)
         assert r.returncode == 0, r.stderr
         token = Path(home, ".ray", "auth_token").read_text().strip()
-        for attempt in range(3):   # Ray waits a fixed ~15 s for its agents, which a loaded machine can miss
+        for attempt in range(5):   # Ray waits a fixed ~15 s for its agents, which a loaded machine can miss
             r = net.run("ray", ["ray", "start", "--head", "--port=6379", "--num-cpus=2", "--disable-usage-stats",
                                 "--include-dashboard=false", f"--temp-dir={tmp}/r{attempt}",
                                 "--node-ip-address=198.18.0.1"],
