@@ -86,7 +86,25 @@ def _add_node(sub) -> None:
 
 
 def main(argv=None) -> int:
-    """The ``raynb`` command; returns its exit status (2: a refused request or bad arguments)."""
+    """The ``raynb`` command; returns its exit status (2: a refused request or bad arguments).
+    Output into a pipe whose reader has gone (``raynb status | head``) ends it quietly with
+    141 (128 + SIGPIPE), as a command killed by SIGPIPE ends, not with a BrokenPipeError
+    traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()   # a closed pipe shows here for output still buffered
+        return code
+    except BrokenPipeError:
+        import os
+
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _run(argv=None) -> int:
     from .errors import ClusterError
 
     ap = build_parser()

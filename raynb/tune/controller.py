@@ -24,7 +24,7 @@ from .held_stops import HeldStops
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
-from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial, pause
 from .trial_output import relay_output
 from .trial_runner import TrialRunner, adopt_first_checkpoint, newest_checkpoint, write_params
 
@@ -303,7 +303,7 @@ class TuneController:
             self.scheduler.on_trial_complete(trial, trial.last_result)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
         elif ending == "interrupt" and state != "FAILED":
-            trial.status = TERMINATED if state == "FINISHED" else PAUSED
+            trial.status = TERMINATED if state == "FINISHED" else pause(trial)
             if trial.status == TERMINATED:
                 self.scheduler.on_trial_complete(trial, trial.last_result)
                 self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
@@ -404,8 +404,8 @@ class TuneController:
         for trial in list(self._by_run.values()):
             self._by_run.pop(trial.run_id, None)
             trial.extra.pop("_ending", None)
-            trial.status = status_after
-            self.progress.set_status(trial.trial_id, status_after)
+            trial.status = status_after if status_after != PAUSED else pause(trial)
+            self.progress.set_status(trial.trial_id, trial.status)
             self.state.mark(trial)
 
     def _flush(self) -> None:
