@@ -80,7 +80,6 @@ LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/train/run.py:execute_run": "one fit, step by step",
     "raynb/train/torch.py:restore": "TorchTrainer.restore's checks, one after another",
     "raynb/tune/controller.py:run": "Tune's event loop",
-    "raynb/tune/tuner.py:fit": "Tuner.fit, step by step; to split",
 }
 
 

@@ -188,42 +188,11 @@ class Tuner:
 
         callbacks = CallbackList(self._run_config.callbacks or ())  # a TypeError before any trial
         client = get_client()
-        status = client.status()
-        total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
-        capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
-        per_trial = self._runner.scaling_config.num_workers
-        if per_trial > capacity:
-            raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
-                             "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
-        concurrency = max(1, total_workers // per_trial)
-        if self._runner.scaling_config.use_gpu:  # one GPU per rank: GPUs may be the tighter limit
-            gpus = sum(len(n.get("gpus") or []) for n in status["nodes"])
-            if gpus < per_trial:
-                raise ValueError(f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
-                                 f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node")
-            concurrency = min(concurrency, gpus // per_trial)
-        if self._tune_config.max_concurrent_trials:
-            concurrency = min(concurrency, self._tune_config.max_concurrent_trials)
-
-        if self._restored is not None and not self._restored.get("fresh"):
-            for t in self._trials:  # fit() again after an interrupt carries on, as restore does
-                if t.status == PAUSED:
-                    _requeue(t, from_checkpoint=True)
-        header = self._prepare_experiment()
-        if self._restored and self._restored.get("orphans"):
-            _cancel_orphans(client, self._restored.pop("orphans"))
-        for t in self._trials:  # restored trials that start over (see _requeue)
-            if t.extra.pop("_wipe", False) and t.path:
-                shutil.rmtree(t.path, ignore_errors=True)
+        total_workers, concurrency = _plan_concurrency(client.status(), self._runner.scaling_config,
+                                                       self._tune_config.max_concurrent_trials)
+        header = self._carry_on_and_prepare(client)
         path = self._experiment_path
-        display = views.tune_view(self._metric, self._mode, total_workers,
-                                  varying_keys(self._param_space), self._run_config.verbose)
-        progress = display.progress
-        for t in self._trials:
-            progress.add_trial(t.trial_id, t.config)
-            for r in t.results:
-                progress.add_result(t.trial_id, r)
-            progress.set_status(t.trial_id, t.status, t.error, bool(t.extra.get("early_stopped")))
+        display = self._display_with_trials(total_workers)
         state = ExperimentState(path, header)
         for t in self._trials:
             state.mark(t)
@@ -233,7 +202,7 @@ class Tuner:
                 self._run_config.failure_config, "fail_fast", False)), metric=self._metric, mode=self._mode,
             num_samples=self._tune_config.num_samples, concurrency=concurrency,
             total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
-            experiment_path=path, exp_id=header["exp_id"], state=state, progress=progress,
+            experiment_path=path, exp_id=header["exp_id"], state=state, progress=display.progress,
             display=display, search_finished=bool(header.get("search_finished")),
             verbose=self._run_config.verbose, callbacks=callbacks)
         self._controller = controller
@@ -249,11 +218,45 @@ class Tuner:
             callbacks.on_experiment_end()
             callbacks.close()
         self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
+        return self._grid_of(controller, header, callbacks)
+
+    def _carry_on_and_prepare(self, client) -> dict:
+        """Before the trials run: paused trials of an earlier fit() requeued, the experiment's
+        directory and state prepared, a restored experiment's orphan runs cancelled and the
+        directories of trials that start over removed. Returns the experiment's header."""
+        if self._restored is not None and not self._restored.get("fresh"):
+            for t in self._trials:  # fit() again after an interrupt carries on, as restore does
+                if t.status == PAUSED:
+                    _requeue(t, from_checkpoint=True)
+        header = self._prepare_experiment()
+        if self._restored and self._restored.get("orphans"):
+            _cancel_orphans(client, self._restored.pop("orphans"))
+        for t in self._trials:  # restored trials that start over (see _requeue)
+            if t.extra.pop("_wipe", False) and t.path:
+                shutil.rmtree(t.path, ignore_errors=True)
+        return header
+
+    def _display_with_trials(self, total_workers: int):
+        """The experiment's view (table or text), holding the trials it has so far."""
+        display = views.tune_view(self._metric, self._mode, total_workers,
+                                  varying_keys(self._param_space), self._run_config.verbose)
+        for t in self._trials:
+            display.progress.add_trial(t.trial_id, t.config)
+            for r in t.results:
+                display.progress.add_result(t.trial_id, r)
+            display.progress.set_status(t.trial_id, t.status, t.error, bool(t.extra.get("early_stopped")))
+        return display
+
+    def _grid_of(self, controller, header: dict, callbacks) -> ResultGrid:
+        """The experiment's ResultGrid; raises what the end calls for: an interrupt in a
+        notebook cell (so Run All stops), a callback's error, ``fail_fast="raise"``'s error."""
+        path = self._experiment_path
         grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
         stop = None
         if controller.interrupted:   # in a notebook cell: raised (Run All stops), else returned
-            stop = report_interrupt(grid, grid.num_terminated, sum(t.status in (PAUSED, PENDING) for t in self._trials),
-                                    self._carry_on.format(name=header['name'], path=path), self._results_at)
+            unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
+            stop = report_interrupt(grid, grid.num_terminated, unfinished,
+                                    self._carry_on.format(name=header["name"], path=path), self._results_at)
         callbacks.check()  # a fail_on_error callback that raised at the very end
         if stop is not None:
             raise stop
@@ -397,3 +400,28 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
 
 
 __all__ = ["Tuner", "TuneConfig"]
+
+
+def _plan_concurrency(status: dict, scaling_config, max_concurrent: int | None) -> tuple[int, int]:
+    """(the cluster's warm workers, how many trials may run at once) from a cluster status.
+
+    Raises:
+        ValueError: a trial needs more workers than the cluster can ever hold, or more GPUs
+            than it has.
+    """
+    total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
+    capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
+    per_trial = scaling_config.num_workers
+    if per_trial > capacity:
+        raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
+                         "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
+    concurrency = max(1, total_workers // per_trial)
+    if scaling_config.use_gpu:  # one GPU per rank: GPUs may be the tighter limit
+        gpus = sum(len(n.get("gpus") or []) for n in status["nodes"])
+        if gpus < per_trial:
+            raise ValueError(f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
+                             f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node")
+        concurrency = min(concurrency, gpus // per_trial)
+    if max_concurrent:
+        concurrency = min(concurrency, max_concurrent)
+    return total_workers, concurrency
