@@ -249,91 +249,128 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
 
 def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name,
                  interrupts: NotedInterrupts) -> P.Message:
-    cancel_sent_at = None
-    last_heard = last_reattach = time.monotonic()
-    wait_until = None   # the end of this wait, polled in slices (interrupts.CHECK_S)
-    while True:
-        try:
-            if wait_until is None:
-                timeout = PING_EVERY_S if cancel_sent_at is None else max(
-                    0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - cancel_sent_at)))
-                if relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
-                    timeout = min(timeout, OUTPUT_FLUSH_S)
-                wait_until = time.monotonic() + timeout
-            # A Ctrl-C that pyzmq swallowed, noted while the last message was received: raised
-            # once that message was handled (a run_done in hand is never dropped for it).
-            interrupts.raise_noted()
-            msg = client.recv(max(0.0, min(wait_until - time.monotonic(), CHECK_S)))
-            now = time.monotonic()
-            if msg is None and now < wait_until:
-                continue
-            wait_until = None
-            if msg is None:
-                if relay.pending:
-                    relay.flush()
+    """Follow run ``run_id`` to its ``run_done`` (returned): events to ``display``, rank 0's
+    reports to ``reports``, output through ``relay``; a Ctrl-C cancels the run on every rank
+    (``cancel_on_interrupt``) and raises :class:`RunInterrupted` once the head confirms."""
+    return _Follow(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts).run()
+
+
+class _Follow:
+    """The state of one run being followed: its three clocks (when the head was last heard
+    from, when a remote head was last re-attached, when a cancel was sent) and the end of
+    the current wait, which is polled in slices (interrupts.CHECK_S) so a swallowed Ctrl-C
+    is still seen."""
+
+    def __init__(self, client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts):
+        self.client, self.run_id, self.display, self.reports, self.relay = client, run_id, display, reports, relay
+        self.cancel_on_interrupt, self.name, self.interrupts = cancel_on_interrupt, name, interrupts
+        self.cancel_sent_at = None
+        self.last_heard = self.last_reattach = time.monotonic()
+        self.wait_until = None
+
+    def run(self) -> P.Message:
+        while True:
+            try:
+                if self.wait_until is None:
+                    self.wait_until = time.monotonic() + self._timeout()
+                # A Ctrl-C that pyzmq swallowed, noted while the last message was received: raised
+                # once that message was handled (a run_done in hand is never dropped for it).
+                self.interrupts.raise_noted()
+                msg = self.client.recv(max(0.0, min(self.wait_until - time.monotonic(), CHECK_S)))
+                now = time.monotonic()
+                if msg is None and now < self.wait_until:
                     continue
-                check_head_alive(client)
-                if cancel_sent_at is not None and now - cancel_sent_at >= CANCEL_WAIT_S:
-                    raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
-                                       "check `raynb status`")
-                if now - last_heard >= HEAD_SILENCE_S and client.local_token is None \
-                        and now - last_heard < refollow.reconnect_s():
-                    if now - last_reattach >= HEAD_SILENCE_S:   # a remote head: attach again
-                        refollow.reattach(client, run_id)
-                        last_reattach = now
-                    client.send(P.PING)
-                    continue
-                if now - last_heard >= HEAD_SILENCE_S:
-                    raise ClusterError(
-                        f"lost contact with the raynb head at {client.address}: no answer for "
-                        f"{now - last_heard:.0f}s while this run was active (was the cluster killed "
-                        "or its machine lost?); check `raynb status`")
-                client.send(P.PING)
-                continue
-            last_heard = now
-            if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == run_id:
-                msg = refollow.on_record(msg, reports)   # re-attached after a silence
+                self.wait_until = None
                 if msg is None:
+                    self._on_silence(now)
                     continue
-            if msg.content.get("run_id") != run_id:
-                continue
-            if msg.msg_type == P.RUN_DONE:
-                relay.end(msg.content.get("path"))
-                if cancel_sent_at is not None:
-                    state = msg.content["state"]
-                    display.handle({"kind": "state", "state": state, "time": time.time()})
-                    display.finish()
-                    raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank" if state == "CANCELLED"
-                                         else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted")
-                return msg
-            if msg.msg_type == P.RUN_EVENT:
-                event = msg.content["event"]
-                if event.get("kind") == "output":
-                    relay.write(event)
-                elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
-                    relay.end()     # the last lines (and what was not shown) before the end's line
-                else:
-                    relay.flush()   # the output printed before a report or state shows before it
-                    if event.get("kind") == "report" and event.get("rank") == 0:
-                        reports.append(event["metrics"])
-                display.handle(event)
-        except KeyboardInterrupt as e:
-            interrupts.handled()
-            wait_until = None
-            if isinstance(e, RunInterrupted):
-                raise
-            if not cancel_on_interrupt:
-                raise RunInterrupted("stopped following the run; it goes on") from None
-            if cancel_sent_at is not None:   # a second interrupt: stop waiting for the confirmation
-                raise RunInterrupted("interrupted again while waiting for the ranks to stop; the "
-                                     "head still cancels the run (`raynb status` shows it)") from None
-            if interrupt_is_shutdown():
-                relay.end()
-                display.finish()
-                what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
-                    "the run", "raynb.attach(name)")
-                raise RunInterrupted(f"the kernel is shutting down; {what} keeps running on the "
-                                     f"cluster ({call} follows it again)") from None
-            client.send(P.CANCEL_RUN, {"run_id": run_id})
-            cancel_sent_at = time.monotonic()
-            interrupts.handled()   # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one
+                self.last_heard = now
+                done = self._on_message(msg)
+                if done is not None:
+                    return done
+            except KeyboardInterrupt as e:
+                self._on_interrupt(e)
+
+    def _timeout(self) -> float:
+        timeout = PING_EVERY_S if self.cancel_sent_at is None else max(
+            0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - self.cancel_sent_at)))
+        if self.relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
+            timeout = min(timeout, OUTPUT_FLUSH_S)
+        return timeout
+
+    def _on_silence(self, now: float) -> None:
+        """Nothing came for a whole wait: flush output, ping, re-attach, or give up."""
+        client = self.client
+        if self.relay.pending:
+            self.relay.flush()
+            return
+        check_head_alive(client)
+        if self.cancel_sent_at is not None and now - self.cancel_sent_at >= CANCEL_WAIT_S:
+            raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
+                               "check `raynb status`")
+        silent = now - self.last_heard
+        if silent >= HEAD_SILENCE_S and client.local_token is None and silent < refollow.reconnect_s():
+            if now - self.last_reattach >= HEAD_SILENCE_S:   # a remote head: attach again
+                refollow.reattach(client, self.run_id)
+                self.last_reattach = now
+            client.send(P.PING)
+            return
+        if silent >= HEAD_SILENCE_S:
+            raise ClusterError(
+                f"lost contact with the raynb head at {client.address}: no answer for "
+                f"{silent:.0f}s while this run was active (was the cluster killed "
+                "or its machine lost?); check `raynb status`")
+        client.send(P.PING)
+
+    def _on_message(self, msg: P.Message) -> P.Message | None:
+        """One message from the head: the run's ``run_done`` is returned, an event shown."""
+        if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == self.run_id:
+            msg = refollow.on_record(msg, self.reports)   # re-attached after a silence
+            if msg is None:
+                return None
+        if msg.content.get("run_id") != self.run_id:
+            return None
+        if msg.msg_type == P.RUN_DONE:
+            self.relay.end(msg.content.get("path"))
+            if self.cancel_sent_at is not None:
+                state = msg.content["state"]
+                self.display.handle({"kind": "state", "state": state, "time": time.time()})
+                self.display.finish()
+                raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank" if state == "CANCELLED"
+                                     else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted")
+            return msg
+        if msg.msg_type == P.RUN_EVENT:
+            event = msg.content["event"]
+            if event.get("kind") == "output":
+                self.relay.write(event)
+            elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
+                self.relay.end()     # the last lines (and what was not shown) before the end's line
+            else:
+                self.relay.flush()   # the output printed before a report or state shows before it
+                if event.get("kind") == "report" and event.get("rank") == 0:
+                    self.reports.append(event["metrics"])
+            self.display.handle(event)
+        return None
+
+    def _on_interrupt(self, e: KeyboardInterrupt) -> None:
+        """A Ctrl-C: the first sends the cancel; what else it means depends on the moment."""
+        self.interrupts.handled()
+        self.wait_until = None
+        if isinstance(e, RunInterrupted):
+            raise e
+        if not self.cancel_on_interrupt:
+            raise RunInterrupted("stopped following the run; it goes on") from None
+        if self.cancel_sent_at is not None:   # a second interrupt: stop waiting for the confirmation
+            raise RunInterrupted("interrupted again while waiting for the ranks to stop; the "
+                                 "head still cancels the run (`raynb status` shows it)") from None
+        if interrupt_is_shutdown():
+            self.relay.end()
+            self.display.finish()
+            name = self.name
+            what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
+                "the run", "raynb.attach(name)")
+            raise RunInterrupted(f"the kernel is shutting down; {what} keeps running on the "
+                                 f"cluster ({call} follows it again)") from None
+        self.client.send(P.CANCEL_RUN, {"run_id": self.run_id})
+        self.cancel_sent_at = time.monotonic()
+        self.interrupts.handled()   # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one
