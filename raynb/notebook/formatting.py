@@ -78,7 +78,7 @@ def fmt_range(values: Iterable, fmt: Callable[[Any], str]) -> str:
     lo, hi = fmt(vals[0]), fmt(vals[-1])
     if lo == hi:
         return lo
-    (lo_num, lo_unit), (hi_num, hi_unit) = _num_unit(lo), _num_unit(hi)
+    (lo_num, lo_unit), (_, hi_unit) = _num_unit(lo), _num_unit(hi)
     return f"{lo_num}-{hi}" if lo_unit == hi_unit and lo_num else f"{lo}-{hi}"
 
 

@@ -40,7 +40,8 @@ def summary_html(p, plot: bool = True, png: bytes | None = None) -> str:
         parts.append('<ul style="margin:6px 0;padding-left:20px;color:#ef6c00">'
                      + "".join(f"<li>{e(n)}</li>" for n in p.notes) + "</ul>")
     if p.error_text:
-        parts.append(f'<pre style="color:#c62828;white-space:pre-wrap;margin:6px 0;font-family:monospace">{e(p.error_text)}</pre>')
+        style = "color:#c62828;white-space:pre-wrap;margin:6px 0;font-family:monospace"
+        parts.append(f'<pre style="{style}">{e(p.error_text)}</pre>')
     parts.append("</div>")
     return "\n".join(parts)
 

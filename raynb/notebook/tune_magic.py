@@ -2,7 +2,7 @@
 
 ::
 
-    %%ray_tune --samples 16 --metric val_loss --mode min --scheduler asha --space {"lr": loguniform(1e-4, 1e-1)}
+    %%ray_tune --samples 16 --metric val_loss --mode min --scheduler asha --space {"lr": loguniform(1e-4, .1)}
     for epoch in range(20):
         report({"val_loss": train_one_epoch(config["lr"])})
 

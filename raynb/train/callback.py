@@ -179,7 +179,8 @@ def check_callbacks(callbacks, where: str = "RunConfig(callbacks=...)") -> list:
             raise TypeError(f"{where}: item {i} is the class {cb.__name__}; pass an instance, {cb.__name__}()")
         if not isinstance(cb, Callback):
             raise TypeError(
-                f"{where}: item {i}, of type {type(cb).__name__}, is not a raynb.tune.Callback. Pass instances "
+                f"{where}: item {i}, of type {type(cb).__name__}, is not a raynb.tune.Callback. "
+                f"Pass instances "
                 "of raynb.tune.Callback subclasses (e.g. raynb.tune.logger.TBXLoggerCallback(), "
                 "raynb.integrations.MLflowLoggerCallback())")
     return list(callbacks)

@@ -154,7 +154,8 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
     Args:
         metrics: dict of str -> number (tensors of one element and numpy scalars
             are converted); Ray's older ``report(loss=..., acc=...)`` form, keyword
-            arguments, is taken too (merged into ``metrics``). Rank 0's reports become ``Result.metrics`` and the
+            arguments, is taken too (merged into ``metrics``). Rank 0's reports become
+            ``Result.metrics`` and the
             rows of ``result.json`` / ``progress.csv``; every rank's ``epoch`` or
             ``step`` drives its progress bar.
         checkpoint (Checkpoint | None): a directory of state to persist with this

@@ -97,7 +97,8 @@ class TuneController:
                         if not self._by_run:
                             if self._pending:
                                 raise RuntimeError(
-                                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() picked none of "
+                                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() "
+                                    f"picked none of "
                                     f"{len(self._pending)} pending trials while none was running")
                             if self.search_finished:
                                 break
@@ -111,7 +112,8 @@ class TuneController:
                         timeout = max(0.0, min(timeout, deadline - time.monotonic()))
                     if self._interrupt_requested:
                         timeout = 0.0
-                    # Wake at least every 0.25 s: the table's clock, interrupt() (another thread's, a noted Ctrl-C).
+                    # Wake at least every 0.25 s: the table's clock, interrupt() (another thread's,
+                    # a noted Ctrl-C).
                     msg = self.client.recv(min(timeout, 0.25))
                     if msg is None:
                         self._quiet()

@@ -328,7 +328,8 @@ class Tuner:
 
         Raises:
             FileNotFoundError: ``path`` holds no experiment state.
-            ValueError: ``trainable`` is not the experiment's (another name, or other ranks or GPUs per trial).
+            ValueError: ``trainable`` is not the experiment's (another name, or other ranks or GPUs
+                per trial).
         """
         path = str(Path(path).expanduser())
         header, trials = read_state(path)

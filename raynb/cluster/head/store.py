@@ -386,7 +386,8 @@ class RunStore:
                 run.spec["_score_noted"] = True
                 keys = sorted(k for k in c["metrics"] if k not in AUTO_FIELDS)
                 self.emit(run, {"kind": "note", "text": (
-                    f"{c['name']}: its report has no {attr!r} (it has {', '.join(keys) or 'no metrics'}); "
+                    f"{c['name']}: its report has no {attr!r} "
+                    f"(it has {', '.join(keys) or 'no metrics'}); "
                     f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
                     "last: pruning keeps the newest of them, not the best")})
             self.emit(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],

@@ -49,7 +49,8 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
 
     Raises:
         ClusterError: ``workers`` over ``max_workers``, an unreadable or non-private key
-            file, no key, ``node_ip`` not an address of this machine, ``gpus`` more than it has (names what it has), or
+            file, no key, ``node_ip`` not an address of this machine,
+            ``gpus`` more than it has (names what it has), or
             ``$RAYNB_WORKER_SCHED`` not a policy.
     """
     try:

@@ -7,10 +7,10 @@ notes the mtime of every user module (a ``.py`` outside the standard library,
 site-packages and raynb itself); before the next run it reloads those whose file
 changed.
 
-What it costs per run: a worker holds about 2,000 modules (the zygote preloads torch);
-looking at each after every run took 0.7-1.1 ms per worker (66 ms on the first run).
-So it looks again only when ``sys.modules`` changed (its length or its newest entry:
-about 1 µs), then only at the modules imported since (a set difference), and the zygote takes its first look before it forks
+What it costs per run: a worker holds thousands of modules (the zygote preloads torch),
+and looking at each after every run would sit on every run's path. So it looks again only
+when ``sys.modules`` changed (its length or its newest entry), then only at the modules
+imported since (a set difference), and the zygote takes its first look before it forks
 (:func:`warm`), so a worker starts with the preloaded ones known. Before a run, only the
 user modules' files are stat'ed (a handful).
 """

@@ -12,7 +12,7 @@ needs Jupyter's XSRF token unless it came with the API token, as Jupyter's own A
 | GET ``raynb/api/status`` | nodes, workers (with CPU and memory), runs: the head's status |
 | GET ``raynb/api/runs`` | ``{"runs": [summary, ...]}``, oldest first |
 | GET ``raynb/api/runs/<name>`` | the run's record: state, params, failures, checkpoints, reports |
-| GET ``raynb/api/runs/<name>/logs?rank=N|all&stream=stdout|stderr&lines=200`` | the newest lines of its output |
+| GET ``raynb/api/runs/<name>/logs?rank=N|all&stream=stdout|stderr&lines=200`` | its newest lines |
 | POST ``raynb/api/runs/<name>/cancel`` | 202: the head cancels it on every rank |
 
 Errors are JSON ``{"message": ...}``: 400 for a bad parameter, 404 for an unknown run
