@@ -21,6 +21,7 @@ Usage::
     python benchmarks/callbacks.py
     python benchmarks/callbacks.py --quick        # smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,12 @@ def _callbacks(mode: str, store: str):
 
 def _us(ns: list[int]) -> dict:
     us = [x / 1000 for x in ns]
-    return {"mean": round(statistics.fmean(us), 2), "p50": round(statistics.median(us), 2),
-            "p99": round(_quantile(us, 0.99), 2), "max": round(max(us), 2)}
+    return {
+        "mean": round(statistics.fmean(us), 2),
+        "p50": round(statistics.median(us), 2),
+        "p99": round(_quantile(us, 0.99), 2),
+        "max": round(max(us), 2),
+    }
 
 
 def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, store: str) -> dict:
@@ -83,8 +88,12 @@ def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, s
     from raynb import RunConfig, ScalingConfig
     from raynb.train.run import execute_run
 
-    subprocess.run(_raynb_cli() + ["start", "--workers", str(workers)], check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
+    subprocess.run(
+        _raynb_cli() + ["start", "--workers", str(workers)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
     raynb.connect()
     sc = ScalingConfig(num_workers=workers)
 
@@ -122,12 +131,17 @@ def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, s
             "fit_wall_s": round(statistics.median(b["wall"]), 3),
             "last_report_to_result_ms": round(statistics.median(b["tail"]) * 1000, 1),
             "rank_loop_s": round(statistics.median(b["loop"]), 4),
-            "rank_report_us": _us(b["ns"]), "n": len(b["wall"])}
+            "rank_report_us": _us(b["ns"]),
+            "n": len(b["wall"]),
+        }
     none_ms = out["warm_rerun_ms"]["none"]["median"]
     out["warm_rerun_extra_ms"] = {m: round(out["warm_rerun_ms"][m]["median"] - none_ms, 2) for m in MODES[1:]}
     mean = max(out["reports_1000"][m]["rank_report_us"]["mean"] for m in MODES)
-    out["report_path"] = {"target_us": REPORT_TARGET_US, "worst_mean_us": mean,
-                          "over_target_us": round(max(0.0, mean - REPORT_TARGET_US), 2)}
+    out["report_path"] = {
+        "target_us": REPORT_TARGET_US,
+        "worst_mean_us": mean,
+        "over_target_us": round(max(0.0, mean - REPORT_TARGET_US), 2),
+    }
     return out
 
 
@@ -153,8 +167,13 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(store, ignore_errors=True)
     report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
-    report["settings"] = {"workers": args.workers, "runs": args.runs, "warmup": args.warmup,
-                          "big_runs": args.big_runs, "reports": args.reports}
+    report["settings"] = {
+        "workers": args.workers,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "big_runs": args.big_runs,
+        "reports": args.reports,
+    }
     print(json.dumps(report, indent=1))
     return 0
 

@@ -29,6 +29,7 @@ Usage::
     python benchmarks/data_ingest.py                 # 1 GiB, 512 MiB parquet (~1-2 min)
     python benchmarks/data_ingest.py --quick         # small sizes, a smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,6 +74,7 @@ class NodeMemory:
             while not self._stop.is_set():
                 self.peak = max(self.peak, self.sample() - self.start)
                 time.sleep(0.02)
+
         self._t = threading.Thread(target=loop, daemon=True)
         self._t.start()
         return self
@@ -105,8 +107,9 @@ def _make_captured(a):
 
         ctx = get_context()
         n = len(a) // ctx.get_world_size()
-        part = a[ctx.get_world_rank() * n:(ctx.get_world_rank() + 1) * n]
+        part = a[ctx.get_world_rank() * n : (ctx.get_world_rank() + 1) * n]
         report({"ready": _all_ranks_max(time.time()), "rows": len(part), "x": float(part[0])})
+
     return holds_captured
 
 
@@ -124,26 +127,40 @@ def array_to_ranks(gib: float, old_mib: list, head_pid: int, agent: tuple, repea
         with NodeMemory(head_pid, agent) as mem:
             t0 = time.time()
             try:
-                res = TorchTrainer(fn, datasets=datasets, scaling_config=ScalingConfig(num_workers=4),
-                                   run_config=RunConfig(verbose=0)).fit()
+                res = TorchTrainer(
+                    fn,
+                    datasets=datasets,
+                    scaling_config=ScalingConfig(num_workers=4),
+                    run_config=RunConfig(verbose=0),
+                ).fit()
             except (ValueError, MemoryError) as e:
                 return {"refused": str(e)[:200]}
-            except RunError as e:   # the captured path before this change: a starved node agent
-                return {"failed": str(e)[:300], "seconds_until_failed": round(time.time() - t0, 2),
-                        "node_peak_extra_mib": round(mem.peak / 2**20)}
-        return {"time_s": round(res.metrics["ready"] - t0, 3), "node_peak_extra_mib": round(mem.peak / 2**20),
-                "bytes": arr.nbytes}
+            except RunError as e:  # the captured path before this change: a starved node agent
+                return {
+                    "failed": str(e)[:300],
+                    "seconds_until_failed": round(time.time() - t0, 2),
+                    "node_peak_extra_mib": round(mem.peak / 2**20),
+                }
+        return {
+            "time_s": round(res.metrics["ready"] - t0, 3),
+            "node_peak_extra_mib": round(mem.peak / 2**20),
+            "bytes": arr.nbytes,
+        }
 
     def median_of(runs: list) -> dict:
         ok = [r for r in runs if "time_s" in r]
         if not ok:
             return runs[-1]
-        return {"time_s": statistics.median(r["time_s"] for r in ok), "time_s_all": [r["time_s"] for r in ok],
-                "node_peak_extra_mib": max(r["node_peak_extra_mib"] for r in ok), "bytes": ok[0]["bytes"]}
+        return {
+            "time_s": statistics.median(r["time_s"] for r in ok),
+            "time_s_all": [r["time_s"] for r in ok],
+            "node_peak_extra_mib": max(r["node_peak_extra_mib"] for r in ok),
+            "bytes": ok[0]["bytes"],
+        }
 
     out["datasets"] = median_of([timed(_holds_shard_ds, {"train": rd.from_numpy(a)}) for _ in range(repeat)])
     out["captured_shm"] = median_of([timed(_make_captured(a)) for _ in range(repeat)])
-    os.environ["RAYNB_DATA_VIA_SOCKET"] = "1"   # the path to node agents on other hosts
+    os.environ["RAYNB_DATA_VIA_SOCKET"] = "1"  # the path to node agents on other hosts
     try:
         out["datasets_via_data_socket"] = timed(_holds_shard_ds, {"train": rd.from_numpy(a)})
     finally:
@@ -167,8 +184,11 @@ def array_to_ranks(gib: float, old_mib: list, head_pid: int, agent: tuple, repea
             floors.append(time.time() - t0)
         shm.remove(name)
     floor = statistics.median(floors)
-    out["floor_memcpy"] = {"time_s": round(floor, 3), "time_s_all": [round(f, 3) for f in floors],
-                           "node_peak_extra_mib": round(mem.peak / 2**20)}
+    out["floor_memcpy"] = {
+        "time_s": round(floor, 3),
+        "time_s_all": [round(f, 3) for f in floors],
+        "node_peak_extra_mib": round(mem.peak / 2**20),
+    }
     d = out["datasets"]
     if "time_s" in d:
         out["datasets_vs_floor_time"] = round(d["time_s"] / max(floor, 1e-9), 2)
@@ -203,12 +223,27 @@ def iterators(rows: int, passes: int) -> dict:
     from raynb.train.torch import TorchTrainer
 
     rng = np.random.default_rng(0)
-    ds = rd.from_numpy({"x": rng.random((rows, 32), dtype=np.float32), "y": rng.random(rows, dtype=np.float32)})
-    m = TorchTrainer(_throughput, train_loop_config={"passes": passes}, datasets={"train": ds},
-                     scaling_config=ScalingConfig(num_workers=1), run_config=RunConfig(verbose=0)).fit().metrics
-    return {"rows": rows, "batch_size": 256, "iter_torch_batches_rows_s": round(m["iter_torch_batches_rows_s"]),
-            "dataloader_tensordataset_rows_s": round(m["dataloader_rows_s"]),
-            "ratio": round(m["iter_torch_batches_rows_s"] / m["dataloader_rows_s"], 2)}
+    ds = rd.from_numpy(
+        {"x": rng.random((rows, 32), dtype=np.float32), "y": rng.random(rows, dtype=np.float32)}
+    )
+    m = (
+        TorchTrainer(
+            _throughput,
+            train_loop_config={"passes": passes},
+            datasets={"train": ds},
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(verbose=0),
+        )
+        .fit()
+        .metrics
+    )
+    return {
+        "rows": rows,
+        "batch_size": 256,
+        "iter_torch_batches_rows_s": round(m["iter_torch_batches_rows_s"]),
+        "dataloader_tensordataset_rows_s": round(m["dataloader_rows_s"]),
+        "ratio": round(m["iter_torch_batches_rows_s"] / m["dataloader_rows_s"], 2),
+    }
 
 
 def _stream(config):
@@ -225,6 +260,7 @@ def _stream(config):
         while not done.is_set():
             peak[0] = max(peak[0], me.memory_info().rss)
             time.sleep(0.005)
+
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     t0, n = time.time(), 0
@@ -245,12 +281,15 @@ def parquet(mib: int, tmp: str) -> dict:
     from raynb.train import RunConfig, ScalingConfig
     from raynb.train.torch import TorchTrainer
 
-    cols, rows_per_file = 16, 400_000   # 51 MB a file
+    cols, rows_per_file = 16, 400_000  # 51 MB a file
     files = max(1, round(mib * (1 << 20) / (cols * 8 * rows_per_file)))
     rng = np.random.default_rng(0)
     for i in range(files):
-        pq.write_table(pa.table({f"f{c}": rng.random(rows_per_file) for c in range(cols)}),
-                       os.path.join(tmp, f"part-{i:03d}.parquet"), row_group_size=25_000)
+        pq.write_table(
+            pa.table({f"f{c}": rng.random(rows_per_file) for c in range(cols)}),
+            os.path.join(tmp, f"part-{i:03d}.parquet"),
+            row_group_size=25_000,
+        )
     paths = sorted(os.path.join(tmp, f) for f in os.listdir(tmp))
     total = files * rows_per_file
     scans = []
@@ -260,19 +299,37 @@ def parquet(mib: int, tmp: str) -> dict:
             n += rb.num_rows
         scans.append(time.time() - t0)
     single = statistics.median(scans)
-    m = TorchTrainer(_stream, datasets={"train": rd.read_parquet(paths)}, scaling_config=ScalingConfig(num_workers=4),
-                     run_config=RunConfig(verbose=0)).fit().metrics
-    return {"bytes": total * cols * 8, "rows": total, "files": files,
-            "single_scan_rows_s": round(n / single), "four_ranks_rows_s": round(total / m["seconds"]),
-            "ratio": round((total / m["seconds"]) / (n / single), 2),
-            "peak_rss_over_idle_mib_per_rank": round(m["peak_extra"] / 2**20, 1), "rows_per_rank": m["rows"]}
+    m = (
+        TorchTrainer(
+            _stream,
+            datasets={"train": rd.read_parquet(paths)},
+            scaling_config=ScalingConfig(num_workers=4),
+            run_config=RunConfig(verbose=0),
+        )
+        .fit()
+        .metrics
+    )
+    return {
+        "bytes": total * cols * 8,
+        "rows": total,
+        "files": files,
+        "single_scan_rows_s": round(n / single),
+        "four_ranks_rows_s": round(total / m["seconds"]),
+        "ratio": round((total / m["seconds"]) / (n / single), 2),
+        "peak_rss_over_idle_mib_per_rank": round(m["peak_extra"] / 2**20, 1),
+        "rows_per_rank": m["rows"],
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--old-mib", type=lambda t: [int(x) for x in t.split(",")], default=[64, 256],
-                    help="sizes (MiB, comma-separated) the captured path before this change is timed at")
+    ap.add_argument(
+        "--old-mib",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=[64, 256],
+        help="sizes (MiB, comma-separated) the captured path before this change is timed at",
+    )
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3, help="runs of each shared-memory figure (median)")

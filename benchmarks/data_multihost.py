@@ -17,6 +17,7 @@ on 198.18.0.1, node agents on .2 and .3 (2 workers each), a notebook client on .
 
 Needs root (namespaces). Usage: ``python benchmarks/data_multihost.py [--quick]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -86,7 +87,9 @@ print(time.perf_counter() - t0)
 
 def _socket_copy_s(c: Cluster, host: str, nbytes: int) -> float:
     ip = c.net.ips[host]
-    server = c.net.popen(host, [sys.executable, "-c", SOCKET_SERVER.format(ip=ip)], stdout=subprocess.PIPE, text=True)
+    server = c.net.popen(
+        host, [sys.executable, "-c", SOCKET_SERVER.format(ip=ip)], stdout=subprocess.PIPE, text=True
+    )
     port = int(server.stdout.readline())
     r = c.net.run("client", [sys.executable, "-c", SOCKET_CLIENT.format(nbytes=nbytes, ip=ip, port=port)])
     server.wait(timeout=120)
@@ -119,10 +122,13 @@ def main() -> int:
                 r, _ = c.client(f"MIB = {mib}\n" + RUN, timeout=600, private_shm=private)
                 stop.set()
                 t.join()
-                row[label] = {"to_shards_s": round(r["to_shards_s"], 3), "fit_s": round(r["fit_s"], 3),
-                              "mb_s": round(2 * r["size_bytes"] / 2**20 / r["to_shards_s"], 1),
-                              "segment_bytes_per_host": r["per_host"],
-                              "head_rss_mib": [round(rss[0] / 2**20), round(max(rss) / 2**20)]}
+                row[label] = {
+                    "to_shards_s": round(r["to_shards_s"], 3),
+                    "fit_s": round(r["fit_s"], 3),
+                    "mb_s": round(2 * r["size_bytes"] / 2**20 / r["to_shards_s"], 1),
+                    "segment_bytes_per_host": r["per_host"],
+                    "head_rss_mib": [round(rss[0] / 2**20), round(max(rss) / 2**20)],
+                }
                 row["size_bytes"] = r["size_bytes"]
             row["floor_s"] = round(sum(_socket_copy_s(c, h, row["size_bytes"]) for h in ("h1", "h2")), 3)
             row["via_sockets_over_floor"] = round(row["via_sockets"]["to_shards_s"] / row["floor_s"], 2)

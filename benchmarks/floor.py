@@ -17,6 +17,7 @@ Usage (inside a benchmark)::
     with Floor(4) as floor:        # or RelayFloor(4)
         result = floor.run(fn)   # {"seconds", "reports": [...], "returns": [...], "cpu_s"}
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -67,8 +68,8 @@ def _relay(world: int, driver_port: int, worker_port: int) -> None:
     driver.bind(f"tcp://127.0.0.1:{driver_port}")
     workers = ctx.socket(zmq.ROUTER)
     workers.bind(f"tcp://127.0.0.1:{worker_port}")
-    ids = [workers.recv_multipart()[0] for _ in range(world)]   # each worker's "ready"
-    client, _ = driver.recv_multipart()                         # the driver's hello
+    ids = [workers.recv_multipart()[0] for _ in range(world)]  # each worker's "ready"
+    client, _ = driver.recv_multipart()  # the driver's hello
     driver.send_multipart([client, pickle.dumps(("ready", -1, None))])
     poller = zmq.Poller()
     poller.register(driver, zmq.POLLIN)
@@ -79,7 +80,7 @@ def _relay(world: int, driver_port: int, worker_port: int) -> None:
                 _, data = driver.recv_multipart()
                 for ident in ids:
                     workers.send_multipart([ident, data])
-                if data == b"stop":   # the stops delivered before this process exits
+                if data == b"stop":  # the stops delivered before this process exits
                     for sock in (driver, workers):
                         sock.close(linger=2000)
                     ctx.term()
@@ -113,8 +114,10 @@ class Floor:
 
         fork = mp.get_context("fork")
         gloo_port = _free_port()
-        self.procs = [fork.Process(target=_worker, args=(r, self.world, gloo_port, address), daemon=True)
-                      for r in range(self.world)]
+        self.procs = [
+            fork.Process(target=_worker, args=(r, self.world, gloo_port, address), daemon=True)
+            for r in range(self.world)
+        ]
         for p in self.procs:
             p.start()
 
@@ -135,8 +138,12 @@ class Floor:
             elif kind == "done":
                 returns[rank] = value
                 done += 1
-        return {"seconds": time.perf_counter() - t0, "reports": reports,
-                "returns": [returns[r] for r in range(self.world)], "cpu_s": time.process_time() - cpu0}
+        return {
+            "seconds": time.perf_counter() - t0,
+            "reports": reports,
+            "returns": [returns[r] for r in range(self.world)],
+            "cpu_s": time.process_time() - cpu0,
+        }
 
     def _send_all(self, data: bytes) -> None:
         for rank in range(self.world):
@@ -162,19 +169,20 @@ class RelayFloor(Floor):
     def __enter__(self) -> "RelayFloor":
         driver_port, worker_port = _free_port(), _free_port()
         self._start_workers(f"tcp://127.0.0.1:{worker_port}")
-        relay = mp.get_context("fork").Process(target=_relay, args=(self.world, driver_port, worker_port),
-                                               daemon=True)
+        relay = mp.get_context("fork").Process(
+            target=_relay, args=(self.world, driver_port, worker_port), daemon=True
+        )
         relay.start()
         self.procs.append(relay)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.connect(f"tcp://127.0.0.1:{driver_port}")
         self.sock.send(b"hello")
-        if not self.sock.poll(120_000):   # the relay's "ready": every worker is connected
+        if not self.sock.poll(120_000):  # the relay's "ready": every worker is connected
             self.__exit__()
             raise RuntimeError("the relay floor's workers did not come up within 120 s")
         self.sock.recv()
         return self
 
     def _send_all(self, data: bytes) -> None:
-        self.sock.send(data)   # the relay sends it to every worker
+        self.sock.send(data)  # the relay sends it to every worker

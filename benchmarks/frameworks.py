@@ -16,6 +16,7 @@ Usage::
     python benchmarks/frameworks.py --quick         # 1 repeat
     python benchmarks/frameworks.py --only lightning
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,12 +72,16 @@ for _ in range(5):
     loss = torch.nn.functional.mse_loss(model(x), x[:, :1]); opt.zero_grad(); loss.backward(); opt.step()
 """
 FRESH = {
-    "lightning": LIGHTNING_BODY + "pl.Trainer(devices=2, strategy='ddp', **common).fit(Regression(), loader)\n",
-    "transformers": TRANSFORMERS_BODY + "transformers.Trainer(model=model, args=args, train_dataset=data).train()\n",
-    "fsdp": "import torch.distributed as dist\ndist.init_process_group('gloo')\n" + FSDP_BODY
-            + "from torch.distributed.fsdp import fully_shard\nfor m in model.children():\n"
-              "    if list(m.parameters()): fully_shard(m)\nfully_shard(model)\n" + FSDP_STEPS
-            + "dist.destroy_process_group()\n",
+    "lightning": LIGHTNING_BODY
+    + "pl.Trainer(devices=2, strategy='ddp', **common).fit(Regression(), loader)\n",
+    "transformers": TRANSFORMERS_BODY
+    + "transformers.Trainer(model=model, args=args, train_dataset=data).train()\n",
+    "fsdp": "import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+    + FSDP_BODY
+    + "from torch.distributed.fsdp import fully_shard\nfor m in model.children():\n"
+    "    if list(m.parameters()): fully_shard(m)\nfully_shard(model)\n"
+    + FSDP_STEPS
+    + "dist.destroy_process_group()\n",
 }
 
 
@@ -86,8 +91,13 @@ def lightning_fn():
     from raynb.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback
 
     pl = scope["pl"]
-    pl.Trainer(devices="auto", strategy=RayDDPStrategy(), plugins=[RayLightningEnvironment()],
-               callbacks=[RayTrainReportCallback()], **scope["common"]).fit(scope["Regression"](), scope["loader"])
+    pl.Trainer(
+        devices="auto",
+        strategy=RayDDPStrategy(),
+        plugins=[RayLightningEnvironment()],
+        callbacks=[RayTrainReportCallback()],
+        **scope["common"],
+    ).fit(scope["Regression"](), scope["loader"])
 
 
 def transformers_fn():
@@ -154,14 +164,23 @@ def _trainer(name: str):
         from raynb.train.lightgbm import LightGBMTrainer
 
         train, valid = _lightgbm_frames()
-        return LightGBMTrainer(params=LGB_PARAMS, label_column="target", num_boost_round=20,
-                               datasets={"train": train, "valid": valid}, scaling_config=sc, run_config=rc)
+        return LightGBMTrainer(
+            params=LGB_PARAMS,
+            label_column="target",
+            num_boost_round=20,
+            datasets={"train": train, "valid": valid},
+            scaling_config=sc,
+            run_config=rc,
+        )
     if name == "horovod":
         from raynb.train.horovod import HorovodTrainer
 
         return HorovodTrainer(horovod_fn, scaling_config=sc, run_config=rc)
-    return TorchTrainer({"lightning": lightning_fn, "transformers": transformers_fn, "fsdp": fsdp_fn}[name],
-                        scaling_config=sc, run_config=rc)
+    return TorchTrainer(
+        {"lightning": lightning_fn, "transformers": transformers_fn, "fsdp": fsdp_fn}[name],
+        scaling_config=sc,
+        run_config=rc,
+    )
 
 
 def _timed_fit(trainer) -> float:
@@ -181,15 +200,27 @@ def _fresh(name: str, repeats: int) -> float | None:
         script = os.path.join(tmp, f"fresh_{name}.py")  # not {name}.py: it would shadow the package
         with open(script, "w") as f:
             f.write(LGB_FRESH if name == "lightgbm" else FRESH[name])
-        cmd = [sys.executable, script] if name == "lightgbm" else \
-            _torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
+        cmd = (
+            [sys.executable, script]
+            if name == "lightgbm"
+            else _torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
+        )
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for _ in range(repeats):
             t0 = time.perf_counter()
-            done = subprocess.run(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  text=True, timeout=600)
+            done = subprocess.run(
+                cmd,
+                cwd=tmp,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=600,
+            )
             if done.returncode:
-                raise RuntimeError(f"the fresh {name} launch failed ({done.returncode}): {done.stderr[:3000]}")
+                raise RuntimeError(
+                    f"the fresh {name} launch failed ({done.returncode}): {done.stderr[:3000]}"
+                )
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -198,7 +229,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="1 repeat")
-    ap.add_argument("--only", action="append", choices=["lightning", "transformers", "lightgbm", "fsdp", "horovod"])
+    ap.add_argument(
+        "--only", action="append", choices=["lightning", "transformers", "lightgbm", "fsdp", "horovod"]
+    )
     a = ap.parse_args()
     repeats = 1 if a.quick else a.repeats
     names = a.only or ["lightning", "transformers", "lightgbm", "fsdp", "horovod"]
@@ -209,8 +242,12 @@ def main() -> None:
         import cloudpickle
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                       stdout=subprocess.DEVNULL, timeout=300)
+        subprocess.run(
+            _raynb_cli() + ["start", "--workers", str(WORKERS)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=300,
+        )
         import raynb
 
         raynb.connect()
@@ -219,9 +256,11 @@ def main() -> None:
             warm = statistics.median(_timed_fit(_trainer(name)) for _ in range(repeats))
             fresh = _fresh(name, repeats)
             out["frameworks"][name] = {
-                "first_fit_s": round(first, 3), "warm_rerun_s": round(warm, 3),
+                "first_fit_s": round(first, 3),
+                "warm_rerun_s": round(warm, 3),
                 "fresh_launch_s": None if fresh is None else round(fresh, 3),
-                "speedup": None if fresh is None else round(fresh / warm, 1)}
+                "speedup": None if fresh is None else round(fresh / warm, 1),
+            }
         raynb.disconnect()
     out["load_avg_1m_at_end"] = os.getloadavg()[0]
     print(json.dumps(out, indent=2))

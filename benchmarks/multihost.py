@@ -16,6 +16,7 @@ client on .4, CurveZMQ on every ZeroMQ link. Prints one JSON object:
 
 Needs root (namespaces). Usage: ``python benchmarks/multihost.py [--quick]``.
 """
+
 from __future__ import annotations
 
 import json
@@ -137,8 +138,14 @@ def _host_loss(c: Cluster) -> float:
 
     name = "bench-lose"
     code = f"EPOCHS, EPOCH_S, NAME = 10, 0.5, {name!r}\n" + textwrap.dedent(LONG_RUN)
-    client = c.net.popen("client", [sys.executable, "-c", c.client_prelude() + code], env=c.env("client"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = c.net.popen(
+        "client",
+        [sys.executable, "-c", c.client_prelude() + code],
+        env=c.env("client"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run_dir = c.storage / name
     while not (run_dir / "checkpoint_000002").is_dir():
         if client.poll() is not None:
@@ -167,23 +174,34 @@ def main() -> int:
         net = c.net
         warm, _ = c.client(f"RUNS = {runs}\n" + TRIVIAL, timeout=600)
         two, one = statistics.median(warm["two_hosts"]) * 1e3, statistics.median(warm["one_host"]) * 1e3
-        out["warm_rerun_ms"] = {"two_hosts": round(two, 1), "one_host": round(one, 1),
-                                "ratio": round(two / one, 2), "n": runs}
+        out["warm_rerun_ms"] = {
+            "two_hosts": round(two, 1),
+            "one_host": round(one, 1),
+            "ratio": round(two / one, 2),
+            "n": runs,
+        }
         g, _ = c.client(f"STEPS = {steps}\n" + GRADIENTS, timeout=600)
-        out["gradient_bytes_per_step"] = {"params": g["params"], "none": round(g["none"]),
-                                          "fp16": round(g["fp16"]), "saved": round(g["none"] - g["fp16"]),
-                                          "ratio": round(g["fp16"] / g["none"], 3)}
+        out["gradient_bytes_per_step"] = {
+            "params": g["params"],
+            "none": round(g["none"]),
+            "fp16": round(g["fp16"]),
+            "saved": round(g["none"] - g["fp16"]),
+            "ratio": round(g["fp16"] / g["none"], 3),
+        }
         # The checkpointing rank must be on n2: with h1's link down the head drops n1 (5 s
         # without a heartbeat), and n1 registers again when the link is back.
         net.link("h1", up=False)
         c.wait_workers(1, nodes={"n2"})
-        time.sleep(6)   # the head drops n1
+        time.sleep(6)  # the head drops n1
         ck, _ = c.client(f"N, MIB = {n_ckpt}, {mib}\n" + CHECKPOINT, timeout=600)
         net.link("h1", up=True)
         sock = _socket_copy_s(c, mib)
-        out["checkpoint_mb_s"] = {"mib": mib, "raynb_stream": round(mib / ck["upload_s"], 1),
-                                  "plain_socket": round(mib / sock, 1),
-                                  "ratio": round(sock / ck["upload_s"], 2)}
+        out["checkpoint_mb_s"] = {
+            "mib": mib,
+            "raynb_stream": round(mib / ck["upload_s"], 1),
+            "plain_socket": round(mib / sock, 1),
+            "ratio": round(sock / ck["upload_s"], 2),
+        }
         c.wait_workers(4, nodes={"n1"}, timeout=60)
         out["host_loss_to_first_report_s"] = round(_host_loss(c), 2)
     out["load_avg_end"] = os.getloadavg()

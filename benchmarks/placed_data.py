@@ -25,6 +25,7 @@ Usage::
 
     python benchmarks/placed_data.py            # 30 runs of each kind (~1 min)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,9 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.environ.get("RAYNB_CODE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(
+    0, os.environ.get("RAYNB_CODE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 def _plain():
@@ -64,18 +67,21 @@ def main(argv=None) -> int:
 
     import raynb
     import raynb.data as rd
-    from raynb.cluster.protocol import control, messages as P
     from raynb.cluster.launch import start_cluster, stop_cluster
+    from raynb.cluster.protocol import control
+    from raynb.cluster.protocol import messages as P
     from raynb.train import RunConfig, ScalingConfig
     from raynb.train.torch import TorchTrainer
 
     hook_s: list[float] = []
     hook = getattr(control, "MESSAGE_HOOKS", {}).get(getattr(P, "DATA_NEEDED", None))
     if hook is not None:
+
         def timed(client, msg):
             t0 = time.perf_counter()
             hook(client, msg)
             hook_s.append(time.perf_counter() - t0)
+
         control.MESSAGE_HOOKS[P.DATA_NEEDED] = timed
     load_before = os.getloadavg()
     start_cluster(num_workers=1)
@@ -86,7 +92,10 @@ def main(argv=None) -> int:
         quiet, one = RunConfig(verbose=0), ScalingConfig(num_workers=1)
         times: dict[str, list] = {"no_data_fit_s": [], "data_fit_s": []}
         for i in range(args.runs + 3):
-            for name, fn, kw in (("no_data_fit_s", _plain, {}), ("data_fit_s", _reads, {"datasets": {"train": ds}})):
+            for name, fn, kw in (
+                ("no_data_fit_s", _plain, {}),
+                ("data_fit_s", _reads, {"datasets": {"train": ds}}),
+            ):
                 t0 = time.perf_counter()
                 TorchTrainer(fn, scaling_config=one, run_config=quiet, **kw).fit()
                 if i >= 3:
@@ -95,9 +104,13 @@ def main(argv=None) -> int:
         out = {k: round(statistics.median(v), 5) for k, v in times.items()}
         out["data_minus_no_data_s"] = round(out["data_fit_s"] - out["no_data_fit_s"], 5)
         out["data_needed_s"] = round(statistics.median(hook_s), 5) if hook_s else None
-        out.update(runs=args.runs, mib=args.mib, code=os.path.dirname(raynb.__file__),
-                   load_before=[round(x, 2) for x in load_before],
-                   load_after=[round(x, 2) for x in os.getloadavg()])
+        out.update(
+            runs=args.runs,
+            mib=args.mib,
+            code=os.path.dirname(raynb.__file__),
+            load_before=[round(x, 2) for x in load_before],
+            load_after=[round(x, 2) for x in os.getloadavg()],
+        )
     finally:
         raynb.disconnect()
         stop_cluster()

@@ -20,6 +20,7 @@ Usage::
     python benchmarks/progress_csv.py              # 3 rounds of 2,000 reports
     python benchmarks/progress_csv.py --quick      # smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,13 +35,16 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raynb.cluster.storage import progress_table  # noqa: E402
-from raynb.cluster.storage.rundir import RunDirectory  # noqa: E402
 from rerun_latency import machine_info  # noqa: E402
 
+from raynb.cluster.storage import progress_table  # noqa: E402
+from raynb.cluster.storage.rundir import RunDirectory  # noqa: E402
+
 SETTINGS = ("REWRITE_EVERY_S", "REWRITE_GAP_FACTOR", "MAX_REWRITE_CELLS")
-POLICIES = {"bounded": tuple(getattr(progress_table, k) for k in SETTINGS),
-            "every_flush": (0.0, 0, float("inf"))}
+POLICIES = {
+    "bounded": tuple(getattr(progress_table, k) for k in SETTINGS),
+    "every_flush": (0.0, 0, float("inf")),
+}
 
 
 def _set(values) -> None:
@@ -70,8 +74,12 @@ def one_run(reports: int, policy: str) -> dict:
                 (rd.flush if i < reports - 1 else rd.close)()
                 took = time.process_time() - t0
                 total, worst = total + took, max(worst, took)
-        return {"total_s": total, "worst_write_ms": worst * 1e3, "rewrites": rewrites[0],
-                "columns": len(rd._progress.columns)}
+        return {
+            "total_s": total,
+            "worst_write_ms": worst * 1e3,
+            "rewrites": rewrites[0],
+            "columns": len(rd._progress.columns),
+        }
     finally:
         progress_table.ProgressTable._rewrite = real
         shutil.rmtree(root, ignore_errors=True)
@@ -89,7 +97,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {p: [] for p in POLICIES}
     try:
         for _ in range(args.rounds):
-            for policy in POLICIES:   # in turn, so both see the same load
+            for policy in POLICIES:  # in turn, so both see the same load
                 runs[policy].append(one_run(args.reports, policy))
     finally:
         _set(POLICIES["bounded"])

@@ -20,6 +20,7 @@ Usage::
     python benchmarks/ray_engine.py                     # 1+3 Ray Train fits, 30 warm re-runs
     python benchmarks/ray_engine.py --quick --skip-ray-train   # smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,10 +48,9 @@ def raynb_fn():
 
 
 def ray_train_fn():
+    import ray.train
     import torch
     import torch.distributed as dist
-
-    import ray.train
 
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
@@ -60,9 +60,12 @@ def ray_train_fn():
 
 def _ms(xs):
     xs = sorted(xs)
-    return {"median_ms": round(statistics.median(xs) * 1000, 2),
-            "p90_ms": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))] * 1000, 2),
-            "min_ms": round(xs[0] * 1000, 2), "n": len(xs)}
+    return {
+        "median_ms": round(statistics.median(xs) * 1000, 2),
+        "p90_ms": round(xs[min(len(xs) - 1, int(0.9 * len(xs)))] * 1000, 2),
+        "min_ms": round(xs[0] * 1000, 2),
+        "n": len(xs),
+    }
 
 
 def _raynb_runs(n: int) -> tuple[float, list[float]]:
@@ -72,8 +75,9 @@ def _raynb_runs(n: int) -> tuple[float, list[float]]:
     times = []
     for _ in range(n + 1):
         t = time.perf_counter()
-        r = TorchTrainer(raynb_fn, scaling_config=ScalingConfig(num_workers=4),
-                         run_config=RunConfig(verbose=0)).fit()
+        r = TorchTrainer(
+            raynb_fn, scaling_config=ScalingConfig(num_workers=4), run_config=RunConfig(verbose=0)
+        ).fit()
         times.append(time.perf_counter() - t)
         assert r.error is None and r.metrics["sum"] == 10.0, (r.error, r.metrics)
     return times[0], times[1:]
@@ -86,8 +90,11 @@ def _ray_train(n: int, storage: str) -> dict:
     times = []
     for i in range(n + 1):
         t = time.perf_counter()
-        r = TorchTrainer(ray_train_fn, scaling_config=ScalingConfig(num_workers=4),
-                         run_config=RunConfig(storage_path=storage, name=f"bench{i}")).fit()
+        r = TorchTrainer(
+            ray_train_fn,
+            scaling_config=ScalingConfig(num_workers=4),
+            run_config=RunConfig(storage_path=storage, name=f"bench{i}"),
+        ).fit()
         times.append(time.perf_counter() - t)
         assert r.error is None, r.error
     out = {"first_fit_s": round(times[0], 2)}
@@ -109,8 +116,12 @@ def main() -> int:
     import psutil
 
     tmp = tempfile.mkdtemp(prefix="rre.")
-    os.environ.update(RAY_TMPDIR=tmp, RAYNB_HOME=os.path.join(tmp, "home"),
-                      RAYNB_STORAGE_PATH=os.path.join(tmp, "results"), RAYNB_PROGRESS="text")
+    os.environ.update(
+        RAY_TMPDIR=tmp,
+        RAYNB_HOME=os.path.join(tmp, "home"),
+        RAYNB_STORAGE_PATH=os.path.join(tmp, "results"),
+        RAYNB_PROGRESS="text",
+    )
     out = {"load_avg_before": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count()}
     started = set()
     try:
@@ -119,8 +130,10 @@ def main() -> int:
 
         out["ray_version"] = ray.__version__
         t = time.perf_counter()
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "temp_dir": os.path.join(tmp, "ray")})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": os.path.join(tmp, "ray")},
+        )
         for _ in range(2):
             cluster.add_node(num_cpus=2)
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
@@ -135,8 +148,11 @@ def main() -> int:
             info, _ = start_on_ray(cluster.address, workers_per_node=2)
             start_s = time.perf_counter() - t
             first, warm = _raynb_runs(args.raynb_runs)
-            out["raynb_on_ray"] = {"start_s": round(start_s, 2), "first_run_ms": round(first * 1000, 1),
-                                   **_ms(warm)}
+            out["raynb_on_ray"] = {
+                "start_s": round(start_s, 2),
+                "first_run_ms": round(first * 1000, 1),
+                **_ms(warm),
+            }
             import raynb
 
             raynb.disconnect()
@@ -154,8 +170,11 @@ def main() -> int:
             start_s = time.perf_counter() - t
             try:
                 first, warm = _raynb_runs(args.raynb_runs)
-                out["raynb_local"] = {"start_s": round(start_s, 2), "first_run_ms": round(first * 1000, 1),
-                                      **_ms(warm)}
+                out["raynb_local"] = {
+                    "start_s": round(start_s, 2),
+                    "first_run_ms": round(first * 1000, 1),
+                    **_ms(warm),
+                }
             finally:
                 import raynb
 

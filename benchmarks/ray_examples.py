@@ -18,6 +18,7 @@ status (pass / fail / timeout), the seconds and, for a failure, the error line.
         # the benchmark: wall seconds of each script on Ray 2.60 (ray.init included), on raynb
         # (cluster start included) and again on a warm raynb cluster, and the ratios, JSON
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,31 +42,46 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_DIRS = ("tune/examples", "train/examples")
 MODES = ("raynb run", "imports changed")
 # The benchmark's default scripts: fast on both, Tune (function trainable; Optuna) and Train.
-BENCH_DEFAULT = ("tune/examples/tune_basic_example.py", "tune/examples/optuna_example.py",
-                 "train/examples/pytorch/torch_linear_example.py")
-RAY_ATTEMPTS = 2   # Ray's node start gives up after a fixed 30 s, which a loaded machine can pass
+BENCH_DEFAULT = (
+    "tune/examples/tune_basic_example.py",
+    "tune/examples/optuna_example.py",
+    "train/examples/pytorch/torch_linear_example.py",
+)
+RAY_ATTEMPTS = 2  # Ray's node start gives up after a fixed 30 s, which a loaded machine can pass
 
-_DOWNLOAD = re.compile(r"torchvision\.datasets|datasets\.(MNIST|FashionMNIST|CIFAR10|CIFAR100)\b|"
-                       r"download=True|tensorflow_datasets|\btfds\.|keras\.datasets|load_dataset\(|"
-                       r"from_pretrained\(|urlretrieve|get_file\(|s3://|gs://")
+_DOWNLOAD = re.compile(
+    r"torchvision\.datasets|datasets\.(MNIST|FashionMNIST|CIFAR10|CIFAR100)\b|"
+    r"download=True|tensorflow_datasets|\btfds\.|keras\.datasets|load_dataset\(|"
+    r"from_pretrained\(|urlretrieve|get_file\(|s3://|gs://"
+)
 _GPU = re.compile(r"use_gpu\s*=\s*True|[\"']gpu[\"']\s*:\s*[1-9]|num_gpus\s*=\s*[1-9]")
 # Tune's searchers and schedulers that need a package of their own (Ray imports it lazily).
-_EXTRA = {"ray.tune.search.ax": "ax", "ray.tune.search.bayesopt": "bayes_opt",
-          "ray.tune.search.bohb": "hpbandster", "ray.tune.schedulers.hb_bohb": "hpbandster",
-          "ray.tune.search.hyperopt": "hyperopt", "ray.tune.search.nevergrad": "nevergrad",
-          "ray.tune.search.optuna": "optuna", "ray.tune.search.zoopt": "zoopt",
-          "ray.tune.search.hebo": "hebo", "ray.tune.schedulers.pb2": "GPy",
-          "ray.tune.integration.lightgbm": "lightgbm", "ray.tune.integration.xgboost": "xgboost"}
-_CORE = re.compile(r"[\"'](PPO|APPO|IMPALA|DQN|SAC)[\"']|@ray\.remote|\bray\.(remote|get|put|wait|kill|get_actor|util|rllib|serve)\b|"
-                   r"from ray import [^\n]*\b(remote|get|put|util|serve|rllib)\b")
+_EXTRA = {
+    "ray.tune.search.ax": "ax",
+    "ray.tune.search.bayesopt": "bayes_opt",
+    "ray.tune.search.bohb": "hpbandster",
+    "ray.tune.schedulers.hb_bohb": "hpbandster",
+    "ray.tune.search.hyperopt": "hyperopt",
+    "ray.tune.search.nevergrad": "nevergrad",
+    "ray.tune.search.optuna": "optuna",
+    "ray.tune.search.zoopt": "zoopt",
+    "ray.tune.search.hebo": "hebo",
+    "ray.tune.schedulers.pb2": "GPy",
+    "ray.tune.integration.lightgbm": "lightgbm",
+    "ray.tune.integration.xgboost": "xgboost",
+}
+_CORE = re.compile(
+    r"[\"'](PPO|APPO|IMPALA|DQN|SAC)[\"']|@ray\.remote|\bray\.(remote|get|put|wait|kill|get_actor|util|rllib|serve)\b|"
+    r"from ray import [^\n]*\b(remote|get|put|util|serve|rllib)\b"
+)
 
 
 @dataclass
 class Example:
-    name: str                  # relative to the ray package, e.g. "tune/examples/pbt_example.py"
+    name: str  # relative to the ray package, e.g. "tune/examples/pbt_example.py"
     path: str
     args: list[str] = field(default_factory=list)
-    excluded: str | None = None   # why it is not run here
+    excluded: str | None = None  # why it is not run here
 
 
 def ray_dir() -> Path:
@@ -104,8 +120,9 @@ def exclusion(path: Path, base: Path, _seen: frozenset = frozenset()) -> str | N
     for mod in sorted(mods):
         if top := _missing(mod):
             return f"needs `{top}`, not installed here"
-    for mod in sorted(m for m in mods if m.split(".")[:3] in (["ray", "tune", "examples"],
-                                                             ["ray", "train", "examples"])):
+    for mod in sorted(
+        m for m in mods if m.split(".")[:3] in (["ray", "tune", "examples"], ["ray", "train", "examples"])
+    ):
         dep = base.joinpath(*mod.split(".")[1:])
         dep = dep / "__init__.py" if dep.is_dir() else dep.with_suffix(".py")
         if dep.is_file() and dep not in _seen:
@@ -160,7 +177,7 @@ def rewrite_imports(source: str) -> str:
             prev = tok
     for row, col in reversed(hits):
         line = lines[row - 1]
-        lines[row - 1] = line[:col] + "raynb" + line[col + 3:]
+        lines[row - 1] = line[:col] + "raynb" + line[col + 3 :]
     return "".join(lines)
 
 
@@ -170,8 +187,9 @@ def _reason(stderr: str, stdout: str) -> str:
     return (errors[-1] if errors else (lines[-1] if lines else "no output"))[:300]
 
 
-def run_example(ex: Example, mode: str, timeout: float, env: dict | None = None,
-                workdir: str | None = None) -> dict:
+def run_example(
+    ex: Example, mode: str, timeout: float, env: dict | None = None, workdir: str | None = None
+) -> dict:
     """Run one example in ``mode`` (one of MODES); its status, seconds and error line."""
     tmp = tempfile.mkdtemp(prefix="raynb-ray-example-")
     try:
@@ -185,17 +203,28 @@ def run_example(ex: Example, mode: str, timeout: float, env: dict | None = None,
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH")) if p)
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(cmd, cwd=workdir or tmp, env=full_env, capture_output=True,
-                                  text=True, timeout=timeout)
+            proc = subprocess.run(
+                cmd, cwd=workdir or tmp, env=full_env, capture_output=True, text=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired as e:
             out = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            return {"script": ex.name, "mode": mode, "status": "timeout", "seconds": round(timeout, 1),
-                    "reason": f"no end within {timeout:.0f} s; last: {_reason(out, '')}"}
+            return {
+                "script": ex.name,
+                "mode": mode,
+                "status": "timeout",
+                "seconds": round(timeout, 1),
+                "reason": f"no end within {timeout:.0f} s; last: {_reason(out, '')}",
+            }
         secs = time.monotonic() - t0
         ok = proc.returncode == 0
-        return {"script": ex.name, "mode": mode, "status": "pass" if ok else "fail",
-                "seconds": round(secs, 2), "returncode": proc.returncode,
-                "reason": "" if ok else _reason(proc.stderr, proc.stdout)}
+        return {
+            "script": ex.name,
+            "mode": mode,
+            "status": "pass" if ok else "fail",
+            "seconds": round(secs, 2),
+            "returncode": proc.returncode,
+            "reason": "" if ok else _reason(proc.stderr, proc.stdout),
+        }
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -210,15 +239,22 @@ def markdown(examples: list[Example], results: list[dict]) -> str:
     docs/coming-from-ray.md."""
     by = {(r["script"], r["mode"]): r for r in results}
     ran = [e for e in examples if not e.excluded]
-    counts = ", ".join(f"{sum(by[(e.name, m)]['status'] == 'pass' for e in ran)} of {len(ran)} {m}"
-                       for m in MODES)
-    out = [f"Passing: {counts} ({len(examples) - len(ran)} of the wheel's {len(examples)} files "
-           f"not run here, below).", "", "| Script | `raynb run` | imports changed |", "|---|---|---|"]
+    counts = ", ".join(
+        f"{sum(by[(e.name, m)]['status'] == 'pass' for e in ran)} of {len(ran)} {m}" for m in MODES
+    )
+    out = [
+        f"Passing: {counts} ({len(examples) - len(ran)} of the wheel's {len(examples)} files "
+        f"not run here, below).",
+        "",
+        "| Script | `raynb run` | imports changed |",
+        "|---|---|---|",
+    ]
 
     def cell(r):
         if r["status"] == "pass":
             return "passes"
         return f"{r['status']}: {r['reason'].split(' is not served')[0][:120]}".replace("|", "\\|")
+
     out += [f"| `{e.name}` | {cell(by[(e.name, MODES[0])])} | {cell(by[(e.name, MODES[1])])} |" for e in ran]
     out += ["", "| Script | Why it is not run here |", "|---|---|"]
     out += [f"| `{e.name}` | {e.excluded} |" for e in examples if e.excluded]
@@ -260,9 +296,15 @@ def benchmark(names: list[str], timeout: float) -> list[dict]:
         args = ["--smoke-test"] if "--smoke-test" in Path(path).read_text() else []
         tmp = tempfile.mkdtemp(prefix="rnbb-")
         try:
-            env = {**os.environ, "HOME": tmp, "RAY_TMPDIR": tmp, "RAYNB_HOME": f"{tmp}/raynb",
-                   "RAYNB_STORAGE_PATH": f"{tmp}/results", "RAYNB_PROGRESS": "text",
-                   "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+            env = {
+                **os.environ,
+                "HOME": tmp,
+                "RAY_TMPDIR": tmp,
+                "RAYNB_HOME": f"{tmp}/raynb",
+                "RAYNB_STORAGE_PATH": f"{tmp}/results",
+                "RAYNB_PROGRESS": "text",
+                "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+            }
             os.makedirs(env["RAYNB_HOME"], mode=0o700)
             ray_s, attempts = None, 0
             while ray_s is None and attempts < RAY_ATTEMPTS:
@@ -272,18 +314,37 @@ def benchmark(names: list[str], timeout: float) -> list[dict]:
                 finally:
                     _kill_leftovers(tmp)
             cold = _timed([sys.executable, "-m", "raynb.cli", "run", path, *args], env, tmp, timeout)
-            subprocess.run([sys.executable, "-m", "raynb.cli", "start"], env=env, cwd=tmp,
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [sys.executable, "-m", "raynb.cli", "start"],
+                env=env,
+                cwd=tmp,
+                capture_output=True,
+                timeout=120,
+            )
             try:
                 warm = _timed([sys.executable, "-m", "raynb.cli", "run", path, *args], env, tmp, timeout)
             finally:
-                subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env=env, cwd=tmp,
-                               capture_output=True, timeout=60)
+                subprocess.run(
+                    [sys.executable, "-m", "raynb.cli", "stop"],
+                    env=env,
+                    cwd=tmp,
+                    capture_output=True,
+                    timeout=60,
+                )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        rows.append({"script": name, "args": args, "ray_s": ray_s, "ray_attempts": attempts, "raynb_cold_s": cold, "raynb_warm_s": warm,
-                     "ray_over_raynb_cold": round(ray_s / cold, 2) if ray_s and cold else None,
-                     "ray_over_raynb_warm": round(ray_s / warm, 2) if ray_s and warm else None})
+        rows.append(
+            {
+                "script": name,
+                "args": args,
+                "ray_s": ray_s,
+                "ray_attempts": attempts,
+                "raynb_cold_s": cold,
+                "raynb_warm_s": warm,
+                "ray_over_raynb_cold": round(ray_s / cold, 2) if ray_s and cold else None,
+                "ray_over_raynb_warm": round(ray_s / warm, 2) if ray_s and warm else None,
+            }
+        )
     return rows
 
 
@@ -292,8 +353,11 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="print the collected scripts and exit")
     ap.add_argument("--conformance", action="store_true", help="run every collected script both ways")
     ap.add_argument("--markdown", action="store_true", help="with --conformance: the docs' tables")
-    ap.add_argument("--expected", action="store_true",
-                    help="with --conformance: the passing scripts per mode, as in tests/ray_examples_expected.json")
+    ap.add_argument(
+        "--expected",
+        action="store_true",
+        help="with --conformance: the passing scripts per mode, as in tests/ray_examples_expected.json",
+    )
     ap.add_argument("--scripts", default=",".join(BENCH_DEFAULT), help="comma-separated, relative to ray/")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script run")
     args = ap.parse_args(argv)
@@ -303,15 +367,31 @@ def main(argv=None) -> int:
         examples = collect()
         results = conformance(examples, timeout=args.timeout)
         if args.expected:
-            print(json.dumps({m: sorted(r["script"] for r in results if r["mode"] == m and r["status"] == "pass")
-                              for m in MODES}, indent=1))
+            print(
+                json.dumps(
+                    {
+                        m: sorted(r["script"] for r in results if r["mode"] == m and r["status"] == "pass")
+                        for m in MODES
+                    },
+                    indent=1,
+                )
+            )
         else:
             print(markdown(examples, results) if args.markdown else json.dumps(results, indent=1))
     else:
         before = os.getloadavg()
         rows = benchmark([s for s in args.scripts.split(",") if s], args.timeout)
-        print(json.dumps({"loadavg_before": before, "loadavg_after": os.getloadavg(),
-                          "cpus": os.cpu_count(), "scripts": rows}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "loadavg_before": before,
+                    "loadavg_after": os.getloadavg(),
+                    "cpus": os.cpu_count(),
+                    "scripts": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -27,6 +27,7 @@ Usage::
     python benchmarks/recovery.py            # 12 kills, 5 pairs of digits runs (~1 min)
     python benchmarks/recovery.py --quick    # smoke test: 3 kills, 1 pair
 """
+
 from __future__ import annotations
 
 import argparse
@@ -124,8 +125,10 @@ def digits_fn(config, data):
         metrics = {"epoch": epoch, "start_epoch": start, "val_accuracy": val_accuracy}
         if get_context().get_world_rank() == 0:
             with _tempfile.TemporaryDirectory() as d:
-                torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                            "epoch": epoch}, _os.path.join(d, "state.pt"))
+                torch.save(
+                    {"model": model.module.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch},
+                    _os.path.join(d, "state.pt"),
+                )
                 report(metrics, checkpoint=Checkpoint.from_directory(d))
         else:
             report(metrics)
@@ -197,9 +200,17 @@ class _Killer(threading.Thread):
 def _fit(fn, config, name: str, storage: str, max_failures: int):
     from raynb import FailureConfig, RunConfig, ScalingConfig, TorchTrainer
 
-    return TorchTrainer(fn, train_loop_config=config, scaling_config=ScalingConfig(num_workers=WORKERS),
-                        run_config=RunConfig(name=name, storage_path=storage, verbose=0,
-                                             failure_config=FailureConfig(max_failures=max_failures))).fit()
+    return TorchTrainer(
+        fn,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=WORKERS),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage,
+            verbose=0,
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    ).fit()
 
 
 def _killed_run(fn, config, name: str, storage: str, kill_after_checkpoint: int):
@@ -215,9 +226,16 @@ def _killed_run(fn, config, name: str, storage: str, kill_after_checkpoint: int)
     if killer.error is not None or killer.kill_time is None:
         raise RuntimeError(f"run {name}: the kill went wrong: {killer.error!r}")
     f = result.failures
-    if (result.state != "FINISHED" or len(f) != 1 or f[0].get("rank") != KILL_RANK
-            or f[0].get("signal") != "SIGKILL" or f[0].get("pid") != killer.pid):
-        raise RuntimeError(f"run {name} did not recover from one SIGKILL as expected: {result!r}, failures {f}")
+    if (
+        result.state != "FINISHED"
+        or len(f) != 1
+        or f[0].get("rank") != KILL_RANK
+        or f[0].get("signal") != "SIGKILL"
+        or f[0].get("pid") != killer.pid
+    ):
+        raise RuntimeError(
+            f"run {name} did not recover from one SIGKILL as expected: {result!r}, failures {f}"
+        )
     df = result.metrics_dataframe
     epochs = df[df.start_epoch > 0].epoch.tolist()
     if not epochs or epochs != list(range(epochs[0], config["epochs"])):
@@ -226,9 +244,14 @@ def _killed_run(fn, config, name: str, storage: str, kill_after_checkpoint: int)
 
 
 def _summary_s(xs: list[float]) -> dict:
-    return {"median": round(statistics.median(xs), 3), "p90": round(_quantile(xs, 0.9), 3),
-            "min": round(min(xs), 3), "max": round(max(xs), 3), "n": len(xs),
-            "all": [round(x, 3) for x in xs]}
+    return {
+        "median": round(statistics.median(xs), 3),
+        "p90": round(_quantile(xs, 0.9), 3),
+        "min": round(min(xs), 3),
+        "max": round(max(xs), 3),
+        "n": len(xs),
+        "all": [round(x, 3) for x in xs],
+    }
 
 
 # -- the measurements -----------------------------------------------------------------
@@ -246,10 +269,15 @@ def measure_resume(kills: int, epoch_s: float, storage: str) -> dict:
     _fit(epochs_fn, config, "resume_warmup", storage, max_failures=0)  # untimed: forms the process group
     total, to_note, note_to_start, start_to_report, report_to_client = [], [], [], [], []
     for i in range(kills):
-        _, killer, log, _ = _killed_run(epochs_fn, config, f"resume_{i:03d}", storage, kill_after_checkpoint=2)
+        _, killer, log, _ = _killed_run(
+            epochs_fn, config, f"resume_{i:03d}", storage, kill_after_checkpoint=2
+        )
         note_t = next(t for t, ev in log.events if ev.get("kind") == "note" and ev.get("restart"))
-        arrived, m = next((t, ev["metrics"]) for t, ev in log.events
-                          if ev.get("kind") == "report" and ev["metrics"].get("start_epoch", 0) > 0)
+        arrived, m = next(
+            (t, ev["metrics"])
+            for t, ev in log.events
+            if ev.get("kind") == "report" and ev["metrics"].get("start_epoch", 0) > 0
+        )
         total.append(arrived - killer.kill_time)
         to_note.append(note_t - killer.kill_time)
         note_to_start.append(m["fn_start"] - note_t)
@@ -283,32 +311,48 @@ def measure_total_time(pairs: int, storage: str) -> dict:
         if r.state != "FINISHED" or r.failures:
             raise RuntimeError(f"an uninterrupted digits run went wrong: {r!r}")
         acc_clean.append(r.metrics["val_accuracy"])
-        r, killer, log, wall = _killed_run(fn, config, f"digits_killed_{i:03d}", storage, kill_after_checkpoint=7)
+        r, killer, log, wall = _killed_run(
+            fn, config, f"digits_killed_{i:03d}", storage, kill_after_checkpoint=7
+        )
         failed.append(wall)
         to_note.append(next(t for t, ev in log.events if ev.get("kind") == "note") - killer.kill_time)
-        resume.append(next(t for t, ev in log.events if ev.get("kind") == "report"
-                           and ev["metrics"].get("start_epoch", 0) > 0) - killer.kill_time)
+        resume.append(
+            next(
+                t
+                for t, ev in log.events
+                if ev.get("kind") == "report" and ev["metrics"].get("start_epoch", 0) > 0
+            )
+            - killer.kill_time
+        )
         acc_failed.append(r.metrics["val_accuracy"])
     mc, mf = statistics.median(clean), statistics.median(failed)
-    return {"total_time_s": {
-        "no_failure": {"median": round(mc, 3), "all": [round(x, 3) for x in clean]},
-        "one_failure": {"median": round(mf, 3), "all": [round(x, 3) for x in failed]},
-        "ratio": round(mf / mc, 3),
-        "extra_s": round(mf - mc, 3),
-        "kill_to_first_report_s": _summary_s(resume),
-        "kill_to_restart_note_ms": round(statistics.median(to_note) * 1000, 1),
-        "final_val_accuracy": {"no_failure": [round(a, 4) for a in acc_clean],
-                               "one_failure": [round(a, 4) for a in acc_failed]},
-    }}
+    return {
+        "total_time_s": {
+            "no_failure": {"median": round(mc, 3), "all": [round(x, 3) for x in clean]},
+            "one_failure": {"median": round(mf, 3), "all": [round(x, 3) for x in failed]},
+            "ratio": round(mf / mc, 3),
+            "extra_s": round(mf - mc, 3),
+            "kill_to_first_report_s": _summary_s(resume),
+            "kill_to_restart_note_ms": round(statistics.median(to_note) * 1000, 1),
+            "final_val_accuracy": {
+                "no_failure": [round(a, 4) for a in acc_clean],
+                "one_failure": [round(a, 4) for a in acc_failed],
+            },
+        }
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kills", type=int, default=12, help="runs with one worker killed, for resume_s (default 12)")
-    ap.add_argument("--epoch-ms", type=float, default=20.0,
-                    help="work per epoch in the resume_s runs, ms (default 20)")
-    ap.add_argument("--pairs", type=int, default=5,
-                    help="digits runs timed without and with a failure, each (default 5)")
+    ap.add_argument(
+        "--kills", type=int, default=12, help="runs with one worker killed, for resume_s (default 12)"
+    )
+    ap.add_argument(
+        "--epoch-ms", type=float, default=20.0, help="work per epoch in the resume_s runs, ms (default 20)"
+    )
+    ap.add_argument(
+        "--pairs", type=int, default=5, help="digits runs timed without and with a failure, each (default 5)"
+    )
     ap.add_argument("--quick", action="store_true", help="smoke test: 3 kills, 1 pair, 1 torch import")
     args = ap.parse_args(argv)
     imports = 3
@@ -322,16 +366,29 @@ def main(argv=None) -> int:
     with private_cluster() as (_, storage):
         import raynb
 
-        subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                       stdout=subprocess.DEVNULL, timeout=300)
+        subprocess.run(
+            _raynb_cli() + ["start", "--workers", str(WORKERS)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=300,
+        )
         report.update(measure_resume(args.kills, args.epoch_ms / 1000, storage))
         report.update(measure_total_time(args.pairs, storage))
         raynb.disconnect()
-    report["resume_vs_torch_import"] = round(report["torch_import_s"]["median"] / report["resume_s"]["median"], 1)
+    report["resume_vs_torch_import"] = round(
+        report["torch_import_s"]["median"] / report["resume_s"]["median"], 1
+    )
     report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
-    report["settings"] = {"workers": WORKERS, "killed_rank": KILL_RANK, "kills": args.kills,
-                          "epoch_ms": args.epoch_ms, "resume_run_epochs": 8, "pairs": args.pairs,
-                          "digits_epochs": 15, "torch_imports": imports}
+    report["settings"] = {
+        "workers": WORKERS,
+        "killed_rank": KILL_RANK,
+        "kills": args.kills,
+        "epoch_ms": args.epoch_ms,
+        "resume_run_epochs": 8,
+        "pairs": args.pairs,
+        "digits_epochs": 15,
+        "torch_imports": imports,
+    }
     print(json.dumps(report, indent=1))
     return 0
 

@@ -28,6 +28,7 @@ Usage::
     python benchmarks/report_cost.py               # 3 rounds of 2,000 reports per rank
     python benchmarks/report_cost.py --quick       # smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ def floor_reporting_fn(n):
             report({"i": i, "loss": 1.0 / (i + 1)})
             per.append(_time.perf_counter_ns() - a)
         return per
+
     return fn
 
 
@@ -81,15 +83,20 @@ def _cpu(proc) -> float:
 
 def _us_summary(ns: list[int]) -> dict:
     us = sorted(x / 1000 for x in ns)
-    return {"mean": round(statistics.fmean(us), 2), "p50": round(R._quantile(us, 0.5), 2),
-            "p99": round(R._quantile(us, 0.99), 2), "max": round(us[-1], 1), "n": len(us)}
+    return {
+        "mean": round(statistics.fmean(us), 2),
+        "p50": round(R._quantile(us, 0.5), 2),
+        "p99": round(R._quantile(us, 0.99), 2),
+        "max": round(us[-1], 1),
+        "n": len(us),
+    }
 
 
 def measure(reports: int, rounds: int) -> dict:
     import psutil
+    from floor import Floor
 
     import raynb
-    from floor import Floor
     from raynb import RunConfig, ScalingConfig
     from raynb.cluster.connection_file import read_connection_file
     from raynb.train.run import execute_run  # what TorchTrainer.fit() runs, with rank 0's value
@@ -97,8 +104,12 @@ def measure(reports: int, rounds: int) -> dict:
     def fit(n):
         return execute_run(reporting_fn, {"n": n}, ScalingConfig(num_workers=WORKERS), RunConfig(verbose=0))
 
-    subprocess.run(R._raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
+    subprocess.run(
+        R._raynb_cli() + ["start", "--workers", str(WORKERS)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
     head = psutil.Process(read_connection_file()["pids"]["head"])
     me = psutil.Process()
     fit(10), fit(0)  # the process group, and the first run's imports
@@ -135,14 +146,18 @@ def measure(reports: int, rounds: int) -> dict:
         "rank_report_us": rank,
         "floor_rank_report_us": floor,
         "ratio_to_floor": round(rank["mean"] / floor["mean"], 2),
-        "head_client_cpu_us_per_report": {"head": med(head_us), "client": med(client_us),
-                                          "total": med([h + c for h, c in zip(head_us, client_us)]),
-                                          "per_report_step": med([(h + c) * WORKERS
-                                                                  for h, c in zip(head_us, client_us)])},
+        "head_client_cpu_us_per_report": {
+            "head": med(head_us),
+            "client": med(client_us),
+            "total": med([h + c for h, c in zip(head_us, client_us)]),
+            "per_report_step": med([(h + c) * WORKERS for h, c in zip(head_us, client_us)]),
+        },
         "floor_client_cpu_us_per_report": med(floor_client_us),
-        "split_ms": {"submit_to_rank0_fn_start": med([x * 1000 for x in dispatch]),
-                     "rank0_fn_start_to_first_report": med([x * 1000 for x in first]),
-                     "last_report_to_result": med([x * 1000 for x in back])},
+        "split_ms": {
+            "submit_to_rank0_fn_start": med([x * 1000 for x in dispatch]),
+            "rank0_fn_start_to_first_report": med([x * 1000 for x in first]),
+            "last_report_to_result": med([x * 1000 for x in back]),
+        },
     }
 
 

@@ -41,6 +41,7 @@ Usage::
     python benchmarks/rerun_latency.py                 # 50 warm runs, 3 torchruns
     python benchmarks/rerun_latency.py --quick --skip-torchrun   # smoke test
 """
+
 from __future__ import annotations
 
 import argparse
@@ -114,8 +115,12 @@ def _quantile(xs: list[float], q: float) -> float:
 
 def _summary_ms(xs_s: list[float], digits: int = 2) -> dict:
     ms = [x * 1000 for x in xs_s]
-    return {"median": round(statistics.median(ms), digits), "p90": round(_quantile(ms, 0.9), digits),
-            "min": round(min(ms), digits), "n": len(ms)}
+    return {
+        "median": round(statistics.median(ms), digits),
+        "p90": round(_quantile(ms, 0.9), digits),
+        "min": round(min(ms), digits),
+        "n": len(ms),
+    }
 
 
 def _raynb_cli() -> list[str]:
@@ -137,8 +142,8 @@ def _cluster_pids(home: str) -> list[int]:
 
     pids: list[int] = []
     try:
-        from raynb.cluster.launch import cluster_pids
         from raynb.cluster.connection_file import read_connection_file
+        from raynb.cluster.launch import cluster_pids
 
         info = read_connection_file()
         pids += cluster_pids(info) if info else []
@@ -226,8 +231,14 @@ def inode_create_us(directory: str | None = None, files: int = 100) -> float:
 
 def machine_info(load_at_start: float, **extra) -> dict:
     """The machine a benchmark ran on, with the 1-minute load average at its start."""
-    return {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": _torch_version(),
-            "platform": platform.platform(), "load_avg_1m_at_start": load_at_start, **extra}
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": _torch_version(),
+        "platform": platform.platform(),
+        "load_avg_1m_at_start": load_at_start,
+        **extra,
+    }
 
 
 def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idle_s: float = 0.0) -> dict:
@@ -235,21 +246,30 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
     from raynb import RunConfig, ScalingConfig, TorchTrainer
 
     def fit():
-        return TorchTrainer(trivial_train_fn, scaling_config=ScalingConfig(num_workers=WORKERS),
-                            run_config=RunConfig(verbose=0)).fit()
+        return TorchTrainer(
+            trivial_train_fn,
+            scaling_config=ScalingConfig(num_workers=WORKERS),
+            run_config=RunConfig(verbose=0),
+        ).fit()
 
     out: dict = {}
     t0 = time.perf_counter()
-    subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
+    subprocess.run(
+        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
     t_started = time.perf_counter()
     result = fit()
     t_first = time.perf_counter()
     if result.state != "FINISHED" or result.metrics["sum"] != sum(range(1, WORKERS + 1)):
         raise RuntimeError(f"the first run went wrong: {result!r}")
     out["cold_start_s"] = round(t_first - t0, 3)
-    out["cold_start_detail_s"] = {"raynb_start": round(t_started - t0, 3),
-                                  "first_run": round(t_first - t_started, 3)}
+    out["cold_start_detail_s"] = {
+        "raynb_start": round(t_started - t0, 3),
+        "first_run": round(t_first - t_started, 3),
+    }
 
     for _ in range(warmup):
         fit()
@@ -267,15 +287,17 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
         out["floor_ms"] = _summary_ms(secs)
         med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
         out["floor_split_ms"] = {
-            "submit_to_rank0_fn_start": med([r["reports"][0]["fn_start"] - r["wall0"]
-                                             for r in floor_runs]),
-            "rank0_fn_start_to_report": med([r["reports"][0]["timestamp"] - r["reports"][0]["fn_start"]
-                                             for r in floor_runs]),
+            "submit_to_rank0_fn_start": med([r["reports"][0]["fn_start"] - r["wall0"] for r in floor_runs]),
+            "rank0_fn_start_to_report": med(
+                [r["reports"][0]["timestamp"] - r["reports"][0]["fn_start"] for r in floor_runs]
+            ),
             "report_to_result": med([r["wall1"] - r["reports"][0]["timestamp"] for r in floor_runs]),
         }
         out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
         out["floor_relay_ms"] = _summary_ms([r["seconds"] for r in relay_runs])
-        out["ratio_to_floor_relay"] = round(out["warm_rerun_ms"]["median"] / out["floor_relay_ms"]["median"], 2)
+        out["ratio_to_floor_relay"] = round(
+            out["warm_rerun_ms"]["median"] / out["floor_relay_ms"]["median"], 2
+        )
     # Run directories that were spares made ahead (cluster/storage/made_ahead/spare_files.py), and those made
     # on the spot: the figure depends on it where making files is dear (see the README).
     out["spare_run_dirs"] = raynb.cluster_status().get("spare_files")
@@ -358,8 +380,9 @@ def measure_torchrun(runs: int) -> dict:
         cmd = _torchrun_cli() + ["--standalone", "--nproc_per_node", str(WORKERS), script]
         for _ in range(runs):
             t = time.perf_counter()
-            proc = subprocess.Popen(cmd, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+            )
             try:
                 _, err = proc.communicate(timeout=300)
             except BaseException:
@@ -368,10 +391,15 @@ def measure_torchrun(runs: int) -> dict:
                 raise
             dt = time.perf_counter() - t
             if proc.returncode != 0:
-                raise RuntimeError(f"torchrun failed ({proc.returncode}):\n{err.decode(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"torchrun failed ({proc.returncode}):\n{err.decode(errors='replace')[-2000:]}"
+                )
             times.append(dt)
-    return {"median": round(statistics.median(times), 3), "n": len(times),
-            "all": [round(x, 3) for x in times]}
+    return {
+        "median": round(statistics.median(times), 3),
+        "n": len(times),
+        "all": [round(x, 3) for x in times],
+    }
 
 
 def main(argv=None) -> int:
@@ -381,13 +409,27 @@ def main(argv=None) -> int:
     ap.add_argument("--torchrun-runs", type=int, default=3, help="torchrun launches timed (default 3)")
     ap.add_argument("--skip-torchrun", action="store_true", help="do not time torchrun")
     ap.add_argument("--skip-floor", action="store_true", help="do not time the floor prototypes")
-    ap.add_argument("--busy-loops", type=int, default=0, metavar="K",
-                    help="K processes spinning on the CPU while the warm runs are timed (default 0)")
-    ap.add_argument("--idle-ms", type=float, default=0.0, metavar="MS",
-                    help="sleep MS milliseconds before each timed run, as between notebook cells (default 0)")
+    ap.add_argument(
+        "--busy-loops",
+        type=int,
+        default=0,
+        metavar="K",
+        help="K processes spinning on the CPU while the warm runs are timed (default 0)",
+    )
+    ap.add_argument(
+        "--idle-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="sleep MS milliseconds before each timed run, as between notebook cells (default 0)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke test: 5 warm runs, 1 warm-up, 1 torchrun")
-    ap.add_argument("--storage-dir", default=None, help="where the private RAYNB_HOME and storage path "
-                    "are made (default: $TMPDIR); machine.inode_create_us is measured there")
+    ap.add_argument(
+        "--storage-dir",
+        default=None,
+        help="where the private RAYNB_HOME and storage path "
+        "are made (default: $TMPDIR); machine.inode_create_us is measured there",
+    )
     args = ap.parse_args(argv)
     if args.quick:
         args.runs, args.warmup, args.torchrun_runs = min(args.runs, 5), min(args.warmup, 1), 1
@@ -402,22 +444,37 @@ def main(argv=None) -> int:
     inode_at_start = inode_create_us(args.storage_dir)
     report: dict = {}
     with private_cluster(args.storage_dir):
-        report.update(measure_raynb(args.runs, args.warmup, floor=not args.skip_floor, busy=args.busy_loops,
-                                    idle_s=args.idle_ms / 1000))
+        report.update(
+            measure_raynb(
+                args.runs,
+                args.warmup,
+                floor=not args.skip_floor,
+                busy=args.busy_loops,
+                idle_s=args.idle_ms / 1000,
+            )
+        )
     if not args.skip_torchrun:
         report["torchrun_s"] = measure_torchrun(args.torchrun_runs)
         report["speedup_vs_torchrun"] = round(
-            report["torchrun_s"]["median"] * 1000 / report["warm_rerun_ms"]["median"], 1)
+            report["torchrun_s"]["median"] * 1000 / report["warm_rerun_ms"]["median"], 1
+        )
     else:
         report["torchrun_s"] = None
         report["speedup_vs_torchrun"] = None
-    report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2),
-                                     inode_create_us={"at_start": inode_at_start,
-                                                      "at_end": inode_create_us(args.storage_dir)},
-                                     storage_dir=args.storage_dir or tempfile.gettempdir())
-    report["settings"] = {"workers": WORKERS, "runs": args.runs, "warmup": args.warmup, "busy_loops": args.busy_loops,
-                          "idle_ms": args.idle_ms,
-                          "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs}
+    report["machine"] = machine_info(
+        load_at_start,
+        load_avg_1m_at_end=round(os.getloadavg()[0], 2),
+        inode_create_us={"at_start": inode_at_start, "at_end": inode_create_us(args.storage_dir)},
+        storage_dir=args.storage_dir or tempfile.gettempdir(),
+    )
+    report["settings"] = {
+        "workers": WORKERS,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "busy_loops": args.busy_loops,
+        "idle_ms": args.idle_ms,
+        "torchrun_runs": None if args.skip_torchrun else args.torchrun_runs,
+    }
     print(json.dumps(report, indent=1))
     return 0
 

@@ -27,6 +27,7 @@ Usage::
     python benchmarks/scale_nodes.py                     # 10, 100, 1000 nodes
     python benchmarks/scale_nodes.py --quick             # seconds, small sizes (the tests)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,12 @@ def summary(values_s: list[float]) -> dict:
     if not values_s:
         return {"median": None, "p90": None, "min": None, "n": 0}
     v = sorted(values_s)
-    return {"median": round(statistics.median(v) * 1000, 3), "p90": round(v[int(0.9 * (len(v) - 1))] * 1000, 3),
-            "min": round(v[0] * 1000, 3), "n": len(v)}
+    return {
+        "median": round(statistics.median(v) * 1000, 3),
+        "p90": round(v[int(0.9 * (len(v) - 1))] * 1000, 3),
+        "min": round(v[0] * 1000, 3),
+        "n": len(v),
+    }
 
 
 def timed(fn, n: int) -> list[float]:
@@ -82,9 +87,15 @@ def measure(head, client, sim, fit, args) -> dict:
     ping = timed(lambda: client.request("ping", reply_types=("pong",), timeout=30), args.pings)
     st = timed(lambda: client.status(timeout=60), max(3, args.pings // 5))
     runs = timed(fit, args.runs)
-    return {"head_cpu_percent": round(cpu, 1), "head_rss_mb": round(head.memory_info().rss / 2**20, 2),
-            "heartbeat_ms": summary(rtts), "ping_ms": summary(ping), "status_ms": summary(st),
-            "warm_rerun_ms": summary(runs), "nodes_in_status": len(client.status()["nodes"])}
+    return {
+        "head_cpu_percent": round(cpu, 1),
+        "head_rss_mb": round(head.memory_info().rss / 2**20, 2),
+        "heartbeat_ms": summary(rtts),
+        "ping_ms": summary(ping),
+        "status_ms": summary(st),
+        "warm_rerun_ms": summary(runs),
+        "nodes_in_status": len(client.status()["nodes"]),
+    }
 
 
 def misbehaving(client, sim, args) -> dict:
@@ -96,22 +107,31 @@ def misbehaving(client, sim, args) -> dict:
     ping = timed(lambda: client.request("ping", reply_types=("pong",), timeout=30), args.pings)
     time.sleep(max(0.0, args.window - sum(ping)) + 0.5)
     rtts = sim.take_rtts()
-    return {"flood_s": args.window, "flood_heartbeats_sent": sim.flooded - flooded0,
-            "others_heartbeats_sent": sim.sent - sent0, "ping_ms": summary(ping),
-            "others_heartbeat_ms": summary(rtts),
-            "nodes_in_status": len(client.status()["nodes"]), "nodes_expected": len(sim.socks) + 1}
+    return {
+        "flood_s": args.window,
+        "flood_heartbeats_sent": sim.flooded - flooded0,
+        "others_heartbeats_sent": sim.sent - sent0,
+        "ping_ms": summary(ping),
+        "others_heartbeat_ms": summary(rtts),
+        "nodes_in_status": len(client.status()["nodes"]),
+        "nodes_expected": len(sim.socks) + 1,
+    }
 
 
 def run(args) -> dict:
-    from raynb import RunConfig, ScalingConfig, TorchTrainer
-    from raynb.cluster.protocol.control import Client
-    from raynb.cluster.launch.local import start_cluster, stop_cluster
     import psutil
     from sim_nodes import SimNodes
 
+    from raynb import RunConfig, ScalingConfig, TorchTrainer
+    from raynb.cluster.launch.local import start_cluster, stop_cluster
+    from raynb.cluster.protocol.control import Client
+
     def fit():
-        r = TorchTrainer(trivial_train_fn, scaling_config=ScalingConfig(num_workers=WORKERS),
-                         run_config=RunConfig(verbose=0)).fit()
+        r = TorchTrainer(
+            trivial_train_fn,
+            scaling_config=ScalingConfig(num_workers=WORKERS),
+            run_config=RunConfig(verbose=0),
+        ).fit()
         if r.metrics.get("sum") != sum(range(1, WORKERS + 1)):
             raise RuntimeError(f"a run went wrong: {r!r}")
 
@@ -121,22 +141,27 @@ def run(args) -> dict:
     try:
         head = psutil.Process(info["pids"]["head"])
         for _ in range(2):
-            fit()   # the process group forms; what follows is warm
+            fit()  # the process group forms; what follows is warm
         out: dict = {"baseline": measure(head, client, None, fit, args), "sizes": []}
         base_rss = head.memory_info().rss
         sim = SimNodes(info["address"], info["key"].encode())
         for n in args.sizes:
             reg = sim.grow(n - len(sim.socks), timeout=max(60.0, n / 10))
             m = measure(head, client, sim, fit, args)
-            m = {"nodes": n, "register_s": round(reg, 3), **m,
-                 "rss_per_node_kb": round((head.memory_info().rss - base_rss) / n / 1024, 2)}
+            m = {
+                "nodes": n,
+                "register_s": round(reg, 3),
+                **m,
+                "rss_per_node_kb": round((head.memory_info().rss - base_rss) / n / 1024, 2),
+            }
             out["sizes"].append(m)
             print(json.dumps(m), file=sys.stderr, flush=True)
         if sim.socks:
             out["misbehaving"] = misbehaving(client, sim, args)
         base = out["baseline"]["warm_rerun_ms"]["median"]
-        out["rerun_ratio_to_baseline"] = {str(m["nodes"]): round(m["warm_rerun_ms"]["median"] / base, 2)
-                                          for m in out["sizes"]}
+        out["rerun_ratio_to_baseline"] = {
+            str(m["nodes"]): round(m["warm_rerun_ms"]["median"] / base, 2) for m in out["sizes"]
+        }
         return out
     finally:
         client.close()
@@ -148,7 +173,9 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=None, help="node counts, comma-separated (default 10,100,1000)")
-    ap.add_argument("--window", type=float, default=None, help="seconds the head's CPU is sampled (default 5)")
+    ap.add_argument(
+        "--window", type=float, default=None, help="seconds the head's CPU is sampled (default 5)"
+    )
     ap.add_argument("--pings", type=int, default=None, help="pings timed at each size (default 50)")
     ap.add_argument("--runs", type=int, default=None, help="warm re-runs timed at each size (default 9)")
     ap.add_argument("--quick", action="store_true", help="5 and 20 nodes, short windows (seconds)")
@@ -168,10 +195,20 @@ def main(argv=None) -> int:
         out = run(args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    out["settings"] = {"sizes": args.sizes, "window_s": args.window, "pings": args.pings, "runs": args.runs,
-                       "workers": WORKERS, "quick": q}
-    out["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                      "loadavg_at_start": load0, "loadavg_at_end": open("/proc/loadavg").read().split()[:3]}
+    out["settings"] = {
+        "sizes": args.sizes,
+        "window_s": args.window,
+        "pings": args.pings,
+        "runs": args.runs,
+        "workers": WORKERS,
+        "quick": q,
+    }
+    out["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load0,
+        "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
+    }
     print(json.dumps(out, indent=1))
     return 0
 

@@ -13,6 +13,7 @@ Usage::
     python benchmarks/scale_ranks.py                  # 1, 2, 4, 8, 16 ranks
     python benchmarks/scale_ranks.py --quick          # 1 and 2 ranks, 3 runs (the tests)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,21 +50,31 @@ def run(sizes: list[int], runs: int) -> dict:
     out: dict = {"start_s": round(time.perf_counter() - t0, 3), "sizes": []}
     try:
         for n in sizes:
+
             def fit(n=n):
-                r = TorchTrainer(trivial_train_fn, scaling_config=ScalingConfig(num_workers=n),
-                                 run_config=RunConfig(verbose=0)).fit()
+                r = TorchTrainer(
+                    trivial_train_fn,
+                    scaling_config=ScalingConfig(num_workers=n),
+                    run_config=RunConfig(verbose=0),
+                ).fit()
                 if r.metrics.get("sum") != sum(range(1, n + 1)):
                     raise RuntimeError(f"a run went wrong at {n} ranks: {r!r}")
+
             first = timed(fit, 1)[0]
             fit()
-            m = {"ranks": n, "new_group_ms": round(first * 1000, 3), "warm_rerun_ms": summary(timed(fit, runs))}
+            m = {
+                "ranks": n,
+                "new_group_ms": round(first * 1000, 3),
+                "warm_rerun_ms": summary(timed(fit, runs)),
+            }
             out["sizes"].append(m)
             print(json.dumps(m), file=sys.stderr, flush=True)
     finally:
         stop_cluster()
     base = out["sizes"][0]["warm_rerun_ms"]["median"]
-    out["ratio_to_smallest"] = {str(m["ranks"]): round(m["warm_rerun_ms"]["median"] / base, 2)
-                                for m in out["sizes"]}
+    out["ratio_to_smallest"] = {
+        str(m["ranks"]): round(m["warm_rerun_ms"]["median"] / base, 2) for m in out["sizes"]
+    }
     return out
 
 
@@ -85,8 +96,12 @@ def main(argv=None) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out["settings"] = {"sizes": sizes, "runs": runs, "quick": args.quick}
-    out["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                      "loadavg_at_start": load0, "loadavg_at_end": open("/proc/loadavg").read().split()[:3]}
+    out["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_at_start": load0,
+        "loadavg_at_end": open("/proc/loadavg").read().split()[:3],
+    }
     print(json.dumps(out, indent=1))
     return 0
 

@@ -13,6 +13,7 @@ cluster's key (``protocol.Session``). The time from a heartbeat sent to the head
 ``register_twice(i)`` makes it register again on the same socket: the misbehaving
 peers that must not harm the others.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -29,23 +30,23 @@ from raynb.cluster.protocol import messages as P
 
 class SimNodes:
     """Args:
-        address (str): the head's ``tcp://HOST:PORT``.
-        key (bytes): the cluster's HMAC key.
-        interval_s (float): seconds between one node's heartbeats (a real agent's: 1).
+    address (str): the head's ``tcp://HOST:PORT``.
+    key (bytes): the cluster's HMAC key.
+    interval_s (float): seconds between one node's heartbeats (a real agent's: 1).
     """
 
     def __init__(self, address: str, key: bytes, interval_s: float = 1.0):
         self.address, self.key, self.interval_s = address, key, interval_s
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 8192)
-        self.sessions: list[P.Session] = []   # one each, as a real agent's: the replay check is per sender
+        self.sessions: list[P.Session] = []  # one each, as a real agent's: the replay check is per sender
         self.socks: list[zmq.Socket] = []
         self.names: list[str] = []
         self.registered: set[int] = set()
-        self._pending: set[int] = set()    # registered, not yet acknowledged
-        self.rtts: list[float] = []        # heartbeat -> pong (s), since the last take_rtts()
-        self.sent = 0                      # regular heartbeats sent
-        self.flooded = 0                   # heartbeats sent by a flooding node
+        self._pending: set[int] = set()  # registered, not yet acknowledged
+        self.rtts: list[float] = []  # heartbeat -> pong (s), since the last take_rtts()
+        self.sent = 0  # regular heartbeats sent
+        self.flooded = 0  # heartbeats sent by a flooding node
         self._due: list[tuple[float, int]] = []
         self._sent_at: dict[int, float] = {}
         self._lock = threading.Lock()
@@ -79,17 +80,31 @@ class SimNodes:
         target = len(self.socks)
         while len(self.registered) < target:
             if time.monotonic() - t0 > timeout:
-                raise TimeoutError(f"{len(self.registered)} of {target} simulated nodes registered "
-                                   f"in {timeout:.0f}s")
+                raise TimeoutError(
+                    f"{len(self.registered)} of {target} simulated nodes registered in {timeout:.0f}s"
+                )
             time.sleep(0.005)
         return time.monotonic() - t0
 
     def _register(self, i: int) -> None:
-        self.sessions[i].send(self.socks[i], P.NODE_REGISTER, {
-            "node_id": self.names[i], "hostname": f"{socket.gethostname()}-{self.names[i]}",
-            "ip": "127.0.0.1", "pid": os.getpid(), "num_workers": 0, "max_workers": 0,
-            "gpus": [], "cpus": 1, "shared_storage": True, "data_port": None, "data_key": None,
-            "shm_id": "sim"})
+        self.sessions[i].send(
+            self.socks[i],
+            P.NODE_REGISTER,
+            {
+                "node_id": self.names[i],
+                "hostname": f"{socket.gethostname()}-{self.names[i]}",
+                "ip": "127.0.0.1",
+                "pid": os.getpid(),
+                "num_workers": 0,
+                "max_workers": 0,
+                "gpus": [],
+                "cpus": 1,
+                "shared_storage": True,
+                "data_port": None,
+                "data_key": None,
+                "shm_id": "sim",
+            },
+        )
 
     # -- misbehaving --------------------------------------------------------------
     def flood(self, i: int, seconds: float) -> None:
@@ -109,9 +124,11 @@ class SimNodes:
 
     # -- the loop -----------------------------------------------------------------
     def _heartbeat(self, i: int, now: float) -> None:
-        self.sessions[i].send(self.socks[i], P.NODE_STATS, {
-            "node_id": self.names[i], "workers": {}, "zygote_pid": None, "note": None,
-            "load": 0.0})
+        self.sessions[i].send(
+            self.socks[i],
+            P.NODE_STATS,
+            {"node_id": self.names[i], "workers": {}, "zygote_pid": None, "note": None, "load": 0.0},
+        )
         self._sent_at.setdefault(i, now)
         self.sent += 1
 
@@ -148,9 +165,17 @@ class SimNodes:
             if now < until:
                 self.flooded += 50
                 for _ in range(50):
-                    self.sessions[i].send(self.socks[i], P.NODE_STATS, {
-                        "node_id": self.names[i], "workers": {}, "zygote_pid": None,
-                        "note": None, "load": 0.0})
+                    self.sessions[i].send(
+                        self.socks[i],
+                        P.NODE_STATS,
+                        {
+                            "node_id": self.names[i],
+                            "workers": {},
+                            "zygote_pid": None,
+                            "note": None,
+                            "load": 0.0,
+                        },
+                    )
                 busy = True
             else:
                 self._flood = None
@@ -170,7 +195,7 @@ class SimNodes:
                     last_sweep = time.monotonic()
                     for i in range(len(self.socks)):
                         self._drain(i, last_sweep)
-            if not busy:   # until the next heartbeat is due; soon while replies are awaited
+            if not busy:  # until the next heartbeat is due; soon while replies are awaited
                 with self._lock:
                     nap = self._due[0][0] - time.monotonic() if self._due else 0.05
                     if self._sent_at or self._pending or self._flood is not None:

@@ -20,6 +20,7 @@ Usage::
     python benchmarks/tune_digits.py --trial-threads 1    # with the notebook's set_num_threads(1)
     python benchmarks/tune_digits.py --quick              # smoke test: 4 samples, max_t 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,13 @@ def train_digits(config):
         model.eval()
         with torch.no_grad():
             out = model(x_va)
-        tune.report({"epoch": epoch, "threads": torch.get_num_threads(),
-                     "val_accuracy": (out.argmax(1) == y_va).float().mean().item()})
+        tune.report(
+            {
+                "epoch": epoch,
+                "threads": torch.get_num_threads(),
+                "val_accuracy": (out.argmax(1) == y_va).float().mean().item(),
+            }
+        )
 
 
 def measure(samples: int, max_t: int, trial_threads: int | None) -> dict:
@@ -69,42 +75,59 @@ def measure(samples: int, max_t: int, trial_threads: int | None) -> dict:
 
     import raynb
     from raynb import tune
+    from raynb.cluster.launch import start_cluster
     from raynb.tune.schedulers import ASHAScheduler
     from raynb.tune.search import BasicVariantGenerator
-
-    from raynb.cluster.launch import start_cluster
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     start_cluster(num_workers=WORKERS)  # warm before the clock starts (and quiet: stdout is JSON)
     raynb.connect()
-    space = {"lr": tune.loguniform(1e-4, 1e-1), "hidden": tune.choice([16, 32, 64]),
-             "batch_size": tune.choice([32, 64, 128]), "epochs": max_t, "seed": 0,
-             "trial_threads": trial_threads}
+    space = {
+        "lr": tune.loguniform(1e-4, 1e-1),
+        "hidden": tune.choice([16, 32, 64]),
+        "batch_size": tune.choice([32, 64, 128]),
+        "epochs": max_t,
+        "seed": 0,
+        "trial_threads": trial_threads,
+    }
     tuner = tune.Tuner(
-        train_digits, param_space=space,
+        train_digits,
+        param_space=space,
         tune_config=tune.TuneConfig(
-            metric="val_accuracy", mode="max", num_samples=samples,
+            metric="val_accuracy",
+            mode="max",
+            num_samples=samples,
             scheduler=ASHAScheduler(max_t=max_t, grace_period=1, reduction_factor=2),
-            search_alg=BasicVariantGenerator(random_state=6)),
-        run_config=tune.RunConfig(name="tune_digits", verbose=0))
+            search_alg=BasicVariantGenerator(random_state=6),
+        ),
+        run_config=tune.RunConfig(name="tune_digits", verbose=0),
+    )
     t0 = time.perf_counter()
     grid = tuner.fit()
     wall = time.perf_counter() - t0
     df = grid.get_dataframe()
     firsts = [int(r.metrics_dataframe["threads"].iloc[0]) for r in grid if len(r.metrics_dataframe)]
     raynb.disconnect()
-    return {"fit_s": round(wall, 2), "trials": len(grid), "errors": grid.num_errors,
-            "epochs_trained": int(df["training_iteration"].sum()),
-            "best_val_accuracy": round(float(grid.get_best_result().metrics["val_accuracy"]), 4),
-            "first_epoch_threads": {str(n): firsts.count(n) for n in sorted(set(firsts))}}
+    return {
+        "fit_s": round(wall, 2),
+        "trials": len(grid),
+        "errors": grid.num_errors,
+        "epochs_trained": int(df["training_iteration"].sum()),
+        "best_val_accuracy": round(float(grid.get_best_result().metrics["val_accuracy"]), 4),
+        "first_epoch_threads": {str(n): firsts.count(n) for n in sorted(set(firsts))},
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=16, help="trials (default 16)")
     ap.add_argument("--max-t", type=int, default=8, help="epochs of a trial at most (default 8)")
-    ap.add_argument("--trial-threads", type=int, default=None,
-                    help="torch.set_num_threads(N) in every trial (default: raynb's share)")
+    ap.add_argument(
+        "--trial-threads",
+        type=int,
+        default=None,
+        help="torch.set_num_threads(N) in every trial (default: raynb's share)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke test: 4 samples, max_t 2")
     args = ap.parse_args(argv)
     if args.quick:
@@ -115,8 +138,12 @@ def main(argv=None) -> int:
     with private_cluster():
         report = measure(args.samples, args.max_t, args.trial_threads)
     report["machine"] = machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
-    report["settings"] = {"workers": WORKERS, "samples": args.samples, "max_t": args.max_t,
-                          "trial_threads": args.trial_threads}
+    report["settings"] = {
+        "workers": WORKERS,
+        "samples": args.samples,
+        "max_t": args.max_t,
+        "trial_threads": args.trial_threads,
+    }
     print(json.dumps(report, indent=1))
     return 0
 

@@ -17,6 +17,7 @@ Usage::
     python benchmarks/tune_overhead.py
     python benchmarks/tune_overhead.py --quick        # smoke test (~5 s)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,12 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
     import raynb
     from raynb import tune
 
-    subprocess.run(_raynb_cli() + ["start", "--workers", str(WORKERS)], check=True,
-                   stdout=subprocess.DEVNULL, timeout=300)
+    subprocess.run(
+        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
     raynb.connect()
     quiet = raynb.RunConfig(verbose=0)
 
@@ -87,23 +92,35 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
     if grid.num_terminated != trials:
         raise RuntimeError(f"not every trial finished: {grid!r}")
     work = sum(r.metrics["fn_time"] for r in grid) / WORKERS
-    out = {"overhead": {
-        "trials": trials, "concurrency": WORKERS, "work_ms_per_trial": work_ms,
-        "total_s": round(total, 3), "work_s": round(work, 3),
-        "per_trial_overhead_ms": round((total - work) / trials * 1000, 3),
-        "trials_per_s": round(trials / total, 1)}}
+    out = {
+        "overhead": {
+            "trials": trials,
+            "concurrency": WORKERS,
+            "work_ms_per_trial": work_ms,
+            "total_s": round(total, 3),
+            "work_s": round(work, 3),
+            "per_trial_overhead_ms": round((total - work) / trials * 1000, 3),
+            "trials_per_s": round(trials / total, 1),
+        }
+    }
 
     grid = fit(stop_trials, fn=reporting, scheduler=_stop_at_three())
     gaps = []
     for r in grid:
         extra = r._trial.extra
-        if r.status != "TERMINATED" or not extra.get("early_stopped"):   # Ray's status for a stopped trial
+        if r.status != "TERMINATED" or not extra.get("early_stopped"):  # Ray's status for a stopped trial
             raise RuntimeError(f"trial {r.trial_id} was not stopped: {r.status}")
         if "freed_by_stop_at" in extra:  # this trial took the worker of a stopped one
             gaps.append(r.metrics_dataframe["fn_start"].iloc[0] - extra["freed_by_stop_at"])
-    out["stop"] = {"trials": stop_trials, "stop_to_next_start_ms": {
-        "median": round(statistics.median(gaps) * 1000, 2), "p90": round(_quantile(gaps, 0.9) * 1000, 2),
-        "max": round(max(gaps) * 1000, 2), "n": len(gaps)}}
+    out["stop"] = {
+        "trials": stop_trials,
+        "stop_to_next_start_ms": {
+            "median": round(statistics.median(gaps) * 1000, 2),
+            "p90": round(_quantile(gaps, 0.9) * 1000, 2),
+            "max": round(max(gaps) * 1000, 2),
+            "n": len(gaps),
+        },
+    }
     raynb.disconnect()
     return out
 
@@ -111,7 +128,9 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=200, help="trivial trials timed (default 200)")
-    ap.add_argument("--stop-trials", type=int, default=40, help="trials stopped by the scheduler (default 40)")
+    ap.add_argument(
+        "--stop-trials", type=int, default=40, help="trials stopped by the scheduler (default 40)"
+    )
     ap.add_argument("--work-ms", type=float, default=0.0, help="sleep in each trivial trial (ms, default 0)")
     ap.add_argument("--quick", action="store_true", help="smoke test: 20 trials, 6 stopped ones")
     args = ap.parse_args(argv)

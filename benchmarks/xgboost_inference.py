@@ -24,6 +24,7 @@ Usage::
     python benchmarks/xgboost_inference.py --quick    # smoke test (20k rows, 1 repeat)
     python benchmarks/xgboost_inference.py --skip-ray
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rerun_latency import machine_info, private_cluster  # noqa: E402
 
-PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "tree_method": "hist", "max_depth": 6,
-          "eta": 0.3, "seed": 0}
+PARAMS = {
+    "objective": "binary:logistic",
+    "eval_metric": "logloss",
+    "tree_method": "hist",
+    "max_depth": 6,
+    "eta": 0.3,
+    "seed": 0,
+}
 
 COLD_SCRIPT = """
 import sys, time
@@ -66,8 +73,9 @@ def make_data(rows: int, root: str) -> tuple[str, str]:
     train_dir = os.path.join(root, "train")
     os.makedirs(train_dir)
     for i in range(4):
-        df.iloc[i * rows // 4:(i + 1) * rows // 4].to_parquet(os.path.join(train_dir, f"part-{i}.parquet"),
-                                                              row_group_size=max(1000, rows // 16))
+        df.iloc[i * rows // 4 : (i + 1) * rows // 4].to_parquet(
+            os.path.join(train_dir, f"part-{i}.parquet"), row_group_size=max(1000, rows // 16)
+        )
     small = os.path.join(root, "small.parquet")
     df.iloc[:2000].to_parquet(small)
     return train_dir, small
@@ -85,8 +93,14 @@ def per_round_single(df, rounds: int, nthread: int) -> float:
             return False
 
     d = xgboost.QuantileDMatrix(df.drop(columns="y"), label=df["y"])
-    xgboost.train(dict(PARAMS, nthread=nthread), d, rounds, evals=[(d, "train")], callbacks=[Stamp()],
-                  verbose_eval=False)
+    xgboost.train(
+        dict(PARAMS, nthread=nthread),
+        d,
+        rounds,
+        evals=[(d, "train")],
+        callbacks=[Stamp()],
+        verbose_eval=False,
+    )
     return (stamps[-1] - stamps[0]) / (len(stamps) - 1)
 
 
@@ -96,9 +110,14 @@ def per_round_raynb(ds, rounds: int, workers: int) -> tuple[float, float]:
     from raynb.train.xgboost import XGBoostTrainer
 
     t0 = time.time()
-    result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=rounds, datasets={"train": ds},
-                            scaling_config=ScalingConfig(num_workers=workers),
-                            run_config=RunConfig(verbose=0)).fit()
+    result = XGBoostTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=rounds,
+        datasets={"train": ds},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0),
+    ).fit()
     ts = list(result.metrics_dataframe["timestamp"])
     return (ts[-1] - ts[0]) / (len(ts) - 1), ts[0] - t0
 
@@ -132,8 +151,13 @@ def inference(train_dir: str, model_path: str, workers: int) -> tuple[float, flo
     single = n / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     out = raynb.data.read_parquet(files).map_batches(
-        Predictor, batch_size=8192, num_workers=workers, batch_format="pandas",
-        fn_constructor_kwargs={"model_path": model_path}, run_config=RunConfig(verbose=0))
+        Predictor,
+        batch_size=8192,
+        num_workers=workers,
+        batch_format="pandas",
+        fn_constructor_kwargs={"model_path": model_path},
+        run_config=RunConfig(verbose=0),
+    )
     got = sum(len(b["p"]) for b in out.iter_batches(batch_size=None))
     dist = got / (time.perf_counter() - t0)
     assert got == n and np.isfinite(dist)
@@ -142,11 +166,25 @@ def inference(train_dir: str, model_path: str, workers: int) -> tuple[float, flo
 
 def cold_process(small: str) -> tuple[float, float]:
     """(launch -> first round, import xgboost alone) in fresh processes, seconds."""
-    out = subprocess.run([sys.executable, "-c", COLD_SCRIPT, repr(time.time()), small], capture_output=True,
-                         text=True, timeout=120, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", COLD_SCRIPT, repr(time.time()), small],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     first = float(out.stdout.split()[0])
-    imp = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import xgboost; "
-                          "print(time.perf_counter() - t)"], capture_output=True, text=True, timeout=120, check=True)
+    imp = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time; t = time.perf_counter(); import xgboost; print(time.perf_counter() - t)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return first, float(imp.stdout.strip())
 
 
@@ -156,8 +194,14 @@ def measure_ray(train_dir: str, rounds: int, workers: int) -> dict:
 
     tmp = tempfile.mkdtemp(prefix="rb-", dir="/tmp")  # ray's socket paths must stay short
     try:
-        ray.init(num_cpus=workers + 1, _temp_dir=tmp, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False, _node_ip_address="127.0.0.1")  # loopback only
+        ray.init(
+            num_cpus=workers + 1,
+            _temp_dir=tmp,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _node_ip_address="127.0.0.1",
+        )  # loopback only
         try:
             import ray.data
             import ray.train
@@ -177,9 +221,14 @@ def measure_ray(train_dir: str, rounds: int, workers: int) -> dict:
                         stamps.append(_t.time())
                         return False
 
-                xgboost.train(dict(config["params"], nthread=1), d, config["rounds"], evals=[(d, "train")],
-                              callbacks=[Stamp(), RayTrainReportCallback(frequency=0, checkpoint_at_end=False)],
-                              verbose_eval=False)
+                xgboost.train(
+                    dict(config["params"], nthread=1),
+                    d,
+                    config["rounds"],
+                    evals=[(d, "train")],
+                    callbacks=[Stamp(), RayTrainReportCallback(frequency=0, checkpoint_at_end=False)],
+                    verbose_eval=False,
+                )
                 if ray.train.get_context().get_world_rank() == 0:
                     with open(config["out"], "w") as f:
                         json.dump(stamps, f)
@@ -187,15 +236,20 @@ def measure_ray(train_dir: str, rounds: int, workers: int) -> dict:
             out_file = os.path.join(tmp, "stamps.json")
             ds = ray.data.read_parquet(train_dir)
             t0 = time.time()
-            XGBoostTrainer(train_fn, train_loop_config={"params": PARAMS, "rounds": rounds, "out": out_file},
-                           scaling_config=ray.train.ScalingConfig(num_workers=workers),
-                           run_config=ray.train.RunConfig(storage_path=os.path.join(tmp, "results")),
-                           datasets={"train": ds}).fit()
+            XGBoostTrainer(
+                train_fn,
+                train_loop_config={"params": PARAMS, "rounds": rounds, "out": out_file},
+                scaling_config=ray.train.ScalingConfig(num_workers=workers),
+                run_config=ray.train.RunConfig(storage_path=os.path.join(tmp, "results")),
+                datasets={"train": ds},
+            ).fit()
             with open(out_file) as f:
                 stamps = json.load(f)
-            return {"first_round_s": round(stamps[0] - t0, 3),
-                    "per_round_ms": round(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), 2),
-                    "version": ray.__version__}
+            return {
+                "first_round_s": round(stamps[0] - t0, 3),
+                "per_round_ms": round(1000 * (stamps[-1] - stamps[0]) / (len(stamps) - 1), 2),
+                "version": ray.__version__,
+            }
         finally:
             ray.shutdown()
     finally:
@@ -240,11 +294,17 @@ def main() -> None:
                 dist.append(per_round_raynb(ds, args.rounds, workers)[0])
                 warm_first.append(per_round_raynb(ds_small, 3, workers)[1])
             colds = [cold_process(small) for _ in range(args.repeats)]
-            cold_first, import_s = statistics.median(c[0] for c in colds), statistics.median(c[1] for c in colds)
+            cold_first, import_s = (
+                statistics.median(c[0] for c in colds),
+                statistics.median(c[1] for c in colds),
+            )
             import xgboost
 
-            booster = xgboost.train(dict(PARAMS, nthread=workers),
-                                    xgboost.QuantileDMatrix(df.drop(columns="y"), label=df["y"]), args.rounds)
+            booster = xgboost.train(
+                dict(PARAMS, nthread=workers),
+                xgboost.QuantileDMatrix(df.drop(columns="y"), label=df["y"]),
+                args.rounds,
+            )
             model_path = os.path.join(data, "model.ubj")
             booster.save_model(model_path)
             inf = [inference(train_dir, model_path, workers) for _ in range(args.repeats)]
@@ -253,16 +313,22 @@ def main() -> None:
                 "raynb_2_ranks": round(1000 * med(dist), 2),
                 "single_process_2_threads": round(1000 * med(single2), 2),
                 "single_process_1_thread": round(1000 * med(single1), 2),
-                "ratio_raynb_over_single_2_threads": round(med(dist) / med(single2), 2)}
-            out["first_round_s"] = {"warm": round(med(warm_first), 3), "cold_process": round(cold_first, 3),
-                                    "cold_cluster": round(cold_cluster_total, 3),
-                                    "cold_cluster_fit_only": round(cold_cluster, 3),
-                                    "ratio_cold_process_over_warm": round(cold_first / med(warm_first), 1)}
+                "ratio_raynb_over_single_2_threads": round(med(dist) / med(single2), 2),
+            }
+            out["first_round_s"] = {
+                "warm": round(med(warm_first), 3),
+                "cold_process": round(cold_first, 3),
+                "cold_cluster": round(cold_cluster_total, 3),
+                "cold_cluster_fit_only": round(cold_cluster, 3),
+                "ratio_cold_process_over_warm": round(cold_first / med(warm_first), 1),
+            }
             out["xgboost_import_s"] = round(import_s, 3)
             out["inference_rows_per_s"] = {
                 "raynb_map_batches_2_workers": round(med(i[1] for i in inf)),
-                "single_process": round(med(i[0] for i in inf)), "rows": inf[0][2],
-                "ratio_raynb_over_single": round(med(i[1] for i in inf) / med(i[0] for i in inf), 2)}
+                "single_process": round(med(i[0] for i in inf)),
+                "rows": inf[0][2],
+                "ratio_raynb_over_single": round(med(i[1] for i in inf) / med(i[0] for i in inf), 2),
+            }
         if args.skip_ray:
             out["ray"] = "skipped (--skip-ray)"
         else:
@@ -276,8 +342,9 @@ def main() -> None:
                 out["ray"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    out["machine"] = machine_info(load0, rows=args.rows, rounds=args.rounds, repeats=args.repeats,
-                                  load_avg_1m_at_end=os.getloadavg()[0])
+    out["machine"] = machine_info(
+        load0, rows=args.rows, rounds=args.rounds, repeats=args.repeats, load_avg_1m_at_end=os.getloadavg()[0]
+    )
     print(json.dumps(out, indent=2))
 
 

@@ -13,6 +13,7 @@ When the notebook is done (its kernel shut down), any cluster it left behind
 process. The directories stay with pytest's other temporary files (the cluster
 logs are in ``<home>/logs``).
 """
+
 from __future__ import annotations
 
 import os
@@ -60,8 +61,10 @@ def pytest_runtest_setup(item):
         yield
         return
     stem = os.path.splitext(os.path.basename(str(nb.path)))[0]
-    nb._raynb_env = {"RAYNB_HOME": _mkdtemp(item.config, f"raynb_home_{stem}"),
-                     "RAYNB_STORAGE_PATH": _mkdtemp(item.config, f"raynb_results_{stem}")}
+    nb._raynb_env = {
+        "RAYNB_HOME": _mkdtemp(item.config, f"raynb_home_{stem}"),
+        "RAYNB_STORAGE_PATH": _mkdtemp(item.config, f"raynb_results_{stem}"),
+    }
     env = _Env(nb._raynb_env)
     try:
         yield  # the notebook's first cell: nbval starts the kernel here

@@ -11,6 +11,7 @@ The package is layered by process (see CONTRIBUTING.md): ``raynb.cluster`` (head
 node agent, zygote, workers), ``raynb.client`` (the notebook-side connection),
 ``raynb.train`` and ``raynb.tune`` (Ray's API), ``raynb.notebook`` (magics and views).
 """
+
 from . import data  # noqa: F401 - raynb.data.from_numpy(...), read_parquet(...)
 from . import notebook as _notebook  # registers the progress views (raynb.client.views)
 from .client.connection import cluster_status, connect, disconnect
@@ -18,19 +19,53 @@ from .client.ray_init import init, is_initialized, shutdown
 from .client.runs import runs
 from .client.shipping import UnpicklableError
 from .errors import ClusterError, RunError
-from .train import (Checkpoint, CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig,
-                    get_checkpoint, get_context, get_dataset_shard, report)
+from .train import (
+    Checkpoint,
+    CheckpointConfig,
+    FailureConfig,
+    Result,
+    RunConfig,
+    ScalingConfig,
+    get_checkpoint,
+    get_context,
+    get_dataset_shard,
+    report,
+)
 from .train.run import attach, get_run
 from .train.torch import TorchTrainer, get_device, prepare_data_loader, prepare_model
 
 __version__ = "0.1.0"
 
-__all__ = ["connect", "disconnect", "init", "shutdown", "is_initialized", "ClusterError", "RunError", "UnpicklableError", "Result",
-           "RunConfig", "ScalingConfig", "Checkpoint", "CheckpointConfig", "FailureConfig",
-           "runs", "get_run", "attach", "cluster_status", "get_checkpoint", "get_context", "get_dataset_shard",
-           "report", "data",
-           "TorchTrainer", "get_device", "prepare_data_loader", "prepare_model",
-           "load_ipython_extension"]
+__all__ = [
+    "connect",
+    "disconnect",
+    "init",
+    "shutdown",
+    "is_initialized",
+    "ClusterError",
+    "RunError",
+    "UnpicklableError",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "runs",
+    "get_run",
+    "attach",
+    "cluster_status",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "report",
+    "data",
+    "TorchTrainer",
+    "get_device",
+    "prepare_data_loader",
+    "prepare_model",
+    "load_ipython_extension",
+]
 
 
 def load_ipython_extension(ipython) -> None:

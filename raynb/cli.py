@@ -1,5 +1,6 @@
 """The ``raynb`` command: start, status, stop, node, run, demo; ``raynb --version``; a bare
 ``raynb`` prints the help (exit status 0)."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``raynb`` command line: one subcommand per entry of :data:`COMMANDS`."""
     from . import __version__
 
-    ap = argparse.ArgumentParser(prog="raynb", description="A warm local cluster for distributed "
-                                 "PyTorch from Jupyter.")
+    ap = argparse.ArgumentParser(
+        prog="raynb", description="A warm local cluster for distributed PyTorch from Jupyter."
+    )
     ap.add_argument("--version", action="version", version=f"raynb {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
     _add_start(sub)
@@ -35,8 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("stop", help="stop the local cluster and all its processes")
     _add_node(sub)
     add_job_commands(sub)
-    r = sub.add_parser("run", help="run an unchanged Ray Train/Tune/Data script on raynb "
-                       "(`import ray` served by raynb; see docs/coming-from-ray.md)")
+    r = sub.add_parser(
+        "run",
+        help="run an unchanged Ray Train/Tune/Data script on raynb "
+        "(`import ray` served by raynb; see docs/coming-from-ray.md)",
+    )
     r.add_argument("script", help="the Python script, run as __main__")
     r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
@@ -47,24 +52,56 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_start(sub) -> None:
     s = sub.add_parser("start", help="start the local cluster in the background")
-    s.add_argument("--workers", type=positive_int, default=None,
-                   help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)")
-    s.add_argument("--head-only", action="store_true",
-                   help="no workers on this machine: only those of the nodes that join")
-    s.add_argument("--max-workers", type=positive_int, default=None,
-                   help="most workers this machine may hold (default: the larger of 16 and 4 x its cores)")
-    s.add_argument("--host", default="127.0.0.1", help="address of the interface the head listens on "
-                   "(default 127.0.0.1; off loopback every link is CurveZMQ and it prints how to join)")
+    s.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)",
+    )
+    s.add_argument(
+        "--head-only",
+        action="store_true",
+        help="no workers on this machine: only those of the nodes that join",
+    )
+    s.add_argument(
+        "--max-workers",
+        type=positive_int,
+        default=None,
+        help="most workers this machine may hold (default: the larger of 16 and 4 x its cores)",
+    )
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of the interface the head listens on "
+        "(default 127.0.0.1; off loopback every link is CurveZMQ and it prints how to join)",
+    )
     s.add_argument("--port", type=int, default=0, help="port the head listens on (0: any free)")
-    s.add_argument("--idle-timeout", type=float, default=None, metavar="S",
-                   help="seconds a worker forked beyond --workers may stay idle before it is "
-                        "retired (default $RAYNB_WORKER_IDLE_TIMEOUT_S, else 60)")
-    s.add_argument("--ray", action="store_true", help="run on a Ray cluster: the head and one node "
-                   "agent per Ray node as Ray actors (needs raynb[ray]); --workers is per node")
-    s.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
-                   help="the Ray cluster for --ray (default auto: the one on this machine)")
-    s.add_argument("--key-file", default=None, help="head-keys.json from `raynb keygen`: the same keys "
-                   "across restarts (node agents reconnect to a restarted head)")
+    s.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a worker forked beyond --workers may stay idle before it is "
+        "retired (default $RAYNB_WORKER_IDLE_TIMEOUT_S, else 60)",
+    )
+    s.add_argument(
+        "--ray",
+        action="store_true",
+        help="run on a Ray cluster: the head and one node "
+        "agent per Ray node as Ray actors (needs raynb[ray]); --workers is per node",
+    )
+    s.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="auto|HOST:PORT",
+        help="the Ray cluster for --ray (default auto: the one on this machine)",
+    )
+    s.add_argument(
+        "--key-file",
+        default=None,
+        help="head-keys.json from `raynb keygen`: the same keys "
+        "across restarts (node agents reconnect to a restarted head)",
+    )
 
 
 def _add_node(sub) -> None:
@@ -74,15 +111,31 @@ def _add_node(sub) -> None:
     n.add_argument("--key-file", default=None, help="the head's connection file, copied here (mode 0600)")
     n.add_argument("--key", default=None, help="cluster key for a loopback head (default: $RAYNB_KEY)")
     n.add_argument("--gpus", type=non_negative_int, default=None, help="CUDA devices to offer (default: all)")
-    n.add_argument("--node-ip", default=None, help="IP to register, for gloo/NCCL and the rank-0 store "
-                   "(default $RAYNB_NODE_IP, else the interface that routes to the head)")
+    n.add_argument(
+        "--node-ip",
+        default=None,
+        help="IP to register, for gloo/NCCL and the rank-0 store "
+        "(default $RAYNB_NODE_IP, else the interface that routes to the head)",
+    )
     n.add_argument("--node-id", default=None, help="this node's name (default random)")
-    n.add_argument("--max-workers", type=positive_int, default=None,
-                   help="most workers this node may hold (default: the larger of 16 and 4 x its cores)")
-    n.add_argument("--shared-storage", action="store_true",
-                   help="this host mounts the head's storage_path at the same path (else checkpoints stream)")
-    n.add_argument("--reconnect", type=float, default=60.0, metavar="S",
-                   help="seconds to keep registering again after losing the head (default 60)")
+    n.add_argument(
+        "--max-workers",
+        type=positive_int,
+        default=None,
+        help="most workers this node may hold (default: the larger of 16 and 4 x its cores)",
+    )
+    n.add_argument(
+        "--shared-storage",
+        action="store_true",
+        help="this host mounts the head's storage_path at the same path (else checkpoints stream)",
+    )
+    n.add_argument(
+        "--reconnect",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds to keep registering again after losing the head (default 60)",
+    )
 
 
 def main(argv=None) -> int:
@@ -92,7 +145,7 @@ def main(argv=None) -> int:
     traceback."""
     try:
         code = _run(argv)
-        sys.stdout.flush()   # a closed pipe shows here for output still buffered
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
         return code
     except BrokenPipeError:
         import os
@@ -109,7 +162,7 @@ def _run(argv=None) -> int:
 
     ap = build_parser()
     args = ap.parse_args(argv)
-    if args.cmd is None:   # a bare `raynb`: what it can do, not "arguments are required: cmd"
+    if args.cmd is None:  # a bare `raynb`: what it can do, not "arguments are required: cmd"
         ap.print_help()
         return 0
     if args.cmd == "start" and (args.ray or args.ray_address):
@@ -127,12 +180,18 @@ def _cmd_start_on_ray(args, ap) -> int:
     from .cluster.launch.ray_engine import start_on_ray
 
     try:
-        info, started = start_on_ray(args.ray_address or "auto", workers_per_node=args.workers,
-                                     max_workers_per_node=args.max_workers, port=args.port)
+        info, started = start_on_ray(
+            args.ray_address or "auto",
+            workers_per_node=args.workers,
+            max_workers_per_node=args.max_workers,
+            port=args.port,
+        )
     except ValueError as e:
         ap.error(str(e))
-    print(f"raynb {'started' if started else 'already running'} on the Ray cluster at "
-          f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers")
+    print(
+        f"raynb {'started' if started else 'already running'} on the Ray cluster at "
+        f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers"
+    )
     return 0
 
 
@@ -141,17 +200,24 @@ def _cmd_start(args, ap) -> int:
     from .cluster.launch.local import join_command, start_and_keep
 
     try:
-        info, started = start_and_keep(4 if args.workers is None else args.workers, args.max_workers,
-                                       host=args.host, port=args.port, idle_timeout_s=args.idle_timeout,
-                                       key_file=args.key_file, head_only=args.head_only)
+        info, started = start_and_keep(
+            4 if args.workers is None else args.workers,
+            args.max_workers,
+            host=args.host,
+            port=args.port,
+            idle_timeout_s=args.idle_timeout,
+            key_file=args.key_file,
+            head_only=args.head_only,
+        )
     except ValueError as e:
         ap.error(str(e))
-    print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
-          f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
+    print(
+        f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
+        f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}"
+    )
     join = join_command(info, connection_file_path())
     if join:
-        print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n"
-              f"  {join}")
+        print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n  {join}")
     return 0
 
 
@@ -159,8 +225,10 @@ def _cmd_keygen(args, ap) -> int:
     from .cluster.protocol.curve_auth import write_keys
 
     head, peers = write_keys(args.dir)
-    print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
-          f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))")
+    print(
+        f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
+        f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))"
+    )
     return 0
 
 
@@ -179,9 +247,18 @@ def _cmd_node(args, ap) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    return run_node(args.address, args.key_file, args.workers, args.gpus, args.node_ip,
-                    key=args.key, max_workers=args.max_workers, node_id=args.node_id,
-                    shared_storage=args.shared_storage, reconnect_s=args.reconnect)
+    return run_node(
+        args.address,
+        args.key_file,
+        args.workers,
+        args.gpus,
+        args.node_ip,
+        key=args.key,
+        max_workers=args.max_workers,
+        node_id=args.node_id,
+        shared_storage=args.shared_storage,
+        reconnect_s=args.reconnect,
+    )
 
 
 def _cmd_jobs(args, ap) -> int:
@@ -207,8 +284,8 @@ def _cmd_demo(args, ap) -> int:
 def _status() -> int:
     """``raynb status``: at once, even while a start is under way (it holds the start lock
     until its workers are ready): what the head has so far, or that it is starting."""
-    from .cluster.protocol.control import Client
     from .cluster.launch.local import running_cluster, starting_pid
+    from .cluster.protocol.control import Client
 
     info = running_cluster(wait=False)
     pid = starting_pid()
@@ -231,12 +308,23 @@ def _status() -> int:
 
 def add_job_commands(sub) -> None:
     """``raynb submit`` and ``raynb jobs list|logs|stop`` (client/jobs.py)."""
-    j = sub.add_parser("submit", help="run a driver command on the cluster's head node (a job "
-                       "that outlives this client), streaming its output")
-    j.add_argument("--address", default=None, help="a connection file or tcp://HOST:PORT (with "
-                   "$RAYNB_KEY); default: this machine's cluster (local or on Ray)")
-    j.add_argument("--working-dir", default=None, metavar="DIR", help="packed, sent and unpacked into "
-                   "the job's own directory, its cwd (at most 100 MiB)")
+    j = sub.add_parser(
+        "submit",
+        help="run a driver command on the cluster's head node (a job "
+        "that outlives this client), streaming its output",
+    )
+    j.add_argument(
+        "--address",
+        default=None,
+        help="a connection file or tcp://HOST:PORT (with "
+        "$RAYNB_KEY); default: this machine's cluster (local or on Ray)",
+    )
+    j.add_argument(
+        "--working-dir",
+        default=None,
+        metavar="DIR",
+        help="packed, sent and unpacked into the job's own directory, its cwd (at most 100 MiB)",
+    )
     j.add_argument("--job-id", default=None)
     j.add_argument("--no-wait", action="store_true", help="print the job id and return")
     j.add_argument("entrypoint", nargs=argparse.REMAINDER, help="-- the command, e.g. -- python train.py")
@@ -252,16 +340,17 @@ def add_job_commands(sub) -> None:
 
 
 def _job_client(address):
-    from .cluster.protocol.control import Client
-    from .cluster.launch.local import running_cluster
     from .client.connection import connect, disconnect
+    from .cluster.launch.local import running_cluster
+    from .cluster.protocol.control import Client
     from .errors import ClusterError
 
     if address is None:
         info = running_cluster()
         if info is None:
-            raise ClusterError("no raynb cluster is running here (start one with `raynb start`, or "
-                               "pass --address)")
+            raise ClusterError(
+                "no raynb cluster is running here (start one with `raynb start`, or pass --address)"
+            )
         return Client(info["address"], info["key"].encode(), info)
     client = connect(address)
     info = client.info
@@ -292,15 +381,22 @@ def _job_command(args) -> int:
         client = _job_client(args.address)
         try:
             job = J.submit_job(client, entry, working_dir=archive_dir, job_id=args.job_id)
-            print(f"raynb: job {job['job_id']} submitted (pid {job['pid']}); `raynb jobs logs "
-                  f"{job['job_id']} --follow` shows its output, `raynb jobs stop {job['job_id']}` ends it",
-                  file=sys.stderr, flush=True)
+            print(
+                f"raynb: job {job['job_id']} submitted (pid {job['pid']}); `raynb jobs logs "
+                f"{job['job_id']} --follow` shows its output, `raynb jobs stop {job['job_id']}` ends it",
+                file=sys.stderr,
+                flush=True,
+            )
             if args.no_wait:
                 print(job["job_id"])
                 return 0
             try:
-                state = J.job_logs(client, job["job_id"], follow=True,
-                                   write=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+                state = J.job_logs(
+                    client,
+                    job["job_id"],
+                    follow=True,
+                    write=lambda t: (sys.stdout.write(t), sys.stdout.flush()),
+                )
             except KeyboardInterrupt:
                 print(f"\nraynb: job {job['job_id']} keeps running", file=sys.stderr)
                 return 130
@@ -314,8 +410,12 @@ def _job_command(args) -> int:
             for job in J.list_jobs(client):
                 print(f"{job['job_id']:<18} {job['state']:<10} {' '.join(job['entrypoint'])}")
         elif args.jobs_cmd == "logs":
-            state = J.job_logs(client, args.job_id, follow=args.follow,
-                               write=lambda t: (sys.stdout.write(t), sys.stdout.flush()))
+            state = J.job_logs(
+                client,
+                args.job_id,
+                follow=args.follow,
+                write=lambda t: (sys.stdout.write(t), sys.stdout.flush()),
+            )
             if args.follow:
                 print(f"raynb: job {args.job_id} {state}", file=sys.stderr)
         else:
@@ -327,11 +427,18 @@ def _job_command(args) -> int:
 
 
 # Each subcommand's function: (parsed args, the parser for its usage errors) -> exit status.
-COMMANDS = {"start": _cmd_start, "keygen": _cmd_keygen, "status": lambda args, ap: _status(),
-            "stop": _cmd_stop, "node": _cmd_node, "submit": _cmd_jobs, "jobs": _cmd_jobs,
-            "run": _cmd_run, "demo": _cmd_demo}
+COMMANDS = {
+    "start": _cmd_start,
+    "keygen": _cmd_keygen,
+    "status": lambda args, ap: _status(),
+    "stop": _cmd_stop,
+    "node": _cmd_node,
+    "submit": _cmd_jobs,
+    "jobs": _cmd_jobs,
+    "run": _cmd_run,
+    "demo": _cmd_demo,
+}
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

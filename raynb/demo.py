@@ -3,6 +3,7 @@
 ``raynb demo --workers 4`` runs it from a terminal; ``notebooks/01_quickstart.ipynb``
 runs the same training from ``%%ray_train`` cells.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,9 +32,16 @@ def make_model(hidden: int = 64):
     from torch import nn
 
     return nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 4 * 4, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, 10),
+    )
 
 
 def train_digits(config: dict, data=None) -> None:
@@ -52,8 +60,11 @@ def train_digits(config: dict, data=None) -> None:
 
     torch.manual_seed(0)
     X_tr, y_tr, X_va, y_va = data if data is not None else load_digits_split()
-    train = DataLoader(TensorDataset(torch.from_numpy(X_tr), torch.from_numpy(y_tr)),
-                       batch_size=config.get("batch_size", 32), shuffle=True)
+    train = DataLoader(
+        TensorDataset(torch.from_numpy(X_tr), torch.from_numpy(y_tr)),
+        batch_size=config.get("batch_size", 32),
+        shuffle=True,
+    )
     train = prepare_data_loader(train)
     model = prepare_model(make_model(config.get("hidden", 64)))
     opt = torch.optim.Adam(model.parameters(), lr=config.get("lr", 3e-3))
@@ -74,8 +85,7 @@ def train_digits(config: dict, data=None) -> None:
             out = model(Xv)
             val_loss = loss_fn(out, yv).item()
             val_acc = (out.argmax(1) == yv).float().mean().item()
-        report({"epoch": epoch, "loss": total / max(n, 1), "val_loss": val_loss,
-                "val_accuracy": val_acc})
+        report({"epoch": epoch, "loss": total / max(n, 1), "val_loss": val_loss, "val_accuracy": val_acc})
     if get_context().get_world_rank() == 0:
         print(f"final validation accuracy {val_acc:.3f}")
 
@@ -93,36 +103,43 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
     """
     from functools import partial
 
-    from .cluster.launch.local import running_cluster, stop_cluster
     from .client.connection import connect, disconnect
+    from .cluster.launch.local import running_cluster, stop_cluster
     from .train import RunConfig, ScalingConfig
     from .train.torch import TorchTrainer
 
     data = load_digits_split()  # once here, shipped to the workers with the function
-    print(f"raynb demo: a CNN on scikit-learn digits ({len(data[0]):,} training / "
-          f"{len(data[2]):,} validation 8x8 images), {epochs} epochs, DDP on {num_workers} workers")
+    print(
+        f"raynb demo: a CNN on scikit-learn digits ({len(data[0]):,} training / "
+        f"{len(data[2]):,} validation 8x8 images), {epochs} epochs, DDP on {num_workers} workers"
+    )
     t0 = time.perf_counter()
     started = running_cluster() is None
     connect(num_workers=num_workers)
-    print(f"{'started a local cluster' if started else 'using the running cluster'} "
-          f"in {time.perf_counter() - t0:.1f}s")
+    print(
+        f"{'started a local cluster' if started else 'using the running cluster'} "
+        f"in {time.perf_counter() - t0:.1f}s"
+    )
     results, overheads = [], []
     try:
         for i, rate in enumerate((lr, lr * 2)):
             print(f"\n--- run {i + 1}: lr={rate:g}{' (warm re-run)' if i else ''}")
             t = time.perf_counter()
-            trainer = TorchTrainer(partial(train_digits, data=data),
-                                   train_loop_config={"lr": rate, "batch_size": 32, "epochs": epochs,
-                                                      "hidden": 64},
-                                   scaling_config=ScalingConfig(num_workers=num_workers),
-                                   run_config=RunConfig(name=None))
+            trainer = TorchTrainer(
+                partial(train_digits, data=data),
+                train_loop_config={"lr": rate, "batch_size": 32, "epochs": epochs, "hidden": 64},
+                scaling_config=ScalingConfig(num_workers=num_workers),
+                run_config=RunConfig(name=None),
+            )
             result = trainer.fit()
             wall = time.perf_counter() - t
             results.append(result)
             overheads.append(wall - (result.time_total_s or 0.0))
-            print(f"run {i + 1} (lr={rate:g}): val_accuracy={result.metrics['val_accuracy']:.3f} "
-                  f"in {wall:.1f}s ({result.time_total_s:.1f}s on the workers, "
-                  f"{overheads[-1] * 1000:.0f} ms submit + collect); results in {result.path}")
+            print(
+                f"run {i + 1} (lr={rate:g}): val_accuracy={result.metrics['val_accuracy']:.3f} "
+                f"in {wall:.1f}s ({result.time_total_s:.1f}s on the workers, "
+                f"{overheads[-1] * 1000:.0f} ms submit + collect); results in {result.path}"
+            )
     finally:
         disconnect()
         if started:
@@ -131,6 +148,8 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
         else:
             print("\nthe cluster is still running (`raynb status`, `raynb stop`)")
     acc = results[-1].metrics["val_accuracy"]
-    print(f"warm re-run overhead (wall time minus time on the workers): {overheads[-1] * 1000:.0f} ms; "
-          f"final validation accuracy {acc:.3f} ({'>=' if acc >= 0.95 else 'below'} 0.95)")
+    print(
+        f"warm re-run overhead (wall time minus time on the workers): {overheads[-1] * 1000:.0f} ms; "
+        f"final validation accuracy {acc:.3f} ({'>=' if acc >= 0.95 else 'below'} 0.95)"
+    )
     return 0 if acc >= 0.95 else 1

@@ -1,4 +1,5 @@
 """Exceptions raised in the notebook for things that went wrong on the cluster."""
+
 from __future__ import annotations
 
 import linecache
@@ -59,8 +60,10 @@ class RunError(RuntimeError):
         lines = [f"RunError: {self._summary()}", ""]
         for e in self.errors:
             if e.get("traceback"):
-                lines.append(f"--- remote traceback (rank {e.get('rank')}, pid {e.get('pid')} "
-                             f"on {e.get('hostname')}) ---")
+                lines.append(
+                    f"--- remote traceback (rank {e.get('rank')}, pid {e.get('pid')} "
+                    f"on {e.get('hostname')}) ---"
+                )
                 lines.extend(e["traceback"].rstrip("\n").splitlines())
                 lines.append("")
         return lines

@@ -3,6 +3,7 @@
 Every test here talks to real processes over real sockets. The session cluster
 fails the run if stopping it leaves any of its processes behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,8 +56,6 @@ def raynb_home(tmp_path_factory):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-
-
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +134,8 @@ def ok_cell(shell, cell: str):
     """``run_cell``, asserting the cell raised nothing."""
     res, cap = run_cell(shell, cell)
     assert res.error_before_exec is None and res.error_in_exec is None, (
-        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}")
+        f"{res.error_before_exec or res.error_in_exec!r}\n{cap.stdout}\n{cap.stderr}"
+    )
     return res, cap
 
 

@@ -4,6 +4,7 @@ node agents ``n1`` and ``n2`` with 2 workers each on .2 and .3 (``raynb node --k
 and a client namespace on .4. Each host has its own RAYNB_HOME; the connection file is
 copied to each (0600), as one would with scp. Code "on the laptop" runs as a script in
 the client namespace (:meth:`Cluster.client`), printing JSON."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,8 @@ import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-
 import netns
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ["head", "h1", "h2", "client"]
@@ -48,13 +48,19 @@ class Cluster:
         self.storage = base / "storage"
         self.storage.mkdir(mode=0o700)
         self.nodes: dict[str, subprocess.Popen] = {}
-        self.node_pids: list[int] = []   # every node agent started, restarted ones too
+        self.node_pids: list[int] = []  # every node agent started, restarted ones too
         self.start_out = ""
 
     def env(self, host: str, **extra) -> dict:
-        return dict(os.environ, PYTHONPATH=str(ROOT), RAYNB_HOME=str(self.homes[host]),
-                    RAYNB_STORAGE_PATH=str(self.storage), RAYNB_PROGRESS="text",
-                    RAYNB_KEEP_CLUSTER="1", **extra)
+        return dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            RAYNB_HOME=str(self.homes[host]),
+            RAYNB_STORAGE_PATH=str(self.storage),
+            RAYNB_PROGRESS="text",
+            RAYNB_KEEP_CLUSTER="1",
+            **extra,
+        )
 
     def key_file(self, host: str) -> Path:
         return self.homes[host] / "head.json"
@@ -64,11 +70,27 @@ class Cluster:
         across a restart of the head)."""
         keys = self.homes["head"] / "keys"
         if not keys.exists():
-            r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "keygen", str(keys)], env=self.env("head"))
+            r = self.net.run(
+                "head", [sys.executable, "-m", "raynb.cli", "keygen", str(keys)], env=self.env("head")
+            )
             assert r.returncode == 0, r.stderr
-        r = self.net.run("head", [sys.executable, "-m", "raynb.cli", "start", "--host", self.net.ips["head"],
-                                  "--port", str(port), "--head-only", "--key-file", str(keys / "head-keys.json")],
-                         env=self.env("head"))
+        r = self.net.run(
+            "head",
+            [
+                sys.executable,
+                "-m",
+                "raynb.cli",
+                "start",
+                "--host",
+                self.net.ips["head"],
+                "--port",
+                str(port),
+                "--head-only",
+                "--key-file",
+                str(keys / "head-keys.json"),
+            ],
+            env=self.env("head"),
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         self.start_out = r.stdout
         self.info = json.loads((self.homes["head"] / "cluster.json").read_text())
@@ -78,10 +100,29 @@ class Cluster:
 
     def start_node(self, host: str, node_id: str, workers: int = 2, *extra: str) -> subprocess.Popen:
         log = open(self.base / f"node-{node_id}.log", "ab")
-        p = self.net.popen(host, [sys.executable, "-m", "raynb.cli", "node", "--address", self.info["address"],
-                                  "--key-file", str(self.key_file(host)), "--workers", str(workers),
-                                  "--node-id", node_id, "--reconnect", "10", *extra],
-                           env=self.env(host), stdout=log, stderr=subprocess.STDOUT)
+        p = self.net.popen(
+            host,
+            [
+                sys.executable,
+                "-m",
+                "raynb.cli",
+                "node",
+                "--address",
+                self.info["address"],
+                "--key-file",
+                str(self.key_file(host)),
+                "--workers",
+                str(workers),
+                "--node-id",
+                node_id,
+                "--reconnect",
+                "10",
+                *extra,
+            ],
+            env=self.env(host),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         self.nodes[node_id] = p
         self.node_pids.append(p.pid)
@@ -94,7 +135,7 @@ class Cluster:
 
         root = tempfile.gettempdir()
         for name in os.listdir(root):
-            pid = name[len(WORKERS_TMP_PREFIX):].partition("-")[0]
+            pid = name[len(WORKERS_TMP_PREFIX) :].partition("-")[0]
             if name.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and int(pid) in self.node_pids:
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
@@ -102,20 +143,33 @@ class Cluster:
         return (self.base / f"node-{node_id}.log").read_text(errors="replace")
 
     def client_prelude(self, host: str = "client") -> str:
-        return (f"import json, os, sys, time\nimport raynb\n"
-                f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n")
+        return (
+            f"import json, os, sys, time\nimport raynb\n"
+            f"KEY_FILE = {str(self.key_file(host))!r}\nADDRESS = {self.info['address']!r}\n"
+        )
 
     def client_args(self, code: str, host: str = "client", private_shm: bool = False) -> list[str]:
         """The command line :meth:`client` runs in ``host``'s namespace (for ``net.popen``);
         with ``private_shm`` the shell ``exec``s python, so the process is python's."""
         args = [sys.executable, "-c", self.client_prelude(host) + textwrap.dedent(code)]
         if private_shm:
-            args = ["sh", "-c", 'mount -t tmpfs -o size=256m,mode=1777 raynb-test /dev/shm && exec "$@"',
-                    "sh", *args]
+            args = [
+                "sh",
+                "-c",
+                'mount -t tmpfs -o size=256m,mode=1777 raynb-test /dev/shm && exec "$@"',
+                "sh",
+                *args,
+            ]
         return args
 
-    def client(self, code: str, timeout: float = 120, host: str = "client", check: bool = True,
-               private_shm: bool = False):
+    def client(
+        self,
+        code: str,
+        timeout: float = 120,
+        host: str = "client",
+        check: bool = True,
+        private_shm: bool = False,
+    ):
         """Run ``code`` (after :meth:`client_prelude`: raynb, KEY_FILE, ADDRESS) in the client
         namespace; returns the JSON its last stdout line holds. ``private_shm``: the script
         gets a ``/dev/shm`` of its own (a tmpfs in the mount namespace ``ip netns exec``
@@ -153,8 +207,9 @@ class Cluster:
 
 
 @contextmanager
-def hosts_up(base: Path, nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)), tag: str = "",
-             remove_base: bool = False):
+def hosts_up(
+    base: Path, nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)), tag: str = "", remove_base: bool = False
+):
     """A running cluster: the head, a node agent per ``(host, node id, workers)`` in
     ``nodes``, and the client namespace, in namespaces named with ``tag``
     (``netns.Net``); torn down with every process in every namespace killed and the

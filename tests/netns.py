@@ -10,6 +10,7 @@ never collide.
 
 Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN): :func:`available` says why not otherwise.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,11 +42,11 @@ def available() -> str | None:
 
 class Net:
     """Args:
-        hosts: host names, in address order (the first gets 198.18.0.1).
+    hosts: host names, in address order (the first gets 198.18.0.1).
     """
 
     def __init__(self, hosts: list[str], tag: str = ""):
-        self.tag = f"rnb{os.getpid()}{tag}"   # ``tag``: a second Net in this process (a letter or two)
+        self.tag = f"rnb{os.getpid()}{tag}"  # ``tag``: a second Net in this process (a letter or two)
         self.ips = {h: f"{SUBNET}.{i + 1}" for i, h in enumerate(hosts)}
         self.ns = {h: f"{self.tag}-{h}" for h in hosts}
         self.bridge_ns = f"{self.tag}-br"

@@ -2,6 +2,7 @@
 one GCS, several raylets), in a temp dir of its own, and the check that nothing of it
 (or of raynb on it) is left when it ends. Ray is never stopped by name (`ray stop`):
 only the processes this test process started, by pid."""
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,6 @@ import time
 from contextlib import contextmanager
 
 import psutil
-
 from conftest import alive
 
 
@@ -51,8 +51,14 @@ def ray_cluster(head_cpus: int = 0, node_cpus=(2, 2)):
     os.environ["RAY_TMPDIR"] = tmp
     cluster = None
     try:
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": head_cpus, "include_dashboard": False, "temp_dir": os.path.join(tmp, "ray")})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "include_dashboard": False,
+                "temp_dir": os.path.join(tmp, "ray"),
+            },
+        )
         nodes = [cluster.add_node(num_cpus=n) for n in node_cpus]
         ray.init(address=cluster.address, log_to_driver=False, logging_level="WARNING")
         cluster.wait_for_nodes()

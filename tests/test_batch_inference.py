@@ -1,5 +1,6 @@
 """Dataset.map_batches(fn, num_workers=N): batch inference on the warm pool, with real
 ranks writing parquet parts that the returned dataset reads back in order."""
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ def _data(n=5000, d=8):
 def test_class_built_once_per_worker_order_kept_same_predictions(warm, tmp_path):
     df, y = _data()
     features = df.drop(columns=["id"])
-    booster = xgboost.train({"objective": "binary:logistic", "nthread": 1},
-                            xgboost.DMatrix(features, label=y), 10)
+    booster = xgboost.train(
+        {"objective": "binary:logistic", "nthread": 1}, xgboost.DMatrix(features, label=y), 10
+    )
     model = str(tmp_path / "model.ubj")
     booster.save_model(model)
     single = booster.predict(xgboost.DMatrix(features))
@@ -56,9 +58,15 @@ def test_class_built_once_per_worker_order_kept_same_predictions(warm, tmp_path)
     counts = tmp_path / "counts"
     counts.mkdir()
     ds = raynb.data.read_parquet(str(path))
-    out = ds.map_batches(Predictor, batch_size=256, num_workers=3, batch_format="pandas",
-                         fn_constructor_kwargs={"model_path": model, "count_dir": str(counts)},
-                         preserve_order=True, run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    out = ds.map_batches(
+        Predictor,
+        batch_size=256,
+        num_workers=3,
+        batch_format="pandas",
+        fn_constructor_kwargs={"model_path": model, "count_dir": str(counts)},
+        preserve_order=True,
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     built = os.listdir(counts)
     assert len(built) == 3 and len({b.split("-")[1] for b in built}) == 3  # once per worker, 3 workers
     got = out.to_pandas()
@@ -135,9 +143,15 @@ def test_memory_stays_bounded_writing_a_result_larger_than_the_cap(warm, tmp_pat
     ds = raynb.data.from_numpy({"id": np.arange(n, dtype=np.int64)})
     logs = tmp_path / "rss"
     logs.mkdir()
-    out = ds.map_batches(Embed, batch_size=2048, num_workers=2, fn_constructor_kwargs={"log_dir": str(logs)},
-                         output_path=str(tmp_path / "emb"), preserve_order=True,
-                         run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    out = ds.map_batches(
+        Embed,
+        batch_size=2048,
+        num_workers=2,
+        fn_constructor_kwargs={"log_dir": str(logs)},
+        output_path=str(tmp_path / "emb"),
+        preserve_order=True,
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     written = sum(os.path.getsize(tmp_path / "emb" / f) for f in os.listdir(tmp_path / "emb"))
     assert written > 3 * CAP
     peaks = [int((logs / f).read_text()) for f in os.listdir(logs)]
@@ -148,8 +162,9 @@ def test_memory_stays_bounded_writing_a_result_larger_than_the_cap(warm, tmp_pat
 
 def test_the_pane_shows_rows_done_and_rows_per_second(warm, tmp_path, capsys):
     ds = raynb.data.from_numpy({"x": np.arange(4000, dtype=np.int64)})
-    out = ds.map_batches(_double, batch_size=500, num_workers=2,
-                         run_config=RunConfig(verbose=1, storage_path=str(tmp_path)))
+    out = ds.map_batches(
+        _double, batch_size=500, num_workers=2, run_config=RunConfig(verbose=1, storage_path=str(tmp_path))
+    )
     text = capsys.readouterr().out
     assert "MapBatches_" in text and "rows=" in text and "rows_per_s=" in text, text
     assert out.count() == 4000

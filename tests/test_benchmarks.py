@@ -1,5 +1,6 @@
 """The benchmark scripts run and print well-formed JSON (no timing thresholds: the
 machines that run the tests are too noisy for that)."""
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,23 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "rerun_latency.py"), "--quick",
-                           "--skip-torchrun", "--busy-loops", "1", "--idle-ms", "20"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "rerun_latency.py"),
+            "--quick",
+            "--skip-torchrun",
+            "--busy-loops",
+            "1",
+            "--idle-ms",
+            "20",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
 
@@ -51,7 +66,10 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     assert out["torchrun_s"] is None and out["speedup_vs_torchrun"] is None
     # Side by side: the floor, and the floor with a relay where the head is.
     for key in ("floor_ms", "floor_relay_ms"):
-        assert out[key]["n"] == 5 and 0 < out[key]["min"] <= out[key]["median"] <= out[key]["p90"], (key, out[key])
+        assert out[key]["n"] == 5 and 0 < out[key]["min"] <= out[key]["median"] <= out[key]["p90"], (
+            key,
+            out[key],
+        )
     assert out["ratio_to_floor_relay"] == round(warm["median"] / out["floor_relay_ms"]["median"], 2)
     assert out["settings"]["busy_loops"] == 1 and out["settings"]["idle_ms"] == 20
     m = out["machine"]
@@ -67,8 +85,14 @@ def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
 
@@ -95,25 +119,41 @@ def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report_cost.py"), "--quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report_cost.py"), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     for key in ("rank_report_us", "floor_rank_report_us"):
         s = out[key]
         assert s["n"] == 200 and 0 < s["p50"] <= s["p99"] <= s["max"], (key, s)
     cpu = out["head_client_cpu_us_per_report"]
-    assert set(cpu) == {"head", "client", "total", "per_report_step"} and all(isinstance(v, float) for v in cpu.values())
-    assert set(out["split_ms"]) == {"submit_to_rank0_fn_start", "rank0_fn_start_to_first_report",
-                                    "last_report_to_result"}
+    assert set(cpu) == {"head", "client", "total", "per_report_step"} and all(
+        isinstance(v, float) for v in cpu.values()
+    )
+    assert set(out["split_ms"]) == {
+        "submit_to_rank0_fn_start",
+        "rank0_fn_start_to_first_report",
+        "last_report_to_result",
+    }
     assert out["ratio_to_floor"] > 0 and isinstance(out["machine"]["load_avg_1m_at_end"], float)
     assert _processes_with_home_under(str(tmp_path)) == []
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
 
 
 def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "progress_csv.py"), "--quick"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "progress_csv.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["reports"] == 200
@@ -121,5 +161,5 @@ def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
         assert {"total_s", "worst_write_ms", "rewrites", "columns"} <= set(out[policy]), out[policy]
     # every flush brought a new metric: the old policy rewrote at each, the bounded one did not
     assert out["every_flush"]["rewrites"] == 20 and out["bounded"]["rewrites"] < 20, out
-    assert out["bounded"]["columns"] == out["every_flush"]["columns"] == 205   # none left out at 200
+    assert out["bounded"]["columns"] == out["every_flush"]["columns"] == 205  # none left out at 200
     assert out["ratio_total"] > 0 and out["machine"]["cpus"] >= 1

@@ -3,6 +3,7 @@
 Every run here is a real 4-rank run on the session cluster; the checkpoint files
 are written by the workers and committed by the head into the run directory.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,11 @@ import sys
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 import raynb
 from raynb.train import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
-
-from conftest import wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -43,6 +43,7 @@ def _checkpoint_dirs(run_path: str) -> list[str]:
 
 
 # -- the Checkpoint object, no cluster ----------------------------------------------------
+
 
 def test_from_directory_missing_and_file(tmp_path):
     missing = tmp_path / "nope"
@@ -137,6 +138,7 @@ def test_as_directory_and_to_directory(tmp_path):
 
 # -- report(checkpoint=...) on the cluster -----------------------------------------------
 
+
 def _report_not_a_checkpoint(config):
     from raynb.train import report
 
@@ -146,8 +148,12 @@ def _report_not_a_checkpoint(config):
 def test_report_with_non_checkpoint_is_type_error_naming_it(warm, tmp_path):
     passed = str(tmp_path / "a_plain_string_path")
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_report_not_a_checkpoint, train_loop_config={"what": passed},
-                     scaling_config=FOUR, run_config=_quiet()).fit()
+        TorchTrainer(
+            _report_not_a_checkpoint,
+            train_loop_config={"what": passed},
+            scaling_config=FOUR,
+            run_config=_quiet(),
+        ).fit()
     e = info.value
     assert e.errors[0]["exc_type"] == "TypeError", e.errors
     msg = e.errors[0]["message"]
@@ -186,8 +192,12 @@ def _reports_checkpoints(config):
 
 
 def test_rank0_only_checkpoint(warm):
-    result = TorchTrainer(_reports_checkpoints, train_loop_config={"epochs": 1, "ranks": [0]},
-                          scaling_config=FOUR, run_config=_quiet()).fit()
+    result = TorchTrainer(
+        _reports_checkpoints,
+        train_loop_config={"epochs": 1, "ranks": [0]},
+        scaling_config=FOUR,
+        run_config=_quiet(),
+    ).fit()
     assert _checkpoint_dirs(result.path) == ["checkpoint_000000"]
     ck = result.checkpoint
     assert ck.path == os.path.join(result.path, "checkpoint_000000")
@@ -199,23 +209,29 @@ def test_rank0_only_checkpoint(warm):
 
 
 def test_sharded_checkpoint_merges_ranks_and_rank0_wins(warm):
-    result = TorchTrainer(_reports_checkpoints, train_loop_config={"epochs": 3, "ranks": [0, 1, 2, 3]},
-                          scaling_config=FOUR, run_config=_quiet()).fit()
+    result = TorchTrainer(
+        _reports_checkpoints,
+        train_loop_config={"epochs": 3, "ranks": [0, 1, 2, 3]},
+        scaling_config=FOUR,
+        run_config=_quiet(),
+    ).fit()
     # One checkpoint per report, numbered from 0.
     assert _checkpoint_dirs(result.path) == [f"checkpoint_{i:06d}" for i in range(3)]
     assert result.checkpoint.path == os.path.join(result.path, "checkpoint_000002")
     for i in range(3):
         d = os.path.join(result.path, f"checkpoint_{i:06d}")
         files = sorted(os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs)
-        assert files == (["meta.txt"] + [f"shard_{r}.txt" for r in range(4)]
-                         + [f"sub/part_{r}" for r in range(4)]), files
+        assert files == (
+            ["meta.txt"] + [f"shard_{r}.txt" for r in range(4)] + [f"sub/part_{r}" for r in range(4)]
+        ), files
         for r in range(4):
             assert open(os.path.join(d, f"shard_{r}.txt")).read() == f"{r}:{i}"
         # Every rank wrote meta.txt: rank 0's copy is the one kept.
         assert json.load(open(os.path.join(d, "meta.txt"))) == {"rank": 0, "epoch": i}
     # Without a score attribute: every checkpoint kept, oldest first, each with its report.
     assert [c.path for c, _ in result.best_checkpoints] == [
-        os.path.join(result.path, f"checkpoint_{i:06d}") for i in range(3)]
+        os.path.join(result.path, f"checkpoint_{i:06d}") for i in range(3)
+    ]
     assert [m["epoch"] for _, m in result.best_checkpoints] == [0, 1, 2]
     assert _leftovers(result.path) == []
 
@@ -227,8 +243,12 @@ def test_checkpoint_config_prunes_by_score_and_orders_best(warm, order):
         _reports_checkpoints,
         train_loop_config={"epochs": 5, "ranks": [0], "metrics": {"acc": scores}},
         scaling_config=FOUR,
-        run_config=_quiet(checkpoint_config=CheckpointConfig(
-            num_to_keep=2, checkpoint_score_attribute="acc", checkpoint_score_order=order))).fit()
+        run_config=_quiet(
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="acc", checkpoint_score_order=order
+            )
+        ),
+    ).fit()
     best_other = 1 if order == "max" else 2  # epoch with the best score (0.9, or 0.1 for min)
     # The best one is kept, and the latest always is (a restart resumes from it).
     assert _checkpoint_dirs(result.path) == sorted([f"checkpoint_{best_other:06d}", "checkpoint_000004"])
@@ -242,15 +262,19 @@ def test_checkpoint_config_prunes_by_score_and_orders_best(warm, order):
     # The same list from the run directory alone, and from the head's record.
     again = raynb.train.Result.from_path(result.path)
     assert [(c.path, m["epoch"]) for c, m in again.best_checkpoints] == [
-        (c.path, m["epoch"]) for c, m in best]
+        (c.path, m["epoch"]) for c, m in best
+    ]
     assert again.checkpoint == result.checkpoint
     assert _leftovers(result.path) == []
 
 
 def test_checkpoint_config_num_to_keep_by_age(warm):
     result = TorchTrainer(
-        _reports_checkpoints, train_loop_config={"epochs": 4, "ranks": [0, 2]},
-        scaling_config=FOUR, run_config=_quiet(checkpoint_config=CheckpointConfig(num_to_keep=2))).fit()
+        _reports_checkpoints,
+        train_loop_config={"epochs": 4, "ranks": [0, 2]},
+        scaling_config=FOUR,
+        run_config=_quiet(checkpoint_config=CheckpointConfig(num_to_keep=2)),
+    ).fit()
     assert _checkpoint_dirs(result.path) == ["checkpoint_000002", "checkpoint_000003"]
     assert [m["epoch"] for _, m in result.best_checkpoints] == [2, 3]
     assert result.checkpoint.path.endswith("checkpoint_000003")
@@ -281,13 +305,17 @@ def test_a_committed_checkpoints_report_row_is_on_disk_with_it(tmp_path, monkeyp
     whose resume continued from a checkpoint whose report result.json did not hold
     (test_head_sigkill_leaves_no_process_then_start_and_restore_work, once in CI). The
     head's own RunStore, on real files: the row is written before the checkpoint."""
-    from raynb.cluster.protocol import signing
     from raynb.cluster.head.store import RunStore
+    from raynb.cluster.protocol import signing
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     store = RunStore(lambda run, event: None)
-    run = store.create({"run_id": "r1", "name": "rows", "num_workers": 2, "storage_path": str(tmp_path)},
-                       b"client:x", signing.Payload([b"fn"]), b"fn")
+    run = store.create(
+        {"run_id": "r1", "name": "rows", "num_workers": 2, "storage_path": str(tmp_path)},
+        b"client:x",
+        signing.Payload([b"fn"]),
+        b"fn",
+    )
     staged = run.rundir.path / ".staging" / "0_2" / "rank_0"
     staged.mkdir(parents=True)
     (staged / "state.json").write_text('{"epoch": 1}')

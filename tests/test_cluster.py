@@ -1,4 +1,5 @@
 """The cluster itself: scheduling, shipping code, the CLI, its lifecycle."""
+
 from __future__ import annotations
 
 import json
@@ -11,14 +12,13 @@ import time
 import cloudpickle
 import psutil
 import pytest
+from conftest import alive, wait_idle_workers
 
 import raynb
-from raynb.cluster.launch import cluster_pids
 from raynb.cluster.connection_file import read_connection_file
+from raynb.cluster.launch import cluster_pids
 from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
-
-from conftest import alive, wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -36,8 +36,13 @@ def _world():
 
 
 def cli(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "raynb", *args], capture_output=True, text=True,
-                          env=env or os.environ.copy(), timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "raynb", *args],
+        capture_output=True,
+        text=True,
+        env=env or os.environ.copy(),
+        timeout=timeout,
+    )
 
 
 # ------------------------------------------------------------------ scheduling
@@ -76,8 +81,7 @@ def test_more_than_max_workers_fails_fast(warm):
     limit = sum(n["max_workers"] for n in warm.status()["nodes"])
     assert "1000" in msg and f"at most {limit}" in msg, msg
     with pytest.raises(ValueError, match=f"at most {limit}"):
-        TorchTrainer(_world, scaling_config=raynb.ScalingConfig(num_workers=1000),
-                     run_config=QUIET).fit()
+        TorchTrainer(_world, scaling_config=raynb.ScalingConfig(num_workers=1000), run_config=QUIET).fit()
     assert len(warm.status()["runs"]) == runs_before, "a refused run must not be recorded"
 
 
@@ -140,7 +144,6 @@ def test_local_module_edited_during_a_run_is_reloaded_next_run(warm, tmp_path, m
 
     def run(config):
         import importlib
-        import os
 
         import torch.distributed as dist
 
@@ -175,9 +178,11 @@ def test_unpicklable_captured_variable_is_named_before_shipping(warm, tmp_path, 
         return repr(thing)
 
     if kind == "lock via helper":
+
         def fn():
             return helper()
     else:
+
         def fn():
             return repr(thing)
 
@@ -232,8 +237,15 @@ def test_cli_own_cluster_stale_file_start_status_stop(tmp_path):
     # A stale connection file: its head pid is a process that has exited.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = {"address": "tcp://127.0.0.1:9", "key": "0" * 64, "workers": 2,
-             "pids": {"head": dead.pid, "node": dead.pid}, "created": 0, "version": 1, "token": "x"}
+    stale = {
+        "address": "tcp://127.0.0.1:9",
+        "key": "0" * 64,
+        "workers": 2,
+        "pids": {"head": dead.pid, "node": dead.pid},
+        "created": 0,
+        "version": 1,
+        "token": "x",
+    }
     conn.write_text(json.dumps(stale))
     conn.chmod(0o600)  # as raynb writes it: one others may read is refused
     p = cli("status", env=env, timeout=30)
@@ -289,18 +301,30 @@ def test_cli_stale_file_with_reused_pid_never_touches_that_process(tmp_path):
     home.mkdir()
     env = dict(os.environ, RAYNB_HOME=str(home))
     # An unrelated process (its command line even mentions raynb) with a child.
-    victim = subprocess.Popen([sys.executable, "-c",
-                               "import subprocess, sys, time; "
-                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'raynb-child']); "
-                               "time.sleep(60)", "raynb-victim"])
+    victim = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', 'raynb-child']); "
+            "time.sleep(60)",
+            "raynb-victim",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while not psutil.Process(victim.pid).children() and time.monotonic() < deadline:
             time.sleep(0.05)
         child = psutil.Process(victim.pid).children()[0]
-        stale = {"address": "tcp://127.0.0.1:9", "key": "0" * 64, "workers": 2,
-                 "pids": {"head": victim.pid, "node": victim.pid}, "created": 0, "version": 1,
-                 "token": "x"}
+        stale = {
+            "address": "tcp://127.0.0.1:9",
+            "key": "0" * 64,
+            "workers": 2,
+            "pids": {"head": victim.pid, "node": victim.pid},
+            "created": 0,
+            "version": 1,
+            "token": "x",
+        }
         conn = home / "cluster.json"
         conn.write_text(json.dumps(stale))
         conn.chmod(0o600)  # as raynb writes it: one others may read is refused

@@ -2,6 +2,7 @@
 lazy transforms, whole-dataset operations, consumption, a shard's methods, and the names
 raynb does not serve. Expected values follow Ray 2.60's documented meanings
 (tests/test_data_vs_ray.py runs the same calls on real ray.data)."""
+
 from __future__ import annotations
 
 import json
@@ -63,7 +64,9 @@ def test_row_transforms_map_flat_map_filter_and_columns():
     assert ds.filter(lambda r: False).count() == 0 and ds.filter(lambda r: False).take(3) == []
     with pytest.raises(NotImplementedError, match="filter\\(expr=...\\).*coming-from-ray"):
         ds.filter(expr="a > 1")
-    with pytest.raises(MapBatchesError, match=r"map\(.*<lambda>\) raised on batch 0 of rank 0: ZeroDivisionError"):
+    with pytest.raises(
+        MapBatchesError, match=r"map\(.*<lambda>\) raised on batch 0 of rank 0: ZeroDivisionError"
+    ):
         ds.map(lambda r: {"x": 1 / 0}).take(1)
     with pytest.raises(TypeError, match=r"map\(.*<lambda>\) returned a int; a row is a dict"):
         ds.map(lambda r: 1).take(1)
@@ -71,11 +74,14 @@ def test_row_transforms_map_flat_map_filter_and_columns():
 
 def test_map_batches_formats_sizes_args_and_a_class_built_once():
     ds = rd.range(10)
-    assert [len(b["id"]) for b in ds.map_batches(lambda b: b, batch_size=4).iter_batches(batch_size=None)] == [4, 4, 2]
+    assert [
+        len(b["id"]) for b in ds.map_batches(lambda b: b, batch_size=4).iter_batches(batch_size=None)
+    ] == [4, 4, 2]
     seen = []
     for fmt, kind in (("default", dict), ("numpy", dict), ("pandas", pd.DataFrame)):
         ds.map_batches(lambda b, k=kind: seen.append(isinstance(b, k)) or b, batch_format=fmt).count()
     import pyarrow as pa
+
     out = ds.map_batches(lambda t: t.append_column("two", pa.array([2] * t.num_rows)), batch_format="pyarrow")
     assert out.take(1) == [{"id": 0, "two": 2}] and all(seen)
     scaled = ds.map_batches(lambda b, k, off=0: {"id": b["id"] * k + off}, fn_args=(3,), fn_kwargs={"off": 1})
@@ -90,8 +96,12 @@ def test_map_batches_formats_sizes_args_and_a_class_built_once():
 
         def __call__(self, batch):
             return {"id": batch["id"] + self.n}
-    for kw in ({"compute": ActorPoolStrategy(size=2)}, {"concurrency": 2},
-               {"compute": ActorPoolStrategy(min_size=1, max_size=4)}):
+
+    for kw in (
+        {"compute": ActorPoolStrategy(size=2)},
+        {"concurrency": 2},
+        {"compute": ActorPoolStrategy(min_size=1, max_size=4)},
+    ):
         AddN.built = 0
         mapped = ds.map_batches(AddN, fn_constructor_args=(100,), batch_size=2, **kw)
         assert mapped.take_all()[-1] == {"id": 109} and mapped.count() == 10
@@ -106,18 +116,27 @@ def test_map_batches_formats_sizes_args_and_a_class_built_once():
         ds.map_batches(lambda b: b, bogus=1)
     with pytest.raises(ValueError, match="batch_format='arrow'"):
         ds.map_batches(lambda b: b, batch_format="arrow")
-    assert ds.map_batches(lambda b: b, num_cpus=1, batch_size="auto").count() == 10   # no effect: accepted
+    assert ds.map_batches(lambda b: b, num_cpus=1, batch_size="auto").count() == 10  # no effect: accepted
 
 
 def test_whole_dataset_ops_sort_groupby_split_limit_union():
     ds = rd.from_items([{"k": i % 3, "v": float(i), "s": f"r{i}"} for i in range(10)])
     assert [r["v"] for r in ds.sort("v", descending=True).take(3)] == [9.0, 8.0, 7.0]
-    assert [(r["k"], r["v"]) for r in ds.sort(["k", "v"], descending=[False, True]).take(2)] == [(0, 9.0), (0, 6.0)]
+    assert [(r["k"], r["v"]) for r in ds.sort(["k", "v"], descending=[False, True]).take(2)] == [
+        (0, 9.0),
+        (0, 6.0),
+    ]
     assert [r["s"] for r in ds.sort("s").take(3)] == ["r0", "r1", "r2"]
-    assert ds.groupby("k").count().take_all() == [{"k": 0, "count()": 4}, {"k": 1, "count()": 3},
-                                                  {"k": 2, "count()": 3}]
-    assert ds.groupby("k").mean("v").take_all() == [{"k": 0, "mean(v)": 4.5}, {"k": 1, "mean(v)": 4.0},
-                                                    {"k": 2, "mean(v)": 5.0}]
+    assert ds.groupby("k").count().take_all() == [
+        {"k": 0, "count()": 4},
+        {"k": 1, "count()": 3},
+        {"k": 2, "count()": 3},
+    ]
+    assert ds.groupby("k").mean("v").take_all() == [
+        {"k": 0, "mean(v)": 4.5},
+        {"k": 1, "mean(v)": 4.0},
+        {"k": 2, "mean(v)": 5.0},
+    ]
     assert [r["sum(v)"] for r in ds.groupby("k").sum("v").take_all()] == [18.0, 12.0, 15.0]
     assert [r["min(v)"] for r in ds.groupby("k").min("v").take_all()] == [0.0, 1.0, 2.0]
     assert [r["max(v)"] for r in ds.groupby("k").max("v").take_all()] == [9.0, 7.0, 8.0]
@@ -157,8 +176,10 @@ def test_train_test_split_and_random_shuffle_seeded():
 def test_consumption_show_take_all_schema_materialize_to_pandas_iter(capsys):
     ds = rd.from_items(items(5)).map(lambda r: {**r, "n": len(r["l"])})
     ds.show(2)
-    assert capsys.readouterr().out.splitlines() == ["{'a': 0, 's': '', 'l': [], 'n': 0}",
-                                                    "{'a': 1, 's': 'x', 'l': [0], 'n': 1}"]
+    assert capsys.readouterr().out.splitlines() == [
+        "{'a': 0, 's': '', 'l': [], 'n': 0}",
+        "{'a': 1, 's': 'x', 'l': [0], 'n': 1}",
+    ]
     assert len(ds.take_all()) == 5
     with pytest.raises(ValueError, match="more than 3 rows"):
         ds.take_all(limit=3)

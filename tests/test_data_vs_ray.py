@@ -1,6 +1,7 @@
 """raynb.data against real ray.data (Ray 2.60, in this process, one CPU): the same calls on
 the same rows give the same rows. Ray starts once for the module (tens of seconds) and
 is shut down after; its session files go to a temp dir of ours."""
+
 from __future__ import annotations
 
 import os
@@ -16,12 +17,17 @@ import raynb.data as rd
 @pytest.fixture(scope="module")
 def ray_data():
     ray = pytest.importorskip("ray")
-    tmp = tempfile.mkdtemp(prefix="rdv.")   # short: Ray's socket paths must stay < 108 bytes
+    tmp = tempfile.mkdtemp(prefix="rdv.")  # short: Ray's socket paths must stay < 108 bytes
     try:
-        for attempt in (1, 2):   # a loaded machine can miss Ray's fixed 30 s raylet start wait once
+        for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s raylet start wait once
             try:
-                ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-                         _temp_dir=os.path.join(tmp, f"ray{attempt}"))
+                ray.init(
+                    num_cpus=1,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    logging_level="ERROR",
+                    _temp_dir=os.path.join(tmp, f"ray{attempt}"),
+                )
                 break
             except Exception:  # noqa: BLE001 - Ray's own "timed out during startup"
                 ray.shutdown()
@@ -52,8 +58,17 @@ def norm(value):
 
 
 def rows(n=12):
-    return [{"id": i, "k": i % 3, "v": float(i) / 2, "s": "x" * (i % 4), "tags": ["t"] * (i % 3),
-             "meta": {"a": i, "b": str(i)}} for i in range(n)]
+    return [
+        {
+            "id": i,
+            "k": i % 3,
+            "v": float(i) / 2,
+            "s": "x" * (i % 4),
+            "tags": ["t"] * (i % 3),
+            "meta": {"a": i, "b": str(i)},
+        }
+        for i in range(n)
+    ]
 
 
 def same(build, ray_data, how=lambda ds: ds.take_all()):
@@ -71,10 +86,16 @@ def test_constructors_and_consumption_match_ray(ray_data):
     same(lambda m: m.from_items(rows()), ray_data, lambda ds: ds.columns())
     same(lambda m: m.from_items(rows()), ray_data, lambda ds: ds.count())
     same(lambda m: m.from_items(rows()), ray_data, lambda ds: list(ds.iter_rows())[:3])
-    same(lambda m: m.from_items(rows()), ray_data,
-         lambda ds: [len(b["id"]) for b in ds.iter_batches(batch_size=5)])
-    same(lambda m: m.from_items(rows()), ray_data,
-         lambda ds: ds.select_columns(["id", "s", "tags"]).to_pandas().to_dict("list"))
+    same(
+        lambda m: m.from_items(rows()),
+        ray_data,
+        lambda ds: [len(b["id"]) for b in ds.iter_batches(batch_size=5)],
+    )
+    same(
+        lambda m: m.from_items(rows()),
+        ray_data,
+        lambda ds: ds.select_columns(["id", "s", "tags"]).to_pandas().to_dict("list"),
+    )
     same(lambda m: m.from_items(rows()), ray_data, lambda ds: ds.materialize().count())
 
 
@@ -85,8 +106,14 @@ def test_transforms_match_ray(ray_data):
     same(lambda m: base(m).flat_map(lambda r: [{"c": c} for c in r["s"]]), ray_data)
     same(lambda m: base(m).add_column("w", lambda df: df["v"] * 2).drop_columns(["meta", "tags"]), ray_data)
     same(lambda m: base(m).select_columns(["s", "id"]), ray_data)
-    same(lambda m: m.range(10).map_batches(lambda b, k: {"id": b["id"] * k}, fn_args=(3,), batch_size=4), ray_data)
-    same(lambda m: m.range(10).map_batches(lambda df: df.assign(sq=df["id"] ** 2), batch_format="pandas"), ray_data)
+    same(
+        lambda m: m.range(10).map_batches(lambda b, k: {"id": b["id"] * k}, fn_args=(3,), batch_size=4),
+        ray_data,
+    )
+    same(
+        lambda m: m.range(10).map_batches(lambda df: df.assign(sq=df["id"] ** 2), batch_format="pandas"),
+        ray_data,
+    )
 
     class Offset:
         def __init__(self, off):
@@ -94,9 +121,14 @@ def test_transforms_match_ray(ray_data):
 
         def __call__(self, batch):
             return {"id": batch["id"] + self.off}
+
     same(lambda m: m.range(6).map_batches(Offset, fn_constructor_args=(10,), concurrency=1), ray_data)
-    same(lambda m: m.range(6).map_batches(Offset, fn_constructor_kwargs={"off": 5},
-                                          compute=m.ActorPoolStrategy(size=1)), ray_data)
+    same(
+        lambda m: m.range(6).map_batches(
+            Offset, fn_constructor_kwargs={"off": 5}, compute=m.ActorPoolStrategy(size=1)
+        ),
+        ray_data,
+    )
 
 
 def test_whole_dataset_operations_match_ray(ray_data):
@@ -113,6 +145,12 @@ def test_whole_dataset_operations_match_ray(ray_data):
     same(lambda m: m.range(10), ray_data, lambda ds: [d.take_all() for d in ds.split(3, equal=True)])
     same(lambda m: m.range(10), ray_data, lambda ds: [d.take_all() for d in ds.train_test_split(0.25)])
     same(lambda m: m.range(10), ray_data, lambda ds: [d.take_all() for d in ds.train_test_split(3)])
-    same(lambda m: m.range(10), ray_data, lambda ds: [d.count() for d in ds.split_proportionately([0.2, 0.5])])
-    same(lambda m: m.range(10), ray_data, lambda ds: sorted(r["id"] for r in ds.random_shuffle(seed=1).take_all()))
+    same(
+        lambda m: m.range(10), ray_data, lambda ds: [d.count() for d in ds.split_proportionately([0.2, 0.5])]
+    )
+    same(
+        lambda m: m.range(10),
+        ray_data,
+        lambda ds: sorted(r["id"] for r in ds.random_shuffle(seed=1).take_all()),
+    )
     same(lambda m: m.range(10), ray_data, lambda ds: ds.repartition(3).take_all())

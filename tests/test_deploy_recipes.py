@@ -5,6 +5,7 @@ Slurm batch script, run on three network namespaces standing for three nodes, wi
 ``srun``, ``scontrol`` and ``hostname --ip-address`` played by a harness that sets Slurm's
 variables as Slurm does for a step's tasks, starts a cluster over the three whose run
 spans them, and leaves nothing behind."""
+
 from __future__ import annotations
 
 import copy
@@ -12,13 +13,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import netns
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -38,7 +37,7 @@ def test_kubernetes_manifest_validates_against_the_api_schema():
     assert {d["kind"] for d in docs} == {"Service", "Deployment", "StatefulSet", "NetworkPolicy"}
     for version in ("1.30", kv.latest_version()):
         for doc in docs:
-            kv.validate(doc, version, strict=True)   # raises ValidationError naming the path
+            kv.validate(doc, version, strict=True)  # raises ValidationError naming the path
     # The validator can fail: a misspelt field and a wrong type are refused.
     bad = copy.deepcopy(next(d for d in docs if d["kind"] == "StatefulSet"))
     bad["spec"]["template"]["spec"]["containers"][0]["volumeMount"] = []
@@ -55,13 +54,13 @@ def test_the_kubernetes_image_is_the_dockerfiles_built_as_documented():
     doc = (ROOT / "docs" / "deploy.md").read_text()
     block = re.search(r"<!-- build-command:.*?-->\s*```bash\n(.*?)```", doc, re.S).group(1).strip()
     assert block == "docker build -f examples/docker/Dockerfile -t raynb:0.1.0 ."
-    assert block in text                                  # the Dockerfile's own header says the same
+    assert block in text  # the Dockerfile's own header says the same
     tag = block.split("-t ", 1)[1].split()[0]
     for d in _manifest():
         if d["kind"] in ("Deployment", "StatefulSet"):
             pod = d["spec"]["template"]["spec"]
             assert [c["image"] for c in pod["containers"]] == [tag]
-            assert pod["securityContext"]["runAsUser"] == 1000   # the image's user
+            assert pod["securityContext"]["runAsUser"] == 1000  # the image's user
     assert re.search(r"^FROM python:3\.1[0-9]", text, re.M)
     assert '"torch==2.13.0+cpu"' in text and "useradd --create-home --uid 1000 raynb" in text
     assert re.search(r"^USER raynb$", text, re.M)
@@ -160,17 +159,35 @@ def test_the_slurm_script_runs_a_cluster_over_its_nodes(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
     job = str(os.getpid())
     home = tmp_path / "home"
-    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
-               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-               RAYNB_HOME=str(home), RAYNB_STORAGE_PATH=str(tmp_path / "results"), WORKERS_PER_NODE="1",
-               SLURM_JOB_ID=job, SLURM_JOBID=job, SLURM_JOB_NODELIST=",".join(hosts), SLURM_NODELIST=",".join(hosts),
-               SLURM_JOB_NUM_NODES="3", SLURM_NNODES="3", SLURM_NODEID="0", SLURMD_NODENAME=hosts[0],
-               SLURM_CPUS_PER_TASK="8", SLURM_SUBMIT_DIR=str(tmp_path), RAYNB_PROGRESS="text")
+    env = dict(
+        os.environ,
+        PATH=f"{bindir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+        RAYNB_HOME=str(home),
+        RAYNB_STORAGE_PATH=str(tmp_path / "results"),
+        WORKERS_PER_NODE="1",
+        SLURM_JOB_ID=job,
+        SLURM_JOBID=job,
+        SLURM_JOB_NODELIST=",".join(hosts),
+        SLURM_NODELIST=",".join(hosts),
+        SLURM_JOB_NUM_NODES="3",
+        SLURM_NNODES="3",
+        SLURM_NODEID="0",
+        SLURMD_NODENAME=hosts[0],
+        SLURM_CPUS_PER_TASK="8",
+        SLURM_SUBMIT_DIR=str(tmp_path),
+        RAYNB_PROGRESS="text",
+    )
     net = netns.Net(hosts, tag="sl")
     env["HARNESS_NS"] = net.tag
     try:
-        r = net.run(hosts[0], ["bash", str(EXAMPLES / "slurm" / "raynb.sbatch"), str(tmp_path / "train.py")],
-                    env=env, timeout=400, cwd=tmp_path)
+        r = net.run(
+            hosts[0],
+            ["bash", str(EXAMPLES / "slurm" / "raynb.sbatch"), str(tmp_path / "train.py")],
+            env=env,
+            timeout=400,
+            cwd=tmp_path,
+        )
         left = {h: net.wait_empty(h) for h in hosts}
     finally:
         net.close()
@@ -179,7 +196,7 @@ def test_the_slurm_script_runs_a_cluster_over_its_nodes(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line, r.stdout[-3000:] + r.stderr[-3000:]
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     assert out["sum"] == 3.0 and out["job"] == job
     assert {"node1", "node2"} <= set(out["nodes"]) and len(out["nodes"]) == 3, out
-    assert left == {h: [] for h in hosts}, left   # `raynb stop` ended the head and every node agent
+    assert left == {h: [] for h in hosts}, left  # `raynb stop` ended the head and every node agent

@@ -1,5 +1,6 @@
 """The documentation site builds with `mkdocs build --strict`: no broken link, no page left
 out of the navigation, every docstring page renders; the README stays the front page."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_site_builds_strict(tmp_path):
     pytest.importorskip("mkdocs")
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
-                       cwd=ROOT, capture_output=True, text=True, env=env, timeout=240)
+    r = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (tmp_path / "site" / "index.html").exists()
 
@@ -43,6 +50,7 @@ def test_the_generated_pages_are_current():
     from raynb.notebook import magic_reference
 
     for page, text, command in (
-            ("environment.md", settings.markdown(), "python -m raynb.cluster.settings --markdown"),
-            ("magics.md", magic_reference.markdown(), "python -m raynb.notebook.magic_reference")):
+        ("environment.md", settings.markdown(), "python -m raynb.cluster.settings --markdown"),
+        ("magics.md", magic_reference.markdown(), "python -m raynb.notebook.magic_reference"),
+    ):
         assert (ROOT / "docs" / page).read_text() == text, f"docs/{page} is stale: {command} > docs/{page}"

@@ -1,4 +1,5 @@
 """Failures on the real cluster: remote exceptions, interrupts, killed and stuck workers."""
+
 from __future__ import annotations
 
 import os
@@ -9,12 +10,11 @@ import time
 
 import cloudpickle
 import pytest
+from conftest import alive, wait_idle_workers
 
 import raynb
 from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
-
-from conftest import alive, wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -90,13 +90,14 @@ def _line_of(marker: str) -> int:
 
 @pytest.mark.parametrize("others", ["sleep", "collective"])
 def test_remote_exception_is_run_error_with_traceback_and_rank(warm, tmp_path, others):
-    fn, marker = {"sleep": (_rank2_raises, "# FAILING LINE"),
-                  "collective": (_rank2_raises_others_in_collective, "# FAILING LINE 2")}[others]
+    fn, marker = {
+        "sleep": (_rank2_raises, "# FAILING LINE"),
+        "collective": (_rank2_raises_others_in_collective, "# FAILING LINE 2"),
+    }[others]
     before = {w["pid"] for w in warm.status()["workers"]}
     stamp = tmp_path / "raised_at"
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(fn, train_loop_config={"stamp": str(stamp)}, scaling_config=FOUR,
-                     run_config=QUIET).fit()
+        TorchTrainer(fn, train_loop_config={"stamp": str(stamp)}, scaling_config=FOUR, run_config=QUIET).fit()
     elapsed = time.time() - float(stamp.read_text())
     e = info.value
     # The other ranks were sleeping 60 s or waiting for rank 2 in all_reduce:

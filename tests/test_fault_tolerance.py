@@ -4,6 +4,7 @@ Workers really die here (SIGKILL, SIGSEGV, os._exit) and are replaced from the
 zygote; the epochs each attempt ran are read back from the run's reports, and a
 counter kept in the checkpoint shows that no epoch was lost or counted twice.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,12 +16,11 @@ import time
 import cloudpickle
 import psutil
 import pytest
+from conftest import alive, wait_idle_workers
 
 import raynb
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
-
-from conftest import alive, wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -92,8 +92,10 @@ def _train_epochs(config):
             name = "state.json" if rank == 0 else f"shard_{rank}.json"
             with open(os.path.join(d, name), "w") as f:
                 json.dump(state, f)
-            report({"epoch": epoch, "resumed_from": resumed_from, "count": state["count"]},
-                   checkpoint=Checkpoint.from_directory(d))
+            report(
+                {"epoch": epoch, "resumed_from": resumed_from, "count": state["count"]},
+                checkpoint=Checkpoint.from_directory(d),
+            )
 
 
 def _attempts(result) -> list[list[int]]:
@@ -114,10 +116,16 @@ def test_worker_death_resumes_from_checkpoint_without_losing_an_epoch(warm, tmp_
     before = {w["pid"] for w in warm.status()["workers"]}
     result = TorchTrainer(
         _train_epochs,
-        train_loop_config={"epochs": epochs, "kill_at": kill_at, "victim": victim, "how": how,
-                           "flag": str(tmp_path / "died")},
+        train_loop_config={
+            "epochs": epochs,
+            "kill_at": kill_at,
+            "victim": victim,
+            "how": how,
+            "flag": str(tmp_path / "died"),
+        },
         scaling_config=FOUR,
-        run_config=RunConfig(verbose=1, failure_config=FailureConfig(max_failures=1))).fit()
+        run_config=RunConfig(verbose=1, failure_config=FailureConfig(max_failures=1)),
+    ).fit()
     out = capsys.readouterr().out
     assert result.state == "FINISHED" and result.error is None
     # The failure is recorded, naming the rank and how it died.
@@ -179,10 +187,18 @@ def _dies_each_attempt(config):
 def test_max_failures_0_first_death_ends_the_run(warm, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_train_epochs,
-                     train_loop_config={"epochs": 4, "kill_at": 1, "victim": 1, "how": "SIGKILL",
-                                        "flag": str(tmp_path / "died")},
-                     scaling_config=FOUR, run_config=_quiet(max_failures=0)).fit()
+        TorchTrainer(
+            _train_epochs,
+            train_loop_config={
+                "epochs": 4,
+                "kill_at": 1,
+                "victim": 1,
+                "how": "SIGKILL",
+                "flag": str(tmp_path / "died"),
+            },
+            scaling_config=FOUR,
+            run_config=_quiet(max_failures=0),
+        ).fit()
     elapsed = time.monotonic() - t0
     e = info.value
     assert elapsed < 5.0, f"{elapsed:.1f}s"
@@ -203,9 +219,12 @@ def test_max_failures_2_third_death_names_all_three(warm, tmp_path):
     deaths = [(1, "SIGKILL"), (2, "exit3"), (3, "SIGSEGV")]
     (tmp_path / "attempts").mkdir()
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_dies_each_attempt,
-                     train_loop_config={"dir": str(tmp_path / "attempts"), "deaths": deaths},
-                     scaling_config=FOUR, run_config=_quiet(max_failures=2)).fit()
+        TorchTrainer(
+            _dies_each_attempt,
+            train_loop_config={"dir": str(tmp_path / "attempts"), "deaths": deaths},
+            scaling_config=FOUR,
+            run_config=_quiet(max_failures=2),
+        ).fit()
     e = info.value
     assert sorted(os.listdir(tmp_path / "attempts")) == ["0", "1", "2"]
     first3 = e.errors[:3]
@@ -244,15 +263,21 @@ def _rank1_raises_before_allreduce(config):
 def test_rank_raises_while_others_in_allreduce_ends_within_5s(warm, tmp_path):
     wall0 = time.time()
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_rank1_raises_before_allreduce, train_loop_config={"dir": str(tmp_path)},
-                     scaling_config=FOUR, run_config=_quiet()).fit()
+        TorchTrainer(
+            _rank1_raises_before_allreduce,
+            train_loop_config={"dir": str(tmp_path)},
+            scaling_config=FOUR,
+            run_config=_quiet(),
+        ).fit()
     ended = time.time()
     # Measured from the raise: the rendezvous of a new process group (earlier tests
     # killed workers) is not what this bounds.
     raised = float((tmp_path / "raised_at").read_text())
     entered = {r: round(os.path.getmtime(tmp_path / f"rank{r}.pid") - wall0, 2) for r in range(4)}
-    assert ended - raised < 5.0, (f"the run ended {ended - raised:.1f}s after rank 1 raised "
-                                  f"(ranks entered at {entered}; fit() took {ended - wall0:.1f}s)")
+    assert ended - raised < 5.0, (
+        f"the run ended {ended - raised:.1f}s after rank 1 raised "
+        f"(ranks entered at {entered}; fit() took {ended - wall0:.1f}s)"
+    )
     e = info.value
     assert e.rank == 1 and e.errors[0]["exc_type"] == "RuntimeError"
     pids = [int((tmp_path / f"rank{r}.pid").read_text()) for r in range(4)]
@@ -291,14 +316,19 @@ def _raises_on_first_attempt(config):
 
 
 def test_exception_restarts_from_checkpoint(warm, capsys):
-    result = TorchTrainer(_raises_on_first_attempt, scaling_config=FOUR,
-                          run_config=RunConfig(verbose=1, failure_config=FailureConfig(1))).fit()
+    result = TorchTrainer(
+        _raises_on_first_attempt,
+        scaling_config=FOUR,
+        run_config=RunConfig(verbose=1, failure_config=FailureConfig(1)),
+    ).fit()
     out = capsys.readouterr().out
     assert result.state == "FINISHED"
     assert len(result.failures) == 1
     f = result.failures[0]
     assert f["rank"] == 3 and f["exc_type"] == "ValueError" and "flaky data loader" in f["message"]
-    assert "restart 1/1: rank 3 raised ValueError: flaky data loader; resuming from checkpoint_000000" in out, out
+    assert (
+        "restart 1/1: rank 3 raised ValueError: flaky data loader; resuming from checkpoint_000000" in out
+    ), out
     rows = result.metrics_dataframe[["epoch", "resumed"]].to_dict("records")
     # Epoch 1's report was never made by rank 3: epoch 1 runs again, from checkpoint 0.
     assert [r["epoch"] for r in rows if not r["resumed"]] in ([0], [0, 1])
@@ -341,8 +371,14 @@ def _poison_copy_then_die(config):
                 if len(copies) == 3:
                     tmp = os.path.dirname(dst)
                     with open(config["seen"], "w") as f:
-                        json.dump({"tmp": tmp, "in_tmp": sorted(os.listdir(tmp)),
-                                   "stage": sorted(os.listdir(os.path.dirname(tmp)))}, f)
+                        json.dump(
+                            {
+                                "tmp": tmp,
+                                "in_tmp": sorted(os.listdir(tmp)),
+                                "stage": sorted(os.listdir(os.path.dirname(tmp))),
+                            },
+                            f,
+                        )
                     os.kill(os.getpid(), signal.SIGKILL)
                 return real_copyfile(src, dst, *a, **kw)
 
@@ -361,8 +397,12 @@ def _poison_copy_then_die(config):
 def test_worker_killed_while_writing_checkpoint_keeps_previous_latest(warm, tmp_path, max_failures):
     seen = tmp_path / "seen.json"
     config = {"epochs": 4, "kill_at": 2, "seen": str(seen)}
-    trainer = TorchTrainer(_poison_copy_then_die, train_loop_config=config, scaling_config=FOUR,
-                           run_config=_quiet(max_failures=max_failures))
+    trainer = TorchTrainer(
+        _poison_copy_then_die,
+        train_loop_config=config,
+        scaling_config=FOUR,
+        run_config=_quiet(max_failures=max_failures),
+    )
     if max_failures == 0:
         with pytest.raises(raynb.RunError) as info:
             trainer.fit()
@@ -424,9 +464,12 @@ def test_collective_timeout_fails_the_run_instead_of_hanging(warm, tmp_path):
     stamp = tmp_path / "skipped_at"
     t0 = time.time()
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_rank3_skips_allreduce, train_loop_config={"stamp": str(stamp)},
-                     scaling_config=ScalingConfig(num_workers=4, timeout_s=timeout_s),
-                     run_config=_quiet()).fit()
+        TorchTrainer(
+            _rank3_skips_allreduce,
+            train_loop_config={"stamp": str(stamp)},
+            scaling_config=ScalingConfig(num_workers=4, timeout_s=timeout_s),
+            run_config=_quiet(),
+        ).fit()
     ended = time.time()
     e = info.value
     assert stamp.exists(), f"the ranks never got past their first all_reduce: {e.errors}"
@@ -434,11 +477,14 @@ def test_collective_timeout_fails_the_run_instead_of_hanging(warm, tmp_path):
     # Ranks 0-2 give up after the collective timeout; rank 3 (sleeping) is then cancelled.
     assert waited < timeout_s + CANCEL_GRACE_S + 2.0, (
         f"the run failed {waited:.1f}s after rank 3 skipped the all_reduce (fit() took "
-        f"{ended - t0:.1f}s): {e.errors}")
+        f"{ended - t0:.1f}s): {e.errors}"
+    )
     assert e.rank in (0, 1, 2), e.errors
     assert all(x.get("rank") != 3 for x in e.errors), e.errors
-    assert any("timed out" in (x.get("message") or "").lower() or "timeout" in (x.get("message") or "").lower()
-               for x in e.errors), e.errors
+    assert any(
+        "timed out" in (x.get("message") or "").lower() or "timeout" in (x.get("message") or "").lower()
+        for x in e.errors
+    ), e.errors
     wait_idle_workers(warm, 4)
 
 
@@ -482,8 +528,12 @@ print(json.dumps({"names": df["name"].tolist(), "states": df["state"].tolist(),
 
 
 def _python_env(home) -> dict:
-    return dict(os.environ, RAYNB_HOME=str(home / "home"), RAYNB_STORAGE_PATH=str(home / "results"),
-                PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return dict(
+        os.environ,
+        RAYNB_HOME=str(home / "home"),
+        RAYNB_STORAGE_PATH=str(home / "results"),
+        PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
 
 
 def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, monkeypatch):
@@ -508,11 +558,19 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     client = None
     try:
         cmds = {tuple(psutil.Process(p).cmdline()[1:3]) for p in pids}
-        assert {("-m", "raynb.cluster.head"), ("-m", "raynb.cluster.node.agent"), ("-m", "raynb.cluster.node.zygote")} <= cmds, cmds
+        assert {
+            ("-m", "raynb.cluster.head"),
+            ("-m", "raynb.cluster.node.agent"),
+            ("-m", "raynb.cluster.node.zygote"),
+        } <= cmds, cmds
         assert len(pids) >= 5, pids  # head, node, zygote, 2 workers
         client = subprocess.Popen(
             [sys.executable, "-c", CLIENT_RUN.format(tests=os.path.dirname(__file__), config=config)],
-            env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         run_dir = tmp_path / "results" / "interrupted"
         deadline = time.monotonic() + 30
         while not (run_dir / "checkpoint_000001").is_dir():
@@ -528,8 +586,14 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
         info2, started2 = start_cluster(num_workers=2)
         assert started2 and info2["token"] != info["token"]
         pids2 = cluster_pids(info2)
-        p = subprocess.run([sys.executable, "-c", LIST_AND_RESTORE], env=env, cwd=REPO,
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-c", LIST_AND_RESTORE],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         got = json.loads(p.stdout.strip().splitlines()[-1])
         # Stopped and started again (same RAYNB_HOME and storage): the finished run is listed.
@@ -537,8 +601,9 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
         info3, started3 = start_cluster(num_workers=2)
         assert started3
         pids2 += cluster_pids(info3)
-        p = subprocess.run([sys.executable, "-c", LIST_AGAIN], env=env, cwd=REPO,
-                           capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [sys.executable, "-c", LIST_AGAIN], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         again = json.loads(p.stdout.strip().splitlines()[-1])
     finally:
@@ -573,7 +638,9 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     assert again["failures"] == 1
 
 
-def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_it_exits(tmp_path, monkeypatch):
+def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_it_exits(
+    tmp_path, monkeypatch
+):
     """The head asks for a killed rank's replacement right after its kill_worker, before the
     exit frees the node's room. The agent dropped that request (no room yet) while the head
     counted the fork as in flight: the node stayed a worker short, and a restarted run that
@@ -583,8 +650,8 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
 
     import zmq
 
-    from raynb.cluster.protocol import messages as P
     from raynb.cluster.node.agent import NodeAgent
+    from raynb.cluster.protocol import messages as P
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     key = P.new_key()
@@ -621,8 +688,9 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
         pump(lambda: len(ready) == 2)
         pids = list(agent.workers) + [agent.zygote.pid]
         victim = ready[0]
-        session.send(head, P.KILL_WORKER, {"worker_id": victim, "signal": int(signal.SIGKILL)},
-                     identity=node_identity)
+        session.send(
+            head, P.KILL_WORKER, {"worker_id": victim, "signal": int(signal.SIGKILL)}, identity=node_identity
+        )
         session.send(head, P.SPAWN_WORKERS, {"count": 1}, identity=node_identity)
         pump(lambda: victim in exited and len(ready) == 3)
         assert len(agent.workers) == 2 and agent.forks.wanted == 0 and agent.forks.in_flight == 0
@@ -648,7 +716,7 @@ def _rank1_error_is_slow_to_format(config):
 
     class SlowToFormat(Exception):
         def __str__(self):
-            if not os.path.exists(formatting):   # (str() is called more than once)
+            if not os.path.exists(formatting):  # (str() is called more than once)
                 open(formatting, "w").close()
                 time.sleep(config["format_s"])  # the head's cancel (rank 0 failed) lands meanwhile
             return "rank 1's own error"
@@ -674,8 +742,12 @@ def test_a_cancel_landing_while_a_ranks_error_is_formatted_keeps_its_end(warm, t
     never sent: the head waited out the grace and killed a healthy worker (a peer's gloo
     error, then the dead peer's cancel, in a third of recovery.py's restarts)."""
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_rank1_error_is_slow_to_format, train_loop_config={"dir": str(tmp_path), "format_s": 0.3},
-                     scaling_config=ScalingConfig(num_workers=2), run_config=_quiet()).fit()
+        TorchTrainer(
+            _rank1_error_is_slow_to_format,
+            train_loop_config={"dir": str(tmp_path), "format_s": 0.3},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=_quiet(),
+        ).fit()
     errors = {e.get("rank"): e.get("message") for e in info.value.errors}
     assert errors == {0: "rank 0 failed too", 1: "rank 1's own error"}, info.value.errors
     pid = int((tmp_path / "rank1.pid").read_text())
@@ -687,9 +759,12 @@ def test_a_rank_formatting_its_error_when_a_peer_dies_is_not_killed_as_blocked(w
     """Worker._still_running told the head "blocked" for a task past its function (its
     error being formatted), and the head kills a blocked rank at once when a peer died."""
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_rank1_error_is_slow_to_format,
-                     train_loop_config={"dir": str(tmp_path), "format_s": 0.15, "die": True},
-                     scaling_config=ScalingConfig(num_workers=2), run_config=_quiet()).fit()
+        TorchTrainer(
+            _rank1_error_is_slow_to_format,
+            train_loop_config={"dir": str(tmp_path), "format_s": 0.15, "die": True},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=_quiet(),
+        ).fit()
     by_rank = {e.get("rank"): e for e in info.value.errors}
     assert by_rank[0].get("signal") == "SIGKILL", info.value.errors
     assert by_rank[1].get("message") == "rank 1's own error", info.value.errors

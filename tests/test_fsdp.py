@@ -2,6 +2,7 @@
 every parameter (FSDP2 ``fully_shard``), the model trains, and a sharded checkpoint (each
 rank's part, merged by raynb) saves and restores into a fresh run; a warm second fit is
 faster than the first."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,13 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 def _model():
     import torch
 
-    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                               torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 1),
+    )
 
 
 def _fsdp_loop(config):
@@ -54,7 +60,7 @@ def _fsdp_loop(config):
     losses = []
     for epoch in range(config["epochs"]):
         for i in range(0, 256, 32):
-            loss = torch.nn.functional.mse_loss(model(x[i:i + 32]), y[i:i + 32])
+            loss = torch.nn.functional.mse_loss(model(x[i : i + 32]), y[i : i + 32])
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -64,21 +70,28 @@ def _fsdp_loop(config):
             train.report({"epoch": epoch, "loss": loss.item()}, checkpoint=Checkpoint.from_directory(tmp))
     with torch.no_grad():
         probe = model(torch.ones(4, 16)).sum().item()
-    return {"full": full, "local": local, "losses": losses, "probe": probe,
-            "type": type(model).__name__}
+    return {"full": full, "local": local, "losses": losses, "probe": probe, "type": type(model).__name__}
 
 
 def _run(tmp_path, epochs=3, workers=2, resume=None):
     from raynb.train import Checkpoint
     from raynb.train.run import execute_run
 
-    trainer = TorchTrainer(_fsdp_loop, train_loop_config={"epochs": epochs},
-                           scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
-                           resume_from_checkpoint=Checkpoint.from_directory(resume) if resume else None)
+    trainer = TorchTrainer(
+        _fsdp_loop,
+        train_loop_config={"epochs": epochs},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+        resume_from_checkpoint=Checkpoint.from_directory(resume) if resume else None,
+    )
     extra = {"resume_from_checkpoint": resume} if resume else None
-    return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
-                       trainer.run_config, **({"extra": extra} if extra else {}))
+    return execute_run(
+        trainer.train_loop_per_worker,
+        trainer.train_loop_config,
+        trainer.scaling_config,
+        trainer.run_config,
+        **({"extra": extra} if extra else {}),
+    )
 
 
 def test_warm_second_fit_is_faster_than_the_first(warm, tmp_path):

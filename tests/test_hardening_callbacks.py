@@ -3,6 +3,7 @@ the hooks for a TorchTrainer fit and a Tuner with an early-stopping scheduler, a
 that raises or sleeps never slowing a rank, bad input; TensorBoard event files read back
 with TensorBoard's reader; MLflow runs read back from a real sqlite store with mlflow's
 own client."""
+
 from __future__ import annotations
 
 import socket
@@ -12,17 +13,15 @@ import time
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 import raynb
 from raynb import tune
-from raynb.train import Checkpoint, RunConfig, ScalingConfig
+from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 from raynb.tune import Callback
 from raynb.tune.callback import CallbackError
-from raynb.tune.logger import LoggerCallback
 from raynb.tune.schedulers import ASHAScheduler
-
-from conftest import wait_idle_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -108,18 +107,36 @@ def test_a_callback_that_is_not_one_is_a_type_error_naming_its_type_before_the_r
 # -- order and arguments --------------------------------------------------------------------
 def test_trainer_fit_is_an_experiment_of_one_trial_in_order(warm):
     log: list = []
-    result = TorchTrainer(steps, train_loop_config={"n": 3, "ckpt_at": 2},
-                          scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0, callbacks=[Recorder(log, "a"), Recorder(log, "b")])
-                          ).fit()
+    result = TorchTrainer(
+        steps,
+        train_loop_config={"n": 3, "ckpt_at": 2},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, callbacks=[Recorder(log, "a"), Recorder(log, "b")]),
+    ).fit()
     assert result.state == "FINISHED"
     a = [e[1:] for e in log if e[0] == "a"]
     assert [e[1:] for e in log if e[0] == "b"] == a  # both saw the same, in the same order
     # Callbacks run in the order given: each event reaches a, then b.
     assert [e[0] for e in log] == ["a", "b"] * len(a)
-    assert [e[0] for e in a] == ["setup", "start", "result", "result", "checkpoint", "result",
-                                 "complete", "end"] or [e[0] for e in a] == [
-        "setup", "start", "result", "result", "result", "checkpoint", "complete", "end"]
+    assert [e[0] for e in a] == [
+        "setup",
+        "start",
+        "result",
+        "result",
+        "checkpoint",
+        "result",
+        "complete",
+        "end",
+    ] or [e[0] for e in a] == [
+        "setup",
+        "start",
+        "result",
+        "result",
+        "result",
+        "checkpoint",
+        "complete",
+        "end",
+    ]
     assert a[0] == ("setup", "TorchTrainer", result.path)
     trial_id = a[1][1]
     assert a[1] == ("start", trial_id, "RUNNING", result.path, {"n": 3, "ckpt_at": 2})
@@ -135,8 +152,12 @@ def test_trainer_fit_is_an_experiment_of_one_trial_in_order(warm):
 def test_a_failed_fit_gets_on_trial_error(warm):
     log: list = []
     with pytest.raises(raynb.RunError) as e:
-        TorchTrainer(steps, train_loop_config={"n": 1, "fail": True}, scaling_config=ScalingConfig(num_workers=1),
-                     run_config=RunConfig(verbose=0, callbacks=[Recorder(log)])).fit()
+        TorchTrainer(
+            steps,
+            train_loop_config={"n": 1, "fail": True},
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(verbose=0, callbacks=[Recorder(log)]),
+        ).fit()
     assert _hooks(log) == ["setup", "start", "result", "error", "end"]
     err = [x for x in log if x[1] == "error"][0]
     assert err[3] == "ERROR" and "ValueError: boom at the end" in err[4]
@@ -161,10 +182,12 @@ def test_tuner_with_early_stopping_stopped_trials_complete_errors_error(warm):
     # 5 runs to max_t (TERMINATED), 3 is stopped at its first rung (TERMINATED too, as in Ray), 0 raises.
     log: list = []
     sched = ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)
-    grid = tune.Tuner(curve, param_space={"score": tune.grid_search([5, 3, 0])},
-                      tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
-                                                  scheduler=sched),
-                      run_config=RunConfig(verbose=0, callbacks=[Recorder(log)])).fit()
+    grid = tune.Tuner(
+        curve,
+        param_space={"score": tune.grid_search([5, 3, 0])},
+        tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1, scheduler=sched),
+        run_config=RunConfig(verbose=0, callbacks=[Recorder(log)]),
+    ).fit()
     by_score = {r.config["score"]: r for r in grid}
     assert [by_score[s].status for s in (5, 3, 0)] == ["TERMINATED", "TERMINATED", "ERROR"]
     hooks = _hooks(log)
@@ -172,8 +195,11 @@ def test_tuner_with_early_stopping_stopped_trials_complete_errors_error(warm):
     assert hooks[-1] == "end"
     ids = {s: by_score[s].trial_id for s in by_score}
     assert log[-1][2] == sorted(ids.values())
-    for score, expect in ((5, ["start"] + ["result"] * 4 + ["complete"]),
-                          (3, ["start", "result", "complete"]), (0, ["start", "error"])):
+    for score, expect in (
+        (5, ["start"] + ["result"] * 4 + ["complete"]),
+        (3, ["start", "result", "complete"]),
+        (0, ["start", "error"]),
+    ):
         events = [e for e in log if len(e) > 2 and e[2] == ids[score]]
         assert [e[1] for e in events] == expect, (score, events)
     done = {e[2]: e for e in log if e[1] in ("complete", "error")}
@@ -210,8 +236,12 @@ class Sleeps(Callback):
 
 def test_a_raising_callback_is_shown_once_and_skipped_the_others_go_on(warm, capsys):
     log: list = []
-    result = TorchTrainer(steps, train_loop_config={"n": 4}, scaling_config=ScalingConfig(num_workers=1),
-                          run_config=RunConfig(verbose=0, callbacks=[Raises(), Recorder(log)])).fit()
+    result = TorchTrainer(
+        steps,
+        train_loop_config={"n": 4},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(verbose=0, callbacks=[Raises(), Recorder(log)]),
+    ).fit()
     assert result.state == "FINISHED"
     assert _hooks(log) == ["setup", "start"] + ["result"] * 4 + ["complete", "end"]
     err = capsys.readouterr().err
@@ -223,17 +253,23 @@ def test_a_raising_callback_is_shown_once_and_skipped_the_others_go_on(warm, cap
 def test_fail_on_error_cancels_the_run_and_fit_raises(warm):
     t = time.monotonic()
     with pytest.raises(CallbackError, match=r"Strict.on_trial_result\(\) raised KeyError") as e:
-        TorchTrainer(steps, train_loop_config={"n": 200, "work_s": 0.05}, scaling_config=ScalingConfig(num_workers=2),
-                     run_config=RunConfig(verbose=0, name=f"strict_{time.time_ns()}",
-                                          callbacks=[Strict()])).fit()
+        TorchTrainer(
+            steps,
+            train_loop_config={"n": 200, "work_s": 0.05},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0, name=f"strict_{time.time_ns()}", callbacks=[Strict()]),
+        ).fit()
     assert time.monotonic() - t < 6.0  # not the 10 s the run would take
     assert isinstance(e.value.__cause__, KeyError)
     name = [r for r in warm.status()["runs"] if r["name"].startswith("strict_")][-1]["name"]
     assert raynb.get_run(name).state == "CANCELLED"
     wait_idle_workers(warm, 4)
     with pytest.raises(CallbackError):
-        tune.Tuner(curve, param_space={"score": tune.grid_search([1, 2])},
-                   run_config=RunConfig(verbose=0, callbacks=[Strict()])).fit()
+        tune.Tuner(
+            curve,
+            param_space={"score": tune.grid_search([1, 2])},
+            run_config=RunConfig(verbose=0, callbacks=[Strict()]),
+        ).fit()
     wait_idle_workers(warm, 4)
 
 
@@ -245,8 +281,12 @@ def test_a_slow_or_raising_callback_never_slows_a_rank(warm, capsys, monkeypatch
     slow = Sleeps()
     t = time.monotonic()
     try:
-        result, per_step = execute_run(steps, {"n": 10, "work_s": 0.02}, ScalingConfig(num_workers=2),
-                                       RunConfig(verbose=0, callbacks=[Raises(), slow]))
+        result, per_step = execute_run(
+            steps,
+            {"n": 10, "work_s": 0.02},
+            ScalingConfig(num_workers=2),
+            RunConfig(verbose=0, callbacks=[Raises(), slow]),
+        )
         wall = time.monotonic() - t
     finally:
         _release.set()  # let the callback thread finish its backlog now
@@ -283,23 +323,31 @@ def _hparams(ea) -> dict:
 def test_tensorboard_events_of_a_fit_and_of_a_tuner_read_back(warm):
     from raynb.tune.logger import TBXLoggerCallback
 
-    result = TorchTrainer(steps, train_loop_config={"n": 3, "opt": {"lr": 0.5, "name": "sgd"}},
-                          scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    result = TorchTrainer(
+        steps,
+        train_loop_config={"n": 3, "opt": {"lr": 0.5, "name": "sgd"}},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, callbacks=[TBXLoggerCallback()]),
+    ).fit()
     ea = _events(result.path)
     assert [(s.step, s.value) for s in ea.Scalars("loss")] == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))]
     assert [s.step for s in ea.Scalars("nested/acc")] == [1, 2, 3]  # nested dicts flattened as a/b
     assert "training_iteration" not in ea.Tags()["scalars"] and "timestamp" not in ea.Tags()["scalars"]
     assert _hparams(ea) == {"n": 3, "opt/lr": 0.5, "opt/name": "sgd"}
 
-    grid = tune.Tuner(curve, param_space={"score": tune.grid_search([1, 2])},
-                      tune_config=tune.TuneConfig(metric="acc", mode="max",
-                                                  scheduler=ASHAScheduler(max_t=3, grace_period=3)),
-                      run_config=RunConfig(verbose=0, callbacks=[TBXLoggerCallback()])).fit()
+    grid = tune.Tuner(
+        curve,
+        param_space={"score": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(
+            metric="acc", mode="max", scheduler=ASHAScheduler(max_t=3, grace_period=3)
+        ),
+        run_config=RunConfig(verbose=0, callbacks=[TBXLoggerCallback()]),
+    ).fit()
     for r in grid:
         ea = _events(r.path)  # one TensorBoard run per trial, under the experiment directory
         assert [(s.step, s.value) for s in ea.Scalars("acc")][:3] == [
-            (t, r.config["score"] * t) for t in (1, 2, 3)]
+            (t, r.config["score"] * t) for t in (1, 2, 3)
+        ]
         assert _hparams(ea) == {"score": r.config["score"]}
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
@@ -326,9 +374,12 @@ def test_mlflow_run_of_a_fit_read_back_with_artifacts(warm, tmp_path):
     client = _client(uri)
     exp_id = client.create_experiment("fit", artifact_location=str(tmp_path / "artifacts"))
     cb = MLflowLoggerCallback(uri, experiment_name="fit", tags={"team": "raynb"}, save_artifact=True)
-    result = TorchTrainer(steps, train_loop_config={"n": 3, "ckpt_at": 2, "opt": {"lr": 0.5}},
-                          scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0, callbacks=[cb])).fit()
+    result = TorchTrainer(
+        steps,
+        train_loop_config={"n": 3, "ckpt_at": 2, "opt": {"lr": 0.5}},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, callbacks=[cb]),
+    ).fit()
     (run,) = client.search_runs([exp_id])
     assert run.info.status == "FINISHED"
     assert run.data.params == {"n": "3", "ckpt_at": "2", "opt/lr": "0.5"}
@@ -336,7 +387,7 @@ def test_mlflow_run_of_a_fit_read_back_with_artifacts(warm, tmp_path):
     assert "mlflow.parentRunId" not in run.data.tags
     assert _metric_steps(client, run.info.run_id, "loss") == [(1, 1.0), (2, 0.5), (3, pytest.approx(1 / 3))]
     assert _metric_steps(client, run.info.run_id, "nested/acc")[0] == (1, pytest.approx(0.1))
-    artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]   # the run directory, as Ray's
+    artifacts = [a.path for a in client.list_artifacts(run.info.run_id)]  # the run directory, as Ray's
     ckpt = result.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
     assert ckpt in artifacts and "result.json" in artifacts, artifacts
     assert [a.path for a in client.list_artifacts(run.info.run_id, ckpt)] == [f"{ckpt}/w.txt"]
@@ -347,11 +398,16 @@ def test_mlflow_tuner_nests_trial_runs_under_the_experiment_when_asked(warm, tmp
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     sched = ASHAScheduler(max_t=4, grace_period=1, reduction_factor=2)
-    grid = tune.Tuner(curve, param_space={"score": tune.grid_search([5, 3, 0])},
-                      tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
-                                                  scheduler=sched),
-                      run_config=RunConfig(verbose=0, name=f"nested_{time.time_ns()}",
-                                           callbacks=[MLflowLoggerCallback(uri, nest_trials_in_parent_run=True)])).fit()
+    grid = tune.Tuner(
+        curve,
+        param_space={"score": tune.grid_search([5, 3, 0])},
+        tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1, scheduler=sched),
+        run_config=RunConfig(
+            verbose=0,
+            name=f"nested_{time.time_ns()}",
+            callbacks=[MLflowLoggerCallback(uri, nest_trials_in_parent_run=True)],
+        ),
+    ).fit()
     client = _client(uri)
     exp = client.get_experiment_by_name(grid.experiment_path.rsplit("/", 1)[-1])  # default: its name
     runs = client.search_runs([exp.experiment_id])
@@ -366,7 +422,8 @@ def test_mlflow_tuner_nests_trial_runs_under_the_experiment_when_asked(warm, tmp
         assert run.info.status == ("FAILED" if r.status == "ERROR" else "FINISHED"), r.status
         if r.status != "ERROR":
             assert _metric_steps(client, run.info.run_id, "acc") == [
-                (t, r.config["score"] * t) for t in range(1, len(r._reports) + 1)]
+                (t, r.config["score"] * t) for t in range(1, len(r._reports) + 1)
+            ]
 
 
 def test_mlflow_unreachable_tracking_uri_warns_once_and_training_goes_on(warm, capsys):
@@ -376,8 +433,12 @@ def test_mlflow_unreachable_tracking_uri_warns_once_and_training_goes_on(warm, c
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     uri = f"http://127.0.0.1:{port}"
-    result = TorchTrainer(steps, train_loop_config={"n": 3}, scaling_config=ScalingConfig(num_workers=1),
-                          run_config=RunConfig(verbose=0, callbacks=[MLflowLoggerCallback(uri)])).fit()
+    result = TorchTrainer(
+        steps,
+        train_loop_config={"n": 3},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(verbose=0, callbacks=[MLflowLoggerCallback(uri)]),
+    ).fit()
     assert result.state == "FINISHED" and result.metrics["training_iteration"] == 3
     err = capsys.readouterr().err
     assert err.count("warning:") == 1, err
@@ -404,8 +465,12 @@ def test_setup_mlflow_logs_from_rank_zero_only_and_ends_the_run(warm, tmp_path):
     from raynb.train.run import execute_run
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    result, ret = execute_run(logs_with_setup_mlflow, {"uri": uri, "lr": {"a": 1}}, ScalingConfig(num_workers=2),
-                              RunConfig(verbose=0))
+    result, ret = execute_run(
+        logs_with_setup_mlflow,
+        {"uri": uri, "lr": {"a": 1}},
+        ScalingConfig(num_workers=2),
+        RunConfig(verbose=0),
+    )
     assert ret == ("module", 0)
     client = _client(uri)
     exp = client.get_experiment_by_name("in_fn")
@@ -416,8 +481,12 @@ def test_setup_mlflow_logs_from_rank_zero_only_and_ends_the_run(warm, tmp_path):
     # The same warm workers again: a function that raises ends its run FAILED, and the
     # earlier run was not left active on the worker.
     with pytest.raises(raynb.RunError):
-        execute_run(logs_with_setup_mlflow, {"uri": uri, "fail": True}, ScalingConfig(num_workers=2),
-                    RunConfig(verbose=0))
+        execute_run(
+            logs_with_setup_mlflow,
+            {"uri": uri, "fail": True},
+            ScalingConfig(num_workers=2),
+            RunConfig(verbose=0),
+        )
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
     assert [r.info.status for r in runs] == ["FINISHED", "FAILED"]
 
@@ -433,8 +502,14 @@ def test_callbacks_benchmark_quick_prints_json_side_by_side(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "callbacks.py"), "--quick"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "callbacks.py"), "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     modes = ["none", "tensorboard", "mlflow"]

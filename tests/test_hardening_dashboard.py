@@ -2,6 +2,7 @@
 extension, against the session's real cluster: its JSON API (Jupyter's token required),
 the 404 for an unknown run, a live run cancelled from the page, and the page rendered in
 headless Chromium (Playwright driving Debian's ``chromium``)."""
+
 from __future__ import annotations
 
 import json
@@ -17,19 +18,23 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from conftest import run_cell, wait_idle_workers
 
 from raynb.notebook.dashboard import link
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 
-from conftest import run_cell, wait_idle_workers
-
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "raynb-dashboard-test-" + uuid.uuid4().hex[:8]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
 RUN = "dash_run"
 
 
@@ -54,8 +59,9 @@ def _say(config):
 @pytest.fixture(scope="module")
 def dash_run(cluster):
     wait_idle_workers(cluster, 4)
-    return TorchTrainer(_say, scaling_config=ScalingConfig(num_workers=4),
-                        run_config=RunConfig(name=RUN, verbose=0)).fit()
+    return TorchTrainer(
+        _say, scaling_config=ScalingConfig(num_workers=4), run_config=RunConfig(name=RUN, verbose=0)
+    ).fit()
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +71,32 @@ def server(cluster, tmp_path_factory):
     Yields (base URL, its runtime dir)."""
     work = tmp_path_factory.mktemp("jupyter")
     port = _free_port()
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(work / "config"), JUPYTER_DATA_DIR=str(work / "data"),
-               JUPYTER_RUNTIME_DIR=str(work / "runtime"),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(work / "config"),
+        JUPYTER_DATA_DIR=str(work / "data"),
+        JUPYTER_RUNTIME_DIR=str(work / "runtime"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
     log = open(work / "server.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", "--ip=127.0.0.1",
-         f"--port={port}", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={work}",
-         "--ServerApp.jpserver_extensions={'raynb': True}"],
-        env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyter_server",
+            "--no-browser",
+            "--allow-root",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={work}",
+            "--ServerApp.jpserver_extensions={'raynb': True}",
+        ],
+        env=env,
+        cwd=work,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 60
@@ -82,8 +105,9 @@ def server(cluster, tmp_path_factory):
                 urllib.request.urlopen(f"{base}api/status?token={TOKEN}", timeout=1)
                 break
             except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, \
+                assert proc.poll() is None and time.monotonic() < deadline, (
                     f"jupyter server did not start:\n{(work / 'server.log').read_text()[-3000:]}"
+                )
                 time.sleep(0.2)
         yield base, work / "runtime"
     finally:
@@ -98,6 +122,7 @@ def server(cluster, tmp_path_factory):
 
 def _get(url: str, token: str | None = TOKEN, method: str = "GET"):
     """(status, JSON body or text, headers), following no redirect."""
+
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, *args, **kwargs):
             return None
@@ -133,14 +158,17 @@ def test_api_answers_with_the_cluster_state(server, dash_run, cluster):
     status, logs, _ = _get(base + f"raynb/api/runs/{RUN}/logs?rank=3")
     assert status == 200 and logs["lines"] == [
         {"rank": 3, "stream": "stdout", "text": "hello from rank 3"},
-        {"rank": 3, "stream": "stderr", "text": "careful on rank 3"}]
+        {"rank": 3, "stream": "stderr", "text": "careful on rank 3"},
+    ]
     status, logs, _ = _get(base + f"raynb/api/runs/{RUN}/logs?rank=all&stream=stderr")
     assert sorted(line["rank"] for line in logs["lines"]) == [0, 1, 2, 3]
     assert logs["file"] == os.path.join(dash_run.path, "output.log")
 
 
-@pytest.mark.parametrize("path", ["raynb/api/status", "raynb/api/runs", f"raynb/api/runs/{RUN}",
-                                  f"raynb/api/runs/{RUN}/logs?rank=0"])
+@pytest.mark.parametrize(
+    "path",
+    ["raynb/api/status", "raynb/api/runs", f"raynb/api/runs/{RUN}", f"raynb/api/runs/{RUN}/logs?rank=0"],
+)
 def test_requests_without_the_token_are_refused(server, dash_run, path):
     base, _ = server
     for token in (None, "wrong-token"):
@@ -149,7 +177,7 @@ def test_requests_without_the_token_are_refused(server, dash_run, path):
         assert RUN not in json.dumps(body)
     status, _, _ = _get(base + f"raynb/api/runs/{RUN}/cancel", token=None, method="POST")
     assert status == 403
-    status, _, headers = _get(base + "raynb/", token=None)   # the page: Jupyter's login
+    status, _, headers = _get(base + "raynb/", token=None)  # the page: Jupyter's login
     assert status == 302 and "/login" in headers["Location"]
 
 
@@ -163,12 +191,19 @@ def test_unknown_run_is_404_with_the_names_it_has(server, dash_run):
     assert status == 404 and RUN in body["runs"]
 
 
-@pytest.mark.parametrize("query, why", [("rank=4", "this run has 4 rank"), ("rank=x", "give a rank number"),
-                                        ("stream=out", "use stdout, stderr"), ("lines=0", "positive number"),
-                                        # digits that str.isdigit() takes and int() refuses
-                                        ("rank=%C2%B2", "the parameter rank='²' is not a rank"),
-                                        ("lines=%C2%B9", "the parameter lines='¹' is not a line count"),
-                                        ("lines=" + "9" * 5000, "is not a line count")])
+@pytest.mark.parametrize(
+    "query, why",
+    [
+        ("rank=4", "this run has 4 rank"),
+        ("rank=x", "give a rank number"),
+        ("stream=out", "use stdout, stderr"),
+        ("lines=0", "positive number"),
+        # digits that str.isdigit() takes and int() refuses
+        ("rank=%C2%B2", "the parameter rank='²' is not a rank"),
+        ("lines=%C2%B9", "the parameter lines='¹' is not a line count"),
+        ("lines=" + "9" * 5000, "is not a line count"),
+    ],
+)
 def test_bad_log_parameters_are_400_saying_why(server, dash_run, query, why):
     status, body, _ = _get(server[0] + f"raynb/api/runs/{RUN}/logs?{query}")
     assert status == 400 and why in body["message"], body
@@ -187,7 +222,7 @@ def test_ray_cluster_dashboard_prints_this_servers_link(server, shell, monkeypat
     monkeypatch.setenv("JPY_PARENT_PID", str(info["pid"]))
     _, cap = run_cell(shell, "%ray_cluster dashboard")
     assert cap.stdout.strip() == f"raynb dashboard: {base}raynb/", cap.stdout + cap.stderr
-    assert TOKEN not in cap.stdout                      # a saved notebook must not carry it
+    assert TOKEN not in cap.stdout  # a saved notebook must not carry it
     # A server without the extension (its raynb/ answers 404) is told how to enable it.
     without = link.dashboard_message([dict(info, url=base + "elsewhere/")], str(info["pid"]))
     assert "has no raynb dashboard" in without and "jupyter server extension enable raynb" in without
@@ -202,7 +237,7 @@ def test_no_cluster_is_503_saying_how_to_start_one(tmp_path, monkeypatch):
 
     from raynb.notebook.dashboard.gateway import ClusterGateway, NoCluster, json_safe
 
-    monkeypatch.setenv("RAYNB_HOME", str(tmp_path))       # no cluster.json there
+    monkeypatch.setenv("RAYNB_HOME", str(tmp_path))  # no cluster.json there
     gateway = ClusterGateway()
     try:
         with pytest.raises(NoCluster, match="no raynb cluster is running.*raynb start"):
@@ -210,7 +245,10 @@ def test_no_cluster_is_503_saying_how_to_start_one(tmp_path, monkeypatch):
     finally:
         gateway.close()
     assert json_safe({"loss": float("nan"), "x": [float("inf"), 1.5], 3: object}) == {
-        "loss": None, "x": [None, 1.5], "3": repr(object)}
+        "loss": None,
+        "x": [None, 1.5],
+        "3": repr(object),
+    }
 
 
 def test_extension_is_enabled_by_install_and_by_name():
@@ -264,10 +302,18 @@ def test_dashboard_renders_in_chromium_and_cancels_a_live_run(server, dash_run, 
     sync_playwright = _playwright()
     base, _ = server
     live = f"dash_live_{uuid.uuid4().hex[:6]}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    )
     wait_idle_workers(cluster, 4)
-    proc = subprocess.Popen([sys.executable, "-c", LIVE.format(tests=str(REPO / "tests"), name=live)],
-                            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", LIVE.format(tests=str(REPO / "tests"), name=live)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     errors: list[str] = []
     try:
         with sync_playwright() as p:
@@ -288,7 +334,9 @@ def test_dashboard_renders_in_chromium_and_cancels_a_live_run(server, dash_run, 
                 page.select_option("#rank", "3")
                 page.wait_for_function("document.getElementById('logs').textContent.includes('rank 3')")
                 assert page.locator("#logs").inner_text().splitlines() == [
-                    "hello from rank 3", "[stderr] careful on rank 3"]
+                    "hello from rank 3",
+                    "[stderr] careful on rank 3",
+                ]
                 assert page.locator("#logs .stderr").inner_text().strip() == "[stderr] careful on rank 3"
                 # Logged in by the cookie from now on (as from JupyterLab): the Cancel button's
                 # POST carries Jupyter's XSRF token.

@@ -5,6 +5,7 @@ Real kernels (jupyter_client), real clusters (the session's, or a private one in
 temporary RAYNB_HOME where the item is about starting or losing a cluster), and
 real processes: the scripts run as ``__main__``, as a notebook's code does.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,11 +18,10 @@ from contextlib import contextmanager
 
 import cloudpickle
 import pytest
+from conftest import alive, wait_idle_workers
 
 import raynb
 from raynb.train import RunConfig, ScalingConfig
-
-from conftest import alive, wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -138,7 +138,9 @@ def test_kernel_restart_or_shutdown_leaves_the_run_running(warm, tmp_path, how):
         print(f"graceful {how} took {took:.2f}s; the run stayed RUNNING")
         if how == "restart":
             kc.wait_for_ready(timeout=60)
-            reply, out = _execute(kc, f"import raynb\nprint('STATE', raynb.attach({name!r}, verbose=0).state)")
+            reply, out = _execute(
+                kc, f"import raynb\nprint('STATE', raynb.attach({name!r}, verbose=0).state)"
+            )
             assert reply["status"] == "ok", out
             assert "STATE FINISHED" in out, out
         else:
@@ -220,8 +222,14 @@ except raynb.RunError as e:
 def _script(tmp_path, name: str, source: str, env: dict | None = None, timeout: float = 180):
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
-    return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout,
-                          env=env or dict(os.environ), cwd=str(tmp_path))
+    return subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or dict(os.environ),
+        cwd=str(tmp_path),
+    )
 
 
 def test_notebook_class_saved_on_a_rank_loads_in_the_notebook(warm, tmp_path):
@@ -237,6 +245,7 @@ def test_notebook_class_saved_on_a_rank_loads_in_the_notebook(warm, tmp_path):
 
 
 # -- item 8: prepare_data_loader keeps a custom sampler's meaning -----------------------------
+
 
 def _draws(config):
     """Every rank's indices per epoch, gathered on rank 0: {epoch: [rank 0's, rank 1's, ...]}."""
@@ -335,9 +344,16 @@ def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
     (tmp_path / "race.py").write_text(textwrap.dedent(RACE_SCRIPT))
     go = tmp_path / "go"
     with _private_home(tmp_path) as (env, note_pids):
-        procs = [subprocess.Popen([sys.executable, str(tmp_path / "race.py"), str(tmp_path / f"p{i}"), str(go)],
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for i in range(2)]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(tmp_path / "race.py"), str(tmp_path / f"p{i}"), str(go)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
         deadline = time.monotonic() + 120
         while not all((tmp_path / f"p{i}.ready").exists() for i in range(2)):
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
@@ -346,7 +362,9 @@ def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
         outs = [p.communicate(timeout=180)[0] for p in procs]
         note_pids()
         assert [p.returncode for p in procs] == [0, 0], "\n---\n".join(outs)
-        heads = [next(line.split()[1:] for line in out.splitlines() if line.startswith("HEAD")) for out in outs]
+        heads = [
+            next(line.split()[1:] for line in out.splitlines() if line.startswith("HEAD")) for out in outs
+        ]
         assert heads[0] == heads[1] and heads[0][1] == "FINISHED", heads  # one cluster, both ran
 
 
@@ -393,18 +411,28 @@ print("GUEST", client.info["pids"]["head"], result.state, result.metrics.get("af
 def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_stops(tmp_path):
     # The owner's atexit stop failed the other script's active run ("the raynb cluster was
     # stopped ... while this run was active"): it now waits until no one else uses it.
+    from raynb.cluster.connection_file import read_connection_file
     from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
-    from raynb.cluster.connection_file import read_connection_file
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     (tmp_path / "guest.py").write_text(textwrap.dedent(GUEST_SCRIPT))
     running = tmp_path / "guest-running"
     with _private_home(tmp_path) as (env, note_pids):
-        owner = subprocess.Popen([sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(running)],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        guest = subprocess.Popen([sys.executable, str(tmp_path / "guest.py"), str(tmp_path / "o"), str(running),
-                                  str(owner.pid)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        owner = subprocess.Popen(
+            [sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(running)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        guest = subprocess.Popen(
+            [sys.executable, str(tmp_path / "guest.py"), str(tmp_path / "o"), str(running), str(owner.pid)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         out, err = owner.communicate(timeout=180)
         note_pids()
         pids = cluster_pids(read_connection_file(tmp_path / "home" / "cluster.json") or {})
@@ -412,8 +440,8 @@ def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_
         assert "stays up while another client uses it (1 active run(s) of other clients" in err, err
         said = guest.communicate(timeout=120)[0]
         assert guest.returncode == 0, said
-        assert "FINISHED 1" in said, said   # its run ended well, after the owner had gone
-        deadline = time.monotonic() + CLIENT_GRACE_S + 20   # the head stops by itself
+        assert "FINISHED 1" in said, said  # its run ended well, after the owner had gone
+        deadline = time.monotonic() + CLIENT_GRACE_S + 20  # the head stops by itself
         while alive(pids) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert pids and not alive(pids), f"the cluster outlived both scripts: {alive(pids)}"
@@ -425,36 +453,46 @@ def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path)
     start` run meanwhile says it is already running and keeps it, as a `ray start`
     cluster outlives its drivers: the script's exit leaves it up past any grace, and
     `raynb stop` still ends it."""
+    from raynb.cluster.connection_file import read_connection_file
     from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
-    from raynb.cluster.connection_file import read_connection_file
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     go = tmp_path / "go"
     with _private_home(tmp_path) as (env, note_pids):
-        owner = subprocess.Popen([sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(go)],
-                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        owner = subprocess.Popen(
+            [sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 120
         while not (tmp_path / "o.started").exists():
             assert time.monotonic() < deadline and owner.poll() is None, owner.communicate()
             time.sleep(0.05)
         note_pids()
-        started = subprocess.run([sys.executable, "-m", "raynb.cli", "start"], env=env, capture_output=True,
-                                 text=True, timeout=60)
+        started = subprocess.run(
+            [sys.executable, "-m", "raynb.cli", "start"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert started.returncode == 0 and "already running" in started.stdout, started
         assert "could not keep" not in started.stderr, started.stderr
-        status = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], env=env, capture_output=True,
-                                text=True, timeout=60)
-        assert "stops by itself" not in status.stdout and "kept up by `raynb start`" in status.stdout, status.stdout
+        status = subprocess.run(
+            [sys.executable, "-m", "raynb.cli", "status"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert "stops by itself" not in status.stdout and "kept up by `raynb start`" in status.stdout, (
+            status.stdout
+        )
         go.touch()
         out, err = owner.communicate(timeout=60)
         assert owner.returncode == 0, out + err
         assert "stays up: `raynb start` keeps it" in err, err
         pids = cluster_pids(read_connection_file(tmp_path / "home" / "cluster.json") or {})
-        time.sleep(CLIENT_GRACE_S + 3)   # past the grace that `raynb start`'s own hello earned
+        time.sleep(CLIENT_GRACE_S + 3)  # past the grace that `raynb start`'s own hello earned
         assert pids and set(alive(pids)) == set(pids), f"the kept cluster stopped: {alive(pids)}"
-        stop = subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env=env, capture_output=True,
-                              text=True, timeout=60)
+        stop = subprocess.run(
+            [sys.executable, "-m", "raynb.cli", "stop"], env=env, capture_output=True, text=True, timeout=60
+        )
         assert "raynb cluster stopped" in stop.stdout, stop
         deadline = time.monotonic() + 10
         while alive(pids) and time.monotonic() < deadline:

@@ -1,6 +1,7 @@
 """Every rank's logs: the run directory keeps all of each rank's output (stderr marked),
 ``Result.logs(rank=N)`` reads it back, also after a head restart, and the progress
 pane's log view shows any rank's recent lines (the widget tested without a browser)."""
+
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ import uuid
 
 import cloudpickle
 import pytest
+from conftest import alive
 
 import raynb
 from raynb.cluster.storage import run_logs
@@ -24,8 +26,6 @@ from raynb.notebook.progress import RunProgress
 from raynb.train import Result, RunConfig, ScalingConfig
 from raynb.train.logs import RunLogs
 from raynb.train.torch import TorchTrainer
-
-from conftest import alive
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,11 +41,11 @@ def _rundir(tmp_path) -> RunDirectory:
     rd = RunDirectory(str(tmp_path), "r")
     rd.append_output(0, "a\nb\n")
     rd.append_output(1, "warn\n", "stderr")
-    rd.append_output(1, "dots", "stdout")      # a flush without newline: the line waits
+    rd.append_output(1, "dots", "stdout")  # a flush without newline: the line waits
     rd.append_output(0, "c\n")
     rd.append_output(1, "...done\n", "stdout")
     rd.append_output(2, "never ended", "stderr")
-    rd.close()                                  # the run's end writes what still waits
+    rd.close()  # the run's end writes what still waits
     return rd
 
 
@@ -53,10 +53,14 @@ def test_output_log_tags_rank_and_stderr_and_keeps_partial_lines_whole(tmp_path)
     rd = _rundir(tmp_path)
     assert (rd.path / "output.log").read_text() == (
         "(rank 0) a\n(rank 0) b\n(rank 1, stderr) warn\n(rank 0) c\n(rank 1) dots...done\n"
-        "(rank 2, stderr) never ended\n")
+        "(rank 2, stderr) never ended\n"
+    )
     assert run_logs.read_output(rd.path, 1) == "warn\ndots...done\n"
     assert run_logs.read_output(rd.path, 1, "stdout") == "dots...done\n"
-    assert run_logs.read_output(rd.path, None, "stderr") == "(rank 1, stderr) warn\n(rank 2, stderr) never ended\n"
+    assert (
+        run_logs.read_output(rd.path, None, "stderr")
+        == "(rank 1, stderr) warn\n(rank 2, stderr) never ended\n"
+    )
     assert run_logs.read_output(rd.path, 3) == ""
     assert run_logs.parse_line("(rank 12, stderr) (rank 3) x") == (12, "stderr", "(rank 3) x")
     assert run_logs.parse_line("untagged") == (None, "stdout", "untagged")
@@ -70,11 +74,13 @@ def test_tail_reads_from_the_end_across_blocks(tmp_path, monkeypatch, block):
         rd.append_output(i % 3, f"line {i}\n", "stderr" if i % 10 == 0 else "stdout")
     rd.close()
     with open(rd.path / "output.log", "a") as f:
-        f.write("(rank 0) torn, being writ")        # no newline: not a line yet
+        f.write("(rank 0) torn, being writ")  # no newline: not a line yet
     entries, more = run_logs.tail_output(rd.path, rank=0, lines=5)
     assert [t for _, _, t in entries] == [f"line {i}" for i in (285, 288, 291, 294, 297)] and more
     assert run_logs.tail_output(rd.path, rank=0, stream="stderr", lines=2)[0] == [
-        (0, "stderr", "line 240"), (0, "stderr", "line 270")]
+        (0, "stderr", "line 240"),
+        (0, "stderr", "line 270"),
+    ]
     everything, more = run_logs.tail_output(rd.path, lines=1000)
     assert len(everything) == 300 and everything[0] == (0, "stderr", "line 0") and not more
     # A scan bounded in bytes says older lines may exist; no file is no lines.
@@ -82,9 +88,16 @@ def test_tail_reads_from_the_end_across_blocks(tmp_path, monkeypatch, block):
     assert run_logs.tail_output(tmp_path / "nowhere", lines=3) == ([], False)
 
 
-@pytest.mark.parametrize("rank, stream, why", [
-    (-1, None, "give a rank number"), ("2", None, "give a rank number"), (True, None, "give a rank number"),
-    (4, None, "this run has 4 rank"), (0, "err", "use 'stdout', 'stderr'")])
+@pytest.mark.parametrize(
+    "rank, stream, why",
+    [
+        (-1, None, "give a rank number"),
+        ("2", None, "give a rank number"),
+        (True, None, "give a rank number"),
+        (4, None, "this run has 4 rank"),
+        (0, "err", "use 'stdout', 'stderr'"),
+    ],
+)
 def test_bad_rank_or_stream_names_the_problem(tmp_path, rank, stream, why):
     rd = _rundir(tmp_path)
     logs = RunLogs([], str(rd.path), world_size=4)
@@ -96,11 +109,15 @@ def test_result_logs_is_still_the_tail_list_and_callable(tmp_path):
     rd = _rundir(tmp_path)
     (rd.path / "run.json").write_text(json.dumps({"name": "r", "state": "FINISHED", "world_size": 3}))
     (rd.path / "params.json").write_text("{}")
-    r = Result.from_path(str(rd.path))          # no cluster
-    assert isinstance(r.logs, list) and "(rank 0) a" in r.logs and json.loads(json.dumps(r.logs))[0] == "(rank 0) a"
+    r = Result.from_path(str(rd.path))  # no cluster
+    assert (
+        isinstance(r.logs, list)
+        and "(rank 0) a" in r.logs
+        and json.loads(json.dumps(r.logs))[0] == "(rank 0) a"
+    )
     assert r.logs(rank=1) == "warn\ndots...done\n" and r.logs(rank=2, stream="stderr") == "never ended\n"
     assert r.logs().startswith("(rank 0) a\n")
-    with pytest.raises(ValueError, match="this run has 3 rank"):   # world size from run.json
+    with pytest.raises(ValueError, match="this run has 3 rank"):  # world size from run.json
         r.logs(rank=3)
     again = pickle.loads(pickle.dumps(r))
     assert again.logs == r.logs and again.logs(rank=0) == "a\nb\nc\n"
@@ -131,15 +148,19 @@ def _expected_rank3(lines: int) -> str:
 
 def test_rank3_full_output_after_the_run(warm):
     name = f"logs_{uuid.uuid4().hex[:6]}"
-    result = TorchTrainer(_chatty, train_loop_config={"lines": MANY}, scaling_config=ScalingConfig(num_workers=4),
-                          run_config=RunConfig(name=name, verbose=0)).fit()
-    assert result.logs(rank=3) == _expected_rank3(MANY)     # all of it, beyond the record's tail
+    result = TorchTrainer(
+        _chatty,
+        train_loop_config={"lines": MANY},
+        scaling_config=ScalingConfig(num_workers=4),
+        run_config=RunConfig(name=name, verbose=0),
+    ).fit()
+    assert result.logs(rank=3) == _expected_rank3(MANY)  # all of it, beyond the record's tail
     got = raynb.get_run(name)
     assert got.logs(rank=3) == _expected_rank3(MANY)
     assert got.logs(rank=3, stream="stderr") == "rank 3 warning\n"
     assert got.logs(rank=0) == "rank 0 line 0\nrank 0 line 1\nrank 0 warning\nprogress...done\n"
     assert "(rank 1, stderr) rank 1 warning" in got.logs() and f"(rank 3) rank 3 line {MANY - 1}" in got.logs
-    assert len(got.logs) == OUTPUT_TAIL_LINES                # the record's tail stays bounded
+    assert len(got.logs) == OUTPUT_TAIL_LINES  # the record's tail stays bounded
     with pytest.raises(ValueError, match="this run has 4 rank"):
         got.logs(rank=4)
 
@@ -162,8 +183,14 @@ print(json.dumps({{"state": r.state, "rank3": r.logs(rank=3), "stderr": r.logs(r
 
 
 def _python(code: str, env: dict) -> dict:
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -204,11 +231,19 @@ def test_log_tail_keeps_bounded_per_rank_tails_with_streams():
     for i in range(5):
         t.on_event(out(0, f"a{i}\n"))
     t.on_event(out(1, "err\n", "stderr"))
-    t.on_event(out(1, "pro"))                    # continued by the next text of rank 1's stdout
+    t.on_event(out(1, "pro"))  # continued by the next text of rank 1's stdout
     t.on_event(out(0, "x\n"))
     t.on_event(out(1, "gress\n"))
-    t.on_event(out(5, "late rank\n"))            # a rank past world_size is offered too
-    for junk in (None, {"kind": "report"}, out("0", "x"), out(-1, "x"), out(0, None), out(True, "x"), out(0, "")):
+    t.on_event(out(5, "late rank\n"))  # a rank past world_size is offered too
+    for junk in (
+        None,
+        {"kind": "report"},
+        out("0", "x"),
+        out(-1, "x"),
+        out(0, None),
+        out(True, "x"),
+        out(0, ""),
+    ):
         assert not t.on_event(junk)
     assert t.lines(0) == [(0, "stdout", "a3"), (0, "stdout", "a4"), (0, "stdout", "x")]
     assert t.lines(1) == [(1, "stderr", "err"), (1, "stdout", "progress")]
@@ -228,14 +263,14 @@ class FakeClock:
 def test_log_view_selector_rank0_default_any_rank_or_all_stderr_marked():
     clock = FakeClock()
     view = LogView(world_size=3, min_interval_s=0.5, trailing=False, clock=clock)
-    assert view.widget.layout.display == "none"          # nothing printed yet: hidden
+    assert view.widget.layout.display == "none"  # nothing printed yet: hidden
     assert list(view.selector.options) == [("rank 0", 0), ("rank 1", 1), ("rank 2", 2), ("all ranks", ALL)]
     assert view.selector.value == 0
     view.handle(out(0, "hello <b>0</b>\n"))
     view.handle(out(2, "boom\n", "stderr"))
     assert view.widget.layout.display is None
     assert "hello &lt;b&gt;0&lt;/b&gt;" in view.text.value and "boom" not in view.text.value
-    view.selector.value = 2                               # the user picks rank 2: redrawn at once
+    view.selector.value = 2  # the user picks rank 2: redrawn at once
     assert "[stderr] boom" in view.text.value and "color:#c62828" in view.text.value
     assert "hello" not in view.text.value
     view.selector.value = ALL
@@ -262,10 +297,10 @@ def test_progress_pane_holds_the_log_view(monkeypatch):
     assert pane.log_view.widget in pane.widget.children
     refreshes = pane.refreshes
     pane.handle(out(1, "from one\n", "stderr"))
-    assert pane.refreshes == refreshes                    # output redraws only the log view
+    assert pane.refreshes == refreshes  # output redraws only the log view
     pane.log_view.selector.value = 1
     assert "[stderr] from one" in pane.log_view.text.value
-    assert pane.progress.output_tail[1] == ["from one"]   # the model is still fed
+    assert pane.progress.output_tail[1] == ["from one"]  # the model is still fed
     pane.finish()
     assert pane.log_view.closed
 
@@ -287,9 +322,11 @@ def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
     rd.prepare_files()
     rewrites = []
     real = progress_table.ProgressTable._rewrite
-    progress_table.ProgressTable._rewrite = lambda self, rows: (rewrites.append(len(rows)), real(self, rows))[1]
+    progress_table.ProgressTable._rewrite = lambda self, rows: (rewrites.append(len(rows)), real(self, rows))[
+        1
+    ]
     try:
-        for i in range(3000):   # well within one REWRITE_EVERY_S, a tick's flush every 10 reports
+        for i in range(3000):  # well within one REWRITE_EVERY_S, a tick's flush every 10 reports
             rd.append_result({"loss": 1 / (i + 1), f"m{i}": i}, None, None)
             if i % 10 == 9:
                 rd.flush()
@@ -297,7 +334,7 @@ def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
         rd.close()
     finally:
         progress_table.ProgressTable._rewrite = real
-    assert len(rewrites) <= 3 and rewrites[-1] == 3000, rewrites   # the first rows, maybe one more, the end
+    assert len(rewrites) <= 3 and rewrites[-1] == 3000, rewrites  # the first rows, maybe one more, the end
     assert waiting_before_close
     columns, rows = _table(tmp_path / "r" / "progress.csv")
     assert len(rows) == 3000 and [float(r["loss"]) for r in rows[:2]] == [1.0, 0.5]
@@ -305,9 +342,13 @@ def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
     # Columns were added while the table stayed within MAX_REWRITE_CELLS; later ones left out.
     assert 300 < len(shown) < 3000 and shown == [f"m{i}" for i in range(len(shown))], len(shown)
     # (the last column shown came with row len(shown), the next flush's ten would have passed it)
-    assert len(shown) * len(columns) <= progress_table.MAX_REWRITE_CELLS < (len(shown) + 10) * (len(columns) + 10)
+    assert (
+        len(shown) * len(columns)
+        <= progress_table.MAX_REWRITE_CELLS
+        < (len(shown) + 10) * (len(columns) + 10)
+    )
     assert rows[5]["m5"] == "5" and rows[6]["m5"] == ""
-    with open(tmp_path / "r" / "result.json") as f:   # every key, in every row, whatever the table shows
+    with open(tmp_path / "r" / "result.json") as f:  # every key, in every row, whatever the table shows
         assert [json.loads(line)[f"m{i}"] for i, line in enumerate(f)] == list(range(3000))
 
 
@@ -320,20 +361,20 @@ def test_a_new_metric_widens_progress_csv_within_a_second_and_a_resume_repairs_i
     rd.prepare_files()
     rd.append_result({"loss": 1.0}, None, None)
     rd.flush()
-    rd.append_result({"loss": 0.5, "val_loss": 0.7}, None, None)   # a new metric, at once after a rewrite
+    rd.append_result({"loss": 0.5, "val_loss": 0.7}, None, None)  # a new metric, at once after a rewrite
     rd.flush()
     path = tmp_path / "r" / "progress.csv"
-    assert _table(path)[0][:1] == ["loss"] and len(_table(path)[1]) == 1   # held for the rewrite
+    assert _table(path)[0][:1] == ["loss"] and len(_table(path)[1]) == 1  # held for the rewrite
     deadline = _time.monotonic() + REWRITE_EVERY_S + 2
     while "val_loss" not in _table(path)[0] and _time.monotonic() < deadline:
         _time.sleep(0.05)
-        rd.flush()   # the head's tick, with no new report
+        rd.flush()  # the head's tick, with no new report
     columns, rows = _table(path)
     assert columns[:2] == ["loss", "training_iteration"] and "val_loss" in columns, columns
     assert [r["val_loss"] for r in rows] == ["", "0.7"]
     rd.append_result({"loss": 0.25}, None, None)
     rd.flush()
-    assert len(_table(path)[1]) == 3   # appended again
+    assert len(_table(path)[1]) == 3  # appended again
     rd.close()
     # A resumed run whose progress.csv lost its last row (a head killed before writing it):
     # written again from result.json at its first write.

@@ -7,6 +7,7 @@ share its node's cores.
 Tests that kill a zygote, stop a cluster or need a short idle timeout use a private
 cluster; the others use the session's warm cluster.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,20 +24,19 @@ from pathlib import Path
 import cloudpickle
 import psutil
 import pytest
+from conftest import alive, private_cluster, wait_idle_workers
 
 import raynb
 import raynb.client.connection
 from raynb.client.run import build_submission, follow_run, submit_run
 from raynb.client.status import format_status
-from raynb.cluster.protocol import messages as P
 from raynb.cluster.connection_file import read_connection_file
-from raynb.cluster.protocol.control import Client
 from raynb.cluster.head.pool import WorkerPool, idle_timeout_s
 from raynb.cluster.head.registry import NodeInfo, Registry, WorkerInfo
 from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.cluster.procutil import ZYGOTE_MODULE
-
-from conftest import alive, private_cluster, wait_idle_workers
+from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol.control import Client
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -63,8 +63,9 @@ class Pane:
 
 def _run(client, fn, config=None, n: int = 1, pane: Pane | None = None):
     """Submit ``fn`` on ``n`` ranks through ``client`` and follow it; returns the RunOutcome."""
-    spec, payload = build_submission(fn, config, raynb.ScalingConfig(num_workers=n),
-                                     raynb.RunConfig(verbose=0))
+    spec, payload = build_submission(
+        fn, config, raynb.ScalingConfig(num_workers=n), raynb.RunConfig(verbose=0)
+    )
     submit_run(client, spec, payload)
     return follow_run(client, spec["run_id"], pane or Pane(), all_ranks=True)
 
@@ -115,6 +116,7 @@ def _private_cluster(tmp_path, monkeypatch, workers: int, **env):
 
 
 # -- item 11: what a run starts ends with it ---------------------------------------------
+
 
 def _start_children(config):
     """Start a subprocess, a fork, and a grandchild in a session of its own whose parent
@@ -209,6 +211,7 @@ def test_stop_ends_a_runs_processes_within_3s(tmp_path, monkeypatch):
 
 # -- item 12: extra workers are retired --------------------------------------------------
 
+
 def _barrier(config):
     """Every rank of both runs waits until all of them are in their function."""
     import os
@@ -251,8 +254,11 @@ def test_extra_workers_are_retired_after_the_idle_timeout(tmp_path, monkeypatch)
         assert len(pids) == 2  # rank 0 of each run: two different workers
         seen = len(client.status()["workers"])
         assert seen in range(4, 9)  # 8, less those already retired
-        st = _wait(lambda: (s := client.status()) and len(s["workers"]) == 4 and s,
-                   10, "the 4 extra workers to be retired")
+        st = _wait(
+            lambda: (s := client.status()) and len(s["workers"]) == 4 and s,
+            10,
+            "the 4 extra workers to be retired",
+        )
         assert all(w["state"] == "idle" for w in st["workers"])
         # The forked ones went, with their process group; the warm ones stay with theirs.
         assert sorted(w["worker_id"] for w in st["workers"]) == [f"local-w{i}" for i in range(1, 5)]
@@ -281,8 +287,10 @@ def test_retire_picks_idle_extras_outside_groups_and_never_below_the_warm_count(
     # those idle for the timeout. w4 is not taken for w3, which is not idle long enough.
     reg.workers["local-w3"].idle_since = 9.5
     pool.tick(10.0, runs_waiting=False)
-    assert [(t, c["worker_id"]) for _, t, c in sent] == [("retire_worker", "local-w1"),
-                                                         ("retire_worker", "local-w5")]
+    assert [(t, c["worker_id"]) for _, t, c in sent] == [
+        ("retire_worker", "local-w1"),
+        ("retire_worker", "local-w5"),
+    ]
     assert set(reg.workers) == {"local-w2", "local-w3", "local-w4"}
     pool.tick(10.0, runs_waiting=False)  # w4 left its group with w5: the newest ungrouped
     assert [c["worker_id"] for _, _, c in sent][2:] == ["local-w4"]
@@ -304,6 +312,7 @@ def test_idle_timeout_from_the_environment_or_the_flag(raynb_home, monkeypatch):
 
 
 # -- item 13: sys.stdout, a dead zygote, a frozen worker ---------------------------------
+
 
 def _closes_stdout():
     import sys
@@ -426,8 +435,9 @@ def test_a_worker_hung_holding_the_gil_is_shown_not_responding(warm):
     pane = Pane()
     t, out = _in_thread(_holds_the_gil, {"seconds": 9}, 1, pane)
     busy = _wait(lambda: [w for w in warm.status()["workers"] if w["state"] == "busy"], 20, "the run")
-    w = _wait(lambda: (w := _worker_state(warm, busy[0]["pid"]))["not_responding"] and w, 8.5,
-              "not responding")
+    w = _wait(
+        lambda: (w := _worker_state(warm, busy[0]["pid"]))["not_responding"] and w, 8.5, "not responding"
+    )
     assert "heartbeat" in w["not_responding"]
     t.join(30)
     assert out["outcome"].value() == "woke"
@@ -436,6 +446,7 @@ def test_a_worker_hung_holding_the_gil_is_shown_not_responding(warm):
 
 
 # -- item 14: a rank's threads follow the ranks busy on its node -------------------------
+
 
 def _threads_when_both_run(config):
     """While both runs are in their function, print (the worker takes the head's new
@@ -477,8 +488,10 @@ def test_threads_are_the_nodes_cores_over_its_busy_ranks(warm, tmp_path):
     assert _run(warm, _threads).value() == cores  # alone on the node: all its cores
     d = tmp_path / "both"
     d.mkdir()
-    runs = [_in_thread(_threads_when_both_run, {"dir": str(d), "tag": tag, "own": own})
-            for tag, own in (("a", None), ("b", 3))]
+    runs = [
+        _in_thread(_threads_when_both_run, {"dir": str(d), "tag": tag, "own": own})
+        for tag, own in (("a", None), ("b", 3))
+    ]
     for t, _ in runs:
         t.join(60)
     a, b = (out["outcome"] for _, out in runs)
@@ -496,8 +509,14 @@ def test_tune_digits_benchmark_quick_prints_json_and_cleans_up(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "tune_digits.py"), "--quick"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "tune_digits.py"), "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["trials"] == 4 and out["errors"] == 0 and out["fit_s"] > 0
@@ -544,7 +563,7 @@ def test_a_workers_temp_files_go_with_it(tmp_path, monkeypatch):
         while os.path.exists(path) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not os.path.exists(path), "a killed worker's temp dir stayed"
-        path2, _ = _run(client, _leave_a_temp_dir).value()   # its replacement has its own
+        path2, _ = _run(client, _leave_a_temp_dir).value()  # its replacement has its own
         assert os.path.isdir(path2)
     assert not os.path.exists(path2) and not os.path.exists(agent_dir)
 
@@ -558,8 +577,12 @@ def _policies():
     t = _th.Thread(target=lambda: seen.update(thread=_os.sched_getscheduler(0)))
     t.start()
     t.join()
-    child = _sp.run([sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
-                    capture_output=True, text=True, check=True)
+    child = _sp.run(
+        [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return {"main": _os.sched_getscheduler(0), "thread": seen["thread"], "child": int(child.stdout)}
 
 
@@ -573,8 +596,10 @@ def _batch_settable() -> bool:
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
-@pytest.mark.skipif(not _batch_settable() or os.environ.get("RAYNB_WORKER_SCHED", "batch") != "batch",
-                    reason="SCHED_BATCH cannot be set here, or RAYNB_WORKER_SCHED turns it off")
+@pytest.mark.skipif(
+    not _batch_settable() or os.environ.get("RAYNB_WORKER_SCHED", "batch") != "batch",
+    reason="SCHED_BATCH cannot be set here, or RAYNB_WORKER_SCHED turns it off",
+)
 def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
     """procutil.batch_scheduling: a rank waking up no longer preempts the head mid-way
     through sending a run's tasks (nor the notebook's kernel); what the rank starts, a
@@ -590,11 +615,14 @@ def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
 
 
 @pytest.mark.skipif(not _batch_settable(), reason="SCHED_BATCH cannot be set here")
-@pytest.mark.parametrize("setting, expected", [(None, "True 3"), ("other", "False 0"), (" Other ", "False 0"),
-                                              ("fifo", "True 3")])
+@pytest.mark.parametrize(
+    "setting, expected", [(None, "True 3"), ("other", "False 0"), (" Other ", "False 0"), ("fifo", "True 3")]
+)
 def test_batch_scheduling_is_on_unless_raynb_worker_sched_says_other(setting, expected):
-    code = ("import os; from raynb.cluster.procutil import batch_scheduling; "
-            "print(batch_scheduling(), os.sched_getscheduler(0))")
+    code = (
+        "import os; from raynb.cluster.procutil import batch_scheduling; "
+        "print(batch_scheduling(), os.sched_getscheduler(0))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "RAYNB_WORKER_SCHED"}
     if setting:
         env["RAYNB_WORKER_SCHED"] = setting
@@ -627,14 +655,25 @@ def test_a_bad_raynb_worker_sched_is_refused_by_start_and_node_naming_the_choice
     env = {**os.environ, "RAYNB_WORKER_SCHED": "fifo", "RAYNB_HOME": str(tmp_path / "home")}
     try:
         for args in (["start", "--workers", "1"], ["node", "--address", "tcp://127.0.0.1:1"]):
-            p = subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
-                               text=True, timeout=60)
+            p = subprocess.run(
+                [sys.executable, "-m", "raynb.cli", *args],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert p.returncode == 2, (args, p.stdout, p.stderr)
-            assert "RAYNB_WORKER_SCHED='fifo'" in p.stderr and "'batch'" in p.stderr and "'other'" in p.stderr, p.stderr
+            assert (
+                "RAYNB_WORKER_SCHED='fifo'" in p.stderr and "'batch'" in p.stderr and "'other'" in p.stderr
+            ), p.stderr
         assert not (tmp_path / "home" / "cluster.json").exists()
-    finally:   # were it ever started anyway, it is not left running
-        subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env={**env, "RAYNB_WORKER_SCHED": "batch"},
-                       capture_output=True, timeout=60)
+    finally:  # were it ever started anyway, it is not left running
+        subprocess.run(
+            [sys.executable, "-m", "raynb.cli", "stop"],
+            env={**env, "RAYNB_WORKER_SCHED": "batch"},
+            capture_output=True,
+            timeout=60,
+        )
 
 
 def _imports_late_module(config):
@@ -643,7 +682,9 @@ def _imports_late_module(config):
     return importlib.import_module(config["module"]).VALUE
 
 
-def test_a_sys_path_directory_missing_at_a_workers_first_look_is_added_once_it_exists(warm, tmp_path, monkeypatch):
+def test_a_sys_path_directory_missing_at_a_workers_first_look_is_added_once_it_exists(
+    warm, tmp_path, monkeypatch
+):
     """The client sends a sys.path directory it saw once (shipping.sys_path_dirs); a worker
     that found it missing must look again at its next task, not remember the list as done."""
     from raynb.train.run import execute_run

@@ -2,6 +2,7 @@
 ``raynb.train.torch.profile()``) on the real warm cluster: a Chrome trace per rank that
 parses as JSON, the per-rank top-operator table naming the matmul and the all-reduce,
 a run too short for its window, a failed rank, and the warm workers left unprofiled."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from conftest import ok_cell, run_cell
 from IPython.core.error import UsageError
 
 import raynb
@@ -17,8 +19,6 @@ from raynb.train import RunConfig, ScalingConfig
 from raynb.train.profile_result import RunProfile
 from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
-
-from conftest import ok_cell, run_cell
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -45,9 +45,12 @@ def matmul_allreduce(config):
 
 
 def fit(n: int, profile, workers: int = 4, **extra):
-    trainer = TorchTrainer(matmul_allreduce, train_loop_config={"n": n, **extra},
-                           scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(profile=profile))
+    trainer = TorchTrainer(
+        matmul_allreduce,
+        train_loop_config={"n": n, **extra},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(profile=profile),
+    )
     return trainer.fit()
 
 
@@ -115,8 +118,9 @@ def test_ray_train_profile_bad_schedule_is_a_usage_error(shell):
 
 def test_run_too_short_for_its_window_says_so_and_writes_what_it_had(warm, capsys):
     result = fit(2, True, workers=2)
-    expected = ("profile: the run made 2 reports; the schedule needs wait+warmup+active=1+1+3=5; "
-                "wrote what it had")
+    expected = (
+        "profile: the run made 2 reports; the schedule needs wait+warmup+active=1+1+3=5; wrote what it had"
+    )
     assert any(n.startswith(expected) for n in result.profile.notes), result.profile.notes
     assert "] note: " + expected in capsys.readouterr().out  # rank 0's note, in the progress text
     traces_parse(result.path, range(2), op=None)  # the one recorded step: report 2 to the end
@@ -127,7 +131,9 @@ def test_run_too_short_for_its_window_says_so_and_writes_what_it_had(warm, capsy
     assert "made 1 report;" in note and "recorded nothing" in note and "--profile 0,0,1" in note
     assert result.profile.traces == {}
     assert sorted(p.name for p in (Path(result.path) / "profile").iterdir()) == [
-        "rank_0_top.json", "rank_1_top.json"]
+        "rank_0_top.json",
+        "rank_1_top.json",
+    ]
 
 
 def test_a_failed_rank_still_writes_its_profile(warm):
@@ -155,8 +161,9 @@ def explicit_block(config):
 
 
 def test_profile_context_is_stepped_by_prof_step(warm):
-    result = TorchTrainer(explicit_block, scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0)).fit()
+    result = TorchTrainer(
+        explicit_block, scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(verbose=0)
+    ).fit()
     traces_parse(result.path, range(2))
     assert result.profile.notes == [] and result.profile.summaries[0]["unit"] == "prof.step() calls"
 
@@ -170,8 +177,11 @@ def nested_block():
 
 def test_profile_context_in_a_profiled_run_is_refused(warm):
     with pytest.raises(raynb.RunError, match="profiled already"):
-        TorchTrainer(nested_block, scaling_config=ScalingConfig(num_workers=1),
-                     run_config=RunConfig(profile=True, verbose=0)).fit()
+        TorchTrainer(
+            nested_block,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(profile=True, verbose=0),
+        ).fit()
 
 
 def test_bad_profile_options_raise_before_anything_ships():
@@ -212,8 +222,9 @@ def test_gpu_columns_from_a_cpu_profile(tmp_path):
     ops, _, _ = top_operators(prof.key_averages(), 5, cuda=True)
     assert {"self_cuda_us", "cuda_total_us"} <= set(ops[0])
     (tmp_path / "profile").mkdir()
-    (tmp_path / "profile" / "rank_0_top.json").write_text(json.dumps(
-        {"rank": 0, "cuda": True, "ops": ops, "schedule": {"wait": 1, "warmup": 1, "active": 3}}))
+    (tmp_path / "profile" / "rank_0_top.json").write_text(
+        json.dumps({"rank": 0, "cuda": True, "ops": ops, "schedule": {"wait": 1, "warmup": 1, "active": 3}})
+    )
     run = RunProfile.from_run_dir(str(tmp_path))
     assert "self_cuda_us" in run[0].columns and "aten::mm" in run.table().index
     assert "top operators by self CUDA time" in repr(run)
@@ -249,8 +260,9 @@ def test_a_cancel_during_the_flush_is_held_until_the_files_are_written(tmp_path)
         signal.pthread_kill(main, signal.SIGINT)
 
     try:
-        prof = profiling.RankProfiler(task_context.current(),
-                                      profiling.profile_options(dict(wait=0, warmup=1, active=5))).start()
+        prof = profiling.RankProfiler(
+            task_context.current(), profiling.profile_options(dict(wait=0, warmup=1, active=5))
+        ).start()
         a = torch.zeros(4)
         for _ in range(2):  # a warmup and a recorded step: the window is cut short
             for _ in range(2000):
@@ -277,10 +289,13 @@ def test_tuner_profiles_every_trial_into_its_own_directory(warm):
     from raynb import tune
 
     grid = tune.Tuner(
-        TorchTrainer(matmul_allreduce, train_loop_config={"n": 4}, scaling_config=ScalingConfig(num_workers=2)),
+        TorchTrainer(
+            matmul_allreduce, train_loop_config={"n": 4}, scaling_config=ScalingConfig(num_workers=2)
+        ),
         param_space={"train_loop_config": {"seed": tune.grid_search([1, 2])}},
         tune_config=tune.TuneConfig(metric="step", mode="max"),
-        run_config=RunConfig(verbose=0, profile=dict(wait=0, warmup=1, active=2))).fit()
+        run_config=RunConfig(verbose=0, profile=dict(wait=0, warmup=1, active=2)),
+    ).fit()
     assert len(grid) == 2
     for result in grid:
         traces_parse(result.path, range(2))

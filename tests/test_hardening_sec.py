@@ -5,6 +5,7 @@ As root, "another user" is a file chowned to nobody (uid 65534). A fake head is 
 real ZeroMQ ROUTER in a process whose command line names raynb's head module (as
 an attacker's would, to pass the pid check); it records whatever reaches it.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ while True:
 
 
 def cli(*args, env, timeout=60):
-    return subprocess.run([sys.executable, "-m", "raynb", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "raynb", *args], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 @contextmanager
@@ -50,16 +52,23 @@ def fake_head(tmp_path):
     """A process posing as a head; yields (connection info, file of what it received)."""
     port_file, received = tmp_path / "fake-port", tmp_path / "fake-received"
     received.write_text("")
-    proc = subprocess.Popen([sys.executable, "-c", FAKE_HEAD, str(port_file), str(received),
-                             "raynb.cluster.head"])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FAKE_HEAD, str(port_file), str(received), "raynb.cluster.head"]
+    )
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
             assert time.monotonic() < deadline and proc.poll() is None, "the fake head did not start"
             time.sleep(0.05)
-        info = {"address": f"tcp://127.0.0.1:{port_file.read_text()}", "key": "a" * 64, "workers": 1,
-                "pids": {"head": proc.pid, "node": proc.pid}, "created": time.time(), "version": P.PROTOCOL_VERSION,
-                "token": "planted"}
+        info = {
+            "address": f"tcp://127.0.0.1:{port_file.read_text()}",
+            "key": "a" * 64,
+            "workers": 1,
+            "pids": {"head": proc.pid, "node": proc.pid},
+            "created": time.time(),
+            "version": P.PROTOCOL_VERSION,
+            "token": "planted",
+        }
         yield info, received
     finally:
         proc.kill()
@@ -146,7 +155,9 @@ def test_a_symlinked_connection_file_or_lock_is_never_followed(tmp_path):
     target.write_text("keep me")
     os.symlink(target, home2 / "start.lock")
     p = cli("start", "--workers", "1", env=dict(os.environ, RAYNB_HOME=str(home2)))
-    assert p.returncode == 2 and str(home2 / "start.lock") in p.stderr and "symbolic link" in p.stderr, p.stderr
+    assert p.returncode == 2 and str(home2 / "start.lock") in p.stderr and "symbolic link" in p.stderr, (
+        p.stderr
+    )
     assert target.read_text() == "keep me"
     assert not (home2 / "cluster.json").exists()
 
@@ -168,14 +179,19 @@ def _checkpointing(config):
             f.write("weights")
         os.chmod(os.path.join(d, "state.bin"), 0o644)
         os.makedirs(os.path.join(d, "sub"), mode=0o755)
-        report({"x": 1}, checkpoint=Checkpoint.from_directory(d) if get_context().get_world_rank() == 0 else None)
+        report(
+            {"x": 1}, checkpoint=Checkpoint.from_directory(d) if get_context().get_world_rank() == 0 else None
+        )
 
 
 def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
     old = os.umask(0o022)
     try:
-        result = raynb.TorchTrainer(_checkpointing, scaling_config=raynb.ScalingConfig(num_workers=2),
-                                    run_config=raynb.RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+        result = raynb.TorchTrainer(
+            _checkpointing,
+            scaling_config=raynb.ScalingConfig(num_workers=2),
+            run_config=raynb.RunConfig(verbose=0, storage_path=str(tmp_path)),
+        ).fit()
     finally:
         os.umask(old)
     run = result.path
@@ -188,9 +204,12 @@ def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
     # What a Tune experiment writes (tuner.pkl: the pickled settings) is private too.
     from raynb import tune
 
-    grid = tune.Tuner(lambda config: tune.report({"v": config["v"]}), param_space={"v": 1},
-                      tune_config=tune.TuneConfig(num_samples=1),
-                      run_config=raynb.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0)).fit()
+    grid = tune.Tuner(
+        lambda config: tune.report({"v": config["v"]}),
+        param_space={"v": 1},
+        tune_config=tune.TuneConfig(num_samples=1),
+        run_config=raynb.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0),
+    ).fit()
     exp = grid.experiment_path
     assert _mode(exp) == 0o700
     for name in ("tuner.pkl", "experiment_state.json"):
@@ -199,16 +218,21 @@ def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
     # its mode: 0777 under umask 0), and a run directory made before by hand (it stayed 0755).
     old = os.umask(0)
     try:
-        grid = tune.Tuner(lambda config: tune.report({"v": 1}), tune_config=tune.TuneConfig(num_samples=1),
-                          run_config=raynb.RunConfig(storage_path=str(tmp_path / "new" / "deep"), verbose=0)).fit()
+        grid = tune.Tuner(
+            lambda config: tune.report({"v": 1}),
+            tune_config=tune.TuneConfig(num_samples=1),
+            run_config=raynb.RunConfig(storage_path=str(tmp_path / "new" / "deep"), verbose=0),
+        ).fit()
     finally:
         os.umask(old)
     assert _mode(tmp_path / "new") == _mode(tmp_path / "new" / "deep") == _mode(grid.experiment_path) == 0o700
     (tmp_path / "made_before").mkdir(mode=0o755)
     os.chmod(tmp_path / "made_before", 0o755)
-    result = raynb.TorchTrainer(_checkpointing, scaling_config=raynb.ScalingConfig(num_workers=2),
-                                run_config=raynb.RunConfig(name="made_before", verbose=0,
-                                                           storage_path=str(tmp_path))).fit()
+    result = raynb.TorchTrainer(
+        _checkpointing,
+        scaling_config=raynb.ScalingConfig(num_workers=2),
+        run_config=raynb.RunConfig(name="made_before", verbose=0, storage_path=str(tmp_path)),
+    ).fit()
     assert result.path == str(tmp_path / "made_before") and _mode(result.path) == 0o700
 
 
@@ -216,8 +240,11 @@ def test_run_directories_and_checkpoints_are_private(warm, tmp_path):
 def _listeners(pid) -> list[tuple[str, int]]:
     import psutil
 
-    return [(c.laddr.ip, c.laddr.port) for c in psutil.Process(pid).net_connections(kind="tcp")
-            if c.status == psutil.CONN_LISTEN]
+    return [
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    ]
 
 
 def _loopback(ip: str) -> bool:
@@ -264,6 +291,7 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
     """Loopback head: no store until a group spans nodes. A head on every interface:
     each worker's store listens from its start, on its node's IP only."""
     from conftest import alive
+
     from raynb.train.run import execute_run
 
     with private_cluster(tmp_path, monkeypatch, 1, max_workers=1, host=host) as (info, client):
@@ -273,9 +301,24 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
         # as the head hands them to its own node agent.
         env = dict(os.environ, RAYNB_KEY=info["key"], **curve.to_env(info.get("curve")))
         with open(tmp_path / "node2.log", "wb") as log:
-            node = subprocess.Popen([sys.executable, "-m", "raynb.cluster.node.agent", "--address", info["address"],
-                                     "--workers", "1", "--max-workers", "1", "--node-id", "second"],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+            node = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "raynb.cluster.node.agent",
+                    "--address",
+                    info["address"],
+                    "--workers",
+                    "1",
+                    "--max-workers",
+                    "1",
+                    "--node-id",
+                    "second",
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         try:
             deadline = time.monotonic() + 60
             while len(client.status()["workers"]) < 2:
@@ -344,8 +387,10 @@ def test_unsigned_oversized_frames_are_not_held_by_the_head(warm):
     grown = _rss(head) - before
     for s, _ in peers:
         s.close()
-    print(f"head RSS {before / 2**20:.0f} MiB, +{grown / 2**20:.0f} MiB with 3 peers sending "
-          f"{[sent >> 20 for _, sent in peers]} MiB of 900 MB frames")
+    print(
+        f"head RSS {before / 2**20:.0f} MiB, +{grown / 2**20:.0f} MiB with 3 peers sending "
+        f"{[sent >> 20 for _, sent in peers]} MiB of 900 MB frames"
+    )
     assert grown < 40 << 20, f"the head grew by {grown / 2**20:.0f} MiB"
     assert all(sent < 150 << 20 for _, sent in peers), "the head read a whole oversized frame"
     assert warm.ping(timeout=5.0)
@@ -374,13 +419,20 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
     import uuid
 
     import zmq
+    from test_protocol import dealer, head_still_works, rejected_count, submit_spec, sync
 
-    from raynb.cluster.protocol import messages as P
     from raynb.cluster.head.server import NODE_TIMEOUT_S
-    from test_protocol import dealer, rejected_count, submit_spec, sync, head_still_works
+    from raynb.cluster.protocol import messages as P
 
     address, key = warm.info["address"], warm.info["key"].encode()
-    node = {"node_id": "evil", "hostname": "h", "ip": "127.0.0.1", "pid": 1, "num_workers": 1, "max_workers": 2}
+    node = {
+        "node_id": "evil",
+        "hostname": "h",
+        "ip": "127.0.0.1",
+        "pid": 1,
+        "num_workers": 1,
+        "max_workers": 2,
+    }
     ready = {"worker_id": "evil-w1", "pid": 2, "node_id": "evil", "hostname": "h", "ip": "127.0.0.1"}
     bad = [
         ("node", P.NODE_REGISTER, {**node, "max_workers": "x"}),
@@ -394,7 +446,11 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
         ("worker", P.TASK_DONE, {"run_id": "r", "rank": 0, "status": "error", "error": {"message": 5}}),
         ("worker", P.TASK_EVENT, {"run_id": "r", "rank": 0, "event": {"kind": "report", "index": "x"}}),
         ("client", P.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "num_workers": "2"}),
-        ("client", P.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "checkpoint_config": {"num_to_keep": "all"}}),
+        (
+            "client",
+            P.SUBMIT_RUN,
+            {**submit_spec(uuid.uuid4().hex), "checkpoint_config": {"num_to_keep": "all"}},
+        ),
         ("client", P.CANCEL_RUN, {"run_id": 5}),
         ("client", P.GET_RUN, {"name": ["x"]}),
         ("client", P.PING, ["not", "a", "dict"]),
@@ -423,8 +479,9 @@ def small_disk(tmp_path):
     """A 1 MiB file system (tmpfs), unmounted afterwards."""
     d = tmp_path / "small"
     d.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(d)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(d)], capture_output=True, text=True
+    )
     if p.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here: {p.stderr.strip()}")
     try:
@@ -451,8 +508,12 @@ def test_a_full_disk_fails_the_run_not_the_head(warm, small_disk):
     head = warm.info["pids"]["head"]
     for sleep in (0, 5):  # output still running when it fails (cancelled), or all sent already
         with pytest.raises(raynb.RunError) as ei:
-            execute_run(_chatty, {"lines": 20000, "sleep": sleep}, raynb.ScalingConfig(num_workers=2),
-                        raynb.RunConfig(verbose=0, storage_path=str(small_disk)))
+            execute_run(
+                _chatty,
+                {"lines": 20000, "sleep": sleep},
+                raynb.ScalingConfig(num_workers=2),
+                raynb.RunConfig(verbose=0, storage_path=str(small_disk)),
+            )
         text = str(ei.value)
         assert str(small_disk) in text and "ENOSPC" in text, text
         assert ei.value.state == "FAILED"
@@ -472,8 +533,12 @@ def test_a_full_disk_fails_the_run_not_the_head(warm, small_disk):
         except OSError:
             pass
     with pytest.raises(ValueError, match="ENOSPC"):
-        execute_run(_chatty, {"lines": 1}, raynb.ScalingConfig(num_workers=1),
-                    raynb.RunConfig(verbose=0, storage_path=str(small_disk)))
+        execute_run(
+            _chatty,
+            {"lines": 1},
+            raynb.ScalingConfig(num_workers=1),
+            raynb.RunConfig(verbose=0, storage_path=str(small_disk)),
+        )
     assert warm.ping(timeout=5.0)
 
 
@@ -482,9 +547,9 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
     import re
 
     import zmq
+    from test_protocol import dealer, rejected_count, sync
 
     from raynb.cluster.protocol import messages as P
-    from test_protocol import dealer, rejected_count, sync
 
     log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
     size = os.path.getsize(log_path)
@@ -503,8 +568,10 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
         f.seek(size)
         lines = [line for line in f if "rejected" in line]
     assert 1 <= len(lines) <= 4, lines
-    counted = sum(1 if "rejected a message" in line else int(re.search(r"rejected (\d+) messages", line)[1])
-                  for line in lines)
+    counted = sum(
+        1 if "rejected a message" in line else int(re.search(r"rejected (\d+) messages", line)[1])
+        for line in lines
+    )
     assert counted == 5000, lines
 
 
@@ -514,10 +581,10 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
     import uuid
 
     import zmq
-
-    from raynb.cluster.protocol import messages as P
-    from raynb.cluster.head.node_events import REFUSALS_LOGGED_EVERY_S
     from test_protocol import dealer, sync
+
+    from raynb.cluster.head.node_events import REFUSALS_LOGGED_EVERY_S
+    from raynb.cluster.protocol import messages as P
 
     log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
     size = os.path.getsize(log_path)
@@ -529,7 +596,7 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
         for i in range(count):
             with dealer(ctx, warm.info["address"], identity=b"node:%s-%d:x" % (tag, i)) as s:
                 wrong.send(s, P.PING)
-                assert s.poll(5000), "no refusal notice came back"   # each peer is still told why
+                assert s.poll(5000), "no refusal notice came back"  # each peer is still told why
         with dealer(ctx, warm.info["address"]) as s:
             sync(s, P.Session(warm.info["key"].encode()))
 
@@ -551,10 +618,12 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
         lines = logged()
         assert len(lines) == 2, lines
         assert f"refused b'node:{tag.decode()}-0:x'" in lines[0] and "wrong cluster key" in lines[0], lines
-        assert "refused 39 more peers since the last such line, the latest " \
-               f"b'node:{tag.decode()}-39:x': the head refused this peer: wrong cluster key" in lines[1], lines
+        assert (
+            "refused 39 more peers since the last such line, the latest "
+            f"b'node:{tag.decode()}-39:x': the head refused this peer: wrong cluster key" in lines[1]
+        ), lines
         time.sleep(REFUSALS_LOGGED_EVERY_S + 0.2)
-        burst(1)   # a new interval: logged at once, with nothing to count
+        burst(1)  # a new interval: logged at once, with nothing to count
     finally:
         ctx.destroy(linger=0)
     lines = logged()
@@ -615,8 +684,14 @@ def test_what_raynb_submits_fits_the_submit_schema(tmp_path):
 
     for config in (None, "a string", [1, 2], {"lr": np.float32(0.1), "n": np.int64(3)}):
         spec, _ = build_submission(
-            _chatty, config, raynb.ScalingConfig(num_workers=2, use_gpu=np.bool_(False), timeout_s=np.int64(5)),
-            raynb.RunConfig(storage_path=tmp_path, checkpoint_config=raynb.CheckpointConfig(num_to_keep=2),
-                            failure_config=raynb.FailureConfig(max_failures=-1)),
-            extra={"resume": True})
+            _chatty,
+            config,
+            raynb.ScalingConfig(num_workers=2, use_gpu=np.bool_(False), timeout_s=np.int64(5)),
+            raynb.RunConfig(
+                storage_path=tmp_path,
+                checkpoint_config=raynb.CheckpointConfig(num_to_keep=2),
+                failure_config=raynb.FailureConfig(max_failures=-1),
+            ),
+            extra={"resume": True},
+        )
         assert P.SCHEMAS[P.SUBMIT_RUN].problem(spec) is None, (config, P.SCHEMAS[P.SUBMIT_RUN].problem(spec))

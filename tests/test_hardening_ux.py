@@ -7,6 +7,7 @@ trial ended, and the CLI and README say what is true.
 The kernel tests run a real ipykernel (jupyter_client) against the session cluster and
 read the iopub messages a front-end would get.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,9 +16,7 @@ import os
 import re
 import subprocess
 import sys
-import textwrap
 import time
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import cloudpickle
@@ -28,7 +27,7 @@ from raynb.notebook.progress import RunProgress
 from raynb.notebook.text_progress import TextProgress
 
 ROOT = Path(__file__).resolve().parent.parent
-RAYNB_ROOT = str(Path(client_run.__file__).resolve().parents[2])   # the raynb under test
+RAYNB_ROOT = str(Path(client_run.__file__).resolve().parents[2])  # the raynb under test
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -52,14 +51,24 @@ class Kernel:
 
         kdir = tmp / "jupyter" / "kernels" / "raynb-ux"
         kdir.mkdir(parents=True)
-        (kdir / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "raynb ux test", "language": "python"}))
-        env = dict(os.environ, JUPYTER_PATH=str(tmp / "jupyter"), IPYTHONDIR=str(tmp / "ipython"),
-                   PYTHONPATH=os.pathsep.join([RAYNB_ROOT, os.environ.get("PYTHONPATH", "")]))
-        env.pop("RAYNB_PROGRESS", None)   # the kernel picks its views as in Jupyter: widgets
+        (kdir / "kernel.json").write_text(
+            json.dumps(
+                {
+                    "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                    "display_name": "raynb ux test",
+                    "language": "python",
+                }
+            )
+        )
+        env = dict(
+            os.environ,
+            JUPYTER_PATH=str(tmp / "jupyter"),
+            IPYTHONDIR=str(tmp / "ipython"),
+            PYTHONPATH=os.pathsep.join([RAYNB_ROOT, os.environ.get("PYTHONPATH", "")]),
+        )
+        env.pop("RAYNB_PROGRESS", None)  # the kernel picks its views as in Jupyter: widgets
         old = os.environ.get("JUPYTER_PATH")
-        os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]   # where the kernel spec is looked up
+        os.environ["JUPYTER_PATH"] = env["JUPYTER_PATH"]  # where the kernel spec is looked up
         try:
             self.km, self.kc = start_new_kernel(kernel_name="raynb-ux", env=env, startup_timeout=60)
         finally:
@@ -125,7 +134,7 @@ def test_relay_shows_a_bounded_head_and_tail_and_names_the_full_log(capsys):
     cap, tail = output_relay.MAX_SHOWN_LINES, output_relay.TAIL_LINES
     relay = output_relay.OutputRelay(all_ranks=True, path="/runs/r1")
     n = cap + 5000
-    for i in range(0, n, 10):   # chunks of 10 lines, as the ranks now send them
+    for i in range(0, n, 10):  # chunks of 10 lines, as the ranks now send them
         relay.write({"rank": 1, "stream": "stdout", "text": "".join(f"line {j}\n" for j in range(i, i + 10))})
         if i % 100 == 0:
             relay.flush()
@@ -136,7 +145,7 @@ def test_relay_shows_a_bounded_head_and_tail_and_names_the_full_log(capsys):
     assert len(notice) == 2 and "/runs/r1/output.log" in notice[0] and "/runs/r1/output.log" in notice[1]
     assert f"{n - cap - tail} lines not shown" in notice[1]
     assert lines[-tail:] == [f"(rank 1) line {j}" for j in range(n - tail, n)]
-    assert len(lines) == cap + 2 + tail + 1   # the cap's notice is on a line of its own
+    assert len(lines) == cap + 2 + tail + 1  # the cap's notice is on a line of its own
 
 
 FLOOD = """
@@ -173,22 +182,29 @@ def test_log_flood_keeps_the_client_flat_and_says_where_the_log_is(warm, tmp_pat
     script = tmp_path / "flood.py"
     script.write_text(FLOOD)
     n = 60_000
-    proc = subprocess.run([sys.executable, str(script), str(n)], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, RAYNB_PROGRESS="text"))
+    proc = subprocess.run(
+        [sys.executable, str(script), str(n)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, RAYNB_PROGRESS="text"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     figures = json.loads(proc.stderr.strip().splitlines()[-1])
     print("flood:", figures)
-    assert figures["growth"] < 50 * 2 ** 20, figures
+    assert figures["growth"] < 50 * 2**20, figures
     out = proc.stdout
     log = os.path.join(figures["path"], "output.log")
-    assert f"the full log: {log}" in out, [ln for ln in out.splitlines() if not ln.startswith("(rank 0) line")]
+    assert f"the full log: {log}" in out, [
+        ln for ln in out.splitlines() if not ln.startswith("(rank 0) line")
+    ]
     shown = [ln for ln in out.splitlines() if ln.startswith("(rank 0) line")]
     from raynb.client.output_relay import MAX_SHOWN_LINES, TAIL_LINES
 
     assert len(shown) == MAX_SHOWN_LINES + TAIL_LINES
     assert shown[-1].startswith(f"(rank 0) line {n - 1} ")
     with open(log) as f:
-        assert sum(1 for _ in f) == 4 * n   # the file keeps every line of every rank
+        assert sum(1 for _ in f) == 4 * n  # the file keeps every line of every rank
 
 
 # ---------------------------------------------------------------- 16. front-ends without widgets
@@ -208,7 +224,7 @@ def test_every_display_reads_as_text_without_widgets(kernel):
     msgs = kernel.run(TRAIN_CELL)
     assert error_of(msgs) is None, error_of(msgs)
     shown = displays(msgs)
-    assert len(shown) >= 2   # the live pane, and the summary that replaces it
+    assert len(shown) >= 2  # the live pane, and the summary that replaces it
     for c in shown:
         text = c["data"].get("text/plain", "")
         assert re.match(r"\[ray_train_\S+\] (PENDING|RUNNING|FINISHED)", text), text
@@ -238,7 +254,7 @@ def test_no_total_shows_a_counter_and_no_full_bar():
         for rank in (0, 1):
             pane.handle(report(rank, T0 + step, step=step, loss=1.0 / (step + 1)))
     pane.refresh(force=True)
-    for rank in (0, 1):   # step 10 of an unknown 240: not a full bar
+    for rank in (0, 1):  # step 10 of an unknown 240: not a full bar
         assert pane.bars[rank].value < pane.bars[rank].max
         assert pane._bar_labels[rank].value.startswith("10 steps (no total)")
     assert "step 10" in pane.header.value
@@ -280,8 +296,9 @@ def test_final_frame_has_every_ranks_last_report_and_the_final_curve():
         # throttle's interval of it.
         now[0] += 1.1 if epoch < 12 else 0.01
         for rank in range(4):
-            pane.handle(report(rank, T0 + epoch, epoch=epoch, loss=1.0 / (epoch + 1),
-                               training_iteration=epoch + 1))
+            pane.handle(
+                report(rank, T0 + epoch, epoch=epoch, loss=1.0 / (epoch + 1), training_iteration=epoch + 1)
+            )
     pane.handle(state("FINISHED", T0 + 16))
     pane.finish()
     assert [(b.value, b.max) for b in pane.bars.values()] == [(15, 15)] * 4
@@ -335,8 +352,10 @@ def test_interrupt_shows_one_line_and_no_raynb_frames(kernel):
 
 
 def test_a_rank_error_is_named_once_in_the_cell(kernel):
-    cell = ("%%ray_train --workers 4\nfrom raynb.train import get_context\n"
-            "if get_context().get_world_rank() == 2:\n    raise ValueError('boom')\n")
+    cell = (
+        "%%ray_train --workers 4\nfrom raynb.train import get_context\n"
+        "if get_context().get_world_rank() == 2:\n    raise ValueError('boom')\n"
+    )
     msgs = kernel.run(cell)
     err = error_of(msgs)
     assert err is not None and err["ename"] == "RunError"
@@ -386,7 +405,7 @@ def test_a_tune_stop_ends_the_run_stopped(tmp_path):
     h.ctl.cancel(queued, stop=True)
     assert queued.state == "STOPPED"
     plain = h.running()
-    h.ctl.cancel(plain)   # an interrupt, or PBT's exploit: still CANCELLED
+    h.ctl.cancel(plain)  # an interrupt, or PBT's exploit: still CANCELLED
     for r in range(3):
         h.ctl.rank_returned(plain, r, "cancelled")
     assert plain.state == "CANCELLED"
@@ -399,7 +418,7 @@ def slow_scores(config):
 
     for i in range(10):
         tune.report({"score": config["x"] + i})
-        time.sleep(0.2)   # the STOP lands while the trial still runs
+        time.sleep(0.2)  # the STOP lands while the trial still runs
 
 
 def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm, tmp_path):
@@ -411,12 +430,16 @@ def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm
 
     class StopTheSecond(FIFOScheduler):
         def on_trial_result(self, trial, result):
-            return self.STOP if trial.config["x"] == 1 and result["training_iteration"] >= 2 else self.CONTINUE
+            return (
+                self.STOP if trial.config["x"] == 1 and result["training_iteration"] >= 2 else self.CONTINUE
+            )
 
     grid = tune.Tuner(
-        slow_scores, param_space={"x": tune.grid_search([0, 1])},
+        slow_scores,
+        param_space={"x": tune.grid_search([0, 1])},
         tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=StopTheSecond()),
-        run_config=RunConfig(name="ux_grouped", storage_path=str(tmp_path), verbose=0)).fit()
+        run_config=RunConfig(name="ux_grouped", storage_path=str(tmp_path), verbose=0),
+    ).fit()
     by_x = {r.config["x"]: r for r in grid}
     assert grid.num_errors == 0
     trials = raynb.runs(experiment="ux_grouped")
@@ -435,8 +458,9 @@ def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm
 
 # ---------------------------------------------------------------- 20. CLI
 def _cli(env, *args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "raynb.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -473,8 +497,8 @@ TorchTrainer(nap, scaling_config=ScalingConfig(num_workers=1), run_config=RunCon
 
 def test_status_has_cpu_and_rss_right_after_start_and_lists_the_active_run(private_home, monkeypatch):
     from raynb.client.status import format_status
-    from raynb.cluster.protocol.control import Client
     from raynb.cluster.launch import start_cluster
+    from raynb.cluster.protocol.control import Client
 
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH"):
         monkeypatch.setenv(k, private_home[k])
@@ -482,17 +506,21 @@ def test_status_has_cpu_and_rss_right_after_start_and_lists_the_active_run(priva
     assert started
     client = Client(info["address"], info["key"].encode(), info)
     try:
-        text = format_status(client.status())   # at once: before the node agent's first sample
+        text = format_status(client.status())  # at once: before the node agent's first sample
     finally:
         client.close()
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("worker"))
-    workers = [ln.split() for ln in lines[head + 1:] if ln.startswith("local-w")]
+    workers = [ln.split() for ln in lines[head + 1 :] if ln.startswith("local-w")]
     assert len(workers) == 2, text
-    for row in workers:   # worker, pid, state, cpu%, rss (and no rank, no run: idle)
+    for row in workers:  # worker, pid, state, cpu%, rss (and no rank, no run: idle)
         assert re.fullmatch(r"[\d.]+", row[3]) and re.fullmatch(r"\d+MiB", row[4]), text
-    sleeper = subprocess.Popen([sys.executable, "-c", SLEEPER], env=private_home,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER],
+        env=private_home,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while "napping  RUNNING  world size 1" not in (out := _cli(private_home, "status").stdout):
@@ -520,8 +548,9 @@ def test_a_script_says_what_becomes_of_its_cluster_and_stops_it_at_exit(private_
     # then silently outlived it with 1.1 GB.
     from conftest import alive
 
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=private_home, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=private_home, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     said, pids = proc.stdout.splitlines()[0], json.loads(proc.stdout.splitlines()[-1])
     assert "later cells" not in said and "it stops when this script exits" in said, said
@@ -533,8 +562,9 @@ def test_a_script_says_what_becomes_of_its_cluster_and_stops_it_at_exit(private_
     assert "no raynb cluster is running" in _cli(private_home, "status").stdout
 
     keep = dict(private_home, RAYNB_KEEP_CLUSTER="1")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=keep, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=keep, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "it outlives this script" in proc.stdout and "`raynb stop` ends it" in proc.stdout
     kept = json.loads(proc.stdout.splitlines()[-1])
@@ -569,8 +599,13 @@ def test_a_sigterm_to_a_script_cancels_its_run_and_stops_the_cluster_it_started(
     # (client/script_exit.py; a Ray driver exits on SIGTERM the same way).
     from conftest import alive
 
-    proc = subprocess.Popen([sys.executable, "-c", TERMINATED], env=private_home, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TERMINATED],
+        env=private_home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = ""
         while not line.startswith("PIDS"):
@@ -579,7 +614,7 @@ def test_a_sigterm_to_a_script_cancels_its_run_and_stops_the_cluster_it_started(
         pids = json.loads(line.split(" ", 1)[1])
         result = Path(private_home["RAYNB_STORAGE_PATH"]) / "terminated" / "result.json"
         deadline = time.monotonic() + 60
-        while not (result.exists() and result.read_text().count("\n") >= 3):   # running, reporting
+        while not (result.exists() and result.read_text().count("\n") >= 3):  # running, reporting
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
             time.sleep(0.1)
         proc.terminate()
@@ -594,7 +629,7 @@ def test_a_sigterm_to_a_script_cancels_its_run_and_stops_the_cluster_it_started(
     assert not alive(pids), f"the script's cluster outlived its SIGTERM: {alive(pids)}"
     record = json.loads((result.parent / "run.json").read_text())
     assert record["state"] == "CANCELLED", record
-    assert record["num_reports"] < 100, record   # cancelled at once, not run to its end
+    assert record["num_reports"] < 100, record  # cancelled at once, not run to its end
 
 
 # ---------------------------------------------------------------- 20. the docs' snippets
@@ -613,14 +648,22 @@ def _run_readme_script(blocks: list[str], tmp_path) -> str:
         assert "..." not in b, f"a README snippet that does not run as written:\n{b}"
     script = tmp_path / "readme_snippet.py"
     script.write_text("\n".join(blocks))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=dict(os.environ, RAYNB_PROGRESS="text"))
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(os.environ, RAYNB_PROGRESS="text"),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
 
 def test_readme_torchtrainer_snippet_runs_and_gives_the_weights_back(warm, tmp_path):
-    data = next(b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b)
+    data = next(
+        b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b
+    )
     (trainer,) = _readme_python_blocks("The same cell with `TorchTrainer`", "docs/notebook.md")
     out = _run_readme_script([data, trainer], tmp_path)
     m = re.search(r"reloaded weights: ([\d.]+) validation accuracy", out)
@@ -628,13 +671,14 @@ def test_readme_torchtrainer_snippet_runs_and_gives_the_weights_back(warm, tmp_p
 
 
 def test_readme_tune_snippet_runs(warm, tmp_path):
-    data = next(b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b)
+    data = next(
+        b for b in _readme_python_blocks("The notebook", "docs/notebook.md") if "class DigitsCNN" in b
+    )
     (tuning,) = _readme_python_blocks("Hyperparameter tuning", "docs/tune.md")
     out = _run_readme_script([data, tuning], tmp_path)
     assert "== Tune finished: 16 trials" in out, out[-2000:]
     m = re.search(r"'lr': [\d.e-]+.*val_accuracy ([\d.]+)$", out, flags=re.M)
     assert m and float(m.group(1)) > 0.8, out[-2000:]
-
 
 
 def test_the_readme_script_trains(warm, tmp_path):

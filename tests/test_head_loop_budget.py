@@ -2,11 +2,11 @@
 a dashboard-like poller (repeated ``get_run``) and a 60,000-file job being unpacked, a
 status request is answered within the budget and another client's run finishes; a gzip
 bomb is refused before much of it is written."""
+
 from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 import tarfile
@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import private_cluster
 
 import raynb
 from raynb.cluster.protocol import messages as P
 from raynb.cluster.protocol.control import Client
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
-
-from conftest import private_cluster
 
 BUDGET_S = 0.1
 REPORTS, LINES = 400_000, 1_000_000
@@ -98,24 +97,42 @@ def _status_latencies(client: Client, seconds: float) -> list[float]:
 
 def test_status_is_answered_within_budget_under_a_huge_record_and_a_60000_file_job(tmp_path, monkeypatch):
     with private_cluster(tmp_path, monkeypatch, workers=1) as (info, _, _pids):
-        huge = TorchTrainer(_one_report, scaling_config=ScalingConfig(num_workers=1),
-                            run_config=RunConfig(name="huge", verbose=0)).fit()
+        huge = TorchTrainer(
+            _one_report,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(name="huge", verbose=0),
+        ).fit()
         _make_huge_run(Path(huge.path))
         other = Client(info["address"], info["key"].encode(), info)
         jobs = Client(info["address"], info["key"].encode(), info)
-        poller = subprocess.Popen([sys.executable, "-c", POLLER, "huge", "25"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        poller = subprocess.Popen(
+            [sys.executable, "-c", POLLER, "huge", "25"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         job_reply = {}
         archive = _many_files_archive(60_000)
-        submit = threading.Thread(target=lambda: job_reply.update(msg=jobs.request(
-            P.SUBMIT_JOB, {"entrypoint": [sys.executable, "-c", "import os; print(len(os.listdir('d7')))"]},
-            reply_types=(P.JOB_REPLY,), timeout=120, buffers=[archive])))
+        submit = threading.Thread(
+            target=lambda: job_reply.update(
+                msg=jobs.request(
+                    P.SUBMIT_JOB,
+                    {"entrypoint": [sys.executable, "-c", "import os; print(len(os.listdir('d7')))"]},
+                    reply_types=(P.JOB_REPLY,),
+                    timeout=120,
+                    buffers=[archive],
+                )
+            )
+        )
         try:
-            time.sleep(2)   # the poller is at it
+            time.sleep(2)  # the poller is at it
             submit.start()
             latencies = _status_latencies(other, 6)
-            result = TorchTrainer(_short_run, scaling_config=ScalingConfig(num_workers=1),
-                                  run_config=RunConfig(name="victim", verbose=0)).fit()
+            result = TorchTrainer(
+                _short_run,
+                scaling_config=ScalingConfig(num_workers=1),
+                run_config=RunConfig(name="victim", verbose=0),
+            ).fit()
             latencies += _status_latencies(other, 2)
             submit.join(120)
             out, err = poller.communicate(timeout=60)
@@ -137,6 +154,7 @@ def test_status_is_answered_within_budget_under_a_huge_record_and_a_60000_file_j
 
 def _bomb(size: int) -> bytes:
     """A .tar.gz of one member of ``size`` zero bytes (about 1/1000 of it compressed)."""
+
     class Zeros(io.RawIOBase):
         def __init__(self, n):
             self.n = n
@@ -170,7 +188,7 @@ def test_a_gzip_bomb_is_refused_before_much_is_written(tmp_path, monkeypatch):
     with pytest.raises(ArchiveRefused, match="more than 1000000 bytes unpacked"):
         unpack(bomb, dest, max_bytes=1_000_000)
     assert time.perf_counter() - t < 2.0
-    assert list(dest.iterdir()) == []   # what was written of it (small.txt) is removed
+    assert list(dest.iterdir()) == []  # what was written of it (small.txt) is removed
     with pytest.raises(ArchiveRefused, match="more than 10 files"):
         unpack(_many_files_archive(50), dest, max_bytes=1 << 20, max_files=10)
     assert list(dest.iterdir()) == []
@@ -178,8 +196,13 @@ def test_a_gzip_bomb_is_refused_before_much_is_written(tmp_path, monkeypatch):
     with private_cluster(tmp_path, monkeypatch, head_only=True) as (info, client, _pids):
         c = Client(info["address"], info["key"].encode(), info)
         try:
-            reply = c.request(P.SUBMIT_JOB, {"entrypoint": ["true"], "job_id": "bomb"},
-                              reply_types=(P.JOB_REPLY,), timeout=60, buffers=[bomb])
+            reply = c.request(
+                P.SUBMIT_JOB,
+                {"entrypoint": ["true"], "job_id": "bomb"},
+                reply_types=(P.JOB_REPLY,),
+                timeout=60,
+                buffers=[bomb],
+            )
             assert reply.msg_type == P.ERROR and "bytes unpacked, over the limit" in reply.content["message"]
             assert not (tmp_path / "home" / "jobs" / "bomb").exists()
             assert c.request(P.PING, {}, reply_types=(P.PONG,), timeout=5).msg_type == P.PONG

@@ -3,6 +3,7 @@ script (hvd.init, DistributedOptimizer, broadcast_parameters, broadcast_optimize
 ends with identical parameters equal to one process's full-batch training; the collectives
 give Horovod's results; gradient accumulation and fp16 compression; a warm second fit is
 not slower than the first (there is no framework to import)."""
+
 from __future__ import annotations
 
 import sys
@@ -47,23 +48,35 @@ def _horovod_script(config):
     opt = torch.optim.SGD(model.parameters(), lr=0.05 * hvd.size() / hvd.size(), momentum=0.9)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
-                                   compression=getattr(hvd.Compression, config["compression"]),
-                                   backward_passes_per_step=config["passes"])
+    opt = hvd.DistributedOptimizer(
+        opt,
+        named_parameters=model.named_parameters(),
+        compression=getattr(hvd.Compression, config["compression"]),
+        backward_passes_per_step=config["passes"],
+    )
     n = len(x) // hvd.size()
-    xs, ys = x[hvd.rank() * n:(hvd.rank() + 1) * n], y[hvd.rank() * n:(hvd.rank() + 1) * n]
+    xs, ys = x[hvd.rank() * n : (hvd.rank() + 1) * n], y[hvd.rank() * n : (hvd.rank() + 1) * n]
     for _ in range(config["steps"]):
         chunk = n // config["passes"]
         for i in range(config["passes"]):
-            loss = torch.nn.functional.mse_loss(model(xs[i * chunk:(i + 1) * chunk]),
-                                                ys[i * chunk:(i + 1) * chunk]) / config["passes"]
+            loss = (
+                torch.nn.functional.mse_loss(
+                    model(xs[i * chunk : (i + 1) * chunk]), ys[i * chunk : (i + 1) * chunk]
+                )
+                / config["passes"]
+            )
             loss.backward()
         opt.step()
         opt.zero_grad()
     flat = torch.cat([p.detach().flatten() for p in model.parameters()])
     every = hvd.allgather(flat.unsqueeze(0))
-    return {"every": every.tolist(), "size": hvd.size(), "rank": hvd.rank(), "local_rank": hvd.local_rank(),
-            "local_size": hvd.local_size()}
+    return {
+        "every": every.tolist(),
+        "size": hvd.size(),
+        "rank": hvd.rank(),
+        "local_rank": hvd.local_rank(),
+        "local_size": hvd.local_size(),
+    }
 
 
 def _single(steps):
@@ -83,11 +96,16 @@ def _run(tmp_path, fn=_horovod_script, workers=2, **config):
     from raynb.train.run import execute_run
 
     cfg = {"compression": "none", "passes": 1, "steps": 20, **config}
-    trainer = HorovodTrainer(fn, train_loop_config=cfg, horovod_config=HorovodConfig(),
-                             scaling_config=ScalingConfig(num_workers=workers),
-                             run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
-    return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
-                       trainer.run_config)[1]
+    trainer = HorovodTrainer(
+        fn,
+        train_loop_config=cfg,
+        horovod_config=HorovodConfig(),
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
+    return execute_run(
+        trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config, trainer.run_config
+    )[1]
 
 
 def test_warm_second_fit_is_not_slower_than_the_first(warm, tmp_path):
@@ -121,12 +139,17 @@ def _collectives(config):
     handle = hvd.allreduce_async(t, op=hvd.Sum)
     inplace = t.clone()
     hvd.allreduce_(inplace, op=hvd.Max)
-    return {"avg": hvd.allreduce(t).tolist(), "sum": hvd.synchronize(handle).tolist(),
-            "max": inplace.tolist(), "min": hvd.allreduce(t, op=hvd.Min).tolist(),
-            "gather": hvd.allgather(torch.arange(r + 1)).tolist(),  # rows differ per rank
-            "bcast": hvd.broadcast(t, root_rank=1).tolist(), "unchanged": t.tolist(),
-            "obj": hvd.broadcast_object({"from": r}, root_rank=1),
-            "objs": hvd.allgather_object(r * 2)}
+    return {
+        "avg": hvd.allreduce(t).tolist(),
+        "sum": hvd.synchronize(handle).tolist(),
+        "max": inplace.tolist(),
+        "min": hvd.allreduce(t, op=hvd.Min).tolist(),
+        "gather": hvd.allgather(torch.arange(r + 1)).tolist(),  # rows differ per rank
+        "bcast": hvd.broadcast(t, root_rank=1).tolist(),
+        "unchanged": t.tolist(),
+        "obj": hvd.broadcast_object({"from": r}, root_rank=1),
+        "objs": hvd.allgather_object(r * 2),
+    }
 
 
 def test_collectives_give_horovods_results(warm, tmp_path):
@@ -148,6 +171,9 @@ def test_horovod_is_not_left_importable_after_the_run(warm, tmp_path):
     _run(tmp_path / "a", steps=1)
     from raynb.train.run import execute_run
 
-    t = TorchTrainer(probe, scaling_config=ScalingConfig(num_workers=2),
-                     run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "b")))
+    t = TorchTrainer(
+        probe,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "b")),
+    )
     assert execute_run(t.train_loop_per_worker, None, t.scaling_config, t.run_config)[1] is False

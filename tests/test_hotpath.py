@@ -1,5 +1,6 @@
 """The warm loop's hot path (issue 15): what is relayed, when run files are written,
 and what a worker keeps after a run. Properties, not timings (``benchmarks/`` has those)."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,9 @@ def _epochs(config):
 
 
 def test_only_rank0_reports_are_relayed_and_the_others_as_a_progress_counter(warm):
-    spec, payload = build_submission(_epochs, {"epochs": 3, "sleep": 0.15}, ScalingConfig(num_workers=4), QUIET)
+    spec, payload = build_submission(
+        _epochs, {"epochs": 3, "sleep": 0.15}, ScalingConfig(num_workers=4), QUIET
+    )
     client = get_client()
     accepted = submit_run_accepted(client, spec, payload)
     view = _Recorder()
@@ -97,8 +100,12 @@ def _burst_then_read_own_files(config):
 def test_batched_run_files_are_written_on_a_timer_and_complete_when_the_run_ends(warm, tmp_path):
     from raynb.train.run import execute_run
 
-    result, seen_mid_run = execute_run(_burst_then_read_own_files, {"burst": 300, "more": 700},
-                                       ScalingConfig(num_workers=2), RunConfig(verbose=0, storage_path=str(tmp_path)))
+    result, seen_mid_run = execute_run(
+        _burst_then_read_own_files,
+        {"burst": 300, "more": 700},
+        ScalingConfig(num_workers=2),
+        RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     assert seen_mid_run == 300  # flushed by the head's tick while the run went on
     path = Path(result.path)
     rows = [json.loads(line) for line in (path / "result.json").read_text().splitlines()]
@@ -111,7 +118,7 @@ def test_batched_run_files_are_written_on_a_timer_and_complete_when_the_run_ends
 
 def _big_payload(config):
     arr = config["arr"]
-    return float(arr[::1 << 20].sum())
+    return float(arr[:: 1 << 20].sum())
 
 
 def _rss(pids) -> dict:
@@ -233,8 +240,10 @@ def test_the_spare_maker_cleans_up_and_exits_when_its_head_is_killed(tmp_path):
     import psutil
 
     root = tmp_path / "spare"
-    code = ("import sys, time\nfrom raynb.cluster.storage.made_ahead.spare_files import SparePool\n"
-            f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, p.dir, flush=True)\ntime.sleep(60)\n")
+    code = (
+        "import sys, time\nfrom raynb.cluster.storage.made_ahead.spare_files import SparePool\n"
+        f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, p.dir, flush=True)\ntime.sleep(60)\n"
+    )
     head = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         pid, own = head.stdout.readline().split()
@@ -282,17 +291,17 @@ def test_an_unchanged_rerun_links_its_function_and_params_and_an_edited_file_is_
     a, b = Path(first.path), Path(second.path)
     for name in ("function.pkl", "params.json"):
         sa, sb = os.stat(a / name), os.stat(b / name)
-        assert (sa.st_ino, sa.st_nlink) == (sb.st_ino, 2), name   # one inode, two names
+        assert (sa.st_ino, sa.st_nlink) == (sb.st_ino, 2), name  # one inode, two names
         assert stat.S_IMODE(sb.st_mode) == 0o600
     assert json.loads((b / "params.json").read_text()) == {"x": 1}
-    assert pickle.loads((b / "function.pkl").read_bytes())   # what restore re-runs
+    assert pickle.loads((b / "function.pkl").read_bytes())  # what restore re-runs
     # A changed config is a file of its own; so is one whose earlier copy a user edited.
     third, _ = execute_run(_same_every_time, {"x": 2}, ScalingConfig(num_workers=2), runs)
     assert os.stat(Path(third.path) / "params.json").st_ino != os.stat(b / "params.json").st_ino
     (b / "params.json").write_text('{"x": "edited"}')
     fourth, _ = execute_run(_same_every_time, {"x": 1}, ScalingConfig(num_workers=2), runs)
     assert json.loads((Path(fourth.path) / "params.json").read_text()) == {"x": 1}
-    assert json.loads((a / "params.json").read_text()) == {"x": "edited"}   # a and b share it
+    assert json.loads((a / "params.json").read_text()) == {"x": "edited"}  # a and b share it
     # Removing a run's directory leaves the runs linked to it whole.
     import shutil
 
@@ -308,7 +317,7 @@ def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm
         return 7
 
     storage = RunConfig(verbose=0, storage_path=str(tmp_path))
-    for _ in range(2):   # the second one's function.pkl and params.json are links
+    for _ in range(2):  # the second one's function.pkl and params.json are links
         result, value = execute_run(quiet, None, ScalingConfig(num_workers=1), storage)
         assert value == 7
         path = Path(result.path)
@@ -317,8 +326,13 @@ def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm
         assert rec["state"] == "FINISHED" and rec["params"] == {} and rec["reports"] == []
     result, _ = execute_run(_same_every_time, {"x": 3}, ScalingConfig(num_workers=2), storage)
     path = Path(result.path)
-    assert sorted(p.name for p in path.iterdir()) == ["function.pkl", "params.json", "progress.csv",
-                                                      "result.json", "run.json"]
+    assert sorted(p.name for p in path.iterdir()) == [
+        "function.pkl",
+        "params.json",
+        "progress.csv",
+        "result.json",
+        "run.json",
+    ]
     assert (path / "progress.csv").read_text().splitlines()[0].startswith("x,training_iteration")
     assert json.loads((path / "result.json").read_text())["x"] == 3
 
@@ -349,9 +363,14 @@ def _run_recording_messages(monkeypatch, client):
     outcome = follow_run(client, spec["run_id"], view, all_ranks=True)
     monkeypatch.undo()
     assert outcome.state == "FINISHED" and [r["step"] for r in outcome.reports] == [1, 2]
-    run_id = spec["run_id"]   # (an earlier test's run may still send this client a late event)
-    ours = [(t, c) for t, c in received if c.get("run_id") == run_id or t == "pong"
-            or (t == "run_events" and all(e["run_id"] == run_id for e in c["events"]))]
+    run_id = spec["run_id"]  # (an earlier test's run may still send this client a late event)
+    ours = [
+        (t, c)
+        for t, c in received
+        if c.get("run_id") == run_id
+        or t == "pong"
+        or (t == "run_events" and all(e["run_id"] == run_id for e in c["events"]))
+    ]
     return ours, view.events
 
 
@@ -366,12 +385,22 @@ def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch
     assert types[-1] == "run_done" and received[-1][1]["events"][-1]["event"]["state"] == "FINISHED"
     states = [e["state"] for e in events if e.get("kind") == "state"]
     assert states == ["PENDING", "RUNNING", "FINISHED"], events
-    carried = [len(c.get("events", ())) if t in ("run_events", "run_done") else 1
-               for t, c in received if t in ("run_event", "run_events", "run_done")]
+    carried = [
+        len(c.get("events", ())) if t in ("run_events", "run_done") else 1
+        for t, c in received
+        if t in ("run_event", "run_events", "run_done")
+    ]
     assert len(carried) < sum(carried), (types, carried)
-    outputs = [e["event"]["text"] for t, c in received if t in ("run_events", "run_done")
-               for e in c.get("events", ()) if e["event"]["kind"] == "output"]
-    outputs += [c["event"]["text"] for t, c in received if t == "run_event" and c["event"]["kind"] == "output"]
+    outputs = [
+        e["event"]["text"]
+        for t, c in received
+        if t in ("run_events", "run_done")
+        for e in c.get("events", ())
+        if e["event"]["kind"] == "output"
+    ]
+    outputs += [
+        c["event"]["text"] for t, c in received if t == "run_event" and c["event"]["kind"] == "output"
+    ]
     assert sorted("".join(outputs).split("\n")[:-1]) == ["rank 0 starts", "rank 1 starts"], outputs
 
 
@@ -422,7 +451,7 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
     from raynb.cluster.protocol import messages as P
     from raynb.cluster.worker.head_link import HeadLink
 
-    class Dealer:   # where the I/O thread's frames go: kept, then verified as the head does
+    class Dealer:  # where the I/O thread's frames go: kept, then verified as the head does
         def __init__(self):
             self.sent = []
 
@@ -434,10 +463,20 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
     head = P.Session(key, validate=True)
     for version, expected in (("2.2", ["task_done"]), ("2.1", ["task_events", "task_done"])):
         link.head_batches = event_batch.reads_batches(version)
-        link._woken, link._outbox = True, collections.deque(
-            [(P.TASK_EVENT, {"run_id": "r", "rank": 1, "event": {"kind": "report", "metrics": {"i": i}}}, ())
-             for i in range(2)]
-            + [(P.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])])
+        link._woken, link._outbox = (
+            True,
+            collections.deque(
+                [
+                    (
+                        P.TASK_EVENT,
+                        {"run_id": "r", "rank": 1, "event": {"kind": "report", "metrics": {"i": i}}},
+                        (),
+                    )
+                    for i in range(2)
+                ]
+                + [(P.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])]
+            ),
+        )
         dealer = Dealer()
         link.send_queued(P.Session(key), dealer)
         msgs = [head.deserialize(frames) for frames in dealer.sent]
@@ -501,17 +540,17 @@ def test_the_wake_timer_fires_once_after_its_delay_and_never_when_disarmed_first
         t0 = time.monotonic()
         timer.arm(0.05)
         if timer.deferred:
-            assert select.select([timer], [], [], 0.01)[0] == []   # not before its time
+            assert select.select([timer], [], [], 0.01)[0] == []  # not before its time
         assert select.select([timer], [], [], 2.0)[0] == [timer]
         assert time.monotonic() - t0 >= (0.045 if timer.deferred else 0.0)
-        assert timer.clear() is True and timer.clear() is False    # consumed once
+        assert timer.clear() is True and timer.clear() is False  # consumed once
         timer.arm(0.05)
         timer.disarm()
-        assert select.select([timer], [], [], 0.15)[0] == []       # cancelled: never fires
+        assert select.select([timer], [], [], 0.15)[0] == []  # cancelled: never fires
         assert timer.clear() is False
         timer.arm(0.01)
         time.sleep(0.05)
-        timer.disarm()                                              # fired, then disarmed
+        timer.disarm()  # fired, then disarmed
         assert select.select([timer], [], [], 0)[0] == [] or timer.clear() is False
     finally:
         timer.close()
@@ -534,8 +573,9 @@ def test_the_compiled_schema_checks_agree_with_the_described_problems():
         if isinstance(spec, tuple):
             return sample(rng.choice([s for s in spec if s is not None] or [None]), depth)
         if isinstance(spec, schema.Record):
-            return {k: sample(s, depth + 1) for k, (s, req) in spec.fields.items()
-                    if req or rng.random() < 0.5}
+            return {
+                k: sample(s, depth + 1) for k, (s, req) in spec.fields.items() if req or rng.random() < 0.5
+            }
         if isinstance(spec, schema.ListOf):
             return [sample(spec.item, depth + 1) for _ in range(rng.randint(0, 2))]
         if isinstance(spec, schema.MapOf):
@@ -592,15 +632,23 @@ def test_params_json_cannot_hold_refuse_the_run_and_the_head_runs_on(warm, tmp_p
 
     from raynb.train.run import execute_run
 
-    spec, payload = build_submission(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=1),
-                                     RunConfig(verbose=0, storage_path=str(tmp_path)))
+    spec, payload = build_submission(
+        _report_then_wait,
+        {"wait": 0.0},
+        ScalingConfig(num_workers=1),
+        RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     cyclic: dict = {}
     cyclic["self"] = cyclic
     spec["params"] = cyclic
     with pytest.raises(ValueError, match="failed to handle submit_run"):
         submit_run_accepted(get_client(), spec, payload)
-    result, _ = execute_run(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=1),
-                            RunConfig(verbose=0, storage_path=str(tmp_path)))
+    result, _ = execute_run(
+        _report_then_wait,
+        {"wait": 0.0},
+        ScalingConfig(num_workers=1),
+        RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     assert result.metrics["step"] == 1
     assert json.loads((Path(result.path) / "params.json").read_text()) == {"wait": 0.0}
 
@@ -623,7 +671,7 @@ def test_wire_sends_and_receives_a_message_as_pyzmqs_multipart_calls_do():
         for frames in msgs:
             send_frames(a, frames)
         for frames in msgs:
-            got = recv_frames(b)   # a ROUTER: the sender's identity first
+            got = recv_frames(b)  # a ROUTER: the sender's identity first
             assert all(isinstance(f, zmq.Frame) for f in got)
             assert [bytes(f.buffer) for f in got[1:]] == [bytes(f) for f in frames]
         with pytest.raises(zmq.Again):
@@ -640,6 +688,7 @@ def test_wire_sends_and_receives_a_message_as_pyzmqs_multipart_calls_do():
             def recv_multipart(self, copy=True, **kw):
                 self.calls.append(("recv", copy, kw))
                 return [b"r"]
+
         r = Recorder()
         send_frames(r, [b"a"])
         send_frames(r, [b"b"], zmq.NOBLOCK)
@@ -663,6 +712,7 @@ def test_an_idle_head_sleeps_between_ticks_after_a_burst_of_runs(warm):
 
     def trivial():
         pass
+
     for _ in range(5):
         TorchTrainer(trivial, scaling_config=ScalingConfig(num_workers=4), run_config=QUIET).fit()
     time.sleep(TICK_S)
@@ -683,12 +733,12 @@ def test_the_head_waits_for_a_put_off_tick_without_spinning():
     from raynb.cluster.head.tick_pacer import TICK_MIN_S, TickPacer
 
     p = TickPacer(0.1)
-    assert p.poll_ms(0.0) == 100 and p.due(10.0)      # idle: tick, the next TICK_MIN_S away
-    assert p.poll_ms(10.0) == 100                     # nothing owed: wait the whole TICK_S
-    assert not p.due(10.0 + TICK_MIN_S - 0.0004)      # a drain just before it: owed
+    assert p.poll_ms(0.0) == 100 and p.due(10.0)  # idle: tick, the next TICK_MIN_S away
+    assert p.poll_ms(10.0) == 100  # nothing owed: wait the whole TICK_S
+    assert not p.due(10.0 + TICK_MIN_S - 0.0004)  # a drain just before it: owed
     assert p.poll_ms(10.0 + TICK_MIN_S - 0.0004) == 1
     assert p.poll_ms(10.0 + TICK_MIN_S - 0.004) == 4
-    assert p.poll_ms(10.0 + TICK_MIN_S + 1.0) == 0    # due already: tick now
+    assert p.poll_ms(10.0 + TICK_MIN_S + 1.0) == 0  # due already: tick now
     assert p.due(10.0 + TICK_MIN_S) and p.poll_ms(10.0 + TICK_MIN_S) == 100
 
 
@@ -706,7 +756,7 @@ def test_sys_path_dirs_stats_an_entry_until_it_is_a_directory_and_keeps_one_foun
     monkeypatch.setattr(sys, "path", ["", str(later), str(gone), str(tmp_path / "never")])
     assert shipping.sys_path_dirs() == [str(gone)]
     later.mkdir()
-    gone.rmdir()   # seen once: still sent (the worker stats each entry before adding it)
+    gone.rmdir()  # seen once: still sent (the worker stats each entry before adding it)
     assert shipping.sys_path_dirs() == [str(later), str(gone)]
 
 
@@ -733,8 +783,9 @@ def test_notebook_sources_are_the_cells_in_linecache_found_without_a_stat(tmp_pa
     module = tmp_path / "mod.py"
     module.write_text("y = 2\n")
     linecache.cache[cell] = (6, None, ["x = 1\n"], cell)
-    assert linecache.getlines(str(module)) == ["y = 2\n"]   # a file's entry: its mtime is set
+    assert linecache.getlines(str(module)) == ["y = 2\n"]  # a file's entry: its mtime is set
     try:
+
         def no_stat(*a, **k):
             raise AssertionError("notebook_sources stat-ed a file")
 
@@ -772,15 +823,18 @@ def test_a_payload_carries_the_cells_of_its_code_only():
         older = _defined_in_a_cell("def older(x):\n    return x\n", names[2], "older", mtime=1e9)
         helper = _defined_in_a_cell("def helper(x):\n    return older(x) + 1\n", names[0], "helper")
         helper.__globals__["older"] = older
-        for f in names[3:]:   # the rest of a long session
+        for f in names[3:]:  # the rest of a long session
             linecache.cache[f] = (20, None, ["unrelated = 'x' * 1000\n"] * 30, f)
         src = "def train(config):\n    return helper(config['x'])\n"
         linecache.cache[names[1]] = (len(src), None, src.splitlines(True), names[1])
         scope = {"__name__": "__main__", "helper": helper}
         exec(compile(src, names[1], "exec"), scope)
         payload = pickle.loads(dumps_payload(scope["train"], {"x": 1}, notebook_sources()))
-        assert payload["sources"] == {names[0]: "def helper(x):\n    return older(x) + 1\n", names[1]: src,
-                                      names[2]: "def older(x):\n    return x\n"}
+        assert payload["sources"] == {
+            names[0]: "def helper(x):\n    return older(x) + 1\n",
+            names[1]: src,
+            names[2]: "def older(x):\n    return x\n",
+        }
         assert payload["fn"](payload["config"]) == 2
         assert payload["fn"].__code__.co_filename == names[1]
     finally:
@@ -802,8 +856,16 @@ class _PrepareStub:
 
 
 def _rank_task(rank: int, cwd=None) -> dict:
-    return {"run_id": "r", "rank": rank, "world_size": 2, "local_rank": rank, "local_world_size": 2,
-            "node_rank": 0, "group": {"master_addr": "127.0.0.1", "master_port": 29500}, "cwd": cwd}
+    return {
+        "run_id": "r",
+        "rank": rank,
+        "world_size": 2,
+        "local_rank": rank,
+        "local_world_size": 2,
+        "node_rank": 0,
+        "group": {"master_addr": "127.0.0.1", "master_port": 29500},
+        "cwd": cwd,
+    }
 
 
 def test_a_tasks_rank_variables_are_set_whatever_the_last_task_left(monkeypatch, tmp_path):
@@ -819,11 +881,11 @@ def test_a_tasks_rank_variables_are_set_whatever_the_last_task_left(monkeypatch,
     monkeypatch.chdir(tmp_path)
     w = _PrepareStub()
     Worker._prepare(w, _rank_task(0))
-    w._env_left = tuple(map(os.environ.get, RANK_ENV))   # task A's end (Worker.execute)
-    Worker._prepare(w, _rank_task(1))                      # task B: its end never reached
-    Worker._prepare(w, _rank_task(0))                      # task C, rank 0 again
+    w._env_left = tuple(map(os.environ.get, RANK_ENV))  # task A's end (Worker.execute)
+    Worker._prepare(w, _rank_task(1))  # task B: its end never reached
+    Worker._prepare(w, _rank_task(0))  # task C, rank 0 again
     assert (os.environ["RANK"], os.environ["LOCAL_RANK"]) == ("0", "0")
-    os.environ["RANK"] = "7"   # the task's own code changed it: read at its end, set again
+    os.environ["RANK"] = "7"  # the task's own code changed it: read at its end, set again
     w._env_left = tuple(map(os.environ.get, RANK_ENV))
     Worker._prepare(w, _rank_task(0))
     assert os.environ["RANK"] == "0"
@@ -839,7 +901,7 @@ def test_a_task_starts_where_the_last_ones_directory_was_removed(monkeypatch, tm
     gone = tmp_path / "gone"
     gone.mkdir()
     monkeypatch.chdir(gone)
-    gone.rmdir()   # the directory the last task left the worker in
+    gone.rmdir()  # the directory the last task left the worker in
     Worker._prepare(_PrepareStub(), _rank_task(0, cwd=str(tmp_path / "not-on-this-node")))
     Worker._prepare(_PrepareStub(), _rank_task(0, cwd=str(tmp_path)))
     assert os.getcwd() == str(tmp_path)
@@ -848,17 +910,22 @@ def test_a_task_starts_where_the_last_ones_directory_was_removed(monkeypatch, tm
 def test_a_run_accepted_carries_its_own_first_states_only():
     """The states after a run_accepted ride in it (2.3); another run's events, and a big
     event, go in run_events after it, in order."""
+    from raynb.cluster.head.client_outbox import ClientOutbox
     from raynb.cluster.protocol import messages as P
     from raynb.cluster.protocol.event_batch import MAX_BATCH_BYTES
-    from raynb.cluster.head.client_outbox import ClientOutbox
 
     sent = []
     outbox = ClientOutbox(lambda ident, t, c, b: sent.append((t, c)))
     outbox.heard(b"c", "2.3")
     state = lambda run, s: (P.RUN_EVENT, {"run_id": run, "event": {"kind": "state", "state": s}})  # noqa: E731
     big = (P.RUN_EVENT, {"run_id": "A", "event": {"kind": "output", "rank": 0, "text": "x" * (200 << 10)}})
-    items = [(P.RUN_ACCEPTED, {"run_id": "B", "name": "b", "path": "/p"}), state("B", "PENDING"),
-             state("B", "RUNNING"), *[big] * 16, state("B", "late")]
+    items = [
+        (P.RUN_ACCEPTED, {"run_id": "B", "name": "b", "path": "/p"}),
+        state("B", "PENDING"),
+        state("B", "RUNNING"),
+        *[big] * 16,
+        state("B", "late"),
+    ]
     for t, c in items:
         outbox.put(b"c", t, c)
     outbox.flush()
@@ -867,5 +934,11 @@ def test_a_run_accepted_carries_its_own_first_states_only():
     rest = [e for t, c in sent[1:] for e in (c["events"] if t == P.RUN_EVENTS else [c])]
     assert [e["event"].get("state", "output") for e in rest] == ["output"] * 16 + ["late"]
     assert all(t in (P.RUN_EVENTS, P.RUN_EVENT) for t, _ in sent[1:])
-    assert max(sum(len(e["event"].get("text", "")) for e in c["events"]) for t, c in sent[1:]
-               if t == P.RUN_EVENTS) <= MAX_BATCH_BYTES
+    assert (
+        max(
+            sum(len(e["event"].get("text", "")) for e in c["events"])
+            for t, c in sent[1:]
+            if t == P.RUN_EVENTS
+        )
+        <= MAX_BATCH_BYTES
+    )

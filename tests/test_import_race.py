@@ -9,6 +9,7 @@ submission failed (``partially initialized module 'torch' has no attribute 'Tens
 ``RAYNB_TEST_FRESH_DRIVERS=50`` runs 50 fresh driver processes in the second test
 (default: as many as fit in about 60 seconds, at least 3).
 """
+
 import os
 import subprocess
 import sys
@@ -59,8 +60,9 @@ def _env() -> dict:
 
 
 def test_pickling_waits_for_an_import_of_torch_in_another_thread():
-    proc = subprocess.run([sys.executable, "-c", WAIT_FOR_TORCH], env=_env(), capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", WAIT_FOR_TORCH], env=_env(), capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and "SHIPPED" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -71,8 +73,14 @@ def test_fresh_tune_drivers_never_fail_on_the_torch_import(cluster, tmp_path):
     budget_s = 60.0
     start, runs, failures = time.monotonic(), 0, []
     while (runs < wanted) if wanted else (runs < 3 or time.monotonic() - start < budget_s):
-        proc = subprocess.run([sys.executable, str(script)], env=_env(), capture_output=True,
-                              text=True, timeout=180, cwd=tmp_path)
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,
+        )
         runs += 1
         if proc.returncode != 0:
             failures.append(proc.stdout[-800:] + proc.stderr[-1500:])

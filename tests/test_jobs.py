@@ -2,11 +2,11 @@
 own: a driver that outlives its killed client, with complete logs; a stop; a working
 directory over the limit refused before anything is sent; an archive escaping its
 directory refused by the head."""
+
 from __future__ import annotations
 
 import io
 import os
-
 import subprocess
 import sys
 import tarfile
@@ -14,11 +14,10 @@ import time
 
 import psutil
 import pytest
+from conftest import alive, private_cluster
 
 from raynb.client import jobs as J
 from raynb.cluster.head.jobs import JobRefused, unpack
-
-from conftest import alive, private_cluster
 
 JOB = """
 import sys, time
@@ -38,8 +37,14 @@ print("fit", r.metrics["x"], flush=True)
 
 
 def _cli(*args, env=None, **kw):
-    return subprocess.Popen([sys.executable, "-m", "raynb.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})), **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "raynb.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **(env or {})),
+        **kw,
+    )
 
 
 def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monkeypatch):
@@ -79,9 +84,15 @@ def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monk
 
 def test_job_stop_ends_its_processes(tmp_path, monkeypatch):
     with private_cluster(tmp_path, monkeypatch, workers=1) as (info, client, pids):
-        job = J.submit_job(client, [sys.executable, "-c",
-                                    "import subprocess, time; subprocess.Popen(['sleep', '60']); "
-                                    "print('up', flush=True); time.sleep(60)"])
+        job = J.submit_job(
+            client,
+            [
+                sys.executable,
+                "-c",
+                "import subprocess, time; subprocess.Popen(['sleep', '60']); "
+                "print('up', flush=True); time.sleep(60)",
+            ],
+        )
         assert job["state"] == "RUNNING"
         deadline = time.monotonic() + 30
         while "up" not in "".join(_collect(client, job["job_id"])) and time.monotonic() < deadline:
@@ -115,8 +126,15 @@ def test_working_dir_over_the_limit_is_refused_before_anything_is_sent(tmp_path)
     with pytest.raises(ValueError, match=r"holds 5000 bytes, over the limit of 1000 bytes .*data\.bin"):
         J.pack_working_dir(big, limit=1000)
     # The CLI refuses it before it looks for a cluster (there is none in this RAYNB_HOME).
-    sub = _cli("submit", "--working-dir", str(big), "--", "python", "x.py",
-               env={"RAYNB_MAX_WORKING_DIR_BYTES": "1000", "RAYNB_HOME": str(tmp_path / "h")})
+    sub = _cli(
+        "submit",
+        "--working-dir",
+        str(big),
+        "--",
+        "python",
+        "x.py",
+        env={"RAYNB_MAX_WORKING_DIR_BYTES": "1000", "RAYNB_HOME": str(tmp_path / "h")},
+    )
     out, err = sub.communicate(timeout=60)
     assert sub.returncode == 2 and "over the limit of 1000 bytes" in err and "nothing was sent" in err, err
     assert not (tmp_path / "h" / "cluster.json").exists()
@@ -143,6 +161,3 @@ def _one_file(tmp_path, size):
     d.mkdir()
     (d / "f").write_bytes(b"y" * size)
     return d
-
-
-

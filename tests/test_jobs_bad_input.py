@@ -3,6 +3,7 @@ variables the head refuses before it makes anything (and a refused id that can b
 submitted again); symbolic links in a working directory kept or refused with a reason;
 processes a job starts in a session of their own (``setsid``) ended with the job's
 stop, with the driver's exit, and with ``raynb stop``."""
+
 from __future__ import annotations
 
 import io
@@ -15,12 +16,11 @@ import time
 
 import psutil
 import pytest
+from conftest import alive, private_cluster
 
 from raynb.client import jobs as J
 from raynb.cluster.protocol import messages as P
 from raynb.errors import ClusterError
-
-from conftest import alive, private_cluster
 
 # A driver that starts a grandchild in a new session (out of the job's process group),
 # writes its pid, and sleeps.
@@ -63,7 +63,9 @@ def test_bad_ids_arguments_and_variables_are_refused_before_anything_is_made(tmp
             assert reply.msg_type == P.ERROR, (extra, reply.content)
             assert re.search(why, reply.content["message"]), (why, reply.content)
             with pytest.raises(ValueError, match=why):  # the client refuses it before sending
-                J.submit_job(client, content["entrypoint"], env=content.get("env"), job_id=content.get("job_id"))
+                J.submit_job(
+                    client, content["entrypoint"], env=content.get("env"), job_id=content.get("job_id")
+                )
         assert not os.path.exists(_jobs_dir()) or os.listdir(_jobs_dir()) == []
         assert J.list_jobs(client) == []
         # A submit refused for its archive burns no id: the same id is accepted next.
@@ -90,11 +92,13 @@ def test_links_in_the_working_directory_are_kept_inside_and_refused_outside(tmp_
     work = tmp_path / "work"
     (work / "pkg" / "data").mkdir(parents=True)
     (work / "pkg" / "data" / "a.txt").write_text("in the tree")
-    (work / "data").symlink_to("pkg/data", target_is_directory=True)           # relative, to a directory
+    (work / "data").symlink_to("pkg/data", target_is_directory=True)  # relative, to a directory
     (work / "abs").symlink_to(work / "pkg" / "data", target_is_directory=True)  # absolute, inside
     (work / "b.txt").symlink_to("pkg/data/a.txt")
-    script = ("import os; print(os.path.islink('data'), open('data/a.txt').read(), "
-              "open('abs/a.txt').read(), open('b.txt').read())")
+    script = (
+        "import os; print(os.path.islink('data'), open('data/a.txt').read(), "
+        "open('abs/a.txt').read(), open('b.txt').read())"
+    )
     outside = tmp_path / "outside"
     outside.mkdir()
     with private_cluster(tmp_path, monkeypatch, workers=1, head_only=True) as (info, client, pids):
@@ -158,8 +162,9 @@ def test_every_process_a_job_starts_ends_with_it(tmp_path, monkeypatch):
         # 3. raynb stop, with the job running
         last = J.submit_job(client, [sys.executable, "escaper.py", "300"], working_dir=tmp_path / "w")
         left = _escapers_of(last, _started(client, last["job_id"]))
-        stop = subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True,
-                              timeout=60)
+        stop = subprocess.run(
+            [sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True, timeout=60
+        )
         assert stop.returncode == 0, stop.stderr
         _wait_gone(left)
         assert not alive(left), left

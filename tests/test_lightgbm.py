@@ -2,6 +2,7 @@
 socket network, a validation metric within 0.03 of single-process LightGBM's on the same
 data, identical models on every rank, checkpoints and resume, bad input named, and a warm
 second fit faster than the first."""
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,14 @@ from raynb.train.lightgbm import LightGBMTrainer, RayTrainReportCallback  # noqa
 pytestmark = pytest.mark.lightgbm
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-PARAMS = {"objective": "binary", "metric": "binary_logloss", "num_leaves": 15, "learning_rate": 0.1,
-          "seed": 0, "deterministic": True}
+PARAMS = {
+    "objective": "binary",
+    "metric": "binary_logloss",
+    "num_leaves": 15,
+    "learning_rate": 0.1,
+    "seed": 0,
+    "deterministic": True,
+}
 
 
 def _frames():
@@ -36,17 +43,28 @@ def _single(train, valid, rounds):
     dtrain = lightgbm.Dataset(train.drop(columns="y"), label=train["y"])
     dvalid = lightgbm.Dataset(valid.drop(columns="y"), label=valid["y"], reference=dtrain)
     log = {}
-    lightgbm.train(dict(PARAMS, num_threads=1, verbose=-1), dtrain, rounds, valid_sets=[dvalid],
-                   valid_names=["valid"], callbacks=[lightgbm.record_evaluation(log)])
+    lightgbm.train(
+        dict(PARAMS, num_threads=1, verbose=-1),
+        dtrain,
+        rounds,
+        valid_sets=[dvalid],
+        valid_names=["valid"],
+        callbacks=[lightgbm.record_evaluation(log)],
+    )
     return log["valid"]["binary_logloss"][-1]
 
 
 def _fit(tmp_path, workers=2, rounds=30, **kwargs):
     train, valid = _frames()
-    return LightGBMTrainer(params=PARAMS, label_column="y", num_boost_round=rounds,
-                           datasets={"train": train, "valid": valid},
-                           scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path)), **kwargs).fit()
+    return LightGBMTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=rounds,
+        datasets={"train": train, "valid": valid},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+        **kwargs,
+    ).fit()
 
 
 def test_warm_second_fit_is_faster_than_the_first(warm, tmp_path):
@@ -87,16 +105,23 @@ def _hash_every_rank(config):
     part = shard_frame("train")
     net = get_network_params()
     params = dict(config["params"], tree_learner="data", pre_partition=True, num_threads=1, verbose=-1, **net)
-    booster = lgb.train(params, lgb.Dataset(part.drop(columns="y"), label=part["y"]), 10,
-                        callbacks=[RayTrainReportCallback(checkpoint_at_end=False)])
+    booster = lgb.train(
+        params,
+        lgb.Dataset(part.drop(columns="y"), label=part["y"]),
+        10,
+        callbacks=[RayTrainReportCallback(checkpoint_at_end=False)],
+    )
     text = booster.model_to_string().split("parameters:")[0]  # the trees (the params name each port)
     mine = torch.tensor(list(hashlib.sha256(text.encode()).digest()[:8]), dtype=torch.uint8)
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
     rows = torch.tensor([len(part)])
     dist.all_reduce(rows)
-    return {"hashes": [bytes(t.tolist()).hex() for t in every], "machines": net["machines"],
-            "rows": int(rows.item())}
+    return {
+        "hashes": [bytes(t.tolist()).hex() for t in every],
+        "machines": net["machines"],
+        "rows": int(rows.item()),
+    }
 
 
 def test_every_rank_ends_with_the_same_model_over_the_node_ip(warm, tmp_path):
@@ -104,11 +129,19 @@ def test_every_rank_ends_with_the_same_model_over_the_node_ip(warm, tmp_path):
     from raynb.train.run import execute_run
 
     train, _ = _frames()
-    trainer = LightGBMTrainer(_hash_every_rank, train_loop_config={"params": PARAMS}, datasets={"train": train},
-                              scaling_config=ScalingConfig(num_workers=2),
-                              run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
-    result, value = execute_run(with_datasets(trainer.train_loop_per_worker, trainer.datasets),
-                                trainer.train_loop_config, trainer.scaling_config, trainer.run_config)
+    trainer = LightGBMTrainer(
+        _hash_every_rank,
+        train_loop_config={"params": PARAMS},
+        datasets={"train": train},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
+    result, value = execute_run(
+        with_datasets(trainer.train_loop_per_worker, trainer.datasets),
+        trainer.train_loop_config,
+        trainer.scaling_config,
+        trainer.run_config,
+    )
     assert value["rows"] == len(train)  # every row on exactly one rank
     assert len(set(value["hashes"])) == 1, value["hashes"]
     hosts = {m.split(":")[0] for m in value["machines"].split(",")}
@@ -130,11 +163,19 @@ def test_tune_merges_trial_params_into_the_trainers(warm, tmp_path):
     from raynb import tune
 
     train, valid = _frames()
-    trainer = LightGBMTrainer(params=PARAMS, label_column="y", num_boost_round=10,
-                              datasets={"train": train, "valid": valid}, scaling_config=ScalingConfig(num_workers=2))
-    grid = tune.Tuner(trainer, param_space={"params": {"learning_rate": tune.grid_search([0.001, 0.2])}},
-                      tune_config=tune.TuneConfig(metric="valid-binary_logloss", mode="min", max_concurrent_trials=1),
-                      run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    trainer = LightGBMTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=10,
+        datasets={"train": train, "valid": valid},
+        scaling_config=ScalingConfig(num_workers=2),
+    )
+    grid = tune.Tuner(
+        trainer,
+        param_space={"params": {"learning_rate": tune.grid_search([0.001, 0.2])}},
+        tune_config=tune.TuneConfig(metric="valid-binary_logloss", mode="min", max_concurrent_trials=1),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    ).fit()
     assert sorted(r.config["params"]["learning_rate"] for r in grid) == [0.001, 0.2]
     best = grid.get_best_result()
     assert best.config["params"]["learning_rate"] == 0.2
@@ -166,9 +207,14 @@ def test_batch_inference_with_the_checkpointed_model_through_map_batches(warm, t
     _, valid = _frames()
     single = lightgbm.Booster(model_file=model_path).predict(valid.drop(columns="y"))
     out = raynb.data.from_pandas(valid).map_batches(
-        _Predictor, batch_size=32, num_workers=2, batch_format="pandas", preserve_order=True,
+        _Predictor,
+        batch_size=32,
+        num_workers=2,
+        batch_format="pandas",
+        preserve_order=True,
         fn_constructor_kwargs={"model_path": model_path},
-        run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "inf")))
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "inf")),
+    )
     np.testing.assert_allclose(out.to_pandas()["p"].to_numpy(), single, rtol=1e-6)
 
 
@@ -196,15 +242,20 @@ def test_get_network_params_outside_lightgbm_trainer_is_named(warm, tmp_path):
         get_network_params()
 
     with pytest.raises(RunError, match="use raynb.train.lightgbm.LightGBMTrainer"):
-        TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
-                     run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+        TorchTrainer(
+            loop,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+        ).fit()
 
 
 def test_without_lightgbm_the_error_names_the_extra():
     import subprocess
 
-    code = ("import sys; sys.modules['lightgbm'] = None\n"
-            "from raynb.train.lightgbm import LightGBMTrainer\n"
-            "LightGBMTrainer(params={}, label_column='y', datasets={})")
+    code = (
+        "import sys; sys.modules['lightgbm'] = None\n"
+        "from raynb.train.lightgbm import LightGBMTrainer\n"
+        "LightGBMTrainer(params={}, label_column='y', datasets={})"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and 'pip install "raynb[lightgbm]"' in out.stderr, out.stderr[-800:]

@@ -2,6 +2,7 @@
 (identical parameters on every rank, falling loss), its metrics and checkpoints as raynb's,
 a restored run resuming from them, a Trainer that would launch processes named, and a warm
 second fit faster than the first."""
+
 from __future__ import annotations
 
 import sys
@@ -29,8 +30,13 @@ def _fit(config):
     from torch.utils.data import DataLoader, TensorDataset
 
     import raynb.train as train
-    from raynb.train.lightning import (RayDDPStrategy, RayFSDPStrategy, RayLightningEnvironment,
-                                       RayTrainReportCallback, prepare_trainer)
+    from raynb.train.lightning import (
+        RayDDPStrategy,
+        RayFSDPStrategy,
+        RayLightningEnvironment,
+        RayTrainReportCallback,
+        prepare_trainer,
+    )
 
     class Regression(pl.LightningModule):
         def __init__(self):
@@ -50,13 +56,19 @@ def _fit(config):
     x = torch.randn(512, 8, generator=g)
     y = x @ torch.randn(8, 1, generator=g) + 0.1 * torch.randn(512, 1, generator=g)
     torch.manual_seed(train.get_context().get_world_rank())  # different initial weights: DDP syncs them
-    trainer = pl.Trainer(max_epochs=config["epochs"], devices="auto", accelerator="cpu",
-                         strategy=RayFSDPStrategy() if config.get("fsdp") else RayDDPStrategy(),
-                         plugins=[RayLightningEnvironment()],
-                         callbacks=[RayTrainReportCallback()] + ([_die_in_epoch_2(pl, config["marker"])]
-                                                                 if "marker" in config else []),
-                         enable_progress_bar=False,
-                         enable_model_summary=False, logger=False, enable_checkpointing=False)
+    trainer = pl.Trainer(
+        max_epochs=config["epochs"],
+        devices="auto",
+        accelerator="cpu",
+        strategy=RayFSDPStrategy() if config.get("fsdp") else RayDDPStrategy(),
+        plugins=[RayLightningEnvironment()],
+        callbacks=[RayTrainReportCallback()]
+        + ([_die_in_epoch_2(pl, config["marker"])] if "marker" in config else []),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        enable_checkpointing=False,
+    )
     trainer = prepare_trainer(trainer)
     model = Regression()
     ckpt, ckpt_path = train.get_checkpoint(), None
@@ -67,19 +79,28 @@ def _fit(config):
     mine = torch.tensor(list(hashlib.sha256(flat.numpy().tobytes()).digest()[:8]), dtype=torch.uint8)
     every = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
-    return {"hashes": [bytes(t.tolist()).hex() for t in every], "world": trainer.world_size,
-            "rank": trainer.global_rank, "batches": trainer.num_training_batches,
-            "start_epoch": 0 if ckpt is None else "resumed", "group_is_raynb": dist.is_initialized()}
+    return {
+        "hashes": [bytes(t.tolist()).hex() for t in every],
+        "world": trainer.world_size,
+        "rank": trainer.global_rank,
+        "batches": trainer.num_training_batches,
+        "start_epoch": 0 if ckpt is None else "resumed",
+        "group_is_raynb": dist.is_initialized(),
+    }
 
 
 def _run(tmp_path, epochs=4, workers=2, fn=_fit, fsdp=False, **run):
     from raynb.train.run import execute_run
 
-    trainer = TorchTrainer(fn, train_loop_config={"epochs": epochs, "fsdp": fsdp},
-                           scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path), **run))
-    return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
-                       trainer.run_config)
+    trainer = TorchTrainer(
+        fn,
+        train_loop_config={"epochs": epochs, "fsdp": fsdp},
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path), **run),
+    )
+    return execute_run(
+        trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config, trainer.run_config
+    )
 
 
 def test_warm_second_fit_is_faster_than_the_first(warm, tmp_path):
@@ -129,8 +150,11 @@ def _die_in_epoch_2(pl, marker):
 
     class Die(pl.Callback):
         def on_train_epoch_start(self, trainer, pl_module):
-            if trainer.current_epoch == 2 and train.get_context().get_world_rank() == 1 \
-                    and not os.path.exists(marker):
+            if (
+                trainer.current_epoch == 2
+                and train.get_context().get_world_rank() == 1
+                and not os.path.exists(marker)
+            ):
                 open(marker, "w").close()
                 os._exit(3)
 
@@ -140,10 +164,14 @@ def _die_in_epoch_2(pl, marker):
 def test_rank_killed_in_epoch_2_restarts_from_the_lightning_checkpoint(warm, tmp_path):
     from raynb.train import FailureConfig
 
-    trainer = TorchTrainer(_fit, train_loop_config={"epochs": 4, "marker": str(tmp_path / "died")},
-                           scaling_config=ScalingConfig(num_workers=2),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path),
-                                                failure_config=FailureConfig(max_failures=1)))
+    trainer = TorchTrainer(
+        _fit,
+        train_loop_config={"epochs": 4, "marker": str(tmp_path / "died")},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            verbose=0, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=1)
+        ),
+    )
     result = trainer.fit()
     assert (tmp_path / "died").exists() and result.state == "FINISHED"
     assert len(result.failures) == 1, result.failures
@@ -158,14 +186,18 @@ def _bad_trainer(config):
     pl.Trainer(accelerator="cpu", **config["kwargs"])
 
 
-@pytest.mark.parametrize("kwargs,named", [({"strategy": "ddp"}, "strategy='ddp'"),
-                                          ({"devices": 4}, "devices=4")])
+@pytest.mark.parametrize(
+    "kwargs,named", [({"strategy": "ddp"}, "strategy='ddp'"), ({"devices": 4}, "devices=4")]
+)
 def test_a_trainer_that_would_launch_processes_is_named(warm, tmp_path, kwargs, named):
     from raynb.errors import RunError
 
-    trainer = TorchTrainer(_bad_trainer, train_loop_config={"kwargs": kwargs},
-                           scaling_config=ScalingConfig(num_workers=2),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    trainer = TorchTrainer(
+        _bad_trainer,
+        train_loop_config={"kwargs": kwargs},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     with pytest.raises(RunError) as info:
         trainer.fit()
     text = str(info.value)
@@ -175,8 +207,10 @@ def test_a_trainer_that_would_launch_processes_is_named(warm, tmp_path, kwargs, 
 def test_without_lightning_the_error_names_the_extra(tmp_path):
     import subprocess
 
-    code = ("import sys; sys.modules['lightning'] = None; sys.modules['pytorch_lightning'] = None\n"
-            "import raynb.train.lightning")
+    code = (
+        "import sys; sys.modules['lightning'] = None; sys.modules['pytorch_lightning'] = None\n"
+        "import raynb.train.lightning"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and 'pip install "raynb[lightning]"' in out.stderr, out.stderr[-800:]
 
@@ -184,13 +218,17 @@ def test_without_lightning_the_error_names_the_extra(tmp_path):
 def test_with_only_pytorch_lightning_the_classes_are_its_own():
     import subprocess
 
-    code = ("import sys; sys.modules['lightning'] = None\n"
-            "import raynb.train.lightning as rl, pytorch_lightning as pl\n"
-            "assert issubclass(rl.RayDDPStrategy, pl.strategies.DDPStrategy)\n"
-            "assert issubclass(rl.RayLightningEnvironment, pl.plugins.environments.LightningEnvironment)\n"
-            "assert issubclass(rl.RayTrainReportCallback, pl.Callback)\n"
-            "assert pl.Trainer.__init__._raynb_checked\n"
-            "print('ok')")
+    code = (
+        "import sys; sys.modules['lightning'] = None\n"
+        "import raynb.train.lightning as rl, pytorch_lightning as pl\n"
+        "assert issubclass(rl.RayDDPStrategy, pl.strategies.DDPStrategy)\n"
+        "assert issubclass(rl.RayLightningEnvironment, pl.plugins.environments.LightningEnvironment)\n"
+        "assert issubclass(rl.RayTrainReportCallback, pl.Callback)\n"
+        "assert pl.Trainer.__init__._raynb_checked\n"
+        "print('ok')"
+    )
     pytest.importorskip("pytorch_lightning")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-800:]

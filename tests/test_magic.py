@@ -1,17 +1,18 @@
 """``%%ray_train`` and ``%ray_cluster`` in a real IPython shell, on the real cluster."""
+
 from __future__ import annotations
 
 import os
 import re
 
 import pytest
+from conftest import ok_cell
+from conftest import run_cell as run
 from IPython.core.error import UsageError
 from IPython.utils.capture import capture_output
 
 import raynb
 from raynb.train.config import Result
-
-from conftest import ok_cell, run_cell as run
 
 
 def ok(shell, cell: str):
@@ -135,12 +136,14 @@ def test_redefined_notebook_function_runs_new_form(ip):
 
 
 def test_error_on_rank_1_shows_cell_line(ip):
-    cell = ("%%ray_train --workers 2 --quiet\n"                  # line 1
-            "rank = get_context().get_world_rank()\n"           # line 2
-            "x = 1\n"                                            # line 3
-            "if rank == 1:\n"                                    # line 4
-            "    raise ValueError(f'boom on rank {rank}')\n"     # line 5
-            "y = 2\n")
+    cell = (
+        "%%ray_train --workers 2 --quiet\n"  # line 1
+        "rank = get_context().get_world_rank()\n"  # line 2
+        "x = 1\n"  # line 3
+        "if rank == 1:\n"  # line 4
+        "    raise ValueError(f'boom on rank {rank}')\n"  # line 5
+        "y = 2\n"
+    )
     res, cap = run(ip, cell)
     err = res.error_in_exec
     assert isinstance(err, raynb.RunError), repr(err)
@@ -168,15 +171,20 @@ def test_error_on_rank_1_shows_cell_line(ip):
 
 
 def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path):
-    ok(ip, f"import threading\nlog_file = open({str(tmp_path / 'log.txt')!r}, 'w')\n"
-           "lock = threading.Lock()\ngen = (i for i in range(3))\nfine = [1, 2]\n"
-           "def helper():\n    with lock:\n        return 1\n")
+    ok(
+        ip,
+        f"import threading\nlog_file = open({str(tmp_path / 'log.txt')!r}, 'w')\n"
+        "lock = threading.Lock()\ngen = (i for i in range(3))\nfine = [1, 2]\n"
+        "def helper():\n    with lock:\n        return 1\n",
+    )
     before = run_count(cluster)
     try:
-        for body, name in [("log_file.write('x')", "log_file"),
-                           ("with lock:\n    total = sum(fine)", "lock"),
-                           ("for g in gen:\n    pass", "gen"),
-                           ("z = helper() + fine[0]", "helper -> lock")]:
+        for body, name in [
+            ("log_file.write('x')", "log_file"),
+            ("with lock:\n    total = sum(fine)", "lock"),
+            ("for g in gen:\n    pass", "gen"),
+            ("z = helper() + fine[0]", "helper -> lock"),
+        ]:
             res, cap = run(ip, f"%%ray_train --workers 2 --quiet\n{body}\n")
             err = res.error_in_exec
             assert isinstance(err, raynb.UnpicklableError), (body, repr(err))
@@ -187,15 +195,18 @@ def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path)
         ip.user_ns["log_file"].close()
 
 
-@pytest.mark.parametrize("line,why", [
-    ("--workers 0", "positive integer"),
-    ("--workers -2", "positive integer"),
-    ("--workers abc", "positive integer"),
-    ("--bogus", "unrecognized arguments: --bogus"),
-    ("--workers", "expected one argument"),
-    ("--name \"unclosed", "closing quotation"),
-    ("--worker 2", "unrecognized arguments: --worker 2"),   # a typo, not argparse's prefix of --workers
-])
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        ("--workers 0", "positive integer"),
+        ("--workers -2", "positive integer"),
+        ("--workers abc", "positive integer"),
+        ("--bogus", "unrecognized arguments: --bogus"),
+        ("--workers", "expected one argument"),
+        ('--name "unclosed', "closing quotation"),
+        ("--worker 2", "unrecognized arguments: --worker 2"),  # a typo, not argparse's prefix of --workers
+    ],
+)
 def test_bad_options_print_usage(ip, cluster, line, why):
     before = run_count(cluster)
     with pytest.raises(UsageError) as ei:
@@ -216,12 +227,12 @@ def test_bad_out_and_config_are_usage_errors(ip, cluster):
     with pytest.raises(UsageError, match="failed to evaluate"):
         ip.run_cell_magic("ray_train", "--config no_such_name_here", "x = 1\n")
     with pytest.raises(UsageError, match=r"--config must be a dict, the cell's `config` .* '5' is a int"):
-        ip.run_cell_magic("ray_train", "--config 5", "x = 1\n")   # was run, its config an int
+        ip.run_cell_magic("ray_train", "--config 5", "x = 1\n")  # was run, its config an int
     res, cap = run(ip, "%%ray_train --help\nx = 1\n")
     assert isinstance(res.error_in_exec, UsageError)
     assert "usage: %%ray_train" in str(res.error_in_exec) and "--all-ranks" in str(res.error_in_exec)
     shown = cap.stdout + cap.stderr
-    assert shown.count("usage: %%ray_train") == 1, shown   # the help once (it was printed, then raised)
+    assert shown.count("usage: %%ray_train") == 1, shown  # the help once (it was printed, then raised)
     assert run_count(cluster) == before
 
 
@@ -275,10 +286,12 @@ def test_print_output_tagged_by_rank(ip):
 
 
 def test_unfinished_lines_continue_without_a_second_tag(ip):
-    cell = ("%%ray_train --workers {n} --quiet {opts}\n"
-            "for _ in range(3):\n"
-            "    print('.', end='', flush=True)\n"
-            "print(' done')\n")
+    cell = (
+        "%%ray_train --workers {n} --quiet {opts}\n"
+        "for _ in range(3):\n"
+        "    print('.', end='', flush=True)\n"
+        "print(' done')\n"
+    )
     cap = ok(ip, cell.format(n=1, opts=""))
     assert cap.stdout == "(rank 0) ... done\n"
     cap = ok(ip, cell.format(n=2, opts="--all-ranks"))

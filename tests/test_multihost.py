@@ -2,6 +2,7 @@
 network namespace of its own (``netns``), joined over a bridge on 198.18.0.0/24, with
 CurveZMQ on every ZeroMQ link (the head listens off loopback). Skipped where
 namespaces cannot be made (not root)."""
+
 from __future__ import annotations
 
 import json
@@ -12,7 +13,6 @@ import textwrap
 import time
 
 import pytest
-
 from multihost_fixture import three_hosts  # noqa: F401 - the module's cluster fixture
 
 TRAIN_4 = """
@@ -51,8 +51,10 @@ TRAIN_4 = """
 
 def test_start_prints_join_command_and_status_lists_nodes(three_hosts):
     c = three_hosts
-    assert (f"raynb node --address {c.info['address']} --key-file {c.homes['head'] / 'cluster.json'}"
-            in c.start_out), c.start_out
+    assert (
+        f"raynb node --address {c.info['address']} --key-file {c.homes['head'] / 'cluster.json'}"
+        in c.start_out
+    ), c.start_out
     assert c.info["address"].startswith("tcp://198.18.0.1:") and "server_secret" not in c.info["curve"]
     assert oct(os.stat(c.homes["head"] / "cluster.json").st_mode & 0o777) == "0o600"
     st = c.status()
@@ -61,17 +63,22 @@ def test_start_prints_join_command_and_status_lists_nodes(three_hosts):
     assert nodes["n1"]["ip"] == "198.18.0.2" and nodes["n2"]["ip"] == "198.18.0.3"
     assert nodes["n1"]["workers"] == 2 and nodes["n1"]["gpus"] == []
     assert st["curve"] is True
-    _, r = c.client("from raynb.client.status import format_status\n"
-                    "print(format_status(raynb.connect(KEY_FILE).status()))")
+    _, r = c.client(
+        "from raynb.client.status import format_status\n"
+        "print(format_status(raynb.connect(KEY_FILE).status()))"
+    )
     assert "node n2 on" in r.stdout and "(198.18.0.3)" in r.stdout and "last heartbeat" in r.stdout, r.stdout
 
 
 def test_start_refuses_an_address_the_machine_does_not_have(three_hosts):
     c = three_hosts
-    r = c.net.run("h1", [sys.executable, "-m", "raynb.cli", "start", "--host", "198.18.0.77"],
-                  env=c.env("h1"))
+    r = c.net.run(
+        "h1", [sys.executable, "-m", "raynb.cli", "start", "--host", "198.18.0.77"], env=c.env("h1")
+    )
     assert r.returncode != 0
-    assert "198.18.0.77 is not an address of this machine" in r.stderr and "eth0 198.18.0.2" in r.stderr, r.stderr
+    assert "198.18.0.77 is not an address of this machine" in r.stderr and "eth0 198.18.0.2" in r.stderr, (
+        r.stderr
+    )
 
 
 @pytest.mark.parametrize("strategy,compression", [("SPREAD", None), ("PACK", "fp16")])
@@ -79,11 +86,12 @@ def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy, compr
     """4 ranks, 2 per host: the all-reduce sums over all, DDP leaves identical parameters on
     every rank (also with fp16 gradient compression), node and local ranks are right."""
     c = three_hosts
-    out, r = c.client(f"STRATEGY, COMPRESSION = {strategy!r}, {compression!r}\n" + textwrap.dedent(TRAIN_4),
-                      timeout=150)
+    out, r = c.client(
+        f"STRATEGY, COMPRESSION = {strategy!r}, {compression!r}\n" + textwrap.dedent(TRAIN_4), timeout=150
+    )
     assert out["sum"] == 1 + 2 + 3 + 4, r.stdout
     ranks = sorted(out["ranks"], key=lambda x: x["rank"])
-    assert [x["params"] for x in ranks] == [ranks[0]["params"]] * 4   # DDP: identical everywhere
+    assert [x["params"] for x in ranks] == [ranks[0]["params"]] * 4  # DDP: identical everywhere
     by_node = {}
     for x in ranks:
         by_node.setdefault(x["node_ip"], []).append(x)
@@ -92,7 +100,7 @@ def test_four_ranks_on_two_hosts_all_reduce_and_ddp(three_hosts, strategy, compr
         assert sorted(x["local_rank"] for x in xs) == [0, 1]
         assert {x["local_world_size"] for x in xs} == {2}
         assert len({x["node_rank"] for x in xs}) == 1
-        assert {x["gloo_if"] for x in xs} == {"eth0"}   # gloo on the registered interface
+        assert {x["gloo_if"] for x in xs} == {"eth0"}  # gloo on the registered interface
     assert sorted({x["node_rank"] for x in ranks}) == [0, 1]
     assert {x["hook"] for x in ranks} == ({"fp16_compress_hook"} if compression else {None}), ranks[0]["hook"]
 
@@ -128,22 +136,26 @@ def test_client_without_the_right_curve_keys_is_refused_and_nothing_runs(three_h
     # a client without Curve gets no handshake to watch, only silence.
     assert ("CurveZMQ handshake" if mode == "wrong_curve" else "does not answer") in out["message"]
     after = c.status()
-    assert after["rejected_connections"] > before["rejected_connections"]   # counted by the head
-    assert len(after["runs"]) == len(before["runs"])                         # nothing ran
+    assert after["rejected_connections"] > before["rejected_connections"]  # counted by the head
+    assert len(after["runs"]) == len(before["runs"])  # nothing ran
 
 
 def _node_refused(c, script_prelude: str, node_id: str) -> subprocess.CompletedProcess:
-    code = (script_prelude + "\nfrom raynb.cluster.launch.static import run_node\n"
-            f"sys.exit(run_node({c.info['address']!r}, {str(c.key_file('h1'))!r}, 0, node_id={node_id!r}))")
+    code = (
+        script_prelude + "\nfrom raynb.cluster.launch.static import run_node\n"
+        f"sys.exit(run_node({c.info['address']!r}, {str(c.key_file('h1'))!r}, 0, node_id={node_id!r}))"
+    )
     return c.net.run("h1", [sys.executable, "-c", code], env=c.env("h1"), timeout=60)
 
 
 def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three_hosts):
     c = three_hosts
-    wrong_key = ("import sys, raynb.cluster.connection_file as C\n"
-                 "orig = C.read_connection_file\n"
-                 "C.read_connection_file = lambda p=None: {**orig(p), 'key': 'f' * 64}\n"
-                 "import raynb.cluster.launch.static as S; S.read_connection_file = C.read_connection_file")
+    wrong_key = (
+        "import sys, raynb.cluster.connection_file as C\n"
+        "orig = C.read_connection_file\n"
+        "C.read_connection_file = lambda p=None: {**orig(p), 'key': 'f' * 64}\n"
+        "import raynb.cluster.launch.static as S; S.read_connection_file = C.read_connection_file"
+    )
     r = _node_refused(c, wrong_key, "bad-key")
     assert r.returncode == 3, r.stderr[-2000:]
     assert "wrong cluster key" in r.stderr
@@ -157,7 +169,9 @@ def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three
     deadline = time.monotonic() + 15
     while True:
         head_log = (c.homes["head"] / "logs" / "head.log").read_text()
-        if ("wrong cluster key" in head_log and "protocol version '9.0'" in head_log) or time.monotonic() > deadline:
+        if (
+            "wrong cluster key" in head_log and "protocol version '9.0'" in head_log
+        ) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     assert "wrong cluster key" in head_log and "protocol version '9.0'" in head_log
@@ -207,13 +221,19 @@ def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_ho
     name = "lose-h2"
     code = f"EPOCHS, EPOCH_S, NAME = 8, 0.5, {name!r}\n" + textwrap.dedent(LONG_RUN)
     run_dir = c.storage / name
-    client = c.net.popen("client", [sys.executable, "-c", c.client_prelude() + code], env=c.env("client"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = c.net.popen(
+        "client",
+        [sys.executable, "-c", c.client_prelude() + code],
+        env=c.env("client"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     while not (run_dir / "checkpoint_000002").is_dir():
         assert time.monotonic() < deadline and client.poll() is None, client.communicate()
         time.sleep(0.05)
-    killed = c.net.kill_all("h2")      # the host dies: its agent, zygote and workers at once
+    killed = c.net.kill_all("h2")  # the host dies: its agent, zygote and workers at once
     lost_at = time.monotonic()
     assert killed and not c.net.wait_empty("h2")
     out, err = client.communicate(timeout=120)
@@ -223,17 +243,18 @@ def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_ho
     reports = _reports(run_dir)
     epochs = [r["epoch"] for r in reports]
     restart = next(i for i, r in enumerate(reports) if r["start"] > 0)
-    resumed_from = reports[restart]["start"] - 1      # the checkpoint the new attempt loaded
-    assert sorted(set(epochs)) == list(range(8)), epochs                 # none lost
+    resumed_from = reports[restart]["start"] - 1  # the checkpoint the new attempt loaded
+    assert sorted(set(epochs)) == list(range(8)), epochs  # none lost
     assert [e for e in epochs if e <= resumed_from] == list(range(resumed_from + 1)), epochs  # none repeated
-    assert resumed_from >= 2                                                 # the latest one, at least
-    assert {r["host"] for r in reports[restart:]} == {"198.18.0.2"}           # all on h1 now
+    assert resumed_from >= 2  # the latest one, at least
+    assert {r["host"] for r in reports[restart:]} == {"198.18.0.2"}  # all on h1 now
     assert time.monotonic() - lost_at < 60
     # Rank 0 was on a node without the run's storage: its checkpoints were streamed to the
     # head (and back to the restarted ranks, also on such a node), committed as any.
     transfers = c.status()["checkpoint_transfers"]
     assert transfers["files_in"] >= 8 and transfers["bytes_out"] > 0, transfers
     import torch
+
     assert torch.load(os.path.join(result["checkpoint"], "state.pt"))["epoch"] == 7
     assert not list(run_dir.glob(".staging/*/.tmp_*"))
 
@@ -270,8 +291,14 @@ def test_the_notebook_survives_its_laptop_sleeping(three_hosts):
     c = three_hosts
     name = "sleepy"
     code = f"EPOCHS, NAME = 16, {name!r}\n" + textwrap.dedent(SLEEPY_RUN)
-    client = c.net.popen("client", [sys.executable, "-c", c.client_prelude() + code], env=c.env("client"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = c.net.popen(
+        "client",
+        [sys.executable, "-c", c.client_prelude() + code],
+        env=c.env("client"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     result_file = c.storage / name / "result.json"
     deadline = time.monotonic() + 60
     while not (result_file.exists() and len(result_file.read_text().splitlines()) >= 2):
@@ -339,15 +366,31 @@ def test_a_shared_storage_node_that_cannot_write_it_fails_the_first_checkpoint(t
     mount namespace of its own): the first checkpoint fails, naming the node and path."""
     c = three_hosts
     c.wait_workers(4)
-    node = [sys.executable, "-m", "raynb.cli", "node", "--address", c.info["address"], "--key-file",
-            str(c.key_file("h1")), "--workers", "3", "--node-id", "n5", "--shared-storage"]
-    script = (f"mount --bind {c.storage} {c.storage} && mount -o remount,bind,ro {c.storage} && "
-              f"exec {' '.join(node)}")
+    node = [
+        sys.executable,
+        "-m",
+        "raynb.cli",
+        "node",
+        "--address",
+        c.info["address"],
+        "--key-file",
+        str(c.key_file("h1")),
+        "--workers",
+        "3",
+        "--node-id",
+        "n5",
+        "--shared-storage",
+    ]
+    script = (
+        f"mount --bind {c.storage} {c.storage} && mount -o remount,bind,ro {c.storage} && "
+        f"exec {' '.join(node)}"
+    )
     log = open(c.base / "node-n5.log", "ab")
-    c.nodes["n5"] = c.net.popen("h1", ["unshare", "-m", "sh", "-c", script], env=c.env("h1"),
-                                stdout=log, stderr=subprocess.STDOUT)
+    c.nodes["n5"] = c.net.popen(
+        "h1", ["unshare", "-m", "sh", "-c", script], env=c.env("h1"), stdout=log, stderr=subprocess.STDOUT
+    )
     log.close()
-    c.wait_workers(3, nodes={"n5"})       # PACK puts the 1-rank run on n5 (the most idle workers)
+    c.wait_workers(3, nodes={"n5"})  # PACK puts the 1-rank run on n5 (the most idle workers)
     out, r = c.client(textwrap.dedent(UNWRITABLE), timeout=120)
     assert "node n5" in out["error"] and "cannot write the run directory" in out["error"], out
     assert str(c.storage / "unwritable") in out["error"], out

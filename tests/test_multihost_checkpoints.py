@@ -6,6 +6,7 @@ with a private tmpfs mounted over that storage directory (in the mount namespace
 ``ip netns exec`` makes for it), so it truly cannot read it, as a laptop cannot. Its
 ``result.checkpoint`` downloads through the head (``raynb.client.checkpoint_fetch``).
 Skipped where namespaces cannot be made (not root)."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,6 @@ import sys
 import textwrap
 
 import pytest
-
 from multihost_fixture import cluster_up
 
 NODES = (f"xk{os.getpid()}a", f"xk{os.getpid()}b")
@@ -29,8 +29,15 @@ def hosts(tmp_path_factory):
 def _laptop(c, code: str, timeout: float = 90):
     """Run ``code`` in the client namespace with the head's storage hidden under a tmpfs."""
     script = c.client_prelude() + textwrap.dedent(code)
-    args = ["sh", "-c", f'mount -t tmpfs -o size=16m,mode=0700 raynb-test {c.storage} && exec "$@"',
-            "sh", sys.executable, "-c", script]
+    args = [
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o size=16m,mode=0700 raynb-test {c.storage} && exec "$@"',
+        "sh",
+        sys.executable,
+        "-c",
+        script,
+    ]
     r = c.net.run("client", args, env=c.env("client"), timeout=timeout)
     assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
@@ -88,14 +95,14 @@ def test_laptop_reads_a_checkpoint_on_the_heads_disk_through_the_head(hosts):
     c = hosts
     out = _laptop(c, RUN_AND_READ)
     assert out["error"] is None
-    assert out["nodes"] in NODES                          # ranks on a node host, not the head
-    assert out["path"].startswith(str(c.storage)) and not out["visible"]   # hidden from the laptop
+    assert out["nodes"] in NODES  # ranks on a node host, not the head
+    assert out["path"].startswith(str(c.storage)) and not out["visible"]  # hidden from the laptop
     expected = sorted(["empty", "rank0.bin", "rank1.bin", os.path.join("sub", "epoch.txt")])
     for got in (out["as"], out["to"]):
         assert got == {"files": expected, "ok": [True, True], "epoch": "2"}, got
-    assert out["as_removed"]                               # as_directory's download is temporary
+    assert out["as_removed"]  # as_directory's download is temporary
     assert out["written"].endswith("/ck") and out["mode"] == "0o700"
-    assert out["first_epoch"] == "0"                       # best_checkpoints download too
+    assert out["first_epoch"] == "0"  # best_checkpoints download too
     # the head's own copy is the one the laptop read
     with open(os.path.join(out["path"], "sub", "epoch.txt")) as f:
         assert f.read() == "2"
@@ -212,6 +219,8 @@ def test_a_streamed_checkpoint_does_not_make_a_removed_run_directory_again(hosts
     assert r.returncode == 0, f"client script failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     out = json.loads([line for line in r.stdout.splitlines() if line.startswith("{")][-1])
     assert out["error"] is not None, "the run ended well over a removed directory"
-    assert f"the run directory {out['path']} is gone (removed while the run ran?)" in out["error"], out["error"]
+    assert f"the run directory {out['path']} is gone (removed while the run ran?)" in out["error"], out[
+        "error"
+    ]
     assert out["errors"][0]["rank"] == 0, out["errors"]
     assert out["path"].startswith(str(c.storage)) and not os.path.exists(out["path"])

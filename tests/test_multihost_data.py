@@ -6,6 +6,7 @@ node agent's data socket (``cluster.data_server``). The node hosts share the mac
 ``/dev/shm``; their segments are told apart by the node ids in their names
 (``cluster.shm``), which carry this process's pid (helpers run in parallel). Skipped
 where namespaces cannot be made (not root)."""
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,13 @@ import os
 import time
 
 import pytest
-
 from multihost_fixture import cluster_up
+
 from raynb.cluster.node import shm
 
 NODES = (f"xd{os.getpid()}a", f"xd{os.getpid()}b")
-ROWS = 131072                      # x: ROWS x 64 float32 = 32 MiB, plus int64 labels (1 MiB)
-CAPTURED = 6 << 20                 # float32 elements: 24 MiB, above the 16 MiB threshold
+ROWS = 131072  # x: ROWS x 64 float32 = 32 MiB, plus int64 labels (1 MiB)
+CAPTURED = 6 << 20  # float32 elements: 24 MiB, above the 16 MiB threshold
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def _wait_no_segments(timeout: float = 15.0) -> dict:
     return {n: shm.segments(n) for n in NODES if shm.segments(n)}
 
 
-DATASET_RUN = """
+DATASET_RUN = (
+    """
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -80,21 +82,23 @@ DATASET_RUN = """
                       "union_min": m["union_min"], "union_max": m["union_max"], "overlap": m["overlap"],
                       "size_bytes": ds.size_bytes(), "fit_s": time.monotonic() - t0,
                       "client_shm": shm.segments()}))
-""" % ROWS
+"""
+    % ROWS
+)
 
 
 def test_dataset_sharded_over_two_hosts_one_copy_each_via_data_sockets(hosts):
     out, r = hosts.client(DATASET_RUN, timeout=120, private_shm=True)
     ranks = sorted(out["ranks"], key=lambda x: x["rank"])
     per = ROWS // 4
-    assert out["rows"] == [per] * 4 and [x["len"] for x in ranks] == [per] * 4   # equal counts
-    assert out["overlap"] == 0                                                     # disjoint
+    assert out["rows"] == [per] * 4 and [x["len"] for x in ranks] == [per] * 4  # equal counts
+    assert out["overlap"] == 0  # disjoint
     assert (out["union"], out["union_min"], out["union_max"]) == (ROWS, 0, ROWS - 1)  # all rows
     assert all(x["content_ok"] for x in ranks)
     by_node: dict[str, list] = {}
     for x in ranks:
         by_node.setdefault(x["node"], []).append(x)
-    assert sorted(by_node) == sorted(NODES) and all(len(v) == 2 for v in by_node.values())   # SPREAD
+    assert sorted(by_node) == sorted(NODES) and all(len(v) == 2 for v in by_node.values())  # SPREAD
     assert {x["ip"] for x in ranks} == {"198.18.0.2", "198.18.0.3"}
     for node, xs in by_node.items():
         # one copy per host: one segment of this node, the dataset's size, seen alike by both ranks
@@ -103,11 +107,12 @@ def test_dataset_sharded_over_two_hosts_one_copy_each_via_data_sockets(hosts):
         [name] = segs
         assert name.startswith(f"raynb-{node}-")
         assert out["size_bytes"] <= segs[name] < out["size_bytes"] + 4096, (segs, out["size_bytes"])
-    assert out["client_shm"] == {}          # nothing in the notebook's own /dev/shm
-    assert _wait_no_segments() == {}        # freed on both hosts after the run
+    assert out["client_shm"] == {}  # nothing in the notebook's own /dev/shm
+    assert _wait_no_segments() == {}  # freed on both hosts after the run
 
 
-CAPTURED_RUN = """
+CAPTURED_RUN = (
+    """
     import numpy as np
     import torch.distributed as dist
     from raynb import ScalingConfig, TorchTrainer, RunConfig
@@ -138,15 +143,17 @@ CAPTURED_RUN = """
     print(json.dumps({"ranks": json.loads(r.metrics["ranks"]), "nbytes": big.nbytes, "head": big[:3].tolist(),
                       "sums": [float(p.sum(dtype=np.float64)) for p in np.array_split(big, 4)],
                       "client_shm": shm.segments()}))
-""" % CAPTURED
+"""
+    % CAPTURED
+)
 
 
 def test_large_captured_array_read_on_both_hosts_freed_after(hosts):
     out, r = hosts.client(CAPTURED_RUN, timeout=120, private_shm=True)
     ranks = sorted(out["ranks"], key=lambda x: x["rank"])
-    assert [x["sum"] for x in ranks] == out["sums"]                 # every rank read the right bytes
+    assert [x["sum"] for x in ranks] == out["sums"]  # every rank read the right bytes
     assert all(x["n"] == CAPTURED and x["head"] == out["head"] for x in ranks)
-    assert all(x["mapped"] for x in ranks)                         # a view of the node's segment
+    assert all(x["mapped"] for x in ranks)  # a view of the node's segment
     assert sorted({x["node"] for x in ranks}) == sorted(NODES)
     for node in NODES:
         segs = [x["segments"] for x in ranks if x["node"] == node]
@@ -184,14 +191,15 @@ IDLE_NODE_RUN = """
 
 def test_dataset_goes_only_to_the_nodes_that_run_ranks(hosts):
     out, r = hosts.client(IDLE_NODE_RUN, timeout=120, private_shm=True)
-    [node] = {x["node"] for x in out["ranks"]}           # PACK: both ranks on one host
+    [node] = {x["node"] for x in out["ranks"]}  # PACK: both ranks on one host
     [idle] = set(NODES) - {node}
     held = out["ranks"][0]["held"]
     assert _wait_no_segments() == {}
     assert held[node] == 1 and held[idle] == 0, held
 
 
-SLEEPS_OR_DIES = """
+SLEEPS_OR_DIES = (
+    """
     import signal
     import numpy as np
     from raynb import ScalingConfig, TorchTrainer, RunConfig
@@ -215,7 +223,9 @@ SLEEPS_OR_DIES = """
         print(json.dumps({"outcome": "cancelled"}))
     except raynb.RunError as e:
         print(json.dumps({"outcome": "failed", "error": str(e)[:300]}))
-""" % ROWS
+"""
+    % ROWS
+)
 
 
 def test_segments_freed_on_both_hosts_after_cancel_and_worker_death(hosts):
@@ -224,8 +234,14 @@ def test_segments_freed_on_both_hosts_after_cancel_and_worker_death(hosts):
 
     c = hosts
     # cancelled: Ctrl-C in the notebook once both hosts hold the data
-    p = c.net.popen("client", c.client_args("    DIE = False" + SLEEPS_OR_DIES, private_shm=True),
-                    env=c.env("client"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = c.net.popen(
+        "client",
+        c.client_args("    DIE = False" + SLEEPS_OR_DIES, private_shm=True),
+        env=c.env("client"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not all(shm.segments(n) for n in NODES) and time.monotonic() < deadline and p.poll() is None:
@@ -297,8 +313,14 @@ def test_a_restart_after_losing_its_host_gets_the_data_on_the_new_node(hosts):
     c = hosts
     mark = c.storage / "lost-host-mark"
     code = LOSES_ITS_HOST % (ROWS, NODES, str(mark))
-    p = c.net.popen("client", c.client_args(code, private_shm=True), env=c.env("client"),
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = c.net.popen(
+        "client",
+        c.client_args(code, private_shm=True),
+        env=c.env("client"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     host = first = None
     try:
         deadline = time.monotonic() + 90
@@ -307,9 +329,9 @@ def test_a_restart_after_losing_its_host_gets_the_data_on_the_new_node(hosts):
             time.sleep(0.05)
         first = mark.read_text()
         [other] = set(NODES) - {first}
-        assert shm.segments(first) and not shm.segments(other)   # one copy, where the ranks run
+        assert shm.segments(first) and not shm.segments(other)  # one copy, where the ranks run
         host = "h1" if first == NODES[0] else "h2"
-        assert c.net.kill_all(host) and not c.net.wait_empty(host)   # the host dies
+        assert c.net.kill_all(host) and not c.net.wait_empty(host)  # the host dies
         stdout, stderr = p.communicate(timeout=120)
         lines = [x for x in stdout.splitlines() if x.startswith("{")]
         assert lines, stdout + stderr[-3000:]
@@ -322,6 +344,6 @@ def test_a_restart_after_losing_its_host_gets_the_data_on_the_new_node(hosts):
             p.kill()
             p.wait()
         if host is not None:
-            c.start_node(host, first)    # the host comes back: its new agent removes the dead one's copy
+            c.start_node(host, first)  # the host comes back: its new agent removes the dead one's copy
     c.wait_workers(4)
     assert _wait_no_segments(30) == {}

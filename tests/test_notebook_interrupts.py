@@ -12,6 +12,7 @@
 The kernel tests run a real ipykernel (jupyter_client) on the session cluster and read
 the shell replies and iopub messages a front-end gets.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,6 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
-
 from test_hardening_ux import RAYNB_ROOT, Kernel, error_of, streams
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -77,6 +77,7 @@ def _seen_for(path: Path, seconds: float):
         if not seen and path.exists():
             seen.append(time.monotonic())
         return bool(seen) and time.monotonic() - seen[0] >= seconds
+
     return cond
 
 
@@ -102,15 +103,23 @@ def test_the_stop_button_in_a_ray_tune_cell_stops_run_all_and_keeps_the_grid(ker
     name = f"stop_{os.getpid()}_{time.monotonic_ns()}"
     cells = [SLOW_TUNE.format(name=name, marker=str(marker)), "print('the next cell ran')"]
     first, second = run_all(kernel, cells, marker.exists).values()
-    assert first["reply"]["status"] == "error" and first["reply"]["ename"] == "KeyboardInterrupt", first["reply"]
-    assert second["reply"]["status"] == "aborted", second["reply"]   # Run All stopped at the interrupt
+    assert first["reply"]["status"] == "error" and first["reply"]["ename"] == "KeyboardInterrupt", first[
+        "reply"
+    ]
+    assert second["reply"]["status"] == "aborted", second["reply"]  # Run All stopped at the interrupt
     assert "the next cell ran" not in streams(second["msgs"])
     shown = _shown(first["reply"])
-    assert len(shown) == 1 and shown[0].startswith("KeyboardInterrupt: tuning interrupted: 0 trial(s) done, 2 "
-                                                   "unfinished; the results so far are in `_ray_tune_result`"), shown
+    assert len(shown) == 1 and shown[0].startswith(
+        "KeyboardInterrupt: tuning interrupted: 0 trial(s) done, 2 "
+        "unfinished; the results so far are in `_ray_tune_result`"
+    ), shown
     assert f"re-run this cell with --name {name} --resume" in streams(first["msgs"])
-    got = streams(kernel.run("print(type(_ray_tune_result).__name__, _ray_tune_result.interrupted, "
-                             "sorted(r.status for r in _ray_tune_result))"))
+    got = streams(
+        kernel.run(
+            "print(type(_ray_tune_result).__name__, _ray_tune_result.interrupted, "
+            "sorted(r.status for r in _ray_tune_result))"
+        )
+    )
     assert got.strip() == "ResultGrid True ['PAUSED', 'PAUSED']", got
 
 
@@ -129,12 +138,18 @@ def test_the_stop_button_in_a_tuner_fit_cell_stops_run_all_and_get_results_has_t
                            run_config=tune.RunConfig(verbose=0))
     """)
     assert error_of(kernel.run(setup)) is None
-    first, second = run_all(kernel, ["grid = tuner.fit()", "print('the next cell ran')"], marker.exists).values()
-    assert first["reply"]["status"] == "error" and first["reply"]["ename"] == "KeyboardInterrupt", first["reply"]
+    first, second = run_all(
+        kernel, ["grid = tuner.fit()", "print('the next cell ran')"], marker.exists
+    ).values()
+    assert first["reply"]["status"] == "error" and first["reply"]["ename"] == "KeyboardInterrupt", first[
+        "reply"
+    ]
     assert second["reply"]["status"] == "aborted", second["reply"]
     shown = _shown(first["reply"])
-    assert shown[-1].startswith("KeyboardInterrupt: tuning interrupted: 0 trial(s) done, 2 unfinished; "
-                                "the results so far are in tuner.get_results()"), shown
+    assert shown[-1].startswith(
+        "KeyboardInterrupt: tuning interrupted: 0 trial(s) done, 2 unfinished; "
+        "the results so far are in tuner.get_results()"
+    ), shown
     assert not any("raynb/" in line for line in shown), shown
     got = streams(kernel.run("print(sorted(r.status for r in tuner.get_results()))"))
     assert got.strip() == "['PAUSED', 'PAUSED']", got
@@ -142,13 +157,16 @@ def test_the_stop_button_in_a_tuner_fit_cell_stops_run_all_and_get_results_has_t
 
 def test_a_ray_train_interrupt_shows_one_line_not_the_magic_call(kernel, tmp_path):
     marker = tmp_path / "running"
-    cell = (f"%%ray_train --workers 2\nimport pathlib, time\n# a comment the traceback must not repeat\n"
-            f"pathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n")
+    cell = (
+        f"%%ray_train --workers 2\nimport pathlib, time\n# a comment the traceback must not repeat\n"
+        f"pathlib.Path({str(marker)!r}).touch()\ntime.sleep(60)\n"
+    )
     first, second = run_all(kernel, [cell, "print('the next cell ran')"], _seen_for(marker, 1.0)).values()
     assert second["reply"]["status"] == "aborted", second["reply"]
     shown = _shown(first["reply"])
-    assert len(shown) == 1 and re.fullmatch(r"KeyboardInterrupt: run 'ray_train_\S+' cancelled on every rank",
-                                            shown[0]), shown
+    assert len(shown) == 1 and re.fullmatch(
+        r"KeyboardInterrupt: run 'ray_train_\S+' cancelled on every rank", shown[0]
+    ), shown
     assert not any("run_cell_magic" in line or "must not repeat" in line for line in shown), shown
 
 
@@ -182,34 +200,39 @@ def test_trials_that_never_started_are_pending_after_an_interrupt(tmp_path, monk
     import _thread
     import threading
 
-    from raynb import tune
-
     from conftest import private_cluster
+
+    from raynb import tune
 
     up, release = str(tmp_path / "up"), str(tmp_path / "release")
     # Two workers at most: another client's run holds one, so of the two trials submitted
     # one runs and one waits at the head for a worker; the third is never submitted.
     with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2):
-        holder = subprocess.Popen([sys.executable, "-c", HOLD_WORKERS, up, release, "1"],
-                                  env=dict(os.environ, PYTHONPATH=RAYNB_ROOT))
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLD_WORKERS, up, release, "1"],
+            env=dict(os.environ, PYTHONPATH=RAYNB_ROOT),
+        )
         try:
             deadline = time.monotonic() + 60
             while not Path(up + "0").exists():
                 assert time.monotonic() < deadline and holder.poll() is None, "the holding run never started"
                 time.sleep(0.05)
-            tuner = tune.Tuner(_reports_until, param_space={"k": tune.grid_search([1, 2, 3]), "release": release},
-                               run_config=tune.RunConfig(verbose=0))
+            tuner = tune.Tuner(
+                _reports_until,
+                param_space={"k": tune.grid_search([1, 2, 3]), "release": release},
+                run_config=tune.RunConfig(verbose=0),
+            )
             timer = threading.Timer(3.0, _thread.interrupt_main)
             timer.start()
             try:
-                grid = tuner.fit()   # not in an IPython cell: returned, as Ray Tune does
+                grid = tuner.fit()  # not in an IPython cell: returned, as Ray Tune does
             finally:
                 timer.cancel()
             assert grid.interrupted
             assert [r.status for r in grid] == ["PAUSED", "PENDING", "PENDING"], [r.status for r in grid]
             Path(release).touch()
             assert holder.wait(timeout=60) == 0
-            grid2 = tuner.fit()   # carries on: the PENDING ones start now, from scratch
+            grid2 = tuner.fit()  # carries on: the PENDING ones start now, from scratch
             assert [r.status for r in grid2] == ["TERMINATED"] * 3, [(r.status, r.error) for r in grid2]
         finally:
             Path(release).touch()

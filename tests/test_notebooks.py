@@ -3,6 +3,7 @@
 The notebooks themselves are executed by ``pytest --nbval-lax notebooks/``
 (see notebooks/conftest.py); these tests check what that does not.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,15 @@ KERNEL_EXT = ROOT / "kernel_ext"
 def test_notebook_is_stored_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, (f"{path.name}: cells {dirty} have outputs or execution counts; clear them "
-                       "before committing (jupyter nbconvert --clear-output --inplace)")
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
+    ]
+    assert not dirty, (
+        f"{path.name}: cells {dirty} have outputs or execution counts; clear them "
+        "before committing (jupyter nbconvert --clear-output --inplace)"
+    )
 
 
 def test_quickstart_stops_its_cluster_last():

@@ -1,5 +1,6 @@
 """The progress model, the ipywidgets pane (without a browser), the text view
 and the choice between them."""
+
 from __future__ import annotations
 
 import io
@@ -16,7 +17,7 @@ from raynb.notebook.text_progress import TextProgress
 from raynb.notebook.widgets import ProgressPane
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-MiB = 2 ** 20
+MiB = 2**20
 T0 = 1_700_000_000.0
 
 
@@ -46,8 +47,9 @@ def run_epochs(p_or_view, world=2, epochs=3, t=T0):
     feed(state("RUNNING", t))
     for e in range(epochs):
         for r in range(world):
-            feed(report(r, t + e + 1, epoch=e, loss=1.0 / (e + 1), acc=0.5 + 0.1 * e,
-                        training_iteration=e + 1))
+            feed(
+                report(r, t + e + 1, epoch=e, loss=1.0 / (e + 1), acc=0.5 + 0.1 * e, training_iteration=e + 1)
+            )
 
 
 # ------------------------------------------------------------------- the model
@@ -56,14 +58,14 @@ def test_epoch_progress_against_total_and_silent_rank():
     run_epochs(p, world=2, epochs=3)
     assert p.rank_progress == {0: (3, 10), 1: (3, 10), 2: (0, 10)}
     assert p.progress_unit == "epoch"
-    assert p.progress_text() == "epoch 0-3/10"   # rank 2 never reported
+    assert p.progress_text() == "epoch 0-3/10"  # rank 2 never reported
     assert p.ranks == [0, 1, 2]
 
 
 def test_step_and_iteration_progress_without_total():
     p = RunProgress("r", world_size=2)
     p.on_event(report(0, T0, step=41, loss=0.5))
-    p.on_event(report(1, T0, loss=0.5))           # neither epoch nor step
+    p.on_event(report(1, T0, loss=0.5))  # neither epoch nor step
     p.on_event(report(1, T0, loss=0.4))
     assert p.rank_progress == {0: (42, None), 1: (2, None)}
     # An epoch with no known total counts epochs rather than reports.
@@ -76,9 +78,9 @@ def test_step_and_iteration_progress_without_total():
 def test_latest_metrics_are_rank0_and_ignore_late_old_reports():
     p = RunProgress("r", world_size=2)
     p.on_event(report(1, T0, loss=9.0, training_iteration=1))
-    assert p.latest_metrics == {}                 # only rank 0 counts
+    assert p.latest_metrics == {}  # only rank 0 counts
     p.on_event(report(0, T0 + 2, loss=0.2, training_iteration=2, step=1))
-    p.on_event(report(0, T0 + 1, loss=0.9, training_iteration=1, step=0))   # arrives late
+    p.on_event(report(0, T0 + 1, loss=0.9, training_iteration=1, step=0))  # arrives late
     assert p.latest_metrics["loss"] == 0.2
     assert p.rank_progress[0] == (2, None)
     assert [x for x, _ in p.history] == [1, 2]
@@ -109,7 +111,7 @@ def test_worker_stats_merge_convert_keys_and_ignore_stale_samples():
     p.on_event(stats(T0 + 1, **{"0": {"pid": 11, "cpu_percent": 50.0, "rss": 100 * MiB}}))
     p.on_event(stats(T0 + 1, **{"1": {"pid": 12, "cpu_percent": "bad", "rss": 300 * MiB}}))
     p.on_event(stats(T0 + 2, **{"0": {"pid": 11, "cpu_percent": 75.0, "rss": 80 * MiB}}))
-    p.on_event(stats(T0 + 0.5, **{"0": {"pid": 99, "cpu_percent": 1.0, "rss": 1}}))   # stale
+    p.on_event(stats(T0 + 0.5, **{"0": {"pid": 99, "cpu_percent": 1.0, "rss": 1}}))  # stale
     ws = p.worker_stats
     assert ws[0] == {"pid": 11, "cpu_percent": 75.0, "rss": 80 * MiB}
     assert ws[1] == {"pid": 12, "cpu_percent": None, "rss": 300 * MiB}
@@ -121,7 +123,7 @@ def test_elapsed_ticks_while_running_and_freezes_at_end():
     p = RunProgress("r", world_size=1, clock=clock)
     p.on_event(state("PENDING", T0))
     clock.t = T0 + 5
-    assert p.elapsed_s == 0.0                     # not started yet
+    assert p.elapsed_s == 0.0  # not started yet
     p.on_event(state("RUNNING", T0 + 5))
     clock.t = T0 + 8
     assert p.elapsed_s == pytest.approx(3.0)
@@ -138,7 +140,7 @@ def test_elapsed_ticks_while_running_and_freezes_at_end():
 
 def test_report_before_running_starts_the_clock_and_failure_keeps_message():
     p = RunProgress("r", world_size=1)
-    p.on_event(report(0, T0 + 2, loss=1.0))       # RUNNING state delayed or lost
+    p.on_event(report(0, T0 + 2, loss=1.0))  # RUNNING state delayed or lost
     assert p.state == "RUNNING"
     p.on_event(state("RUNNING", T0 + 3))
     p.on_event(state("FAILED", T0 + 7, message="ZeroDivisionError: boom"))
@@ -149,21 +151,32 @@ def test_report_before_running_starts_the_clock_and_failure_keeps_message():
 def test_junk_events_are_ignored():
     p = RunProgress("r", world_size=2, total_epochs="nonsense")
     assert p.total_epochs is None
-    junk = [None, 42, "x", [], {}, {"kind": "unknown"}, {"kind": "state"},
-            {"kind": "state", "state": "EXPLODED"}, {"kind": "report"},
-            {"kind": "report", "rank": "zero", "metrics": {"loss": 1}},
-            {"kind": "report", "rank": 0, "metrics": "not a dict"},
-            {"kind": "report", "rank": -1, "metrics": {}},
-            {"kind": "report", "rank": True, "metrics": {}},
-            {"kind": "report", "rank": 0, "metrics": {"epoch": "x", "step": None}, "time": "soon"},
-            {"kind": "stats", "workers": None}, {"kind": "stats", "workers": {"a": {}, "1": "no"}},
-            {"kind": "output", "rank": 0, "text": None}, {"kind": "note"}]
+    junk = [
+        None,
+        42,
+        "x",
+        [],
+        {},
+        {"kind": "unknown"},
+        {"kind": "state"},
+        {"kind": "state", "state": "EXPLODED"},
+        {"kind": "report"},
+        {"kind": "report", "rank": "zero", "metrics": {"loss": 1}},
+        {"kind": "report", "rank": 0, "metrics": "not a dict"},
+        {"kind": "report", "rank": -1, "metrics": {}},
+        {"kind": "report", "rank": True, "metrics": {}},
+        {"kind": "report", "rank": 0, "metrics": {"epoch": "x", "step": None}, "time": "soon"},
+        {"kind": "stats", "workers": None},
+        {"kind": "stats", "workers": {"a": {}, "1": "no"}},
+        {"kind": "output", "rank": 0, "text": None},
+        {"kind": "note"},
+    ]
     for ev in junk:
         p.on_event(ev)
-    assert p.state == "RUNNING"                   # from the one valid (if odd) report
+    assert p.state == "RUNNING"  # from the one valid (if odd) report
     assert p.rank_progress == {0: (1, None), 1: (0, None)}
     assert p.worker_stats == {} and p.notes == []
-    p.summary_html()                              # and the summaries still render
+    p.summary_html()  # and the summaries still render
     assert p.summary_lines()[0].startswith("[r] RUNNING")
 
 
@@ -172,8 +185,9 @@ def test_notes_restarts_and_output_tail():
     p.on_event({"kind": "note", "text": "restart 1/3: rank 2 died, SIGKILL", "time": T0})
     p.on_event({"kind": "note", "text": "checkpoint restored", "time": T0})
     p.on_event({"kind": "output", "rank": 0, "stream": "stdout", "text": "a\nb\n\n"})
-    p.on_event({"kind": "output", "rank": 0, "stream": "stderr",
-                "text": "\n".join(str(i) for i in range(50))})
+    p.on_event(
+        {"kind": "output", "rank": 0, "stream": "stderr", "text": "\n".join(str(i) for i in range(50))}
+    )
     assert p.notes == ["restart 1/3: rank 2 died, SIGKILL", "checkpoint restored"]
     assert p.restarts == 1
     tail = p.output_tail[0]
@@ -188,7 +202,7 @@ def test_summary_html_is_static_escaped_and_has_the_plot():
     out = p.summary_html()
     assert "<script>" not in out and "&lt;script&gt;" in out
     assert "FINISHED" in out and "4.0s" in out
-    assert "0.3333" in out and "0.7" in out       # final loss and acc
+    assert "0.3333" in out and "0.7" in out  # final loss and acc
     assert "3/3" in out and "4242" in out and "512 MiB" in out
     assert "data:image/png;base64," in out
     assert "data:image" not in p.summary_html(plot=False)
@@ -198,7 +212,7 @@ def test_summary_html_is_static_escaped_and_has_the_plot():
 
 
 def test_formatters():
-    assert fmt_bytes(180 * MiB) == "180 MiB" and fmt_bytes(3 * 2 ** 30) == "3.0 GiB"
+    assert fmt_bytes(180 * MiB) == "180 MiB" and fmt_bytes(3 * 2**30) == "3.0 GiB"
     assert fmt_bytes(None) == "?"
     assert fmt_duration(12.34) == "12.3s" and fmt_duration(245) == "4m 05s"
     assert fmt_duration(3723) == "1h 02m 03s" and fmt_duration(-1) == "0.0s"
@@ -206,18 +220,18 @@ def test_formatters():
 
 def test_value_and_range_formatters():
     assert fmt_value(0.023467) == "0.02347" and fmt_value(14) == "14"
-    assert fmt_value(12345.6) == "12346"           # not 1.235e+04
+    assert fmt_value(12345.6) == "12346"  # not 1.235e+04
     assert fmt_value(1.2e-7) == "1.2e-07" and fmt_value(3e13) == "3e+13"
     assert fmt_range([257 * MiB] * 4, fmt_bytes) == "257 MiB"
     assert fmt_range([262 * MiB, 250 * MiB, None], fmt_bytes) == "250-262 MiB"
-    assert fmt_range([250 * MiB, 2 ** 31], fmt_bytes) == "250 MiB-2.0 GiB"
+    assert fmt_range([250 * MiB, 2**31], fmt_bytes) == "250 MiB-2.0 GiB"
     assert fmt_range([28.0, 20.2], lambda c: f"{c:.0f}%") == "20-28%"
     assert fmt_range([None], fmt_bytes) == "?"
 
 
 def test_curve_needs_two_points():
-    assert render_curve_png([1], [0.5]) is None    # one point is no curve
-    assert render_curve_png([1, 2], [2.3, 0.001]).startswith(PNG_MAGIC)   # log axis
+    assert render_curve_png([1], [0.5]) is None  # one point is no curve
+    assert render_curve_png([1, 2], [2.3, 0.001]).startswith(PNG_MAGIC)  # log axis
 
 
 def finished_run(world=4, epochs=15):
@@ -227,11 +241,25 @@ def finished_run(world=4, epochs=15):
     p.on_event(state("RUNNING", T0))
     for e in range(epochs):
         for r in range(world):
-            p.on_event(report(r, T0 + e, epoch=e, loss=2.2 / (e + 1) ** 2, val_accuracy=0.5 + e / 40,
-                              training_iteration=e + 1, timestamp=T0 + e, time_total_s=0.3 * (e + 1),
-                              time_this_iter_s=0.3))
-    p.on_event(stats(T0 + 2, **{str(r): {"pid": 100 + r, "cpu_percent": 90.0, "rss": (270 + r) * MiB}
-                                for r in range(world)}))
+            p.on_event(
+                report(
+                    r,
+                    T0 + e,
+                    epoch=e,
+                    loss=2.2 / (e + 1) ** 2,
+                    val_accuracy=0.5 + e / 40,
+                    training_iteration=e + 1,
+                    timestamp=T0 + e,
+                    time_total_s=0.3 * (e + 1),
+                    time_this_iter_s=0.3,
+                )
+            )
+    p.on_event(
+        stats(
+            T0 + 2,
+            **{str(r): {"pid": 100 + r, "cpu_percent": 90.0, "rss": (270 + r) * MiB} for r in range(world)},
+        )
+    )
     p.on_event(state("FINISHED", T0 + 16))
     return p
 
@@ -249,7 +277,7 @@ def test_summary_html_layout_survives_notebook_table_css():
     # One row per rank: bar (green: finished), progress, pid and peak RSS together.
     assert out.count("15/15 epochs") == 4 and ">103<" in out and "273 MiB" in out
     assert "#43a047" in out
-    assert 'width="360"' in out                    # drawn at 2x, shown at 360px
+    assert 'width="360"' in out  # drawn at 2x, shown at 360px
 
 
 def test_failed_without_message_shows_no_empty_error():
@@ -299,7 +327,7 @@ def test_pane_widgets_follow_the_model(shown):
     assert "PENDING" in pane.header.value and "mnist" in pane.header.value
     run_epochs(pane, world=2, epochs=2)
     pane.handle(stats(T0 + 1, **{"0": {"pid": 7, "cpu_percent": 52.4, "rss": 180 * MiB}}))
-    clock.t = 1.0                                 # past the throttle
+    clock.t = 1.0  # past the throttle
     assert pane.refresh()
     assert "RUNNING" in pane.header.value and "epoch 0-2/4" in pane.header.value
     assert [(pane.bars[r].value, pane.bars[r].max) for r in range(3)] == [(2, 4), (2, 4), (0, 4)]
@@ -335,7 +363,7 @@ def test_pane_throttles_refreshes_and_plot_renders():
     pane = ProgressPane(p, min_interval_s=0.25, trailing=False, clock=clock)
     pane.handle(state("RUNNING", T0))
     renders0, refreshes0 = pane.plot_renders, pane.refreshes
-    for i in range(100):                          # a tight loop: the clock barely moves
+    for i in range(100):  # a tight loop: the clock barely moves
         clock.t += 0.001
         pane.handle(report(0, T0 + i, loss=1.0 / (i + 1)))
     assert pane.plot_renders - renders0 <= 1
@@ -372,14 +400,14 @@ def test_pane_finish_leaves_static_summary_in_place(shown):
     pane.handle(state("FINISHED", T0 + 4))
     pane.finish()
     kind, obj = shown[-1]
-    assert kind == "update"                        # replaces the pane, not appended below it
+    assert kind == "update"  # replaces the pane, not appended below it
     assert obj.data == pane.summary
     assert "FINISHED" in obj.data and "0.3333" in obj.data and "0.7" in obj.data
-    assert pane.widget.comm is None and pane.plot.comm is None   # widgets closed
+    assert pane.widget.comm is None and pane.plot.comm is None  # widgets closed
     assert all(b.comm is None for b in pane.bars.values())
     n = len(shown)
-    pane.finish()                                  # idempotent
-    pane.handle(report(0, T0 + 9, loss=5.0))       # late events don't touch closed widgets
+    pane.finish()  # idempotent
+    pane.handle(report(0, T0 + 9, loss=5.0))  # late events don't touch closed widgets
     assert len(shown) == n
     assert p.latest_metrics["loss"] == 5.0
 
@@ -396,8 +424,15 @@ def test_pane_rank_rows_carry_their_worker_stats():
     p = RunProgress("r", world_size=2, total_epochs=4)
     pane = ProgressPane(p, trailing=False, clock=FakeClock(0.0))
     run_epochs(pane, world=2, epochs=1)
-    pane.handle(stats(T0 + 1, **{"0": {"pid": 7, "cpu_percent": 52.4, "rss": 180 * MiB},
-                                 "1": {"pid": 8, "cpu_percent": 40.0, "rss": 200 * MiB}}))
+    pane.handle(
+        stats(
+            T0 + 1,
+            **{
+                "0": {"pid": 7, "cpu_percent": 52.4, "rss": 180 * MiB},
+                "1": {"pid": 8, "cpu_percent": 40.0, "rss": 200 * MiB},
+            },
+        )
+    )
     pane.refresh(force=True)
     assert "1/4 epochs" in pane._bar_labels[0].value and "52% CPU" in pane._bar_labels[0].value
     assert "200 MiB" in pane._bar_labels[1].value
@@ -428,11 +463,11 @@ def test_pane_forced_refresh_leaves_a_fresh_curve_to_the_trailing_one():
     assert pane.refresh() and pane.plot_renders == 1
     p.on_event(report(0, T0 + 3, loss=0.2))
     clock.t = 1.05
-    pane.handle({"kind": "note", "text": "checkpoint saved", "time": T0})   # forced
+    pane.handle({"kind": "note", "text": "checkpoint saved", "time": T0})  # forced
     assert "checkpoint saved" in pane.notes_html.value
-    assert pane.plot_renders == 1                  # not a second render 50 ms later...
+    assert pane.plot_renders == 1  # not a second render 50 ms later...
     clock.t = 1.3
-    assert pane.refresh() and pane.plot_renders == 2   # ...the next refresh draws it
+    assert pane.refresh() and pane.plot_renders == 2  # ...the next refresh draws it
 
 
 def test_pane_finish_renders_the_final_curve_once_for_pane_and_summary():
@@ -458,7 +493,7 @@ def test_text_progress_lines():
     tp.display()
     tp.handle(state("RUNNING", T0))
     tp.handle(stats(T0, **{"0": {"pid": 1, "cpu_percent": 52.0, "rss": 180 * MiB}}))
-    for e in range(3):                             # within 2 s: one status line at most
+    for e in range(3):  # within 2 s: one status line at most
         for r in range(2):
             clock.t += 0.1
             tp.handle(report(r, T0 + e, epoch=e, loss=0.231, val_acc=0.95, training_iteration=e + 1))
@@ -472,12 +507,12 @@ def test_text_progress_lines():
     tp.finish()
     lines = out.getvalue().splitlines()
     assert lines[0] == "[txt] RUNNING"
-    status = [l for l in lines if l.startswith("[txt] RUNNING 12.3s")]
+    status = [line for line in lines if line.startswith("[txt] RUNNING 12.3s")]
     assert len(status) == 2, lines
     assert status[-1] == "[txt] RUNNING 12.3s | epoch 3/10 | loss=0.231 val_acc=0.95 | rank0 52% 180 MiB"
     assert "[txt] note: restart 1/3: rank 1 died" in lines
     # One FINISHED line: the summary's first (a terminal printed "FINISHED after" too).
-    assert [l for l in lines if l.startswith("[txt] FINISHED")] == [p.summary_lines()[0]], lines
+    assert [line for line in lines if line.startswith("[txt] FINISHED")] == [p.summary_lines()[0]], lines
     assert lines[-3:] == p.summary_lines()[-3:]
 
 
@@ -490,7 +525,7 @@ def test_text_progress_quiet_heartbeat():
     assert tp.lines_printed == 1
     clock.t = 5
     tp.handle(stats(T0, **{"0": {"pid": 1, "cpu_percent": 1.0, "rss": MiB}}))
-    assert tp.lines_printed == 1                   # no new report, not quiet for long
+    assert tp.lines_printed == 1  # no new report, not quiet for long
     clock.t = 11
     tp.handle(stats(T0, **{"0": {"pid": 1, "cpu_percent": 1.0, "rss": MiB}}))
     assert tp.lines_printed == 2
@@ -502,31 +537,34 @@ def test_text_status_line_stays_short_for_many_ranks():
     p = RunProgress("big", world_size=8, total_epochs=5, clock=lambda: T0 + 3)
     tp = TextProgress(p, stream=out, clock=clock)
     tp.handle(state("RUNNING", T0))
-    tp.handle(stats(T0, **{str(r): {"pid": r, "cpu_percent": 20.0 + r, "rss": (250 + r) * MiB}
-                           for r in range(8)}))
-    assert out.getvalue().splitlines() == ["[big] RUNNING"]   # a sample alone is no news
-    for r in (3, 1):                               # other ranks first: no line without rank 0's metrics
+    tp.handle(
+        stats(T0, **{str(r): {"pid": r, "cpu_percent": 20.0 + r, "rss": (250 + r) * MiB} for r in range(8)})
+    )
+    assert out.getvalue().splitlines() == ["[big] RUNNING"]  # a sample alone is no news
+    for r in (3, 1):  # other ranks first: no line without rank 0's metrics
         tp.handle(report(r, T0 + 1, epoch=0, loss=0.9))
     assert len(out.getvalue().splitlines()) == 1
     tp.handle(report(0, T0 + 1, epoch=0, loss=0.9, timestamp=T0))
     assert out.getvalue().splitlines()[-1] == (
-        "[big] RUNNING 3.0s | epoch 0-1/5 | loss=0.9 | 8 ranks 20-27% 250-257 MiB")
+        "[big] RUNNING 3.0s | epoch 0-1/5 | loss=0.9 | 8 ranks 20-27% 250-257 MiB"
+    )
 
 
 # ------------------------------------------------------------------- choosing a view
-@pytest.mark.parametrize("env, cls", [("text", TextProgress), ("widget", ProgressPane),
-                                      ("none", NullProgress)])
+@pytest.mark.parametrize(
+    "env, cls", [("text", TextProgress), ("widget", ProgressPane), ("none", NullProgress)]
+)
 def test_env_override(monkeypatch, env, cls):
     monkeypatch.setenv("RAYNB_PROGRESS", env)
     view = progress_display(RunProgress("r", 1))
     assert type(view) is cls
-    view.handle(report(0, T0, loss=0.5))           # every view feeds the model
+    view.handle(report(0, T0, loss=0.5))  # every view feeds the model
     assert view.progress.latest_metrics == {"loss": 0.5}
 
 
 def test_auto_choice_follows_the_kernel(monkeypatch):
     monkeypatch.delenv("RAYNB_PROGRESS", raising=False)
-    assert not display_mod.in_jupyter_kernel()     # pytest is not a Jupyter kernel
+    assert not display_mod.in_jupyter_kernel()  # pytest is not a Jupyter kernel
     assert isinstance(progress_display(RunProgress("r", 1)), TextProgress)
     monkeypatch.setattr(display_mod, "in_jupyter_kernel", lambda: True)
     view = progress_display(RunProgress("r", 1), min_interval_s=0.5)

@@ -3,6 +3,7 @@
 The live tests talk to the session cluster's head from raw ZeroMQ DEALER
 sockets and raw TCP sockets, as a hostile local process would.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,12 +20,11 @@ from contextlib import contextmanager
 
 import pytest
 import zmq
+from conftest import wait_idle_workers
 
 import raynb
-from raynb.cluster.protocol import messages as P
 from raynb.client.shipping import dumps_payload
-
-from conftest import wait_idle_workers
+from raynb.cluster.protocol import messages as P
 
 KEY = b"k" * 64
 
@@ -47,9 +47,14 @@ def sign(key: bytes, header: dict, content, buffers=()) -> list[bytes]:
 
 
 def header(msg_type=P.PING, *, seq=1, t=None, session=None, version=P.PROTOCOL_VERSION) -> dict:
-    return {"version": version, "msg_type": msg_type, "msg_id": uuid.uuid4().hex,
-            "session": session or uuid.uuid4().hex, "seq": seq,
-            "time": time.time() if t is None else t}
+    return {
+        "version": version,
+        "msg_type": msg_type,
+        "msg_id": uuid.uuid4().hex,
+        "session": session or uuid.uuid4().hex,
+        "seq": seq,
+        "time": time.time() if t is None else t,
+    }
 
 
 def rejected_by(receiver: P.Session, frames) -> str:
@@ -82,12 +87,12 @@ def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_me
     from raynb.cluster.protocol import signing
 
     sender = P.Session(KEY, frame_bytes=256 << 10)
-    big = os.urandom(300 << 10)                      # over 64 KiB, under the chunk size: signed by digest
+    big = os.urandom(300 << 10)  # over 64 KiB, under the chunk size: signed by digest
     frames = raw(sender.serialize(P.SUBMIT_RUN, {"name": "x"}, [big]))
     assert frames == sign(KEY, json.loads(frames[1]), {"name": "x"}, [big])
     assert raw(P.Session(KEY).deserialize(list(frames)).buffers) == [big]
     tampered = list(frames)
-    tampered[3] = big[:-1] + bytes([big[-1] ^ 1])   # one bit of the big frame
+    tampered[3] = big[:-1] + bytes([big[-1] ^ 1])  # one bit of the big frame
     assert "bad or missing signature" in rejected_by(P.Session(KEY), tampered)
 
     # A Payload cut into pieces for four ranks: each piece hashed once, not once per rank.
@@ -98,17 +103,18 @@ def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_me
         if len(memoryview(data)):
             hashed.append(len(memoryview(data)))
         return real_sha(data)
+
     payload = signing.Payload([os.urandom(3 << 20)])  # 3 MiB: 12 pieces of 256 KiB
     monkeypatch.setattr(signing.hashlib, "sha256", counting_sha)
     trains = [sender.messages(P.RUN_TASK, {"rank": r}, payload) for r in range(4)]
     monkeypatch.setattr(signing.hashlib, "sha256", real_sha)
     assert sum(hashed) == 3 << 20 and len(hashed) == 12
-    for train in trains:                             # and every rank verifies and reassembles it
+    for train in trains:  # and every rank verifies and reassembles it
         receiver = P.Session(KEY)
         got = [receiver.deserialize(raw(m)) for m in train]
         assert got[:-1] == [None] * 12 and raw(got[-1].buffers) == [bytes(payload[0])]
     piece = raw(trains[1][5])
-    piece[3] = bytes(len(piece[3]))                  # a piece replaced by zeros
+    piece[3] = bytes(len(piece[3]))  # a piece replaced by zeros
     assert "bad or missing signature" in rejected_by(P.Session(KEY), piece)
 
 
@@ -129,12 +135,12 @@ def test_round_trip_over_real_sockets_and_rejected_count():
         good = raw(sender.serialize(P.TASK_EVENT, {"x": 1}, [b"payload"]))
         bad = [
             [good[0], good[1].replace(b'"task_event"', b'"run_task"'), *good[2:]],  # header
-            [good[0], good[1], pickle.dumps({"x": 2}, protocol=5), *good[3:]],        # content
-            [*good[:3], b"PAYLOAD"],                                                   # buffer
-            good[:3],                                                                  # buffer dropped
-            good[:2],                                                                  # truncated
-            [b"not hex at all"] + good[1:],                                            # bad signature
-            [os.urandom(3)],                                                           # garbage
+            [good[0], good[1], pickle.dumps({"x": 2}, protocol=5), *good[3:]],  # content
+            [*good[:3], b"PAYLOAD"],  # buffer
+            good[:3],  # buffer dropped
+            good[:2],  # truncated
+            [b"not hex at all"] + good[1:],  # bad signature
+            [os.urandom(3)],  # garbage
         ]
         for frames in bad:
             a.send_multipart(frames)
@@ -245,7 +251,11 @@ def test_signed_but_malformed_messages_rejected():
     assert "version" in rejected_by(receiver, sign(KEY, header(version=other), {}))
     for bad in ({"msg_type": P.PING}, {**header(), "seq": "many"}, {**header(), "time": None}):
         assert "malformed header" in rejected_by(receiver, sign(KEY, bad, {}))
-    not_json = [b"", b"{not json", pickle.dumps({}), ]
+    not_json = [
+        b"",
+        b"{not json",
+        pickle.dumps({}),
+    ]
     h = hmac.new(KEY, digestmod=hashlib.sha256)
     for f in not_json[1:]:
         h.update(struct.pack("<Q", len(f)))
@@ -336,14 +346,24 @@ def marker_fn(path: str):
     def write_marker():
         with open(path, "a") as f:
             f.write("ran\n")
+
     return write_marker
 
 
 def submit_spec(run_id: str, num_workers: int = 1) -> dict:
     """A submit_run spec as runner.execute_run builds it."""
-    return {"run_id": run_id, "name": None, "name_prefix": "ProtocolTest",
-            "num_workers": num_workers, "use_gpu": False, "timeout_s": None,
-            "storage_path": None, "params": {}, "cwd": os.getcwd(), "sys_path": []}
+    return {
+        "run_id": run_id,
+        "name": None,
+        "name_prefix": "ProtocolTest",
+        "num_workers": num_workers,
+        "use_gpu": False,
+        "timeout_s": None,
+        "storage_path": None,
+        "params": {},
+        "cwd": os.getcwd(),
+        "sys_path": [],
+    }
 
 
 def submit_frames(session: P.Session, marker: str, run_id: str) -> list[bytes]:
@@ -383,13 +403,16 @@ def test_forged_and_unsigned_submit_never_run(warm, zctx, tmp_path):
     forged = submit_frames(P.Session(b"0" * 64), marker, forged_id)  # the wrong key
     genuine = submit_frames(P.Session(key), marker, unsigned_id)
     # A genuinely signed submit whose function frame was swapped for the marker writer.
-    benign = raw(P.Session(key).serialize(P.SUBMIT_RUN, submit_spec(swapped_id),
-                                          [dumps_payload(lambda: None, None, {})]))
+    benign = raw(
+        P.Session(key).serialize(
+            P.SUBMIT_RUN, submit_spec(swapped_id), [dumps_payload(lambda: None, None, {})]
+        )
+    )
     swapped = [*benign[:3], forged[3]]
     with dealer(zctx, address) as s:
         s.send_multipart(forged)
-        s.send_multipart([b"", *genuine[1:]])   # empty signature
-        s.send_multipart(genuine[1:])           # no signature frame at all
+        s.send_multipart([b"", *genuine[1:]])  # empty signature
+        s.send_multipart(genuine[1:])  # no signature frame at all
         s.send_multipart(swapped)
         replies = sync(s, P.Session(key))
     assert replies == [], [m.msg_type for m in replies]
@@ -442,16 +465,16 @@ def head_still_works(client):
         return ctx.get_world_size()
 
     wait_idle_workers_for(client)
-    result = raynb.TorchTrainer(f, scaling_config=raynb.ScalingConfig(num_workers=4),
-                                run_config=raynb.RunConfig(verbose=0)).fit()
+    result = raynb.TorchTrainer(
+        f, scaling_config=raynb.ScalingConfig(num_workers=4), run_config=raynb.RunConfig(verbose=0)
+    ).fit()
     assert result.state == "FINISHED"
     assert result.metrics["rank"] == 0 and result.metrics["world"] == 4
 
 
 def zmtp_greeting() -> bytes:
     """A ZMTP 3.0 greeting, NULL mechanism, as a client."""
-    return (b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00")
-            + b"\x00" + b"\x00" * 31)
+    return b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
 
 
 def zmtp_ready(socket_type=b"DEALER", identity=b"") -> bytes:
@@ -532,7 +555,7 @@ def test_truncated_and_huge_messages_are_rejected(warm, zctx):
     with dealer(zctx, address) as s:
         s.send_multipart([b"x"])
         s.send_multipart([b"a", b"b"])
-        s.send_multipart(good[:2])          # a genuine message, cut short
+        s.send_multipart(good[:2])  # a genuine message, cut short
         s.send_multipart([b""])
         replies = sync(s, P.Session(key), timeout=30.0)
     assert replies == [], [m.msg_type for m in replies]
@@ -557,8 +580,10 @@ def test_unauthenticated_peer_cannot_take_over_a_worker_route(warm, zctx):
     tasks (the user's code and data), nor break the run."""
     address = warm.info["address"]
     victim = sorted(w["worker_id"] for w in warm.status()["workers"])[0]
-    with dealer(zctx, address, identity=f"worker:{victim}".encode()) as thief, \
-            dealer(zctx, address, identity=f"node:{warm.status()['nodes'][0]['node_id']}".encode()) as thief2:
+    with (
+        dealer(zctx, address, identity=f"worker:{victim}".encode()) as thief,
+        dealer(zctx, address, identity=f"node:{warm.status()['nodes'][0]['node_id']}".encode()) as thief2,
+    ):
         thief.send_multipart([b"hello"])
         thief2.send_multipart([b"hello"])
         time.sleep(0.3)  # the handshakes are done; a handover would have happened now
@@ -567,8 +592,10 @@ def test_unauthenticated_peer_cannot_take_over_a_worker_route(warm, zctx):
             return raynb.get_context().get_world_rank()
 
         result = raynb.TorchTrainer(
-            f, scaling_config=raynb.ScalingConfig(num_workers=4, timeout_s=5),
-            run_config=raynb.RunConfig(verbose=0)).fit()
+            f,
+            scaling_config=raynb.ScalingConfig(num_workers=4, timeout_s=5),
+            run_config=raynb.RunConfig(verbose=0),
+        ).fit()
         assert result.state == "FINISHED"
         assert not thief.poll(0), "the head sent a worker's task to an unauthenticated peer"
         assert not thief2.poll(0), "the head sent a node's command to an unauthenticated peer"

@@ -4,6 +4,7 @@ the iterations of a loop, a data shard's batches, and the runs a warm worker tak
 The functions are defined as a notebook's or a script's are (``__name__ == "__main__"``),
 so they are shipped by value and arrive with fresh globals at every task.
 """
+
 import uuid
 
 import numpy as np
@@ -13,7 +14,7 @@ from raynb import data as rd
 from raynb.cluster.worker import warning_registry
 from raynb.train.torch import TorchTrainer
 
-SOURCE = '''
+SOURCE = """
 import os, warnings
 
 def loop(config):
@@ -31,7 +32,7 @@ def loop(config):
             warnings.warn("in a plain loop", UserWarning)
     finally:
         warnings.showwarning = shown
-'''
+"""
 
 
 def _main_function(source: str, name: str):
@@ -44,9 +45,13 @@ def test_a_rank_warns_once_per_location_across_runs(cluster, tmp_path):
     loop = _main_function(SOURCE, "loop")
     log = tmp_path / "shown.txt"
     ds = rd.from_numpy({"x": np.arange(40, dtype=np.float32)})
-    for _ in range(2):   # the second run: the same warm workers, or others
-        TorchTrainer(loop, train_loop_config={"log": str(log)}, datasets={"train": ds},
-                     scaling_config=raynb.ScalingConfig(num_workers=2)).fit()
+    for _ in range(2):  # the second run: the same warm workers, or others
+        TorchTrainer(
+            loop,
+            train_loop_config={"log": str(log)},
+            datasets={"train": ds},
+            scaling_config=raynb.ScalingConfig(num_workers=2),
+        ).fit()
     shown = [tuple(line.split()) for line in log.read_text().splitlines()]
     pids = {pid for pid, _ in shown}
     lines = {lineno for _, lineno in shown}
@@ -60,10 +65,10 @@ def test_registries_are_given_to_functions_shipped_by_value_only():
     g = _main_function("def g(h=None):\n    return h\n", "g")
     assert warning_registry.keep_registries((f, {"nested": [g]})) == 2
     assert f.__globals__["__warningregistry__"] is not g.__globals__["__warningregistry__"]
-    assert warning_registry.keep_registries(np.mean) == 0   # an imported module's: its own
+    assert warning_registry.keep_registries(np.mean) == 0  # an imported module's: its own
 
 
-TRIAL_SOURCE = '''
+TRIAL_SOURCE = """
 import os, warnings
 
 def trainable(config):
@@ -78,7 +83,7 @@ def trainable(config):
             raynb.tune.report({"i": i})
     finally:
         warnings.showwarning = shown
-'''
+"""
 
 
 def test_tune_trials_on_warm_workers_warn_once_per_process(cluster, tmp_path):
@@ -86,8 +91,11 @@ def test_tune_trials_on_warm_workers_warn_once_per_process(cluster, tmp_path):
 
     trainable = _main_function(TRIAL_SOURCE, "trainable")
     log = tmp_path / "shown.txt"
-    grid = tune.Tuner(trainable, param_space={"x": tune.grid_search(list(range(8))), "log": str(log)},
-                      run_config=raynb.train.RunConfig(verbose=0)).fit()
+    grid = tune.Tuner(
+        trainable,
+        param_space={"x": tune.grid_search(list(range(8))), "log": str(log)},
+        run_config=raynb.train.RunConfig(verbose=0),
+    ).fit()
     assert not [r.error for r in grid if r.error]
     shown = [tuple(line.split()) for line in log.read_text().splitlines()]
     # 8 trials on at most 4 warm workers: once per worker process, not once per trial

@@ -1,6 +1,7 @@
 """Ray Tune's own example scripts, shipped in the ``ray`` wheel, run on raynb with their
 imports changed only (``ray`` -> ``raynb``), with ``--smoke-test`` as Ray's CI runs them.
 The scripts are read from the installed wheel (nothing of Ray's is copied here)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = importlib.util.find_spec("ray")
 EXAMPLES = Path(SPEC.origin).parent / "tune" / "examples" if SPEC and SPEC.origin else None
 
-pytestmark = pytest.mark.skipif(EXAMPLES is None or not EXAMPLES.is_dir(),
-                                reason="Ray's wheel (its tune/examples) is not installed")
+pytestmark = pytest.mark.skipif(
+    EXAMPLES is None or not EXAMPLES.is_dir(), reason="Ray's wheel (its tune/examples) is not installed"
+)
 
 
 def ported(source: str) -> str:
@@ -42,7 +44,13 @@ def test_ray_example_runs_with_imports_changed(cluster, tmp_path, name):
     script = tmp_path / name
     script.write_text(ported((EXAMPLES / name).read_text()))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAYNB_PROGRESS": "text"}
-    out = subprocess.run([sys.executable, str(script), "--smoke-test"], cwd=str(tmp_path), env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(script), "--smoke-test"],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, f"{name} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
     assert SCRIPTS[name] in out.stdout, out.stdout[-2000:]

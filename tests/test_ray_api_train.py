@@ -2,6 +2,7 @@
 is_initialized with Ray's arguments (runtime_env's env_vars and working_dir reach the ranks),
 raynb.air's module paths, DataConfig(datasets_to_split=...), and XGBoost's training_iteration
 equal to the boosting rounds."""
+
 from __future__ import annotations
 
 import os
@@ -62,11 +63,17 @@ def test_init_runtime_env_reaches_the_ranks_and_shutdown_forgets_it(cluster, tmp
     script = tmp_path / "script.py"
     script.write_text(INIT_SCRIPT)
     env = {**os.environ, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, str(script), str(work)], cwd=str(tmp_path), env=env,
-                         capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [sys.executable, str(script), str(work)],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"RESULT on {work} 42" in out.stdout
-    assert "AFTER None" in out.stdout          # the env var went with the run, and shutdown forgot it
+    assert "AFTER None" in out.stdout  # the env var went with the run, and shutdown forgot it
     assert "REINIT" in out.stdout and "ignore_reinit_error=True" in out.stdout
     # accepted with no effect: one line each, once
     assert out.stderr.count("raynb.init(namespace=...) is accepted and has no effect") == 1
@@ -87,9 +94,11 @@ def test_init_refuses_what_it_cannot_honour():
 
 
 def test_air_module_paths():
-    from raynb.air import RunConfig as AirRunConfig, session
-    from raynb.air.config import CheckpointConfig, FailureConfig, ScalingConfig as AirScaling
     import raynb.air.integrations  # noqa: F401
+    from raynb.air import RunConfig as AirRunConfig
+    from raynb.air import session
+    from raynb.air.config import CheckpointConfig, FailureConfig
+    from raynb.air.config import ScalingConfig as AirScaling
     from raynb.tune.integration.xgboost import TuneReportCallback, TuneReportCheckpointCallback  # noqa: F401
     from raynb.tune.logger import CSVLoggerCallback, TBXLoggerCallback  # noqa: F401
     from raynb.tune.progress_reporter import CLIReporter, JupyterNotebookReporter  # noqa: F401
@@ -109,14 +118,22 @@ def _shards(config):
 
 
 def test_data_config_splits_only_the_named_datasets(cluster):
-    data = {"train": raynb.data.from_numpy({"x": np.arange(100.0)}),
-            "valid": raynb.data.from_numpy({"x": np.arange(40.0)})}
+    data = {
+        "train": raynb.data.from_numpy({"x": np.arange(100.0)}),
+        "valid": raynb.data.from_numpy({"x": np.arange(40.0)}),
+    }
     quiet = RunConfig(verbose=0)
-    split_all = TorchTrainer(_shards, scaling_config=ScalingConfig(num_workers=2), datasets=data,
-                             run_config=quiet).fit()
+    split_all = TorchTrainer(
+        _shards, scaling_config=ScalingConfig(num_workers=2), datasets=data, run_config=quiet
+    ).fit()
     assert split_all.metrics["train"] == 50 and split_all.metrics["valid"] == 20
-    only_train = TorchTrainer(_shards, scaling_config=ScalingConfig(num_workers=2), datasets=data, run_config=quiet,
-                              dataset_config=DataConfig(datasets_to_split=["train"])).fit()
+    only_train = TorchTrainer(
+        _shards,
+        scaling_config=ScalingConfig(num_workers=2),
+        datasets=data,
+        run_config=quiet,
+        dataset_config=DataConfig(datasets_to_split=["train"]),
+    ).fit()
     assert only_train.metrics["train"] == 50 and only_train.metrics["valid"] == 40
     with pytest.raises(TypeError, match="datasets_to_split"):
         DataConfig(datasets_to_split="train")
@@ -137,8 +154,13 @@ def _xgb_loop(config):
     X = rng.normal(size=(400, 5))
     y = (X[:, 0] > 0).astype(int)
     d = xgboost.DMatrix(X, label=y)
-    xgboost.train({"objective": "binary:logistic", "eval_metric": "logloss"}, d, num_boost_round=10,
-                  evals=[(d, "train")], callbacks=[RayTrainReportCallback()])
+    xgboost.train(
+        {"objective": "binary:logistic", "eval_metric": "logloss"},
+        d,
+        num_boost_round=10,
+        evals=[(d, "train")],
+        callbacks=[RayTrainReportCallback()],
+    )
     assert raynb.train.get_context() is not None
 
 
@@ -147,14 +169,23 @@ def test_xgboost_training_iteration_equals_the_rounds(cluster):
 
     from raynb.train.xgboost import XGBoostTrainer
 
-    result = TorchTrainer(_xgb_loop, scaling_config=ScalingConfig(num_workers=1), run_config=RunConfig(verbose=0)).fit()
+    result = TorchTrainer(
+        _xgb_loop, scaling_config=ScalingConfig(num_workers=1), run_config=RunConfig(verbose=0)
+    ).fit()
     assert result.metrics["training_iteration"] == 10 and len(result.metrics_dataframe) == 10
-    assert result.checkpoint is not None   # the final model, with the last round's report
+    assert result.checkpoint is not None  # the final model, with the last round's report
     rng = np.random.default_rng(1)
-    df = pd.DataFrame(rng.normal(size=(500, 4)), columns=list("abcd")).assign(y=lambda f: (f.a > 0).astype(int))
-    trainer = XGBoostTrainer(params={"objective": "binary:logistic", "eval_metric": "logloss"}, label_column="y",
-                             num_boost_round=10, datasets={"train": raynb.data.from_pandas(df)},
-                             scaling_config=ScalingConfig(num_workers=2), run_config=RunConfig(verbose=0))
+    df = pd.DataFrame(rng.normal(size=(500, 4)), columns=list("abcd")).assign(
+        y=lambda f: (f.a > 0).astype(int)
+    )
+    trainer = XGBoostTrainer(
+        params={"objective": "binary:logistic", "eval_metric": "logloss"},
+        label_column="y",
+        num_boost_round=10,
+        datasets={"train": raynb.data.from_pandas(df)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0),
+    )
     result = trainer.fit()
     assert result.metrics["training_iteration"] == 10
     assert XGBoostTrainer.get_model(result.checkpoint).num_boosted_rounds() == 10

@@ -1,5 +1,6 @@
 """raynb without Ray imports no Ray; ``--ray`` without Ray, with a Ray of another version,
 or with no Ray cluster at the address fails at once with a message naming the fix."""
+
 from __future__ import annotations
 
 import os
@@ -14,14 +15,21 @@ from raynb.errors import ClusterError
 
 
 def _py(code: str, env: dict | None = None, timeout: float = 120):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, **(env or {})),
+    )
 
 
 def test_raynb_imports_no_ray():
-    r = _py("import sys, raynb, raynb.train, raynb.tune, raynb.cli, raynb.train.torch\n"
-            "import raynb.cluster.launch.local, raynb.client.jobs, raynb.cluster.head.server\n"
-            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    r = _py(
+        "import sys, raynb, raynb.train, raynb.tune, raynb.cli, raynb.train.torch\n"
+        "import raynb.cluster.launch.local, raynb.client.jobs, raynb.cluster.head.server\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
@@ -36,9 +44,11 @@ def test_ray_version_outside_the_range_names_both_versions():
 
 def test_start_ray_without_ray_installed_says_to_install_the_extra(tmp_path):
     # A Ray that cannot be imported (None in sys.modules makes `import ray` fail).
-    r = _py("import sys; sys.modules['ray'] = None\n"
-            "from raynb.cli import main; sys.exit(main(['start', '--ray']))",
-            env={"RAYNB_HOME": str(tmp_path / "home")})
+    r = _py(
+        "import sys; sys.modules['ray'] = None\n"
+        "from raynb.cli import main; sys.exit(main(['start', '--ray']))",
+        env={"RAYNB_HOME": str(tmp_path / "home")},
+    )
     assert r.returncode == 2, r.stderr
     assert 'pip install "raynb[ray]"' in r.stderr and "not installed" in r.stderr
 
@@ -49,9 +59,11 @@ def test_no_ray_cluster_at_the_address_names_it_and_how_to_start_one():
     tmp = tempfile.mkdtemp(prefix="rre.")  # an empty RAY_TMPDIR: "auto" finds no cluster there
     try:
         for address in ("127.0.0.1:1", "auto", "nonsense"):
-            r = _py(f"import sys; from raynb.cli import main; sys.exit(main(['start', '--ray', "
-                    f"'--ray-address', {address!r}]))",
-                    env={"RAYNB_HOME": home, "RAY_TMPDIR": tmp, "RAY_ADDRESS": ""})
+            r = _py(
+                f"import sys; from raynb.cli import main; sys.exit(main(['start', '--ray', "
+                f"'--ray-address', {address!r}]))",
+                env={"RAYNB_HOME": home, "RAY_TMPDIR": tmp, "RAY_ADDRESS": ""},
+            )
             assert r.returncode == 2, (address, r.stdout, r.stderr)
             if address == "nonsense":
                 assert "is not 'auto' or HOST:PORT" in r.stderr

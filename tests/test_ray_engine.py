@@ -5,6 +5,7 @@ actor killed, a node killed mid-run, stop (resources back, nothing left).
 
 Skipped, with the reason, where Ray is not installed (``pip install "raynb[ray]"``).
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,9 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "raynb[ray]"')
 
+from conftest import alive  # noqa: E402
+from ray_support import ray_cluster, raynb_pids  # noqa: E402
+
 import raynb  # noqa: E402
 import raynb.client.connection  # noqa: E402
 from raynb.client.status import format_status  # noqa: E402
@@ -27,9 +31,6 @@ from raynb.cluster.launch import ray_engine  # noqa: E402
 from raynb.errors import ClusterError  # noqa: E402
 from raynb.train import Checkpoint, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from raynb.train.torch import TorchTrainer  # noqa: E402
-
-from conftest import alive  # noqa: E402
-from ray_support import ray_cluster, raynb_pids  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 assert Checkpoint  # used inside the shipped functions
@@ -57,11 +58,19 @@ def rayc(raynb_home, tmp_path_factory):
 
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            holder = Holder.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head_id, soft=False)).remote()
+            holder = Holder.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(head_id, soft=False)
+            ).remote()
             ray.get(holder.ready.remote())
             before = ray.available_resources()
-            state = {"cluster": cluster, "nodes": list(nodes), "before": before, "holder": holder,
-                     "head_id": head_id, "pids": set()}
+            state = {
+                "cluster": cluster,
+                "nodes": list(nodes),
+                "before": before,
+                "holder": holder,
+                "head_id": head_id,
+                "pids": set(),
+            }
             t = time.monotonic()
             info, started = ray_engine.start_on_ray(cluster.address, workers_per_node=None)
             state.update(info=info, start_s=time.monotonic() - t)
@@ -109,14 +118,22 @@ def _allreduce(config):
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"rank": rank, "node": os.environ.get("RAYNB_NODE_ID"),
-                                      "sum": t.item(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")})
+    dist.all_gather_object(
+        everyone,
+        {
+            "rank": rank,
+            "node": os.environ.get("RAYNB_NODE_ID"),
+            "sum": t.item(),
+            "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        },
+    )
     report({"sum": t.item(), "ranks": everyone})
 
 
 def _fit(fn, n: int, **run):
-    return TorchTrainer(fn, scaling_config=ScalingConfig(num_workers=n),
-                        run_config=RunConfig(verbose=0, **run)).fit()
+    return TorchTrainer(
+        fn, scaling_config=ScalingConfig(num_workers=n), run_config=RunConfig(verbose=0, **run)
+    ).fit()
 
 
 def test_start_places_one_agent_per_ray_node_holding_its_cpus(rayc):
@@ -127,7 +144,10 @@ def test_start_places_one_agent_per_ray_node_holding_its_cpus(rayc):
     for nid, a in agents.items():
         assert a["on_ray_node"] == nid
     assert {nid: a["workers"] for nid, a in agents.items()} == {
-        rayc["head_id"]: 0, nodes[0].node_id: 2, nodes[1].node_id: 2}
+        rayc["head_id"]: 0,
+        nodes[0].node_id: 2,
+        nodes[1].node_id: 2,
+    }
     # The head node had its CPU taken: the agent took what was free and says so.
     st = status()
     by_ray = {n["labels"]["ray_node_id"]: n for n in st["nodes"]}
@@ -142,8 +162,12 @@ def test_start_places_one_agent_per_ray_node_holding_its_cpus(rayc):
     assert not started and again["address"] == rayc["info"]["address"]
     raynb.disconnect()
     assert raynb.connect(ray_address=cluster.address).info["address"] == again["address"]
-    cli = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], capture_output=True, text=True, timeout=60)
-    assert cli.returncode == 0 and all(f"ray node id {nid}" in cli.stdout for nid in agents), cli.stdout + cli.stderr
+    cli = subprocess.run(
+        [sys.executable, "-m", "raynb.cli", "status"], capture_output=True, text=True, timeout=60
+    )
+    assert cli.returncode == 0 and all(f"ray node id {nid}" in cli.stdout for nid in agents), (
+        cli.stdout + cli.stderr
+    )
     assert "Ray had 0 CPUs" in cli.stdout
     # Ray's CPUs are held: nothing is free, and a Ray task that asks for one waits.
     assert ray.available_resources().get("CPU", 0) == 0
@@ -201,16 +225,27 @@ def _read_shard(config):
     import torch.distributed as dist
 
     everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, {"rank": get_context().get_world_rank(), "ids": ids, "count": shard.count(),
-                                      "cuda_initialized": torch.cuda.is_initialized()})
+    dist.all_gather_object(
+        everyone,
+        {
+            "rank": get_context().get_world_rank(),
+            "ids": ids,
+            "count": shard.count(),
+            "cuda_initialized": torch.cuda.is_initialized(),
+        },
+    )
     report({"ranks": everyone})
 
 
 def test_a_ray_dataset_feeds_two_ranks_disjoint_complete_rows(rayc, tmp_path):
     ds = ray.data.from_items([{"id": i} for i in range(100)])  # blocks in the object store: no CPU needed
     storage = tmp_path / "results"
-    result = TorchTrainer(_read_shard, datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=2),
-                          run_config=RunConfig(verbose=0, storage_path=f"file://{storage}")).fit()
+    result = TorchTrainer(
+        _read_shard,
+        datasets={"train": ds},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, storage_path=f"file://{storage}"),
+    ).fit()
     assert result.error is None, result.error
     rows = result.metrics["ranks"]
     by_rank = {r["rank"]: r["ids"] for r in rows}
@@ -249,14 +284,22 @@ def test_ray_kill_of_an_agent_actor_leaves_no_worker_and_it_is_replaced(rayc):
     victim = rayc["nodes"][0].node_id
     st = status()
     node = next(n for n in st["nodes"] if n["labels"]["ray_node_id"] == victim)
-    pids = {node["pid"], node["zygote_pid"]} | {w["pid"] for w in st["workers"] if w["node_id"] == node["node_id"]}
+    pids = {node["pid"], node["zygote_pid"]} | {
+        w["pid"] for w in st["workers"] if w["node_id"] == node["node_id"]
+    }
     assert len(pids) == 4
     agent = ray.get_actor(f"raynb-node-{victim[:16]}", namespace="raynb")
     ray.kill(agent, no_restart=True)
     wait_for(lambda: not alive(pids), 15, f"the killed agent's processes {alive(pids)} were left")
     # The watcher sees the agent gone and places a new one on the (living) Ray node.
-    wait_for(lambda: sum(w["node_id"] == node["node_id"] for w in status()["workers"]) == 2
-             and not ({w["pid"] for w in status()["workers"]} & pids), 60, "no new agent")
+    wait_for(
+        lambda: (
+            sum(w["node_id"] == node["node_id"] for w in status()["workers"]) == 2
+            and not ({w["pid"] for w in status()["workers"]} & pids)
+        ),
+        60,
+        "no new agent",
+    )
     rayc["pids"] |= raynb_pids()
 
 
@@ -287,8 +330,10 @@ def _epochs(config):
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"epoch": epoch}, f)
             ckpt = Checkpoint.from_directory(d)
-        report({"epoch": epoch, "start": start, "world": t.item(),
-                "node": os.environ.get("RAYNB_NODE_ID")}, checkpoint=ckpt)
+        report(
+            {"epoch": epoch, "start": start, "world": t.item(), "node": os.environ.get("RAYNB_NODE_ID")},
+            checkpoint=ckpt,
+        )
         if get_context().get_world_rank() == 0 and epoch == 1:
             open(config["flag"], "w").close()
 
@@ -310,9 +355,12 @@ def test_ray_node_killed_mid_run_restarts_from_checkpoint_on_the_others(rayc, tm
 
     killer = threading.Thread(target=kill_a_node_with_ranks, daemon=True)
     killer.start()
-    result = TorchTrainer(_epochs, train_loop_config={"epochs": 6, "sleep": 0.4, "flag": flag},
-                          scaling_config=ScalingConfig(num_workers=4),
-                          run_config=RunConfig(verbose=0, failure_config=FailureConfig(max_failures=2))).fit()
+    result = TorchTrainer(
+        _epochs,
+        train_loop_config={"epochs": 6, "sleep": 0.4, "flag": flag},
+        scaling_config=ScalingConfig(num_workers=4),
+        run_config=RunConfig(verbose=0, failure_config=FailureConfig(max_failures=2)),
+    ).fit()
     killer.join(5)
     assert result.error is None, result.error
     assert killed, "no node was killed"
@@ -338,9 +386,10 @@ def test_stop_gives_ray_its_resources_back_and_leaves_nothing(rayc):
     ready, _ = ray.wait([waiting], timeout=2.0)
     assert not ready, "a Ray task got a CPU that raynb's agents hold"
     pids = rayc["pids"] | raynb_pids()
-    ray_procs = [p for p in psutil.Process().children(recursive=True)
-                 if p.name() in ("raylet", "gcs_server")]
-    cli = subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True, timeout=120)
+    ray_procs = [p for p in psutil.Process().children(recursive=True) if p.name() in ("raylet", "gcs_server")]
+    cli = subprocess.run(
+        [sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True, timeout=120
+    )
     assert cli.returncode == 0 and "raynb cluster stopped" in cli.stdout, cli.stdout + cli.stderr
     assert ray.get(waiting, timeout=30)  # the CPUs came back to Ray
     wait_for(lambda: not alive(pids), 15, f"raynb processes {alive(pids)} were left")
@@ -348,10 +397,17 @@ def test_stop_gives_ray_its_resources_back_and_leaves_nothing(rayc):
     assert names == []
     before = {k: v for k, v in rayc["before"].items() if not k.startswith("node:")}
     # The CPUs of the node killed before are gone with it; every other one is back.
-    expected = dict(before, CPU=before["CPU"] - 2 + 2, GPU=2.0)  # a 2-CPU node killed, a 2-CPU 2-GPU one added
-    wait_for(lambda: {k: v for k, v in ray.available_resources().items()
-                      if k in ("CPU", "GPU")} == {k: v for k, v in expected.items() if k in ("CPU", "GPU")},
-             15, f"Ray's resources are {ray.available_resources()}, not {expected}")
+    expected = dict(
+        before, CPU=before["CPU"] - 2 + 2, GPU=2.0
+    )  # a 2-CPU node killed, a 2-CPU 2-GPU one added
+    wait_for(
+        lambda: (
+            {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+            == {k: v for k, v in expected.items() if k in ("CPU", "GPU")}
+        ),
+        15,
+        f"Ray's resources are {ray.available_resources()}, not {expected}",
+    )
     assert all(p.is_running() for p in ray_procs), "raynb stop must leave Ray's processes alone"
     assert ray_engine.stop_on_ray(rayc["info"]) is False  # nothing of raynb is left to stop
     raynb.disconnect()

@@ -10,6 +10,7 @@ with a HOME of its own, so what token it has is exactly the test's choice.
 Skipped where Ray is not installed, has no token authentication, or namespaces cannot be
 made (not root).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,22 +49,40 @@ def token_ray():
     why = netns.available() or _token_auth_missing()
     if why:
         pytest.skip(why)
-    tmp = tempfile.mkdtemp(prefix="rta.")   # short: Ray's socket paths must stay < 108 bytes
+    tmp = tempfile.mkdtemp(prefix="rta.")  # short: Ray's socket paths must stay < 108 bytes
     home = os.path.join(tmp, "home")
     os.makedirs(home)
     base = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env = dict(base, HOME=home, PYTHONPATH=str(ROOT), RAY_TMPDIR=tmp,
-               RAYNB_HOME=os.path.join(tmp, "raynb"), RAYNB_STORAGE_PATH=os.path.join(tmp, "results"))
+    env = dict(
+        base,
+        HOME=home,
+        PYTHONPATH=str(ROOT),
+        RAY_TMPDIR=tmp,
+        RAYNB_HOME=os.path.join(tmp, "raynb"),
+        RAYNB_STORAGE_PATH=os.path.join(tmp, "results"),
+    )
     net = netns.Net(["ray"], tag="ta")
     try:
         r = net.run("ray", ["ray", "get-auth-token", "--generate"], env=env, timeout=120)
         assert r.returncode == 0, r.stderr
         token = Path(home, ".ray", "auth_token").read_text().strip()
-        for attempt in range(5):   # Ray waits a fixed ~15 s for its agents, which a loaded machine can miss
-            r = net.run("ray", ["ray", "start", "--head", "--port=6379", "--num-cpus=2", "--disable-usage-stats",
-                                "--include-dashboard=false", f"--temp-dir={tmp}/r{attempt}",
-                                "--node-ip-address=198.18.0.1"],
-                        env=dict(env, RAY_AUTH_MODE="token"), timeout=240)
+        for attempt in range(5):  # Ray waits a fixed ~15 s for its agents, which a loaded machine can miss
+            r = net.run(
+                "ray",
+                [
+                    "ray",
+                    "start",
+                    "--head",
+                    "--port=6379",
+                    "--num-cpus=2",
+                    "--disable-usage-stats",
+                    "--include-dashboard=false",
+                    f"--temp-dir={tmp}/r{attempt}",
+                    "--node-ip-address=198.18.0.1",
+                ],
+                env=dict(env, RAY_AUTH_MODE="token"),
+                timeout=240,
+            )
             if r.returncode == 0 or "timed out during startup" not in r.stderr:
                 break
             net.kill_all("ray")
@@ -71,13 +90,14 @@ def token_ray():
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         yield {"net": net, "tmp": tmp, "env": env, "token": token}
     finally:
-        net.close()   # every process of the namespace, by pid: Ray's and raynb's
+        net.close()  # every process of the namespace, by pid: Ray's and raynb's
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def raynb(t, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
-    return t["net"].run("ray", [sys.executable, "-m", "raynb.cli", *args], env=env or t["env"],
-                        timeout=timeout, cwd=str(ROOT))
+    return t["net"].run(
+        "ray", [sys.executable, "-m", "raynb.cli", *args], env=env or t["env"], timeout=timeout, cwd=str(ROOT)
+    )
 
 
 def _refused(r: subprocess.CompletedProcess, cause: str) -> None:
@@ -109,7 +129,7 @@ def test_a_wrong_token_is_refused_naming_where_it_came_from(token_ray):
 
 
 def test_start_status_stop_with_the_token_file_as_rays_cli_passes_it(token_ray):
-    env = token_ray["env"]   # ~/.ray/auth_token holds the token, RAY_AUTH_MODE unset
+    env = token_ray["env"]  # ~/.ray/auth_token holds the token, RAY_AUTH_MODE unset
     r = raynb(token_ray, "start", "--ray", "--ray-address", GCS, "--workers", "1")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "started on the Ray cluster at 198.18.0.1:6379" in r.stdout, r.stdout
@@ -117,8 +137,11 @@ def test_start_status_stop_with_the_token_file_as_rays_cli_passes_it(token_ray):
         r = raynb(token_ray, "status", timeout=60)
         assert r.returncode == 0 and "warm workers 1 " in r.stdout, r.stdout + r.stderr
         # A stop without the token is refused with Ray's cause and leaves raynb running.
-        r = raynb(token_ray, "stop", env=dict(env, HOME=os.path.join(token_ray["tmp"], "empty"),
-                                                RAYNB_HOME=env["RAYNB_HOME"]))
+        r = raynb(
+            token_ray,
+            "stop",
+            env=dict(env, HOME=os.path.join(token_ray["tmp"], "empty"), RAYNB_HOME=env["RAYNB_HOME"]),
+        )
         _refused(r, "InvalidAuthToken")
         r = raynb(token_ray, "status", timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr

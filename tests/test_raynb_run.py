@@ -1,5 +1,6 @@
 """``raynb run SCRIPT [ARGS...]`` and ``raynb.compat.install()``: an unchanged Ray script's
 ``import ray`` served by raynb, in real processes on a real cluster."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _raynb_run(script: Path, *args: str, env: dict | None = None, timeout: float = 240):
     full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "raynb.cli", "run", str(script), *args],
-                          capture_output=True, text=True, timeout=timeout, env=full, cwd=script.parent)
+    return subprocess.run(
+        [sys.executable, "-m", "raynb.cli", "run", str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full,
+        cwd=script.parent,
+    )
 
 
 def _write(tmp_path: Path, name: str, body: str) -> Path:
@@ -32,12 +39,16 @@ def test_missing_script_is_exit_2_naming_it(tmp_path):
 
 
 def test_script_that_raises_prints_its_traceback_and_exits_1(tmp_path, cluster):
-    script = _write(tmp_path, "boom.py", """\
+    script = _write(
+        tmp_path,
+        "boom.py",
+        """\
         import ray.tune
         def inner():
             raise ValueError("boom from the script")
         inner()
-        """)
+        """,
+    )
     proc = _raynb_run(script)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback (most recent call last):" in proc.stderr
@@ -47,18 +58,25 @@ def test_script_that_raises_prints_its_traceback_and_exits_1(tmp_path, cluster):
 
 
 def test_sys_exit_status_and_argv_are_the_scripts(tmp_path, cluster):
-    script = _write(tmp_path, "argv.py", """\
+    script = _write(
+        tmp_path,
+        "argv.py",
+        """\
         import sys, ray
         print("argv", sys.argv[1:], "name", __name__)
         sys.exit(int(sys.argv[1]))
-        """)
+        """,
+    )
     proc = _raynb_run(script, "7", "--flag")
     assert proc.returncode == 7, proc.stderr
     assert "argv ['7', '--flag'] name __main__" in proc.stdout
 
 
 def test_names_not_served_raise_where_used_naming_the_fix(tmp_path, cluster):
-    script = _write(tmp_path, "core.py", """\
+    script = _write(
+        tmp_path,
+        "core.py",
+        """\
         import ray
         from ray import tune, train, data
         from ray.train import ScalingConfig
@@ -76,7 +94,8 @@ def test_names_not_served_raise_where_used_naming_the_fix(tmp_path, cluster):
             from ray import remote
         except ImportError as e:
             print("ImportError from-import |", e)
-        """)
+        """,
+    )
     proc = _raynb_run(script)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if "|" in ln]
@@ -90,7 +109,10 @@ def test_script_on_a_fresh_machine_starts_a_cluster_and_stops_it(tmp_path):
     the worker, reports through raynb; the cluster the run started is gone after it."""
     home, storage = tmp_path / "home", tmp_path / "results"
     home.mkdir(mode=0o700)
-    script = _write(tmp_path, "tune_it.py", """\
+    script = _write(
+        tmp_path,
+        "tune_it.py",
+        """\
         import pickle
         import ray
         from ray import tune
@@ -106,13 +128,19 @@ def test_script_on_a_fresh_machine_starts_a_cluster_and_stops_it(tmp_path):
         grid = tune.Tuner(trainable, param_space={"x": tune.grid_search([1, 2])}).fit()
         best = grid.get_best_result(metric="score", mode="max")
         print("best", best.metrics["score"], best.metrics["mod"])
-        """)
+        """,
+    )
     env = {"RAYNB_HOME": str(home), "RAYNB_STORAGE_PATH": str(storage)}
     proc = _raynb_run(script, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "best 20 ray.train" in proc.stdout
-    check = subprocess.run([sys.executable, "-m", "raynb.cli", "status"], capture_output=True, text=True,
-                           env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=60)
+    check = subprocess.run(
+        [sys.executable, "-m", "raynb.cli", "status"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert "no raynb cluster is running" in check.stdout, check.stdout
 
 
@@ -137,8 +165,13 @@ def test_install_in_a_process_serves_ray_and_refuses_after_real_ray():
         except RuntimeError as e:
             print("refused:", e)
         """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if proc.returncode != 0 and "No module named 'ray'" in proc.stderr:
         pytest.skip("real Ray is not installed")
     assert proc.returncode == 0, proc.stderr

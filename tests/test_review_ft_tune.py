@@ -1,6 +1,7 @@
 """Adversarial review of checkpoints / fault tolerance (issue 3) and Tune (issue 4):
 each test here failed before the fix it comes with. Real cluster, real processes.
 """
+
 from __future__ import annotations
 
 import json
@@ -10,20 +11,20 @@ import time
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 import raynb
-from raynb.cluster.protocol import messages as P
 from raynb.client.run import build_submission
+from raynb.cluster.protocol import messages as P
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
-
-from conftest import wait_idle_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def _submit(client, fn, config=None, workers=2, **rc):
-    spec, payload = build_submission(fn, config, ScalingConfig(num_workers=workers),
-                                     RunConfig(verbose=0, **rc))
+    spec, payload = build_submission(
+        fn, config, ScalingConfig(num_workers=workers), RunConfig(verbose=0, **rc)
+    )
     reply = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
     assert reply.msg_type == P.RUN_ACCEPTED, reply.content
     return spec["run_id"], reply.content
@@ -44,8 +45,8 @@ def _fails_then_runs_long(config):
     killed after the grace period). Later attempts run long."""
     import time
 
-    from raynb.train import get_context
     from raynb.cluster.worker import task_context
+    from raynb.train import get_context
 
     rank = get_context().get_world_rank()
     if task_context.current()["attempt"] == 0:
@@ -68,8 +69,9 @@ def test_cancel_while_failing_is_not_lost(warm):
     not be dropped and let the run restart."""
     client = warm
     run_id, _ = _submit(client, _fails_then_runs_long, failure_config=FailureConfig(2))
-    first_error = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_EVENT
-                            and m.content["event"].get("kind") == "state", 5)
+    first_error = _wait_for(
+        client, run_id, lambda m: m.msg_type == P.RUN_EVENT and m.content["event"].get("kind") == "state", 5
+    )
     assert first_error is not None
     # rank 1 raises at ~0.2 s; rank 0 holds the run in FAILING for the 1 s grace.
     time.sleep(0.5)
@@ -117,7 +119,8 @@ def test_restore_after_kernel_kill_keeps_trials_that_finished_meanwhile(warm, tm
         "from raynb.train import RunConfig\n"
         f"space = {{'i': tune.grid_search([1, 2]), 'log': {str(log)!r}}}\n"
         "tune.Tuner(m._counted, param_space=space, tune_config=tune.TuneConfig(metric='score', mode='max'),\n"
-        f"           run_config=RunConfig(name='exp', storage_path={str(tmp_path)!r}, verbose=0)).fit()\n")
+        f"           run_config=RunConfig(name='exp', storage_path={str(tmp_path)!r}, verbose=0)).fit()\n"
+    )
     kernel = subprocess.Popen([sys.executable, str(script)])
     exp = tmp_path / "exp"
     try:
@@ -172,11 +175,22 @@ def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_pa
     """The restart note must not say "no checkpoint yet" as if none had been reported: it
     names the unsaved checkpoints, the ranks that never made the report, and what to do."""
     client = warm
-    run_id, _ = _submit(client, _rank0_reports_then_peer_dies, {"flag": str(tmp_path / "flag")},
-                        failure_config=FailureConfig(1))
+    run_id, _ = _submit(
+        client,
+        _rank0_reports_then_peer_dies,
+        {"flag": str(tmp_path / "flag")},
+        failure_config=FailureConfig(1),
+    )
     notes = []
-    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE or (
-        m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"])), 20)
+    done = _wait_for(
+        client,
+        run_id,
+        lambda m: (
+            m.msg_type == P.RUN_DONE
+            or (m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"]))
+        ),
+        20,
+    )
     assert done is not None and done.content["state"] == "FINISHED", done and done.content
     restart = [n for n in notes if n.startswith("restart 1/1")]
     assert len(restart) == 1, notes
@@ -186,7 +200,7 @@ def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_pa
     wait_idle_workers(client, 4)
 
 
-_RDZV_SCRIPT = r'''
+_RDZV_SCRIPT = r"""
 import os, signal, sys, time
 import raynb
 from raynb.cluster.launch import start_cluster, stop_cluster
@@ -213,7 +227,7 @@ for n in (2, 4, 3):
                  run_config=RunConfig(verbose=0, failure_config=FailureConfig(1))).fit()
 raynb.disconnect()
 assert stop_cluster()
-'''
+"""
 
 
 def test_no_rendezvous_files_left_in_tmp_after_a_cluster_stops(tmp_path):
@@ -227,10 +241,20 @@ def test_no_rendezvous_files_left_in_tmp_after_a_cluster_stops(tmp_path):
     tmp.mkdir()
     script = tmp_path / "session.py"
     script.write_text(_RDZV_SCRIPT)
-    env = dict(os.environ, TMPDIR=str(tmp), RAYNB_HOME=str(tmp_path / "home"),
-               RAYNB_STORAGE_PATH=str(tmp_path / "results"), RAYNB_PROGRESS="text")
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "flag")], env=env,
-                          capture_output=True, text=True, timeout=240)
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        RAYNB_HOME=str(tmp_path / "home"),
+        RAYNB_STORAGE_PATH=str(tmp_path / "results"),
+        RAYNB_PROGRESS="text",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "flag")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     time.sleep(0.5)
     left = [p for p in os.listdir(tmp) if p.startswith("raynb-rdzv")]
@@ -274,8 +298,11 @@ def test_result_from_path_of_a_tune_experiment_and_of_its_trial(warm, tmp_path):
     from raynb.train import Result
     from raynb.train.torch import TorchTrainer
 
-    grid = tune.Tuner(_one_report, param_space={"i": tune.grid_search([3, 4])},
-                      run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0)).fit()
+    grid = tune.Tuner(
+        _one_report,
+        param_space={"i": tune.grid_search([3, 4])},
+        run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0),
+    ).fit()
     trial = Result.from_path(grid[1].path)
     assert trial.state == "FINISHED" and trial.metrics["score"] == 4
     for read in (Result.from_path, TorchTrainer.restore):
@@ -306,8 +333,11 @@ def test_restore_then_get_results_reads_without_deleting_anything(warm, tmp_path
 
     from raynb import tune
 
-    tuner = tune.Tuner(_reports_until_interrupted, param_space={"k": tune.grid_search([1, 2])},
-                       run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0))
+    tuner = tune.Tuner(
+        _reports_until_interrupted,
+        param_space={"k": tune.grid_search([1, 2])},
+        run_config=RunConfig(name="exp", storage_path=str(tmp_path), verbose=0),
+    )
     timer = threading.Timer(1.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -344,8 +374,11 @@ def test_head_memory_does_not_keep_every_report_of_ended_runs(warm, tmp_path):
     head = psutil.Process(warm.status()["pid"])
     rss = []
     for k in range(3):
-        tune.Tuner(_many_reports, param_space={"i": tune.grid_search(list(range(8)))},
-                   run_config=RunConfig(name=f"mem{k}", storage_path=str(tmp_path), verbose=0)).fit()
+        tune.Tuner(
+            _many_reports,
+            param_space={"i": tune.grid_search(list(range(8)))},
+            run_config=RunConfig(name=f"mem{k}", storage_path=str(tmp_path), verbose=0),
+        ).fit()
         rss.append(head.memory_info().rss / 2**20)
     # 40k rows per experiment held ~67 MiB: the 2nd and 3rd experiments reuse what the
     # 1st freed instead.
@@ -377,8 +410,12 @@ def test_restore_gets_its_own_restart_budget(warm, tmp_path):
     cfg = {"counter": str(tmp_path / "n"), "fails": 3}
     rc = RunConfig(name="budget", storage_path=str(tmp_path), verbose=0, failure_config=FailureConfig(1))
     with pytest.raises(RunError):
-        TorchTrainer(_fails_first_attempts, train_loop_config=cfg, scaling_config=ScalingConfig(num_workers=1),
-                     run_config=rc).fit()
+        TorchTrainer(
+            _fails_first_attempts,
+            train_loop_config=cfg,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=rc,
+        ).fit()
     assert open(cfg["counter"]).read() == "2"  # attempts 0 and 1 failed: budget spent
     result = TorchTrainer.restore(str(tmp_path / "budget")).fit()  # attempt 2 fails, 3 succeeds
     assert result.state == "FINISHED"
@@ -411,23 +448,29 @@ def test_checkpoint_with_symlinks_nested_dirs_and_a_broken_link(warm, tmp_path):
     from raynb.errors import RunError
     from raynb.train.torch import TorchTrainer
 
-    ok = TorchTrainer(_reports_broken_checkpoint, train_loop_config={"broken": False},
-                      scaling_config=ScalingConfig(num_workers=1),
-                      run_config=RunConfig(storage_path=str(tmp_path), verbose=0)).fit()
+    ok = TorchTrainer(
+        _reports_broken_checkpoint,
+        train_loop_config={"broken": False},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
     ck = ok.checkpoint.path
     assert open(os.path.join(ck, "nested", "deeper", "opt.pt")).read() == "o"
     assert open(os.path.join(ck, "link_to_dir", "deeper", "opt.pt")).read() == "o"
     with pytest.raises(RunError) as e:
-        TorchTrainer(_reports_broken_checkpoint, train_loop_config={"broken": True},
-                     scaling_config=ScalingConfig(num_workers=1),
-                     run_config=RunConfig(name="broken", storage_path=str(tmp_path), verbose=0)).fit()
+        TorchTrainer(
+            _reports_broken_checkpoint,
+            train_loop_config={"broken": True},
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(name="broken", storage_path=str(tmp_path), verbose=0),
+        ).fit()
     msg = e.value.errors[0]["message"]
     assert "could not copy checkpoint" in msg and "dangling" in msg, msg[:2000]
     assert ".staging" not in msg and "[(" not in msg and len(msg) < 1000, msg[:2000]
     assert not os.path.exists(tmp_path / "broken" / ".staging")
 
 
-_STAGING_CLIENT = r'''
+_STAGING_CLIENT = r"""
 import sys
 sys.path.insert(0, {tests!r})
 import cloudpickle, test_review_ft_tune as m
@@ -438,7 +481,7 @@ from raynb.train.torch import TorchTrainer
 raynb.connect()
 TorchTrainer(m._rank0_checkpoints_slowly, scaling_config=ScalingConfig(num_workers=2),
              run_config=RunConfig(name="staged", verbose=0)).fit()
-'''
+"""
 
 
 def _rank0_checkpoints_slowly():
@@ -463,9 +506,8 @@ def test_head_restarted_after_sigkill_clears_the_dead_runs_staging(tmp_path, mon
     import signal
     import subprocess
 
-    import psutil
-
     from conftest import alive
+
     from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
@@ -474,8 +516,12 @@ def test_head_restarted_after_sigkill_clears_the_dead_runs_staging(tmp_path, mon
     assert started
     pids = cluster_pids(info)
     pids2: list[int] = []
-    client = subprocess.Popen([sys.executable, "-c", _STAGING_CLIENT.format(tests=os.path.dirname(__file__))],
-                              env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = subprocess.Popen(
+        [sys.executable, "-c", _STAGING_CLIENT.format(tests=os.path.dirname(__file__))],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     run_dir = tmp_path / "results" / "staged"
     try:
         deadline = time.monotonic() + 60
@@ -525,8 +571,9 @@ def test_ray_train_resume_keeps_the_runs_settings(shell, warm, tmp_path):
     flag = str(tmp_path / "flag")
     storage = str(tmp_path)
     with capture_output():
-        res = shell.run_cell(RESUME_CELL.format(opts="--workers 2 --keep 3", name="r2", storage=storage,
-                                                flag=flag))
+        res = shell.run_cell(
+            RESUME_CELL.format(opts="--workers 2 --keep 3", name="r2", storage=storage, flag=flag)
+        )
     assert isinstance(res.error_in_exec, raynb.RunError), res.error_in_exec
     with capture_output():
         res = shell.run_cell(RESUME_CELL.format(opts="--resume", name="r2", storage=storage, flag=flag))
@@ -562,18 +609,30 @@ def test_checkpoint_score_attribute_never_reported_is_said(warm, tmp_path):
     from raynb.train import CheckpointConfig
 
     client = warm
-    run_id, _ = _submit(client, _three_checkpoints, workers=1, storage_path=str(tmp_path),
-                        checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc"))
+    run_id, _ = _submit(
+        client,
+        _three_checkpoints,
+        workers=1,
+        storage_path=str(tmp_path),
+        checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc"),
+    )
     notes = []
-    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE or (
-        m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"])), 20)
+    done = _wait_for(
+        client,
+        run_id,
+        lambda m: (
+            m.msg_type == P.RUN_DONE
+            or (m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"]))
+        ),
+        20,
+    )
     assert done is not None and done.content["state"] == "FINISHED"
     said = [n for n in notes if "'acc'" in n]
     assert len(said) == 1, notes
     assert "checkpoint_score_attribute" in said[0] and "loss" in said[0] and "step" in said[0], said
 
 
-_KERNEL_FIT = r'''
+_KERNEL_FIT = r"""
 import sys
 sys.path.insert(0, {tests!r})
 import cloudpickle, test_review_ft_tune as m
@@ -582,9 +641,9 @@ from raynb import tune
 from raynb.train import RunConfig
 tune.Tuner(m._counted, param_space={{"i": tune.grid_search([1, 2]), "log": {log!r}, "sleep": {sleep}}},
            run_config=RunConfig(name="exp", storage_path={storage!r}, verbose=0)).fit()
-'''
+"""
 
-_KERNEL_RESTORE = r'''
+_KERNEL_RESTORE = r"""
 import sys, json
 sys.path.insert(0, {tests!r})
 import cloudpickle, test_review_ft_tune as m
@@ -592,7 +651,7 @@ cloudpickle.register_pickle_by_value(m)
 from raynb import tune
 grid = tune.Tuner.restore({path!r}, m._counted).fit()
 print(json.dumps([[r.status, len(r.metrics_dataframe)] for r in grid]))
-'''
+"""
 
 
 def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, monkeypatch):
@@ -603,6 +662,7 @@ def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, mon
     import subprocess
 
     from conftest import alive
+
     from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
@@ -611,8 +671,9 @@ def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, mon
     assert started
     pids = cluster_pids(info)
     tests = os.path.dirname(__file__)
-    kernel = subprocess.Popen([sys.executable, "-c", _KERNEL_FIT.format(tests=tests, log=log, sleep=2.0,
-                                                                       storage=str(tmp_path))])
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", _KERNEL_FIT.format(tests=tests, log=log, sleep=2.0, storage=str(tmp_path))]
+    )
     try:
         deadline = time.monotonic() + 60
         while not (os.path.exists(log) and len(open(log).read().split()) == 2):
@@ -624,8 +685,12 @@ def test_restore_resumes_trials_whose_runs_the_cluster_stop_failed(tmp_path, mon
         assert stop_cluster()
         info2, started = start_cluster(num_workers=2)
         pids += cluster_pids(info2)
-        p = subprocess.run([sys.executable, "-c", _KERNEL_RESTORE.format(tests=tests, path=str(tmp_path / "exp"))],
-                           capture_output=True, text=True, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-c", _KERNEL_RESTORE.format(tests=tests, path=str(tmp_path / "exp"))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == 0, p.stderr[-3000:]
         got = json.loads(p.stdout.strip().splitlines()[-1])
         assert got == [["TERMINATED", 3], ["TERMINATED", 3]], got
@@ -643,8 +708,15 @@ def test_runs_lists_a_failing_run_with_its_duration(warm):
     cancelled (CANCELLING) no duration_s, as if it had not started."""
     client = warm
     run_id, accepted = _submit(client, _fails_then_runs_long, failure_config=FailureConfig(0))
-    assert _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_EVENT
-                     and m.content["event"].get("state") == "RUNNING", 5) is not None
+    assert (
+        _wait_for(
+            client,
+            run_id,
+            lambda m: m.msg_type == P.RUN_EVENT and m.content["event"].get("state") == "RUNNING",
+            5,
+        )
+        is not None
+    )
     time.sleep(0.5)  # rank 1 raised at 0.2 s; rank 0 holds the run in FAILING for 1 s
     df = raynb.runs()
     row = df[df["name"] == accepted["name"]].iloc[0]
@@ -665,8 +737,9 @@ def test_unlimited_restarts_keep_a_bounded_record(warm, tmp_path):
     within seconds, the head slowing down until it stalls. It keeps the first and latest
     failures and counts the rest."""
     client = warm
-    run_id, accepted = _submit(client, _raises_at_once, workers=1, storage_path=str(tmp_path),
-                               failure_config=FailureConfig(-1))
+    run_id, accepted = _submit(
+        client, _raises_at_once, workers=1, storage_path=str(tmp_path), failure_config=FailureConfig(-1)
+    )
     last = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -720,13 +793,22 @@ def test_pbt_exploit_survives_the_donor_pruning_its_checkpoint_mid_copy(warm, tm
     from raynb.train import CheckpointConfig
     from raynb.tune.schedulers import PopulationBasedTraining
 
-    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
-                                  hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
-                                  quantile_fraction=0.5, resample_probability=0.0, seed=0)
-    grid = tune.Tuner(_pbt_many_files, param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
-                      tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
-                      run_config=RunConfig(storage_path=str(tmp_path), verbose=0,
-                                           checkpoint_config=CheckpointConfig(num_to_keep=1))).fit()
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        seed=0,
+    )
+    grid = tune.Tuner(
+        _pbt_many_files,
+        param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
+        tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
+        run_config=RunConfig(
+            storage_path=str(tmp_path), verbose=0, checkpoint_config=CheckpointConfig(num_to_keep=1)
+        ),
+    ).fit()
     assert [r.status for r in grid] == ["TERMINATED"] * 4
     assert sum(r._trial.extra.get("exploits", 0) for r in grid) >= 1
     for r in grid:
@@ -760,8 +842,11 @@ def test_relative_storage_path_is_the_notebooks_not_the_heads(warm, tmp_path, mo
     assert not os.path.exists(stray)
     monkeypatch.chdir(tmp_path)
     try:
-        r = TorchTrainer(_reports_one, scaling_config=ScalingConfig(num_workers=1),
-                         run_config=RunConfig(name="rel", storage_path="rel_results_review", verbose=0)).fit()
+        r = TorchTrainer(
+            _reports_one,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(name="rel", storage_path="rel_results_review", verbose=0),
+        ).fit()
         assert not os.path.exists(stray), "written relative to the head's working directory"
         assert os.path.isdir(tmp_path / "rel_results_review" / "rel")
         assert Result.from_path(r.path).metrics["x"] == 1

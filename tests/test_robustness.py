@@ -4,6 +4,7 @@ run, forks and threads inside workers, poisoned process groups, oversized result
 Each test is a regression test for a hang or a wrong result seen on a real cluster.
 Tests that kill the head or a node agent use a small private cluster of their own.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 
 import cloudpickle
 import pytest
+from conftest import alive, private_cluster, wait_idle_workers
 
 import raynb
 import raynb.client
@@ -24,8 +26,6 @@ import raynb.client.output_relay
 import raynb.client.run
 from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.train.run import execute_run
-
-from conftest import alive, private_cluster, wait_idle_workers
 
 # Functions and classes defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -38,6 +38,7 @@ def _sc(n: int, **kw) -> raynb.ScalingConfig:
 
 
 # -- on the shared cluster -------------------------------------------------------------
+
 
 def _flood(config):
     from raynb.train import report
@@ -249,6 +250,7 @@ def test_function_from_a_module_workers_cannot_import_says_so(warm, tmp_path):
 
 # -- on private clusters (these kill the head or the node agent) -------------------------
 
+
 @contextmanager
 def _private_cluster(tmp_path, monkeypatch, workers: int):
     """conftest.private_cluster: yields (info, client, pids)."""
@@ -363,10 +365,12 @@ def test_head_killed_mid_run_fails_the_cell_and_cleans_up(tmp_path, monkeypatch)
 def test_a_runs_thread_count_does_not_leak_into_the_next_run(warm):
     """torch.set_num_threads in one run's code must not stay in force for the next
     run on the same warm worker."""
+
     def shrink():
         import os
 
         import torch
+
         torch.set_num_threads(1)
         return os.getpid()
 
@@ -374,6 +378,7 @@ def test_a_runs_thread_count_does_not_leak_into_the_next_run(warm):
         import os
 
         import torch
+
         return os.getpid(), torch.get_num_threads()
 
     cfg = raynb.ScalingConfig(num_workers=1)
@@ -390,12 +395,19 @@ def _oversized_reports(config):
 
     report({"step": 1.0})
     if get_context().get_world_rank() == 0:
-        report({"step": 2.0, config["key"]: torch.ones(10_000_000) if config["key"] == "tensor" else "x" * (100 << 20)})
+        report(
+            {
+                "step": 2.0,
+                config["key"]: torch.ones(10_000_000) if config["key"] == "tensor" else "x" * (100 << 20),
+            }
+        )
     report({"step": 3.0})
 
 
-@pytest.mark.parametrize("key,what", [("tensor", "a Tensor of at least 40,000,000 bytes"),
-                                      ("text", "a str of at least 104,857,600 bytes")])
+@pytest.mark.parametrize(
+    "key,what",
+    [("tensor", "a Tensor of at least 40,000,000 bytes"), ("text", "a str of at least 104,857,600 bytes")],
+)
 def test_an_oversized_report_fails_on_its_rank_and_holds_no_other_run(warm, key, what):
     # A 100 MB report held the head's thread 10-25 s: the node agents took it for dead and
     # every run on the cluster failed (train/report_metrics.py).
@@ -403,9 +415,11 @@ def test_an_oversized_report_fails_on_its_rank_and_holds_no_other_run(warm, key,
         execute_run(_oversized_reports, {"key": key}, _sc(2), QUIET)
     e = info.value
     assert e.errors[0]["rank"] == 0 and e.errors[0]["exc_type"] == "ReportTooLarge", e.errors
-    assert f"the metrics are over the 1,048,576 bytes a report may carry ({key!r} is {what})" in str(e), str(e)
+    assert f"the metrics are over the 1,048,576 bytes a report may carry ({key!r} is {what})" in str(e), str(
+        e
+    )
     assert "save arrays, tensors and long text in a checkpoint" in str(e)
-    assert e.result.metrics["step"] == 1.0   # the report before it, recorded; nothing of it sent
+    assert e.result.metrics["step"] == 1.0  # the report before it, recorded; nothing of it sent
     assert sum(len(v) for v in e.result.metrics.values() if isinstance(v, (str, list))) == 0
 
 
@@ -445,10 +459,10 @@ def _removes_its_run_directory(config):
     from raynb.train import Checkpoint, get_context, report
 
     report({"step": 1})
-    time.sleep(0.4)   # the head's tick has written the report files: the run's end only appends
+    time.sleep(0.4)  # the head's tick has written the report files: the run's end only appends
     dist.barrier()
     if get_context().get_world_rank() == 0:
-        shutil.rmtree(get_context().get_trial_dir())   # as `rm -r` in a terminal while it runs
+        shutil.rmtree(get_context().get_trial_dir())  # as `rm -r` in a terminal while it runs
     dist.barrier()
     if config["checkpoint"] and get_context().get_world_rank() == 0:
         with tempfile.TemporaryDirectory() as d:
@@ -506,10 +520,13 @@ def test_an_interrupt_before_the_run_is_followed_cancels_it(warm, monkeypatch, e
         execute_run(_sleeps_reporting, {}, _sc(2), raynb.RunConfig(name=name, verbose=0))
     if exc is KeyboardInterrupt:
         assert isinstance(info.value, RunInterrupted) and "it was cancelled" in str(info.value), info.value
-        assert info.value.run_path and info.value.run_path.endswith(name)   # %%ray_train binds its Result
+        assert info.value.run_path and info.value.run_path.endswith(name)  # %%ray_train binds its Result
     deadline = time.monotonic() + 10
-    while (record := fetch_record(P.GET_RUN, name))["state"] not in ("CANCELLED", "FINISHED", "FAILED") \
-            and time.monotonic() < deadline:
+    while (record := fetch_record(P.GET_RUN, name))["state"] not in (
+        "CANCELLED",
+        "FINISHED",
+        "FAILED",
+    ) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert record["state"] == "CANCELLED", record["state"]
     assert record.get("num_reports", 0) < 100, record.get("num_reports")
@@ -533,7 +550,7 @@ class _SwallowingView:
     def __init__(self, at=lambda event: event.get("kind") == "report"):
         self.at = at
         self.swallowed = []
-        self.progress = self   # Tune's driver feeds progress; everything but add_result is ignored
+        self.progress = self  # Tune's driver feeds progress; everything but add_result is ignored
 
     def __getattr__(self, name):
         return lambda *a, **k: None
@@ -541,7 +558,7 @@ class _SwallowingView:
     def _report(self):
         if not self.swallowed:
             self.swallowed.append(time.monotonic())
-            _SigintInDealloc()   # made and freed here
+            _SigintInDealloc()  # made and freed here
 
     def handle(self, event):
         if self.at(event):
@@ -571,9 +588,12 @@ def test_a_ctrl_c_swallowed_in_a_deallocator_still_cancels(warm, monkeypatch, wh
             execute_run(_sleeps_reporting, {}, _sc(2), raynb.RunConfig(name=name, verbose=0))
         assert fetch_record(P.GET_RUN, name)["state"] == "CANCELLED"
     else:
-        grid = tune.Tuner(_sleeps_reporting, param_space={"x": tune.grid_search([1])},
-                          tune_config=tune.TuneConfig(metric="i", mode="max"),
-                          run_config=raynb.RunConfig(name=name, verbose=0)).fit()
+        grid = tune.Tuner(
+            _sleeps_reporting,
+            param_space={"x": tune.grid_search([1])},
+            tune_config=tune.TuneConfig(metric="i", mode="max"),
+            run_config=raynb.RunConfig(name=name, verbose=0),
+        ).fit()
         assert grid.interrupted and [r.metrics.get("i", 0) < 100 for r in grid] == [True], grid
     # Raised again within interrupts.CHECK_S of the swallowed one, not at the run's end (30 s).
     assert view.swallowed and time.monotonic() - view.swallowed[0] < 10

@@ -4,6 +4,7 @@ Second clients are real new Python processes (subprocesses with the same
 RAYNB_HOME); a client is SIGKILLed mid-run; run directories are read back with no
 cluster, restored in place, and refused (untouched) when corrupt.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,14 +20,13 @@ import uuid
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 import raynb
 from raynb.cluster.storage.rundir import CorruptRunDirectory
-from raynb.train.run import execute_run
 from raynb.train import FailureConfig, Result, RunConfig, ScalingConfig
+from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
-
-from conftest import wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,10 +37,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _python(script: str, env: dict | None = None, timeout: float = 60.0) -> dict:
     """Run ``script`` in a new Python process; it prints one JSON object last."""
-    full_env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""),
-                    **(env or {}))
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=full_env,
-                       capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    full_env = dict(
+        os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -67,8 +74,11 @@ def _epochs(config):
     resumed_from = state["epoch"]
     for epoch in range(state["epoch"] + 1, config["epochs"]):
         dist.all_reduce(torch.ones(1))
-        if (rank == config.get("fail_rank") and epoch == config.get("fail_at")
-                and not os.path.exists(config["flag"])):
+        if (
+            rank == config.get("fail_rank")
+            and epoch == config.get("fail_at")
+            and not os.path.exists(config["flag"])
+        ):
             open(config["flag"], "w").close()
             raise ValueError(f"bad batch at epoch {epoch}")
         time.sleep(config.get("sleep", 0))
@@ -78,13 +88,19 @@ def _epochs(config):
         with tempfile.TemporaryDirectory() as d:
             if rank == 0:
                 json.dump(state, open(os.path.join(d, "state.json"), "w"))
-            report({"epoch": epoch, "loss": 1.0 / (epoch + 1), "resumed_from": resumed_from},
-                   checkpoint=Checkpoint.from_directory(d))
+            report(
+                {"epoch": epoch, "loss": 1.0 / (epoch + 1), "resumed_from": resumed_from},
+                checkpoint=Checkpoint.from_directory(d),
+            )
 
 
 def _finished_run(epochs: int = 2, name: str | None = None) -> Result:
-    return TorchTrainer(_epochs, train_loop_config={"epochs": epochs}, scaling_config=FOUR,
-                        run_config=RunConfig(name=name, verbose=0)).fit()
+    return TorchTrainer(
+        _epochs,
+        train_loop_config={"epochs": epochs},
+        scaling_config=FOUR,
+        run_config=RunConfig(name=name, verbose=0),
+    ).fit()
 
 
 def _snapshot(path: str) -> dict:
@@ -101,6 +117,7 @@ def _snapshot(path: str) -> dict:
 
 
 # -- a second client process ----------------------------------------------------------------
+
 
 def test_second_process_lists_runs_and_loads_a_finished_run(warm):
     result = _finished_run(name=f"listed_{uuid.uuid4().hex[:6]}")
@@ -150,15 +167,23 @@ def test_killed_client_leaves_run_finishing_and_attach_follows_it(warm):
     name = f"orphan_{uuid.uuid4().hex[:6]}"
     epochs = 14
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    a = subprocess.Popen([sys.executable, "-c", CLIENT_A.format(tests=os.path.dirname(__file__),
-                                                               epochs=epochs, name=name)],
-                         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    a = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_A.format(tests=os.path.dirname(__file__), epochs=epochs, name=name)],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:  # wait until the run has reported twice
             assert a.poll() is None, a.communicate()
             known = [r for r in warm.status()["runs"] if r["name"] == name]
-            if known and known[0]["state"] == "RUNNING" and raynb.get_run(name).metrics_dataframe.shape[0] >= 2:
+            if (
+                known
+                and known[0]["state"] == "RUNNING"
+                and raynb.get_run(name).metrics_dataframe.shape[0] >= 2
+            ):
                 break
             assert time.monotonic() < deadline, "client A's run never got going"
             time.sleep(0.05)
@@ -192,12 +217,14 @@ def test_killed_client_leaves_run_finishing_and_attach_follows_it(warm):
 
 # -- run directories --------------------------------------------------------------------------
 
+
 def test_result_from_path_with_no_cluster(warm, tmp_path):
     result = _finished_run(epochs=3)
     copy = tmp_path / "copied_run"
     shutil.copytree(result.path, copy)
     empty_home = tmp_path / "no_cluster_home"
-    got = _python(f"""
+    got = _python(
+        f"""
         import json, os
         from raynb.train import Result
         r = Result.from_path({str(copy)!r})
@@ -206,7 +233,9 @@ def test_result_from_path_with_no_cluster(warm, tmp_path):
         print(json.dumps({{"state": r.state, "name": r.name, "epochs": r.metrics_dataframe["epoch"].tolist(),
                           "metrics": r.metrics, "checkpoint": r.checkpoint.path, "ck_state": state,
                           "n_best": len(r.best_checkpoints), "config": r.config, "error": repr(r.error)}}))
-    """, env={"RAYNB_HOME": str(empty_home), "RAYNB_STORAGE_PATH": str(tmp_path / "none")})
+    """,
+        env={"RAYNB_HOME": str(empty_home), "RAYNB_STORAGE_PATH": str(tmp_path / "none")},
+    )
     assert got["state"] == "FINISHED" and got["name"] == result.name and got["error"] == "None"
     assert got["epochs"] == [0, 1, 2] and got["metrics"]["loss"] == pytest.approx(1 / 3)
     assert got["checkpoint"] == str(copy / "checkpoint_000002")
@@ -222,8 +251,11 @@ def test_corrupt_run_dir_is_refused_naming_the_file_and_nothing_changes(warm, tm
     result = _finished_run()
     path = str(tmp_path / "damaged")
     shutil.copytree(result.path, path)
-    bad_file = {"no run.json": "run.json", "garbage params.json": "params.json",
-                "garbage function.pkl": "function.pkl"}[damage]
+    bad_file = {
+        "no run.json": "run.json",
+        "garbage params.json": "params.json",
+        "garbage function.pkl": "function.pkl",
+    }[damage]
     if damage == "no run.json":
         os.remove(os.path.join(path, "run.json"))
     else:
@@ -241,8 +273,13 @@ def test_corrupt_run_dir_is_refused_naming_the_file_and_nothing_changes(warm, tm
     if damage != "garbage function.pkl":
         # The head refuses to resume it too (the path %%ray_train --resume takes).
         with pytest.raises(ValueError) as e:
-            execute_run(_epochs, {"epochs": 2}, FOUR, RunConfig(
-                name="damaged", storage_path=str(tmp_path), verbose=0), extra={"resume": True})
+            execute_run(
+                _epochs,
+                {"epochs": 2},
+                FOUR,
+                RunConfig(name="damaged", storage_path=str(tmp_path), verbose=0),
+                extra={"resume": True},
+            )
         assert bad_file in str(e.value) and "Nothing was changed" in str(e.value), str(e.value)
     assert _snapshot(path) == before
 
@@ -250,8 +287,12 @@ def test_corrupt_run_dir_is_refused_naming_the_file_and_nothing_changes(warm, tm
 def test_restore_continues_a_failed_run_in_place(warm, tmp_path):
     config = {"epochs": 5, "fail_rank": 2, "fail_at": 2, "flag": str(tmp_path / "failed_once")}
     with pytest.raises(raynb.RunError) as info:
-        TorchTrainer(_epochs, train_loop_config=config, scaling_config=FOUR,
-                     run_config=RunConfig(verbose=0, failure_config=FailureConfig(0))).fit()
+        TorchTrainer(
+            _epochs,
+            train_loop_config=config,
+            scaling_config=FOUR,
+            run_config=RunConfig(verbose=0, failure_config=FailureConfig(0)),
+        ).fit()
     failed = info.value.result
     assert failed.state == "FAILED" and failed.checkpoint.path.endswith("checkpoint_000001")
     first_rows = failed.metrics_dataframe["epoch"].tolist()
@@ -265,7 +306,8 @@ def test_restore_continues_a_failed_run_in_place(warm, tmp_path):
     assert df["resumed_from"].tolist() == [-1] * len(first_rows) + [1, 1, 1]
     assert df["training_iteration"].tolist() == list(range(1, len(first_rows) + 4))
     assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == [
-        f"checkpoint_{i:06d}" for i in range(5)]
+        f"checkpoint_{i:06d}" for i in range(5)
+    ]
     with result.checkpoint.as_directory() as d:
         assert json.load(open(os.path.join(d, "state.json"))) == {"epoch": 4, "count": 5}
     assert len(result.failures) == 1 and result.failures[0]["exc_type"] == "ValueError"
@@ -296,8 +338,12 @@ def test_restore_continues_a_cancelled_run(warm):
     t.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            TorchTrainer(_epochs, train_loop_config={"epochs": epochs, "sleep": 0.2}, scaling_config=FOUR,
-                         run_config=RunConfig(name=name, verbose=0)).fit()
+            TorchTrainer(
+                _epochs,
+                train_loop_config={"epochs": epochs, "sleep": 0.2},
+                scaling_config=FOUR,
+                run_config=RunConfig(name=name, verbose=0),
+            ).fit()
     finally:
         t.join()
     cancelled = raynb.get_run(name)

@@ -1,5 +1,6 @@
 """The settings registry (raynb/cluster/settings.py): every RAYNB_* variable the code names
 is declared there once, values parse or fall back, and the docs page is the generated one."""
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ larger than ``/dev/shm``, or a ``/dev/shm`` that fills up while a segment is wri
 a ``SharedMemoryFull`` (a ``MemoryError``) that names ``/dev/shm``, its free and needed
 bytes and the fixes, never an ``UnpicklableError`` with pickling advice; data that fits
 still trains there."""
+
 from __future__ import annotations
 
 import json
@@ -64,25 +65,31 @@ print("RESULT " + json.dumps(out), flush=True)
 def _can_unshare() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"], capture_output=True
+    )
     return probe.returncode == 0
 
 
 @pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare -m to mount a private /dev/shm")
 def test_data_over_a_small_dev_shm_is_an_error_that_names_it(tmp_path):
     (tmp_path / "driver.py").write_text(DRIVER)
-    env = dict(os.environ, RAYNB_HOME=str(tmp_path / "home"), RAYNB_STORAGE_PATH=str(tmp_path / "results"),
-               PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        RAYNB_HOME=str(tmp_path / "home"),
+        RAYNB_STORAGE_PATH=str(tmp_path / "results"),
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+    )
     script = f"mount -t tmpfs -o size=8m tmpfs /dev/shm && exec {sys.executable} {tmp_path / 'driver.py'}"
     try:
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                              env=env, timeout=400)
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=400
+        )
     finally:
         subprocess.run([sys.executable, "-m", "raynb.cli", "stop"], env=env, capture_output=True, timeout=60)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     assert line, proc.stdout + proc.stderr
-    out = json.loads(line[len("RESULT "):])
+    out = json.loads(line[len("RESULT ") :])
     assert out["shm_total"] == 8 << 20
     for case, needed in (("too_big", 20000 * 128 * 8), ("captured", 20 << 20), ("during", 4 << 20)):
         err = out[case]

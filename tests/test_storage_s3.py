@@ -2,6 +2,7 @@
 S3-compatible server (moto's, on loopback), pruned there, read back by the client, and
 resumed from after a failure; a missing bucket or an unreachable endpoint fails the run
 naming the URI. The head's environment has the credentials, as pyarrow.fs reads them."""
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import tempfile
 import time
 
 import pytest
-
 from conftest import private_cluster, wait_idle_workers
 
 pafs = pytest.importorskip("pyarrow.fs")
@@ -25,8 +25,12 @@ from raynb.errors import RunError  # noqa: E402
 from raynb.train import Result, get_checkpoint, get_context, report  # noqa: E402
 from raynb.train.torch import TorchTrainer  # noqa: E402
 
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1"}
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_REGION": "us-east-1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +45,14 @@ def s3(tmp_path_factory):
         with pytest.MonkeyPatch.context() as mp:
             for k, v in AWS_ENV.items():
                 mp.setenv(k, v)
-            fs = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1",
-                                   access_key="testing", secret_key="testing", allow_bucket_creation=True)
+            fs = pafs.S3FileSystem(
+                endpoint_override=endpoint,
+                scheme="http",
+                region="us-east-1",
+                access_key="testing",
+                secret_key="testing",
+                allow_bucket_creation=True,
+            )
             fs.create_dir("bucket")
             tmp = tmp_path_factory.mktemp("s3")
             mp.setenv("RAYNB_STORAGE_PATH", str(tmp / "staging"))
@@ -82,14 +92,22 @@ def _train(config):
 
 def _names(fs, prefix: str) -> list[str]:
     infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True))
-    return sorted(i.path[len(prefix) + 1:] for i in infos if i.type == pafs.FileType.File)
+    return sorted(i.path[len(prefix) + 1 :] for i in infos if i.type == pafs.FileType.File)
 
 
 def _fit(endpoint, name, config, **run_kw):
-    return TorchTrainer(_train, train_loop_config=config, scaling_config=ScalingConfig(num_workers=2),
-                        run_config=RunConfig(name=name, storage_path=_uri(endpoint, run_kw.pop("bucket", "bucket")),
-                                             checkpoint_config=CheckpointConfig(num_to_keep=2),
-                                             verbose=0, **run_kw)).fit()
+    return TorchTrainer(
+        _train,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name=name,
+            storage_path=_uri(endpoint, run_kw.pop("bucket", "bucket")),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            verbose=0,
+            **run_kw,
+        ),
+    ).fit()
 
 
 def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3, tmp_path):
@@ -99,7 +117,8 @@ def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3, tmp_pat
     assert result.error is None, result.error
     # num_to_keep=2: the two newest, each with every rank's files, and nothing else.
     assert _names(fs, "bucket/runs/s3-run") == [
-        f"checkpoint_00000{i}/{f}" for i in (2, 3) for f in ("shard_1.json", "state.json")]
+        f"checkpoint_00000{i}/{f}" for i in (2, 3) for f in ("shard_1.json", "state.json")
+    ]
     ckpt = result.checkpoint
     assert ckpt.path == f"s3://bucket/runs/s3-run/checkpoint_000003?endpoint_override={endpoint}&scheme=http"
     assert isinstance(ckpt.filesystem, pafs.S3FileSystem)
@@ -108,7 +127,9 @@ def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3, tmp_pat
         assert sorted(os.listdir(d)) == ["shard_1.json", "state.json"]
     assert not os.path.exists(d)  # the download is removed after the block
     assert [c.path.split("?")[0].rsplit("/", 1)[1] for c, _ in result.best_checkpoints] == [
-        "checkpoint_000002", "checkpoint_000003"]
+        "checkpoint_000002",
+        "checkpoint_000003",
+    ]
     out = ckpt.to_directory(tmp_path / "copy")
     assert json.load(open(os.path.join(out, "shard_1.json"))) == {"epoch": 3, "rank": 1}
     # The run directory (logs, run.json) stayed on the head's disk under the default path.
@@ -119,16 +140,25 @@ def test_checkpoints_go_to_the_bucket_are_pruned_there_and_read_back(s3, tmp_pat
     assert raynb.get_run("s3-run").checkpoint.path == ckpt.path
     assert Result.from_path(result.path).checkpoint.path == ckpt.path
     # A new run resuming from the checkpoint's URI: each rank downloads it from the bucket.
-    again = TorchTrainer(_train, train_loop_config={"epochs": 5}, scaling_config=ScalingConfig(num_workers=2),
-                         run_config=RunConfig(name="s3-resumed", verbose=0), resume_from_checkpoint=ckpt).fit()
+    again = TorchTrainer(
+        _train,
+        train_loop_config={"epochs": 5},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="s3-resumed", verbose=0),
+        resume_from_checkpoint=ckpt,
+    ).fit()
     assert [(r["epoch"], r["resumed_from"]) for r in again.metrics_dataframe.to_dict("records")] == [(4, 4)]
 
 
 def test_a_failed_attempt_resumes_from_the_checkpoint_in_the_bucket(s3, tmp_path):
     endpoint, fs, client = s3
     wait_idle_workers(client, 2)
-    result = _fit(endpoint, "s3-restart", {"epochs": 4, "fail_at": 2, "flag": str(tmp_path / "failed")},
-                  failure_config=FailureConfig(max_failures=1))
+    result = _fit(
+        endpoint,
+        "s3-restart",
+        {"epochs": 4, "fail_at": 2, "flag": str(tmp_path / "failed")},
+        failure_config=FailureConfig(max_failures=1),
+    )
     assert result.error is None, result.error
     rows = result.metrics_dataframe.to_dict("records")
     assert [(r["epoch"], r["resumed_from"]) for r in rows] == [(0, 0), (1, 0), (2, 2), (3, 2)]
@@ -136,7 +166,8 @@ def test_a_failed_attempt_resumes_from_the_checkpoint_in_the_bucket(s3, tmp_path
     with fs.open_input_stream("bucket/runs/s3-restart/checkpoint_000003/state.json") as f:
         assert json.loads(f.read()) == {"epoch": 3, "rank": 0}
     assert _names(fs, "bucket/runs/s3-restart") == [
-        f"checkpoint_00000{i}/{f}" for i in (2, 3) for f in ("shard_1.json", "state.json")]
+        f"checkpoint_00000{i}/{f}" for i in (2, 3) for f in ("shard_1.json", "state.json")
+    ]
 
 
 def test_a_missing_bucket_or_unreachable_endpoint_fails_the_run_naming_the_uri(s3):
@@ -152,17 +183,28 @@ def test_a_missing_bucket_or_unreachable_endpoint_fails_the_run_naming_the_uri(s
     assert client.status()["workers"]  # the head lives on
     # A scheme pyarrow.fs does not know is refused before anything ships.
     with pytest.raises(ValueError, match="not a URI pyarrow.fs can open"):
-        TorchTrainer(_train, scaling_config=ScalingConfig(num_workers=2),
-                     run_config=RunConfig(storage_path="nosuchfs://x/y")).fit()
+        TorchTrainer(
+            _train,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path="nosuchfs://x/y"),
+        ).fit()
 
 
 def test_a_tuner_refuses_an_object_store_before_anything_runs(s3):
     from raynb.tune import Tuner
 
     endpoint, fs, client = s3
-    trainer = TorchTrainer(_train, train_loop_config={"epochs": 1}, scaling_config=ScalingConfig(num_workers=1))
-    with pytest.raises(ValueError, match=r"Tuner writes its directory from the notebook and does not "
-                                         r"upload to an object store"):
-        Tuner(trainer, param_space={"train_loop_config": {"epochs": 1}},
-              run_config=RunConfig(storage_path=_uri(endpoint))).fit()
+    trainer = TorchTrainer(
+        _train, train_loop_config={"epochs": 1}, scaling_config=ScalingConfig(num_workers=1)
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"Tuner writes its directory from the notebook and does not "
+        r"upload to an object store",
+    ):
+        Tuner(
+            trainer,
+            param_space={"train_loop_config": {"epochs": 1}},
+            run_config=RunConfig(storage_path=_uri(endpoint)),
+        ).fit()
     assert not os.path.exists("s3:")  # no experiment directory named after the URI's text

@@ -1,4 +1,5 @@
 """Training on the real warm cluster: collectives, ranks, DDP on digits, run directory."""
+
 from __future__ import annotations
 
 import csv
@@ -10,8 +11,8 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.train.run import execute_run
 from raynb.train.config import ScalingConfig
+from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.
@@ -30,12 +31,21 @@ def _allreduce_and_context():
     rank = ctx.get_world_rank()
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
-    mine = {"rank": rank, "dist_rank": dist.get_rank(), "local_rank": ctx.get_local_rank(),
-            "world_size": ctx.get_world_size(), "dist_world_size": dist.get_world_size(),
-            "local_world_size": ctx.get_local_world_size(), "node_rank": ctx.get_node_rank(),
-            "env_rank": int(os.environ["RANK"]), "env_local_rank": int(os.environ["LOCAL_RANK"]),
-            "sum": t.item(), "pid": os.getpid(), "trial_name": ctx.get_trial_name(),
-            "trial_dir": ctx.get_trial_dir()}
+    mine = {
+        "rank": rank,
+        "dist_rank": dist.get_rank(),
+        "local_rank": ctx.get_local_rank(),
+        "world_size": ctx.get_world_size(),
+        "dist_world_size": dist.get_world_size(),
+        "local_world_size": ctx.get_local_world_size(),
+        "node_rank": ctx.get_node_rank(),
+        "env_rank": int(os.environ["RANK"]),
+        "env_local_rank": int(os.environ["LOCAL_RANK"]),
+        "sum": t.item(),
+        "pid": os.getpid(),
+        "trial_name": ctx.get_trial_name(),
+        "trial_dir": ctx.get_trial_dir(),
+    }
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     report({"sum": t.item(), "ranks": everyone})
@@ -43,8 +53,9 @@ def _allreduce_and_context():
 
 
 def test_all_reduce_sum_and_ranks_on_every_rank(warm):
-    result, ret = execute_run(_allreduce_and_context, None, raynb.ScalingConfig(num_workers=4),
-                              raynb.RunConfig(verbose=0))
+    result, ret = execute_run(
+        _allreduce_and_context, None, raynb.ScalingConfig(num_workers=4), raynb.RunConfig(verbose=0)
+    )
     assert result.state == "FINISHED"
     assert result.metrics["sum"] == 10.0
     for everyone in (ret, result.metrics["ranks"]):
@@ -56,7 +67,7 @@ def test_all_reduce_sum_and_ranks_on_every_rank(warm):
             assert r["world_size"] == r["dist_world_size"] == 4
             assert r["local_world_size"] == 4
             assert r["node_rank"] == 0
-            assert (r["trial_name"], r["trial_dir"]) == (result.name, result.path)   # Ray Train's names
+            assert (r["trial_name"], r["trial_dir"]) == (result.name, result.path)  # Ray Train's names
     assert len({r["pid"] for r in ret}) == 4, "each rank is its own process"
 
 
@@ -68,9 +79,12 @@ def test_trainer_fit_metrics_are_rank0_last_report(warm):
         for step in range(3):
             report({"step": step, "rank": rank, "value": step * config["k"] + rank})
 
-    result = TorchTrainer(fn, train_loop_config={"k": 10},
-                          scaling_config=raynb.ScalingConfig(num_workers=4),
-                          run_config=raynb.RunConfig(verbose=0)).fit()
+    result = TorchTrainer(
+        fn,
+        train_loop_config={"k": 10},
+        scaling_config=raynb.ScalingConfig(num_workers=4),
+        run_config=raynb.RunConfig(verbose=0),
+    ).fit()
     assert result.error is None and result.state == "FINISHED"
     assert result.metrics["rank"] == 0 and result.metrics["step"] == 2
     assert result.metrics["value"] == 20
@@ -94,9 +108,13 @@ def _train_digits_short(config):
     # A different seed per rank: equal parameters at the end are DDP's doing, not the seed's.
     torch.manual_seed(1000 + get_context().get_world_rank())
     X_tr, y_tr, X_va, y_va = load_digits_split()
-    loader = prepare_data_loader(DataLoader(
-        TensorDataset(torch.from_numpy(X_tr), torch.from_numpy(y_tr)),
-        batch_size=config["batch_size"], shuffle=True))
+    loader = prepare_data_loader(
+        DataLoader(
+            TensorDataset(torch.from_numpy(X_tr), torch.from_numpy(y_tr)),
+            batch_size=config["batch_size"],
+            shuffle=True,
+        )
+    )
     model = prepare_model(make_model(32))
     opt = torch.optim.Adam(model.parameters(), lr=config["lr"])
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -122,8 +140,9 @@ def _train_digits_short(config):
 
 def test_ddp_digits_parameters_identical_and_learns(warm):
     config = {"lr": 5e-3, "batch_size": 32, "epochs": 4}
-    result, prints = execute_run(_train_digits_short, config, raynb.ScalingConfig(num_workers=4),
-                                 raynb.RunConfig(verbose=0))
+    result, prints = execute_run(
+        _train_digits_short, config, raynb.ScalingConfig(num_workers=4), raynb.RunConfig(verbose=0)
+    )
     assert result.state == "FINISHED"
     assert len(prints) == 4
     hashes = {h for h, _, _ in prints}
@@ -143,10 +162,12 @@ def test_run_directory_files(warm, tmp_path):
             report({"i": i, "loss": 1.0 / (i + 1)})
 
     config = {"n": 3, "lr": 0.01, "tag": "x"}
-    result = TorchTrainer(fn, train_loop_config=config,
-                          scaling_config=raynb.ScalingConfig(num_workers=2),
-                          run_config=raynb.RunConfig(name="rundir_check", storage_path=str(tmp_path),
-                                                     verbose=0)).fit()
+    result = TorchTrainer(
+        fn,
+        train_loop_config=config,
+        scaling_config=raynb.ScalingConfig(num_workers=2),
+        run_config=raynb.RunConfig(name="rundir_check", storage_path=str(tmp_path), verbose=0),
+    ).fit()
     path = Path(result.path)
     assert path == tmp_path / "rundir_check"
     assert json.loads((path / "params.json").read_text()) == config
@@ -166,18 +187,25 @@ def test_run_directory_files(warm, tmp_path):
     assert not (path / "error.txt").exists()
 
 
-@pytest.mark.parametrize("kwargs,error,says", [
-    ({"use_gpu": "yes"}, TypeError, "ScalingConfig(use_gpu='yes'): use_gpu must be True or False"),
-    ({"use_gpu": 2}, TypeError, "use_gpu must be True or False"),
-    ({"resources_per_worker": "x"}, TypeError, "give a dict of resource names to amounts >= 0"),
-    ({"resources_per_worker": {"CPU": -1}}, ValueError, "{'CPU': -1}): 'CPU' must be an amount >= 0"),
-    ({"resources_per_worker": {"CPU": float("nan")}}, ValueError, "'CPU' must be an amount >= 0"),
-    ({"resources_per_worker": {"CPU": "1"}}, TypeError, "give a dict of resource names to amounts >= 0"),
-    ({"resources_per_worker": {"GPU": 1}}, ValueError, "asks for GPUs but use_gpu is False: set use_gpu=True"),
-    ({"use_gpu": True, "resources_per_worker": {"GPU": 0}}, ValueError, "gives each worker 0 GPUs"),
-    ({"timeout_s": "5"}, ValueError, "ScalingConfig(timeout_s='5') must be a positive number of seconds"),
-    ({"timeout_s": -5}, ValueError, "must be a positive number of seconds"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,says",
+    [
+        ({"use_gpu": "yes"}, TypeError, "ScalingConfig(use_gpu='yes'): use_gpu must be True or False"),
+        ({"use_gpu": 2}, TypeError, "use_gpu must be True or False"),
+        ({"resources_per_worker": "x"}, TypeError, "give a dict of resource names to amounts >= 0"),
+        ({"resources_per_worker": {"CPU": -1}}, ValueError, "{'CPU': -1}): 'CPU' must be an amount >= 0"),
+        ({"resources_per_worker": {"CPU": float("nan")}}, ValueError, "'CPU' must be an amount >= 0"),
+        ({"resources_per_worker": {"CPU": "1"}}, TypeError, "give a dict of resource names to amounts >= 0"),
+        (
+            {"resources_per_worker": {"GPU": 1}},
+            ValueError,
+            "asks for GPUs but use_gpu is False: set use_gpu=True",
+        ),
+        ({"use_gpu": True, "resources_per_worker": {"GPU": 0}}, ValueError, "gives each worker 0 GPUs"),
+        ({"timeout_s": "5"}, ValueError, "ScalingConfig(timeout_s='5') must be a positive number of seconds"),
+        ({"timeout_s": -5}, ValueError, "must be a positive number of seconds"),
+    ],
+)
 def test_a_scaling_config_of_the_wrong_kind_is_refused_naming_the_argument(kwargs, error, says):
     # "yes", a string and {"GPU": 1} without use_gpu were accepted: the run then failed
     # naming another value, or ran on CPU without a word.
@@ -190,9 +218,11 @@ def test_scaling_config_keeps_what_ray_accepts():
     import numpy as np
 
     assert ScalingConfig(use_gpu=np.bool_(False)).use_gpu is False
-    assert ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 2, "GPU": 1}).resources_per_worker == \
-        {"CPU": 2, "GPU": 1}
-    assert ScalingConfig(resources_per_worker={"CPU": 0.5, "memory": 2 ** 30}).use_gpu is False
+    assert ScalingConfig(use_gpu=True, resources_per_worker={"CPU": 2, "GPU": 1}).resources_per_worker == {
+        "CPU": 2,
+        "GPU": 1,
+    }
+    assert ScalingConfig(resources_per_worker={"CPU": 0.5, "memory": 2**30}).use_gpu is False
 
 
 def test_train_loop_config_must_be_a_dict():
@@ -205,9 +235,16 @@ def test_a_bad_max_report_bytes_does_not_break_import_raynb():
     import subprocess
 
     for bad in ("2MB", "-5", "0"):
-        out = subprocess.run([sys.executable, "-c", "from raynb.train.report_metrics import MAX_REPORT_BYTES as m; "
-                              "import raynb; print(m)"], capture_output=True, text=True,
-                             env={**__import__("os").environ, "RAYNB_MAX_REPORT_BYTES": bad})
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from raynb.train.report_metrics import MAX_REPORT_BYTES as m; import raynb; print(m)",
+            ],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "RAYNB_MAX_REPORT_BYTES": bad},
+        )
         assert out.returncode == 0 and out.stdout.strip() == str(1 << 20), (bad, out.stderr)
 
 
@@ -215,12 +252,13 @@ def test_an_oversized_report_names_its_largest_entry_and_is_never_printed_whole(
     from raynb.train.report_metrics import MAX_REPORT_BYTES, ReportTooLarge, plain_metrics
 
     third = MAX_REPORT_BYTES // 3
-    with pytest.raises(ReportTooLarge) as ei:   # the cap passed by a small entry after a big one
+    with pytest.raises(ReportTooLarge) as ei:  # the cap passed by a small entry after a big one
         plain_metrics({"big": "x" * (2 * third), "mid": "y" * (third // 2), "last": list(range(third // 8))})
-    assert f"('big' is a str of at least {2 * third:,} bytes; 'last', a list, passed the cap)" \
-        in str(ei.value), ei.value
+    assert f"('big' is a str of at least {2 * third:,} bytes; 'last', a list, passed the cap)" in str(
+        ei.value
+    ), ei.value
 
-    class HugeBytes(bytes):   # bytes, a set, a deque: a repr at least as long, never made when too long
+    class HugeBytes(bytes):  # bytes, a set, a deque: a repr at least as long, never made when too long
         def __repr__(self):
             raise AssertionError("repr() of an oversized value was built")
 
@@ -230,6 +268,8 @@ def test_an_oversized_report_names_its_largest_entry_and_is_never_printed_whole(
     for value in (HugeBytes(n), b"\0" * n, set(range(n)), collections.deque(range(n))):
         with pytest.raises(ReportTooLarge, match=rf"'blob' is a {type(value).__name__} of at least"):
             plain_metrics({"loss": 0.5, "blob": value})
-    assert plain_metrics({"b": b"ab", "s": {1}}) == {"b": "b'ab'", "s": "{1}"}   # small ones: their repr
+    assert plain_metrics({"b": b"ab", "s": {1}}) == {"b": "b'ab'", "s": "{1}"}  # small ones: their repr
     # A value of many items but a short repr is not refused for its length.
-    assert plain_metrics({"steps": range(MAX_REPORT_BYTES + 1)}) == {"steps": f"range(0, {MAX_REPORT_BYTES + 1})"}
+    assert plain_metrics({"steps": range(MAX_REPORT_BYTES + 1)}) == {
+        "steps": f"range(0, {MAX_REPORT_BYTES + 1})"
+    }

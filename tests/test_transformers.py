@@ -3,6 +3,7 @@ GPT-2 built from a config (no download) sees raynb's world, trains over the exis
 with identical weights on both ranks, and its logs and saves come back as raynb metrics and
 checkpoints; ``accelerate.Accelerator()`` in a function sees the same world; a warm second
 fit is faster than the first."""
+
 from __future__ import annotations
 
 import sys
@@ -64,22 +65,37 @@ def _hf_train(config):
             return {"input_ids": ids[i], "labels": ids[i]}
 
     torch.manual_seed(train.get_context().get_world_rank())  # different inits: DDP broadcasts rank 0's
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2))
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    )
     args = transformers.TrainingArguments(
-        output_dir=config["out"], per_device_train_batch_size=8, num_train_epochs=config["epochs"],
-        learning_rate=5e-3, logging_strategy="epoch", save_strategy="epoch", report_to=[], use_cpu=True,
-        disable_tqdm=True, seed=0, save_only_model=True)
+        output_dir=config["out"],
+        per_device_train_batch_size=8,
+        num_train_epochs=config["epochs"],
+        learning_rate=5e-3,
+        logging_strategy="epoch",
+        save_strategy="epoch",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+        save_only_model=True,
+    )
     extra = [_die_in_epoch_1(transformers, config["marker"])] if "marker" in config else []
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=Tokens(),
-                                   callbacks=[RayTrainReportCallback()] + extra)
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=Tokens(), callbacks=[RayTrainReportCallback()] + extra
+    )
     trainer = prepare_trainer(trainer)
     ckpt = train.get_checkpoint()
     resume = os.path.join(ckpt.path, RayTrainReportCallback.CHECKPOINT_NAME) if ckpt else None
     trainer.train(resume_from_checkpoint=resume)
-    return {"world": args.world_size, "rank": args.process_index, "local_rank": args.local_process_index,
-            "hashes": _digests_on_every_rank(model.parameters()),
-            "steps": trainer.state.global_step}
+    return {
+        "world": args.world_size,
+        "rank": args.process_index,
+        "local_rank": args.local_process_index,
+        "hashes": _digests_on_every_rank(model.parameters()),
+        "steps": trainer.state.global_step,
+    }
 
 
 def _die_in_epoch_1(transformers, marker):
@@ -90,8 +106,12 @@ def _die_in_epoch_1(transformers, marker):
 
     class Die(transformers.TrainerCallback):
         def on_epoch_begin(self, args, state, control, **kwargs):
-            if state.epoch and state.epoch >= 1 and train.get_context().get_world_rank() == 1 \
-                    and not os.path.exists(marker):
+            if (
+                state.epoch
+                and state.epoch >= 1
+                and train.get_context().get_world_rank() == 1
+                and not os.path.exists(marker)
+            ):
                 open(marker, "w").close()
                 os._exit(3)
 
@@ -102,10 +122,15 @@ def _run(tmp_path, fn=_hf_train, workers=2, epochs=2, **run):
     from raynb.train.run import execute_run
 
     cfg = {"out": str(tmp_path / "hf_out"), "epochs": epochs, **run.pop("config", {})}
-    trainer = TorchTrainer(fn, train_loop_config=cfg, scaling_config=ScalingConfig(num_workers=workers),
-                           run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "runs"), **run))
-    return execute_run(trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config,
-                       trainer.run_config)
+    trainer = TorchTrainer(
+        fn,
+        train_loop_config=cfg,
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "runs"), **run),
+    )
+    return execute_run(
+        trainer.train_loop_per_worker, trainer.train_loop_config, trainer.scaling_config, trainer.run_config
+    )
 
 
 def test_warm_second_fit_is_faster_than_the_first(warm, tmp_path):
@@ -133,8 +158,9 @@ def test_trainer_sees_raynb_world_and_reports_metrics_and_checkpoints(warm, tmp_
 
 def test_restored_run_resumes_from_the_trainer_checkpoint(warm, tmp_path):
     result, _ = _run(tmp_path, epochs=1)
-    resumed = TorchTrainer.restore(result.path, train_loop_config={"out": str(tmp_path / "hf_out2"),
-                                                                    "epochs": 2}).fit()
+    resumed = TorchTrainer.restore(
+        result.path, train_loop_config={"out": str(tmp_path / "hf_out2"), "epochs": 2}
+    ).fit()
     assert list(resumed.metrics_dataframe["epoch"]) == [1.0, 2.0]
     assert resumed.metrics["step"] == 16
 
@@ -142,8 +168,9 @@ def test_restored_run_resumes_from_the_trainer_checkpoint(warm, tmp_path):
 def test_rank_killed_in_epoch_2_resumes_from_the_trainer_checkpoint(warm, tmp_path):
     from raynb.train import FailureConfig
 
-    result, value = _run(tmp_path, config={"marker": str(tmp_path / "died")},
-                         failure_config=FailureConfig(max_failures=1))
+    result, value = _run(
+        tmp_path, config={"marker": str(tmp_path / "died")}, failure_config=FailureConfig(max_failures=1)
+    )
     assert (tmp_path / "died").exists() and len(result.failures) == 1, result.failures
     assert list(result.metrics_dataframe["epoch"]) == [1.0, 2.0]  # epoch 1 kept, not trained again
     assert value["steps"] == 16 and len(set(value["hashes"])) == 1
@@ -171,8 +198,12 @@ def _accelerate(config):
             acc.backward(loss)
             opt.step()
         train.report({"epoch": epoch, "loss": acc.gather(loss.detach()).mean().item()})
-    return {"world": acc.num_processes, "rank": acc.process_index, "batches": len(loader),
-            "hashes": _digests_on_every_rank(acc.unwrap_model(model).parameters())}
+    return {
+        "world": acc.num_processes,
+        "rank": acc.process_index,
+        "batches": len(loader),
+        "hashes": _digests_on_every_rank(acc.unwrap_model(model).parameters()),
+    }
 
 
 def test_accelerator_in_a_function_uses_the_raynb_group(warm, tmp_path):

@@ -1,5 +1,6 @@
 """Tuner on the real warm cluster: trials as runs, results, errors, concurrency, STOP,
 time budget, interrupt and restore, Optuna vs random, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -13,14 +14,13 @@ from pathlib import Path
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 from raynb import tune
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 from raynb.tune.schedulers import TrialScheduler
 from raynb.tune.search import BasicVariantGenerator
-
-from conftest import wait_idle_workers
 
 # Functions defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -57,10 +57,14 @@ def overlap(results) -> int:
 
 def test_function_trainable_results_dirs_state_and_dataframe(warm):
     space = {"x": tune.uniform(0, 6), "model": {"width": tune.grid_search([8, 16])}, "const": "c"}
-    tuner = tune.Tuner(quadratic, param_space=space,
-                       tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=3,
-                                                   search_alg=BasicVariantGenerator(random_state=0)),
-                       run_config=RunConfig(name="quad", verbose=1))
+    tuner = tune.Tuner(
+        quadratic,
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric="loss", mode="min", num_samples=3, search_alg=BasicVariantGenerator(random_state=0)
+        ),
+        run_config=RunConfig(name="quad", verbose=1),
+    )
     grid = tuner.fit()
     assert len(grid) == 6 and grid.num_terminated == 6 and grid.num_errors == 0 and not grid.errors
     assert not grid.interrupted
@@ -84,8 +88,18 @@ def test_function_trainable_results_dirs_state_and_dataframe(warm):
 
     df = grid.get_dataframe()
     assert len(df) == 6
-    for col in ("trial_id", "status", "config/x", "config/model/width", "config/const", "loss", "step",
-                "training_iteration", "time_total_s", "path"):
+    for col in (
+        "trial_id",
+        "status",
+        "config/x",
+        "config/model/width",
+        "config/const",
+        "loss",
+        "step",
+        "training_iteration",
+        "time_total_s",
+        "path",
+    ):
         assert col in df.columns, col
     assert list(df["trial_id"]) == [r.trial_id for r in grid]
     assert set(df["status"]) == {"TERMINATED"} and set(df["config/const"]) == {"c"}
@@ -108,15 +122,26 @@ def _ddp_trial(config):
 
     t = torch.tensor([config["lr"]])
     dist.all_reduce(t)
-    report({"world": get_context().get_world_size(), "lr_sum": t.item(), "base": config["base"],
-            "loss": config["lr"]})
+    report(
+        {
+            "world": get_context().get_world_size(),
+            "lr_sum": t.item(),
+            "base": config["base"],
+            "loss": config["lr"],
+        }
+    )
 
 
 def test_torch_trainer_trials_are_ddp_runs_with_merged_config(warm):
-    trainer = TorchTrainer(_ddp_trial, train_loop_config={"base": 7, "lr": 0.5},
-                           scaling_config=ScalingConfig(num_workers=2))
-    grid = tune.Tuner(trainer, param_space={"train_loop_config": {"lr": tune.grid_search([0.1, 0.2, 0.3])}},
-                      tune_config=tune.TuneConfig(metric="loss", mode="min"), run_config=QUIET).fit()
+    trainer = TorchTrainer(
+        _ddp_trial, train_loop_config={"base": 7, "lr": 0.5}, scaling_config=ScalingConfig(num_workers=2)
+    )
+    grid = tune.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": tune.grid_search([0.1, 0.2, 0.3])}},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=QUIET,
+    ).fit()
     assert len(grid) == 3 and grid.num_terminated == 3
     for r in grid:
         lr = r.config["train_loop_config"]["lr"]
@@ -136,8 +161,12 @@ def _raises_on_two(config):
 
 
 def test_a_trial_that_raises_is_error_and_the_others_finish(warm):
-    grid = tune.Tuner(_raises_on_two, param_space={"i": tune.grid_search([0, 1, 2, 3, 4])},
-                      tune_config=tune.TuneConfig(metric="score", mode="max"), run_config=QUIET).fit()
+    grid = tune.Tuner(
+        _raises_on_two,
+        param_space={"i": tune.grid_search([0, 1, 2, 3, 4])},
+        tune_config=tune.TuneConfig(metric="score", mode="max"),
+        run_config=QUIET,
+    ).fit()
     status = {r.config["i"]: r.status for r in grid}
     assert status == {0: "TERMINATED", 1: "TERMINATED", 2: "ERROR", 3: "TERMINATED", 4: "TERMINATED"}
     assert grid.num_errors == 1 and grid.num_terminated == 4
@@ -151,8 +180,9 @@ def test_a_trial_that_raises_is_error_and_the_others_finish(warm):
 
 def test_max_concurrent_trials_is_never_exceeded(warm):
     space = {"i": tune.grid_search(list(range(8))), "sleep": 0.15}
-    grid = tune.Tuner(timed, param_space=space, tune_config=tune.TuneConfig(max_concurrent_trials=2),
-                      run_config=QUIET).fit()
+    grid = tune.Tuner(
+        timed, param_space=space, tune_config=tune.TuneConfig(max_concurrent_trials=2), run_config=QUIET
+    ).fit()
     assert grid.num_terminated == 8
     assert overlap(grid) == 2  # measured on the workers: never 3, and the limit is used
     grid = tune.Tuner(timed, param_space=space, run_config=QUIET).fit()  # default: as many as the workers
@@ -161,9 +191,12 @@ def test_max_concurrent_trials_is_never_exceeded(warm):
     from raynb.tune.search.optuna import OptunaSearch
 
     limited = ConcurrencyLimiter(OptunaSearch(seed=0), max_concurrent=2)
-    grid = tune.Tuner(timed, param_space={"i": tune.randint(0, 100), "sleep": 0.15},
-                      tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=6, search_alg=limited),
-                      run_config=QUIET).fit()
+    grid = tune.Tuner(
+        timed,
+        param_space={"i": tune.randint(0, 100), "sleep": 0.15},
+        tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=6, search_alg=limited),
+        run_config=QUIET,
+    ).fit()
     assert grid.num_terminated == 6 and overlap(grid) == 2
 
 
@@ -185,10 +218,13 @@ def _endless(config):
 
 
 def test_scheduler_stop_cancels_the_run_and_frees_the_worker_at_once(warm):
-    grid = tune.Tuner(_endless, param_space={"k": tune.grid_search([0, 1, 2, 3])},
-                      tune_config=tune.TuneConfig(scheduler=StopAtTwo(), max_concurrent_trials=1),
-                      run_config=QUIET).fit()
-    assert [r.status for r in grid] == ["TERMINATED"] * 4   # Ray 2.60's status for a stopped trial
+    grid = tune.Tuner(
+        _endless,
+        param_space={"k": tune.grid_search([0, 1, 2, 3])},
+        tune_config=tune.TuneConfig(scheduler=StopAtTwo(), max_concurrent_trials=1),
+        run_config=QUIET,
+    ).fit()
+    assert [r.status for r in grid] == ["TERMINATED"] * 4  # Ray 2.60's status for a stopped trial
     for r in grid:
         # Its results end at the STOP (its 2nd report); the run itself (it would report 500
         # times) made at most one more report before the cancel reached it.
@@ -202,8 +238,12 @@ def test_scheduler_stop_cancels_the_run_and_frees_the_worker_at_once(warm):
 
 def test_time_budget_stops_everything(warm):
     t0 = time.monotonic()
-    grid = tune.Tuner(_endless, param_space={"k": tune.grid_search(list(range(6)))},
-                      tune_config=tune.TuneConfig(time_budget_s=1.0), run_config=QUIET).fit()
+    grid = tune.Tuner(
+        _endless,
+        param_space={"k": tune.grid_search(list(range(6)))},
+        tune_config=tune.TuneConfig(time_budget_s=1.0),
+        run_config=QUIET,
+    ).fit()
     took = time.monotonic() - t0
     assert 1.0 <= took < 3.0, took
     status = [r.status for r in grid]
@@ -232,11 +272,17 @@ def _until_marker(config):
 
 def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
     marker = str(tmp_path / "go")
-    space = {"k": tune.grid_search([0, 1, 2, 3, 4, 5]), "marker": marker,
-             "n": tune.sample_from(lambda spec: 1 if spec.config.k < 2 else 400)}
-    tuner = tune.Tuner(_until_marker, param_space=space,
-                       tune_config=tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=2),
-                       run_config=QUIET)
+    space = {
+        "k": tune.grid_search([0, 1, 2, 3, 4, 5]),
+        "marker": marker,
+        "n": tune.sample_from(lambda spec: 1 if spec.config.k < 2 else 400),
+    }
+    tuner = tune.Tuner(
+        _until_marker,
+        param_space=space,
+        tune_config=tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=2),
+        run_config=QUIET,
+    )
     timer = _interrupt_after(1.5)
     t0 = time.monotonic()
     try:
@@ -255,11 +301,18 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
 
     Path(marker).touch()  # the resumed trials now end after one report
     # Another trainable, or the same loop on other ranks per trial: refused, as Ray Tune's restore.
-    for other, ran in ((_counting_with_checkpoints, "'_counting_with_checkpoints' on 1 worker(s)"),
-                       (TorchTrainer(_until_marker, scaling_config=ScalingConfig(num_workers=2)),
-                        "'TorchTrainer' on 2 worker(s)")):
-        with pytest.raises(ValueError, match="the experiment ran '_until_marker' on 1 worker"
-                                             rf"\(s\) per trial, but the trainable given is {re.escape(ran)}"):
+    for other, ran in (
+        (_counting_with_checkpoints, "'_counting_with_checkpoints' on 1 worker(s)"),
+        (
+            TorchTrainer(_until_marker, scaling_config=ScalingConfig(num_workers=2)),
+            "'TorchTrainer' on 2 worker(s)",
+        ),
+    ):
+        with pytest.raises(
+            ValueError,
+            match="the experiment ran '_until_marker' on 1 worker"
+            rf"\(s\) per trial, but the trainable given is {re.escape(ran)}",
+        ):
             tune.Tuner.restore(grid.experiment_path, other)
     restored = tune.Tuner.restore(grid.experiment_path, _until_marker)
     grid2 = restored.fit()
@@ -275,8 +328,12 @@ def test_interrupt_returns_partial_results_and_restore_resumes(warm, tmp_path):
 
 def test_fit_again_after_an_interrupt_carries_on(warm, tmp_path):
     marker = str(tmp_path / "go")
-    tuner = tune.Tuner(_until_marker, param_space={"k": tune.grid_search([0, 1, 2]), "n": 400, "marker": marker},
-                       tune_config=tune.TuneConfig(max_concurrent_trials=2), run_config=QUIET)
+    tuner = tune.Tuner(
+        _until_marker,
+        param_space={"k": tune.grid_search([0, 1, 2]), "n": 400, "marker": marker},
+        tune_config=tune.TuneConfig(max_concurrent_trials=2),
+        run_config=QUIET,
+    )
     timer = _interrupt_after(0.8)
     try:
         grid = tuner.fit()
@@ -294,10 +351,18 @@ def test_restore_after_a_dead_kernel_with_optuna_creates_the_remaining_trials(wa
 
     marker = str(tmp_path / "go")
     space = {"k": tune.uniform(0, 1), "n": 400, "marker": marker}
-    tuner = tune.Tuner(_until_marker, param_space=space,
-                       tune_config=tune.TuneConfig(metric="score", mode="max", num_samples=5,
-                                                   search_alg=OptunaSearch(seed=0), max_concurrent_trials=2),
-                       run_config=QUIET)
+    tuner = tune.Tuner(
+        _until_marker,
+        param_space=space,
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            num_samples=5,
+            search_alg=OptunaSearch(seed=0),
+            max_concurrent_trials=2,
+        ),
+        run_config=QUIET,
+    )
     timer = _interrupt_after(1.0)
     try:
         grid = tuner.fit()
@@ -323,9 +388,12 @@ def test_restore_of_a_lazy_grid_search_runs_each_point_once(warm, tmp_path):
 
     marker = str(tmp_path / "go")
     space = {"k": tune.grid_search([0, 1, 2, 3, 4, 5]), "n": 400, "marker": marker}
-    tuner = tune.Tuner(_until_marker, param_space=space,
-                       tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(BasicVariantGenerator(), 2)),
-                       run_config=QUIET)
+    tuner = tune.Tuner(
+        _until_marker,
+        param_space=space,
+        tune_config=tune.TuneConfig(search_alg=ConcurrencyLimiter(BasicVariantGenerator(), 2)),
+        run_config=QUIET,
+    )
     timer = _interrupt_after(1.0)
     try:
         grid = tuner.fit()
@@ -346,8 +414,12 @@ def _prints(config):
 
 
 def test_trial_output_is_relayed_with_its_trial_id_and_the_table_printed(warm, capsys):
-    grid = tune.Tuner(_prints, param_space={"i": tune.grid_search([0, 1])},
-                      tune_config=tune.TuneConfig(metric="i", mode="max"), run_config=RunConfig(verbose=1)).fit()
+    grid = tune.Tuner(
+        _prints,
+        param_space={"i": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(metric="i", mode="max"),
+        run_config=RunConfig(verbose=1),
+    ).fit()
     out = capsys.readouterr().out
     for r in grid:
         assert f"({r.trial_id}) hello from {r.config['i']}\n" in out
@@ -366,11 +438,18 @@ def test_optuna_beats_random_search_on_a_quadratic(warm):
     wins, bests = [], []
     for seed in (0, 1, 2):
         best = {}
-        for name, alg in (("optuna", OptunaSearch(seed=seed)), ("random", BasicVariantGenerator(random_state=seed))):
-            grid = tune.Tuner(objective, param_space=space,
-                              tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=60,
-                                                          search_alg=alg, max_concurrent_trials=1),
-                              run_config=QUIET).fit()
+        for name, alg in (
+            ("optuna", OptunaSearch(seed=seed)),
+            ("random", BasicVariantGenerator(random_state=seed)),
+        ):
+            grid = tune.Tuner(
+                objective,
+                param_space=space,
+                tune_config=tune.TuneConfig(
+                    metric="loss", mode="min", num_samples=60, search_alg=alg, max_concurrent_trials=1
+                ),
+                run_config=QUIET,
+            ).fit()
             assert len(grid) == 60 and grid.num_terminated == 60
             best[name] = grid.get_best_result().metrics["loss"]
         wins.append(best["optuna"] < best["random"])
@@ -388,8 +467,12 @@ def _reports_acc(config):
 
 
 def test_metric_never_reported_names_the_reported_keys(warm):
-    tuner = tune.Tuner(_reports_acc, param_space={"i": tune.grid_search([0, 1])},
-                       tune_config=tune.TuneConfig(metric="loss", mode="min"), run_config=QUIET)
+    tuner = tune.Tuner(
+        _reports_acc,
+        param_space={"i": tune.grid_search([0, 1])},
+        tune_config=tune.TuneConfig(metric="loss", mode="min"),
+        run_config=QUIET,
+    )
     with pytest.raises(ValueError, match=r"'loss'.*\['acc', 'epoch'\]"):
         tuner.fit()
     wait_idle_workers(warm, 4, timeout=3)
@@ -404,9 +487,13 @@ def test_bad_input_is_refused_before_any_trial(warm):
     with pytest.raises(ValueError, match="ASHAScheduler needs metric and mode"):
         tune.Tuner(quadratic, param_space={"x": 1}, tune_config=tune.TuneConfig(scheduler=ASHAScheduler()))
     with pytest.raises(ValueError, match="give them in one place"):
-        tune.Tuner(quadratic, param_space={"x": 1},
-                   tune_config=tune.TuneConfig(metric="loss", mode="min",
-                                               scheduler=ASHAScheduler(metric="acc", mode="max")))
+        tune.Tuner(
+            quadratic,
+            param_space={"x": 1},
+            tune_config=tune.TuneConfig(
+                metric="loss", mode="min", scheduler=ASHAScheduler(metric="acc", mode="max")
+            ),
+        )
     with pytest.raises(ValueError, match="no mode"):
         tune.TuneConfig(metric="loss")
     with pytest.raises(ValueError, match="num_samples"):
@@ -423,12 +510,17 @@ def test_bad_input_is_refused_before_any_trial(warm):
         tune.Tuner(TorchTrainer(_ddp_trial, scaling_config=ScalingConfig(num_workers=10_000))).fit()
     if not any(n["gpus"] for n in warm.status()["nodes"]):
         with pytest.raises(ValueError, match=r"needs 1 GPU\(s\).*cluster has 0"):
-            tune.Tuner(TorchTrainer(_ddp_trial, scaling_config=ScalingConfig(num_workers=1, use_gpu=True))).fit()
+            tune.Tuner(
+                TorchTrainer(_ddp_trial, scaling_config=ScalingConfig(num_workers=1, use_gpu=True))
+            ).fit()
     with pytest.raises(ValueError, match="needs metric= and mode="):
         from raynb.tune.search.optuna import OptunaSearch
 
-        tune.Tuner(quadratic, param_space={"x": tune.uniform(0, 1)},
-                   tune_config=tune.TuneConfig(search_alg=OptunaSearch())).fit()
+        tune.Tuner(
+            quadratic,
+            param_space={"x": tune.uniform(0, 1)},
+            tune_config=tune.TuneConfig(search_alg=OptunaSearch()),
+        ).fit()
     assert len(warm.status()["runs"]) == runs_before  # no trial was submitted
 
 
@@ -439,19 +531,28 @@ def test_overhead_benchmark_quick_prints_json(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(root))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "tune_overhead.py"), "--quick"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "tune_overhead.py"), "--quick"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     o = out["overhead"]
     assert o["trials"] == 20 and o["concurrency"] == 2 and o["total_s"] > 0 and o["work_s"] >= 0
-    assert o["per_trial_overhead_ms"] == pytest.approx((o["total_s"] - o["work_s"]) / 20 * 1000, abs=0.06)  # inputs rounded to ms
+    assert o["per_trial_overhead_ms"] == pytest.approx(
+        (o["total_s"] - o["work_s"]) / 20 * 1000, abs=0.06
+    )  # inputs rounded to ms
     s = out["stop"]["stop_to_next_start_ms"]
     assert s["n"] == 4 and 0 < s["median"] <= s["p90"] <= s["max"]
     assert not list(tmp_path.glob("raynb-bench-*")), "the benchmark removes its temporary directories"
 
 
 # --- checkpoints: PBT's exploit, resuming from a checkpoint --------------------------------
+
 
 def _pbt_trainable(config):
     import json
@@ -476,20 +577,30 @@ def _pbt_trainable(config):
         state["owner"] = me
         with tempfile.TemporaryDirectory() as d:
             json.dump(state, open(os.path.join(d, "state.json"), "w"))
-            tune.report({"w": state["w"], "lr": config["lr"], "steps": state["steps"],
-                         "resumed_from": resumed_from}, checkpoint=Checkpoint.from_directory(d))
+            tune.report(
+                {"w": state["w"], "lr": config["lr"], "steps": state["steps"], "resumed_from": resumed_from},
+                checkpoint=Checkpoint.from_directory(d),
+            )
         time.sleep(0.03)
 
 
 def test_pbt_exploit_resumes_from_the_donor_checkpoint_with_a_perturbed_config(warm):
     from raynb.tune.schedulers import PopulationBasedTraining
 
-    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
-                                  hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
-                                  quantile_fraction=0.25, resample_probability=0.0, seed=0)
-    grid = tune.Tuner(_pbt_trainable, param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
-                      tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
-                      run_config=QUIET).fit()
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=3,
+        hyperparam_mutations={"lr": [0.01, 0.1, 1.0, 10.0]},
+        quantile_fraction=0.25,
+        resample_probability=0.0,
+        seed=0,
+    )
+    grid = tune.Tuner(
+        _pbt_trainable,
+        param_space={"lr": tune.grid_search([0.01, 0.1, 1.0, 10.0])},
+        tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt),
+        run_config=QUIET,
+    ).fit()
     assert [r.status for r in grid] == ["TERMINATED"] * 4
     by_dir = {Path(r.path).name: r for r in grid}
     exploited = [r for r in grid if any(m.get("resumed_from") for m in r._reports)]
@@ -536,8 +647,11 @@ def _counting_with_checkpoints(config):
 
 def test_interrupted_trials_resume_from_their_checkpoint(warm, tmp_path):
     marker = str(tmp_path / "go")
-    tuner = tune.Tuner(_counting_with_checkpoints,
-                       param_space={"k": tune.grid_search([0, 1]), "marker": marker}, run_config=QUIET)
+    tuner = tune.Tuner(
+        _counting_with_checkpoints,
+        param_space={"k": tune.grid_search([0, 1]), "marker": marker},
+        run_config=QUIET,
+    )
     timer = _interrupt_after(1.0)
     try:
         grid = tuner.fit()
@@ -554,7 +668,10 @@ def test_interrupted_trials_resume_from_their_checkpoint(warm, tmp_path):
         assert last["started_at_step"] > 0  # get_checkpoint() handed back the last checkpoint
         assert last["step"] == last["started_at_step"]  # and it ended after one more report
         assert last["training_iteration"] == len(r._reports) == n + 1  # the run counts on
-        assert r.checkpoint is not None and json.loads((Path(r.checkpoint.path) / "c.json").read_text())["step"] == last["step"]
+        assert (
+            r.checkpoint is not None
+            and json.loads((Path(r.checkpoint.path) / "c.json").read_text())["step"] == last["step"]
+        )
         assert r.best_checkpoints and r.best_checkpoints[-1][0].path == r.checkpoint.path
 
 
@@ -566,10 +683,22 @@ def test_restore_requeue_keeps_a_trial_with_a_checkpoint_and_restarts_one_withou
     (a_dir / "checkpoint_000001").mkdir(parents=True)
     b_dir.mkdir()
     (b_dir / "result.json").write_text('{"x": 1}\n')
-    a = Trial("a", {}, status="PAUSED", results=[{"x": 1}], path=str(a_dir),
-              checkpoint=str(a_dir / "checkpoint_000001"))
-    b = Trial("b", {}, status="RUNNING", results=[{"x": 1}], path=str(b_dir),
-              checkpoint=str(b_dir / "checkpoint_000000"))  # recorded, but gone from disk
+    a = Trial(
+        "a",
+        {},
+        status="PAUSED",
+        results=[{"x": 1}],
+        path=str(a_dir),
+        checkpoint=str(a_dir / "checkpoint_000001"),
+    )
+    b = Trial(
+        "b",
+        {},
+        status="RUNNING",
+        results=[{"x": 1}],
+        path=str(b_dir),
+        checkpoint=str(b_dir / "checkpoint_000000"),
+    )  # recorded, but gone from disk
     _requeue(a, from_checkpoint=True)
     _requeue(b, from_checkpoint=True)
     assert a.status == b.status == "PENDING"
@@ -582,11 +711,19 @@ def test_get_best_result_scopes_nan_and_clear_errors():
     from raynb.tune.trial import Trial
 
     def t(tid, losses, status="TERMINATED"):
-        return Trial(tid, {"id": tid}, status=status,
-                     results=[{"loss": v, "training_iteration": i + 1} for i, v in enumerate(losses)])
+        return Trial(
+            tid,
+            {"id": tid},
+            status=status,
+            results=[{"loss": v, "training_iteration": i + 1} for i, v in enumerate(losses)],
+        )
 
-    grid = ResultGrid([t("a", [5, 1, 4]), t("b", [3, 3, 3]), t("c", [float("nan")]), t("d", [], "PENDING")],
-                      "/x", "loss", "min")
+    grid = ResultGrid(
+        [t("a", [5, 1, 4]), t("b", [3, 3, 3]), t("c", [float("nan")]), t("d", [], "PENDING")],
+        "/x",
+        "loss",
+        "min",
+    )
     assert grid.get_best_result().trial_id == "b"  # last: 3 < 4
     assert grid.get_best_result(scope="all").trial_id == "a"  # its best report, 1
     assert grid.get_best_result(scope="avg").trial_id == "b"  # 3 < 10/3
@@ -612,8 +749,12 @@ def _with_data(config, data=None, scale=1):
 
 def test_with_parameters_binds_extra_arguments(warm):
     fn = tune.with_parameters(_with_data, data=[1, 2, 3], scale=10)
-    grid = tune.Tuner(fn, param_space={"m": tune.grid_search([1, 2])},
-                      tune_config=tune.TuneConfig(metric="score", mode="max"), run_config=QUIET).fit()
+    grid = tune.Tuner(
+        fn,
+        param_space={"m": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(metric="score", mode="max"),
+        run_config=QUIET,
+    ).fit()
     assert [r.metrics["score"] for r in grid] == [60, 120]
     assert Path(grid[0].path).name.startswith("_with_data_")  # named after the wrapped function
     with pytest.raises(TypeError, match="takes a function"):

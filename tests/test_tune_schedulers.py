@@ -2,12 +2,21 @@
 
 The expected tables are computed by hand from the papers' rules (see each test's comments).
 """
+
 import numpy as np
 import pytest
 
-from raynb.tune.schedulers import (CONTINUE, STOP, ASHAScheduler, Exploit, FIFOScheduler,
-                                   HyperBandScheduler, MedianStoppingRule,
-                                   PopulationBasedTraining, TrialScheduler)
+from raynb.tune.schedulers import (
+    CONTINUE,
+    STOP,
+    ASHAScheduler,
+    Exploit,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    PopulationBasedTraining,
+    TrialScheduler,
+)
 from raynb.tune.search.sample import choice, loguniform, uniform
 from raynb.tune.trial import Trial
 
@@ -58,6 +67,7 @@ def _run_round_robin(sched, scores, max_iter):
 
 # --- ASHA ---------------------------------------------------------------------------------
 
+
 def test_asha_rf2_sequential_matches_hand_rung_table():
     # grace 1, rf 2, max_t 8 -> rungs 1, 2, 4, 8; cutoff = median (50th pct) of recorded.
     # t0 (5): rungs empty, runs to max_t=8.         r1={5} r2={10} r4={20}
@@ -103,17 +113,20 @@ def test_asha_mode_min_is_the_mirror_image():
 
 
 def test_asha_max_t_stops_every_trial_and_time_attr_seconds():
-    sched = ASHAScheduler(time_attr="time_total_s", metric="acc", mode="max", max_t=5.0,
-                          grace_period=1.0, reduction_factor=2)
+    sched = ASHAScheduler(
+        time_attr="time_total_s", metric="acc", mode="max", max_t=5.0, grace_period=1.0, reduction_factor=2
+    )
     tr = Trial("a", {})
     sched.on_trial_add(tr)
-    assert [sched.on_trial_result(tr, {"acc": 1.0, "time_total_s": s}) for s in
-            (0.5, 1.5, 2.5, 4.9, 5.0)] == [CONTINUE] * 4 + [STOP]
+    assert [
+        sched.on_trial_result(tr, {"acc": 1.0, "time_total_s": s}) for s in (0.5, 1.5, 2.5, 4.9, 5.0)
+    ] == [CONTINUE] * 4 + [STOP]
 
 
 def test_asha_brackets_have_shifted_rungs_and_delay_stopping():
-    sched = ASHAScheduler(metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2,
-                          brackets=2, seed=0)
+    sched = ASHAScheduler(
+        metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2, brackets=2, seed=0
+    )
     assert sched.milestones(0) == [1, 2, 4, 8]
     assert sched.milestones(1) == [2, 4, 8]
     trials = _trials(200)
@@ -135,17 +148,18 @@ def test_asha_brackets_have_shifted_rungs_and_delay_stopping():
 
 def test_asha_bracket_assignment_is_seeded():
     def assign(seed):
-        s = ASHAScheduler(metric="acc", mode="max", max_t=64, reduction_factor=2, brackets=3,
-                          seed=seed)
+        s = ASHAScheduler(metric="acc", mode="max", max_t=64, reduction_factor=2, brackets=3, seed=seed)
         ts = _trials(50)
         for tr in ts:
             s.on_trial_add(tr)
         return [s.bracket_of(tr) for tr in ts]
+
     assert assign(1) == assign(1)
     assert assign(1) != assign(2)
 
 
 # --- HyperBand ----------------------------------------------------------------------------
+
 
 def test_hyperband_bracket_table_matches_paper_R81_eta3():
     # Li et al. 2017 (JMLR), Table 1: R = 81, eta = 3, (n_i, r_i) per bracket s = 4 .. 0.
@@ -156,8 +170,7 @@ def test_hyperband_bracket_table_matches_paper_R81_eta3():
         [(8, 27), (2, 81)],
         [(5, 81)],
     ]
-    assert HyperBandScheduler(metric="acc", mode="max", max_t=81,
-                              reduction_factor=3).bracket_table() == paper
+    assert HyperBandScheduler(metric="acc", mode="max", max_t=81, reduction_factor=3).bracket_table() == paper
 
 
 def test_hyperband_brackets_fill_in_order_and_cycle():
@@ -193,9 +206,9 @@ def test_hyperband_sequential_stops_on_arrival_when_outranked():
 
 # --- Median stopping ----------------------------------------------------------------------
 
+
 def test_median_stopping_rule():
-    sched = MedianStoppingRule(metric="acc", mode="max", grace_period=2.0,
-                               min_samples_required=3)
+    sched = MedianStoppingRule(metric="acc", mode="max", grace_period=2.0, min_samples_required=3)
     good = _trials(3)
     for tr in good:
         sched.on_trial_add(tr)
@@ -217,8 +230,9 @@ def test_median_stopping_rule():
 
 
 def test_median_stopping_waits_for_min_samples_and_uses_running_mean():
-    sched = MedianStoppingRule(time_attr="training_iteration", metric="loss", mode="min",
-                               grace_period=0, min_samples_required=2)
+    sched = MedianStoppingRule(
+        time_attr="training_iteration", metric="loss", mode="min", grace_period=0, min_samples_required=2
+    )
     a, b, c = _trials(3)
     for tr in (a, b, c):
         sched.on_trial_add(tr)
@@ -237,6 +251,7 @@ def test_median_stopping_waits_for_min_samples_and_uses_running_mean():
 
 # --- PBT ----------------------------------------------------------------------------------
 
+
 def _pbt_population(sched, n=4, lr=0.1):
     trials = [Trial(f"p{i}", {"lr": lr * (i + 1), "bs": 64}) for i in range(n)]
     for i, tr in enumerate(trials):
@@ -246,17 +261,21 @@ def _pbt_population(sched, n=4, lr=0.1):
 
 
 def test_pbt_bottom_trial_exploits_top_checkpoint_and_perturbs():
-    sched = PopulationBasedTraining(metric="acc", mode="max", perturbation_interval=2,
-                                    hyperparam_mutations={"lr": uniform(1e-3, 1.0),
-                                                          "bs": [16, 32, 64, 128]},
-                                    quantile_fraction=0.25, resample_probability=0.0, seed=3)
+    sched = PopulationBasedTraining(
+        metric="acc",
+        mode="max",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": uniform(1e-3, 1.0), "bs": [16, 32, 64, 128]},
+        quantile_fraction=0.25,
+        resample_probability=0.0,
+        seed=3,
+    )
     trials = _pbt_population(sched)
-    scores = [0.1, 0.2, 0.3, 0.9]       # p3 is the top quarter, p0 the bottom
+    scores = [0.1, 0.2, 0.3, 0.9]  # p3 is the top quarter, p0 the bottom
     for tr, s in zip(trials, scores):
         assert sched.on_trial_result(tr, _result(1, s)) == CONTINUE  # before the interval
     # At t=2 (the interval) the top and middle trials go first: they just CONTINUE.
-    decisions = [sched.on_trial_result(tr, _result(2, s))
-                 for tr, s in reversed(list(zip(trials, scores)))]
+    decisions = [sched.on_trial_result(tr, _result(2, s)) for tr, s in reversed(list(zip(trials, scores)))]
     assert decisions[:3] == [CONTINUE] * 3
     ex = decisions[3]
     assert isinstance(ex, Exploit)
@@ -268,10 +287,14 @@ def test_pbt_bottom_trial_exploits_top_checkpoint_and_perturbs():
 
 
 def test_pbt_resample_draws_from_the_mutation_space():
-    sched = PopulationBasedTraining(metric="loss", mode="min", perturbation_interval=2,
-                                    hyperparam_mutations={"lr": loguniform(10.0, 20.0),
-                                                          "opt": choice(["a", "b", "c"])},
-                                    resample_probability=1.0, seed=0)
+    sched = PopulationBasedTraining(
+        metric="loss",
+        mode="min",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": loguniform(10.0, 20.0), "opt": choice(["a", "b", "c"])},
+        resample_probability=1.0,
+        seed=0,
+    )
     trials = [Trial(f"p{i}", {"lr": 1.0, "opt": "zzz"}) for i in range(4)]
     for tr in trials:
         tr.checkpoint = f"/c/{tr.trial_id}"
@@ -285,17 +308,19 @@ def test_pbt_resample_draws_from_the_mutation_space():
 
 def test_pbt_is_reproducible_with_a_seed_and_fills_missing_keys():
     def run(seed):
-        sched = PopulationBasedTraining(metric="acc", mode="max", perturbation_interval=1,
-                                        hyperparam_mutations={"lr": uniform(0.0, 1.0),
-                                                              "mom": [0.8, 0.9, 0.99],
-                                                              "wd": lambda: 0.5},
-                                        seed=seed)
+        sched = PopulationBasedTraining(
+            metric="acc",
+            mode="max",
+            perturbation_interval=1,
+            hyperparam_mutations={"lr": uniform(0.0, 1.0), "mom": [0.8, 0.9, 0.99], "wd": lambda: 0.5},
+            seed=seed,
+        )
         trials = [Trial(f"p{i}", {}) for i in range(8)]
         configs = []
         for tr in trials:
             tr.checkpoint = f"/c/{tr.trial_id}"
             sched.on_trial_add(tr)
-            assert set(tr.config) == {"lr", "mom", "wd"}   # sampled on add, as in Ray
+            assert set(tr.config) == {"lr", "mom", "wd"}  # sampled on add, as in Ray
             configs.append(dict(tr.config))
         for t in range(1, 6):
             for i, tr in enumerate(trials):
@@ -304,6 +329,7 @@ def test_pbt_is_reproducible_with_a_seed_and_fills_missing_keys():
                     tr.config = d.config
                     configs.append((tr.trial_id, d.donor_id, dict(d.config)))
         return configs
+
     a = run(42)
     assert a == run(42)
     assert a != run(43)
@@ -311,13 +337,15 @@ def test_pbt_is_reproducible_with_a_seed_and_fills_missing_keys():
 
 
 def test_pbt_skips_exploit_when_donor_has_no_checkpoint():
-    sched = PopulationBasedTraining(metric="acc", mode="max", perturbation_interval=1,
-                                    hyperparam_mutations={"lr": [0.1, 0.2]}, seed=0)
+    sched = PopulationBasedTraining(
+        metric="acc", mode="max", perturbation_interval=1, hyperparam_mutations={"lr": [0.1, 0.2]}, seed=0
+    )
     trials = [Trial(f"p{i}", {"lr": 0.1}) for i in range(4)]
     for tr in trials:
         sched.on_trial_add(tr)
-    assert [sched.on_trial_result(tr, _result(1, s)) for tr, s in
-            zip(trials, (0.9, 0.5, 0.6, 0.1))] == [CONTINUE] * 4
+    assert [sched.on_trial_result(tr, _result(1, s)) for tr, s in zip(trials, (0.9, 0.5, 0.6, 0.1))] == [
+        CONTINUE
+    ] * 4
 
 
 def test_pbt_rejects_bad_arguments():
@@ -331,14 +359,14 @@ def test_pbt_rejects_bad_arguments():
 
 # --- FIFO and the shared interface --------------------------------------------------------
 
+
 def test_fifo_never_stops_and_runs_in_order():
     sched = FIFOScheduler()
     sched.validate()  # needs no metric
     trials = _trials(5)
     for tr in trials:
         sched.on_trial_add(tr)
-    assert all(sched.on_trial_result(tr, _result(t, -t)) == CONTINUE
-               for tr in trials for t in range(1, 100))
+    assert all(sched.on_trial_result(tr, _result(t, -t)) == CONTINUE for tr in trials for t in range(1, 100))
     assert sched.choose_trial_to_run(trials[2:]) is trials[2]
     assert sched.choose_trial_to_run([]) is None
 
@@ -379,7 +407,7 @@ def test_set_search_properties(make):
     assert sched.set_search_properties("acc", "max") is True
     assert (sched.metric, sched.mode) == ("acc", "max")
     sched.validate()
-    assert sched.set_search_properties("loss", "max") is False   # conflicting metric
+    assert sched.set_search_properties("loss", "max") is False  # conflicting metric
     assert sched.set_search_properties(None, None) is True
     own = make(metric="acc", mode="min")
     assert own.set_search_properties("acc", "max") is False
@@ -391,8 +419,11 @@ def test_unreported_metric_names_the_reported_keys(make):
     sched = make(metric="val_loss", mode="min")
     tr = Trial("x", {})
     sched.on_trial_add(tr)
-    with pytest.raises(ValueError, match=r"'val_loss'.*\['loss', 'time_total_s', "
-                                         r"'training_iteration'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"'val_loss'.*\['loss', 'time_total_s', "
+        r"'training_iteration'\]",
+    ):
         sched.on_trial_result(tr, _result(1, 0.5, "loss"))
     assert "Using" in sched.debug_string()
 
@@ -411,7 +442,7 @@ def test_non_numeric_metric_is_a_clear_error(make):
     sched.on_trial_add(tr)
     with pytest.raises(ValueError, match="acc='high'.*must be a number"):
         sched.on_trial_result(tr, _result(1, "high"))
-    sched.on_trial_complete(tr, {})   # an empty final result is tolerated
+    sched.on_trial_complete(tr, {})  # an empty final result is tolerated
 
 
 def test_explore_rules():
@@ -421,22 +452,34 @@ def test_explore_rules():
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(50):
-        new = explore({"opt": "b", "name": "x", "n": 10, "sub": {"lr": 1.0}},
-                      {"opt": choice(["a", "b", "c"]), "name": lambda: "y",
-                       "n": randint(1, 100), "sub": {"lr": uniform(5.0, 6.0)}},
-                      resample_probability=0.0, rng=rng)
-        assert new["opt"] in ("a", "c")          # a neighbour of "b", never resampled
-        assert new["name"] == "y"                # a string cannot be scaled: resampled
+        new = explore(
+            {"opt": "b", "name": "x", "n": 10, "sub": {"lr": 1.0}},
+            {
+                "opt": choice(["a", "b", "c"]),
+                "name": lambda: "y",
+                "n": randint(1, 100),
+                "sub": {"lr": uniform(5.0, 6.0)},
+            },
+            resample_probability=0.0,
+            rng=rng,
+        )
+        assert new["opt"] in ("a", "c")  # a neighbour of "b", never resampled
+        assert new["name"] == "y"  # a string cannot be scaled: resampled
         assert new["n"] in (8, 12) and isinstance(new["n"], int)
         assert new["sub"]["lr"] in (pytest.approx(0.8), pytest.approx(1.2))
         seen.add((new["opt"], new["n"]))
-    assert len(seen) == 4                        # both directions and both factors occur
+    assert len(seen) == 4  # both directions and both factors occur
 
 
 @pytest.mark.parametrize("counts", [(3, 4), (1, 3)])  # the count goes on / restarts at 1
 def test_pbt_exploited_trial_waits_a_full_interval_before_the_next_exploit(counts):
-    sched = PopulationBasedTraining(metric="acc", mode="max", perturbation_interval=2,
-                                    hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]}, seed=0)
+    sched = PopulationBasedTraining(
+        metric="acc",
+        mode="max",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [0.1, 0.2, 0.3, 0.4]},
+        seed=0,
+    )
     trials = _pbt_population(sched)
     scores = [0.1, 0.2, 0.3, 0.9]
     for tr, s in zip(trials, scores):
@@ -460,10 +503,10 @@ def test_asha_ignores_a_report_made_after_its_stop():
     for tr in (a, b, c):
         sched.on_trial_add(tr)
     for t in (1, 2):
-        assert sched.on_trial_result(a, _result(t, 5 * t)) == CONTINUE   # r1={5}, r2={10}
-    assert sched.on_trial_result(b, _result(1, 3)) == STOP               # 3 < 5
-    assert sched.on_trial_result(b, _result(2, 30)) == STOP              # e.g. a replay
-    sched.on_trial_complete(b, _result(2, 30))                           # made after the STOP
+        assert sched.on_trial_result(a, _result(t, 5 * t)) == CONTINUE  # r1={5}, r2={10}
+    assert sched.on_trial_result(b, _result(1, 3)) == STOP  # 3 < 5
+    assert sched.on_trial_result(b, _result(2, 30)) == STOP  # e.g. a replay
+    sched.on_trial_complete(b, _result(2, 30))  # made after the STOP
     assert sched.on_trial_result(c, _result(1, 5.5)) == CONTINUE
     # r2 is still {10}: 11 goes on (with b's 30 counted, the median 20 would stop it).
     assert sched.on_trial_result(c, _result(2, 11)) == CONTINUE
@@ -477,14 +520,14 @@ def test_hyperband_results_after_a_stop_change_nothing():
         sched.on_trial_add(tr)
     for tr, s in zip(trials[:3], (5, 6, 7)):
         assert sched.on_trial_result(tr, _result(1, s)) == CONTINUE
-    assert sched.on_trial_result(trials[3], _result(1, 1)) == STOP       # 3 better
+    assert sched.on_trial_result(trials[3], _result(1, 1)) == STOP  # 3 better
     # Later reports of the stopped trial, however good, are not recorded at r=3 ...
     assert sched.on_trial_result(trials[3], _result(3, 100)) == STOP
     # ... so the first trial to reach r=3 is the best there and goes on.
     assert sched.on_trial_result(trials[0], _result(3, 15)) == CONTINUE
     assert sched.on_trial_result(trials[1], _result(3, 18)) == CONTINUE  # pushes trial 0 out
     assert sched.on_trial_result(trials[0], _result(4, 20)) == STOP
-    assert sched.on_trial_result(trials[1], _result(9, 54)) == STOP      # max_t
+    assert sched.on_trial_result(trials[1], _result(9, 54)) == STOP  # max_t
     assert sched.on_trial_result(trials[1], _result(10, 60)) == STOP
     assert "num_stopped=3" in sched.debug_string()
 
@@ -496,22 +539,24 @@ def test_held_stops_send_each_cancel_once_on_its_commit_or_after_the_wait():
     held = HeldStops(sent.append, notes.append, clock=lambda: now[0])
     for run_id in ("r1", "r2", "r3", "r5"):
         held.hold(run_id, run_id.replace("r", "t"), iteration=3)
-    held.committed("r1", 2)              # an older report's checkpoint: still held
+    held.committed("r1", 2)  # an older report's checkpoint: still held
     assert sent == [] and "r1" in held
-    held.committed("r1", 3)              # the one it waits for: cancelled now
-    held.ended("r2")                     # ended by itself: nothing to cancel
+    held.committed("r1", 3)  # the one it waits for: cancelled now
+    held.ended("r2")  # ended by itself: nothing to cancel
     held.committed("r2", 3)
-    held.release("r5")                   # its run restarted: the checkpoint is gone
-    held.release_due()                   # r3's wait is not over
+    held.release("r5")  # its run restarted: the checkpoint is gone
+    held.release_due()  # r3's wait is not over
     assert sent == ["r1", "r5"] and "r3" in held and "r2" not in held
     now[0] = COMMIT_WAIT_S
-    held.release_due()                   # over: cancelled without the checkpoint, and said so
+    held.release_due()  # over: cancelled without the checkpoint, and said so
     held.committed("r3", 3)
     assert sent == ["r1", "r5", "r3"] and "r3" not in held
-    assert notes == [f"t3: stopped without the checkpoint of report 3, the one it was stopped on: "
-                     f"a rank had not reached it {COMMIT_WAIT_S:g} s after rank 0"]
+    assert notes == [
+        f"t3: stopped without the checkpoint of report 3, the one it was stopped on: "
+        f"a rank had not reached it {COMMIT_WAIT_S:g} s after rank 0"
+    ]
     held.hold("r4", "t4", iteration=1)
-    held.release_all()                   # the time budget: every held cancel goes now
+    held.release_all()  # the time budget: every held cancel goes now
     held.committed("r4", None)
     assert sent == ["r1", "r5", "r3", "r4"] and len(notes) == 1
     held.hold("r6", "t6", iteration=2)

@@ -1,18 +1,18 @@
 """Schedulers driven by the real Tuner on the warm cluster: the trials stop where the
 hand-computed rung tables of tests/test_tune_schedulers.py say they must, and PBT
 restarts bottom trials from a top trial's checkpoint with a perturbed config."""
+
 from __future__ import annotations
 
 import sys
 
 import cloudpickle
 import pytest
+from conftest import wait_idle_workers
 
 from raynb import tune
 from raynb.train import RunConfig
 from raynb.tune.schedulers import ASHAScheduler, HyperBandScheduler
-
-from conftest import wait_idle_workers
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -65,10 +65,12 @@ def test_asha_via_the_tuner_stops_the_trials_of_the_rung_table(warm):
     # test_asha_rf2_sequential_matches_hand_rung_table (grace 1, rf 2, max_t 8).
     scores = [5, 3, 8, 1, 6, 7.5, 2, 4]
     sched = _recording(ASHAScheduler)(max_t=8, grace_period=1, reduction_factor=2)
-    grid = tune.Tuner(curve, param_space={"score": tune.grid_search(scores)},
-                      tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
-                                                  scheduler=sched),
-                      run_config=QUIET).fit()
+    grid = tune.Tuner(
+        curve,
+        param_space={"score": tune.grid_search(scores)},
+        tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1, scheduler=sched),
+        run_config=QUIET,
+    ).fit()
     _check(grid, sched, scores, [8, 1, 8, 1, 2, 8, 1, 1], max_t=8)
     wait_idle_workers(warm, 4, timeout=3)
 
@@ -77,10 +79,12 @@ def test_hyperband_via_the_tuner_stops_the_trials_of_its_table(warm):
     # test_hyperband_sequential_stops_on_arrival_when_outranked: R=9, eta=3, bracket s=2.
     scores = [5, 3, 8, 1, 6, 7.5, 2, 4, 9]
     sched = _recording(HyperBandScheduler)(max_t=9, reduction_factor=3)
-    grid = tune.Tuner(curve, param_space={"score": tune.grid_search(scores)},
-                      tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1,
-                                                  scheduler=sched),
-                      run_config=QUIET).fit()
+    grid = tune.Tuner(
+        curve,
+        param_space={"score": tune.grid_search(scores)},
+        tune_config=tune.TuneConfig(metric="acc", mode="max", max_concurrent_trials=1, scheduler=sched),
+        run_config=QUIET,
+    ).fit()
     _check(grid, sched, scores, [9, 3, 9, 1, 3, 3, 1, 1, 9], max_t=9)
     wait_idle_workers(warm, 4, timeout=3)
 
@@ -108,8 +112,10 @@ def walker(config):
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"w": w, "step": step}, f)
             extra = {"restored_w": restored["w"], "restored_step": restored["step"]} if restored else {}
-            tune.report({"w": w, "step": step, "lr": config["lr"], **extra},
-                        checkpoint=tune.Checkpoint.from_directory(d))
+            tune.report(
+                {"w": w, "step": step, "lr": config["lr"], **extra},
+                checkpoint=tune.Checkpoint.from_directory(d),
+            )
         restored = None
         time.sleep(0.1)  # leaves the driver time to exploit before the trial ends
 
@@ -118,13 +124,19 @@ def test_pbt_via_the_tuner_restarts_bottom_trials_from_a_top_checkpoint(warm):
     from raynb.tune.schedulers import PopulationBasedTraining
 
     lrs = [0.1, 0.2, 0.3, 1.0]
-    pbt = PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=3,
-                                  hyperparam_mutations={"lr": tune.uniform(0.01, 2.0)},
-                                  resample_probability=0.0, seed=0)
-    grid = tune.Tuner(walker, param_space={"lr": tune.grid_search(lrs)},
-                      tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt,
-                                                  max_concurrent_trials=4),
-                      run_config=QUIET).fit()
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=3,
+        hyperparam_mutations={"lr": tune.uniform(0.01, 2.0)},
+        resample_probability=0.0,
+        seed=0,
+    )
+    grid = tune.Tuner(
+        walker,
+        param_space={"lr": tune.grid_search(lrs)},
+        tune_config=tune.TuneConfig(metric="w", mode="max", scheduler=pbt, max_concurrent_trials=4),
+        run_config=QUIET,
+    ).fit()
     assert grid.num_errors == 0
     reports = {r.trial_id: r._reports for r in grid}
     restarts = [(tid, i) for tid, rs in reports.items() for i, m in enumerate(rs) if "restored_w" in m]
@@ -132,14 +144,22 @@ def test_pbt_via_the_tuner_restarts_bottom_trials_from_a_top_checkpoint(warm):
     for tid, i in restarts:
         first = reports[tid][i]
         # The restored state is one the donor reported (its checkpoint was copied) ...
-        donors = [d for d, rs in reports.items() if d != tid and any(
-            m["step"] == first["restored_step"] and m["w"] == pytest.approx(first["restored_w"])
-            for m in rs)]
+        donors = [
+            d
+            for d, rs in reports.items()
+            if d != tid
+            and any(
+                m["step"] == first["restored_step"] and m["w"] == pytest.approx(first["restored_w"])
+                for m in rs
+            )
+        ]
         assert donors, first
         # ... the config is a donor's lr times 0.8 or 1.2 (explore, resample_probability=0) ...
         donor_lrs = {m["lr"] for d in donors for m in reports[d]}
-        assert any(first["lr"] == pytest.approx(f * lr) for lr in donor_lrs for f in (0.8, 1.2)), \
-            (first["lr"], donor_lrs)
+        assert any(first["lr"] == pytest.approx(f * lr) for lr in donor_lrs for f in (0.8, 1.2)), (
+            first["lr"],
+            donor_lrs,
+        )
         # ... and training carries on from the donor's state with the new lr.
         assert first["step"] == first["restored_step"] + 1
         assert first["w"] == pytest.approx(first["restored_w"] + first["lr"])
@@ -155,10 +175,10 @@ def lagging_rank(config):
     import tempfile
     import time
 
+    import torch.distributed as dist
+
     from raynb import tune
     from raynb.train import get_context
-
-    import torch.distributed as dist
 
     rank = get_context().get_world_rank()
     for step in (1, 2, 3):
@@ -183,12 +203,16 @@ def _lagging_fit(lag: float, fail: bool = False):
     from raynb.train import ScalingConfig
     from raynb.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(lagging_rank, train_loop_config={"lag": lag, "fail": fail},
-                           scaling_config=ScalingConfig(num_workers=2))
+    trainer = TorchTrainer(
+        lagging_rank,
+        train_loop_config={"lag": lag, "fail": fail},
+        scaling_config=ScalingConfig(num_workers=2),
+    )
     # ASHA stops the trial at max_t=3, on rank 0's third report: the one with the checkpoint.
     sched = ASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
-    return tune.Tuner(trainer, tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched),
-                      run_config=QUIET).fit()
+    return tune.Tuner(
+        trainer, tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched), run_config=QUIET
+    ).fit()
 
 
 def test_a_stop_on_a_checkpointed_report_keeps_that_checkpoint_when_a_rank_lags(warm):
@@ -253,7 +277,9 @@ def rank0_reports(config):
     for step in (1, 2, 3):
         with tempfile.TemporaryDirectory() as d:
             open(os.path.join(d, "w.txt"), "w").close()
-            tune.report({"loss": 1.0 / step}, checkpoint=tune.Checkpoint.from_directory(d) if step == 3 else None)
+            tune.report(
+                {"loss": 1.0 / step}, checkpoint=tune.Checkpoint.from_directory(d) if step == 3 else None
+            )
 
 
 def test_a_stop_is_not_held_for_ranks_that_never_report(warm, monkeypatch):
@@ -266,9 +292,11 @@ def test_a_stop_is_not_held_for_ranks_that_never_report(warm, monkeypatch):
     real_hold = held_stops.HeldStops.hold
     monkeypatch.setattr(held_stops.HeldStops, "hold", lambda self, *a: (holds.append(a), real_hold(self, *a)))
     sched = ASHAScheduler(time_attr="training_iteration", max_t=3, grace_period=1)
-    grid = tune.Tuner(TorchTrainer(rank0_reports, scaling_config=ScalingConfig(num_workers=2)),
-                      tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched),
-                      run_config=QUIET).fit()
+    grid = tune.Tuner(
+        TorchTrainer(rank0_reports, scaling_config=ScalingConfig(num_workers=2)),
+        tune_config=tune.TuneConfig(metric="loss", mode="min", scheduler=sched),
+        run_config=QUIET,
+    ).fit()
     [result] = list(grid)
     assert grid.num_errors == 0 and result.metrics["training_iteration"] == 3
     assert holds == []

@@ -1,5 +1,6 @@
 """Search spaces and search algorithms, without a cluster: sampling, grids, sample_from,
 BasicVariantGenerator, OptunaSearch's translation, ConcurrencyLimiter, bad spaces."""
+
 from __future__ import annotations
 
 import math
@@ -134,9 +135,10 @@ def test_sample_from_cycle_is_a_clear_error():
 
 
 def test_nested_dicts_lists_and_constants():
-    space = {"opt": {"lr": tune.loguniform(1e-3, 1e-1), "name": "adam",
-                     "betas": [tune.uniform(0.8, 0.9), 0.999]},
-             "layers": tune.grid_search([[16], [32, 32]])}
+    space = {
+        "opt": {"lr": tune.loguniform(1e-3, 1e-1), "name": "adam", "betas": [tune.uniform(0.8, 0.9), 0.999]},
+        "layers": tune.grid_search([[16], [32, 32]]),
+    }
     configs, _ = all_configs(space, num_samples=1)
     assert [c["layers"] for c in configs] == [[16], [32, 32]]
     for c in configs:
@@ -173,17 +175,20 @@ def test_random_state_reproducible():
     assert d == e  # None draws from numpy's global state, so np.random.seed makes it repeatable
 
 
-@pytest.mark.parametrize("space,key,why", [
-    ({"lr": tune.uniform(1.0, 1.0)}, "lr", "lower must be < upper"),
-    ({"m": {"lr": tune.loguniform(0.1, 0.01)}}, "m/lr", "lower must be < upper"),
-    ({"lr": tune.loguniform(0.0, 1.0)}, "lr", "lower > 0"),
-    ({"n": tune.randint(5, 5)}, "n", "lower must be < upper"),
-    ({"n": tune.qrandint(1, 4, 5)}, "n", "no multiple"),
-    ({"act": tune.choice([])}, "act", "empty"),
-    ({"g": tune.grid_search([])}, "g", "empty"),
-    ({"x": tune.randn(0, -1)}, "x", "sd must be > 0"),
-    ({"x": tune.quniform(0, 1, 0)}, "x", "q must be"),
-])
+@pytest.mark.parametrize(
+    "space,key,why",
+    [
+        ({"lr": tune.uniform(1.0, 1.0)}, "lr", "lower must be < upper"),
+        ({"m": {"lr": tune.loguniform(0.1, 0.01)}}, "m/lr", "lower must be < upper"),
+        ({"lr": tune.loguniform(0.0, 1.0)}, "lr", "lower > 0"),
+        ({"n": tune.randint(5, 5)}, "n", "lower must be < upper"),
+        ({"n": tune.qrandint(1, 4, 5)}, "n", "no multiple"),
+        ({"act": tune.choice([])}, "act", "empty"),
+        ({"g": tune.grid_search([])}, "g", "empty"),
+        ({"x": tune.randn(0, -1)}, "x", "sd must be > 0"),
+        ({"x": tune.quniform(0, 1, 0)}, "x", "q must be"),
+    ],
+)
 def test_bad_spaces_name_the_key(space, key, why):
     with pytest.raises(ValueError) as e:
         validate_space(space)
@@ -201,15 +206,22 @@ def test_choice_and_grid_take_lists():
 
 # --- OptunaSearch -------------------------------------------------------------------------
 
+
 def test_optuna_translates_the_space_to_distributions():
     import optuna.distributions as D
 
     from raynb.tune.search.optuna import OptunaSearch
 
-    space = {"lr": tune.loguniform(1e-4, 1e-1), "m": {"width": tune.qrandint(8, 64, 8)},
-             "drop": tune.quniform(0.0, 0.5, 0.1), "n": tune.randint(1, 5),
-             "k": tune.lograndint(1, 100), "act": tune.choice(["relu", "tanh"]),
-             "shape": tune.choice([(1, 2), (3, 4)]), "fixed": 3}
+    space = {
+        "lr": tune.loguniform(1e-4, 1e-1),
+        "m": {"width": tune.qrandint(8, 64, 8)},
+        "drop": tune.quniform(0.0, 0.5, 0.1),
+        "n": tune.randint(1, 5),
+        "k": tune.lograndint(1, 100),
+        "act": tune.choice(["relu", "tanh"]),
+        "shape": tune.choice([(1, 2), (3, 4)]),
+        "fixed": 3,
+    }
     s = OptunaSearch(metric="loss", mode="min", seed=0)
     assert s.set_search_properties(None, None, space)
     d = s._dists
@@ -227,10 +239,15 @@ def test_optuna_translates_the_space_to_distributions():
     assert len(s.study.trials) == 20 and s.study.best_value == min(t.value for t in s.study.trials)
 
 
-@pytest.mark.parametrize("leaf,what", [(tune.grid_search([1, 2]), "grid_search"),
-                                       (tune.sample_from(lambda s: 1), "sample_from"),
-                                       (tune.randn(), "randn"),
-                                       (tune.qloguniform(1, 10, 1), "quantized and log")])
+@pytest.mark.parametrize(
+    "leaf,what",
+    [
+        (tune.grid_search([1, 2]), "grid_search"),
+        (tune.sample_from(lambda s: 1), "sample_from"),
+        (tune.randn(), "randn"),
+        (tune.qloguniform(1, 10, 1), "quantized and log"),
+    ],
+)
 def test_optuna_rejects_what_it_cannot_translate(leaf, what):
     from raynb.tune.search.optuna import OptunaSearch
 
@@ -250,7 +267,7 @@ def test_optuna_points_to_evaluate_first_and_seed_reproducible():
         for i in range(12):
             c = s.suggest(str(i))
             out.append(c)
-            s.on_trial_complete(str(i), {"y": -(c["x"] - 2) ** 2})
+            s.on_trial_complete(str(i), {"y": -((c["x"] - 2) ** 2)})
         return out
 
     a = run(1)
@@ -290,10 +307,27 @@ def test_concurrency_limiter_holds_suggestions_until_completion():
 
 
 def test_tune_exports_ray_names():
-    for name in ("uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint",
-                 "lograndint", "randn", "choice", "grid_search", "sample_from", "Tuner",
-                 "TuneConfig", "ResultGrid", "report", "get_checkpoint", "OptunaSearch",
-                 "BasicVariantGenerator", "ConcurrencyLimiter"):
+    for name in (
+        "uniform",
+        "quniform",
+        "loguniform",
+        "qloguniform",
+        "randint",
+        "qrandint",
+        "lograndint",
+        "randn",
+        "choice",
+        "grid_search",
+        "sample_from",
+        "Tuner",
+        "TuneConfig",
+        "ResultGrid",
+        "report",
+        "get_checkpoint",
+        "OptunaSearch",
+        "BasicVariantGenerator",
+        "ConcurrencyLimiter",
+    ):
         assert getattr(tune, name) is not None, name
     from raynb.train import report
 

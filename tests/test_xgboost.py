@@ -1,6 +1,7 @@
 """XGBoostTrainer on the real warm cluster: one model over 2 and 4 ranks through
 xgboost's collective, the same log-loss as one process, identical boosters on every rank,
 checkpoints, resume after a rank dies, and bad input named before anything ships."""
+
 from __future__ import annotations
 
 import hashlib
@@ -16,12 +17,18 @@ xgboost = pytest.importorskip("xgboost")
 
 from raynb.errors import RunError  # noqa: E402
 from raynb.train import FailureConfig, RunConfig, ScalingConfig  # noqa: E402
-from raynb.train.xgboost import RayTrainReportCallback, XGBoostTrainer, communicator  # noqa: E402
+from raynb.train.xgboost import XGBoostTrainer  # noqa: E402
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-PARAMS = {"objective": "binary:logistic", "eval_metric": "logloss", "max_depth": 4, "eta": 0.3,
-          "tree_method": "hist", "seed": 0}
+PARAMS = {
+    "objective": "binary:logistic",
+    "eval_metric": "logloss",
+    "max_depth": 4,
+    "eta": 0.3,
+    "tree_method": "hist",
+    "seed": 0,
+}
 
 
 def _frames(n=6000, d=12, seed=0):
@@ -37,8 +44,14 @@ def _single(train, valid, rounds):
     dtrain = xgboost.QuantileDMatrix(train.drop(columns="y"), label=train["y"])
     dvalid = xgboost.QuantileDMatrix(valid.drop(columns="y"), label=valid["y"], ref=dtrain)
     log = {}
-    booster = xgboost.train(dict(PARAMS, nthread=1), dtrain, rounds, evals=[(dvalid, "valid")],
-                            evals_result=log, verbose_eval=False)
+    booster = xgboost.train(
+        dict(PARAMS, nthread=1),
+        dtrain,
+        rounds,
+        evals=[(dvalid, "valid")],
+        evals_result=log,
+        verbose_eval=False,
+    )
     return booster, log["valid"]["logloss"][-1]
 
 
@@ -53,10 +66,15 @@ def test_distributed_logloss_matches_single_process(warm, workers, source, tmp_p
         for name, df in datasets.items():
             df.to_parquet(tmp_path / f"{name}.parquet", row_group_size=1000)
         datasets = {k: raynb.data.read_parquet(str(tmp_path / f"{k}.parquet")) for k in datasets}
-    result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=20,
-                            datasets=datasets, checkpoint_frequency=10,
-                            scaling_config=ScalingConfig(num_workers=workers),
-                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    result = XGBoostTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=20,
+        datasets=datasets,
+        checkpoint_frequency=10,
+        scaling_config=ScalingConfig(num_workers=workers),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    ).fit()
     df = result.metrics_dataframe
     assert list(df["epoch"].drop_duplicates()) == list(range(20))
     assert {"train-logloss", "valid-logloss"} <= set(df.columns)
@@ -82,30 +100,48 @@ def _hash_every_rank(config):
     world = train.get_context().get_world_size()
     part = shard_frame("train")  # this rank's rows, each row on one rank
     d = xgboost.QuantileDMatrix(part.drop(columns="y"), label=part["y"])
-    b = xgboost.train(dict(config["params"], nthread=1), d, 8, evals=[(d, "train")],
-                      callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=False)])
+    b = xgboost.train(
+        dict(config["params"], nthread=1),
+        d,
+        8,
+        evals=[(d, "train")],
+        callbacks=[RayTrainReportCallback(frequency=0, checkpoint_at_end=False)],
+    )
     digest = hashlib.sha256(bytes(b.save_raw("ubj"))).digest()[:8]
     mine = torch.tensor(list(digest), dtype=torch.uint8)
     every = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(every, mine)
     import xgboost.collective as coll
+
     rows = torch.tensor([len(part)])
     dist.all_reduce(rows)
-    return {"hashes": [bytes(t.tolist()).hex() for t in every], "xgb_rank": coll.get_rank(),
-            "xgb_world": coll.get_world_size(), "rows": int(rows.item())}
+    return {
+        "hashes": [bytes(t.tolist()).hex() for t in every],
+        "xgb_rank": coll.get_rank(),
+        "xgb_world": coll.get_world_size(),
+        "rows": int(rows.item()),
+    }
 
 
 def test_every_rank_ends_with_the_same_booster(warm, tmp_path):
     train, _ = _frames(3750)
     train = train.iloc[:2999]  # rows that do not divide by 4
-    trainer = XGBoostTrainer(_hash_every_rank, train_loop_config={"params": PARAMS}, datasets={"train": train},
-                             scaling_config=ScalingConfig(num_workers=4),
-                             run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    trainer = XGBoostTrainer(
+        _hash_every_rank,
+        train_loop_config={"params": PARAMS},
+        datasets={"train": train},
+        scaling_config=ScalingConfig(num_workers=4),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     from raynb.train.datasets import with_datasets
     from raynb.train.run import execute_run
 
-    result, value = execute_run(with_datasets(trainer.train_loop_per_worker, trainer.datasets),
-                                trainer.train_loop_config, trainer.scaling_config, trainer.run_config)
+    result, value = execute_run(
+        with_datasets(trainer.train_loop_per_worker, trainer.datasets),
+        trainer.train_loop_config,
+        trainer.scaling_config,
+        trainer.run_config,
+    )
     assert value["xgb_world"] == 4 and value["xgb_rank"] == 0
     assert value["rows"] == 2999  # every row on exactly one rank
     assert len(set(value["hashes"])) == 1, value["hashes"]
@@ -121,18 +157,25 @@ def _dies_at_round_30(marker):
                 open(marker, "w").close()
                 os._exit(3)
             return False
+
     return Die()
 
 
 def test_rank_killed_at_round_30_resumes_from_its_checkpoint(warm, tmp_path):
     train, valid = _frames(3000)
     marker = str(tmp_path / "died")
-    result = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=50,
-                            datasets={"train": train, "valid": valid}, checkpoint_frequency=10,
-                            callbacks=[_dies_at_round_30(marker)],
-                            scaling_config=ScalingConfig(num_workers=2),
-                            run_config=RunConfig(verbose=0, storage_path=str(tmp_path),
-                                                 failure_config=FailureConfig(max_failures=1))).fit()
+    result = XGBoostTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=50,
+        datasets={"train": train, "valid": valid},
+        checkpoint_frequency=10,
+        callbacks=[_dies_at_round_30(marker)],
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            verbose=0, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=1)
+        ),
+    ).fit()
     assert os.path.exists(marker) and len(result.failures) == 1
     epochs = list(result.metrics_dataframe["epoch"])
     restart = next(i for i in range(1, len(epochs)) if epochs[i] <= epochs[i - 1])
@@ -149,11 +192,17 @@ def test_bad_input_is_named_before_anything_ships(tmp_path):
     train, valid = _frames(200)
     train.assign(city="paris").to_parquet(tmp_path / "t.parquet")
     with pytest.raises(ValueError, match=r"column 'city' has dtype (string|large_string)"):
-        XGBoostTrainer(params=PARAMS, label_column="y",
-                       datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))})
+        XGBoostTrainer(
+            params=PARAMS,
+            label_column="y",
+            datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))},
+        )
     with pytest.raises(ValueError, match=r"label_column='label'.*columns are \['f0'"):
-        XGBoostTrainer(params=PARAMS, label_column="label",
-                       datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))})
+        XGBoostTrainer(
+            params=PARAMS,
+            label_column="label",
+            datasets={"train": raynb.data.read_parquet(str(tmp_path / "t.parquet"))},
+        )
     with pytest.raises(ValueError, match=r"label_column='label'.*columns are \['f0'"):
         XGBoostTrainer(params=PARAMS, label_column="label", datasets={"train": train})
     bad = train.assign(city="paris")
@@ -170,9 +219,14 @@ def test_bad_input_is_named_before_anything_ships(tmp_path):
 def test_a_parameter_xgboost_rejects_fails_with_its_message_and_rank(warm, tmp_path):
     train, _ = _frames(400)
     with pytest.raises(RunError) as e:
-        XGBoostTrainer(params=dict(PARAMS, objective="binary:nope"), label_column="y", num_boost_round=3,
-                       datasets={"train": train}, scaling_config=ScalingConfig(num_workers=2),
-                       run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+        XGBoostTrainer(
+            params=dict(PARAMS, objective="binary:nope"),
+            label_column="y",
+            num_boost_round=3,
+            datasets={"train": train},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+        ).fit()
     text = str(e.value)
     assert "binary:nope" in text and "rank" in text
 
@@ -193,20 +247,30 @@ def test_tune_with_asha_stops_poor_xgboost_trials_early(warm, tmp_path):
     from raynb.tune.schedulers import ASHAScheduler
 
     train, valid = _frames(2000)
-    trainer = XGBoostTrainer(params=PARAMS, label_column="y", num_boost_round=20,
-                             datasets={"train": train, "valid": valid}, callbacks=[_SlowRounds()],
-                             scaling_config=ScalingConfig(num_workers=2))
+    trainer = XGBoostTrainer(
+        params=PARAMS,
+        label_column="y",
+        num_boost_round=20,
+        datasets={"train": train, "valid": valid},
+        callbacks=[_SlowRounds()],
+        scaling_config=ScalingConfig(num_workers=2),
+    )
     etas = [0.3, 0.001, 0.25, 0.002]
-    grid = tune.Tuner(trainer, param_space={"params": {"eta": tune.grid_search(etas),
-                                                       "max_depth": tune.randint(2, 5)}},
-                      tune_config=tune.TuneConfig(metric="valid-logloss", mode="min", max_concurrent_trials=1,
-                                                  scheduler=ASHAScheduler(max_t=20, grace_period=3,
-                                                                          reduction_factor=2)),
-                      run_config=RunConfig(verbose=0, storage_path=str(tmp_path))).fit()
+    grid = tune.Tuner(
+        trainer,
+        param_space={"params": {"eta": tune.grid_search(etas), "max_depth": tune.randint(2, 5)}},
+        tune_config=tune.TuneConfig(
+            metric="valid-logloss",
+            mode="min",
+            max_concurrent_trials=1,
+            scheduler=ASHAScheduler(max_t=20, grace_period=3, reduction_factor=2),
+        ),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    ).fit()
     by_eta = {r.config["params"]["eta"]: r for r in grid}
     assert sorted(by_eta) == sorted(etas)
     for eta in (0.001, 0.002):  # barely learning: stopped at the first rung
-        assert by_eta[eta].state == "TERMINATED", (eta, by_eta[eta].state)   # Ray 2.60's
+        assert by_eta[eta].state == "TERMINATED", (eta, by_eta[eta].state)  # Ray 2.60's
         assert by_eta[eta].metrics["training_iteration"] < 20
     assert by_eta[0.3].metrics["training_iteration"] >= 20
     best = grid.get_best_result()
@@ -230,8 +294,14 @@ def test_benchmark_quick_prints_json_and_cleans_up(tmp_path):
     env = dict(os.environ, TMPDIR=str(tmp_path))
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
-    proc = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "xgboost_inference.py"), "--quick",
-                           "--skip-ray"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "xgboost_inference.py"), "--quick", "--skip-ray"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     train = out["train_per_round_ms"]
@@ -245,7 +315,10 @@ def test_benchmark_quick_prints_json_and_cleans_up(tmp_path):
     left = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("RAYNB_HOME", "").startswith(str(tmp_path)) and p.status() != psutil.STATUS_ZOMBIE:
+            if (
+                p.environ().get("RAYNB_HOME", "").startswith(str(tmp_path))
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
                 left.append(p.pid)
         except psutil.Error:
             continue
@@ -260,8 +333,11 @@ def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):
     zygotes = []
     for p in psutil.process_iter():
         try:
-            if (p.environ().get("RAYNB_HOME") == home and "raynb.cluster.node.zygote" in " ".join(p.cmdline())
-                    and "raynb.cluster.node.agent" in " ".join(p.parent().cmdline())):
+            if (
+                p.environ().get("RAYNB_HOME") == home
+                and "raynb.cluster.node.zygote" in " ".join(p.cmdline())
+                and "raynb.cluster.node.agent" in " ".join(p.parent().cmdline())
+            ):
                 zygotes.append(p)
         except psutil.Error:
             continue
@@ -271,9 +347,13 @@ def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):
 
 def test_resume_from_checkpoint_boosts_on_to_num_boost_round(warm, tmp_path):
     train, valid = _frames(2000)
-    common = dict(params=PARAMS, label_column="y", datasets={"train": train, "valid": valid},
-                  scaling_config=ScalingConfig(num_workers=2),
-                  run_config=RunConfig(verbose=0, storage_path=str(tmp_path)))
+    common = dict(
+        params=PARAMS,
+        label_column="y",
+        datasets={"train": train, "valid": valid},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+    )
     first = XGBoostTrainer(num_boost_round=10, **common).fit()
     more = XGBoostTrainer(num_boost_round=15, resume_from_checkpoint=first.checkpoint, **common).fit()
     assert list(more.metrics_dataframe["epoch"]) == list(range(10, 15))

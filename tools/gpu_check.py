@@ -5,6 +5,7 @@ every GPU (NCCL all-reduce; each rank sees its own device), the GPU columns of
 `raynb status` sampled while a rank holds GPU memory, and the run's peak GPU memory in
 run.json. Run: ``python tools/gpu_check.py``. Exits 1 when a check fails, 2 without GPUs.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,16 +21,23 @@ def _train(config):
 
     import torch
     import torch.distributed as dist
+
     from raynb.train import get_context, report
 
     rank = get_context().get_world_rank()
     device = torch.device("cuda", torch.cuda.current_device())
-    x = torch.ones(256, 1024, 1024, device=device)      # 1 GiB held while the samples come
+    x = torch.ones(256, 1024, 1024, device=device)  # 1 GiB held while the samples come
     total = torch.tensor([float(rank + 1)], device=device)
     dist.all_reduce(total)
     time.sleep(config["hold_s"])
-    report({"sum": total.item(), "device": str(device), "backend": dist.get_backend(),
-            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")})
+    report(
+        {
+            "sum": total.item(),
+            "device": str(device),
+            "backend": dist.get_backend(),
+            "visible": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
+        }
+    )
     del x
 
 
@@ -61,16 +69,23 @@ def main() -> int:
 
         t = threading.Thread(target=sample)
         t.start()
-        result = raynb.TorchTrainer(_train, train_loop_config={"hold_s": 6},
-                                    scaling_config=raynb.ScalingConfig(num_workers=n, use_gpu=True),
-                                    run_config=raynb.RunConfig(verbose=0)).fit()
+        result = raynb.TorchTrainer(
+            _train,
+            train_loop_config={"hold_s": 6},
+            scaling_config=raynb.ScalingConfig(num_workers=n, use_gpu=True),
+            run_config=raynb.RunConfig(verbose=0),
+        ).fit()
         t.join()
         record = json.load(open(os.path.join(result.path, "run.json")))
-        out.update(metrics=result.metrics, status=seen.get("status"),
-                   peak_resources=record.get("peak_resources"))
-        ok = (result.metrics["sum"] == n * (n + 1) / 2 and result.metrics["backend"] == "nccl"
-              and "gpu mem" in (seen.get("status") or "")
-              and all(p.get("gpu_mem_used", 0) > 2**30 for p in record["peak_resources"].values()))
+        out.update(
+            metrics=result.metrics, status=seen.get("status"), peak_resources=record.get("peak_resources")
+        )
+        ok = (
+            result.metrics["sum"] == n * (n + 1) / 2
+            and result.metrics["backend"] == "nccl"
+            and "gpu mem" in (seen.get("status") or "")
+            and all(p.get("gpu_mem_used", 0) > 2**30 for p in record["peak_resources"].values())
+        )
         out["ok"] = ok
     finally:
         stop_cluster()

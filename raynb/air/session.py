@@ -3,6 +3,7 @@
 
 Raises (every function): RuntimeError outside a training function.
 """
+
 from ..train.datasets import get_dataset_shard
 from ..train.session import get_checkpoint, get_context, report
 
@@ -39,6 +40,17 @@ def get_experiment_name() -> str:
     return get_context().get_experiment_name()
 
 
-__all__ = ["report", "get_checkpoint", "get_context", "get_dataset_shard", "get_world_rank", "get_world_size",
-           "get_local_rank", "get_local_world_size", "get_node_rank", "get_trial_name", "get_trial_dir",
-           "get_experiment_name"]
+__all__ = [
+    "report",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "get_world_rank",
+    "get_world_size",
+    "get_local_rank",
+    "get_local_world_size",
+    "get_node_rank",
+    "get_trial_name",
+    "get_trial_dir",
+    "get_experiment_name",
+]

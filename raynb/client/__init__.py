@@ -3,6 +3,7 @@ shipping code and values, listing runs, and the view interface displays implemen
 
 Imports only ``raynb.cluster`` and ``raynb.errors`` (see CONTRIBUTING.md).
 """
+
 from ..cluster.protocol.control import Client
 from .connection import cluster_status, connect, disconnect, get_client
 

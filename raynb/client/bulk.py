@@ -19,6 +19,7 @@ signed, chunked, a credit window). The node agent owns and removes the segment (
 head says the run ended, or on ``release_data`` for an experiment), and ranks map it
 copy-on-write. ``RAYNB_DATA_VIA_SOCKET=1`` sends to local agents through their socket too.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -28,8 +29,9 @@ import sys
 import uuid
 from contextlib import contextmanager
 
-from ..cluster.protocol import control, messages as P
 from ..cluster.node import shm
+from ..cluster.protocol import control
+from ..cluster.protocol import messages as P
 
 DEFAULT_THRESHOLD = 16 << 20
 
@@ -62,12 +64,12 @@ class Scope:
         self.placed: dict = {}
         self.blocks: dict = {}
         self.used: list = []
-        self.prewritten: dict = {}   # (node id, agent pid) -> block ids written at pickling
-        self._keep: dict = {}    # token -> the object (its id stays unique while placed)
-        self._nodes = None       # [(node_id, agent pid, data socket address or None, its Curve key)]
-        self._local: list = []   # segment names written through this process's /dev/shm
-        self._written: set = set()   # segment names written (two trials placed at once ask alike)
-        self.remote = False      # something was sent to a node agent's data socket
+        self.prewritten: dict = {}  # (node id, agent pid) -> block ids written at pickling
+        self._keep: dict = {}  # token -> the object (its id stays unique while placed)
+        self._nodes = None  # [(node_id, agent pid, data socket address or None, its Curve key)]
+        self._local: list = []  # segment names written through this process's /dev/shm
+        self._written: set = set()  # segment names written (two trials placed at once ask alike)
+        self.remote = False  # something was sent to a node agent's data socket
 
     def nodes(self) -> list[tuple]:
         """Every node agent: (node id, pid, None on this host else its data socket, that
@@ -80,12 +82,20 @@ class Scope:
             for n in get_client().status().get("nodes", []):
                 here = not via_socket and _same_shm(n, mine)
                 if here or n.get("data_port"):
-                    self._nodes.append((n["node_id"], n["pid"],
-                                        None if here else f"tcp://{n['ip']}:{n['data_port']}", n.get("data_key")))
+                    self._nodes.append(
+                        (
+                            n["node_id"],
+                            n["pid"],
+                            None if here else f"tcp://{n['ip']}:{n['data_port']}",
+                            n.get("data_key"),
+                        )
+                    )
             if not self._nodes:
-                raise RuntimeError("no raynb node agent can take in-memory data (none has joined the "
-                                   "cluster yet?); write the data to files every node can read and "
-                                   "use raynb.data.read_parquet()")
+                raise RuntimeError(
+                    "no raynb node agent can take in-memory data (none has joined the "
+                    "cluster yet?); write the data to files every node can read and "
+                    "use raynb.data.read_parquet()"
+                )
         return self._nodes
 
     def place(self, token, obj, arrays: dict, what: str) -> shm.SharedBlock:
@@ -117,8 +127,11 @@ class Scope:
 
     def written(self) -> list[dict]:
         """``shared_data["written"]``: the blocks of this payload written while pickling."""
-        return [{"node_id": n, "pid": pid, "blocks": [b for b in ids if b in self.used]}
-                for (n, pid), ids in self.prewritten.items() if any(b in self.used for b in ids)]
+        return [
+            {"node_id": n, "pid": pid, "blocks": [b for b in ids if b in self.used]}
+            for (n, pid), ids in self.prewritten.items()
+            if any(b in self.used for b in ids)
+        ]
 
     def write(self, node: dict, here: bool | None = None) -> None:
         """Write the blocks ``node`` (a ``data_needed`` entry) lacks: through this process's
@@ -143,7 +156,14 @@ class Scope:
                 self._local.append(name)
             else:
                 self.remote = True
-                _send(f"tcp://{node['ip']}:{node['data_port']}", node.get("data_key"), name, arrays, layout, nbytes)
+                _send(
+                    f"tcp://{node['ip']}:{node['data_port']}",
+                    node.get("data_key"),
+                    name,
+                    arrays,
+                    layout,
+                    nbytes,
+                )
             self._written.add(name)
 
     def discard(self) -> int:
@@ -168,13 +188,22 @@ def on_data_needed(client, msg) -> None:
     for node in c["nodes"]:
         try:
             if scope is None:
-                raise KeyError(f"this notebook no longer holds the data of {c['key']} (its run ended, or "
-                               "the kernel restarted)")
+                raise KeyError(
+                    f"this notebook no longer holds the data of {c['key']} (its run ended, or "
+                    "the kernel restarted)"
+                )
             scope.write(node)
         except Exception as e:  # noqa: BLE001 - the run fails with it, the notebook goes on
-            client.send(P.DATA_FAILED, {**reply, "message": (
-                f"the run's in-memory data could not be written to node {node['node_id']} "
-                f"({node['ip']}): {type(e).__name__}: {e}")})
+            client.send(
+                P.DATA_FAILED,
+                {
+                    **reply,
+                    "message": (
+                        f"the run's in-memory data could not be written to node {node['node_id']} "
+                        f"({node['ip']}): {type(e).__name__}: {e}"
+                    ),
+                },
+            )
             return
     client.send(P.DATA_READY, reply)
 
@@ -189,8 +218,17 @@ def _send(address: str, server_key: str | None, name: str, arrays: dict, layout:
     from .connection import get_client
 
     client = get_client()
-    send_segment(zmq.Context.instance(), client.session.key, address, name, arrays, layout, nbytes,
-                 curve_keys=client.info.get("curve"), server_key=server_key)
+    send_segment(
+        zmq.Context.instance(),
+        client.session.key,
+        address,
+        name,
+        arrays,
+        layout,
+        nbytes,
+        curve_keys=client.info.get("curve"),
+        server_key=server_key,
+    )
 
 
 def _same_shm(node: dict, mine: str) -> bool:
@@ -239,7 +277,7 @@ def forget(key: str) -> None:
     scope = _scopes.pop(key, None)
     if scope is not None:
         scope.discard()
-        if scope.remote:   # on other hosts only their agents can remove them
+        if scope.remote:  # on other hosts only their agents can remove them
             _send_release(key)
 
 
@@ -271,7 +309,7 @@ def loaded_module(name: str):
     if mod is None or not getattr(getattr(mod, "__spec__", None), "_initializing", False):
         return mod
     try:
-        importlib.import_module(name)   # blocks on the module's import lock until it is done
+        importlib.import_module(name)  # blocks on the module's import lock until it is done
     except ImportError:
         return None
     return sys.modules.get(name)
@@ -300,9 +338,10 @@ def reduce_large(obj):
             return None
         try:
             arr = obj.detach().numpy()
-        except (TypeError, RuntimeError):   # bfloat16 and others numpy has no dtype for
+        except (TypeError, RuntimeError):  # bfloat16 and others numpy has no dtype for
             return None
-        block = scope.place(("tensor", id(obj)), obj, {"t": arr},
-                            f"a captured tensor {tuple(obj.shape)} {obj.dtype}")
+        block = scope.place(
+            ("tensor", id(obj)), obj, {"t": arr}, f"a captured tensor {tuple(obj.shape)} {obj.dtype}"
+        )
         return shm.attach_tensor, (block, "t", bool(obj.requires_grad))
     return None

@@ -8,6 +8,7 @@ their own built from this process's connection (HMAC key; CurveZMQ keys off loop
 with the protocol ranks use to resume from a streamed checkpoint
 (``cluster.ckpt_transfer``: a file list with SHA-256 digests, then pieces).
 """
+
 from __future__ import annotations
 
 from ..cluster.storage.checkpoint_stream import download_for_client
@@ -27,7 +28,9 @@ def download(run_id: str, checkpoint: str, dest: str) -> str:
     """
     client = get_client(connect_if_needed=False)
     if client is None or "key" not in client.info:
-        raise FileNotFoundError(f"checkpoint {checkpoint} is on the raynb head's disk, not readable here, "
-                                "and this process is not connected to that head: raynb.connect(...) "
-                                "to it first, then read the checkpoint")
+        raise FileNotFoundError(
+            f"checkpoint {checkpoint} is on the raynb head's disk, not readable here, "
+            "and this process is not connected to that head: raynb.connect(...) "
+            "to it first, then read the checkpoint"
+        )
     return download_for_client(client.info, run_id, checkpoint, dest)

@@ -4,6 +4,7 @@
 remote head, and keeps the connection for the life of the process, so every
 cell after the first reuses it.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,6 @@ from pathlib import Path
 from ..cluster.protocol.control import Client, KeyRefused
 from ..errors import ClusterError
 from .script_exit import exit_on_sigterm
-
 
 _client: Client | None = None
 
@@ -81,13 +81,22 @@ def check_head_alive(client: Client) -> None:
     """
     pid = local_head_gone(client)
     if pid is not None:
-        raise ClusterError(f"lost contact with the raynb head at {client.address}: the local cluster's "
-                           f"head (pid {pid}) is gone, and this run with it; the next run starts a "
-                           "new cluster")
+        raise ClusterError(
+            f"lost contact with the raynb head at {client.address}: the local cluster's "
+            f"head (pid {pid}) is gone, and this run with it; the next run starts a "
+            "new cluster"
+        )
 
 
-def connect(address: str | None = None, *, key: str | bytes | None = None, key_file: str | None = None,
-            num_workers: int = 4, timeout: float = 120.0, ray_address: str | None = None) -> Client:
+def connect(
+    address: str | None = None,
+    *,
+    key: str | bytes | None = None,
+    key_file: str | None = None,
+    num_workers: int = 4,
+    timeout: float = 120.0,
+    ray_address: str | None = None,
+) -> Client:
     """Attach to a raynb cluster (``ray.init`` for raynb).
 
     Args:
@@ -140,8 +149,10 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
     elif address.startswith("tcp://"):
         k = key or os.environ.get("RAYNB_KEY")
         if not k:
-            raise ClusterError(f"connecting to {address} needs the cluster key: pass key=... or set "
-                               "RAYNB_KEY (it is in the head's connection file)")
+            raise ClusterError(
+                f"connecting to {address} needs the cluster key: pass key=... or set "
+                "RAYNB_KEY (it is in the head's connection file)"
+            )
         info = {"address": address, "key": k.decode() if isinstance(k, bytes) else k}
     else:
         info = read_connection_file(Path(address))
@@ -154,15 +165,22 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
         answered = client.hello(raise_refused=True)
     except KeyRefused as e:
         client.close()
-        source = (f"key_file={key_file!r}" if key_file else "key=... or $RAYNB_KEY" if address and
-                  address.startswith("tcp://") else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}")
+        source = (
+            f"key_file={key_file!r}"
+            if key_file
+            else "key=... or $RAYNB_KEY"
+            if address and address.startswith("tcp://")
+            else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}"
+        )
         raise KeyRefused(f"{e}. This client's key came from {source}") from None
     if not answered:
         client.close()
-        raise ClusterError(f"the raynb head at {info['address']} does not answer; "
-                           "check `raynb status`, or `raynb stop` and start again")
+        raise ClusterError(
+            f"the raynb head at {info['address']} does not answer; "
+            "check `raynb status`, or `raynb stop` and start again"
+        )
     _client = client
-    exit_on_sigterm()   # a script's SIGTERM cancels its run and stops the cluster it started
+    exit_on_sigterm()  # a script's SIGTERM cancels its run and stops the cluster it started
     return client
 
 

@@ -11,13 +11,15 @@ wrapped: it notes the interrupt, then calls the handler it replaced (which raise
 before). The waiting loop wakes at least every ``CHECK_S`` and raises an interrupt that
 was noted but never reached it (``raise_noted``).
 """
+
 from __future__ import annotations
 
 import signal
 import threading
 
-try:   # signal's own C functions: its wrappers convert every handler to and from an enum
-    from _signal import getsignal as _getsignal, signal as _setsignal   # (10 -> 0.7 µs a fit)
+try:  # signal's own C functions: its wrappers convert every handler to and from an enum
+    from _signal import getsignal as _getsignal  # (10 -> 0.7 µs a fit)
+    from _signal import signal as _setsignal
 except ImportError:  # another Python than CPython
     _getsignal, _setsignal = signal.getsignal, signal.signal
 
@@ -42,13 +44,13 @@ class NotedInterrupts:
         self.on_noted = on_noted
         self.pending = False
         self._previous = None
-        self._noted = None   # the wrapper installed, while it is
+        self._noted = None  # the wrapper installed, while it is
 
     def __enter__(self) -> "NotedInterrupts":
         if threading.current_thread() is not threading.main_thread():
             return self
         previous = _getsignal(signal.SIGINT)
-        if not callable(previous):   # SIG_IGN / SIG_DFL / unknown: nothing raises, nothing to note
+        if not callable(previous):  # SIG_IGN / SIG_DFL / unknown: nothing raises, nothing to note
             return self
         self._previous = previous
 

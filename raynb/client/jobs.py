@@ -8,6 +8,7 @@ The working directory is packed here (``.tar.gz``, symlinks kept as links, which
 head refuses if they point outside) and refused *before anything is sent* when its
 files hold more than ``$RAYNB_MAX_WORKING_DIR_BYTES``.
 """
+
 from __future__ import annotations
 
 import io
@@ -17,11 +18,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..cluster import settings
 from ..cluster.protocol import messages as P
 from ..cluster.protocol.control import Client
-from ..cluster import settings
-from ..cluster.protocol.run_states import JOB_TERMINAL as TERMINAL
 from ..cluster.protocol.job_messages import check_submit
+from ..cluster.protocol.run_states import JOB_TERMINAL as TERMINAL
 from ..errors import ClusterError
 
 EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_modules"}
@@ -57,10 +58,14 @@ def pack_working_dir(path, limit: int | None = None) -> bytes:
                 continue
     total = sum(size for size, _ in files)
     if total > limit:
-        biggest = ", ".join(f"{p.relative_to(root)} ({size} bytes)" for size, p in sorted(files, reverse=True)[:3])
-        raise ValueError(f"the working directory {root} holds {total} bytes, over the limit of {limit} "
-                         f"bytes (biggest: {biggest}); nothing was sent. Leave data out of it (read it "
-                         "from shared storage in the job) or set RAYNB_MAX_WORKING_DIR_BYTES on both sides")
+        biggest = ", ".join(
+            f"{p.relative_to(root)} ({size} bytes)" for size, p in sorted(files, reverse=True)[:3]
+        )
+        raise ValueError(
+            f"the working directory {root} holds {total} bytes, over the limit of {limit} "
+            f"bytes (biggest: {biggest}); nothing was sent. Leave data out of it (read it "
+            "from shared storage in the job) or set RAYNB_MAX_WORKING_DIR_BYTES on both sides"
+        )
     link_members = [_link_member(root, p) for p in links]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -82,9 +87,11 @@ def _link_member(root: Path, link: Path) -> tarfile.TarInfo:
     target = os.path.realpath(link)
     rel = link.relative_to(root)
     if os.path.commonpath([real_root, target]) != real_root:
-        raise ValueError(f"the working directory {root} holds a symbolic link {str(rel)!r} -> "
-                         f"{os.readlink(link)!r} that points outside it ({target}); nothing was sent. "
-                         "Copy what it points to into the directory, or remove the link")
+        raise ValueError(
+            f"the working directory {root} holds a symbolic link {str(rel)!r} -> "
+            f"{os.readlink(link)!r} that points outside it ({target}); nothing was sent. "
+            "Copy what it points to into the directory, or remove the link"
+        )
     member = tarfile.TarInfo(str(rel))
     member.type = tarfile.SYMTYPE
     member.linkname = os.path.relpath(target, os.path.realpath(link.parent))
@@ -92,8 +99,13 @@ def _link_member(root: Path, link: Path) -> tarfile.TarInfo:
     return member
 
 
-def submit_job(client: Client, entrypoint: list[str], working_dir=None, env: dict | None = None,
-               job_id: str | None = None) -> dict:
+def submit_job(
+    client: Client,
+    entrypoint: list[str],
+    working_dir=None,
+    env: dict | None = None,
+    job_id: str | None = None,
+) -> dict:
     """Start ``entrypoint`` (argv) on the head's machine; returns the job's record
     (``job_id``, ``state``, ``pid``, ``working_dir``, ...).
 
@@ -102,13 +114,17 @@ def submit_job(client: Client, entrypoint: list[str], working_dir=None, env: dic
             the working directory is over the limit or links outside itself (nothing was sent).
         ClusterError: the head refused the job (the message says why).
     """
-    content = {"entrypoint": [str(a) for a in entrypoint], "env": {str(k): str(v) for k, v in (env or {}).items()}}
+    content = {
+        "entrypoint": [str(a) for a in entrypoint],
+        "env": {str(k): str(v) for k, v in (env or {}).items()},
+    }
     if job_id is not None:
         content["job_id"] = job_id
     check_submit(content["entrypoint"], content["env"], job_id)  # before anything is packed or sent
     buffers = [pack_working_dir(working_dir)] if working_dir is not None else []
-    return _reply(client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60.0,
-                                 buffers=buffers))["job"]
+    return _reply(
+        client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60.0, buffers=buffers)
+    )["job"]
 
 
 def list_jobs(client: Client) -> list[dict]:
@@ -126,15 +142,21 @@ def stop_job(client: Client, job_id: str, timeout: float = 10.0) -> dict:
         time.sleep(0.1)
 
 
-def job_logs(client: Client, job_id: str, follow: bool = False,
-             write: Callable[[str], object] = print, poll_s: float = 0.2) -> str:
+def job_logs(
+    client: Client,
+    job_id: str,
+    follow: bool = False,
+    write: Callable[[str], object] = print,
+    poll_s: float = 0.2,
+) -> str:
     """Write the job's output from its start (``write`` gets each piece); with ``follow``,
     until the job ended and all of it was written. Returns the job's final state (or
     its state now, without ``follow``)."""
     offset = 0
     while True:
-        c = _reply(client.request(P.JOB_LOGS, {"job_id": job_id, "offset": offset},
-                                  reply_types=(P.JOB_LOGS_REPLY,)))
+        c = _reply(
+            client.request(P.JOB_LOGS, {"job_id": job_id, "offset": offset}, reply_types=(P.JOB_LOGS_REPLY,))
+        )
         if c["text"]:
             write(c["text"])
         got, offset = c["offset"] - offset, c["offset"]

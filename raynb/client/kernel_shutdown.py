@@ -12,6 +12,7 @@ control thread) is wrapped to set an event, and an interrupt waits up to
 :data:`SHUTDOWN_GRACE_S` for it before cancelling. Outside a Jupyter kernel (a
 script, a terminal IPython) there is no such request, and an interrupt cancels at once.
 """
+
 from __future__ import annotations
 
 import sys

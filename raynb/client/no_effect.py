@@ -5,6 +5,7 @@ has no effect here (``reuse_actors``: raynb's workers are always warm) must not 
 script fail, nor be dropped silently. An argument raynb cannot honour is an error instead,
 raised where it is given.
 """
+
 from __future__ import annotations
 
 import sys

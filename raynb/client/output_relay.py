@@ -1,4 +1,5 @@
 """A followed run's output, written to the cell's stdout and stderr (``follow_run``)."""
+
 from __future__ import annotations
 
 import re
@@ -29,12 +30,12 @@ class OutputRelay:
 
     def __init__(self, all_ranks: bool, path: str | None = None):
         self.all_ranks = all_ranks
-        self.path = path                  # the run directory, for the notices
-        self._open: dict[str, int] = {}   # stream name -> rank whose line is unfinished
-        self._pending: list[tuple[str, str]] = []   # (stream name, text) not written yet
-        self.shown = 0                    # lines written (or pending) so far
-        self.hidden = 0                   # lines past the cap, not shown
-        self._tail: deque = deque(maxlen=TAIL_LINES)   # the newest hidden (stream, line)
+        self.path = path  # the run directory, for the notices
+        self._open: dict[str, int] = {}  # stream name -> rank whose line is unfinished
+        self._pending: list[tuple[str, str]] = []  # (stream name, text) not written yet
+        self.shown = 0  # lines written (or pending) so far
+        self.hidden = 0  # lines past the cap, not shown
+        self._tail: deque = deque(maxlen=TAIL_LINES)  # the newest hidden (stream, line)
 
     @staticmethod
     def _stream(name: str):
@@ -74,8 +75,10 @@ class OutputRelay:
 
     def _cap_notice(self) -> str:
         where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
-        return (f"\n(raynb) {MAX_SHOWN_LINES} lines shown: further output is not shown here (the last "
-                f"{TAIL_LINES} lines come when the run ends); the full log: {where}\n")
+        return (
+            f"\n(raynb) {MAX_SHOWN_LINES} lines shown: further output is not shown here (the last "
+            f"{TAIL_LINES} lines come when the run ends); the full log: {where}\n"
+        )
 
     def flush(self) -> None:
         """Write what was taken since the last flush: one write and flush per stream run."""
@@ -103,8 +106,9 @@ class OutputRelay:
         if self.hidden:
             where = f"{self.path}/{OUTPUT_FILE}" if self.path else f"the run directory's {OUTPUT_FILE}"
             shown = min(self.hidden, TAIL_LINES)
-            self._pending.append(("stdout", f"(raynb) ... {self.hidden - shown} lines not shown; the "
-                                            f"full log: {where}\n"))
+            self._pending.append(
+                ("stdout", f"(raynb) ... {self.hidden - shown} lines not shown; the full log: {where}\n")
+            )
             self._pending.extend((self._tail.popleft() for _ in range(len(self._tail))))
             self.flush()
             self.hidden = 0

@@ -1,6 +1,7 @@
 """``raynb.init`` / ``shutdown`` / ``is_initialized``: Ray's process-level entry points,
 on :func:`raynb.connect` (``ray.init``'s arguments, with Ray's meanings where raynb has them).
 """
+
 from __future__ import annotations
 
 from . import runtime_env as _runtime_env
@@ -33,8 +34,14 @@ _NOT_SERVED = {
 }
 
 
-def init(address: str | None = None, *, num_cpus: int | None = None, ignore_reinit_error: bool = False,
-         runtime_env: dict | None = None, **ray_args):
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    ignore_reinit_error: bool = False,
+    runtime_env: dict | None = None,
+    **ray_args,
+):
     """Start or join a raynb cluster, as ``ray.init`` does a Ray cluster.
 
     Args:
@@ -63,8 +70,10 @@ def init(address: str | None = None, *, num_cpus: int | None = None, ignore_rein
     if _initialized and get_client(connect_if_needed=False) is not None:
         if ignore_reinit_error:
             return get_client(connect_if_needed=False)
-        raise RuntimeError("raynb.init() was already called in this process; call raynb.shutdown() first, "
-                           "or pass ignore_reinit_error=True")
+        raise RuntimeError(
+            "raynb.init() was already called in this process; call raynb.shutdown() first, "
+            "or pass ignore_reinit_error=True"
+        )
     for key, value in ray_args.items():
         if key in _NOT_SERVED:
             if value:
@@ -73,16 +82,22 @@ def init(address: str | None = None, *, num_cpus: int | None = None, ignore_rein
             if value not in (None, True) or key not in ("configure_logging", "log_to_driver"):
                 accepted_no_effect(f"raynb.init({key}=...)", _NO_EFFECT[key])
         else:
-            raise TypeError(f"raynb.init() got an unexpected keyword argument {key!r}: it is not one of "
-                            "ray.init's; see docs/coming-from-ray.md for the arguments raynb takes")
+            raise TypeError(
+                f"raynb.init() got an unexpected keyword argument {key!r}: it is not one of "
+                "ray.init's; see docs/coming-from-ray.md for the arguments raynb takes"
+            )
     if num_cpus is not None and (not isinstance(num_cpus, int) or isinstance(num_cpus, bool) or num_cpus < 1):
-        raise ValueError(f"raynb.init(num_cpus={num_cpus!r}): give the number of warm workers, an integer >= 1")
+        raise ValueError(
+            f"raynb.init(num_cpus={num_cpus!r}): give the number of warm workers, an integer >= 1"
+        )
     _runtime_env.set_runtime_env(runtime_env)
     if address in (None, "auto", "local"):
         client = connect(num_workers=num_cpus or 4)
     elif address.startswith("ray://"):
-        raise ValueError(f"raynb.init(address={address!r}): Ray Client addresses are not served; for raynb on "
-                         "a Ray cluster use raynb.connect(ray_address='HOST:PORT'), else a raynb tcp:// address")
+        raise ValueError(
+            f"raynb.init(address={address!r}): Ray Client addresses are not served; for raynb on "
+            "a Ray cluster use raynb.connect(ray_address='HOST:PORT'), else a raynb tcp:// address"
+        )
     else:
         client = connect(address)
     _initialized = True

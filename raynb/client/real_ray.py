@@ -12,6 +12,7 @@ Real Ray is told by where a module's file lives: inside an installed ``ray`` pac
 inside raynb. Modules that raynb serves under Ray's names (``raynb run``'s import hook)
 are raynb's, and pass.
 """
+
 from __future__ import annotations
 
 import dis
@@ -43,7 +44,8 @@ class RealRayError(ImportError):
             f"{where}: {what} uses real Ray's {module}, which does not run on raynb's workers "
             f"(Ray's functions there fail after the run is sent). Use raynb's: "
             f"`import raynb.{lib} as {lib}` (or `from raynb import {lib}`) in place of Ray's, or "
-            "run the script unchanged with `raynb run SCRIPT`, which serves `ray.*` from raynb.")
+            "run the script unchanged with `raynb run SCRIPT`, which serves `ray.*` from raynb."
+        )
 
     def _render_traceback_(self) -> list[str]:
         return user_traceback(self)
@@ -51,8 +53,11 @@ class RealRayError(ImportError):
 
 def _real_file(module) -> bool:
     f = getattr(module, "__file__", None)
-    return bool(f) and not os.path.abspath(f).startswith(_RAYNB_DIR) and (
-        f"{os.sep}ray{os.sep}" in os.path.abspath(f))
+    return (
+        bool(f)
+        and not os.path.abspath(f).startswith(_RAYNB_DIR)
+        and (f"{os.sep}ray{os.sep}" in os.path.abspath(f))
+    )
 
 
 def _served_name(name: str) -> str | None:
@@ -66,9 +71,11 @@ def _real_module_of(value) -> str | None:
     if isinstance(value, types.ModuleType):
         name = getattr(value, "__name__", "")
         return _served_name(name) if _real_file(value) else None
-    owner = getattr(value, "__module__", None) if isinstance(value, (type, types.FunctionType,
-                                                                     types.BuiltinFunctionType)) \
+    owner = (
+        getattr(value, "__module__", None)
+        if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType))
         else getattr(type(value), "__module__", None)
+    )
     lib = _served_name(owner) if isinstance(owner, str) else None
     return lib if lib and _real_file(sys.modules.get(owner)) else None
 
@@ -177,10 +184,11 @@ def refuse_real_ray(fn, referenced) -> None:
         if id(f) in seen:
             continue
         seen.add(id(f))
-        if (f.__module__ or "").startswith("raynb."):   # raynb's wrapper: what it wraps
+        if (f.__module__ or "").startswith("raynb."):  # raynb's wrapper: what it wraps
             inner = [c.cell_contents for c in f.__closure__ or () if _filled(c)]
-            todo.extend((g, depth) for v in [*inner, getattr(f, "__wrapped__", None)]
-                        for g in _inner_functions(v))
+            todo.extend(
+                (g, depth) for v in [*inner, getattr(f, "__wrapped__", None)] for g in _inner_functions(v)
+            )
             continue
         values = referenced(f)
         libs, packages = _flagged(values)
@@ -190,5 +198,6 @@ def refuse_real_ray(fn, referenced) -> None:
         if depth < MAX_DEPTH:
             for v in values.values():
                 if getattr(v, "__module__", None) == "__main__" or (
-                        isinstance(v, types.FunctionType) and v.__globals__ is f.__globals__):
+                    isinstance(v, types.FunctionType) and v.__globals__ is f.__globals__
+                ):
                     todo.extend((g, depth + 1) for g in _inner_functions(v))

@@ -10,6 +10,7 @@ record, whose reports replace what this client had. It keeps trying for up to
 A run that ended meanwhile is answered by its record, turned into its ``run_done``
 (without rank 0's return value, which only the lost ``run_done`` carried).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,17 +40,32 @@ def on_record(msg: P.Message, reports: list) -> P.Message | None:
     if fresh and rec.get("reports_dropped"):
         # The head sends a long run's newest reports only: the older ones this client had stay.
         first = fresh[0].get("training_iteration")
-        older = [r for r in reports if isinstance(first, int) and isinstance(r.get("training_iteration"), int)
-                 and r["training_iteration"] < first]
+        older = [
+            r
+            for r in reports
+            if isinstance(first, int)
+            and isinstance(r.get("training_iteration"), int)
+            and r["training_iteration"] < first
+        ]
         fresh = older + fresh
     reports[:] = fresh or reports
     if rec.get("state") not in TERMINAL:
         return None
-    done = {"run_id": rec.get("run_id"), "name": rec.get("name"), "state": rec.get("state"),
-            "errors": rec.get("errors") or [], "path": rec.get("path"), "metrics": rec.get("metrics"),
-            "num_reports": len(reports), "checkpoint": (rec.get("checkpoints") or [{}])[-1].get("path"),
-            "checkpoints": rec.get("checkpoints") or [], "failures": rec.get("failures") or [],
-            "num_failures": rec.get("num_failures", 0), "attempt": rec.get("attempt", 0),
-            "started": rec.get("started"), "ended": rec.get("ended"),
-            "time_total_s": rec.get("time_total_s")}
+    done = {
+        "run_id": rec.get("run_id"),
+        "name": rec.get("name"),
+        "state": rec.get("state"),
+        "errors": rec.get("errors") or [],
+        "path": rec.get("path"),
+        "metrics": rec.get("metrics"),
+        "num_reports": len(reports),
+        "checkpoint": (rec.get("checkpoints") or [{}])[-1].get("path"),
+        "checkpoints": rec.get("checkpoints") or [],
+        "failures": rec.get("failures") or [],
+        "num_failures": rec.get("num_failures", 0),
+        "attempt": rec.get("attempt", 0),
+        "started": rec.get("started"),
+        "ended": rec.get("ended"),
+        "time_total_s": rec.get("time_total_s"),
+    }
     return P.Message(P.RUN_DONE, done)

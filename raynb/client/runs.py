@@ -5,6 +5,7 @@ directories when it restarts), so a new kernel, or another process, sees the
 runs an earlier one started: ``runs()`` here; ``raynb.get_run(name)`` and
 ``raynb.attach(name)`` (in ``raynb.train.run``) build on :func:`fetch_record`.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -51,24 +52,43 @@ def runs(experiment: str | None = None, kind: str | None = None, trials: bool = 
     rows = []
     now = time.time()
     for r in reply.content.get("runs", []):
-        if ((experiment is not None and r.get("experiment") != experiment)
-                or (kind is not None and r.get("kind") != kind) or (not trials and r.get("experiment"))):
+        if (
+            (experiment is not None and r.get("experiment") != experiment)
+            or (kind is not None and r.get("kind") != kind)
+            or (not trials and r.get("experiment"))
+        ):
             continue
         start = r.get("started") or r.get("submitted")
         # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
         end = r.get("ended") or (now if r.get("state") not in TERMINAL else None)
-        row = {"name": r["name"], "state": r["state"], "kind": r.get("kind"),
-               "experiment": r.get("experiment"),
-               "start_time": _dt.datetime.fromtimestamp(start) if start else None,
-               "duration_s": (end - start) if start and end else None,
-               "world_size": r.get("world_size"), "restarts": r.get("attempt", 0),
-               "checkpoints": len(r.get("checkpoints") or []), "path": r.get("path")}
+        row = {
+            "name": r["name"],
+            "state": r["state"],
+            "kind": r.get("kind"),
+            "experiment": r.get("experiment"),
+            "start_time": _dt.datetime.fromtimestamp(start) if start else None,
+            "duration_s": (end - start) if start and end else None,
+            "world_size": r.get("world_size"),
+            "restarts": r.get("attempt", 0),
+            "checkpoints": len(r.get("checkpoints") or []),
+            "path": r.get("path"),
+        }
         for k, v in (r.get("metrics") or {}).items():
             if k not in _AUTO_FIELDS and k not in row:
                 row[k] = v
         rows.append(row)
-    columns = ["name", "state", "kind", "experiment", "start_time", "duration_s", "world_size",
-               "restarts", "checkpoints", "path"]
+    columns = [
+        "name",
+        "state",
+        "kind",
+        "experiment",
+        "start_time",
+        "duration_s",
+        "world_size",
+        "restarts",
+        "checkpoints",
+        "path",
+    ]
     return pd.DataFrame(rows, columns=None if rows else columns)
 
 
@@ -103,6 +123,8 @@ def latest_live_run() -> str:
     reply = get_client().request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
     live = [r for r in reply.content.get("runs", []) if r.get("state") not in TERMINAL]
     if not live:
-        raise KeyError("no run is active on this cluster to attach to; raynb.runs() lists the finished "
-                       "ones (raynb.get_run(name) reads one)")
+        raise KeyError(
+            "no run is active on this cluster to attach to; raynb.runs() lists the finished "
+            "ones (raynb.get_run(name) reads one)"
+        )
     return max(live, key=lambda r: r.get("submitted") or 0)["name"]

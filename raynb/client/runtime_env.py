@@ -6,6 +6,7 @@ other runs too), ``working_dir`` is each rank's working directory and first on i
 ``sys.path``. Ray uploads a working directory to the cluster; raynb's ranks read it where
 it is, so it must be on a file system every node sees (the local cluster: this machine).
 """
+
 from __future__ import annotations
 
 import os
@@ -43,22 +44,28 @@ def set_runtime_env(env: dict | None) -> None:
         if key in _NOT_SERVED:
             raise ValueError(f"runtime_env[{key!r}] is not served by raynb: {_NOT_SERVED[key]}")
         if key not in ("env_vars", "working_dir", "py_modules", "excludes", "config"):
-            raise ValueError(f"runtime_env[{key!r}] is not a runtime_env field raynb knows; it serves "
-                             "'env_vars', 'working_dir' and 'py_modules' (local directories)")
+            raise ValueError(
+                f"runtime_env[{key!r}] is not a runtime_env field raynb knows; it serves "
+                "'env_vars', 'working_dir' and 'py_modules' (local directories)"
+            )
     env_vars = env.get("env_vars") or {}
-    if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                 for k, v in env_vars.items()):
+    if not isinstance(env_vars, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()
+    ):
         raise TypeError(f"runtime_env['env_vars'] must be a dict of str to str, got {env_vars!r}")
     working_dir = env.get("working_dir")
     dirs = [working_dir] if working_dir else []
     dirs += list(env.get("py_modules") or ())
     for d in dirs:
         if not isinstance(d, (str, os.PathLike)) or "://" in str(d) or not Path(d).expanduser().is_dir():
-            raise ValueError(f"runtime_env: {d!r} is not a local directory; raynb's ranks read it in place "
-                             "(no upload): give a directory on a file system every node sees")
+            raise ValueError(
+                f"runtime_env: {d!r} is not a local directory; raynb's ranks read it in place "
+                "(no upload): give a directory on a file system every node sees"
+            )
     if env.get("excludes") or env.get("config"):
-        accepted_no_effect("runtime_env['excludes'] / ['config']", "nothing is uploaded: ranks read "
-                           "working_dir in place")
+        accepted_no_effect(
+            "runtime_env['excludes'] / ['config']", "nothing is uploaded: ranks read working_dir in place"
+        )
     _env_vars = dict(env_vars)
     _working_dir = str(Path(working_dir).expanduser().resolve()) if working_dir else None
     _py_modules[:] = [str(Path(d).expanduser().resolve()) for d in env.get("py_modules") or ()]

@@ -9,6 +9,7 @@ does the same in a plain script: the ``SystemExit`` cancels the run being follow
 (``client/run.py``; a Tune experiment's trials end PAUSED, as after an interrupt), and the
 exit runs the stop that ``ensure_local_cluster`` registered.
 """
+
 from __future__ import annotations
 
 import signal

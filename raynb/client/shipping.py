@@ -5,6 +5,7 @@ ones by reference. When that fails, the user needs the *name* of the variable
 that cannot travel, not a pickling stack trace, and must learn it before
 anything is sent.
 """
+
 from __future__ import annotations
 
 import io
@@ -35,7 +36,8 @@ class UnpicklableError(TypeError):
             f"cannot send variable {name!r} ({type(value).__module__}.{type(value).__qualname__}) "
             f"to the workers: {reason}. Create it inside the training function (it then runs on "
             "each worker), or pass something picklable (a path instead of an open file, a list "
-            "instead of a generator).")
+            "instead of a generator)."
+        )
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows: the user's cell and the message, no pickling internals."""
@@ -79,8 +81,7 @@ def find_unpicklable(values: dict, _prefix: str = "", _depth: int = 0, _seen=Non
         except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same way
             reason = f"{type(e).__name__}: {e}"
         if isinstance(value, types.FunctionType) and _depth < 4:
-            inner = find_unpicklable(_referenced_globals(value), f"{_prefix}{name} -> ",
-                                     _depth + 1, _seen)
+            inner = find_unpicklable(_referenced_globals(value), f"{_prefix}{name} -> ", _depth + 1, _seen)
             if inner is not None:
                 return inner
         return f"{_prefix}{name}", value, reason
@@ -108,7 +109,7 @@ def notebook_sources() -> dict:
     return out
 
 
-_DIRS_SEEN: set[str] = set()   # sys.path entries found to be directories (see sys_path_dirs)
+_DIRS_SEEN: set[str] = set()  # sys.path entries found to be directories (see sys_path_dirs)
 
 
 def sys_path_dirs() -> list[str]:
@@ -145,12 +146,15 @@ class CellSources(dict):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.maybe: dict = {}   # filename -> lines of entries with an mtime: a cell if no file is there
+        self.maybe: dict = {}  # filename -> lines of entries with an mtime: a cell if no file is there
 
     def shipped(self, code_files: set):
         out = [(k, v if isinstance(v, str) else "".join(v)) for k, v in self.items() if k in code_files]
-        out += [(k, "".join(v)) for k, v in self.maybe.items()
-                if k in code_files and k not in self and not os.path.exists(k)]
+        out += [
+            (k, "".join(v))
+            for k, v in self.maybe.items()
+            if k in code_files and k not in self and not os.path.exists(k)
+        ]
         return iter(out)
 
 
@@ -160,12 +164,12 @@ class _Pickler(cloudpickle.CloudPickler):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.code_files: set[str] = set()   # the co_filename of every code object pickled
+        self.code_files: set[str] = set()  # the co_filename of every code object pickled
 
     def reducer_override(self, obj):
         cls = type(obj)
         if cls is types.CodeType:
-            self.code_files.add(obj.co_filename)   # then pickled by the dispatch table's _reduce_code
+            self.code_files.add(obj.co_filename)  # then pickled by the dispatch table's _reduce_code
         elif cls is CellSources:
             return dict, (), None, None, obj.shipped(self.code_files)
         # A large array or tensor goes once per node into shared memory (client.bulk),
@@ -201,10 +205,10 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
         RealRayError: ``fn`` uses real Ray's ``ray.train`` / ``tune`` / ``data`` / ``air``.
         MemoryError: in-memory data has no room in shared memory (``shm.SharedMemoryFull``).
     """
-    refuse_real_ray(fn, _referenced_globals)   # Ray's own ray.train on a rank fails only there
+    refuse_real_ray(fn, _referenced_globals)  # Ray's own ray.train on a rank fails only there
     cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
     payload = {"fn": fn, "config": config, "sources": cells}  # last: see CellSources
-    if payload_preludes:   # first: unpickled before fn
+    if payload_preludes:  # first: unpickled before fn
         payload = {"preludes": tuple(payload_preludes), **payload}
     try:
         return dumps(payload)

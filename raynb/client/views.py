@@ -9,6 +9,7 @@ pane in Jupyter, text elsewhere) and registers its factories when ``raynb`` is
 imported. Layers below it never import it: they call :func:`run_view` and
 :func:`tune_view`, and get views that show nothing if no display registered.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol
@@ -70,8 +71,14 @@ def register(run_factory: Callable[..., RunView], tune_factory: Callable[..., Tu
     _run_factory, _tune_factory = run_factory, tune_factory
 
 
-def run_view(name: str, world_size: int, total_epochs: int | None = None, verbose: int = 1,
-             history: Iterable[dict] = (), raises: bool = False) -> RunView:
+def run_view(
+    name: str,
+    world_size: int,
+    total_epochs: int | None = None,
+    verbose: int = 1,
+    history: Iterable[dict] = (),
+    raises: bool = False,
+) -> RunView:
     """A view for run ``name`` of ``world_size`` ranks, not displayed yet.
 
     Args:
@@ -84,12 +91,14 @@ def run_view(name: str, world_size: int, total_epochs: int | None = None, verbos
     """
     if _run_factory is None or not verbose:
         return _NullView()
-    return _run_factory(name, world_size, total_epochs=total_epochs, verbose=verbose,
-                        history=history, raises=raises)
+    return _run_factory(
+        name, world_size, total_epochs=total_epochs, verbose=verbose, history=history, raises=raises
+    )
 
 
-def tune_view(metric: str | None, mode: str | None, total_workers: int, varying_keys: list,
-              verbose: int = 1) -> TuneView:
+def tune_view(
+    metric: str | None, mode: str | None, total_workers: int, varying_keys: list, verbose: int = 1
+) -> TuneView:
     """A trial-table view for an experiment ranked by ``metric`` (``mode`` min|max)."""
     if _tune_factory is None:
         return _NullView()

@@ -10,6 +10,7 @@ unpickle that user's replies and send them its functions and data), and a
 connection file others may read (it hands out the key). Nothing in ``RAYNB_HOME``
 is reached through a symlink.
 """
+
 from __future__ import annotations
 
 import errno
@@ -39,9 +40,12 @@ def check_private(path, st: os.stat_result, *, secret: bool = False) -> None:
         ClusterError: naming ``path``, what is wrong and the command that fixes it.
     """
     if st.st_uid not in (os.getuid(), 0):
-        raise _refuse(path, f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()}), so "
-                            "another user may have planted it", "Use a RAYNB_HOME of your own (or, if "
-                            f"it is yours, `chown {os.getuid()} {path}`)")
+        raise _refuse(
+            path,
+            f"it is owned by uid {st.st_uid}, not by you (uid {os.getuid()}), so "
+            "another user may have planted it",
+            f"Use a RAYNB_HOME of your own (or, if it is yours, `chown {os.getuid()} {path}`)",
+        )
     mode = stat.S_IMODE(st.st_mode)
     want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
     if mode & (0o077 if secret else 0o022):
@@ -56,8 +60,11 @@ def _check_home(home: Path) -> None:
     except FileNotFoundError:
         raise ClusterError(f"RAYNB_HOME {home} vanished while raynb was using it") from None
     if stat.S_ISLNK(lst.st_mode) and lst.st_uid not in (os.getuid(), 0):
-        raise _refuse(home, f"it is a symbolic link owned by uid {lst.st_uid}",
-                      f"Point RAYNB_HOME at a directory of your own (`rm {home}`)")
+        raise _refuse(
+            home,
+            f"it is a symbolic link owned by uid {lst.st_uid}",
+            f"Point RAYNB_HOME at a directory of your own (`rm {home}`)",
+        )
     if not stat.S_ISDIR(st.st_mode):
         raise _refuse(home, "it is not a directory", "Point RAYNB_HOME at a directory of your own")
     check_private(home, st)
@@ -89,8 +96,11 @@ def private_dir(name: str) -> Path:
         pass
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise _refuse(path, "it is not a directory (a symbolic link?); raynb never follows links "
-                            "in RAYNB_HOME", f"Remove it (`rm {path}`)")
+        raise _refuse(
+            path,
+            "it is not a directory (a symbolic link?); raynb never follows links in RAYNB_HOME",
+            f"Remove it (`rm {path}`)",
+        )
     check_private(path, st)
     return path
 
@@ -112,8 +122,11 @@ def open_private(path, flags: int = os.O_WRONLY | os.O_APPEND, create: bool = Tr
         fd = os.open(path, flags | _NOFOLLOW)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise _refuse(path, "it is a symbolic link; raynb never follows links in RAYNB_HOME",
-                          f"Remove it (`rm {path}`)") from None
+            raise _refuse(
+                path,
+                "it is a symbolic link; raynb never follows links in RAYNB_HOME",
+                f"Remove it (`rm {path}`)",
+            ) from None
         raise
     try:
         st = os.fstat(fd)
@@ -165,8 +178,11 @@ def read_connection_file(path: Path | None = None) -> dict | None:
         fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise _refuse(path, "it is a symbolic link; raynb never follows links to a connection "
-                                "file", f"Remove it (`rm {path}`) and start the cluster again") from None
+            raise _refuse(
+                path,
+                "it is a symbolic link; raynb never follows links to a connection file",
+                f"Remove it (`rm {path}`) and start the cluster again",
+            ) from None
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
@@ -196,7 +212,7 @@ def process_alive(pid: int | None, marker: str) -> bool:
     if not pid:
         return False
     if _PROC:
-        try:   # os.read, not open(): no file object for a read of a few hundred bytes
+        try:  # os.read, not open(): no file object for a read of a few hundred bytes
             fd = os.open(f"/proc/{int(pid)}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
         except (OSError, ValueError):
             return False

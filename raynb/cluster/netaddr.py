@@ -1,5 +1,6 @@
 """This machine's addresses: which interface the head may listen on, which IP a node
 registers, and the text that names them when a given one is wrong."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -36,8 +37,10 @@ def local_addresses() -> dict[str, list[str]]:
 
 def interfaces_text() -> str:
     """'lo 127.0.0.1, eth0 198.18.0.1' for the messages below."""
-    return ", ".join(f"{name} {' '.join(a for a in addrs if ':' not in a) or addrs[0]}"
-                     for name, addrs in local_addresses().items())
+    return ", ".join(
+        f"{name} {' '.join(a for a in addrs if ':' not in a) or addrs[0]}"
+        for name, addrs in local_addresses().items()
+    )
 
 
 def check_host(host: str, option: str = "--host") -> None:
@@ -51,8 +54,10 @@ def check_host(host: str, option: str = "--host") -> None:
     try:
         ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        raise ValueError(f"{option} {host!r} is not an IP address; give one of this machine's: "
-                         f"{interfaces_text()}") from None
+        raise ValueError(
+            f"{option} {host!r} is not an IP address; give one of this machine's: {interfaces_text()}"
+        ) from None
     if not any(host.strip("[]") in addrs for addrs in local_addresses().values()):
-        raise ValueError(f"{option} {host} is not an address of this machine; its interfaces are: "
-                         f"{interfaces_text()}")
+        raise ValueError(
+            f"{option} {host} is not an address of this machine; its interfaces are: {interfaces_text()}"
+        )

@@ -1,4 +1,5 @@
 """Small process helpers shared by the head, node agent, zygote and workers."""
+
 from __future__ import annotations
 
 import ctypes
@@ -60,9 +61,11 @@ def worker_sched_policy() -> str:
     raw = os.environ.get(WORKER_SCHED_ENV, "")
     value = raw.strip().lower() or "batch"
     if value not in ("batch", "other"):
-        raise ValueError(f"{WORKER_SCHED_ENV}={raw!r} is not a scheduling policy for raynb's workers: "
-                         "use 'batch' (the default: a rank waking up does not preempt the head or the "
-                         "notebook) or 'other' (Linux's normal policy), or unset it")
+        raise ValueError(
+            f"{WORKER_SCHED_ENV}={raw!r} is not a scheduling policy for raynb's workers: "
+            "use 'batch' (the default: a rank waking up does not preempt the head or the "
+            "notebook) or 'other' (Linux's normal policy), or unset it"
+        )
     return value
 
 

@@ -10,6 +10,7 @@ Two kinds: ``user`` settings are for people to set (documented); ``internal`` on
 how a parent process hands facts to the processes it starts (a worker's id, the head's
 address), listed so that nobody reuses their names.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,65 +59,176 @@ def _positive_int(raw: str) -> int:
 
 _TABLE = [
     # where things live
-    Setting("RAYNB_HOME", None, str, "the cluster's state directory (connection file, logs, jobs); "
-            "default `~/.raynb`"),
-    Setting("RAYNB_STORAGE_PATH", None, str, "where run and experiment directories go when a run names "
-            "none; default `~/raynb_results` (as Ray's `~/ray_results`)"),
-    Setting("RAYNB_PROGRESS", None, str, "how runs show progress: `widget`, `text` or `none`; default: "
-            "a widget in Jupyter, text elsewhere"),
-    Setting("RAYNB_KEEP_CLUSTER", False, _flag, "`1` keeps the cluster a script started running after "
-            "the script exits (then `raynb stop` ends it)"),
+    Setting(
+        "RAYNB_HOME",
+        None,
+        str,
+        "the cluster's state directory (connection file, logs, jobs); default `~/.raynb`",
+    ),
+    Setting(
+        "RAYNB_STORAGE_PATH",
+        None,
+        str,
+        "where run and experiment directories go when a run names "
+        "none; default `~/raynb_results` (as Ray's `~/ray_results`)",
+    ),
+    Setting(
+        "RAYNB_PROGRESS",
+        None,
+        str,
+        "how runs show progress: `widget`, `text` or `none`; default: a widget in Jupyter, text elsewhere",
+    ),
+    Setting(
+        "RAYNB_KEEP_CLUSTER",
+        False,
+        _flag,
+        "`1` keeps the cluster a script started running after the script exits (then `raynb stop` ends it)",
+    ),
     # the head
-    Setting("RAYNB_WORKER_IDLE_TIMEOUT_S", 60.0, _nonneg_float, "seconds an extra worker (beyond the warm "
-            "count) stays idle before it is retired"),
-    Setting("RAYNB_NODE_TIMEOUT_S", 5.0, _nonneg_float, "seconds of silence after which the head holds a "
-            "remote node lost and fails its ranks' attempts (at least 1)"),
-    Setting("RAYNB_REPLACEMENT_WAIT_S", 300.0, _nonneg_float, "seconds a restarting run waits for a node "
-            "with room for its lost ranks before it fails"),
-    Setting("RAYNB_DATA_WAIT_S", 120.0, _nonneg_float, "seconds the head waits for a run's in-memory data "
-            "to reach the nodes its ranks were placed on"),
-    Setting("RAYNB_MAX_MESSAGE_BYTES", 2**30, _positive_int, "the most one protocol message may carry, "
-            "its frames together, in bytes (a function and the data it captured, a return value)"),
-    Setting("RAYNB_MAX_WORKING_DIR_BYTES", 100 * 2**20, _positive_int, "the largest `raynb submit` "
-            "working directory, packed, in bytes (set on both sides)"),
-    Setting("RAYNB_MAX_WORKING_DIR_FILES", 100_000, _positive_int, "the most files and directories a "
-            "`raynb submit` working directory may hold (checked while it is unpacked)"),
-    Setting("RAYNB_RECORD_MAX_REPORTS", 2_000, _nonneg_int, "reports a run record carries when the "
-            "asker does not say (the dashboard, `raynb.get_run` of a run directory it cannot read)"),
-    Setting("RAYNB_SPARE_FILES", True, _flag, "`0` turns off the run directories the head makes ahead "
-            "(an ext4 workaround where creating a file is slow in some block groups)"),
+    Setting(
+        "RAYNB_WORKER_IDLE_TIMEOUT_S",
+        60.0,
+        _nonneg_float,
+        "seconds an extra worker (beyond the warm count) stays idle before it is retired",
+    ),
+    Setting(
+        "RAYNB_NODE_TIMEOUT_S",
+        5.0,
+        _nonneg_float,
+        "seconds of silence after which the head holds a "
+        "remote node lost and fails its ranks' attempts (at least 1)",
+    ),
+    Setting(
+        "RAYNB_REPLACEMENT_WAIT_S",
+        300.0,
+        _nonneg_float,
+        "seconds a restarting run waits for a node with room for its lost ranks before it fails",
+    ),
+    Setting(
+        "RAYNB_DATA_WAIT_S",
+        120.0,
+        _nonneg_float,
+        "seconds the head waits for a run's in-memory data to reach the nodes its ranks were placed on",
+    ),
+    Setting(
+        "RAYNB_MAX_MESSAGE_BYTES",
+        2**30,
+        _positive_int,
+        "the most one protocol message may carry, "
+        "its frames together, in bytes (a function and the data it captured, a return value)",
+    ),
+    Setting(
+        "RAYNB_MAX_WORKING_DIR_BYTES",
+        100 * 2**20,
+        _positive_int,
+        "the largest `raynb submit` working directory, packed, in bytes (set on both sides)",
+    ),
+    Setting(
+        "RAYNB_MAX_WORKING_DIR_FILES",
+        100_000,
+        _positive_int,
+        "the most files and directories a "
+        "`raynb submit` working directory may hold (checked while it is unpacked)",
+    ),
+    Setting(
+        "RAYNB_RECORD_MAX_REPORTS",
+        2_000,
+        _nonneg_int,
+        "reports a run record carries when the "
+        "asker does not say (the dashboard, `raynb.get_run` of a run directory it cannot read)",
+    ),
+    Setting(
+        "RAYNB_SPARE_FILES",
+        True,
+        _flag,
+        "`0` turns off the run directories the head makes ahead "
+        "(an ext4 workaround where creating a file is slow in some block groups)",
+    ),
     # the node agent and workers
-    Setting("RAYNB_WORKER_SCHED", "batch", str, "`batch` (Linux `SCHED_BATCH`, the default) or `other` "
-            "for the workers: `other` where other programs keep every core busy"),
-    Setting("RAYNB_HEAD_GRACE_S", 60.0, _nonneg_float, "seconds a node agent waits on a silent head "
-            "whose connection is open before it ends its workers (a busy head is not a dead one; "
-            "at least 1)"),
-    Setting("RAYNB_NODE_IP", None, str, "the IP a node agent and its workers bind on and announce; "
-            "default: the interface that routes to the head (loopback locally)"),
-    Setting("RAYNB_SHM_THRESHOLD_BYTES", 16 * 2**20, int, "captured values at least this large go to "
-            "the ranks through shared memory once per node; 0 turns that off"),
-    Setting("RAYNB_DATA_VIA_SOCKET", False, _flag, "`1` sends in-memory data to local node agents "
-            "through their socket too, as to remote ones (a test and benchmark switch)"),
+    Setting(
+        "RAYNB_WORKER_SCHED",
+        "batch",
+        str,
+        "`batch` (Linux `SCHED_BATCH`, the default) or `other` "
+        "for the workers: `other` where other programs keep every core busy",
+    ),
+    Setting(
+        "RAYNB_HEAD_GRACE_S",
+        60.0,
+        _nonneg_float,
+        "seconds a node agent waits on a silent head "
+        "whose connection is open before it ends its workers (a busy head is not a dead one; "
+        "at least 1)",
+    ),
+    Setting(
+        "RAYNB_NODE_IP",
+        None,
+        str,
+        "the IP a node agent and its workers bind on and announce; "
+        "default: the interface that routes to the head (loopback locally)",
+    ),
+    Setting(
+        "RAYNB_SHM_THRESHOLD_BYTES",
+        16 * 2**20,
+        int,
+        "captured values at least this large go to "
+        "the ranks through shared memory once per node; 0 turns that off",
+    ),
+    Setting(
+        "RAYNB_DATA_VIA_SOCKET",
+        False,
+        _flag,
+        "`1` sends in-memory data to local node agents "
+        "through their socket too, as to remote ones (a test and benchmark switch)",
+    ),
     # the notebook and runs
-    Setting("RAYNB_MAX_REPORT_BYTES", 2**20, _positive_int, "the largest one `report()`'s metrics may be, "
-            "in bytes, checked on the rank (set where the cluster starts)"),
-    Setting("RAYNB_CALLBACK_DRAIN_S", 30.0, _nonneg_float, "seconds a run's end waits for its callbacks "
-            "(TensorBoard, MLflow, ...) to drain their queue"),
-    Setting("RAYNB_CLIENT_RECONNECT_S", 600.0, _nonneg_float, "seconds a client following a run keeps "
-            "trying to reach a head that went silent"),
+    Setting(
+        "RAYNB_MAX_REPORT_BYTES",
+        2**20,
+        _positive_int,
+        "the largest one `report()`'s metrics may be, "
+        "in bytes, checked on the rank (set where the cluster starts)",
+    ),
+    Setting(
+        "RAYNB_CALLBACK_DRAIN_S",
+        30.0,
+        _nonneg_float,
+        "seconds a run's end waits for its callbacks (TensorBoard, MLflow, ...) to drain their queue",
+    ),
+    Setting(
+        "RAYNB_CLIENT_RECONNECT_S",
+        600.0,
+        _nonneg_float,
+        "seconds a client following a run keeps trying to reach a head that went silent",
+    ),
     # handed by a parent to the processes it starts
-    Setting("RAYNB_KEY", None, str, "the cluster key (hex) a process was started with; for a "
-            "loopback head, `raynb node --key` defaults to it", kind="internal"),
+    Setting(
+        "RAYNB_KEY",
+        None,
+        str,
+        "the cluster key (hex) a process was started with; for a "
+        "loopback head, `raynb node --key` defaults to it",
+        kind="internal",
+    ),
     Setting("RAYNB_ADDRESS", None, str, "the head's address, given to workers and jobs", kind="internal"),
     Setting("RAYNB_NODE_ID", None, str, "the node a worker runs on", kind="internal"),
     Setting("RAYNB_WORKER_ID", None, str, "the worker's own id (names its transfers)", kind="internal"),
     Setting("RAYNB_LOG_DIR", ".", str, "where a node agent's workers write their logs", kind="internal"),
-    Setting("RAYNB_RDZV_DIR", None, str, "the node agent's private directory for process groups' "
-            "file stores", kind="internal"),
-    Setting("RAYNB_WORKERS_TMP", None, str, "the node agent's directory of its workers' temp "
-            "directories", kind="internal"),
-    Setting("RAYNB_JOB_ID", None, str, "the `raynb submit` job a driver process belongs to",
-            kind="internal"),
+    Setting(
+        "RAYNB_RDZV_DIR",
+        None,
+        str,
+        "the node agent's private directory for process groups' file stores",
+        kind="internal",
+    ),
+    Setting(
+        "RAYNB_WORKERS_TMP",
+        None,
+        str,
+        "the node agent's directory of its workers' temp directories",
+        kind="internal",
+    ),
+    Setting("RAYNB_JOB_ID", None, str, "the `raynb submit` job a driver process belongs to", kind="internal"),
     Setting("RAYNB_CURVE_SERVER_PUBLIC", None, str, "the head's CurveZMQ public key (z85)", kind="internal"),
     Setting("RAYNB_CURVE_PUBLIC", None, str, "this process's CurveZMQ public key (z85)", kind="internal"),
     Setting("RAYNB_CURVE_SECRET", None, str, "this process's CurveZMQ secret key (z85)", kind="internal"),
@@ -144,9 +256,13 @@ def get(name: str) -> Any:
 
 def markdown() -> str:
     """The environment reference page (``docs/environment.md``)."""
-    out = ["# Environment variables", "",
-           "Generated from `raynb/cluster/settings.py` (`python -m raynb.cluster.settings --markdown`).",
-           "A value that does not parse falls back to the default.", ""]
+    out = [
+        "# Environment variables",
+        "",
+        "Generated from `raynb/cluster/settings.py` (`python -m raynb.cluster.settings --markdown`).",
+        "A value that does not parse falls back to the default.",
+        "",
+    ]
     for kind, title in (("user", "Settings"), ("internal", "Set by raynb for the processes it starts")):
         out += [f"## {title}", "", "| variable | default | what it is for |", "| --- | --- | --- |"]
         for s in _TABLE:

@@ -11,6 +11,7 @@ are raynb's (``ray.X.Y`` is ``raynb.X.Y``); what raynb does not serve (Ray core'
 ``ImportError`` where it is used, naming it. Real Ray, installed or not, is untouched on disk.
 See docs/coming-from-ray.md.
 """
+
 from .ray_shim import install, installed, uninstall
 
 __all__ = ["install", "uninstall", "installed", "load_ipython_extension"]

@@ -3,6 +3,7 @@
 Each delegates to raynb's own (``raynb.init``, ``raynb.shutdown``, ``raynb.is_initialized``)
 where raynb has it; else ``init`` attaches with :func:`raynb.connect`.
 """
+
 from __future__ import annotations
 
 import sys
@@ -11,10 +12,25 @@ from ..client import connection
 
 # Ray's init arguments that only tune Ray's own processes (logging, dashboard, object store):
 # accepted here, with nothing to do on raynb.
-_NO_EFFECT = {"ignore_reinit_error", "configure_logging", "logging_level", "logging_format",
-              "log_to_driver", "include_dashboard", "dashboard_host", "dashboard_port",
-              "object_store_memory", "namespace", "local_mode", "num_gpus", "resources",
-              "runtime_env", "_temp_dir", "_system_config", "_metrics_export_port"}
+_NO_EFFECT = {
+    "ignore_reinit_error",
+    "configure_logging",
+    "logging_level",
+    "logging_format",
+    "log_to_driver",
+    "include_dashboard",
+    "dashboard_host",
+    "dashboard_port",
+    "object_store_memory",
+    "namespace",
+    "local_mode",
+    "num_gpus",
+    "resources",
+    "runtime_env",
+    "_temp_dir",
+    "_system_config",
+    "_metrics_export_port",
+}
 
 
 def init(address: str | None = None, *, num_cpus: int | None = None, **kwargs):
@@ -35,8 +51,10 @@ def init(address: str | None = None, *, num_cpus: int | None = None, **kwargs):
         return raynb.init(address, num_cpus=num_cpus, **kwargs)
     unknown = sorted(set(kwargs) - _NO_EFFECT)
     if unknown:
-        raise TypeError(f"ray.init() got argument(s) raynb does not know: {', '.join(unknown)}; "
-                        f"see docs/coming-from-ray.md")
+        raise TypeError(
+            f"ray.init() got argument(s) raynb does not know: {', '.join(unknown)}; "
+            f"see docs/coming-from-ray.md"
+        )
     local = address in (None, "auto", "local")
     return connection.connect(None if local else address, num_workers=num_cpus or 4)
 

@@ -7,6 +7,7 @@ and the proxy pickles as raynb's module, so a training function whose globals ho
 function shipped from a process with the hook installs it too (``client.shipping``'s
 ``payload_preludes``), so ``import ray.train`` inside the function resolves there as well.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -17,9 +18,8 @@ import sys
 import types
 
 DOCS = "docs/coming-from-ray.md"
-ON_RAY = ("run the script on Ray itself (`raynb start --ray` shares a Ray cluster with raynb), "
-          "or see " + DOCS)
-RAY_API_VERSION = "2.60.0"   # the Ray release whose API names raynb follows
+ON_RAY = "run the script on Ray itself (`raynb start --ray` shares a Ray cluster with raynb), or see " + DOCS
+RAY_API_VERSION = "2.60.0"  # the Ray release whose API names raynb follows
 
 
 def not_served_message(what: str) -> str:
@@ -33,7 +33,7 @@ class ServedModule(types.ModuleType):
         super().__init__(ray_name, getattr(target, "__doc__", None))
         self.__dict__["_raynb_target"] = target
         if hasattr(target, "__path__"):
-            self.__dict__["__path__"] = []   # a package: its submodules come from the finder
+            self.__dict__["__path__"] = []  # a package: its submodules come from the finder
 
     def __getattr__(self, name: str):
         target = self.__dict__["_raynb_target"]
@@ -42,10 +42,11 @@ class ServedModule(types.ModuleType):
         except AttributeError:
             if name.startswith("__") and name.endswith("__"):
                 raise
-            value = _submodule(target, name)   # `ray.tune` after a bare `import ray`
+            value = _submodule(target, name)  # `ray.tune` after a bare `import ray`
             if value is None:
-                raise AttributeError(not_served_message(f"`{self.__name__}.{name}`"),
-                                     name=name, obj=self) from None
+                raise AttributeError(
+                    not_served_message(f"`{self.__name__}.{name}`"), name=name, obj=self
+                ) from None
         if isinstance(value, types.ModuleType) and value.__name__ == f"{target.__name__}.{name}":
             # A submodule reached as an attribute (`ray.train.torch` after `import ray`) is
             # served too, so its missing names say so as well.
@@ -94,8 +95,12 @@ def _make(ray_name: str, target: types.ModuleType) -> ServedModule:
     if ray_name == "ray":
         from . import ray_init
 
-        mod.__dict__.update(init=ray_init.init, shutdown=ray_init.shutdown,
-                            is_initialized=ray_init.is_initialized, __version__=RAY_API_VERSION)
+        mod.__dict__.update(
+            init=ray_init.init,
+            shutdown=ray_init.shutdown,
+            is_initialized=ray_init.is_initialized,
+            __version__=RAY_API_VERSION,
+        )
     return mod
 
 
@@ -107,7 +112,7 @@ class _ServedLoader(importlib.abc.Loader):
         return _make(spec.name, self.target)
 
     def exec_module(self, module):
-        pass   # raynb's module already ran
+        pass  # raynb's module already ran
 
 
 class RayFinder(importlib.abc.MetaPathFinder):
@@ -123,12 +128,13 @@ class RayFinder(importlib.abc.MetaPathFinder):
             module = importlib.import_module(name)
         except ModuleNotFoundError as e:
             if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
-                raise   # a module that raynb's own code imports is missing: its own error
+                raise  # a module that raynb's own code imports is missing: its own error
             # No name=: importlib would swallow an error named for `from ray import x`'s x
             # and say only "cannot import name"; this one names the fix.
             raise ModuleNotFoundError(not_served_message(f"`{fullname}`")) from None
-        return importlib.machinery.ModuleSpec(fullname, _ServedLoader(module),
-                                              is_package=hasattr(module, "__path__"))
+        return importlib.machinery.ModuleSpec(
+            fullname, _ServedLoader(module), is_package=hasattr(module, "__path__")
+        )
 
 
 def _example_spec(fullname: str):
@@ -136,19 +142,26 @@ def _example_spec(fullname: str):
     source comes from the installed Ray wheel, run as any script's code is, under the hook."""
     import os
 
-    real = importlib.machinery.PathFinder.find_spec("ray")   # located, not imported
+    real = importlib.machinery.PathFinder.find_spec("ray")  # located, not imported
     if real is None or not real.submodule_search_locations:
-        raise ModuleNotFoundError(f"module `{fullname}` is one of Ray's examples, read from the "
-                                  f"installed `ray` wheel, and no `ray` is installed", name=fullname)
+        raise ModuleNotFoundError(
+            f"module `{fullname}` is one of Ray's examples, read from the "
+            f"installed `ray` wheel, and no `ray` is installed",
+            name=fullname,
+        )
     base = os.path.join(real.submodule_search_locations[0], *fullname.split(".")[1:])
     for path, is_pkg in ((os.path.join(base, "__init__.py"), True), (base + ".py", False)):
         if os.path.isfile(path):
             loader = importlib.machinery.SourceFileLoader(fullname, path)
             return importlib.util.spec_from_file_location(
-                fullname, path, loader=loader,
-                submodule_search_locations=[os.path.dirname(path)] if is_pkg else None)
-    raise ModuleNotFoundError(f"No module named {fullname!r} (in the installed Ray's examples)",
-                              name=fullname)
+                fullname,
+                path,
+                loader=loader,
+                submodule_search_locations=[os.path.dirname(path)] if is_pkg else None,
+            )
+    raise ModuleNotFoundError(
+        f"No module named {fullname!r} (in the installed Ray's examples)", name=fullname
+    )
 
 
 _finder: RayFinder | None = None
@@ -170,12 +183,17 @@ def install() -> None:
     global _finder
     if _finder is not None:
         return
-    real = [n for n, m in sys.modules.items()
-            if (n == "ray" or n.startswith("ray.")) and not isinstance(m, ServedModule)]
+    real = [
+        n
+        for n, m in sys.modules.items()
+        if (n == "ray" or n.startswith("ray.")) and not isinstance(m, ServedModule)
+    ]
     if real:
-        raise RuntimeError("real Ray is already imported in this process, so `import ray` cannot "
-                           "be served by raynb: call raynb.compat.install() before the first "
-                           "`import ray` (restart the kernel first)")
+        raise RuntimeError(
+            "real Ray is already imported in this process, so `import ray` cannot "
+            "be served by raynb: call raynb.compat.install() before the first "
+            "`import ray` (restart the kernel first)"
+        )
     _finder = RayFinder()
     sys.meta_path.insert(0, _finder)
     from ..client import shipping

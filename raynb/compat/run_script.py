@@ -4,6 +4,7 @@ The script runs in this process with :func:`raynb.compat.install` in place, its 
 and ``sys.path[0]`` (as ``python SCRIPT`` gives); a cluster the run started (``ray.init()``,
 a first ``fit()``) is stopped when it ends; a cluster that was already running stays.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,11 @@ def run_script(script: str, args: list[str]) -> int:
         readable file.
     """
     if not os.path.isfile(script):
-        print(f"raynb run: {script}: no such file (give the path of a Python script, e.g. "
-              f"`raynb run train.py --smoke-test`)", file=sys.stderr)
+        print(
+            f"raynb run: {script}: no such file (give the path of a Python script, e.g. "
+            f"`raynb run train.py --smoke-test`)",
+            file=sys.stderr,
+        )
         return 2
     path = os.path.abspath(script)
     was_running = running_cluster() is not None
@@ -51,7 +55,7 @@ def _run(path: str) -> int:
     except KeyboardInterrupt:
         _print_script_traceback(path)
         return 130
-    except BaseException:   # noqa: BLE001 - the script's own error, printed as python would
+    except BaseException:  # noqa: BLE001 - the script's own error, printed as python would
         _print_script_traceback(path)
         return 1
     finally:
@@ -64,7 +68,7 @@ def _exit_status(code) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF
-    print(code, file=sys.stderr)   # sys.exit("message"): python prints it, status 1
+    print(code, file=sys.stderr)  # sys.exit("message"): python prints it, status 1
     return 1
 
 

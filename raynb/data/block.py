@@ -8,6 +8,7 @@ Columns are numbers (any numeric dtype, any per-row shape) or *object columns*: 
 numpy array of dtype object holding one Python value per row (strings of any length,
 lists, dicts, ragged arrays), as Ray Data's numpy batches hold them.
 """
+
 from __future__ import annotations
 
 BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
@@ -22,8 +23,10 @@ def check_batch_format(batch_format: str | None) -> str:
     if batch_format is None or batch_format == "default":
         return "numpy"
     if batch_format not in BATCH_FORMATS:
-        raise ValueError(f"batch_format={batch_format!r}: use 'default' or 'numpy' (a dict of numpy arrays), "
-                         "'pandas' (a DataFrame) or 'pyarrow' (a pyarrow.Table)")
+        raise ValueError(
+            f"batch_format={batch_format!r}: use 'default' or 'numpy' (a dict of numpy arrays), "
+            "'pandas' (a DataFrame) or 'pyarrow' (a pyarrow.Table)"
+        )
     return batch_format
 
 
@@ -44,15 +47,15 @@ def as_column(value):
     values as a 1-d object column."""
     import numpy as np
 
-    if isinstance(value, np.ndarray):   # the caller's array: kept (numpy strings too)
+    if isinstance(value, np.ndarray):  # the caller's array: kept (numpy strings too)
         return value
-    if hasattr(value, "to_numpy") and not isinstance(value, (list, tuple)):   # pandas / arrow
+    if hasattr(value, "to_numpy") and not isinstance(value, (list, tuple)):  # pandas / arrow
         value = value.to_numpy()
         if isinstance(value, np.ndarray) and value.dtype.kind not in "US":
             return value
     try:
         a = np.asarray(value)
-    except ValueError:      # ragged: lists / arrays of different lengths
+    except ValueError:  # ragged: lists / arrays of different lengths
         return object_column(list(value))
     if (a.dtype.hasobject or a.dtype.kind in "US") and a.ndim >= 1:
         return object_column(list(value))
@@ -84,8 +87,10 @@ def columns_from(data: dict, what: str) -> dict:
         if n is None:
             n, first = len(a), name
         elif len(a) != n:
-            raise ValueError(f"{what}: column {name!r} has {len(a)} rows but column {first!r} has {n}; "
-                             "every column of a dataset needs the same number of rows")
+            raise ValueError(
+                f"{what}: column {name!r} has {len(a)} rows but column {first!r} has {n}; "
+                "every column of a dataset needs the same number of rows"
+            )
         out[name] = np.ascontiguousarray(a)
     return out
 
@@ -97,9 +102,11 @@ def torch_unsupported(columns: dict, objects: bool = True) -> str | None:
         if not objects and a.dtype.kind in "OUS":
             continue
         if a.dtype.kind not in "biufc":
-            return (f"column {name!r} has dtype {a.dtype} ({a.dtype.name}), which torch cannot take: "
-                    "convert it to numbers before building the dataset, drop it, or turn it into "
-                    "numbers with ds.map_batches(fn)")
+            return (
+                f"column {name!r} has dtype {a.dtype} ({a.dtype.name}), which torch cannot take: "
+                "convert it to numbers before building the dataset, drop it, or turn it into "
+                "numbers with ds.map_batches(fn)"
+            )
     return None
 
 
@@ -143,8 +150,9 @@ def rows_of(batch: dict) -> list:
     """The rows of a numpy batch, as dicts of column -> value: Python numbers and strings
     for 1-d columns (as Ray's rows), a numpy array per row for columns of more dimensions."""
     names = list(batch)
-    cols = [batch[k].tolist() if batch[k].ndim == 1 and not batch[k].dtype.hasobject else batch[k]
-            for k in names]
+    cols = [
+        batch[k].tolist() if batch[k].ndim == 1 and not batch[k].dtype.hasobject else batch[k] for k in names
+    ]
     return [dict(zip(names, vals)) for vals in zip(*cols)]
 
 
@@ -164,14 +172,14 @@ def to_numpy_batch(value, what: str) -> dict:
     pa = _maybe("pyarrow")
     if pa is not None and isinstance(value, pa.Table):
         return table_to_numpy(value)
-    raise TypeError(f"{what} returned {type(value).__name__}; return a dict of numpy arrays "
-                    "or a pandas DataFrame")
+    raise TypeError(
+        f"{what} returned {type(value).__name__}; return a dict of numpy arrays or a pandas DataFrame"
+    )
 
 
 def table_to_numpy(table) -> dict:
     """A pyarrow Table as a numpy batch (copies only where arrow's layout needs it)."""
     import numpy as np
-
     import pyarrow as pa
 
     out = {}
@@ -203,8 +211,10 @@ def concat(batches: list) -> dict:
     names = list(batches[0])
     for b in batches[1:]:
         if sorted(b) != sorted(names):
-            raise ValueError(f"cannot join batches of columns {names} and {list(b)}: every batch of a "
-                             "dataset needs the same columns")
+            raise ValueError(
+                f"cannot join batches of columns {names} and {list(b)}: every batch of a "
+                "dataset needs the same columns"
+            )
     out = {}
     for k in names:
         parts = [b[k] for b in batches]

@@ -10,6 +10,7 @@ are checked as Ray checks them and then have no further effect: the parallelism 
 ranks'. To run a function over a whole dataset on N warm workers at once (batch
 inference), pass ``map_batches(fn, num_workers=N)``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -18,10 +19,24 @@ _NOTED: set = set()
 
 # Ray's per-task resource arguments: a transform runs inside its reader, whose resources
 # are the run's (ScalingConfig), so these are accepted and noted once.
-NO_EFFECT = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "max_calls",
-             "label_selector", "fallback_strategy", "runtime_env", "ray_remote_args_fn",
-             "zero_copy_batch", "udf_modifying_row_count", "scheduling_strategy", "max_retries",
-             "retry_exceptions", "num_returns")
+NO_EFFECT = (
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "accelerator_type",
+    "max_calls",
+    "label_selector",
+    "fallback_strategy",
+    "runtime_env",
+    "ray_remote_args_fn",
+    "zero_copy_batch",
+    "udf_modifying_row_count",
+    "scheduling_strategy",
+    "max_retries",
+    "retry_exceptions",
+    "num_returns",
+)
 
 
 class ComputeStrategy:
@@ -55,25 +70,36 @@ class ActorPoolStrategy(ComputeStrategy):
             below 1; ``min_size`` above ``max_size``; ``initial_size`` outside them.
     """
 
-    def __init__(self, *, size: int | None = None, min_size: int | None = None, max_size: int | None = None,
-                 initial_size: int | None = None, max_tasks_in_flight_per_actor: int | None = None,
-                 max_concurrent_calls_per_actor: int | None = None,
-                 enable_true_multi_threading: bool | None = None):
+    def __init__(
+        self,
+        *,
+        size: int | None = None,
+        min_size: int | None = None,
+        max_size: int | None = None,
+        initial_size: int | None = None,
+        max_tasks_in_flight_per_actor: int | None = None,
+        max_concurrent_calls_per_actor: int | None = None,
+        enable_true_multi_threading: bool | None = None,
+    ):
         if size is not None:
             if size < 1:
                 raise ValueError(f"ActorPoolStrategy(size={size!r}): size must be >= 1")
             if min_size is not None or max_size is not None or initial_size is not None:
-                raise ValueError("ActorPoolStrategy: give size, or min_size / max_size / initial_size, not both")
+                raise ValueError(
+                    "ActorPoolStrategy: give size, or min_size / max_size / initial_size, not both"
+                )
             min_size = max_size = size
         min_size = 1 if min_size is None else min_size
         if min_size < 1:
             raise ValueError(f"ActorPoolStrategy(min_size={min_size!r}): min_size must be >= 1")
         if max_size is not None and max_size < min_size:
-            raise ValueError(f"ActorPoolStrategy(min_size={min_size}, max_size={max_size}): min_size must be "
-                             "<= max_size")
+            raise ValueError(
+                f"ActorPoolStrategy(min_size={min_size}, max_size={max_size}): min_size must be <= max_size"
+            )
         if initial_size is not None and not (min_size <= initial_size <= (max_size or initial_size)):
-            raise ValueError(f"ActorPoolStrategy(initial_size={initial_size}): must lie between min_size and "
-                             "max_size")
+            raise ValueError(
+                f"ActorPoolStrategy(initial_size={initial_size}): must lie between min_size and max_size"
+            )
         self.min_size, self.max_size, self.initial_size = min_size, max_size, initial_size or min_size
         self.max_tasks_in_flight_per_actor = max_tasks_in_flight_per_actor
         self.max_concurrent_calls_per_actor = max_concurrent_calls_per_actor
@@ -93,20 +119,31 @@ def check_compute(what: str, fn, compute, concurrency) -> None:
     if compute is not None and concurrency is not None:
         raise ValueError(f"{what}: give compute= or concurrency=, not both (concurrency is Ray's newer form)")
     if compute is not None and not isinstance(compute, (ComputeStrategy, str)):
-        raise TypeError(f"{what}(compute={compute!r}): give raynb.data.ActorPoolStrategy(...) or "
-                        "TaskPoolStrategy(...)")
+        raise TypeError(
+            f"{what}(compute={compute!r}): give raynb.data.ActorPoolStrategy(...) or TaskPoolStrategy(...)"
+        )
     if isinstance(compute, str) and compute not in ("tasks", "actors"):
         raise ValueError(f"{what}(compute={compute!r}): use 'tasks', 'actors' or a strategy object")
     if concurrency is not None:
-        ok = isinstance(concurrency, int) and concurrency >= 1 or (
-            isinstance(concurrency, tuple) and len(concurrency) in (2, 3)
-            and all(isinstance(c, int) and c >= 1 for c in concurrency))
+        ok = (
+            isinstance(concurrency, int)
+            and concurrency >= 1
+            or (
+                isinstance(concurrency, tuple)
+                and len(concurrency) in (2, 3)
+                and all(isinstance(c, int) and c >= 1 for c in concurrency)
+            )
+        )
         if not ok or isinstance(concurrency, bool):
-            raise TypeError(f"{what}(concurrency={concurrency!r}): give an int >= 1, or (min, max) / "
-                            "(min, max, initial) ints")
+            raise TypeError(
+                f"{what}(concurrency={concurrency!r}): give an int >= 1, or (min, max) / "
+                "(min, max, initial) ints"
+            )
     if isinstance(fn, type) and isinstance(compute, TaskPoolStrategy):
-        raise ValueError(f"{what}({fn.__name__}): a callable class runs in an actor pool; pass "
-                         "compute=ActorPoolStrategy(...) or concurrency=N")
+        raise ValueError(
+            f"{what}({fn.__name__}): a callable class runs in an actor pool; pass "
+            "compute=ActorPoolStrategy(...) or concurrency=N"
+        )
 
 
 def check_remote_args(what: str, kwargs: dict) -> None:
@@ -118,11 +155,14 @@ def check_remote_args(what: str, kwargs: dict) -> None:
     """
     unknown = sorted(k for k in kwargs if k not in NO_EFFECT)
     if unknown:
-        raise TypeError(f"{what}() got unexpected arguments {unknown}; see docs/data.md for what raynb's "
-                        "Dataset takes")
+        raise TypeError(
+            f"{what}() got unexpected arguments {unknown}; see docs/data.md for what raynb's Dataset takes"
+        )
     for k in kwargs:
-        note_once(f"raynb.data: {what}({k}=...) has no effect: a transform runs inside the process that "
-                  "reads the rows, with that run's resources (ScalingConfig)")
+        note_once(
+            f"raynb.data: {what}({k}=...) has no effect: a transform runs inside the process that "
+            "reads the rows, with that run's resources (ScalingConfig)"
+        )
 
 
 def note_once(line: str) -> None:

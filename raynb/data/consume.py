@@ -5,6 +5,7 @@
 A mixin of ``Dataset``: these run the dataset's steps here, reading it as one rank of
 one would (epoch 0 of a shuffle).
 """
+
 from __future__ import annotations
 
 from . import block as B
@@ -102,8 +103,10 @@ class ConsumeMixin:
             raise ValueError(f"to_pandas(limit={limit!r}): give a number of rows >= 0, or None for all")
         batch = self._collect(None if limit is None else limit + 1)
         if limit is not None and B.num_rows(batch) > limit:
-            raise ValueError(f"to_pandas(limit={limit}): the dataset has more than {limit} rows; take the "
-                             "first ones with ds.limit(n).to_pandas()")
+            raise ValueError(
+                f"to_pandas(limit={limit}): the dataset has more than {limit} rows; take the "
+                "first ones with ds.limit(n).to_pandas()"
+            )
         return B.to_format(batch, "pandas") if batch else pd.DataFrame()
 
     def write_parquet(self, path: str, **kwargs) -> list:

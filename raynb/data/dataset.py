@@ -12,6 +12,7 @@ Other modules add operations through :func:`register_map_batches_executor`: rayn
 whole dataset now: batch inference) is reserved for that executor; without one
 registered it raises ``NotImplementedError``.
 """
+
 from __future__ import annotations
 
 import random
@@ -82,10 +83,21 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         return stream
 
     # -- transformations -------------------------------------------------------------
-    def map_batches(self, fn: Callable, *, batch_size: int | str | None = None, compute=None,
-                    batch_format: str | None = "default", fn_args=None, fn_kwargs: dict | None = None,
-                    fn_constructor_args=None, fn_constructor_kwargs: dict | None = None,
-                    concurrency=None, num_workers: int | None = None, **kwargs) -> "Dataset":
+    def map_batches(
+        self,
+        fn: Callable,
+        *,
+        batch_size: int | str | None = None,
+        compute=None,
+        batch_format: str | None = "default",
+        fn_args=None,
+        fn_kwargs: dict | None = None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs: dict | None = None,
+        concurrency=None,
+        num_workers: int | None = None,
+        **kwargs,
+    ) -> "Dataset":
         """``fn(batch) -> batch`` applied lazily to every batch (``ray.data.Dataset.map_batches``).
 
         Args:
@@ -109,61 +121,135 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         """
         fmt = B.check_batch_format(batch_format)
         if num_workers is not None:
-            return self._map_batches_on_workers(fn, fmt, batch_size, fn_args, fn_kwargs, fn_constructor_args,
-                                                fn_constructor_kwargs, num_workers, kwargs)
+            return self._map_batches_on_workers(
+                fn,
+                fmt,
+                batch_size,
+                fn_args,
+                fn_kwargs,
+                fn_constructor_args,
+                fn_constructor_kwargs,
+                num_workers,
+                kwargs,
+            )
         batch_size = None if batch_size == "auto" else batch_size
-        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
-                                       or batch_size < 1):
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+        ):
             raise ValueError(f"map_batches(batch_size={batch_size!r}): give an integer >= 1, None or 'auto'")
-        udf = self._udf("map_batches", fn, compute, concurrency, kwargs, fn_args, fn_kwargs,
-                        fn_constructor_args, fn_constructor_kwargs)
+        udf = self._udf(
+            "map_batches",
+            fn,
+            compute,
+            concurrency,
+            kwargs,
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+        )
         return self._add(T.MapBatches(udf, fmt, batch_size))
 
-    def _map_batches_on_workers(self, fn, fmt, batch_size, fn_args, fn_kwargs, ctor_args, ctor_kwargs,
-                                num_workers, kwargs) -> "Dataset":
+    def _map_batches_on_workers(
+        self, fn, fmt, batch_size, fn_args, fn_kwargs, ctor_args, ctor_kwargs, num_workers, kwargs
+    ) -> "Dataset":
         impl = _executors.get("batch_inference")
         if impl is None:
             raise NotImplementedError(
                 "map_batches(num_workers=...) runs the function over the whole dataset on a pool "
                 "of workers (batch inference); no such executor is installed in this raynb. Leave "
-                "num_workers out to apply fn lazily on each rank's batches")
-        extra = {"fn_args": tuple(fn_args or ()), "fn_constructor_args": tuple(ctor_args or ()),
-                 "fn_constructor_kwargs": ctor_kwargs, **kwargs}
+                "num_workers out to apply fn lazily on each rank's batches"
+            )
+        extra = {
+            "fn_args": tuple(fn_args or ()),
+            "fn_constructor_args": tuple(ctor_args or ()),
+            "fn_constructor_kwargs": ctor_kwargs,
+            **kwargs,
+        }
         if batch_size is not None:
             extra["batch_size"] = batch_size
         return impl(self, fn, batch_format=fmt, num_workers=num_workers, fn_kwargs=fn_kwargs, **extra)
 
     @staticmethod
-    def _udf(what, fn, compute, concurrency, kwargs, fn_args=None, fn_kwargs=None, ctor_args=None,
-             ctor_kwargs=None) -> T.UDF:
+    def _udf(
+        what, fn, compute, concurrency, kwargs, fn_args=None, fn_kwargs=None, ctor_args=None, ctor_kwargs=None
+    ) -> T.UDF:
         check_compute(what, fn, compute, concurrency)
         check_remote_args(what, kwargs)
         if compute is not None or concurrency is not None:
-            note_once(f"raynb.data: {what}(compute= / concurrency=): the function runs in each process that "
-                      "reads the dataset (the notebook, or each rank of a run), a class constructed once "
-                      "there; map_batches(fn, num_workers=N) runs it over the whole dataset on N workers")
+            note_once(
+                f"raynb.data: {what}(compute= / concurrency=): the function runs in each process that "
+                "reads the dataset (the notebook, or each rank of a run), a class constructed once "
+                "there; map_batches(fn, num_workers=N) runs it over the whole dataset on N workers"
+            )
         return T.UDF(what, fn, fn_args, fn_kwargs, ctor_args, ctor_kwargs)
 
-    def map(self, fn: Callable, *, compute=None, fn_args=None, fn_kwargs: dict | None = None,
-            fn_constructor_args=None, fn_constructor_kwargs: dict | None = None, concurrency=None,
-            **kwargs) -> "Dataset":
+    def map(
+        self,
+        fn: Callable,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs: dict | None = None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs: dict | None = None,
+        concurrency=None,
+        **kwargs,
+    ) -> "Dataset":
         """``fn(row) -> row`` on every row, lazily (``ray.data.Dataset.map``); a row is a
         dict of column -> value. Arguments as :meth:`map_batches`."""
-        udf = self._udf("map", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
-                        fn_constructor_kwargs)
+        udf = self._udf(
+            "map",
+            fn,
+            compute,
+            concurrency,
+            kwargs,
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+        )
         return self._add(T.RowStep("map", udf))
 
-    def flat_map(self, fn: Callable, *, compute=None, fn_args=None, fn_kwargs: dict | None = None,
-                 fn_constructor_args=None, fn_constructor_kwargs: dict | None = None, concurrency=None,
-                 **kwargs) -> "Dataset":
+    def flat_map(
+        self,
+        fn: Callable,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs: dict | None = None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs: dict | None = None,
+        concurrency=None,
+        **kwargs,
+    ) -> "Dataset":
         """``fn(row) -> list of rows`` on every row, lazily (``ray.data.Dataset.flat_map``)."""
-        udf = self._udf("flat_map", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
-                        fn_constructor_kwargs)
+        udf = self._udf(
+            "flat_map",
+            fn,
+            compute,
+            concurrency,
+            kwargs,
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+        )
         return self._add(T.RowStep("flat_map", udf))
 
-    def filter(self, fn: Callable | None = None, expr=None, *, compute=None, fn_args=None,
-               fn_kwargs: dict | None = None, fn_constructor_args=None, fn_constructor_kwargs: dict | None = None,
-               concurrency=None, **kwargs) -> "Dataset":
+    def filter(
+        self,
+        fn: Callable | None = None,
+        expr=None,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs: dict | None = None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs: dict | None = None,
+        concurrency=None,
+        **kwargs,
+    ) -> "Dataset":
         """The rows for which ``fn(row)`` is true, lazily (``ray.data.Dataset.filter``).
 
         Raises:
@@ -171,16 +257,35 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             TypeError: no ``fn``.
         """
         if expr is not None:
-            raise NotImplementedError("Dataset.filter(expr=...) is Ray Data's expression filter, which raynb "
-                                      "does not serve; pass a function of a row (see docs/coming-from-ray.md)")
+            raise NotImplementedError(
+                "Dataset.filter(expr=...) is Ray Data's expression filter, which raynb "
+                "does not serve; pass a function of a row (see docs/coming-from-ray.md)"
+            )
         if fn is None:
             raise TypeError("filter() needs fn, a function of a row returning True to keep it")
-        udf = self._udf("filter", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
-                        fn_constructor_kwargs)
+        udf = self._udf(
+            "filter",
+            fn,
+            compute,
+            concurrency,
+            kwargs,
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+        )
         return self._add(T.RowStep("filter", udf))
 
-    def add_column(self, col: str, fn: Callable, *, batch_format: str | None = "pandas", compute=None,
-                   concurrency=None, **kwargs) -> "Dataset":
+    def add_column(
+        self,
+        col: str,
+        fn: Callable,
+        *,
+        batch_format: str | None = "pandas",
+        compute=None,
+        concurrency=None,
+        **kwargs,
+    ) -> "Dataset":
         """A new column ``col`` (or a replaced one): ``fn(batch)`` in ``batch_format``
         ("pandas" by default, as Ray) returns its values for the batch's rows."""
         fmt = B.check_batch_format(batch_format)
@@ -222,8 +327,9 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         """
         return self._add(T.RandomSample(fraction, seed))
 
-    def random_shuffle(self, *, seed: int | None = None, num_blocks: int | None = None,
-                       **ray_remote_args) -> "Dataset":
+    def random_shuffle(
+        self, *, seed: int | None = None, num_blocks: int | None = None, **ray_remote_args
+    ) -> "Dataset":
         """Shuffle all rows globally, anew each epoch: epoch ``e`` reads the permutation
         drawn from ``(seed, e)``, the same on every rank (rows move between ranks from one
         epoch to the next; the same seed gives the same orders). ``seed=None`` draws one
@@ -263,8 +369,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
 
     def __repr__(self) -> str:
         kind = type(self._source).__name__.replace("Source", "")
-        parts = [f"{kind}", f"num_rows={self._source.num_rows()}",
-                 f"columns={self._source.schema().names}"]
+        parts = [f"{kind}", f"num_rows={self._source.num_rows()}", f"columns={self._source.schema().names}"]
         if self._seed is not None:
             parts.append(f"random_shuffle(seed={self._seed})")
         parts += [f"{op.label}({op.name})" for op in self._ops]

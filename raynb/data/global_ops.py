@@ -7,6 +7,7 @@ over its object store): the rows are read with the dataset's steps applied, and 
 result is a dataset held in memory, whose columns go to shared memory when a run uses
 it. A mixin of ``Dataset``.
 """
+
 from __future__ import annotations
 
 from . import block as B
@@ -37,8 +38,16 @@ class GlobalOpsMixin:
                 raise TypeError(f"union() takes raynb.data.Dataset objects, got {type(o).__name__}")
         return self._materialized(B.concat([self._collect()] + [o._collect() for o in other]))
 
-    def repartition(self, num_blocks: int | None = None, target_num_rows_per_block: int | None = None, *,
-                    strict: bool = False, shuffle: bool = False, keys=None, sort: bool = False):
+    def repartition(
+        self,
+        num_blocks: int | None = None,
+        target_num_rows_per_block: int | None = None,
+        *,
+        strict: bool = False,
+        shuffle: bool = False,
+        keys=None,
+        sort: bool = False,
+    ):
         """The same rows, computed now (``materialize``): in-memory data has no blocks
         in raynb (ranks read row ranges), so the block count has nothing to change.
         ``shuffle=True`` shuffles the rows too.
@@ -52,8 +61,10 @@ class GlobalOpsMixin:
         if (num_blocks or target_num_rows_per_block) < 1:
             raise ValueError("repartition(): the count must be >= 1")
         if keys is not None or sort:
-            raise NotImplementedError("repartition(keys=..., sort=...) (hash partitioning) is not served by "
-                                      "raynb; see docs/coming-from-ray.md")
+            raise NotImplementedError(
+                "repartition(keys=..., sort=...) (hash partitioning) is not served by "
+                "raynb; see docs/coming-from-ray.md"
+            )
         return (self.random_shuffle() if shuffle else self).materialize()
 
     def sort(self, key, descending=False, boundaries=None):
@@ -76,7 +87,7 @@ class GlobalOpsMixin:
         if missing:
             raise ValueError(f"sort(key={key!r}): no column {missing} (the dataset has {list(cols)})")
         order = np.arange(B.num_rows(cols))
-        for k, d in reversed(list(zip(keys, desc))):   # last key first: stable sorts compose
+        for k, d in reversed(list(zip(keys, desc))):  # last key first: stable sorts compose
             values = cols[k][order]
             step = _stable_argsort(values, d)
             order = order[step]
@@ -85,7 +96,9 @@ class GlobalOpsMixin:
     def _split_at(self, cols: dict, indices: list) -> list:
         n = B.num_rows(cols)
         bounds = [0] + [min(max(int(i), 0), n) for i in indices] + [n]
-        return [self._materialized(B.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])]
+        return [
+            self._materialized(B.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])
+        ]
 
     def split_at_indices(self, indices: list) -> list:
         """Datasets of the rows before ``indices[0]``, between each pair, and after the last.
@@ -124,7 +137,9 @@ class GlobalOpsMixin:
         import numpy as np
 
         if not proportions or any(p <= 0 for p in proportions) or sum(proportions) >= 1:
-            raise ValueError(f"split_proportionately({proportions}): give fractions > 0 summing to less than 1")
+            raise ValueError(
+                f"split_proportionately({proportions}): give fractions > 0 summing to less than 1"
+            )
         cols = self._collect()
         n = B.num_rows(cols)
         idx = [int(n * p) for p in np.cumsum(proportions)]
@@ -148,8 +163,10 @@ class GlobalOpsMixin:
             NotImplementedError: ``stratify`` (not served).
         """
         if stratify is not None:
-            raise NotImplementedError("train_test_split(stratify=...) is not served by raynb; split by hand, "
-                                      "e.g. with groupby or filter (see docs/coming-from-ray.md)")
+            raise NotImplementedError(
+                "train_test_split(stratify=...) is not served by raynb; split by hand, "
+                "e.g. with groupby or filter (see docs/coming-from-ray.md)"
+            )
         if not isinstance(test_size, (int, float)) or isinstance(test_size, bool):
             raise TypeError(f"train_test_split(test_size={test_size!r}): give a fraction or a row count")
         ds = self.random_shuffle(seed=seed) if shuffle else self
@@ -208,7 +225,9 @@ def _stable_argsort(values, descending: bool):
 
     if values.dtype.hasobject:
         # sorted() is stable, reverse=True included
-        return np.asarray(sorted(range(len(values)), key=values.__getitem__, reverse=descending), dtype=np.int64)
+        return np.asarray(
+            sorted(range(len(values)), key=values.__getitem__, reverse=descending), dtype=np.int64
+        )
     if descending:
         # stable descending: sort the reversed array ascending by negated rank
         rev = values[::-1]

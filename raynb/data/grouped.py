@@ -4,6 +4,7 @@
 Result columns are named as Ray names them: the key column(s), then ``count()``,
 ``sum(x)``, ``mean(x)``, ...; groups come sorted by key.
 """
+
 from __future__ import annotations
 
 _HOW = ("count", "sum", "min", "max", "mean", "std")
@@ -49,22 +50,28 @@ class GroupedData:
 
     def __init__(self, dataset, key):
         if key is None or callable(key):
-            raise NotImplementedError("groupby(None / a function) is not served by raynb; group by column "
-                                      "name(s) (see docs/coming-from-ray.md)")
+            raise NotImplementedError(
+                "groupby(None / a function) is not served by raynb; group by column "
+                "name(s) (see docs/coming-from-ray.md)"
+            )
         self._ds, self._keys = dataset, [key] if isinstance(key, str) else list(key)
 
     def _frame(self):
         df = self._ds.to_pandas()
         missing = [k for k in self._keys if k not in df.columns]
         if missing and len(df):
-            raise ValueError(f"groupby({self._keys}): no column {missing} (the dataset has {list(df.columns)})")
+            raise ValueError(
+                f"groupby({self._keys}): no column {missing} (the dataset has {list(df.columns)})"
+            )
         return df
 
     def _result(self, out):
         from . import block as B
 
         out = out.reset_index().sort_values(self._keys, kind="stable")
-        return self._ds._materialized(B.columns_from({str(c): out[c].to_numpy() for c in out.columns}, "groupby"))
+        return self._ds._materialized(
+            B.columns_from({str(c): out[c].to_numpy() for c in out.columns}, "groupby")
+        )
 
     def count(self):
         """A dataset of the keys and ``count()``, the rows of each group."""

@@ -5,6 +5,7 @@ Each call of ``iter_batches`` / ``iter_torch_batches`` is one epoch: the epoch n
 are made by a background thread that keeps ``prefetch_batches`` ready (reading files,
 gathering shuffled rows, running ``map_batches``) while the training step runs.
 """
+
 from __future__ import annotations
 
 import queue
@@ -58,7 +59,7 @@ def prefetched(make, depth: int):
     t.start()
     from ..cluster.worker import task_context
 
-    if task_context.current() is not None:   # a loop left unfinished: the thread ends with the task
+    if task_context.current() is not None:  # a loop left unfinished: the thread ends with the task
         task_context.at_end(lambda status: stop.set())
     try:
         while True:
@@ -148,7 +149,9 @@ class DataIterator:
     def __len__(self) -> int:
         return self.count()
 
-    def _batches(self, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed, prefetch_batches):
+    def _batches(
+        self, batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed, prefetch_batches
+    ):
         import numpy as np
 
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
@@ -160,17 +163,28 @@ class DataIterator:
         def make():
             stream = ds._source.rank_stream(self.world_size, rank, ds._seed, epoch, self.pad, chunk)
             if local_shuffle_buffer_size:
-                seed = [local_shuffle_seed if local_shuffle_seed is not None else (ds._seed or 0), epoch, rank]
+                seed = [
+                    local_shuffle_seed if local_shuffle_seed is not None else (ds._seed or 0),
+                    epoch,
+                    rank,
+                ]
                 stream = local_shuffle(stream, int(local_shuffle_buffer_size), np.random.default_rng(seed))
-            if ds._ops:   # the steps see the batches as read; the reader gets its batch_size
+            if ds._ops:  # the steps see the batches as read; the reader gets its batch_size
                 stream = ds._apply_stream(stream, rank)
             yield from rebatch(stream, batch_size, drop_last)
 
         return prefetched(make, int(prefetch_batches or 0))
 
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str | None = "default",
-                     drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
-                     local_shuffle_seed: int | None = None, prefetch_batches: int = 1):
+    def iter_batches(
+        self,
+        *,
+        batch_size: int | None = 256,
+        batch_format: str | None = "default",
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        prefetch_batches: int = 1,
+    ):
         """Batches of this shard for one epoch (``DataIterator.iter_batches``).
 
         Args:
@@ -186,15 +200,24 @@ class DataIterator:
             MapBatchesError: a ``map_batches`` function raised (its batch index named).
         """
         fmt = B.check_batch_format(batch_format)
-        for b in self._batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
-                               prefetch_batches):
+        for b in self._batches(
+            batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed, prefetch_batches
+        ):
             yield B.to_format(b, fmt)
 
-    def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes=None, device=None,
-                           collate_fn=None, drop_last: bool = False,
-                           local_shuffle_buffer_size: int | None = None,
-                           local_shuffle_seed: int | None = None, prefetch_batches: int = 1,
-                           pin_memory: bool = False):
+    def iter_torch_batches(
+        self,
+        *,
+        batch_size: int | None = 256,
+        dtypes=None,
+        device=None,
+        collate_fn=None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+        prefetch_batches: int = 1,
+        pin_memory: bool = False,
+    ):
         """Batches of this shard for one epoch as dicts of ``torch.Tensor``
         (``DataIterator.iter_torch_batches``). Unshuffled in-memory rows arrive as
         ``torch.from_numpy`` views of the node's shared copy (no copy; they are marked
@@ -217,8 +240,9 @@ class DataIterator:
         import torch
 
         dev = torch.device(device) if device not in (None, "auto") else _rank_device(torch)
-        for b in self._batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
-                               prefetch_batches):
+        for b in self._batches(
+            batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed, prefetch_batches
+        ):
             if collate_fn is not None:
                 yield collate_fn(b)
                 continue
@@ -255,8 +279,10 @@ class DataIterator:
         raise not_served("DataIterator", name)
 
     def __repr__(self) -> str:
-        return (f"DataIterator(rank={self.rank}, world_size={self.world_size}, rows={self.count()}, "
-                f"epoch={self._epoch}, dataset={self._ds!r})")
+        return (
+            f"DataIterator(rank={self.rank}, world_size={self.world_size}, rows={self.count()}, "
+            f"epoch={self._epoch}, dataset={self._ds!r})"
+        )
 
 
 def _to_tensor(torch, name, a, dtypes, device):

@@ -12,6 +12,7 @@
 
 ``encode`` decides per column; ``decode`` undoes it on the rank.
 """
+
 from __future__ import annotations
 
 ARROW, PICKLE = "arrow", "pickle"

@@ -12,6 +12,7 @@ a prediction job need each row once: here a rank takes whole units instead.
 Units are numbered in the dataset's (unshuffled) order, so writing unit ``i``'s output
 as part ``i`` keeps the original row order.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .sources import FileSource, InMemorySource
 class Unit:
     """Rows ``[first, end)`` of the source's piece ``piece`` (a row group, or None in memory),
     which start at global row ``start``."""
+
     index: int
     piece: int | None
     first: int
@@ -67,7 +69,9 @@ def assign(units: list[Unit], world_size: int, rank: int) -> list[Unit]:
 
     def cut(r: int) -> int:  # index of the first unit at or past rank r's start
         target = r * n / world_size
-        return min(range(len(units) + 1), key=lambda i: abs((units[i].start if i < len(units) else n) - target))
+        return min(
+            range(len(units) + 1), key=lambda i: abs((units[i].start if i < len(units) else n) - target)
+        )
 
     lo, hi = cut(rank), cut(rank + 1)
     return units[lo:hi]
@@ -80,7 +84,9 @@ def read_unit(dataset, unit: Unit, batch_size: int | None):
     chunk = batch_size or max(1, unit.num_rows)
     if isinstance(src, InMemorySource):
         cols = src.columns()
-        stream = (B.take_rows(cols, slice(s, min(s + chunk, unit.end))) for s in range(unit.first, unit.end, chunk))
+        stream = (
+            B.take_rows(cols, slice(s, min(s + chunk, unit.end))) for s in range(unit.first, unit.end, chunk)
+        )
     else:
         stream = src._read_unit(unit.piece, unit.first, unit.end, chunk)
     for batch in stream:

@@ -13,6 +13,7 @@ are disjoint across ranks and equal in number (``equal=True`` drops at most
 This materializes the dataset before the run (bounded by the storage, not by memory);
 it does not stream during training. Nothing here imports Ray at import time.
 """
+
 from __future__ import annotations
 
 import os
@@ -74,8 +75,10 @@ class RayPendingSource:
             t.join()
         if errors:
             shutil.rmtree(root, ignore_errors=True)
-            raise RuntimeError(f"splitting the Ray Dataset for {world_size} ranks failed: "
-                               f"{type(errors[0]).__name__}: {errors[0]}") from errors[0]
+            raise RuntimeError(
+                f"splitting the Ray Dataset for {world_size} ranks failed: "
+                f"{type(errors[0]).__name__}: {errors[0]}"
+            ) from errors[0]
         return RaySplitSource(files, rows, self.schema())
 
 
@@ -121,7 +124,9 @@ def split_ray_datasets(datasets: dict, world_size: int, storage_path: str) -> tu
         storage_path = default_storage_path() if is_storage_uri(storage_path) else local_path_of(storage_path)
     for name, ds in datasets.items():
         if isinstance(getattr(ds, "_source", None), RayPendingSource):
-            root = os.path.join(os.path.expanduser(storage_path), ".ray_data", f"{name}-{uuid.uuid4().hex[:8]}")
+            root = os.path.join(
+                os.path.expanduser(storage_path), ".ray_data", f"{name}-{uuid.uuid4().hex[:8]}"
+            )
             os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
             dirs.append(root)
             ds = ds._with(source=ds._source.split(world_size, root))

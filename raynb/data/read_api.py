@@ -1,4 +1,5 @@
 """Making datasets (the names of ``ray.data``): from notebook arrays, or from files."""
+
 from __future__ import annotations
 
 import builtins
@@ -23,14 +24,19 @@ def from_numpy(data, override_num_blocks: int | None = None) -> Dataset:
     if isinstance(data, dict):
         return Dataset(InMemorySource(B.columns_from(data, "from_numpy")))
     if isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data):
-        data = np.concatenate(data)      # Ray: a list of arrays, joined along the rows
+        data = np.concatenate(data)  # Ray: a list of arrays, joined along the rows
     if isinstance(data, np.ndarray):
         return Dataset(InMemorySource(B.columns_from({"data": data}, "from_numpy")))
     raise TypeError(f"from_numpy() takes a numpy array or a dict of them, got {type(data).__name__}")
 
 
-def from_items(items: list, *, output_arrow_format: bool = False, override_num_blocks: int | None = None,
-               parallelism: int = -1) -> Dataset:
+def from_items(
+    items: list,
+    *,
+    output_arrow_format: bool = False,
+    override_num_blocks: int | None = None,
+    parallelism: int = -1,
+) -> Dataset:
     """A dataset of a list of rows: dicts of column -> value (the columns of the first
     row), or any other values (one column, ``"item"``, as Ray). Values may be numbers,
     arrays, strings, lists, dicts or any Python objects (see docs/data.md for how each
@@ -79,8 +85,9 @@ def from_pandas(df, override_num_blocks: int | None = None) -> Dataset:
         df = pd.concat(df, ignore_index=True)
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"from_pandas() takes a pandas DataFrame, got {type(df).__name__}")
-    return Dataset(InMemorySource(B.columns_from({str(c): df[c].to_numpy() for c in df.columns},
-                                                 "from_pandas")))
+    return Dataset(
+        InMemorySource(B.columns_from({str(c): df[c].to_numpy() for c in df.columns}, "from_pandas"))
+    )
 
 
 def from_torch(dataset, column_names: list | None = None) -> Dataset:
@@ -108,9 +115,13 @@ def from_torch(dataset, column_names: list | None = None) -> Dataset:
         first = items[0] if items else ()
         k = len(first) if isinstance(first, (tuple, list)) else 1
         rows = [it if isinstance(it, (tuple, list)) else (it,) for it in items]
-        parts = [np.stack([r[j].numpy() if isinstance(r[j], torch.Tensor) else np.asarray(r[j]) for r in rows])
-                 for j in builtins.range(k)]
-    names = column_names or (["item"] if len(parts) == 1 else [f"item_{i}" for i in builtins.range(len(parts))])
+        parts = [
+            np.stack([r[j].numpy() if isinstance(r[j], torch.Tensor) else np.asarray(r[j]) for r in rows])
+            for j in builtins.range(k)
+        ]
+    names = column_names or (
+        ["item"] if len(parts) == 1 else [f"item_{i}" for i in builtins.range(len(parts))]
+    )
     if len(names) != len(parts):
         raise ValueError(f"from_torch(column_names={names}): the dataset has {len(parts)} tensors")
     return Dataset(InMemorySource(B.columns_from(dict(zip(names, parts)), "from_torch")))
@@ -141,12 +152,17 @@ def _resolve(paths, what: str):
                 continue
         info = fs.get_file_info(path)
         if info.type == pafs.FileType.NotFound:
-            raise FileNotFoundError(f"{what}: {item!r} does not exist (every node must be able to read "
-                                    "it: a shared filesystem, or a pyarrow.fs URI such as s3://...)")
+            raise FileNotFoundError(
+                f"{what}: {item!r} does not exist (every node must be able to read "
+                "it: a shared filesystem, or a pyarrow.fs URI such as s3://...)"
+            )
         if info.type == pafs.FileType.Directory:
             sel = pafs.FileSelector(path, recursive=True)
-            files += sorted(i.path for i in fs.get_file_info(sel)
-                            if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith((".", "_")))
+            files += sorted(
+                i.path
+                for i in fs.get_file_info(sel)
+                if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith((".", "_"))
+            )
         else:
             files.append(path)
     if not files:
@@ -176,8 +192,9 @@ def read_parquet(paths, *, columns: list | None = None) -> Dataset:
     return Dataset(FileSource(files, fs, ds.ParquetFileFormat(), columns))
 
 
-def read_csv(paths, *, columns: list | None = None, parse_options=None, convert_options=None,
-             read_options=None) -> Dataset:
+def read_csv(
+    paths, *, columns: list | None = None, parse_options=None, convert_options=None, read_options=None
+) -> Dataset:
     """A dataset streamed from csv files (``pyarrow.dataset``), each file a unit of
     sharding (its rows are counted once, here). Options are ``pyarrow.csv``'s.
 
@@ -187,13 +204,15 @@ def read_csv(paths, *, columns: list | None = None, parse_options=None, convert_
     import pyarrow.dataset as ds
 
     files, fs = _resolve(paths, "read_csv")
-    fmt = ds.CsvFileFormat(parse_options=parse_options, convert_options=convert_options,
-                           read_options=read_options)
+    fmt = ds.CsvFileFormat(
+        parse_options=parse_options, convert_options=convert_options, read_options=read_options
+    )
     return Dataset(FileSource(files, fs, fmt, columns))
 
 
-def read_json(paths, *, lines: bool = True, columns: list | None = None, read_options=None,
-              parse_options=None, **kwargs) -> Dataset:
+def read_json(
+    paths, *, lines: bool = True, columns: list | None = None, read_options=None, parse_options=None, **kwargs
+) -> Dataset:
     """A dataset streamed from JSON Lines files (one object a line; ``pyarrow.json``),
     each file a unit of sharding.
 
@@ -205,10 +224,15 @@ def read_json(paths, *, lines: bool = True, columns: list | None = None, read_op
     import pyarrow.dataset as ds
 
     if not lines:
-        raise NotImplementedError("read_json(lines=False): raynb reads JSON Lines files (one object a line); "
-                                  "load a JSON array with pandas and use from_pandas (see docs/data.md)")
+        raise NotImplementedError(
+            "read_json(lines=False): raynb reads JSON Lines files (one object a line); "
+            "load a JSON array with pandas and use from_pandas (see docs/data.md)"
+        )
     if kwargs:
         raise NotImplementedError(f"read_json(): {sorted(kwargs)} not served by raynb; see docs/data.md")
     files, fs = _resolve(paths, "read_json")
-    return Dataset(FileSource(files, fs, ds.JsonFileFormat(read_options=read_options,
-                                                            parse_options=parse_options), columns))
+    return Dataset(
+        FileSource(
+            files, fs, ds.JsonFileFormat(read_options=read_options, parse_options=parse_options), columns
+        )
+    )

@@ -14,6 +14,7 @@ same again for the same seed and epoch (a restarted attempt reads what the faile
 did). File datasets permute their row groups (blocks) instead of rows, as Ray Data's
 ``randomize_block_order``; ``local_shuffle_buffer_size`` mixes rows within a window.
 """
+
 from __future__ import annotations
 
 

@@ -4,6 +4,7 @@ copy per node) or files (``pyarrow.dataset``: parquet row groups, csv files).
 Every source gives a rank its rows of an epoch as a stream of numpy batches
 (``rank_stream``), following the rules in ``sharding``.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -75,7 +76,7 @@ class InMemorySource:
         cols = self.columns()
         n = len(next(iter(cols.values())))
         order = sharding.epoch_order(n, seed, epoch)
-        if order is None:   # positions [start, stop) mod n: slices (views) but where a batch wraps
+        if order is None:  # positions [start, stop) mod n: slices (views) but where a batch wraps
             per = sharding.rows_per_rank(n, world_size, pad)
             start, stop = rank * per, (rank + 1) * per
             for s in range(start, stop, chunk):
@@ -85,7 +86,7 @@ class InMemorySource:
             return
         rows = sharding.rank_rows(n, world_size, rank, order, pad)
         for s in range(0, len(rows), chunk):
-            yield B.take_rows(cols, rows[s:s + chunk])
+            yield B.take_rows(cols, rows[s : s + chunk])
 
     def __reduce__(self):
         from ..client import bulk
@@ -95,14 +96,15 @@ class InMemorySource:
         if scope is None:
             return InMemorySource, (self._columns,)
         n = self.num_rows()
-        if getattr(self, "_encoded", None) is None:   # once: every trial of an experiment pickles it
+        if getattr(self, "_encoded", None) is None:  # once: every trial of an experiment pickles it
             self._encoded = object_columns.encode(self._columns)
         shared, arrow, pickled = self._encoded
         block = None
         if shared:
             nbytes = sum(a.nbytes for a in shared.values())
-            block = scope.place(("dataset", self.uid), self, shared,
-                                f"a dataset of {n} rows ({nbytes / 2**20:.0f} MiB)")
+            block = scope.place(
+                ("dataset", self.uid), self, shared, f"a dataset of {n} rows ({nbytes / 2**20:.0f} MiB)"
+            )
         return SharedSource, (block, n, arrow, pickled, list(self._columns))
 
 
@@ -111,8 +113,9 @@ class SharedSource(InMemorySource):
     shared-memory copy, mapped on first use; object columns decoded from their Arrow
     streams there, or unpickled with the payload (``object_columns``)."""
 
-    def __init__(self, block, n: int, arrow: dict | None = None, pickled: dict | None = None,
-                 order: list | None = None):
+    def __init__(
+        self, block, n: int, arrow: dict | None = None, pickled: dict | None = None, order: list | None = None
+    ):
         self.block, self._n, self._columns, self.uid = block, n, None, uuid.uuid4().hex
         self._arrow, self._pickled = dict(arrow or {}), dict(pickled or {})
         self._order = order if order is not None else list(block.layout)
@@ -227,5 +230,7 @@ class FileSource:
     def rank_stream(self, world_size: int, rank: int, seed, epoch: int, pad: bool, chunk: int):
         """This rank's rows of the epoch: its pieces of the (shuffled) units, read in turn."""
         order = sharding.epoch_order(len(self.units), seed, epoch)
-        for unit, first, end in sharding.rank_pieces([u[2] for u in self.units], world_size, rank, order, pad):
+        for unit, first, end in sharding.rank_pieces(
+            [u[2] for u in self.units], world_size, rank, order, pad
+        ):
             yield from self._read_unit(unit, first, end, chunk)

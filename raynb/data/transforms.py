@@ -5,6 +5,7 @@ Each step turns a stream of numpy batches into another (``apply``); the process 
 reads the dataset runs them (see ``compute``). A step is also callable on one batch
 (``step(batch, index, rank)``), which batch inference uses on its row ranges.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,8 +30,10 @@ class UDF:
         if not callable(fn):
             raise TypeError(f"{what}() takes a function or a callable class, got {type(fn).__name__}")
         if not isinstance(fn, type) and (ctor_args or ctor_kwargs):
-            raise TypeError(f"{what}(): fn_constructor_args / fn_constructor_kwargs are for a callable class "
-                            f"(constructed once per worker); {getattr(fn, '__name__', fn)!r} is a function")
+            raise TypeError(
+                f"{what}(): fn_constructor_args / fn_constructor_kwargs are for a callable class "
+                f"(constructed once per worker); {getattr(fn, '__name__', fn)!r} is a function"
+            )
         if isinstance(fn, type) and "__call__" not in dir(fn):
             raise TypeError(f"{what}({fn.__name__}): the class needs a __call__(self, ...) method")
         self.what, self.fn = what, fn
@@ -44,7 +47,7 @@ class UDF:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_instance"], state["_lock"] = None, None   # built anew where it is unpickled
+        state["_instance"], state["_lock"] = None, None  # built anew where it is unpickled
         return state
 
     def __setstate__(self, state):
@@ -74,8 +77,9 @@ class Step:
             yield self(b, i, rank)
 
     def _fail(self, name: str, index: int, rank: int, e: Exception):
-        return MapBatchesError(f"{self.label}({name}) raised on batch {index} of rank {rank}: "
-                               f"{type(e).__name__}: {e}")
+        return MapBatchesError(
+            f"{self.label}({name}) raised on batch {index} of rank {rank}: {type(e).__name__}: {e}"
+        )
 
 
 class MapBatches(Step):
@@ -148,20 +152,21 @@ class RowStep(Step):
             else:
                 out = [o for r in rows for o in _as_rows(self.udf(r), what)]
         except Exception as e:
-            if what in str(e):     # our own message about what the function returned
+            if what in str(e):  # our own message about what the function returned
                 raise
             raise self._fail(self.name, index, rank, e) from e
         return from_rows(out, what)
 
 
 def _as_rows(value, what: str) -> list:
-    if isinstance(value, dict):    # Ray accepts a single row from flat_map too
+    if isinstance(value, dict):  # Ray accepts a single row from flat_map too
         return [value]
     try:
         return list(value)
     except TypeError:
-        raise TypeError(f"{what} returned a {type(value).__name__}; flat_map's function returns a list of "
-                        "rows (dicts)") from None
+        raise TypeError(
+            f"{what} returned a {type(value).__name__}; flat_map's function returns a list of rows (dicts)"
+        ) from None
 
 
 class AddColumn(Step):
@@ -219,7 +224,9 @@ class RenameColumns(Step):
 
     def __init__(self, names):
         if not isinstance(names, (dict, list)) or not names:
-            raise TypeError(f"rename_columns({names!r}): give a dict of old -> new names, or a list of new names")
+            raise TypeError(
+                f"rename_columns({names!r}): give a dict of old -> new names, or a list of new names"
+            )
         self.names = names
 
     @property
@@ -229,7 +236,9 @@ class RenameColumns(Step):
     def __call__(self, batch: dict, index: int, rank: int) -> dict:
         if isinstance(self.names, list):
             if len(self.names) != len(batch):
-                raise ValueError(f"rename_columns: {len(self.names)} names for {len(batch)} columns {list(batch)}")
+                raise ValueError(
+                    f"rename_columns: {len(self.names)} names for {len(batch)} columns {list(batch)}"
+                )
             return dict(zip(self.names, batch.values()))
         missing = [c for c in self.names if c not in batch]
         if missing and batch:

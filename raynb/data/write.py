@@ -1,6 +1,7 @@
 """A dataset's rows out of the stream: into pandas, or into parquet files, one batch in
 memory at a time (``Dataset.to_pandas``, ``Dataset.write_parquet``), and numpy batches as
 arrow tables (what batch inference's ranks write)."""
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,10 @@ def write_parquet(dataset, path: str, *, rows_per_file: int | None = None) -> li
 
     os.makedirs(path, mode=0o700, exist_ok=True)
     if any(n.endswith(".parquet") for n in os.listdir(path)):
-        raise FileExistsError(f"write_parquet({path!r}): the directory already holds parquet files; "
-                              "write to a new directory (or remove them first)")
+        raise FileExistsError(
+            f"write_parquet({path!r}): the directory already holds parquet files; "
+            "write to a new directory (or remove them first)"
+        )
     files, writer, in_file = [], None, 0
     try:
         for batch in dataset.iter_batches(batch_size=None, prefetch_batches=1):

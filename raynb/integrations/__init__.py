@@ -9,6 +9,7 @@ TensorBoard (:class:`TBXLoggerCallback`), as Ray names them.
 Importing this package imports neither ``mlflow`` nor ``tensorboard``: a logger imports
 its library when a run starts (``pip install 'raynb[tracking]'`` installs both).
 """
+
 from .mlflow import MLflowLoggerCallback, setup_mlflow
 from .tensorboard import TBXLoggerCallback
 

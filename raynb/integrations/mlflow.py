@@ -6,6 +6,7 @@ training function (rank 0).
 ``mlflow`` (``mlflow-skinny`` is enough) is imported when a run starts, not when this
 module is.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -79,17 +80,27 @@ class MLflowLoggerCallback(LoggerCallback):
         ImportError: ``mlflow`` is not installed (when the logger is made).
     """
 
-    def __init__(self, tracking_uri: str | None = None, *, registry_uri: str | None = None,
-                 experiment_name: str | None = None, tags: dict | None = None,
-                 tracking_token: str | None = None, save_artifact: bool = False,
-                 log_params_on_trial_end: bool = False, nest_trials_in_parent_run: bool = False):
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        *,
+        registry_uri: str | None = None,
+        experiment_name: str | None = None,
+        tags: dict | None = None,
+        tracking_token: str | None = None,
+        save_artifact: bool = False,
+        log_params_on_trial_end: bool = False,
+        nest_trials_in_parent_run: bool = False,
+    ):
         if importlib.util.find_spec("mlflow") is None:
-            raise ImportError("MLflowLoggerCallback needs mlflow: pip install mlflow-skinny "
-                              "(or pip install 'raynb[tracking]')")
+            raise ImportError(
+                "MLflowLoggerCallback needs mlflow: pip install mlflow-skinny "
+                "(or pip install 'raynb[tracking]')"
+            )
         self.tracking_uri, self.registry_uri = tracking_uri, registry_uri
         self.experiment_name, self.tracking_token = experiment_name, tracking_token
         self.tags, self.save_artifact = dict(tags or {}), save_artifact
-        self.should_save_artifact = save_artifact   # Ray's attribute name
+        self.should_save_artifact = save_artifact  # Ray's attribute name
         self.log_params_on_trial_end = log_params_on_trial_end
         self.nest_trials_in_parent_run = nest_trials_in_parent_run
         self._reset()
@@ -97,8 +108,8 @@ class MLflowLoggerCallback(LoggerCallback):
     def _reset(self) -> None:
         self._client = None
         self._experiment_id = self._parent = None
-        self._runs: dict[str, str] = {}      # trial_id -> MLflow run id
-        self._open: set[str] = set()         # trial ids whose run has not ended
+        self._runs: dict[str, str] = {}  # trial_id -> MLflow run id
+        self._open: set[str] = set()  # trial ids whose run has not ended
         self._pending: dict[str, list] = {}  # run id -> metrics not sent yet
         self._restored: dict[str, tuple] = {}  # trial_id -> (iteration, time) at its (re)start
         self._last_step: dict[str, int] = {}
@@ -119,8 +130,12 @@ class MLflowLoggerCallback(LoggerCallback):
         uri = mlflow_store.tracking_uri(self.tracking_uri) or mlflow.get_tracking_uri()
         if self.tracking_token:
             os.environ["MLFLOW_TRACKING_TOKEN"] = self.tracking_token
-        name = self.experiment_name or os.environ.get("MLFLOW_EXPERIMENT_NAME") or info.get(
-            "experiment_name") or "Default"
+        name = (
+            self.experiment_name
+            or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+            or info.get("experiment_name")
+            or "Default"
+        )
         problem = _unreachable(uri)
         if problem is None:
             try:
@@ -128,16 +143,19 @@ class MLflowLoggerCallback(LoggerCallback):
                     client = MlflowClient(uri, registry_uri=self.registry_uri)
                     self._experiment_id = mlflow_store.experiment_id(client, name=name)
                 if self.nest_trials_in_parent_run and info.get("kind") == "Tuner":
-                    self._parent = client.create_run(self._experiment_id, run_name=info.get("experiment_name"),
-                                                     tags=self.tags).info.run_id
+                    self._parent = client.create_run(
+                        self._experiment_id, run_name=info.get("experiment_name"), tags=self.tags
+                    ).info.run_id
                 self._client = client
             except Exception as e:  # noqa: BLE001 - any store error: said once, training goes on
                 problem = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         if problem is not None:
             self._client = None
-            sys.stderr.write(f"warning: MLflowLoggerCallback cannot reach the MLflow tracking store "
-                             f"{uri!r} ({problem}); nothing is logged to MLflow in this run, the "
-                             "training goes on\n")
+            sys.stderr.write(
+                f"warning: MLflowLoggerCallback cannot reach the MLflow tracking store "
+                f"{uri!r} ({problem}); nothing is logged to MLflow in this run, the "
+                "training goes on\n"
+            )
             sys.stderr.flush()
 
     def on_experiment_end(self, trials, **info) -> None:
@@ -155,9 +173,12 @@ class MLflowLoggerCallback(LoggerCallback):
         if self._client is None:
             return
         last = trial.results[-1] if len(trial.results) else {}
-        self._restored[trial.trial_id] = (last.get("training_iteration") or 0, last.get("time_total_s") or 0.0)
+        self._restored[trial.trial_id] = (
+            last.get("training_iteration") or 0,
+            last.get("time_total_s") or 0.0,
+        )
         self._open.add(trial.trial_id)
-        if trial.trial_id in self._runs:   # resumed, or continued after a PBT exploit
+        if trial.trial_id in self._runs:  # resumed, or continued after a PBT exploit
             return
         tags = {**self.tags, "trial_name": str(trial), "trial_id": trial.trial_id}
         if self._parent is not None:
@@ -172,35 +193,41 @@ class MLflowLoggerCallback(LoggerCallback):
 
         params = [Param(k, v) for k, v in mlflow_params(config or {}).items()]
         for i in range(0, len(params), MAX_PARAMS):
-            self._client.log_batch(run_id, params=params[i:i + MAX_PARAMS])
+            self._client.log_batch(run_id, params=params[i : i + MAX_PARAMS])
 
     def log_trial_result(self, iteration: int, trial, result: dict) -> None:
         run_id = self._runs.get(trial.trial_id) if self._client is not None else None
         if run_id is None:
             return
-        self._add(run_id, trial, ray_result(result, trial.config, restored_at=self._restored.get(
-            trial.trial_id, (0, 0.0))), iteration)
+        self._add(
+            run_id,
+            trial,
+            ray_result(result, trial.config, restored_at=self._restored.get(trial.trial_id, (0, 0.0))),
+            iteration,
+        )
 
     def _add(self, run_id: str, trial, result: dict, iteration: int) -> None:
         from mlflow.entities import Metric
 
         step = self._last_step[trial.trial_id] = step_of(result, iteration)
         ms = int(1000 * (result.get("timestamp") or time.time()))
-        self._pending.setdefault(run_id, []).extend(Metric(k, v, ms, step) for k, v in metrics_of(result).items())
+        self._pending.setdefault(run_id, []).extend(
+            Metric(k, v, ms, step) for k, v in metrics_of(result).items()
+        )
 
     def flush(self) -> None:
         """Send the metrics logged since the last flush, in batches (MLflow's ``log_batch``)."""
         pending, self._pending = self._pending, {}
         for run_id, metrics in pending.items():
             for i in range(0, len(metrics), MAX_METRICS):
-                self._client.log_batch(run_id, metrics=metrics[i:i + MAX_METRICS])
+                self._client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS])
 
     def log_trial_end(self, trial, failed: bool = False) -> None:
         run_id = self._runs.get(trial.trial_id) if self._client is not None else None
         if run_id is None:
             return
         step = self._last_step.get(trial.trial_id)
-        if step is not None:   # Ray's last result says done
+        if step is not None:  # Ray's last result says done
             from mlflow.entities import Metric
 
             self._pending.setdefault(run_id, []).append(Metric("done", 1.0, int(1000 * time.time()), step))

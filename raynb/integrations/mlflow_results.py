@@ -7,6 +7,7 @@ raynb's reports carry the user's metrics and ``training_iteration``, ``time_this
 filled in here (Ray's ``pid``, ``hostname``, ``node_ip`` and ``date`` are not known in the
 driver and are left out; strings were not metrics anyway).
 """
+
 from __future__ import annotations
 
 import math
@@ -14,8 +15,9 @@ import math
 from ..train.callback import flatten
 
 
-def ray_result(result: dict, config: dict | None, done: bool = False,
-               restored_at: tuple[int, float] = (0, 0.0)) -> dict:
+def ray_result(
+    result: dict, config: dict | None, done: bool = False, restored_at: tuple[int, float] = (0, 0.0)
+) -> dict:
     """``result`` completed with the keys Ray's result dict has.
 
     Args:

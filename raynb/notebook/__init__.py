@@ -5,6 +5,7 @@ experiment, and their views (ipywidgets in Jupyter, text elsewhere).
 Importing this package registers its views with ``raynb.client.views``, which is
 how ``raynb.train`` and ``raynb.tune`` display anything without importing it.
 """
+
 from ..client import views as _views
 from .display import make_run_view, make_tune_view
 

@@ -6,6 +6,7 @@ the user sees. The notebook variables the body reads are bound as the
 function's globals, which is what cloudpickle ships; the raynb training API is
 bound too, so the cell needs no imports.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,8 +37,8 @@ _IPYTHON_NAMES = re.compile(r"^(In|Out|get_ipython|exit|quit|_ih|_oh|_dh|_+\d*|_
 class CellFunction:
     fn: types.FunctionType
     filename: str
-    source: str           # the whole cell, magic line included (for linecache)
-    captured: dict        # notebook name -> value the body reads
+    source: str  # the whole cell, magic line included (for linecache)
+    captured: dict  # notebook name -> value the body reads
 
 
 def _assigned_names(body: list[ast.stmt]) -> set[str]:
@@ -78,9 +79,15 @@ def _read_names(tree: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
-def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_train",
-                        out: list[str] = (), filename: str = "<ray_train cell>",
-                        func_name: str = "ray_train_cell") -> CellFunction:
+def build_cell_function(
+    cell: str,
+    user_ns: dict,
+    *,
+    magic_line: str = "%%ray_train",
+    out: list[str] = (),
+    filename: str = "<ray_train cell>",
+    func_name: str = "ray_train_cell",
+) -> CellFunction:
     """Compile ``cell`` into ``f(config)`` returning ``{name: value}`` for ``out``.
 
     Args:
@@ -100,26 +107,47 @@ def build_cell_function(cell: str, user_ns: dict, *, magic_line: str = "%%ray_tr
     body = tree.body or [ast.Pass(lineno=2, col_offset=0)]
     last = body[-1].end_lineno or 2
     # __raynb_locals__ = locals(); return {n: __raynb_locals__[n] for n in out if n in it}
-    tail = ast.parse(
-        f"{_LOCALS} = locals()\n"
-        f"return {{__n: {_LOCALS}[__n] for __n in {list(out)!r} if __n in {_LOCALS}}}",
-        mode="exec").body if out else []
+    tail = (
+        ast.parse(
+            f"{_LOCALS} = locals()\n"
+            f"return {{__n: {_LOCALS}[__n] for __n in {list(out)!r} if __n in {_LOCALS}}}",
+            mode="exec",
+        ).body
+        if out
+        else []
+    )
     for stmt in tail:
         ast.increment_lineno(stmt, last - 1)
     extra = {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
     func = ast.FunctionDef(
         name=func_name,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg="config")], vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=body + tail, decorator_list=[], returns=None, lineno=1, col_offset=0, **extra)
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg="config")],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=body + tail,
+        decorator_list=[],
+        returns=None,
+        lineno=1,
+        col_offset=0,
+        **extra,
+    )
     module = ast.Module(body=[func], type_ignores=[])
     ast.fix_missing_locations(module)
     code = compile(module, filename, "exec")
 
     local = _assigned_names(body) | {"config"}
     wanted = (_read_names(tree) - local) | (_read_names(tree) & set(_global_decls(tree)))
-    captured = {n: user_ns[n] for n in sorted(wanted)
-                if n in user_ns and n not in CELL_API and not _IPYTHON_NAMES.match(n)}
+    captured = {
+        n: user_ns[n]
+        for n in sorted(wanted)
+        if n in user_ns and n not in CELL_API and not _IPYTHON_NAMES.match(n)
+    }
     # A module name cloudpickle cannot import makes it ship the function by value.
     glb = {"__name__": "__raynb_cell__", "__builtins__": builtins}
     glb.update(CELL_API)

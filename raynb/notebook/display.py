@@ -6,6 +6,7 @@ else (terminal IPython, scripts, tests): `TextProgress` / `TuneTableText`. The e
 ``RAYNB_PROGRESS`` overrides the choice: ``widget``, ``text`` or ``none``
 (``none`` still feeds the model, so results and summaries stay right).
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,7 @@ def in_jupyter_kernel() -> bool:
     shell = get_ipython()
     if shell is None:
         return False
-    return (getattr(shell, "kernel", None) is not None
-            or type(shell).__name__ == "ZMQInteractiveShell")
+    return getattr(shell, "kernel", None) is not None or type(shell).__name__ == "ZMQInteractiveShell"
 
 
 def _view_kind() -> str:
@@ -78,6 +78,7 @@ def progress_display(progress: RunProgress, **kwargs):
         else:
             return ProgressPane(progress, **kwargs)
     from .text_progress import TextProgress
+
     return TextProgress(progress, **kwargs)
 
 
@@ -116,7 +117,7 @@ def tune_display(progress, verbose: int = 1, **kwargs):
     if kind == "widget":
         try:
             from .trial_table_widget import TuneTablePane
-        except ImportError:   # ipywidgets missing: text still works
+        except ImportError:  # ipywidgets missing: text still works
             pass
         else:
             return TuneTablePane(progress, **kwargs)
@@ -125,8 +126,14 @@ def tune_display(progress, verbose: int = 1, **kwargs):
     return TuneTableText(progress, **kwargs)
 
 
-def make_run_view(name: str, world_size: int, total_epochs: int | None = None, verbose: int = 1,
-                  history=(), raises: bool = False):
+def make_run_view(
+    name: str,
+    world_size: int,
+    total_epochs: int | None = None,
+    verbose: int = 1,
+    history=(),
+    raises: bool = False,
+):
     """``raynb.client.views``' run factory: a fresh `RunProgress` fed ``history``, in
     the view ``progress_display`` picks (or none for ``verbose=0``)."""
     progress = RunProgress(name, world_size, total_epochs=total_epochs, error_raised=raises)
@@ -142,5 +149,12 @@ def make_tune_view(metric, mode, total_workers: int, varying_keys, verbose: int 
     return tune_display(TuneProgress(metric, mode, total_workers, varying_keys), verbose)
 
 
-__all__ = ["progress_display", "NullProgress", "in_jupyter_kernel", "tune_display", "NullTuneDisplay",
-           "make_run_view", "make_tune_view"]
+__all__ = [
+    "progress_display",
+    "NullProgress",
+    "in_jupyter_kernel",
+    "tune_display",
+    "NullTuneDisplay",
+    "make_run_view",
+    "make_tune_view",
+]

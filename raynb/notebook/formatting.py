@@ -2,6 +2,7 @@
 the loss-curve PNG, and the HTML pieces (inline-styled tables) of the panes and
 summaries. Nothing here imports ipywidgets or IPython; matplotlib is imported only
 when a curve is drawn."""
+
 from __future__ import annotations
 
 import html
@@ -15,22 +16,37 @@ TERMINAL_STATES = frozenset(TERMINAL)
 KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES
 
 # Tried in this order when looking for the curve to plot.
-LOSS_KEYS = ("loss", "train_loss", "training_loss", "val_loss", "valid_loss",
-             "validation_loss", "eval_loss", "test_loss")
+LOSS_KEYS = (
+    "loss",
+    "train_loss",
+    "training_loss",
+    "val_loss",
+    "valid_loss",
+    "validation_loss",
+    "eval_loss",
+    "test_loss",
+)
 
 # Keys that the head or the progress bars already account for; the compact
 # views leave them out of the metric listing.
-BOOKKEEPING_KEYS = frozenset({"epoch", "step", "training_iteration", "time_total_s",
-                              "timestamp", "time_this_iter_s", "done"})
+BOOKKEEPING_KEYS = frozenset(
+    {"epoch", "step", "training_iteration", "time_total_s", "timestamp", "time_this_iter_s", "done"}
+)
 # Added to every row by the head; a wall-clock number (1.7e9) is noise in any view.
 HIDDEN_KEYS = frozenset({"timestamp"})
 
 # Terminal-state colours, shared by the live pane and the static summary.
-STATE_COLOURS = {"FINISHED": "#2e7d32", "FAILED": "#c62828", "CANCELLED": "#ef6c00", "STOPPED": "#ef6c00",
-                 "RUNNING": "#1565c0", "PENDING": "#757575"}
+STATE_COLOURS = {
+    "FINISHED": "#2e7d32",
+    "FAILED": "#c62828",
+    "CANCELLED": "#ef6c00",
+    "STOPPED": "#ef6c00",
+    "RUNNING": "#1565c0",
+    "PENDING": "#757575",
+}
 BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00", "STOPPED": "#fb8c00"}
 MUTED = "color:#888"
-PLOT_WIDTH_PX = 360    # the loss curve is drawn at 2x this, for sharp high-DPI screens
+PLOT_WIDTH_PX = 360  # the loss curve is drawn at 2x this, for sharp high-DPI screens
 
 OUTPUT_TAIL_LINES = 20
 
@@ -53,7 +69,7 @@ def as_number(value: Any) -> float | int | None:
 def fmt_value(value: Any) -> str:
     """A metric value for display: floats to 4 significant digits."""
     if isinstance(value, float):
-        if 1e4 <= abs(value) < 1e12:   # 12346, not 1.235e+04
+        if 1e4 <= abs(value) < 1e12:  # 12346, not 1.235e+04
             return f"{value:.0f}"
         return f"{value:.4g}"
     text = str(value)
@@ -65,9 +81,9 @@ def fmt_bytes(n: Any) -> str:
     n = as_number(n)
     if n is None:
         return "?"
-    if n >= 2 ** 30:
-        return f"{n / 2 ** 30:.1f} GiB"
-    return f"{n / 2 ** 20:.0f} MiB"
+    if n >= 2**30:
+        return f"{n / 2**30:.1f} GiB"
+    return f"{n / 2**20:.0f} MiB"
 
 
 def fmt_range(values: Iterable, fmt: Callable[[Any], str]) -> str:
@@ -100,8 +116,9 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h {m:02d}m {s:02d}s"
 
 
-def render_curve_png(xs: list, ys: list, label: str = "loss",
-                     size_in: tuple[float, float] = (4.5, 2.4), dpi: int = 160) -> bytes | None:
+def render_curve_png(
+    xs: list, ys: list, label: str = "loss", size_in: tuple[float, float] = (4.5, 2.4), dpi: int = 160
+) -> bytes | None:
     """A line plot of ``ys`` against ``xs`` as PNG bytes, or None when there
     are fewer than two points or matplotlib is missing.
 
@@ -114,7 +131,7 @@ def render_curve_png(xs: list, ys: list, label: str = "loss",
     backend and pyplot's global figure list are left alone (and it is safe to
     call from the client's event thread).
     """
-    if len(xs) < 2:   # one point is no curve; its value is in the metrics table
+    if len(xs) < 2:  # one point is no curve; its value is in the metrics table
         return None
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -130,7 +147,7 @@ def render_curve_png(xs: list, ys: list, label: str = "loss",
     ax.set_xlabel("training_iteration")
     ax.set_ylabel(label)
     ax.set_title(f"{label} {fmt_value(ys[-1])}", fontsize="medium", loc="right")
-    if all(isinstance(x, int) for x in xs):   # no 2.5th iteration
+    if all(isinstance(x, int) for x in xs):  # no 2.5th iteration
         ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
@@ -139,20 +156,23 @@ def render_curve_png(xs: list, ys: list, label: str = "loss",
     return buf.getvalue()
 
 
-
 # ----------------------------------------------------------------- shared HTML pieces
 # Inline styles that undo what Jupyter front ends do to tables in outputs
 # (JupyterLab / nbconvert: right-aligned cells, 0.5em padding, striped rows,
 # auto margins; ipywidgets' HTML: a 28px line height).
-_TABLE_STYLE = ("border-collapse:collapse;border:none;margin:0;table-layout:auto;width:auto;"
-                "font-size:inherit;color:inherit;line-height:1.4")
+_TABLE_STYLE = (
+    "border-collapse:collapse;border:none;margin:0;table-layout:auto;width:auto;"
+    "font-size:inherit;color:inherit;line-height:1.4"
+)
 _ROW_STYLE = "background:none;border:none"
 
 
 def _cell(content: str, right: bool = False, head: bool = False, muted: bool = False) -> str:
     tag = "th" if head else "td"
-    style = (f"padding:1px 12px 1px 0;text-align:{'right' if right else 'left'};border:none;"
-             "line-height:1.4;white-space:nowrap;vertical-align:middle;font-variant-numeric:tabular-nums")
+    style = (
+        f"padding:1px 12px 1px 0;text-align:{'right' if right else 'left'};border:none;"
+        "line-height:1.4;white-space:nowrap;vertical-align:middle;font-variant-numeric:tabular-nums"
+    )
     if head:
         style += ";font-weight:600"
     if muted:
@@ -161,8 +181,11 @@ def _cell(content: str, right: bool = False, head: bool = False, muted: bool = F
 
 
 def _table(rows: list[list[str]]) -> str:
-    return (f'<table style="{_TABLE_STYLE}">'
-            + "".join(f'<tr style="{_ROW_STYLE}">{"".join(r)}</tr>' for r in rows) + "</table>")
+    return (
+        f'<table style="{_TABLE_STYLE}">'
+        + "".join(f'<tr style="{_ROW_STYLE}">{"".join(r)}</tr>' for r in rows)
+        + "</table>"
+    )
 
 
 def split_metrics(pairs: list[tuple[str, Any]]) -> tuple[list, list]:
@@ -188,15 +211,19 @@ def metrics_html(pairs: list[tuple[str, Any]], limit: int | None = None) -> str:
     out = []
     if shown:
         more = len(shown) - limit if limit is not None and len(shown) > limit else 0
-        out.append(kv_table_html(shown[:len(shown) - more]))
+        out.append(kv_table_html(shown[: len(shown) - more]))
         if more:
             out.append(f'<div style="{MUTED}">+{more} more</div>')
     if books:
         # Wraps between pairs, never inside one, so it does not widen the column.
-        out.append(f'<div style="{MUTED};white-space:normal;max-width:380px">'
-                   + " &middot; ".join(f'<span style="white-space:nowrap">{html.escape(str(k))} '
-                                       f'{html.escape(fmt_value(v))}</span>' for k, v in books)
-                   + "</div>")
+        out.append(
+            f'<div style="{MUTED};white-space:normal;max-width:380px">'
+            + " &middot; ".join(
+                f'<span style="white-space:nowrap">{html.escape(str(k))} {html.escape(fmt_value(v))}</span>'
+                for k, v in books
+            )
+            + "</div>"
+        )
     return "".join(out)
 
 

@@ -7,6 +7,7 @@ events; it imports no display. `LogView` is the widget: a Dropdown ``rank 0 / ra
 at most every ``min_interval_s``. The tail is what the pane can show without growing;
 every line of every rank stays in the run directory (``Result.logs(rank=N)``).
 """
+
 from __future__ import annotations
 
 import html
@@ -18,8 +19,8 @@ from typing import Callable
 import ipywidgets as W
 
 ALL = "all"
-TAIL_LINES = 200        # kept per rank, and for all ranks together
-MAX_LINE_CHARS = 2000   # a line never ended (progress dots) stops growing here
+TAIL_LINES = 200  # kept per rank, and for all ranks together
+MAX_LINE_CHARS = 2000  # a line never ended (progress dots) stops growing here
 _STDERR = "color:#c62828"
 
 
@@ -49,7 +50,13 @@ class LogTail:
         if not isinstance(event, dict) or event.get("kind", "output") != "output":
             return False
         rank, text = event.get("rank"), event.get("text")
-        if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0 or not isinstance(text, str) or not text:
+        if (
+            not isinstance(rank, int)
+            or isinstance(rank, bool)
+            or rank < 0
+            or not isinstance(text, str)
+            or not text
+        ):
             return False
         stream = "stderr" if event.get("stream") == "stderr" else "stdout"
         with self._lock:
@@ -90,7 +97,9 @@ def render_lines(entries, with_rank: bool) -> str:
     for rank, stream, text in entries:
         tag = f"(rank {rank}) " if with_rank else ""
         if stream == "stderr":
-            out.append(f"<span style='{_STDERR}' title='stderr'>{html.escape(f'{tag}[stderr] {text}')}</span>")
+            out.append(
+                f"<span style='{_STDERR}' title='stderr'>{html.escape(f'{tag}[stderr] {text}')}</span>"
+            )
         else:
             out.append(html.escape(tag + text))
     return "\n".join(out)
@@ -109,8 +118,13 @@ class LogView:
     ``"all"``), ``text`` (HTML), ``widget`` (the VBox the pane shows), ``redraws``.
     """
 
-    def __init__(self, world_size: int, min_interval_s: float = 0.5, trailing: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        world_size: int,
+        min_interval_s: float = 0.5,
+        trailing: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.model = LogTail(world_size)
         self.min_interval_s = float(min_interval_s)
         self.trailing = trailing
@@ -118,13 +132,17 @@ class LogView:
         self._lock = threading.RLock()
         self._timer: threading.Timer | None = None
         self._last = -float("inf")
-        self._drawn = (None, -1)   # (selection, model version) last drawn
+        self._drawn = (None, -1)  # (selection, model version) last drawn
         self._setting_options = False
         self.redraws = 0
         self.closed = False
-        self.selector = W.Dropdown(options=self._options(), value=0, description="logs",
-                                   style={"description_width": "36px"},
-                                   layout=W.Layout(width="170px"))
+        self.selector = W.Dropdown(
+            options=self._options(),
+            value=0,
+            description="logs",
+            style={"description_width": "36px"},
+            layout=W.Layout(width="170px"),
+        )
         self.text = W.HTML()
         self.widget = W.VBox([self.selector, self.text], layout=W.Layout(display="none", margin="6px 0 0 0"))
         self.selector.observe(lambda change: self.refresh(force=True), "value")
@@ -152,12 +170,12 @@ class LogView:
                 return False
             self._last = now
             options = self._options()
-            if options != list(self.selector.options):   # a rank beyond world_size printed
+            if options != list(self.selector.options):  # a rank beyond world_size printed
                 selected = self.selector.value
                 self._setting_options = True
                 try:
                     self.selector.options = options
-                    self.selector.value = selected     # new options reset the choice
+                    self.selector.value = selected  # new options reset the choice
                 finally:
                     self._setting_options = False
             which = self.selector.value
@@ -167,10 +185,12 @@ class LogView:
             self.redraws += 1
             body = render_lines(self.model.lines(which), with_rank=which == ALL)
             # column-reverse keeps the scroll at the newest line, as a terminal does
-            self.text.value = ("<div style='display:flex;flex-direction:column-reverse;max-height:16em;"
-                               "overflow:auto;border:1px solid #ddd;padding:2px 6px'>"
-                               "<pre style='margin:0;font-size:12px;line-height:1.35;white-space:pre-wrap'>"
-                               f"{body or '<i>no output yet</i>'}</pre></div>")
+            self.text.value = (
+                "<div style='display:flex;flex-direction:column-reverse;max-height:16em;"
+                "overflow:auto;border:1px solid #ddd;padding:2px 6px'>"
+                "<pre style='margin:0;font-size:12px;line-height:1.35;white-space:pre-wrap'>"
+                f"{body or '<i>no output yet</i>'}</pre></div>"
+            )
             if self.model.version:
                 self.widget.layout.display = None
             return True

@@ -1,6 +1,7 @@
 """The magics' options as Markdown tables, generated from their argparse parsers, so the
 docs' reference (``docs/magics.md``) never disagrees with what the magics accept:
 ``python -m raynb.notebook.magic_reference > docs/magics.md``."""
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,9 @@ def _spelling(action: argparse.Action) -> str:
         return f"`{meta}`" + (f" ({', '.join(map(str, action.choices))})" if action.choices else "")
     value = ""
     if action.nargs != 0:
-        meta = action.metavar or (("{" + ",".join(map(str, action.choices)) + "}") if action.choices
-                                  else action.dest.upper())
+        meta = action.metavar or (
+            ("{" + ",".join(map(str, action.choices)) + "}") if action.choices else action.dest.upper()
+        )
         value = f" [{meta}]" if action.nargs == "?" else f" {meta}"
     return ", ".join(f"`{o}{value}`" for o in action.option_strings)
 
@@ -41,11 +43,18 @@ def table(parser: argparse.ArgumentParser) -> str:
 
 def markdown() -> str:
     """The whole reference page."""
-    parts = ["# Magics reference", "",
-             "Generated from the magics' parsers (`python -m raynb.notebook.magic_reference`). "
-             "The guides ([the notebook](notebook.md), [Tune](tune.md)) show them in use.", ""]
-    for title, parser in (("`%%ray_train`", _train_parser()), ("`%%ray_tune`", tune_parser()),
-                          ("`%ray_cluster`", _cluster_parser())):
+    parts = [
+        "# Magics reference",
+        "",
+        "Generated from the magics' parsers (`python -m raynb.notebook.magic_reference`). "
+        "The guides ([the notebook](notebook.md), [Tune](tune.md)) show them in use.",
+        "",
+    ]
+    for title, parser in (
+        ("`%%ray_train`", _train_parser()),
+        ("`%%ray_tune`", tune_parser()),
+        ("`%ray_cluster`", _cluster_parser()),
+    ):
         parts += [f"## {title}", "", (parser.description or "").strip(), "", table(parser), ""]
     return "\n".join(parts)
 

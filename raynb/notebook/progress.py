@@ -10,6 +10,7 @@ Events are dicts with a ``"kind"`` key; see `RunProgress.on_event`. Events come
 from the network, so junk (missing keys, non-numeric values, unknown ranks or
 kinds, events out of order) is tolerated, never raised on.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -19,7 +20,19 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from .formatting import (TERMINAL_STATES, KNOWN_STATES, LOSS_KEYS, BOOKKEEPING_KEYS, OUTPUT_TAIL_LINES, as_number, fmt_value, fmt_bytes, fmt_range, fmt_duration, split_metrics)
+from .formatting import (
+    BOOKKEEPING_KEYS,
+    KNOWN_STATES,
+    LOSS_KEYS,
+    OUTPUT_TAIL_LINES,
+    TERMINAL_STATES,
+    as_number,
+    fmt_bytes,
+    fmt_duration,
+    fmt_range,
+    fmt_value,
+    split_metrics,
+)
 
 
 # ----------------------------------------------------------------- the model
@@ -45,9 +58,15 @@ class RunProgress:
         restarts, output_tail, loss_series(), summary_lines(), summary_html().
     """
 
-    def __init__(self, run_name: str, world_size: int, total_epochs: int | None = None,
-                 metric_keys: Iterable[str] = ("loss",),
-                 clock: Callable[[], float] = time.time, error_raised: bool = False):
+    def __init__(
+        self,
+        run_name: str,
+        world_size: int,
+        total_epochs: int | None = None,
+        metric_keys: Iterable[str] = ("loss",),
+        clock: Callable[[], float] = time.time,
+        error_raised: bool = False,
+    ):
         self.run_name = str(run_name)
         self.error_raised = bool(error_raised)
         self.world_size = max(0, int(world_size))
@@ -60,9 +79,9 @@ class RunProgress:
         self.state = "PENDING"
         self.message: str | None = None
         self.error: str | None = None
-        self.started_at: float | None = None   # wall time of the first RUNNING
-        self.ended_at: float | None = None     # wall time of the terminal state
-        self._elapsed_shown = 0.0              # the most elapsed_s has returned
+        self.started_at: float | None = None  # wall time of the first RUNNING
+        self.ended_at: float | None = None  # wall time of the terminal state
+        self._elapsed_shown = 0.0  # the most elapsed_s has returned
         # rank -> (iteration, done, total, unit) of the newest report seen
         self._progress: dict[int, tuple[int, int, int | None, str]] = {}
         self._report_counts: dict[int, int] = {}
@@ -75,7 +94,7 @@ class RunProgress:
         self.peak_gpu_mem: dict[int, int] = {}  # bytes, where NVML saw the rank on a GPU
         self._notes: list[str] = []
         self._output: dict[int, deque] = {}
-        self.report_count = 0   # all ranks; views use it to see whether anything changed
+        self.report_count = 0  # all ranks; views use it to see whether anything changed
         self.latest_checkpoint: str | None = None  # name of the newest committed checkpoint
         self.checkpoint_count = 0
 
@@ -100,9 +119,15 @@ class RunProgress:
             return
         t = as_number(event.get("time"))
         t = float(t) if t is not None else self._clock()
-        handler = {"state": self._on_state, "report": self._on_report, "progress": self._on_progress,
-                   "stats": self._on_stats, "output": self._on_output,
-                   "note": self._on_note, "checkpoint": self._on_checkpoint}.get(event.get("kind"))
+        handler = {
+            "state": self._on_state,
+            "report": self._on_report,
+            "progress": self._on_progress,
+            "stats": self._on_stats,
+            "output": self._on_output,
+            "note": self._on_note,
+            "checkpoint": self._on_checkpoint,
+        }.get(event.get("kind"))
         if handler is None:
             return
         with self._lock:
@@ -186,9 +211,11 @@ class RunProgress:
             if rank is None or not isinstance(s, dict) or t < self._stats_time.get(rank, -math.inf):
                 continue
             pid, cpu, rss = as_number(s.get("pid")), as_number(s.get("cpu_percent")), as_number(s.get("rss"))
-            self._stats[rank] = {"pid": int(pid) if pid is not None else None,
-                                 "cpu_percent": float(cpu) if cpu is not None else None,
-                                 "rss": int(rss) if rss is not None else None}
+            self._stats[rank] = {
+                "pid": int(pid) if pid is not None else None,
+                "cpu_percent": float(cpu) if cpu is not None else None,
+                "rss": int(rss) if rss is not None else None,
+            }
             # GPU figures only where the node agent's NVML saw the rank on a GPU.
             for key in ("gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total"):
                 if as_number(s.get(key)) is not None:
@@ -251,8 +278,10 @@ class RunProgress:
         total_epochs is known), else step+1, else the number of reports;
         ``total`` is total_epochs or None. Ranks yet to report: (0, total_epochs)."""
         with self._lock:
-            return {r: (p[1], p[2]) if (p := self._progress.get(r)) else (0, self.total_epochs)
-                    for r in self.ranks}
+            return {
+                r: (p[1], p[2]) if (p := self._progress.get(r)) else (0, self.total_epochs)
+                for r in self.ranks
+            }
 
     @property
     def progress_unit(self) -> str:
@@ -349,21 +378,29 @@ class RunProgress:
     # ------------------------------------------------------------- summaries
     def summary_lines(self) -> list[str]:
         """A plain-text summary: header, progress, final metrics, workers, notes, error."""
-        lines = [f"[{self.run_name}] {self.state} in {fmt_duration(self.elapsed_s)}"
-                 + (f" | {self.progress_text()}" if self.report_count else "")]
+        lines = [
+            f"[{self.run_name}] {self.state} in {fmt_duration(self.elapsed_s)}"
+            + (f" | {self.progress_text()}" if self.report_count else "")
+        ]
         shown, bookkeeping = split_metrics(self.ordered_metrics())
         metrics = shown + bookkeeping
         if metrics:
             lines.append("  metrics: " + " ".join(f"{k}={fmt_value(v)}" for k, v in metrics))
         stats = self.worker_stats
         if 0 < len(stats) <= 2:
-            lines.append("  workers: " + ", ".join(
-                f"rank{r} pid {s['pid']} peak {fmt_bytes(self.peak_rss.get(r))}" for r, s in stats.items()))
-        elif stats:   # one line however many ranks; the pids are in `raynb status` and the HTML summary
+            lines.append(
+                "  workers: "
+                + ", ".join(
+                    f"rank{r} pid {s['pid']} peak {fmt_bytes(self.peak_rss.get(r))}" for r, s in stats.items()
+                )
+            )
+        elif stats:  # one line however many ranks; the pids are in `raynb status` and the HTML summary
             peaks = {r: self.peak_rss[r] for r in stats if r in self.peak_rss}
             top = max(peaks, key=peaks.get) if peaks else None
-            lines.append(f"  workers: {len(stats)} ranks, peak RSS {fmt_range(peaks.values(), fmt_bytes)}"
-                         + (f" (highest rank{top})" if top is not None and len(set(peaks.values())) > 1 else ""))
+            lines.append(
+                f"  workers: {len(stats)} ranks, peak RSS {fmt_range(peaks.values(), fmt_bytes)}"
+                + (f" (highest rank{top})" if top is not None and len(set(peaks.values())) > 1 else "")
+            )
         if self.peak_gpu_mem:
             lines.append(f"  GPU memory: peak {fmt_range(self.peak_gpu_mem.values(), fmt_bytes)}")
         if self.latest_checkpoint:
@@ -387,7 +424,6 @@ class RunProgress:
         from .summary import summary_html
 
         return summary_html(self, plot, png)
-
 
 
 def _as_rank(value: Any) -> int | None:

@@ -4,6 +4,7 @@ The same information as the Jupyter pane, as a compact status line printed at
 most every ``min_interval_s``, plus one line per state change and per note,
 and the model's summary lines when the run ends.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,7 +15,7 @@ from typing import Callable, TextIO
 from .formatting import fmt_bytes, fmt_duration, fmt_range, fmt_value
 from .progress import RunProgress
 
-MAX_METRICS = 6   # keep the status line to one terminal line, roughly
+MAX_METRICS = 6  # keep the status line to one terminal line, roughly
 
 
 class TextProgress:
@@ -30,17 +31,22 @@ class TextProgress:
         clock: monotonic seconds, injectable for tests.
     """
 
-    def __init__(self, progress: RunProgress, stream: TextIO | None = None,
-                 min_interval_s: float = 2.0, quiet_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        progress: RunProgress,
+        stream: TextIO | None = None,
+        min_interval_s: float = 2.0,
+        quiet_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.progress = progress
         self._stream = stream
         self.min_interval_s = float(min_interval_s)
         self.quiet_s = float(quiet_s)
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_line = -float("inf")      # last status line
-        self._last_any = -float("inf")       # last line of any kind (state, note, status)
+        self._last_line = -float("inf")  # last status line
+        self._last_any = -float("inf")  # last line of any kind (state, note, status)
         self._printed_reports = 0
         self._last_state: str | None = None
         self.finished = False
@@ -105,10 +111,14 @@ class TextProgress:
             parts.append(" ".join(f"{k}={fmt_value(v)}" for k, v in metrics))
         stats = p.worker_stats
         if 0 < len(stats) <= 2:
-            parts.append(" ".join(
-                f"rank{r} {'?' if s['cpu_percent'] is None else format(s['cpu_percent'], '.0f')}% "
-                f"{fmt_bytes(s['rss'])}" for r, s in stats.items()))
-        elif stats:   # '4 ranks 20-28% 255-262 MiB': one field however many ranks
+            parts.append(
+                " ".join(
+                    f"rank{r} {'?' if s['cpu_percent'] is None else format(s['cpu_percent'], '.0f')}% "
+                    f"{fmt_bytes(s['rss'])}"
+                    for r, s in stats.items()
+                )
+            )
+        elif stats:  # '4 ranks 20-28% 255-262 MiB': one field however many ranks
             cpu = fmt_range((s["cpu_percent"] for s in stats.values()), lambda c: f"{c:.0f}%")
             rss = fmt_range((s["rss"] for s in stats.values()), fmt_bytes)
             parts.append(f"{len(stats)} ranks {cpu} {rss}")

@@ -14,6 +14,7 @@ by latest <metric>". The best value a trial ever reported is the column named by
 what it is, ``max <metric>`` (``min <metric>`` for mode min): the header's 0.9694
 and that column's 0.9722 are different numbers and no longer share a name.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,11 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..train.callback import flatten as callback_flatten
-from .formatting import as_number, fmt_duration, fmt_value
-
 from . import trial_table_render as _render
+from .formatting import as_number, fmt_duration, fmt_value
 from .trial_table_render import STATUS_COLOURS, STATUSES, _param_labels
-
 
 
 def flatten(config: Any) -> dict[str, Any]:
@@ -61,12 +60,23 @@ class TrialRow:
     best: float | None = None
     series: list = field(default_factory=list)
     reports: int = 0
-    early_stopped: bool = False   # TERMINATED by a scheduler / stopper before its budget (grey curve)
+    early_stopped: bool = False  # TERMINATED by a scheduler / stopper before its budget (grey curve)
 
     def snapshot(self) -> "TrialRow":
-        return TrialRow(self.trial_id, dict(self.config), self.order, self.status, self.error,
-                        self.iteration, self.time_total_s, self.latest, self.best,
-                        list(self.series), self.reports, self.early_stopped)
+        return TrialRow(
+            self.trial_id,
+            dict(self.config),
+            self.order,
+            self.status,
+            self.error,
+            self.iteration,
+            self.time_total_s,
+            self.latest,
+            self.best,
+            list(self.series),
+            self.reports,
+            self.early_stopped,
+        )
 
 
 class TuneProgress:
@@ -90,22 +100,28 @@ class TuneProgress:
     `text_table`, `html_table`, `plot_png`, `summary_html`, `summary_text`.
     """
 
-    def __init__(self, metric: str | None, mode: str | None, total_workers: int,
-                 param_keys: Iterable[str] = (), clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        metric: str | None,
+        mode: str | None,
+        total_workers: int,
+        param_keys: Iterable[str] = (),
+        clock: Callable[[], float] = time.time,
+    ):
         if mode not in (None, "min", "max"):
             raise ValueError(f"mode must be 'min', 'max' or None, got {mode!r}")
         self.metric = metric
         self.mode = mode if metric else None
         self.param_keys = [str(k) for k in (param_keys or ())]
         self._clock = clock
-        self._lock = threading.RLock()   # the driver writes while a timer thread may read
+        self._lock = threading.RLock()  # the driver writes while a timer thread may read
         self._trials: dict[str, TrialRow] = {}
         self._in_use = 0
         self._total = max(0, int(total_workers))
         self._notes: list[str] = []
         self.started_at = clock()
         self.ended_at: float | None = None
-        self.version = 0          # bumped by every change: views redraw only when it moved
+        self.version = 0  # bumped by every change: views redraw only when it moved
         self.results_version = 0  # bumped by reports and status changes: the plot's input
 
     # ------------------------------------------------------------- writes
@@ -120,7 +136,9 @@ class TuneProgress:
                 row.config = flatten(config or {})
             self.version += 1
 
-    def set_status(self, trial_id: str, status: str, error: str | None = None, early_stopped: bool = False) -> None:
+    def set_status(
+        self, trial_id: str, status: str, error: str | None = None, early_stopped: bool = False
+    ) -> None:
         """``status``: PENDING, RUNNING, PAUSED, TERMINATED, STOPPED or ERROR;
         ``error``: one line saying why, for ERROR; ``early_stopped``: a TERMINATED trial
         stopped before its budget (its curve is drawn as a stopped one).
@@ -151,7 +169,7 @@ class TuneProgress:
             t = as_number(metrics.get("time_total_s"))
             if t is not None:
                 row.time_total_s = float(t)
-            if row.status == "PENDING":   # a report proves it runs
+            if row.status == "PENDING":  # a report proves it runs
                 row.status = "RUNNING"
             value = as_number(metrics.get(self.metric)) if self.metric else None
             if value is not None:
@@ -184,7 +202,7 @@ class TuneProgress:
 
     def _row(self, trial_id: str) -> TrialRow:
         row = self._trials.get(trial_id)
-        if row is None:   # status or report before add_trial: show it rather than drop it
+        if row is None:  # status or report before add_trial: show it rather than drop it
             row = self._trials[trial_id] = TrialRow(str(trial_id), {}, len(self._trials))
         return row
 
@@ -201,8 +219,9 @@ class TuneProgress:
         if self.mode is None:
             return sorted(rows, key=lambda r: r.order)
         sign = -1.0 if self.mode == "max" else 1.0
-        return sorted(rows, key=lambda r: (r.latest is None, sign * r.latest if r.latest is not None else 0.0,
-                                           r.order))
+        return sorted(
+            rows, key=lambda r: (r.latest is None, sign * r.latest if r.latest is not None else 0.0, r.order)
+        )
 
     @property
     def best_trial_id(self) -> str | None:
@@ -249,9 +268,11 @@ class TuneProgress:
     def errors(self) -> list[tuple[str, str]]:
         """(trial_id, error line) of the ERROR trials, in added order."""
         with self._lock:
-            return [(r.trial_id, r.error or "failed") for r in sorted(self._trials.values(),
-                                                                      key=lambda r: r.order)
-                    if r.status == "ERROR"]
+            return [
+                (r.trial_id, r.error or "failed")
+                for r in sorted(self._trials.values(), key=lambda r: r.order)
+                if r.status == "ERROR"
+            ]
 
     def shown_param_keys(self) -> list[str]:
         """The config columns: `param_keys`, or every flattened key seen."""
@@ -286,7 +307,7 @@ class TuneProgress:
                 data[self.best_column] = [r.best for r in rows]
         df = pd.DataFrame(data)
         # float64 with NaN for "not reported yet": all-None columns would print "None".
-        for c in list(df.columns)[2 + len(keys) + 1:]:
+        for c in list(df.columns)[2 + len(keys) + 1 :]:
             df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
         return df
 
@@ -295,9 +316,11 @@ class TuneProgress:
         best trial 3f2a_00004 by latest val_loss (min): 0.1234``."""
         counts = self.counts
         n = self.num_trials
-        parts = [f"{n} trial{'s' if n != 1 else ''}"
-                 + (": " + ", ".join(f"{c} {s}" for s, c in counts.items()) if counts else ""),
-                 fmt_duration(self.elapsed_s)]
+        parts = [
+            f"{n} trial{'s' if n != 1 else ''}"
+            + (": " + ", ".join(f"{c} {s}" for s, c in counts.items()) if counts else ""),
+            fmt_duration(self.elapsed_s),
+        ]
         in_use, total = self.workers
         parts.append(f"workers {in_use}/{total}")
         best = self.best_trial_id

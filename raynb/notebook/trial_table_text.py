@@ -3,6 +3,7 @@
 The table is printed at most every ``min_interval_s`` (and only when something
 changed), and once more, complete up to ``final_rows`` rows, when tuning ends.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,9 +30,15 @@ class TuneTableText:
     ``redraws`` counts the tables printed.
     """
 
-    def __init__(self, progress: TuneProgress, stream: TextIO | None = None,
-                 min_interval_s: float = 5.0, max_rows: int = 20, final_rows: int = 50,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        progress: TuneProgress,
+        stream: TextIO | None = None,
+        min_interval_s: float = 5.0,
+        max_rows: int = 20,
+        final_rows: int = 50,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.progress = progress
         self._stream = stream
         self.min_interval_s = float(min_interval_s)
@@ -73,7 +80,7 @@ class TuneTableText:
         p = self.progress
         self._printed_version = p.version
         notes = p.notes
-        lines = [f"note: {n}" for n in notes[self._printed_notes:]]   # each note once
+        lines = [f"note: {n}" for n in notes[self._printed_notes :]]  # each note once
         self._printed_notes = len(notes)
         lines.append(f"== Tune {'finished' if final else 'running'}: {p.status_line()} ==")
         lines.append(p.text_table(max_rows))

@@ -7,6 +7,7 @@ change is drawn by a trailing timer so the last one is never lost. When tuning
 ends, `finish` replaces the pane with static HTML (every trial's row and the
 final plot inline), which a saved notebook shows without a kernel.
 """
+
 from __future__ import annotations
 
 import threading
@@ -20,7 +21,7 @@ from .trial_table import TuneProgress
 from .trial_table_render import PLOT_WIDTH_PX
 from .widgets import TextHTML, TextVBox, close_tree
 
-HEADER_TICK_S = 1.0   # the elapsed time in the header advances this often without events
+HEADER_TICK_S = 1.0  # the elapsed time in the header advances this often without events
 
 
 class TuneTablePane:
@@ -43,16 +44,22 @@ class TuneTablePane:
     `finish`).
     """
 
-    def __init__(self, progress: TuneProgress, min_interval_s: float = 0.25,
-                 plot_interval_s: float = 1.0, max_rows: int = 30, trailing: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        progress: TuneProgress,
+        min_interval_s: float = 0.25,
+        plot_interval_s: float = 1.0,
+        max_rows: int = 30,
+        trailing: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.progress = progress
         self.min_interval_s = float(min_interval_s)
         self.plot_interval_s = float(plot_interval_s)
         self.max_rows = max_rows
         self.trailing = trailing
         self._clock = clock
-        self._lock = threading.RLock()   # update() and the trailing timer may race
+        self._lock = threading.RLock()  # update() and the trailing timer may race
         self._timer: threading.Timer | None = None
         self._last_redraw = -float("inf")
         self._last_plot = -float("inf")
@@ -66,12 +73,17 @@ class TuneTablePane:
         self.summary: str | None = None
 
         self.header = W.HTML()
-        self.table = W.HTML(layout=W.Layout(max_height="420px", overflow="auto", flex="0 1 auto",
-                                            margin="0 16px 0 0"))
-        self.plot = W.Image(format="png", layout=W.Layout(
-            display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"))
+        self.table = W.HTML(
+            layout=W.Layout(max_height="420px", overflow="auto", flex="0 1 auto", margin="0 16px 0 0")
+        )
+        self.plot = W.Image(
+            format="png",
+            layout=W.Layout(display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"),
+        )
         self.notes = W.HTML()
-        body = W.HBox([self.table, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
+        body = W.HBox(
+            [self.table, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start")
+        )
         # Without widgets (jupyter console), the pane reads as the text view's table.
         self.widget = TextVBox([self.header, body, self.notes], text=self._text)
         self._redraw(self._clock())
@@ -117,7 +129,7 @@ class TuneTablePane:
             self.summary = self.progress.summary_html(plot=True)
             summary = TextHTML(self.summary, self.progress.summary_text())
             if self._handle is not None:
-                self._handle.update(summary)   # by display_id: in place, from any thread
+                self._handle.update(summary)  # by display_id: in place, from any thread
             else:
                 ipy_display(summary)
             close_tree(self.widget)
@@ -169,8 +181,10 @@ class TuneTablePane:
             self._timer = None
             if self.finished:
                 return
-            if (self.progress.version != self._drawn_version
-                    or self.progress.results_version != self._plotted_version):
+            if (
+                self.progress.version != self._drawn_version
+                or self.progress.results_version != self._plotted_version
+            ):
                 self._redraw(self._clock())
 
 

@@ -15,6 +15,7 @@ evaluated in the notebook's namespace with the search-space functions
 (``uniform``, ``loguniform``, ``choice``, ``randint``, ``grid_search``, ...)
 available without imports. Bad options are a ``UsageError`` before any trial starts.
 """
+
 from __future__ import annotations
 
 import linecache
@@ -30,9 +31,24 @@ from .magic_args import MagicParser, positive_int, split_expression
 
 # The search-space functions usable in --space without imports (they win over
 # notebook names: `from random import choice` must not turn a space into one draw).
-SPACE_API = {name: getattr(_sample, name) for name in (
-    "uniform", "quniform", "loguniform", "qloguniform", "randint", "qrandint", "lograndint",
-    "qlograndint", "randn", "qrandn", "choice", "grid_search", "sample_from")}
+SPACE_API = {
+    name: getattr(_sample, name)
+    for name in (
+        "uniform",
+        "quniform",
+        "loguniform",
+        "qloguniform",
+        "randint",
+        "qrandint",
+        "lograndint",
+        "qlograndint",
+        "randn",
+        "qrandn",
+        "choice",
+        "grid_search",
+        "sample_from",
+    )
+}
 
 SCHEDULERS = ("fifo", "asha", "hyperband", "median", "pbt")
 SEARCHES = ("random", "optuna")
@@ -52,39 +68,85 @@ def _positive_float(text: str) -> float:
 
 def tune_parser() -> MagicParser:
     """The ``%%ray_tune`` options (argparse; errors raise IPython's UsageError)."""
-    p = MagicParser(prog="%%ray_tune", description="Tune the cell body: each trial runs it with "
-                "`config` holding that trial's sampled values, on the warm workers.")
-    p.add_argument("--samples", "--num-samples", dest="samples", type=positive_int, default=1,
-                   help="trials to sample (each grid point is repeated this many times)")
+    p = MagicParser(
+        prog="%%ray_tune",
+        description="Tune the cell body: each trial runs it with "
+        "`config` holding that trial's sampled values, on the warm workers.",
+    )
+    p.add_argument(
+        "--samples",
+        "--num-samples",
+        dest="samples",
+        type=positive_int,
+        default=1,
+        help="trials to sample (each grid point is repeated this many times)",
+    )
     p.add_argument("--metric", default=None, help="reported metric to optimise")
     p.add_argument("--mode", default=None, choices=["min", "max"], help="minimise or maximise --metric")
-    p.add_argument("--scheduler", default="fifo", choices=SCHEDULERS,
-                   help="trial scheduler (early stopping / PBT); default fifo")
-    p.add_argument("--search", default="random", choices=SEARCHES,
-                   help="search algorithm: random/grid, or optuna (TPE); default random")
-    p.add_argument("--space", default=None,
-                   help="search space: a Python dict expression, e.g. {'lr': loguniform(1e-4, 1e-1)}")
-    p.add_argument("--workers-per-trial", type=positive_int, default=1,
-                   help="ranks per trial; > 1 makes each trial a TorchTrainer DDP run")
+    p.add_argument(
+        "--scheduler",
+        default="fifo",
+        choices=SCHEDULERS,
+        help="trial scheduler (early stopping / PBT); default fifo",
+    )
+    p.add_argument(
+        "--search",
+        default="random",
+        choices=SEARCHES,
+        help="search algorithm: random/grid, or optuna (TPE); default random",
+    )
+    p.add_argument(
+        "--space",
+        default=None,
+        help="search space: a Python dict expression, e.g. {'lr': loguniform(1e-4, 1e-1)}",
+    )
+    p.add_argument(
+        "--workers-per-trial",
+        type=positive_int,
+        default=1,
+        help="ranks per trial; > 1 makes each trial a TorchTrainer DDP run",
+    )
     p.add_argument("--gpu", action="store_true", help="one GPU per rank")
     p.add_argument("--max-concurrent", type=positive_int, default=None, help="most trials running at once")
-    p.add_argument("--time-budget", type=_positive_float, default=None,
-                   help="seconds after which no new trial starts and running ones stop")
-    p.add_argument("--max-t", type=positive_int, default=None,
-                   help="asha/hyperband: most training_iterations per trial (defaults 100 / 81)")
-    p.add_argument("--grace-period", type=positive_int, default=None,
-                   help="asha/median: iterations before a trial may be stopped (default 1)")
-    p.add_argument("--perturbation-interval", type=positive_int, default=4,
-                   help="pbt: iterations between exploit/explore steps (default 4)")
+    p.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=None,
+        help="seconds after which no new trial starts and running ones stop",
+    )
+    p.add_argument(
+        "--max-t",
+        type=positive_int,
+        default=None,
+        help="asha/hyperband: most training_iterations per trial (defaults 100 / 81)",
+    )
+    p.add_argument(
+        "--grace-period",
+        type=positive_int,
+        default=None,
+        help="asha/median: iterations before a trial may be stopped (default 1)",
+    )
+    p.add_argument(
+        "--perturbation-interval",
+        type=positive_int,
+        default=4,
+        help="pbt: iterations between exploit/explore steps (default 4)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
     p.add_argument("--name", default=None, help="experiment name (its directory name)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the experiment --name NAME: the cell is its trainable (give the "
-                        "same --workers-per-trial and --gpu); space, search and scheduler are its own")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the experiment --name NAME: the cell is its trainable (give the "
+        "same --workers-per-trial and --gpu); space, search and scheduler are its own",
+    )
     p.add_argument("--storage-path", default=None, help="parent directory of the experiment directory")
-    p.add_argument("--result", default=None,
-                   help="notebook name bound to the ResultGrid (default: the cell's output, `_`; "
-                        "after an interrupt, `_ray_tune_result`)")
+    p.add_argument(
+        "--result",
+        default=None,
+        help="notebook name bound to the ResultGrid (default: the cell's output, `_`; "
+        "after an interrupt, `_ray_tune_result`)",
+    )
     p.add_argument("--quiet", action="store_true", help="no trial table")
     return p
 
@@ -101,16 +163,21 @@ def parse_line(line: str):
     if args.result is not None and not args.result.isidentifier():
         raise UsageError(f"--result {args.result!r} is not a valid Python name")
     if (args.metric is None) != (args.mode is None):
-        raise UsageError("--metric and --mode go together: name the reported metric and whether "
-                         "to minimise or maximise it, e.g. --metric val_loss --mode min")
+        raise UsageError(
+            "--metric and --mode go together: name the reported metric and whether "
+            "to minimise or maximise it, e.g. --metric val_loss --mode min"
+        )
     needs = [f"--scheduler {args.scheduler}"] if args.scheduler != "fifo" else []
     needs += ["--search optuna"] if args.search == "optuna" else []
     if needs and args.metric is None:
-        raise UsageError(f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a metric: "
-                         "add --metric NAME --mode min|max")
+        raise UsageError(
+            f"{' and '.join(needs)} need{'s' if len(needs) == 1 else ''} a metric: "
+            "add --metric NAME --mode min|max"
+        )
     if args.resume and not args.name:
-        raise UsageError("--resume continues an experiment by name: add --name NAME (raynb.runs() "
-                         "lists the experiments)")
+        raise UsageError(
+            "--resume continues an experiment by name: add --name NAME (raynb.runs() lists the experiments)"
+        )
     if args.max_t is not None and args.scheduler not in ("asha", "hyperband"):
         raise UsageError(f"--max-t applies to --scheduler asha or hyperband, not {args.scheduler}")
     if args.grace_period is not None and args.scheduler not in ("asha", "median"):
@@ -132,8 +199,10 @@ def eval_space(expr: str | None, user_ns: dict) -> dict:
     except Exception as e:
         raise UsageError(f"--space {expr!r} failed to evaluate: {type(e).__name__}: {e}") from None
     if not isinstance(space, dict):
-        raise UsageError(f"--space must be a dict of hyperparameters, e.g. {{'lr': loguniform(1e-4, 1e-1)}}; "
-                         f"got {type(space).__name__}: {space!r}")
+        raise UsageError(
+            f"--space must be a dict of hyperparameters, e.g. {{'lr': loguniform(1e-4, 1e-1)}}; "
+            f"got {type(space).__name__}: {space!r}"
+        )
     return space
 
 
@@ -158,19 +227,25 @@ def make_scheduler(args, space: dict):
     if args.scheduler == "fifo":
         return None
     if args.scheduler == "asha":
-        return S.ASHAScheduler(time_attr="training_iteration", max_t=args.max_t or 100,
-                               grace_period=args.grace_period or 1)
+        return S.ASHAScheduler(
+            time_attr="training_iteration", max_t=args.max_t or 100, grace_period=args.grace_period or 1
+        )
     if args.scheduler == "hyperband":
         return S.HyperBandScheduler(time_attr="training_iteration", max_t=args.max_t or 81)
     if args.scheduler == "median":
         return S.MedianStoppingRule(time_attr="training_iteration", grace_period=args.grace_period or 1)
     mutations = _mutations(space)
     if not mutations:
-        raise UsageError("--scheduler pbt mutates the sampled hyperparameters of --space, and there are "
-                         "none: give --space entries such as {'lr': loguniform(1e-4, 1e-1)}")
-    return S.PopulationBasedTraining(time_attr="training_iteration",
-                                     perturbation_interval=args.perturbation_interval,
-                                     hyperparam_mutations=mutations, seed=args.seed)
+        raise UsageError(
+            "--scheduler pbt mutates the sampled hyperparameters of --space, and there are "
+            "none: give --space entries such as {'lr': loguniform(1e-4, 1e-1)}"
+        )
+    return S.PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=args.perturbation_interval,
+        hyperparam_mutations=mutations,
+        seed=args.seed,
+    )
 
 
 def make_search(args):
@@ -202,18 +277,20 @@ class RayTuneMagics(Magics):
         space = eval_space(args.space, ns)
         scheduler = make_scheduler(args, space)
         search_alg = make_search(args)
-        count = self.shell.displayhook.prompt_count   # the cell's In [n] (see %%ray_train)
+        count = self.shell.displayhook.prompt_count  # the cell's In [n] (see %%ray_train)
         filename = f"<ray_tune cell {count}>"
-        cf = build_cell_function(cell, ns, magic_line=f"%%ray_tune {line}", filename=filename,
-                                 func_name="ray_tune_cell")
+        cf = build_cell_function(
+            cell, ns, magic_line=f"%%ray_tune {line}", filename=filename, func_name="ray_tune_cell"
+        )
         # In linecache, the cell's source ships with every trial (shipping.notebook_sources),
         # so a trial's traceback shows the cell's lines.
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
         if args.workers_per_trial > 1 or args.gpu:
             from ..train.torch import TorchTrainer
 
-            trainable = TorchTrainer(cf.fn, scaling_config=ScalingConfig(
-                num_workers=args.workers_per_trial, use_gpu=args.gpu))
+            trainable = TorchTrainer(
+                cf.fn, scaling_config=ScalingConfig(num_workers=args.workers_per_trial, use_gpu=args.gpu)
+            )
             param_space = {"train_loop_config": space}
         else:
             trainable, param_space = cf.fn, space
@@ -222,43 +299,55 @@ class RayTuneMagics(Magics):
 
         try:
             path = experiment_dir(args.name, args.storage_path) if args.name else None
-        except ValueError as e:   # an object store's URI
+        except ValueError as e:  # an object store's URI
             raise UsageError(f"%%ray_tune --storage-path: {e}") from None
         exists = path is not None and Tuner.can_restore(str(path))
         if args.resume and not exists:
-            raise UsageError(f"no experiment named {args.name!r} in {path.parent} to resume: drop --resume "
-                             "to start it")
-        if exists and not args.resume:   # as %%ray_train refuses a run's name: nothing is overwritten
-            raise UsageError(f"an experiment named {args.name!r} already exists in {path.parent}: add "
-                             "--resume to continue it (its unfinished trials resume from their "
-                             "checkpoints), or choose another --name")
+            raise UsageError(
+                f"no experiment named {args.name!r} in {path.parent} to resume: drop --resume to start it"
+            )
+        if exists and not args.resume:  # as %%ray_train refuses a run's name: nothing is overwritten
+            raise UsageError(
+                f"an experiment named {args.name!r} already exists in {path.parent}: add "
+                "--resume to continue it (its unfinished trials resume from their "
+                "checkpoints), or choose another --name"
+            )
         try:
-            if args.resume:   # as Tuner.restore(path, trainable): the experiment's own settings
+            if args.resume:  # as Tuner.restore(path, trainable): the experiment's own settings
                 _check_resume_line(path, args)
                 tuner = Tuner.restore(str(path), trainable)
             else:
                 tuner = Tuner(
-                    trainable, param_space=param_space,
-                    tune_config=TuneConfig(metric=args.metric, mode=args.mode, num_samples=args.samples,
-                                           max_concurrent_trials=args.max_concurrent, scheduler=scheduler,
-                                           search_alg=search_alg, time_budget_s=args.time_budget),
-                    run_config=RunConfig(name=args.name, storage_path=args.storage_path,
-                                         verbose=0 if args.quiet else 1))
-        except (ValueError, TypeError) as e:   # a bad space (empty choice, lower >= upper) names its key
+                    trainable,
+                    param_space=param_space,
+                    tune_config=TuneConfig(
+                        metric=args.metric,
+                        mode=args.mode,
+                        num_samples=args.samples,
+                        max_concurrent_trials=args.max_concurrent,
+                        scheduler=scheduler,
+                        search_alg=search_alg,
+                        time_budget_s=args.time_budget,
+                    ),
+                    run_config=RunConfig(
+                        name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1
+                    ),
+                )
+        except (ValueError, TypeError) as e:  # a bad space (empty choice, lower >= upper) names its key
             raise UsageError(f"%%ray_tune: {e}") from None
         tuner._carry_on = "re-run this cell with --name {name} --resume"
         bound = args.result or "_ray_tune_result"
         tuner._results_at = f"`{bound}`"
         try:
             grid = tuner.fit()
-        except TuneInterrupted as e:   # the stop button: Run All stops here, the grid so far is kept
+        except TuneInterrupted as e:  # the stop button: Run All stops here, the grid so far is kept
             ns[bound] = e.result_grid
             raise
         _print_errors(grid)
         if args.result is not None:
             ns[args.result] = grid
             return None
-        return grid   # shown as the cell's output; `_` holds it
+        return grid  # shown as the cell's output; `_` holds it
 
 
 def _check_resume_line(path, args) -> None:
@@ -273,9 +362,11 @@ def _check_resume_line(path, args) -> None:
     ran = header.get("num_workers"), bool(header.get("use_gpu"))
     if ran[0] is not None and ran != (args.workers_per_trial, args.gpu):
         options = f"--workers-per-trial {ran[0]}" + (" --gpu" if ran[1] else "")
-        raise UsageError(f"experiment {args.name!r} ran each trial on {ran[0]} worker(s)"
-                         f"{' with a GPU each' if ran[1] else ''}: resume it with {options} on the line "
-                         "(its checkpoints are those ranks'); its space, search and scheduler are its own")
+        raise UsageError(
+            f"experiment {args.name!r} ran each trial on {ran[0]} worker(s)"
+            f"{' with a GPU each' if ran[1] else ''}: resume it with {options} on the line "
+            "(its checkpoints are those ranks'); its space, search and scheduler are its own"
+        )
 
 
 def _print_errors(grid) -> None:
@@ -291,5 +382,12 @@ def _print_errors(grid) -> None:
     sys.stderr.flush()
 
 
-__all__ = ["RayTuneMagics", "tune_parser", "parse_line", "eval_space", "make_scheduler",
-           "make_search", "SPACE_API"]
+__all__ = [
+    "RayTuneMagics",
+    "tune_parser",
+    "parse_line",
+    "eval_space",
+    "make_scheduler",
+    "make_search",
+    "SPACE_API",
+]

@@ -10,6 +10,7 @@ When the run ends, `finish` swaps the pane for a static HTML summary, so a
 reopened or exported notebook still shows the result (widget state is usually
 not saved with a notebook).
 """
+
 from __future__ import annotations
 
 import html
@@ -21,15 +22,23 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .formatting import (MUTED, PLOT_WIDTH_PX, STATE_COLOURS, fmt_bytes, fmt_duration, metrics_html,
-                         progress_label, render_curve_png)
-from .progress import RunProgress
+from .formatting import (
+    MUTED,
+    PLOT_WIDTH_PX,
+    STATE_COLOURS,
+    fmt_bytes,
+    fmt_duration,
+    metrics_html,
+    progress_label,
+    render_curve_png,
+)
 from .log_view import LogView
+from .progress import RunProgress
 
 _BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning", "STOPPED": "warning"}
-MAX_METRICS = 12        # rows in the live metrics table; the rest is counted
-SCROLL_RANKS = 8        # more ranks than this: the bars scroll in a box of this many rows
-_ROW_PX = 32            # an IntProgress row: 28px high plus its margins
+MAX_METRICS = 12  # rows in the live metrics table; the rest is counted
+SCROLL_RANKS = 8  # more ranks than this: the bars scroll in a box of this many rows
+_ROW_PX = 32  # an IntProgress row: 28px high plus its margins
 
 
 class TextVBox(W.VBox):
@@ -92,18 +101,23 @@ class ProgressPane:
     ``summary`` (the HTML left by `finish`).
     """
 
-    def __init__(self, progress: RunProgress, min_interval_s: float = 0.25,
-                 trailing: bool = True, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        progress: RunProgress,
+        min_interval_s: float = 0.25,
+        trailing: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.progress = progress
         self.min_interval_s = float(min_interval_s)
         self.trailing = trailing
         self._clock = clock
-        self._lock = threading.RLock()   # handle() and the trailing timer may race
+        self._lock = threading.RLock()  # handle() and the trailing timer may race
         self._timer: threading.Timer | None = None
         self._last_refresh = -float("inf")
         self._last_render = -float("inf")
-        self._plotted_reports = -1       # report_count when the plot was last drawn
-        self._handle = None              # IPython DisplayHandle, once displayed
+        self._plotted_reports = -1  # report_count when the plot was last drawn
+        self._handle = None  # IPython DisplayHandle, once displayed
         self.finished = False
         self._closing = False
         self.refreshes = 0
@@ -116,11 +130,15 @@ class ProgressPane:
         self.bars_box = W.VBox()
         self.metrics_html = W.HTML()
         self.stats_html = W.HTML()
-        self.plot = W.Image(format="png", layout=W.Layout(
-            display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"))
+        self.plot = W.Image(
+            format="png",
+            layout=W.Layout(display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"),
+        )
         self.notes_html = W.HTML()
-        left = W.VBox([self.bars_box, self.metrics_html, self.stats_html],
-                      layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"))
+        left = W.VBox(
+            [self.bars_box, self.metrics_html, self.stats_html],
+            layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"),
+        )
         body = W.HBox([left, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
         # Without widgets (jupyter console), the pane reads as the text view's status line.
         self.widget = TextVBox([self.header, body, self.notes_html], text=_text_view(progress).status_line)
@@ -163,19 +181,25 @@ class ProgressPane:
             png = self._render_plot(p, now, force)
             self._update_header(p)
             self._update_bars(p)
-            self.metrics_html.value = (f"<div style='line-height:1.4;margin:6px 0 2px 0'>"
-                                       f"{metrics_html(p.ordered_metrics(), limit=MAX_METRICS)}</div>"
-                                       if p.latest_metrics else "")
+            self.metrics_html.value = (
+                f"<div style='line-height:1.4;margin:6px 0 2px 0'>"
+                f"{metrics_html(p.ordered_metrics(), limit=MAX_METRICS)}</div>"
+                if p.latest_metrics
+                else ""
+            )
             self._update_stats(p)
             if png:
                 self.plot.value = png
                 self.plot.layout.display = None
             notes = p.notes[-5:]
             self.notes_html.value = "".join(
-                f"<div style='color:#ef6c00'>{html.escape(n)}</div>" for n in notes)
+                f"<div style='color:#ef6c00'>{html.escape(n)}</div>" for n in notes
+            )
             if p.error_text:
-                self.notes_html.value += (f"<pre style='color:#c62828;white-space:pre-wrap;font-family:monospace;line-height:1.3'>"
-                                          f"{html.escape(p.error_text)}</pre>")
+                self.notes_html.value += (
+                    f"<pre style='color:#c62828;white-space:pre-wrap;font-family:monospace;line-height:1.3'>"
+                    f"{html.escape(p.error_text)}</pre>"
+                )
             return True
 
     def finish(self) -> None:
@@ -189,14 +213,14 @@ class ProgressPane:
             # pane's last refresh and reused by the summary that replaces it.
             xs, ys = self.progress.loss_series()
             final_png = render_curve_png(xs, ys, self.progress.loss_key() or "loss")
-            self._closing = True          # the final refresh draws no curve of its own
+            self._closing = True  # the final refresh draws no curve of its own
             self.refresh(force=True)
             if final_png:
                 self.plot.value = final_png
                 self.plot.layout.display = None
                 self.plot_renders += 1
             self.finished = True
-            if self._timer is not None:   # after the refresh, which may have set one
+            if self._timer is not None:  # after the refresh, which may have set one
                 self._timer.cancel()
                 self._timer = None
             self.summary = self.progress.summary_html(png=final_png)
@@ -208,7 +232,7 @@ class ProgressPane:
             else:
                 ipy_display(summary)
             self.log_view.close()
-            close_tree(self.widget)   # frees every child's comm, not just the root's
+            close_tree(self.widget)  # frees every child's comm, not just the root's
 
     # ------------------------------------------------------------- parts
     def _schedule(self, delay: float) -> None:
@@ -229,24 +253,32 @@ class ProgressPane:
         restarts = f" &middot; {p.restarts} restart(s)" if p.restarts else ""
         if p.latest_checkpoint:
             restarts += f" &middot; {html.escape(p.latest_checkpoint)}"
-        self.header.value = (f"<b>{html.escape(p.run_name)}</b> &middot; "
-                             f"<span style='color:{colour};font-weight:bold'>{html.escape(p.state)}</span>"
-                             f" &middot; {fmt_duration(p.elapsed_s)}{extra}{restarts}")
+        self.header.value = (
+            f"<b>{html.escape(p.run_name)}</b> &middot; "
+            f"<span style='color:{colour};font-weight:bold'>{html.escape(p.state)}</span>"
+            f" &middot; {fmt_duration(p.elapsed_s)}{extra}{restarts}"
+        )
 
     def _update_bars(self, p: RunProgress) -> None:
         prog = p.rank_progress
-        if set(prog) != set(self.bars):   # a rank beyond world_size showed up
+        if set(prog) != set(self.bars):  # a rank beyond world_size showed up
             for r in prog:
                 if r not in self.bars:
-                    self.bars[r] = W.IntProgress(min=0, max=1, value=0, description=f"rank {r}",
-                                                 style={"description_width": "56px"},
-                                                 layout=W.Layout(width="210px"))
+                    self.bars[r] = W.IntProgress(
+                        min=0,
+                        max=1,
+                        value=0,
+                        description=f"rank {r}",
+                        style={"description_width": "56px"},
+                        layout=W.Layout(width="210px"),
+                    )
                     # width auto: as wide as the text, not ipywidgets' 300px default
                     self._bar_labels[r] = W.HTML(layout=W.Layout(margin="0 0 0 6px", width="auto"))
             # flex 0 0 auto: past SCROLL_RANKS the box scrolls; rows must not shrink instead
-            self.bars_box.children = [W.HBox([self.bars[r], self._bar_labels[r]],
-                                             layout=W.Layout(flex="0 0 auto"))
-                                      for r in sorted(prog)]
+            self.bars_box.children = [
+                W.HBox([self.bars[r], self._bar_labels[r]], layout=W.Layout(flex="0 0 auto"))
+                for r in sorted(prog)
+            ]
             if len(prog) > SCROLL_RANKS:  # 64 ranks must not push the metrics off the screen
                 self.bars_box.layout.max_height = f"{SCROLL_RANKS * _ROW_PX}px"
                 self.bars_box.layout.overflow = "auto"
@@ -264,8 +296,9 @@ class ProgressPane:
             label = html.escape(progress_label(done, total, unit, p.finished))
             s = stats.get(r)
             if s is not None and not p.finished:
-                label += (f" <span style='{MUTED}'>&middot; {_cpu(s)} CPU &middot; "
-                          f"{fmt_bytes(s['rss'])}</span>")
+                label += (
+                    f" <span style='{MUTED}'>&middot; {_cpu(s)} CPU &middot; {fmt_bytes(s['rss'])}</span>"
+                )
             self._bar_labels[r].value = label
 
     def _render_plot(self, p: RunProgress, now: float, force: bool) -> bytes | None:
@@ -302,12 +335,15 @@ class ProgressPane:
         if on_gpu:  # where NVML sees GPUs: the ranks' mean utilization and their memory
             util = [s["gpu_util"] for s in on_gpu if s.get("gpu_util") is not None]
             mem = [s["gpu_mem_used"] for s in on_gpu if s.get("gpu_mem_used") is not None]
-            gpu = (f" &middot; GPU {f'{sum(util) / len(util):.0f}%' if util else '?'}"
-                   f" {fmt_bytes(sum(mem)) if mem else '?'}")
+            gpu = (
+                f" &middot; GPU {f'{sum(util) / len(util):.0f}%' if util else '?'}"
+                f" {fmt_bytes(sum(mem)) if mem else '?'}"
+            )
         self.stats_html.value = (
             f"<div style='{MUTED}'>{n} worker{'s' if n != 1 else ''} &middot; "
             f"CPU {f'{sum(cpus):.0f}%' if cpus else '?'} &middot; "
-            f"RSS {fmt_bytes(sum(rss)) if rss else '?'}{gpu}</div>")
+            f"RSS {fmt_bytes(sum(rss)) if rss else '?'}{gpu}</div>"
+        )
 
 
 def _cpu(s: dict) -> str:

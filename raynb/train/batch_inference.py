@@ -14,6 +14,7 @@ N warm workers (``ray.data.Dataset.map_batches`` with an actor pool), as one ray
 - Every batch reports ``rows`` (done by this rank), ``rows_per_s`` and ``batches``: the
   progress pane shows them live.
 """
+
 from __future__ import annotations
 
 import os
@@ -82,15 +83,22 @@ class _MapTask:
                         raise ValueError(
                             f"map_batches({name}): batch {index} has {rows} rows but the function returned "
                             f"{got}; with preserve_order=True each output row must be its input row's "
-                            "(return one row per input row, or pass preserve_order=False)")
+                            "(return one row per input row, or pass preserve_order=False)"
+                        )
                     if got:
                         table = batch_to_table(out)
                         writer = writer or pq.ParquetWriter(tmp, table.schema)
                         writer.write_table(table)
                     done, batches = done + rows, batches + 1
                     elapsed = max(time.monotonic() - t0, 1e-9)
-                    _session.report({"rows": done, "rows_per_s": round(done / elapsed, 1), "batches": batches,
-                                     "step": batches - 1})
+                    _session.report(
+                        {
+                            "rows": done,
+                            "rows_per_s": round(done / elapsed, 1),
+                            "batches": batches,
+                            "step": batches - 1,
+                        }
+                    )
                 if writer is not None:
                     writer.close()
                     writer = None
@@ -103,12 +111,22 @@ class _MapTask:
         return {"rows": done, "batches": batches} if task["rank"] == 0 else None
 
 
-def map_batches_on_workers(dataset, fn, *, batch_format: str = "numpy", num_workers: int = 1,
-                           fn_kwargs: dict | None = None, batch_size: int | None = DEFAULT_BATCH_SIZE,
-                           fn_args: tuple = (), fn_constructor_args: tuple = (),
-                           fn_constructor_kwargs: dict | None = None, use_gpu: bool = False,
-                           preserve_order: bool = False, output_path: str | None = None,
-                           run_config: RunConfig | None = None):
+def map_batches_on_workers(
+    dataset,
+    fn,
+    *,
+    batch_format: str = "numpy",
+    num_workers: int = 1,
+    fn_kwargs: dict | None = None,
+    batch_size: int | None = DEFAULT_BATCH_SIZE,
+    fn_args: tuple = (),
+    fn_constructor_args: tuple = (),
+    fn_constructor_kwargs: dict | None = None,
+    use_gpu: bool = False,
+    preserve_order: bool = False,
+    output_path: str | None = None,
+    run_config: RunConfig | None = None,
+):
     """Run ``fn`` over every batch of ``dataset`` on ``num_workers`` warm ranks (what
     ``Dataset.map_batches(fn, num_workers=N, ...)`` calls).
 
@@ -147,32 +165,49 @@ def map_batches_on_workers(dataset, fn, *, batch_format: str = "numpy", num_work
     if not callable(fn):
         raise TypeError(f"map_batches() takes a function or a callable class, got {type(fn).__name__}")
     if not isinstance(fn, type) and (fn_constructor_args or fn_constructor_kwargs):
-        raise TypeError("fn_constructor_args / fn_constructor_kwargs are for a class (constructed once per "
-                        f"worker); {getattr(fn, '__name__', fn)!r} is a function")
+        raise TypeError(
+            "fn_constructor_args / fn_constructor_kwargs are for a class (constructed once per "
+            f"worker); {getattr(fn, '__name__', fn)!r} is a function"
+        )
     if isinstance(fn, type) and not callable(getattr(fn, "__call__", None)):
         raise TypeError(f"map_batches({fn.__name__}): the class needs a __call__(self, batch)")
     if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"map_batches(num_workers={num_workers!r}): give an integer >= 1")
-    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
-                                   or batch_size < 1):
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
         raise ValueError(f"map_batches(batch_size={batch_size!r}): give an integer >= 1, or None")
     if output_path is not None:
         output_path = os.path.abspath(os.path.expanduser(output_path))
         if os.path.isdir(output_path) and any(n.endswith(".parquet") for n in os.listdir(output_path)):
-            raise FileExistsError(f"map_batches(output_path={output_path!r}) already holds parquet files; "
-                                  "give a new directory")
-    opts = {"batch_size": batch_size, "batch_format": batch_format, "preserve_order": bool(preserve_order),
-            "fn_args": tuple(fn_args), "fn_kwargs": dict(fn_kwargs or {}),
-            "ctor_args": tuple(fn_constructor_args), "ctor_kwargs": dict(fn_constructor_kwargs or {}),
-            "output_path": output_path}
+            raise FileExistsError(
+                f"map_batches(output_path={output_path!r}) already holds parquet files; give a new directory"
+            )
+    opts = {
+        "batch_size": batch_size,
+        "batch_format": batch_format,
+        "preserve_order": bool(preserve_order),
+        "fn_args": tuple(fn_args),
+        "fn_kwargs": dict(fn_kwargs or {}),
+        "ctor_args": tuple(fn_constructor_args),
+        "ctor_kwargs": dict(fn_constructor_kwargs or {}),
+        "output_path": output_path,
+    }
     task = with_datasets(_MapTask(fn, _plan(dataset, batch_size, num_workers), opts), {"input": dataset})
-    result, _ = execute_run(task, None, ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
-                            run_config or RunConfig(), name_prefix="MapBatches")
+    result, _ = execute_run(
+        task,
+        None,
+        ScalingConfig(num_workers=num_workers, use_gpu=use_gpu),
+        run_config or RunConfig(),
+        name_prefix="MapBatches",
+    )
     out_dir = output_path or os.path.join(result.path, OUTPUT_DIR)
     parts = [n for n in os.listdir(out_dir) if n.endswith(".parquet")] if os.path.isdir(out_dir) else []
     if not parts:
-        raise ValueError(f"map_batches({getattr(fn, '__qualname__', fn)!r}) returned no rows for any batch "
-                         f"of the {dataset._source.num_rows()} rows; nothing was written to {out_dir}")
+        raise ValueError(
+            f"map_batches({getattr(fn, '__qualname__', fn)!r}) returned no rows for any batch "
+            f"of the {dataset._source.num_rows()} rows; nothing was written to {out_dir}"
+        )
     return read_parquet(out_dir)
 
 

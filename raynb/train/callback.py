@@ -6,6 +6,7 @@ trial) and ``Tuner.fit()``. They run in the notebook process, on a thread of the
 ``raynb.train`` because ``TorchTrainer`` drives them and ``train`` cannot import ``tune``
 (see CONTRIBUTING.md); ``raynb.tune.Callback`` is this class.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -40,8 +41,9 @@ class Callback:
 
     fail_on_error: bool = False
 
-    def setup(self, stop=None, num_samples: int | None = None, total_num_samples: int | None = None,
-              **info) -> None:
+    def setup(
+        self, stop=None, num_samples: int | None = None, total_num_samples: int | None = None, **info
+    ) -> None:
         """Before the first trial starts. ``info`` holds ``experiment_name``,
         ``experiment_path`` (the run directory of a TorchTrainer, the experiment's of a
         Tuner), ``kind`` (``"TorchTrainer"`` or ``"Tuner"``), ``metric`` and ``mode``."""
@@ -49,8 +51,9 @@ class Callback:
     def on_trial_start(self, iteration: int, trials: list, trial: "TrialSnapshot", **info) -> None:
         """A trial's run was submitted (again, after a PBT exploit or a resume)."""
 
-    def on_trial_result(self, iteration: int, trials: list, trial: "TrialSnapshot", result: dict,
-                        **info) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: "TrialSnapshot", result: dict, **info
+    ) -> None:
         """Rank 0 reported ``result`` (the metrics with ``training_iteration``,
         ``timestamp``, ``time_total_s``, ``time_this_iter_s``): a copy, yours to keep."""
 
@@ -60,8 +63,7 @@ class Callback:
     def on_trial_error(self, iteration: int, trials: list, trial: "TrialSnapshot", **info) -> None:
         """A trial ended in ERROR (a rank raised or died; ``trial.error`` says why)."""
 
-    def on_checkpoint(self, iteration: int, trials: list, trial: "TrialSnapshot", checkpoint,
-                      **info) -> None:
+    def on_checkpoint(self, iteration: int, trials: list, trial: "TrialSnapshot", checkpoint, **info) -> None:
         """A checkpoint (``raynb.train.Checkpoint``) was committed in the trial's directory."""
 
     def on_experiment_end(self, trials: list, **info) -> None:
@@ -115,9 +117,17 @@ class TrialSnapshot:
 
     __slots__ = ("trial_id", "config", "status", "path", "results", "checkpoint", "error", "run_id")
 
-    def __init__(self, trial_id: str, config: dict, status: str = "PENDING", path: str | None = None,
-                 results: Sequence | None = None, checkpoint: str | None = None, error: str | None = None,
-                 run_id: str | None = None):
+    def __init__(
+        self,
+        trial_id: str,
+        config: dict,
+        status: str = "PENDING",
+        path: str | None = None,
+        results: Sequence | None = None,
+        checkpoint: str | None = None,
+        error: str | None = None,
+        run_id: str | None = None,
+    ):
         self.trial_id, self.config, self.status, self.path = trial_id, config, status, path
         self.results = results if results is not None else []
         self.checkpoint, self.error, self.run_id = checkpoint, error, run_id
@@ -126,8 +136,16 @@ class TrialSnapshot:
     def of(cls, trial) -> "TrialSnapshot":
         """The snapshot of ``trial`` (a ``raynb.tune.Trial`` or a snapshot) now: O(1)."""
         results = trial.results
-        return cls(trial.trial_id, trial.config, trial.status, trial.path, _Prefix(results, len(results)),
-                   trial.checkpoint, trial.error, trial.run_id)
+        return cls(
+            trial.trial_id,
+            trial.config,
+            trial.status,
+            trial.path,
+            _Prefix(results, len(results)),
+            trial.checkpoint,
+            trial.error,
+            trial.run_id,
+        )
 
     @property
     def last_result(self) -> dict:
@@ -173,14 +191,19 @@ def check_callbacks(callbacks, where: str = "RunConfig(callbacks=...)") -> list:
     if callbacks is None:
         return []
     if not isinstance(callbacks, (list, tuple)):
-        raise TypeError(f"{where} takes a list of raynb.tune.Callback objects, got {type(callbacks).__name__}")
+        raise TypeError(
+            f"{where} takes a list of raynb.tune.Callback objects, got {type(callbacks).__name__}"
+        )
     for i, cb in enumerate(callbacks):
         if isinstance(cb, type) and issubclass(cb, Callback):
-            raise TypeError(f"{where}: item {i} is the class {cb.__name__}; pass an instance, {cb.__name__}()")
+            raise TypeError(
+                f"{where}: item {i} is the class {cb.__name__}; pass an instance, {cb.__name__}()"
+            )
         if not isinstance(cb, Callback):
             raise TypeError(
                 f"{where}: item {i}, of type {type(cb).__name__}, is not a raynb.tune.Callback. "
                 f"Pass instances "
                 "of raynb.tune.Callback subclasses (e.g. raynb.tune.logger.TBXLoggerCallback(), "
-                "raynb.integrations.MLflowLoggerCallback())")
+                "raynb.integrations.MLflowLoggerCallback())"
+            )
     return list(callbacks)

@@ -6,6 +6,7 @@ takes them off and calls every callback in order, so a callback that sleeps or t
 slow server holds up neither the driver nor, ever, a rank. At the end the driver waits for
 the queue to drain, at most ``$RAYNB_CALLBACK_DRAIN_S`` seconds.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,8 @@ import sys
 import threading
 import traceback
 
-from .checkpoint import Checkpoint
 from .callback import CallbackError, TrialSnapshot, check_callbacks
+from .checkpoint import Checkpoint
 
 # How long fit() waits, at the end, for the callbacks to handle the events still queued (s).
 DRAIN_TIMEOUT_S = 30.0
@@ -91,9 +92,11 @@ class CallbackList:
         timeout = drain_timeout_s() if timeout is None else timeout
         thread.join(timeout)
         if thread.is_alive():
-            sys.stderr.write(f"warning: the run's callbacks have not caught up after {timeout:g}s "
-                             f"({self._queue.qsize()} events waiting); they go on in the background "
-                             "(RAYNB_CALLBACK_DRAIN_S sets how long fit() waits)\n")
+            sys.stderr.write(
+                f"warning: the run's callbacks have not caught up after {timeout:g}s "
+                f"({self._queue.qsize()} events waiting); they go on in the background "
+                "(RAYNB_CALLBACK_DRAIN_S sets how long fit() waits)\n"
+            )
             sys.stderr.flush()
 
     def check(self) -> None:
@@ -130,8 +133,10 @@ class CallbackList:
                 self._trials = {}
                 self._call(method, kwargs)
             else:
-                self._call(method, {"iteration": iteration, "trials": list(self._trials.values()),
-                                    "trial": snap, **kwargs})
+                self._call(
+                    method,
+                    {"iteration": iteration, "trials": list(self._trials.values()), "trial": snap, **kwargs},
+                )
             if self._queue.empty():
                 self._call("flush", {})
 
@@ -149,12 +154,16 @@ class CallbackList:
         name = type(cb).__name__
         if getattr(cb, "fail_on_error", False):
             if self._fatal is None:
-                self._fatal = CallbackError(f"callback {name}.{method}() raised {type(e).__name__}: {e}; "
-                                            f"the run was stopped ({name}.fail_on_error is True)")
+                self._fatal = CallbackError(
+                    f"callback {name}.{method}() raised {type(e).__name__}: {e}; "
+                    f"the run was stopped ({name}.fail_on_error is True)"
+                )
                 self._fatal.__cause__ = e
             return
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        sys.stderr.write(f"warning: callback {name}.{method}() raised, and {name} is skipped for the rest "
-                         f"of this run (the training goes on; set {name}.fail_on_error = True to stop the "
-                         f"run instead):\n{tb}")
+        sys.stderr.write(
+            f"warning: callback {name}.{method}() raised, and {name} is skipped for the rest "
+            f"of this run (the training goes on; set {name}.fail_on_error = True to stop the "
+            f"run instead):\n{tb}"
+        )
         sys.stderr.flush()

@@ -12,6 +12,7 @@ crash mid-copy never leaves a half checkpoint as the latest). A run whose
 laptop, the run's storage on the head's disk) is downloaded through the head
 (``raynb.client.checkpoint_fetch``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,15 +55,22 @@ class Checkpoint:
     def _on_head_only(self) -> bool:
         """True for a head's checkpoint whose run directory this process cannot read (where
         it can, a missing checkpoint was pruned: FileNotFoundError as on the head)."""
-        return (bool(getattr(self, "_run_id", None)) and not is_storage_uri(self.path)
-                and not os.access(os.path.dirname(self.path), os.R_OK | os.X_OK))
+        return (
+            bool(getattr(self, "_run_id", None))
+            and not is_storage_uri(self.path)
+            and not os.access(os.path.dirname(self.path), os.R_OK | os.X_OK)
+        )
 
     @property
     def filesystem(self):
         import pyarrow.fs as pafs
 
         if self._fs is None:
-            self._fs = pafs.FileSystem.from_uri(self.path)[0] if is_storage_uri(self.path) else pafs.LocalFileSystem()
+            self._fs = (
+                pafs.FileSystem.from_uri(self.path)[0]
+                if is_storage_uri(self.path)
+                else pafs.LocalFileSystem()
+            )
         return self._fs
 
     def _remote(self) -> tuple:
@@ -75,8 +83,10 @@ class Checkpoint:
         fs = self.filesystem
         inner = pafs.FileSystem.from_uri(self.path)[1]
         if fs.get_file_info(inner).type != pafs.FileType.Directory:
-            raise FileNotFoundError(f"checkpoint {redact(self.path)} is not in its storage (pruned by "
-                                    "CheckpointConfig(num_to_keep=...), or deleted)")
+            raise FileNotFoundError(
+                f"checkpoint {redact(self.path)} is not in its storage (pruned by "
+                "CheckpointConfig(num_to_keep=...), or deleted)"
+            )
         return fs, inner
 
     def __getstate__(self) -> dict:
@@ -101,21 +111,26 @@ class Checkpoint:
             # it would surface as a bare "[Errno 13]" with no word of what to fix.
             os.stat(p)
         except PermissionError:
-            raise PermissionError(f"Checkpoint.from_directory({str(path)!r}): a parent directory is "
-                                  "not accessible to this process; fix its permissions") from None
+            raise PermissionError(
+                f"Checkpoint.from_directory({str(path)!r}): a parent directory is "
+                "not accessible to this process; fix its permissions"
+            ) from None
         except OSError:
             pass
         if not p.exists():
             raise FileNotFoundError(
                 f"Checkpoint.from_directory({str(path)!r}): no such directory; save the model "
-                "state into a directory first (e.g. torch.save(state, os.path.join(d, 'model.pt')))")
+                "state into a directory first (e.g. torch.save(state, os.path.join(d, 'model.pt')))"
+            )
         if not p.is_dir():
             raise NotADirectoryError(
-                f"Checkpoint.from_directory({str(path)!r}): this is a file; pass the directory "
-                "that holds it")
+                f"Checkpoint.from_directory({str(path)!r}): this is a file; pass the directory that holds it"
+            )
         if not os.access(p, os.R_OK | os.X_OK):
-            raise PermissionError(f"Checkpoint.from_directory({str(path)!r}): the directory is "
-                                  "not readable by this process; fix its permissions")
+            raise PermissionError(
+                f"Checkpoint.from_directory({str(path)!r}): the directory is "
+                "not readable by this process; fix its permissions"
+            )
         return cls(p)
 
     @contextlib.contextmanager
@@ -141,8 +156,10 @@ class Checkpoint:
                 shutil.rmtree(tmp, ignore_errors=True)
             return
         if not os.path.isdir(self.path):
-            raise FileNotFoundError(f"checkpoint directory {self.path} is gone (pruned by "
-                                    "CheckpointConfig(num_to_keep=...), or deleted)")
+            raise FileNotFoundError(
+                f"checkpoint directory {self.path} is gone (pruned by "
+                "CheckpointConfig(num_to_keep=...), or deleted)"
+            )
         yield self.path
 
     def to_directory(self, path: str | os.PathLike | None = None) -> str:
@@ -171,8 +188,12 @@ class Checkpoint:
             fs, inner = self._remote()
             target.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
-                pafs.copy_files(inner, str(target.absolute()), source_filesystem=fs,
-                                destination_filesystem=pafs.LocalFileSystem())
+                pafs.copy_files(
+                    inner,
+                    str(target.absolute()),
+                    source_filesystem=fs,
+                    destination_filesystem=pafs.LocalFileSystem(),
+                )
             except (OSError, ValueError) as e:
                 raise OSError(f"could not download checkpoint {redact(self.path)}: {e}") from None
             return str(target)

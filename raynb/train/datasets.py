@@ -4,6 +4,7 @@ The trainer's function travels wrapped in :class:`WithDatasets`; pickling it for
 run puts in-memory datasets once per node into shared memory (``client.bulk``). On a
 rank, the wrapper makes the datasets known to ``get_dataset_shard`` for the call.
 """
+
 from __future__ import annotations
 
 from ..cluster.worker import task_context
@@ -26,7 +27,9 @@ def check_datasets(datasets) -> dict:
     if datasets is None:
         return {}
     if not isinstance(datasets, dict):
-        raise TypeError(f"datasets must be a dict of name -> raynb.data.Dataset, got {type(datasets).__name__}")
+        raise TypeError(
+            f"datasets must be a dict of name -> raynb.data.Dataset, got {type(datasets).__name__}"
+        )
     datasets = dict(datasets)
     for name, ds in datasets.items():
         if not isinstance(name, str):
@@ -34,9 +37,11 @@ def check_datasets(datasets) -> dict:
         if is_ray_dataset(ds):  # split for the ranks at fit() (data/ray_source.py)
             ds = datasets[name] = Dataset(RayPendingSource(ds))
         if not isinstance(ds, Dataset):
-            raise TypeError(f"datasets[{name!r}] is a {type(ds).__name__}; make a raynb.data.Dataset with "
-                            "raynb.data.from_numpy / from_pandas / from_torch / read_parquet / read_csv, "
-                            "or pass a ray.data.Dataset")
+            raise TypeError(
+                f"datasets[{name!r}] is a {type(ds).__name__}; make a raynb.data.Dataset with "
+                "raynb.data.from_numpy / from_pandas / from_torch / read_parquet / read_csv, "
+                "or pass a ray.data.Dataset"
+            )
         problem = ds.torch_problem()
         if problem:
             raise ValueError(f"datasets[{name!r}]: {problem}")
@@ -50,7 +55,7 @@ class WithDatasets:
     def __init__(self, fn, datasets: dict, unsplit: list | None = None):
         self.__wrapped__ = fn
         self.datasets = datasets
-        self.unsplit = list(unsplit or ())   # DataConfig(datasets_to_split=...): read whole
+        self.unsplit = list(unsplit or ())  # DataConfig(datasets_to_split=...): read whole
 
     @hide_from_tracebacks  # the rank's traceback starts at the user's code
     def __call__(self, *args):
@@ -86,8 +91,10 @@ def get_dataset_shard(name: str, *, pad: bool = True) -> DataIterator:
     datasets = task_context.state().get(STATE_KEY) or {}
     if name not in datasets:
         given = ", ".join(repr(n) for n in datasets) or "none"
-        raise KeyError(f"get_dataset_shard({name!r}): no dataset of that name; the run was given {given} "
-                       "(TorchTrainer(datasets={...}) or %%ray_train --data name=expr)")
-    if name in (task_context.state().get("datasets_unsplit") or ()):   # DataConfig: not split
+        raise KeyError(
+            f"get_dataset_shard({name!r}): no dataset of that name; the run was given {given} "
+            "(TorchTrainer(datasets={...}) or %%ray_train --data name=expr)"
+        )
+    if name in (task_context.state().get("datasets_unsplit") or ()):  # DataConfig: not split
         return datasets[name].shard(1, 0, pad)
     return datasets[name].shard(task["world_size"], task["rank"], pad)

@@ -12,10 +12,17 @@ into its own directory and reports it; raynb merges the ranks' files into one
 checkpoint (``__<rank>_0.distcp`` files and rank 0's ``.metadata``), which
 ``torch.distributed.checkpoint.load`` reads back on any number of ranks.
 """
+
 from __future__ import annotations
 
-FSDP2_OPTIONS = ("mesh", "reshard_after_forward", "shard_placement_fn", "mp_policy", "offload_policy",
-                 "ignored_params")
+FSDP2_OPTIONS = (
+    "mesh",
+    "reshard_after_forward",
+    "shard_placement_fn",
+    "mp_policy",
+    "offload_policy",
+    "ignored_params",
+)
 
 
 def _units(model, modules):
@@ -24,8 +31,10 @@ def _units(model, modules):
         return [m for m in model.children() if any(True for _ in m.parameters())]
     classes = tuple(modules)
     if not all(isinstance(c, type) for c in classes):
-        raise TypeError("parallel_strategy_kwargs['modules'] takes module classes (e.g. "
-                        f"[nn.TransformerEncoderLayer]), got {modules!r}")
+        raise TypeError(
+            "parallel_strategy_kwargs['modules'] takes module classes (e.g. "
+            f"[nn.TransformerEncoderLayer]), got {modules!r}"
+        )
     return [m for m in model.modules() if isinstance(m, classes) and m is not model]
 
 
@@ -71,11 +80,13 @@ def shard_model(model, device, kwargs: dict | None):
     modules = kwargs.pop("modules", None)
     unknown = sorted(set(kwargs) - set(FSDP2_OPTIONS))
     if unknown:
-        raise TypeError(f"prepare_model(parallel_strategy='fsdp'): parallel_strategy_kwargs {unknown} are "
-                        f"not options of fully_shard; it takes {list(FSDP2_OPTIONS)} and raynb's 'modules'")
+        raise TypeError(
+            f"prepare_model(parallel_strategy='fsdp'): parallel_strategy_kwargs {unknown} are "
+            f"not options of fully_shard; it takes {list(FSDP2_OPTIONS)} and raynb's 'modules'"
+        )
     if "mesh" not in kwargs:
-        from torch.distributed.device_mesh import init_device_mesh
         import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
 
         kwargs["mesh"] = init_device_mesh(device.type, (dist.get_world_size(),))
     _broadcast_from_rank0(model)

@@ -7,6 +7,7 @@ added to Lightning's ``Trainer`` when Lightning is imported (an import hook, ins
 ``raynb.train.torch``, so also for a function that never imports ``raynb.train.lightning``)
 and acts only inside a training function. Lightning itself is never imported here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,9 +16,11 @@ import sys
 
 from . import session as _session
 
-FIX = ('inside a raynb training function use pl.Trainer(devices="auto", strategy=RayDDPStrategy(), '
-       'plugins=[RayLightningEnvironment()]) from raynb.train.lightning (or RayFSDPStrategy(), '
-       'RayDeepSpeedStrategy()): raynb\'s ranks are the processes, and their group is formed already')
+FIX = (
+    'inside a raynb training function use pl.Trainer(devices="auto", strategy=RayDDPStrategy(), '
+    "plugins=[RayLightningEnvironment()]) from raynb.train.lightning (or RayFSDPStrategy(), "
+    "RayDeepSpeedStrategy()): raynb's ranks are the processes, and their group is formed already"
+)
 TRAINER_MODULES = ("lightning.pytorch.trainer.trainer", "pytorch_lightning.trainer.trainer")
 
 
@@ -43,8 +46,9 @@ def check_trainer_args(kwargs: dict) -> None:
     if _is_ray_strategy(strategy) or (strategy == "auto" and world == 1):
         return
     name = strategy if isinstance(strategy, str) else type(strategy).__name__
-    raise ValueError(f"pl.Trainer(strategy={name!r}) on {world} raynb rank(s) does not train over "
-                     f"raynb's ranks; {FIX}")
+    raise ValueError(
+        f"pl.Trainer(strategy={name!r}) on {world} raynb rank(s) does not train over raynb's ranks; {FIX}"
+    )
 
 
 def wrap_trainer(trainer_cls) -> None:

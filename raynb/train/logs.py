@@ -9,6 +9,7 @@ directory, where the head keeps every line of every rank::
     result.logs(rank=2, stream="stderr")   # only its stderr
     result.logs()                          # every rank, tagged, in arrival order
 """
+
 from __future__ import annotations
 
 import json

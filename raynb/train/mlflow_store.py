@@ -12,6 +12,7 @@
 
 ``mlflow`` is imported by the callers, not here.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -48,9 +49,10 @@ def _lock_path(uri: str) -> Path | None:
     directory); None for a server (it orders its own writes)."""
     u = urlparse(uri)
     if u.scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
-        db = uri[len("sqlite:///"):]
+        db = uri[len("sqlite:///") :]
         return Path(db if db.startswith("/") else os.path.join(os.getcwd(), db)).with_name(
-            Path(db).name + ".lock")
+            Path(db).name + ".lock"
+        )
     if u.scheme in ("", "file"):
         return Path(u.path if u.scheme else uri) / ".raynb-mlflow.lock"
     return None
@@ -69,7 +71,7 @@ def store_lock(uri: str | None):
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)   # closing releases the lock
+        os.close(fd)  # closing releases the lock
 
 
 @contextmanager
@@ -87,8 +89,14 @@ def allowing_file_store(uri: str | None, keep: bool = False):
             os.environ.pop(ALLOW_FILE_STORE, None)
 
 
-def experiment_id(client, *, name: str | None, experiment_id: str | None = None,
-                  artifact_location: str | None = None, create: bool = True) -> str:
+def experiment_id(
+    client,
+    *,
+    name: str | None,
+    experiment_id: str | None = None,
+    artifact_location: str | None = None,
+    create: bool = True,
+) -> str:
     """The MLflow experiment to log to, by Ray's rules: ``experiment_id`` (or
     ``$MLFLOW_EXPERIMENT_ID``) if it exists, else the experiment named ``name`` (or
     ``$MLFLOW_EXPERIMENT_NAME``), created if missing and ``create``. Call it under
@@ -113,14 +121,18 @@ def experiment_id(client, *, name: str | None, experiment_id: str | None = None,
         if create:
             try:
                 return client.create_experiment(name, artifact_location=artifact_location)
-            except MlflowException:   # made meanwhile by a process on another machine
+            except MlflowException:  # made meanwhile by a process on another machine
                 found = client.get_experiment_by_name(name)
                 if found is not None:
                     return found.experiment_id
                 raise
     if not name:
-        raise ValueError(f"MLflow: the experiment id {experiment_id!r} does not exist and no experiment "
-                         "name was given: pass experiment_name= (or set $MLFLOW_EXPERIMENT_NAME)")
-    raise ValueError(f"MLflow: no experiment named {name!r} (nor id {experiment_id!r}) in the tracking "
-                     "store, and create_experiment_if_not_exists=False: create it first, or pass "
-                     "create_experiment_if_not_exists=True")
+        raise ValueError(
+            f"MLflow: the experiment id {experiment_id!r} does not exist and no experiment "
+            "name was given: pass experiment_name= (or set $MLFLOW_EXPERIMENT_NAME)"
+        )
+    raise ValueError(
+        f"MLflow: no experiment named {name!r} (nor id {experiment_id!r}) in the tracking "
+        "store, and create_experiment_if_not_exists=False: create it first, or pass "
+        "create_experiment_if_not_exists=True"
+    )

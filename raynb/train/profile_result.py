@@ -5,6 +5,7 @@ The table puts the ranks side by side, so a straggler (a longer step time, less 
 waiting in the all-reduce than its peers) or a slow collective shows at a glance.
 Written by the ranks (``raynb.train.profiling``); read here in the notebook.
 """
+
 from __future__ import annotations
 
 import html
@@ -33,8 +34,11 @@ class RunProfile:
     def __init__(self, directory: str | Path, summaries: dict[int, dict]):
         self.dir = str(directory)
         self.summaries = dict(sorted(summaries.items()))
-        self.traces = {r: str(Path(directory) / s["trace"]) for r, s in self.summaries.items()
-                       if s.get("trace") and (Path(directory) / s["trace"]).is_file()}
+        self.traces = {
+            r: str(Path(directory) / s["trace"])
+            for r, s in self.summaries.items()
+            if s.get("trace") and (Path(directory) / s["trace"]).is_file()
+        }
         notes = [s["note"] for s in self.summaries.values() if s.get("note")]
         self.notes = list(dict.fromkeys(notes))
 
@@ -55,8 +59,11 @@ class RunProfile:
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # a file being replaced, or not ours: the others still show
         newest = max((s.get("attempt") or 0 for s in summaries.values()), default=0)
-        summaries = {r: s for r, s in summaries.items() if (s.get("attempt") or 0) == newest
-                     and (world_size is None or r < world_size)}
+        summaries = {
+            r: s
+            for r, s in summaries.items()
+            if (s.get("attempt") or 0) == newest and (world_size is None or r < world_size)
+        }
         return cls(directory, summaries) if summaries else None
 
     @property
@@ -66,16 +73,21 @@ class RunProfile:
     def __getitem__(self, rank: int):
         import pandas as pd
 
-        return pd.DataFrame(self.summaries[rank].get("ops") or [],
-                            columns=["name", "calls", "self_cpu_us", "cpu_total_us"]
-                            + (["self_cuda_us", "cuda_total_us"] if self.cuda else []))
+        return pd.DataFrame(
+            self.summaries[rank].get("ops") or [],
+            columns=["name", "calls", "self_cpu_us", "cpu_total_us"]
+            + (["self_cuda_us", "cuda_total_us"] if self.cuda else []),
+        )
 
     def step_ms(self):
         """Mean step time of the recorded steps by rank (ms): a pandas Series."""
         import pandas as pd
 
-        return pd.Series({f"rank {r}": s.get("step_ms") for r, s in self.summaries.items()},
-                         name="step ms", dtype="float64")
+        return pd.Series(
+            {f"rank {r}": s.get("step_ms") for r, s in self.summaries.items()},
+            name="step ms",
+            dtype="float64",
+        )
 
     def table(self, n: int = 10, by: str | None = None, collectives: bool = False):
         """The operators of every rank side by side: one row per operator, one column per
@@ -106,8 +118,9 @@ class RunProfile:
                 calls.setdefault(op["name"], op.get("calls"))
         names = sorted(times, key=lambda k: max(times[k].values()), reverse=True)[:n]
         columns = [f"rank {r}" for r in self.summaries]
-        frame = pd.DataFrame([times[k] for k in names], index=pd.Index(names, name="operator"),
-                             columns=columns)
+        frame = pd.DataFrame(
+            [times[k] for k in names], index=pd.Index(names, name="operator"), columns=columns
+        )
         frame.insert(0, "calls", [calls[k] for k in names])
         return frame.round(3)
 
@@ -116,17 +129,23 @@ class RunProfile:
         sch = first.get("schedule") or {}
         unit = first.get("unit", "reports")
         recorded = max((s.get("recorded_steps") or 0) for s in self.summaries.values())
-        return (f"profile of {len(self.summaries)} rank(s): wait={sch.get('wait')}, warmup={sch.get('warmup')}, "
-                f"active={sch.get('active')} {unit}; {recorded} step(s) recorded; Chrome traces in {self.dir}")
+        return (
+            f"profile of {len(self.summaries)} rank(s): wait={sch.get('wait')}, warmup={sch.get('warmup')}, "
+            f"active={sch.get('active')} {unit}; {recorded} step(s) recorded; Chrome traces in {self.dir}"
+        )
 
     def _sections(self):
         by = "self_cuda_us" if self.cuda else "self_cpu_us"
         what = "self CUDA" if self.cuda else "self CPU"
         steps = self.step_ms().dropna().to_frame().T
-        return [("mean step time (ms)", steps if steps.shape[1] else steps.iloc[:0]),
-                (f"top operators by {what} time (ms, summed over the recorded steps)", self.table(by=by)),
-                ("collectives, CPU total time (ms: from issue to completion)",
-                 self.table(by="cpu_total_us", collectives=True))]
+        return [
+            ("mean step time (ms)", steps if steps.shape[1] else steps.iloc[:0]),
+            (f"top operators by {what} time (ms, summed over the recorded steps)", self.table(by=by)),
+            (
+                "collectives, CPU total time (ms: from issue to completion)",
+                self.table(by="cpu_total_us", collectives=True),
+            ),
+        ]
 
     def __repr__(self) -> str:
         lines = [self._title()]
@@ -138,11 +157,14 @@ class RunProfile:
 
     def _repr_html_(self) -> str:
         e = html.escape
-        parts = [f'<div class="raynb-profile" style="font-family:sans-serif;font-size:13px">'
-                 f"<div><b>{e(self._title())}</b></div>"]
+        parts = [
+            f'<div class="raynb-profile" style="font-family:sans-serif;font-size:13px">'
+            f"<div><b>{e(self._title())}</b></div>"
+        ]
         for title, frame in self._sections():
             if len(frame):
-                parts.append(f'<div style="margin-top:6px">{e(title)}</div>'
-                             + frame.to_html(na_rep="", border=0))
+                parts.append(
+                    f'<div style="margin-top:6px">{e(title)}</div>' + frame.to_html(na_rep="", border=0)
+                )
         parts += [f'<div style="color:#ef6c00">{e(n)}</div>' for n in self.notes]
         return "".join(parts) + "</div>"

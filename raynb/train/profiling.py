@@ -20,6 +20,7 @@ A run that ends (or fails) before the window is complete stops the profiler, wri
 what was recorded and says so in a note. Nothing here runs, and ``torch.profiler`` is
 not imported, unless a run asks for a profile: ``report()`` only looks up one key.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,15 @@ from pathlib import Path
 from ..cluster.worker import task_context
 from ..cluster.worker.remote_error import hide_from_tracebacks
 
-DEFAULTS = {"wait": 1, "warmup": 1, "active": 3, "record_shapes": False, "profile_memory": False,
-            "with_stack": False, "top": 15}
+DEFAULTS = {
+    "wait": 1,
+    "warmup": 1,
+    "active": 3,
+    "record_shapes": False,
+    "profile_memory": False,
+    "with_stack": False,
+    "top": 15,
+}
 PROFILE_DIR = "profile"
 STATE_KEY = "profiler"  # task_context.state() key of the run-wide profiler that report() steps
 COMM_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
@@ -57,12 +65,16 @@ def profile_options(value, where: str = "RunConfig(profile=...)") -> dict | None
     if value is True:
         return dict(DEFAULTS)
     if not isinstance(value, dict):
-        raise TypeError(f"{where}: give True or a dict such as dict(wait=1, warmup=1, active=3), "
-                        f"got {type(value).__name__}: {value!r:.80}")
+        raise TypeError(
+            f"{where}: give True or a dict such as dict(wait=1, warmup=1, active=3), "
+            f"got {type(value).__name__}: {value!r:.80}"
+        )
     unknown = sorted(set(value) - set(DEFAULTS))
     if unknown:
-        raise ValueError(f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
-                         f"the options are {', '.join(DEFAULTS)}")
+        raise ValueError(
+            f"{where}: unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"the options are {', '.join(DEFAULTS)}"
+        )
     options = {**DEFAULTS, **value}
     for key, least in (("wait", 0), ("warmup", 0), ("active", 1), ("top", 1)):
         n = options[key]
@@ -84,8 +96,10 @@ def parse_schedule(text: str) -> dict:
     try:
         wait, warmup, active = (int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"--profile {text!r}: give wait,warmup,active as three integers, e.g. "
-                         "--profile 1,1,3 (or --profile alone for that default)") from None
+        raise ValueError(
+            f"--profile {text!r}: give wait,warmup,active as three integers, e.g. "
+            "--profile 1,1,3 (or --profile alone for that default)"
+        ) from None
     return profile_options({"wait": wait, "warmup": warmup, "active": active}, f"--profile {text}")
 
 
@@ -132,9 +146,14 @@ class RankProfiler:
         with warnings.catch_warnings():  # warmup=0 warns; the options are the user's choice
             warnings.simplefilter("ignore")
             window = schedule(wait=o["wait"], warmup=o["warmup"], active=o["active"], repeat=1)
-        self._prof = profile(activities=activities, schedule=window, on_trace_ready=self._on_trace_ready,
-                             record_shapes=o["record_shapes"], profile_memory=o["profile_memory"],
-                             with_stack=o["with_stack"])
+        self._prof = profile(
+            activities=activities,
+            schedule=window,
+            on_trace_ready=self._on_trace_ready,
+            record_shapes=o["record_shapes"],
+            profile_memory=o["profile_memory"],
+            with_stack=o["with_stack"],
+        )
         self._prof.start()
         return self
 
@@ -159,15 +178,16 @@ class RankProfiler:
         final = self.dir / f"rank_{self.rank}.json"
         tmp = self.dir / f".rank_{self.rank}.json.tmp"
         try:
-            self.dir.mkdir(exist_ok=True, mode=0o700)   # in the run directory: never made again
+            self.dir.mkdir(exist_ok=True, mode=0o700)  # in the run directory: never made again
             prof.export_chrome_trace(str(tmp))
             os.replace(tmp, final)
             self.trace = final.name
         except Exception as e:  # noqa: BLE001 - a profile must never fail the training run
             self.errors.append(f"the trace was not written: {type(e).__name__}: {e}")
         try:
-            self.ops, self.step_ms, self.recorded_steps = top_operators(prof.key_averages(), self.options["top"],
-                                                                        self.cuda)
+            self.ops, self.step_ms, self.recorded_steps = top_operators(
+                prof.key_averages(), self.options["top"], self.cuda
+            )
         except Exception as e:  # noqa: BLE001
             self.errors.append(f"no operator summary: {type(e).__name__}: {e}")
         if self.steps >= self.needed:
@@ -195,31 +215,54 @@ class RankProfiler:
 
     def short_note(self) -> str:
         o = self.options
-        unit = self.unit if self.steps != 1 else self.unit.replace("reports", "report").replace("calls", "call")
-        head = (f"profile: the run made {self.steps} {unit}; the schedule needs "
-                f"wait+warmup+active={o['wait']}+{o['warmup']}+{o['active']}={self.needed}")
+        unit = (
+            self.unit if self.steps != 1 else self.unit.replace("reports", "report").replace("calls", "call")
+        )
+        head = (
+            f"profile: the run made {self.steps} {unit}; the schedule needs "
+            f"wait+warmup+active={o['wait']}+{o['warmup']}+{o['active']}={self.needed}"
+        )
         if self.trace:
             return f"{head}; wrote what it had ({PROFILE_DIR}/{self.trace} and one per rank)"
-        fix = (f"--profile 0,0,{max(self.steps, 1)} or RunConfig(profile=dict(wait=0, warmup=0, "
-               f"active={max(self.steps, 1)}))")
-        return (f"{head}; recording starts after {o['wait'] + o['warmup']} {self.unit}, so it recorded "
-                f"nothing (wrote {PROFILE_DIR}/rank_{self.rank}_top.json only); for a run this short use {fix}")
+        fix = (
+            f"--profile 0,0,{max(self.steps, 1)} or RunConfig(profile=dict(wait=0, warmup=0, "
+            f"active={max(self.steps, 1)}))"
+        )
+        return (
+            f"{head}; recording starts after {o['wait'] + o['warmup']} {self.unit}, so it recorded "
+            f"nothing (wrote {PROFILE_DIR}/rank_{self.rank}_top.json only); for a run this short use {fix}"
+        )
 
     def _write_stub(self) -> None:
         """A summary that says the flush began, replaced when it ends: what stays of a rank
         killed meanwhile (a peer failed and its grace ran out, the OOM killer)."""
-        self._write_summary(f"profile: rank {self.rank} ended while writing its profile, after {self.steps} "
-                            f"{self.unit}; its files may be missing or cut short", flushing=True)
+        self._write_summary(
+            f"profile: rank {self.rank} ended while writing its profile, after {self.steps} "
+            f"{self.unit}; its files may be missing or cut short",
+            flushing=True,
+        )
 
     def _write_summary(self, note: str | None, flushing: bool = False) -> None:
-        summary = {"flushing": flushing, "rank": self.rank, "attempt": self.task.get("attempt", 0), "time": time.time(),
-                   "schedule": {k: self.options[k] for k in ("wait", "warmup", "active")},
-                   "unit": self.unit, "steps": self.steps, "needed": self.needed,
-                   "complete": self.steps >= self.needed, "recorded_steps": self.recorded_steps,
-                   "trace": self.trace, "cuda": self.cuda, "step_ms": self.step_ms, "ops": self.ops,
-                   "note": note, "errors": self.errors}
+        summary = {
+            "flushing": flushing,
+            "rank": self.rank,
+            "attempt": self.task.get("attempt", 0),
+            "time": time.time(),
+            "schedule": {k: self.options[k] for k in ("wait", "warmup", "active")},
+            "unit": self.unit,
+            "steps": self.steps,
+            "needed": self.needed,
+            "complete": self.steps >= self.needed,
+            "recorded_steps": self.recorded_steps,
+            "trace": self.trace,
+            "cuda": self.cuda,
+            "step_ms": self.step_ms,
+            "ops": self.ops,
+            "note": note,
+            "errors": self.errors,
+        }
         try:
-            self.dir.mkdir(exist_ok=True, mode=0o700)   # in the run directory: never made again
+            self.dir.mkdir(exist_ok=True, mode=0o700)  # in the run directory: never made again
             tmp = self.dir / f".rank_{self.rank}_top.json.tmp"
             tmp.write_text(json.dumps(summary))
             os.replace(tmp, self.dir / f"rank_{self.rank}_top.json")
@@ -241,11 +284,16 @@ def top_operators(averages, n: int, cuda: bool = False) -> tuple[list[dict], flo
     for e in sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True):
         if e.key not in keep:
             continue
-        row = {"name": e.key, "calls": e.count, "self_cpu_us": round(e.self_cpu_time_total, 3),
-               "cpu_total_us": round(e.cpu_time_total, 3)}
+        row = {
+            "name": e.key,
+            "calls": e.count,
+            "self_cpu_us": round(e.self_cpu_time_total, 3),
+            "cpu_total_us": round(e.cpu_time_total, 3),
+        }
         if cuda:
-            row.update(self_cuda_us=round(e.self_device_time_total, 3),
-                       cuda_total_us=round(e.device_time_total, 3))
+            row.update(
+                self_cuda_us=round(e.self_device_time_total, 3), cuda_total_us=round(e.device_time_total, 3)
+            )
         rows.append(row)
     if step is None or not step.count:
         return rows, None, 0
@@ -327,12 +375,16 @@ def profile(**options):
     """
     task = task_context.current()
     if task is None:
-        raise RuntimeError("profile() was called outside a training function. Call it inside "
-                           "train_loop_per_worker (TorchTrainer) or a %%ray_train cell.")
+        raise RuntimeError(
+            "profile() was called outside a training function. Call it inside "
+            "train_loop_per_worker (TorchTrainer) or a %%ray_train cell."
+        )
     opts = profile_options(dict(options), "profile(...)")
     if task_context.state().get(STATE_KEY) is not None:
-        raise RuntimeError("profile(): this run is profiled already (RunConfig(profile=...) or "
-                           "%%ray_train --profile), and torch runs one profiler at a time; use one of them")
+        raise RuntimeError(
+            "profile(): this run is profiled already (RunConfig(profile=...) or "
+            "%%ray_train --profile), and torch runs one profiler at a time; use one of them"
+        )
     profiler = RankProfiler(task, opts, unit="prof.step() calls").start()
     try:
         yield profiler

@@ -10,12 +10,14 @@ on the rank, before anything is converted or sent (a tensor is sized before it b
 list), with what to do instead. Ray Train keeps such data in a checkpoint too: its metrics
 are a result row.
 """
+
 from __future__ import annotations
 
 import collections
 import numbers
 import os
 from typing import Any
+
 
 def _max_report_bytes() -> int:
     """The most a report's values may take (bytes, about their JSON size):
@@ -49,7 +51,7 @@ def plain_metrics(metrics: dict) -> dict:
     """
     left = [MAX_REPORT_BYTES]
     out = {}
-    sizes: dict[str, tuple[int, str]] = {}   # key -> (bytes, type name): the largest is named
+    sizes: dict[str, tuple[int, str]] = {}  # key -> (bytes, type name): the largest is named
     for k, v in metrics.items():
         key = str(k)
         before = left[0] - len(key)
@@ -66,7 +68,8 @@ def plain_metrics(metrics: dict) -> dict:
                 "is a row of result.json and progress.csv: save arrays, tensors and long text in a "
                 "checkpoint (report(metrics, checkpoint=...)) or a file under "
                 "get_context().get_trial_dir(); RAYNB_MAX_REPORT_BYTES (set where the cluster starts) "
-                "raises the cap") from None
+                "raises the cap"
+            ) from None
         sizes[key] = (before - left[0], type(v).__name__)
     return out
 
@@ -104,7 +107,7 @@ def _plain(value: Any, left: list) -> Any:
             if left[0] < 0:
                 raise ReportTooLarge
         return out
-    nbytes = getattr(value, "nbytes", None)   # numpy arrays, torch tensors: sized before converted
+    nbytes = getattr(value, "nbytes", None)  # numpy arrays, torch tensors: sized before converted
     if isinstance(nbytes, int) and nbytes > left[0]:
         left[0] -= nbytes
         raise ReportTooLarge

@@ -5,6 +5,7 @@ events (rank 0's reports, committed checkpoints, the end) to a :class:`CallbackL
 through a wrapper of the run's view: the callbacks see a trial whose ``trial_id`` is
 ``<run id>_00000`` and whose ``path`` is the run directory.
 """
+
 from __future__ import annotations
 
 from ..client.run import RunOutcome, follow_run
@@ -43,12 +44,15 @@ class _RelayView:
 def first_error_line(errors: list) -> str:
     """The first error of a run's ``errors`` as one line of at most 300 characters."""
     e = errors[0] if errors else {}
-    text = f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type") else str(e.get("message", "failed"))
+    text = (
+        f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type") else str(e.get("message", "failed"))
+    )
     return (text.splitlines() or ["failed"])[0][:300]
 
 
-def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: CallbackList,
-                          all_ranks: bool = False) -> RunOutcome:
+def follow_with_callbacks(
+    client, spec: dict, accepted: dict, view, callbacks: CallbackList, all_ranks: bool = False
+) -> RunOutcome:
     """Follow a submitted run (as ``follow_run``), calling ``callbacks`` as it goes.
 
     Returns:
@@ -62,22 +66,42 @@ def follow_with_callbacks(client, spec: dict, accepted: dict, view, callbacks: C
             are waited for at most ``INTERRUPTED_DRAIN_S``.
     """
     params = spec.get("params")
-    trial = TrialSnapshot(f"{spec['run_id'][:8]}_00000", params if isinstance(params, dict) else
-                          {"config": params}, "RUNNING", accepted.get("path"), run_id=spec["run_id"])
-    callbacks.setup(experiment_name=accepted.get("name"), experiment_path=accepted.get("path"),
-                    kind="TorchTrainer", metric=None, mode=None, num_samples=1, total_num_samples=1)
+    trial = TrialSnapshot(
+        f"{spec['run_id'][:8]}_00000",
+        params if isinstance(params, dict) else {"config": params},
+        "RUNNING",
+        accepted.get("path"),
+        run_id=spec["run_id"],
+    )
+    callbacks.setup(
+        experiment_name=accepted.get("name"),
+        experiment_path=accepted.get("path"),
+        kind="TorchTrainer",
+        metric=None,
+        mode=None,
+        num_samples=1,
+        total_num_samples=1,
+    )
     callbacks.on_trial_start(trial)
     relay = _RelayView(view, callbacks, trial, client)
     try:
-        outcome = follow_run(client, spec["run_id"], relay, all_ranks=all_ranks, name=accepted.get("name"),
-                             path=accepted.get("path"))
+        outcome = follow_run(
+            client,
+            spec["run_id"],
+            relay,
+            all_ranks=all_ranks,
+            name=accepted.get("name"),
+            path=accepted.get("path"),
+        )
     except BaseException:
         callbacks.on_experiment_end()
         callbacks.close(min(INTERRUPTED_DRAIN_S, drain_timeout_s()))
         raise
     trial.status = "TERMINATED" if outcome.state == "FINISHED" else "ERROR"
     if trial.status == "ERROR":
-        trial.error = first_error_line(outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}])
+        trial.error = first_error_line(
+            outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}]
+        )
     trial.checkpoint = outcome.record.get("checkpoint") or trial.checkpoint
     try:
         callbacks.on_trial_end(trial)

@@ -10,6 +10,7 @@ the ranks together draw what one process would, each a different part, the same
 part again for the same epoch (as Catalyst's and Lightning's
 ``DistributedSamplerWrapper``).
 """
+
 from __future__ import annotations
 
 import math
@@ -75,9 +76,11 @@ def _length(sampler, what: str) -> int:
     try:
         return len(sampler)
     except TypeError:
-        raise ValueError(f"prepare_data_loader() cannot shard a custom {what} without __len__ "
-                         f"({type(sampler).__name__}); give it one, or shard it yourself with "
-                         "get_context().get_world_rank() and pass add_dist_sampler=False") from None
+        raise ValueError(
+            f"prepare_data_loader() cannot shard a custom {what} without __len__ "
+            f"({type(sampler).__name__}); give it one, or shard it yourself with "
+            "get_context().get_world_rank() and pass add_dist_sampler=False"
+        ) from None
 
 
 class DistributedSamplerWrapper(DistributedSampler):
@@ -95,8 +98,13 @@ class DistributedSamplerWrapper(DistributedSampler):
 
     def __init__(self, sampler, num_replicas: int, rank: int, seed: int | None = None):
         n = _length(sampler, "sampler")
-        super().__init__(range(n), num_replicas=num_replicas, rank=rank, shuffle=False,
-                         seed=base_seed(sampler) if seed is None else seed)
+        super().__init__(
+            range(n),
+            num_replicas=num_replicas,
+            rank=rank,
+            shuffle=False,
+            seed=base_seed(sampler) if seed is None else seed,
+        )
         self.sampler = sampler
 
     def __iter__(self):

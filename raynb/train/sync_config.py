@@ -4,6 +4,7 @@ Ray syncs trial directories from its nodes to the storage path; raynb's head wri
 run directory on its own file system (or uploads checkpoints to an object store) directly,
 so there is nothing to sync.
 """
+
 from __future__ import annotations
 
 from ..client.no_effect import accepted_no_effect
@@ -14,8 +15,10 @@ class SyncConfig:
     as attributes, with no effect here (one line says so)."""
 
     def __init__(self, **settings):
-        accepted_no_effect("SyncConfig(...)", "run directories are written on the head's file system "
-                           "directly; there is nothing to sync")
+        accepted_no_effect(
+            "SyncConfig(...)",
+            "run directories are written on the head's file system directly; there is nothing to sync",
+        )
         self.__dict__.update(settings)
 
     def __repr__(self) -> str:

@@ -3,6 +3,7 @@
 
 ``mlflow`` is imported only when it is called, on the rank that logs.
 """
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,18 @@ def mlflow_params(config: dict) -> dict:
 
 
 # The keys of ``config["mlflow"]`` that setup_mlflow reads (its own arguments' names).
-MLFLOW_CONFIG_KEYS = ("tracking_uri", "registry_uri", "experiment_id", "experiment_name", "tracking_token",
-                      "artifact_location", "run_name", "create_experiment_if_not_exists", "tags",
-                      "rank_zero_only")
+MLFLOW_CONFIG_KEYS = (
+    "tracking_uri",
+    "registry_uri",
+    "experiment_id",
+    "experiment_name",
+    "tracking_token",
+    "artifact_location",
+    "run_name",
+    "create_experiment_if_not_exists",
+    "tags",
+    "rank_zero_only",
+)
 # A Tune experiment's directory holds one of these (a trial's run directory is inside it).
 _TUNE_FILES = ("experiment_state.json", "tuner.pkl")
 
@@ -46,13 +56,19 @@ def _settings(config: dict | None, given: dict) -> dict:
     """The arguments given, else ``config["mlflow"]``'s (Ray's older ``mlflow`` config key)."""
     from_config = (config or {}).get("mlflow") if isinstance(config, dict) else None
     if from_config is not None and not isinstance(from_config, dict):
-        raise TypeError(f"setup_mlflow: config['mlflow'] must be a dict of {', '.join(MLFLOW_CONFIG_KEYS)}; "
-                        f"got {type(from_config).__name__}")
+        raise TypeError(
+            f"setup_mlflow: config['mlflow'] must be a dict of {', '.join(MLFLOW_CONFIG_KEYS)}; "
+            f"got {type(from_config).__name__}"
+        )
     unknown = sorted(set(from_config or {}) - set(MLFLOW_CONFIG_KEYS))
     if unknown:
-        raise ValueError(f"setup_mlflow: config['mlflow'] has {unknown}, which setup_mlflow does not take; "
-                         f"its keys: {', '.join(MLFLOW_CONFIG_KEYS)}")
-    return {k: given[k] if given.get(k) is not None else (from_config or {}).get(k) for k in MLFLOW_CONFIG_KEYS}
+        raise ValueError(
+            f"setup_mlflow: config['mlflow'] has {unknown}, which setup_mlflow does not take; "
+            f"its keys: {', '.join(MLFLOW_CONFIG_KEYS)}"
+        )
+    return {
+        k: given[k] if given.get(k) is not None else (from_config or {}).get(k) for k in MLFLOW_CONFIG_KEYS
+    }
 
 
 def _default_store(task: dict) -> str:
@@ -60,7 +76,7 @@ def _default_store(task: dict) -> str:
     experiment's directory, or the storage path of a ``fit()``), never a working directory
     that concurrent trials share."""
     parent = Path(task["path"]).parent
-    if not parent.is_dir():   # this node does not mount the head's storage
+    if not parent.is_dir():  # this node does not mount the head's storage
         parent = Path.home() / "raynb_results"
         parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{parent / 'mlflow.db'}"
@@ -91,14 +107,23 @@ def _saved_state():
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
     return restore
 
 
-def setup_mlflow(config: dict | None = None, tracking_uri: str | None = None, registry_uri: str | None = None,
-                 experiment_id: str | None = None, experiment_name: str | None = None,
-                 tracking_token: str | None = None, artifact_location: str | None = None,
-                 run_name: str | None = None, create_experiment_if_not_exists: bool | None = None,
-                 tags: dict | None = None, rank_zero_only: bool = True):
+def setup_mlflow(
+    config: dict | None = None,
+    tracking_uri: str | None = None,
+    registry_uri: str | None = None,
+    experiment_id: str | None = None,
+    experiment_name: str | None = None,
+    tracking_token: str | None = None,
+    artifact_location: str | None = None,
+    run_name: str | None = None,
+    create_experiment_if_not_exists: bool | None = None,
+    tags: dict | None = None,
+    rank_zero_only: bool = True,
+):
     """Start an MLflow run for this training run or trial, from inside the training function
     (``ray.air.integrations.mlflow.setup_mlflow``, the same arguments).
 
@@ -149,21 +174,24 @@ def setup_mlflow(config: dict | None = None, tracking_uri: str | None = None, re
     try:
         import mlflow
     except ImportError as e:
-        raise ImportError(f"setup_mlflow() needs mlflow on the workers ({e}): pip install mlflow-skinny "
-                          "(or pip install 'raynb[tracking]')") from None
+        raise ImportError(
+            f"setup_mlflow() needs mlflow on the workers ({e}): pip install mlflow-skinny "
+            "(or pip install 'raynb[tracking]')"
+        ) from None
     return _start(mlflow, task, s, {k: v for k, v in (config or {}).items() if k != "mlflow"})
 
 
 def _start(mlflow, task: dict, s: dict, params: dict):
     from mlflow.tracking import MlflowClient
 
-    uri = mlflow_store.tracking_uri(s["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI")) \
-        or _default_store(task)
+    uri = mlflow_store.tracking_uri(
+        s["tracking_uri"] or os.environ.get("MLFLOW_TRACKING_URI")
+    ) or _default_store(task)
     restore = _saved_state()
     if s["tracking_token"]:
         os.environ["MLFLOW_TRACKING_TOKEN"] = s["tracking_token"]
     if mlflow_store.is_file_store(uri):
-        os.environ[mlflow_store.ALLOW_FILE_STORE] = "true"   # a store the user named; put back at the end
+        os.environ[mlflow_store.ALLOW_FILE_STORE] = "true"  # a store the user named; put back at the end
 
     def end(status: str) -> None:
         try:
@@ -176,12 +204,15 @@ def _start(mlflow, task: dict, s: dict, params: dict):
     mlflow.set_tracking_uri(uri)
     if s["registry_uri"]:
         mlflow.set_registry_uri(s["registry_uri"])
-    with mlflow_store.store_lock(uri):   # trials starting at once open one store
+    with mlflow_store.store_lock(uri):  # trials starting at once open one store
         exp_id = mlflow_store.experiment_id(
-            MlflowClient(uri, registry_uri=s["registry_uri"]), name=s["experiment_name"] or (
-                None if os.environ.get("MLFLOW_EXPERIMENT_NAME") else _default_experiment(task)),
-            experiment_id=s["experiment_id"], artifact_location=s["artifact_location"],
-            create=s["create_experiment_if_not_exists"] is not False)
+            MlflowClient(uri, registry_uri=s["registry_uri"]),
+            name=s["experiment_name"]
+            or (None if os.environ.get("MLFLOW_EXPERIMENT_NAME") else _default_experiment(task)),
+            experiment_id=s["experiment_id"],
+            artifact_location=s["artifact_location"],
+            create=s["create_experiment_if_not_exists"] is not False,
+        )
     if mlflow.active_run() is not None:  # left by code of an earlier task on this warm worker
         mlflow.end_run("KILLED")
     mlflow.start_run(experiment_id=exp_id, run_name=s["run_name"] or task["name"], tags=s["tags"])

@@ -13,26 +13,45 @@
                                                   scheduler=tune.schedulers.ASHAScheduler())).fit()
     grid.get_best_result().config
 """
+
 from ..train import get_checkpoint, get_context, report
 from ..train.checkpoint import Checkpoint
 from ..train.config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from ..train.sync_config import SyncConfig
-from . import logger, schedulers, search
+from . import (
+    logger,
+    progress_reporter,  # noqa: F401 - raynb.tune.progress_reporter.CLIReporter
+    schedulers,
+    search,
+    stopper,  # noqa: F401 - raynb.tune.stopper.MaximumIterationStopper
+)
 from .callback import Callback
+from .legacy import ExperimentAnalysis, TuneError, run
+from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from .result_grid import ResultGrid, TrialResult
-from .search import (BasicVariantGenerator, ConcurrencyLimiter, choice, grid_search, lograndint,
-                     loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform, randint, randn,
-                     sample_from, uniform)
+from .search import (
+    BasicVariantGenerator,
+    ConcurrencyLimiter,
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from .stopper import Stopper
+from .trainable import Trainable
+from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
 from .trial import Trial
 from .tune_config import TuneConfig
 from .tuner import Tuner
-from .trainable_util import PlacementGroupFactory, with_parameters, with_resources
-from . import stopper  # noqa: F401 - raynb.tune.stopper.MaximumIterationStopper
-from .stopper import Stopper
-from .trainable import Trainable
-from .legacy import ExperimentAnalysis, TuneError, run
-from . import progress_reporter  # noqa: F401 - raynb.tune.progress_reporter.CLIReporter
-from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 
 
 def __getattr__(name):
@@ -40,15 +59,58 @@ def __getattr__(name):
         from .search.optuna import OptunaSearch
 
         return OptunaSearch
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}; the Ray Tune names raynb serves, "
-                         "and those it does not, are listed in docs/coming-from-ray.md")
+    raise AttributeError(
+        f"module {__name__!r} has no attribute {name!r}; the Ray Tune names raynb serves, "
+        "and those it does not, are listed in docs/coming-from-ray.md"
+    )
 
 
-__all__ = ["Tuner", "TuneConfig", "ResultGrid", "TrialResult", "Trial", "Callback", "logger", "report",
-           "get_checkpoint", "get_context", "Checkpoint", "CheckpointConfig", "FailureConfig", "RunConfig",
-           "ScalingConfig", "schedulers", "search", "BasicVariantGenerator", "ConcurrencyLimiter",
-           "OptunaSearch", "choice", "grid_search", "lograndint", "loguniform", "qlograndint",
-           "qloguniform", "qrandint", "qrandn", "quniform", "randint", "randn", "sample_from",
-           "uniform", "with_parameters", "with_resources", "PlacementGroupFactory", "stopper", "Stopper",
-           "Result", "SyncConfig", "Trainable",
-           "run", "ExperimentAnalysis", "TuneError", "CLIReporter", "JupyterNotebookReporter", "ProgressReporter"]
+__all__ = [
+    "Tuner",
+    "TuneConfig",
+    "ResultGrid",
+    "TrialResult",
+    "Trial",
+    "Callback",
+    "logger",
+    "report",
+    "get_checkpoint",
+    "get_context",
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "RunConfig",
+    "ScalingConfig",
+    "schedulers",
+    "search",
+    "BasicVariantGenerator",
+    "ConcurrencyLimiter",
+    "OptunaSearch",
+    "choice",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+    "PlacementGroupFactory",
+    "stopper",
+    "Stopper",
+    "Result",
+    "SyncConfig",
+    "Trainable",
+    "run",
+    "ExperimentAnalysis",
+    "TuneError",
+    "CLIReporter",
+    "JupyterNotebookReporter",
+    "ProgressReporter",
+]

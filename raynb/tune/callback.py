@@ -4,6 +4,7 @@ notebook process as an experiment runs, given in ``RunConfig(callbacks=[...])``.
 The classes are defined in ``raynb.train.callback`` (``TorchTrainer`` calls them too, and
 ``train`` cannot import ``tune``); this module is their name in Ray Tune's layout.
 """
+
 from ..train.callback import Callback, CallbackError, TrialSnapshot
 from ..train.callback_list import CallbackList
 

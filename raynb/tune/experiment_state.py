@@ -9,6 +9,7 @@ search algorithm and scheduler, RunConfig), written once when ``fit()`` starts.
 Each trial's reports live in its own directory (``result.json``, one JSON object per line,
 written by the head), so this file stays small; a restore reads them back from there.
 """
+
 from __future__ import annotations
 
 import base64
@@ -37,7 +38,10 @@ def experiment_dir(name: str, storage_path: str | None = None) -> Path:
         ValueError: ``storage_path`` is an object store's URI: the notebook writes the
             experiment directory, so it must be a local (or mounted) path.
     """
-    return Path(local_storage_path(storage_path or default_storage_path(), "Tuner")).expanduser().absolute() / name
+    return (
+        Path(local_storage_path(storage_path or default_storage_path(), "Tuner")).expanduser().absolute()
+        / name
+    )
 
 
 def _encode_config(config) -> dict:
@@ -105,8 +109,9 @@ class ExperimentState:
         for tid, trial in self._dirty.items():
             self._entries[tid] = json.dumps(_trial_entry(trial), default=_json_default)
         self._dirty.clear()
-        head = json.dumps({**self.header, "version": STATE_VERSION, "timestamp": time.time()},
-                          default=_json_default)
+        head = json.dumps(
+            {**self.header, "version": STATE_VERSION, "timestamp": time.time()}, default=_json_default
+        )
         text = head[:-1] + ', "trials": [\n' + ",\n".join(self._entries[t] for t in self._order) + "\n]}\n"
         with self._cond:
             self._raise_error()
@@ -164,10 +169,17 @@ class ExperimentState:
 
 def _trial_entry(t: Trial) -> dict:
     extra = {k: v for k, v in t.extra.items() if not k.startswith("_")}
-    return {"trial_id": t.trial_id, **_encode_config(t.config), "status": t.status, "run_id": t.run_id,
-            "path": t.path,
-            "checkpoint": t.checkpoint, "error": t.error, "last_result": t.last_result,
-            "extra": extra}
+    return {
+        "trial_id": t.trial_id,
+        **_encode_config(t.config),
+        "status": t.status,
+        "run_id": t.run_id,
+        "path": t.path,
+        "checkpoint": t.checkpoint,
+        "error": t.error,
+        "last_result": t.last_result,
+        "extra": extra,
+    }
 
 
 def trainable_header(name: str, scaling) -> dict:
@@ -182,14 +194,20 @@ def check_same_trainable(header: dict, name: str, scaling) -> None:
     Raises:
         ValueError: it differs, naming what the experiment ran and what was given."""
     given = trainable_header(name, scaling)
-    stored = {k: header[k] for k in given if k in header}   # older experiments: the name only
+    stored = {k: header[k] for k in given if k in header}  # older experiments: the name only
     if any(given[k] != v for k, v in stored.items()):
+
         def say(d):
-            return (f"{d.get('trainable')!r} on {d.get('num_workers', '?')} worker(s) per trial"
-                    f"{' with GPUs' if d.get('use_gpu') else ''}")
-        raise ValueError(f"Tuner.restore: the experiment ran {say(stored)}, but the trainable given is "
-                         f"{say(given)}. Pass the trainable the experiment was started with (the same "
-                         "function or TorchTrainer, and ScalingConfig)")
+            return (
+                f"{d.get('trainable')!r} on {d.get('num_workers', '?')} worker(s) per trial"
+                f"{' with GPUs' if d.get('use_gpu') else ''}"
+            )
+
+        raise ValueError(
+            f"Tuner.restore: the experiment ran {say(stored)}, but the trainable given is "
+            f"{say(given)}. Pass the trainable the experiment was started with (the same "
+            "function or TorchTrainer, and ScalingConfig)"
+        )
 
 
 def read_tuner_file(path: str) -> dict | None:
@@ -209,8 +227,10 @@ def read_state(path: str) -> tuple[dict, list[Trial]]:
     """
     p = Path(path).expanduser() / STATE_FILE
     if not p.exists():
-        raise FileNotFoundError(f"{str(Path(path).expanduser())!r} holds no {STATE_FILE}: give the directory "
-                                "of a Tune experiment (ResultGrid.experiment_path)")
+        raise FileNotFoundError(
+            f"{str(Path(path).expanduser())!r} holds no {STATE_FILE}: give the directory "
+            "of a Tune experiment (ResultGrid.experiment_path)"
+        )
     try:
         data = json.loads(p.read_text())
         entries = data.pop("trials")
@@ -222,8 +242,16 @@ def read_state(path: str) -> tuple[dict, list[Trial]]:
         status, extra = e["status"], e.get("extra") or {}
         if status == "STOPPED":
             status, extra = "TERMINATED", {**extra, "early_stopped": True}
-        t = Trial(e["trial_id"], _decode_config(e), status=status, path=e.get("path"), run_id=e.get("run_id"),
-                  checkpoint=e.get("checkpoint"), error=e.get("error"), extra=extra)
+        t = Trial(
+            e["trial_id"],
+            _decode_config(e),
+            status=status,
+            path=e.get("path"),
+            run_id=e.get("run_id"),
+            checkpoint=e.get("checkpoint"),
+            error=e.get("error"),
+            extra=extra,
+        )
         t.results = read_results(t.path) if t.path else []
         if not t.results and e.get("last_result"):
             t.results = [e["last_result"]]

@@ -11,6 +11,7 @@ the run ends by itself, or :data:`COMMIT_WAIT_S` passed. The head flags such a r
 (``checkpoint_staged``, ``head.progress_relay``) only when the ranks behind still run and
 report; a checkpoint staged by a rank other than 0 after rank 0's report is not waited for.
 """
+
 from __future__ import annotations
 
 import time
@@ -31,8 +32,12 @@ class HeldStops:
         clock: ``time.monotonic`` (injectable for tests).
     """
 
-    def __init__(self, cancel: Callable[[str], None], note: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        cancel: Callable[[str], None],
+        note: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._cancel, self._note, self._clock = cancel, note, clock
         self._held: dict[str, tuple[float, str, int]] = {}  # run_id -> (deadline, trial_id, iteration)
 
@@ -66,8 +71,10 @@ class HeldStops:
         stopped trial on). A note says so; the run's own record keeps the error."""
         held = self._held.pop(run_id, None)
         if held is not None and failed:
-            self._note(f"{held[1]}: a rank failed while its STOP waited for the checkpoint of report "
-                       f"{held[2]}; the trial ends as stopped (the error is in its run's run.json)")
+            self._note(
+                f"{held[1]}: a rank failed while its STOP waited for the checkpoint of report "
+                f"{held[2]}; the trial ends as stopped (the error is in its run's run.json)"
+            )
         return held is not None
 
     def release_all(self) -> None:
@@ -80,6 +87,8 @@ class HeldStops:
         now = self._clock()
         for run_id, (deadline, trial_id, iteration) in list(self._held.items()):
             if now >= deadline:
-                self._note(f"{trial_id}: stopped without the checkpoint of report {iteration}, the one "
-                           f"it was stopped on: a rank had not reached it {COMMIT_WAIT_S:g} s after rank 0")
+                self._note(
+                    f"{trial_id}: stopped without the checkpoint of report {iteration}, the one "
+                    f"it was stopped on: a rank had not reached it {COMMIT_WAIT_S:g} s after rank 0"
+                )
                 self.release(run_id)

@@ -8,6 +8,7 @@ a terminal ``ipython``) ``fit()`` raises :class:`~raynb.errors.TuneInterrupted` 
 reachable (``tuner.get_results()``, the exception's ``result_grid``). Elsewhere it
 returns them, as Ray Tune does.
 """
+
 from __future__ import annotations
 
 import sys
@@ -28,7 +29,9 @@ def in_ipython_cell() -> bool:
     return False
 
 
-def report_interrupt(grid, done: int, unfinished: int, carry_on: str, results_at: str | None) -> TuneInterrupted | None:
+def report_interrupt(
+    grid, done: int, unfinished: int, carry_on: str, results_at: str | None
+) -> TuneInterrupted | None:
     """Print how the interrupted experiment carries on; returns the exception ``fit()``
     raises inside an IPython cell, else None (``fit()`` returns ``grid``).
 
@@ -39,13 +42,18 @@ def report_interrupt(grid, done: int, unfinished: int, carry_on: str, results_at
             ``get_results()``)."""
     raising = in_ipython_cell()
     where = results_at or ("tuner.get_results()" if raising else "the ResultGrid returned")
-    sys.stderr.write(f"Tuning interrupted: {done} trial(s) done, {unfinished} unfinished. The results so "
-                     f"far: {where}; to carry on, {carry_on}\n")
+    sys.stderr.write(
+        f"Tuning interrupted: {done} trial(s) done, {unfinished} unfinished. The results so "
+        f"far: {where}; to carry on, {carry_on}\n"
+    )
     sys.stderr.flush()
     if not raising:
         return None
-    return TuneInterrupted(f"tuning interrupted: {done} trial(s) done, {unfinished} unfinished; "
-                           f"the results so far are in {where}", grid)
+    return TuneInterrupted(
+        f"tuning interrupted: {done} trial(s) done, {unfinished} unfinished; "
+        f"the results so far are in {where}",
+        grid,
+    )
 
 
 __all__ = ["in_ipython_cell", "report_interrupt"]

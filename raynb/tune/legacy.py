@@ -4,10 +4,11 @@
 ``tune.run`` builds a :class:`~raynb.tune.Tuner` from its arguments and runs it; the
 analysis reads the :class:`~raynb.tune.ResultGrid`.
 """
+
 from __future__ import annotations
 
-from ..train.config import CheckpointConfig, FailureConfig, RunConfig
 from ..client.no_effect import accepted_no_effect
+from ..train.config import CheckpointConfig, FailureConfig, RunConfig
 from .result_grid import ResultGrid
 from .trainable_util import with_resources
 from .tune_config import TuneConfig
@@ -35,7 +36,7 @@ class ExperimentAnalysis:
         try:
             return self._grid.get_best_result(metric or self.default_metric, mode or self.default_mode, scope)
         except RuntimeError:
-            return None   # no trial reported the metric
+            return None  # no trial reported the metric
 
     def get_best_trial(self, metric: str | None = None, mode: str | None = None, scope: str = "last"):
         """The best trial by ``metric`` (default: ``tune.run(metric=)``), or None."""
@@ -108,16 +109,45 @@ class ExperimentAnalysis:
         return f"ExperimentAnalysis({self._grid!r})"
 
 
-_NO_EFFECT = {"sync_config": "run directories are on the head's file system", "export_formats": "no model export",
-              "log_to_file": "every rank's output is kept in the run directory", "reuse_actors": None,
-              "progress_reporter": None, "local_dir": None, "chdir_to_trial_dir": None}
+_NO_EFFECT = {
+    "sync_config": "run directories are on the head's file system",
+    "export_formats": "no model export",
+    "log_to_file": "every rank's output is kept in the run directory",
+    "reuse_actors": None,
+    "progress_reporter": None,
+    "local_dir": None,
+    "chdir_to_trial_dir": None,
+}
 
 
-def run(run_or_experiment, *, name=None, metric=None, mode=None, stop=None, time_budget_s=None, config=None,
-        resources_per_trial=None, num_samples=1, storage_path=None, search_alg=None, scheduler=None,
-        checkpoint_config=None, verbose=None, progress_reporter=None, trial_name_creator=None,
-        trial_dirname_creator=None, max_failures=0, fail_fast=False, raise_on_failed_trial=True,
-        callbacks=None, max_concurrent_trials=None, reuse_actors=False, resume=None, **ray_only):
+def run(
+    run_or_experiment,
+    *,
+    name=None,
+    metric=None,
+    mode=None,
+    stop=None,
+    time_budget_s=None,
+    config=None,
+    resources_per_trial=None,
+    num_samples=1,
+    storage_path=None,
+    search_alg=None,
+    scheduler=None,
+    checkpoint_config=None,
+    verbose=None,
+    progress_reporter=None,
+    trial_name_creator=None,
+    trial_dirname_creator=None,
+    max_failures=0,
+    fail_fast=False,
+    raise_on_failed_trial=True,
+    callbacks=None,
+    max_concurrent_trials=None,
+    reuse_actors=False,
+    resume=None,
+    **ray_only,
+):
     """Run a Tune experiment, Ray's older way (``ray.tune.run``); see :class:`Tuner`.
 
     Returns:
@@ -131,25 +161,45 @@ def run(run_or_experiment, *, name=None, metric=None, mode=None, stop=None, time
     for key, value in ray_only.items():
         if key in ("sync_config", "export_formats", "log_to_file", "local_dir", "storage_filesystem"):
             if value:
-                accepted_no_effect(f"tune.run({key}=...)", _NO_EFFECT.get(key) or "raynb writes to storage_path")
+                accepted_no_effect(
+                    f"tune.run({key}=...)", _NO_EFFECT.get(key) or "raynb writes to storage_path"
+                )
         else:
-            raise TypeError(f"tune.run() got an argument raynb does not serve: {key!r}. Use "
-                            "tune.Tuner(trainable, param_space=..., tune_config=TuneConfig(...), "
-                            "run_config=RunConfig(...)) and see docs/coming-from-ray.md")
+            raise TypeError(
+                f"tune.run() got an argument raynb does not serve: {key!r}. Use "
+                "tune.Tuner(trainable, param_space=..., tune_config=TuneConfig(...), "
+                "run_config=RunConfig(...)) and see docs/coming-from-ray.md"
+            )
     if resume:
-        raise ValueError(f"tune.run(resume={resume!r}) is not served: use "
-                         "tune.Tuner.restore(experiment_path, trainable).fit()")
+        raise ValueError(
+            f"tune.run(resume={resume!r}) is not served: use "
+            "tune.Tuner.restore(experiment_path, trainable).fit()"
+        )
     trainable = run_or_experiment
     if resources_per_trial is not None:
         trainable = with_resources(trainable, resources_per_trial)
-    rc = RunConfig(name=name, storage_path=storage_path, stop=stop, verbose=1 if verbose is None else verbose,
-                   progress_reporter=progress_reporter, callbacks=list(callbacks) if callbacks else None,
-                   checkpoint_config=checkpoint_config or CheckpointConfig(),
-                   failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast))
-    tc = TuneConfig(metric=metric, mode=mode, search_alg=search_alg, scheduler=scheduler, num_samples=num_samples,
-                    max_concurrent_trials=max_concurrent_trials, time_budget_s=time_budget_s,
-                    reuse_actors=reuse_actors, trial_name_creator=trial_name_creator,
-                    trial_dirname_creator=trial_dirname_creator)
+    rc = RunConfig(
+        name=name,
+        storage_path=storage_path,
+        stop=stop,
+        verbose=1 if verbose is None else verbose,
+        progress_reporter=progress_reporter,
+        callbacks=list(callbacks) if callbacks else None,
+        checkpoint_config=checkpoint_config or CheckpointConfig(),
+        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+    )
+    tc = TuneConfig(
+        metric=metric,
+        mode=mode,
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=num_samples,
+        max_concurrent_trials=max_concurrent_trials,
+        time_budget_s=time_budget_s,
+        reuse_actors=reuse_actors,
+        trial_name_creator=trial_name_creator,
+        trial_dirname_creator=trial_dirname_creator,
+    )
     grid = Tuner(trainable, param_space=config, tune_config=tc, run_config=rc).fit()
     if raise_on_failed_trial and grid.errors:
         failed = [r.trial_id for r in grid if r.error is not None]

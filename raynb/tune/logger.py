@@ -6,6 +6,7 @@ A logger is a :class:`~raynb.tune.Callback` with three simpler hooks, ``log_tria
 Ray's module for it, and re-exported by ``raynb.integrations.tensorboard``; the MLflow
 logger is in ``raynb.integrations.mlflow``.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -13,14 +14,27 @@ import numbers
 from ..train.callback import Callback, flatten
 
 # Report fields that are no metric of their own (Ray's TBXLogger leaves them out too).
-NOT_SCALARS = ("config", "pid", "timestamp", "time_total_s", "training_iteration", "trial_id", "date",
-               "hostname", "node_ip", "done")
+NOT_SCALARS = (
+    "config",
+    "pid",
+    "timestamp",
+    "time_total_s",
+    "training_iteration",
+    "trial_id",
+    "date",
+    "hostname",
+    "node_ip",
+    "done",
+)
 
 
 def numbers_of(result: dict, skip=NOT_SCALARS) -> dict:
     """The numeric values of a report, flattened (``a/b``), without the ``skip`` fields."""
-    return {k: float(v) for k, v in flatten({k: v for k, v in result.items() if k not in skip}).items()
-            if isinstance(v, numbers.Real)}
+    return {
+        k: float(v)
+        for k, v in flatten({k: v for k, v in result.items() if k not in skip}).items()
+        if isinstance(v, numbers.Real)
+    }
 
 
 class LoggerCallback(Callback):
@@ -80,8 +94,10 @@ class TBXLoggerCallback(LoggerCallback):
         import importlib.util
 
         if importlib.util.find_spec("tensorboard") is None:
-            raise ImportError("TBXLoggerCallback needs the tensorboard package: pip install tensorboard "
-                              "(or pip install 'raynb[tracking]')")
+            raise ImportError(
+                "TBXLoggerCallback needs the tensorboard package: pip install tensorboard "
+                "(or pip install 'raynb[tracking]')"
+            )
         self.flush_secs = flush_secs
         self._writers: dict = {}
 
@@ -144,8 +160,9 @@ class _AlwaysWritten(LoggerCallback):
     def __init__(self, *args, **kwargs):
         from ..client.no_effect import accepted_no_effect
 
-        accepted_no_effect(f"{type(self).__name__}()", "raynb writes every trial's result.json and "
-                           "progress.csv itself")
+        accepted_no_effect(
+            f"{type(self).__name__}()", "raynb writes every trial's result.json and progress.csv itself"
+        )
 
 
 class CSVLoggerCallback(_AlwaysWritten):

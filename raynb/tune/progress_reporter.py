@@ -5,6 +5,7 @@ reporter given to ``RunConfig(progress_reporter=...)`` or ``tune.run(progress_re
 has no effect: one line says so, once. Its arguments are kept, so a script's calls
 (``add_metric_column`` ...) work.
 """
+
 from __future__ import annotations
 
 
@@ -13,8 +14,11 @@ class ProgressReporter:
 
     def __init__(self, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
-        self.metric_columns: dict = dict(kwargs.get("metric_columns") or {}) if isinstance(
-            kwargs.get("metric_columns"), dict) else {c: c for c in kwargs.get("metric_columns") or ()}
+        self.metric_columns: dict = (
+            dict(kwargs.get("metric_columns") or {})
+            if isinstance(kwargs.get("metric_columns"), dict)
+            else {c: c for c in kwargs.get("metric_columns") or ()}
+        )
         self.parameter_columns: dict = {}
 
     def add_metric_column(self, metric: str, representation: str | None = None) -> None:

@@ -1,4 +1,5 @@
 """The outcome of ``Tuner.fit()``: one ``Result`` per trial (Ray Tune's ``ResultGrid``)."""
+
 from __future__ import annotations
 
 import math
@@ -28,11 +29,18 @@ class TrialResult(Result):
             from ..train.checkpoint import Checkpoint
 
             ckpt = Checkpoint(trial.checkpoint)
-        super().__init__(metrics=dict(trial.last_result) if trial.results else None, error=error,
-                         path=trial.path, checkpoint=ckpt, name=trial.trial_id, state=trial.status,
-                         time_total_s=trial.last_result.get("time_total_s"), _reports=trial.results,
-                         best_checkpoints=_best_checkpoints(trial),
-                         failures=list(trial.extra.get("failures") or []))
+        super().__init__(
+            metrics=dict(trial.last_result) if trial.results else None,
+            error=error,
+            path=trial.path,
+            checkpoint=ckpt,
+            name=trial.trial_id,
+            state=trial.status,
+            time_total_s=trial.last_result.get("time_total_s"),
+            _reports=trial.results,
+            best_checkpoints=_best_checkpoints(trial),
+            failures=list(trial.extra.get("failures") or []),
+        )
 
     @property
     def metrics_dataframe(self):
@@ -60,8 +68,10 @@ class TrialResult(Result):
         return self._trial.status
 
     def __repr__(self) -> str:
-        return (f"Result(trial_id={self.trial_id!r}, status={self.status!r}, metrics={self.metrics!r}, "
-                f"config={self.config!r}, path={self.path!r}, error={self.error!r})")
+        return (
+            f"Result(trial_id={self.trial_id!r}, status={self.status!r}, metrics={self.metrics!r}, "
+            f"config={self.config!r}, path={self.path!r}, error={self.error!r})"
+        )
 
 
 def _best_checkpoints(trial: Trial) -> list:
@@ -100,8 +110,14 @@ class ResultGrid:
     work as on a list.
     """
 
-    def __init__(self, trials: list[Trial], experiment_path: str, metric: str | None = None,
-                 mode: str | None = None, interrupted: bool = False):
+    def __init__(
+        self,
+        trials: list[Trial],
+        experiment_path: str,
+        metric: str | None = None,
+        mode: str | None = None,
+        interrupted: bool = False,
+    ):
         self._trials = list(trials)
         self.experiment_path = experiment_path
         self._metric = metric
@@ -132,8 +148,13 @@ class ResultGrid:
         """Trials that ended without error (TERMINATED: returned, or stopped early)."""
         return sum(t.status == TERMINATED for t in self._trials)
 
-    def get_best_result(self, metric: str | None = None, mode: str | None = None, scope: str = "last",
-                        filter_nan_and_inf: bool = True) -> TrialResult:
+    def get_best_result(
+        self,
+        metric: str | None = None,
+        mode: str | None = None,
+        scope: str = "last",
+        filter_nan_and_inf: bool = True,
+    ) -> TrialResult:
         """The trial with the best ``metric``.
 
         Args:
@@ -150,8 +171,10 @@ class ResultGrid:
         metric = metric or self._metric
         mode = mode or self._mode
         if not metric or not mode:
-            raise ValueError("get_best_result() needs a metric and a mode: pass metric=... and "
-                             "mode='min'|'max', or set them in TuneConfig")
+            raise ValueError(
+                "get_best_result() needs a metric and a mode: pass metric=... and "
+                "mode='min'|'max', or set them in TuneConfig"
+            )
         if mode not in ("min", "max"):
             raise ValueError(f"get_best_result(mode={mode!r}): use 'min' or 'max'")
         if scope not in _SCOPES:
@@ -164,13 +187,16 @@ class ResultGrid:
             if best is None or (score < best_score if mode == "min" else score > best_score):
                 best, best_score = r, score
         if best is None:
-            seen = sorted({k for t in self._trials for res in t.results for k in res
-                           if k not in AUTO_KEYS})
+            seen = sorted({k for t in self._trials for res in t.results for k in res if k not in AUTO_KEYS})
             if not any(t.results for t in self._trials):
-                raise RuntimeError(f"no trial reported anything, so none has a {metric!r}: call "
-                                   f"raynb.tune.report({{{metric!r}: ...}}) in the trainable")
-            raise RuntimeError(f"no trial reported a finite {metric!r}; the trials reported {seen}. "
-                               "Pick one of these keys, or report the metric with raynb.tune.report()")
+                raise RuntimeError(
+                    f"no trial reported anything, so none has a {metric!r}: call "
+                    f"raynb.tune.report({{{metric!r}: ...}}) in the trainable"
+                )
+            raise RuntimeError(
+                f"no trial reported a finite {metric!r}; the trials reported {seen}. "
+                "Pick one of these keys, or report the metric with raynb.tune.report()"
+            )
         return best
 
     def get_dataframe(self, filter_metric: str | None = None, filter_mode: str | None = None):

@@ -7,6 +7,7 @@ whether the whole experiment stops (``stopper.stop_all()``: running trials are s
 no new one starts); a stopped trial ends TERMINATED, its results ending at the report that
 stopped it, as in Ray Tune.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -93,11 +94,20 @@ class TrialPlateauStopper(Stopper):
         ValueError: ``metric_threshold`` without ``mode`` "min" or "max".
     """
 
-    def __init__(self, metric: str, std: float = 0.01, num_results: int = 4, grace_period: int = 4,
-                 metric_threshold: float | None = None, mode: str | None = None):
+    def __init__(
+        self,
+        metric: str,
+        std: float = 0.01,
+        num_results: int = 4,
+        grace_period: int = 4,
+        metric_threshold: float | None = None,
+        mode: str | None = None,
+    ):
         if metric_threshold is not None and mode not in ("min", "max"):
-            raise ValueError(f"TrialPlateauStopper(metric_threshold={metric_threshold!r}) needs mode='min' "
-                             f"or mode='max', got mode={mode!r}")
+            raise ValueError(
+                f"TrialPlateauStopper(metric_threshold={metric_threshold!r}) needs mode='min' "
+                f"or mode='max', got mode={mode!r}"
+            )
         self._metric, self._std, self._num_results = metric, std, num_results
         self._grace_period, self._threshold, self._mode = grace_period, metric_threshold, mode
         self._iter: dict = defaultdict(int)
@@ -112,7 +122,8 @@ class TrialPlateauStopper(Stopper):
             return False
         if self._threshold is not None and value is not None:
             if (self._mode == "min" and value > self._threshold) or (
-                    self._mode == "max" and value < self._threshold):
+                self._mode == "max" and value < self._threshold
+            ):
                 return False
         return _std(values) < self._std
 
@@ -144,7 +155,7 @@ class ExperimentPlateauStopper(Stopper):
 
     def __call__(self, trial_id, result):
         values = sorted(self._top_values + [result[self._metric]])
-        self._top_values = values[:self._top] if self._mode == "min" else values[-self._top:]
+        self._top_values = values[: self._top] if self._mode == "min" else values[-self._top :]
         self._iterations = self._iterations + 1 if self.has_plateaued() else 0
         return self.stop_all()
 
@@ -181,7 +192,7 @@ class TimeoutStopper(Stopper):
         return now - self._started >= self._timeout_seconds
 
     def __getstate__(self):
-        return {**self.__dict__, "_started": None}   # a restored experiment starts the clock again
+        return {**self.__dict__, "_started": None}  # a restored experiment starts the clock again
 
 
 class DictStopper(Stopper):
@@ -198,7 +209,7 @@ class DictStopper(Stopper):
                 continue
             if isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= bound:
                 return True
-            if isinstance(value, bool) and value and bound:   # stop={"done": True}
+            if isinstance(value, bool) and value and bound:  # stop={"done": True}
                 return True
         return False
 
@@ -218,16 +229,22 @@ def as_stopper(stop: Any) -> Stopper | None:
     if isinstance(stop, dict):
         bad = sorted(k for k, v in stop.items() if not isinstance(v, numbers.Real))
         if bad:
-            raise TypeError(f"RunConfig(stop={stop!r}): the bounds of {bad} must be numbers (a trial stops "
-                            "once its result is at least the bound)")
+            raise TypeError(
+                f"RunConfig(stop={stop!r}): the bounds of {bad} must be numbers (a trial stops "
+                "once its result is at least the bound)"
+            )
         return DictStopper(stop)
     if callable(stop):
         if hasattr(stop, "stop_all"):
-            raise TypeError(f"RunConfig(stop=...) got a {type(stop).__name__} with stop_all() that is not a "
-                            "raynb.tune.stopper.Stopper: subclass Stopper so both checks are made")
+            raise TypeError(
+                f"RunConfig(stop=...) got a {type(stop).__name__} with stop_all() that is not a "
+                "raynb.tune.stopper.Stopper: subclass Stopper so both checks are made"
+            )
         return FunctionStopper(stop)
-    raise TypeError(f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, result) -> "
-                    f"bool or a raynb.tune.stopper.Stopper, got {type(stop).__name__}")
+    raise TypeError(
+        f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, result) -> "
+        f"bool or a raynb.tune.stopper.Stopper, got {type(stop).__name__}"
+    )
 
 
 def _std(values) -> float:
@@ -238,5 +255,15 @@ def _std(values) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in nums) / len(nums))
 
 
-__all__ = ["Stopper", "CombinedStopper", "FunctionStopper", "MaximumIterationStopper", "NoopStopper",
-           "TrialPlateauStopper", "ExperimentPlateauStopper", "TimeoutStopper", "DictStopper", "as_stopper"]
+__all__ = [
+    "Stopper",
+    "CombinedStopper",
+    "FunctionStopper",
+    "MaximumIterationStopper",
+    "NoopStopper",
+    "TrialPlateauStopper",
+    "ExperimentPlateauStopper",
+    "TimeoutStopper",
+    "DictStopper",
+    "as_stopper",
+]

@@ -6,6 +6,7 @@ scheduler's decision), and it tells the driver when the whole experiment ends
 (``experiment_stop_reason``): the stopper's ``stop_all()``, or a trial's error under
 ``fail_fast``.
 """
+
 from __future__ import annotations
 
 from .schedulers.trial_scheduler import STOP
@@ -24,13 +25,13 @@ class StoppingScheduler:
 
     def __init__(self, scheduler, stopper: Stopper | None, fail_fast=False):
         self._scheduler, self._stopper, self._fail_fast = scheduler, stopper, fail_fast
-        self.failed_trial = None   # the first trial in ERROR, under fail_fast
+        self.failed_trial = None  # the first trial in ERROR, under fail_fast
 
     def __getattr__(self, name):
         return getattr(self._scheduler, name)
 
     @property
-    def __class__(self):   # messages and isinstance checks name the user's scheduler
+    def __class__(self):  # messages and isinstance checks name the user's scheduler
         return type(self._scheduler)
 
     def on_trial_result(self, trial, result: dict):

@@ -10,13 +10,14 @@ driver's STOP arrives); a trial a callable stopper or a scheduler stops keeps it
 periodic checkpoint. PBT's exploit and a restore resume from the newest checkpoint through
 ``load_checkpoint``.
 """
+
 from __future__ import annotations
 
 import copy
 import os
 import tempfile
 
-_DICT_FILE = "_trainable_state.pkl"   # save_checkpoint returned a dict: kept here, pickled
+_DICT_FILE = "_trainable_state.pkl"  # save_checkpoint returned a dict: kept here, pickled
 _ITER_FILE = "_trainable_iteration"
 
 
@@ -44,7 +45,7 @@ class Trainable:
     def trial_id(self) -> str:
         from ..train.session import get_context
 
-        return "_".join(get_context().get_trial_name().rsplit("_", 2)[-2:])   # <trainable>_<exp>_<n>
+        return "_".join(get_context().get_trial_name().rsplit("_", 2)[-2:])  # <trainable>_<exp>_<n>
 
     @property
     def trial_name(self) -> str:
@@ -98,8 +99,10 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
             while True:
                 result = dict(trainable.step() or {})
                 trainable._iteration += 1
-                ending = bool(result.get("done")) or (stopper is not None and stopper(
-                    "", {**result, "training_iteration": trainable._iteration}))
+                ending = bool(result.get("done")) or (
+                    stopper is not None
+                    and stopper("", {**result, "training_iteration": trainable._iteration})
+                )
                 due = (frequency and trainable._iteration % frequency == 0) or (ending and at_end)
                 if due:
                     with tempfile.TemporaryDirectory(prefix="trainable_ckpt_") as d:
@@ -113,7 +116,7 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
             trainable.cleanup()
 
     run.__name__ = run.__qualname__ = cls.__name__
-    run._raynb_scaling = getattr(cls, "_raynb_scaling", None)   # with_resources
+    run._raynb_scaling = getattr(cls, "_raynb_scaling", None)  # with_resources
     return run
 
 
@@ -136,7 +139,7 @@ def _restore(trainable: Trainable, checkpoint) -> None:
     if os.path.exists(state):
         import cloudpickle
 
-        with open(state, "rb") as f:   # written by _save in this trial's own run directory
+        with open(state, "rb") as f:  # written by _save in this trial's own run directory
             trainable.load_checkpoint(cloudpickle.load(f))
     else:
         trainable.load_checkpoint(directory)

@@ -8,6 +8,7 @@ requests: a GPU gives each trial a worker with one CUDA device; CPU amounts have
 (a trial runs on one warm worker; ``TuneConfig(max_concurrent_trials=...)`` limits how many
 run at once).
 """
+
 from __future__ import annotations
 
 import functools
@@ -16,8 +17,8 @@ import numbers
 import cloudpickle
 
 from ..client import bulk
-from ..train.config import ScalingConfig
 from ..client.no_effect import accepted_no_effect
+from ..train.config import ScalingConfig
 
 # Objects that pickle to fewer bytes travel in each trial's payload (cheaper than a segment).
 SHARED_MIN_BYTES = 64 << 10
@@ -41,8 +42,12 @@ class _Parameter:
             self._blob = np.frombuffer(cloudpickle.dumps(self.value), dtype=np.uint8)
         if self._blob.nbytes < SHARED_MIN_BYTES:
             return _Parameter, (self.name, self.value)
-        block = scope.place(("with_parameters", id(self)), self, {"p": self._blob},
-                            f"with_parameters({self.name}=...) ({self._blob.nbytes} bytes pickled)")
+        block = scope.place(
+            ("with_parameters", id(self)),
+            self,
+            {"p": self._blob},
+            f"with_parameters({self.name}=...) ({self._blob.nbytes} bytes pickled)",
+        )
         return _from_shared, (self.name, block)
 
 
@@ -60,13 +65,16 @@ def with_parameters(trainable, **kwargs):
     Raises:
         TypeError: ``trainable`` is not a function."""
     params = {k: _Parameter(k, v) for k, v in kwargs.items()}
-    if _is_trainable_class(trainable):   # Ray passes them to setup(config, **params)
+    if _is_trainable_class(trainable):  # Ray passes them to setup(config, **params)
+
         def setup(self, config):
             return trainable.setup(self, config, **{k: p.value for k, p in params.items()})
 
         return type(trainable.__name__, (trainable,), {"setup": setup, "_raynb_parameters": params})
     if not callable(trainable) or isinstance(trainable, type):
-        raise TypeError(f"with_parameters() takes a function f(config, **params), got {type(trainable).__name__}")
+        raise TypeError(
+            f"with_parameters() takes a function f(config, **params), got {type(trainable).__name__}"
+        )
 
     @functools.wraps(trainable)
     def inner(config):
@@ -91,8 +99,9 @@ class PlacementGroupFactory:
         ValueError: no bundles, or a bundle that is not a dict of amounts."""
 
     def __init__(self, bundles: list, strategy: str = "PACK", *args, **kwargs):
-        if not bundles or not all(isinstance(b, dict) and all(isinstance(v, numbers.Real) for v in b.values())
-                                  for b in bundles):
+        if not bundles or not all(
+            isinstance(b, dict) and all(isinstance(v, numbers.Real) for v in b.values()) for b in bundles
+        ):
             raise ValueError(f"PlacementGroupFactory({bundles!r}): give a list of dicts of resource amounts")
         self.bundles, self.strategy = [dict(b) for b in bundles], strategy
 
@@ -108,26 +117,35 @@ class PlacementGroupFactory:
 def _scaling_of(resources) -> ScalingConfig:
     if isinstance(resources, ScalingConfig):
         return resources
-    if isinstance(resources, (list, tuple)):   # Ray's bundles, as PlacementGroupFactory takes them
+    if isinstance(resources, (list, tuple)):  # Ray's bundles, as PlacementGroupFactory takes them
         resources = PlacementGroupFactory(list(resources))
     if isinstance(resources, PlacementGroupFactory):
         resources = resources.required_resources
     if not isinstance(resources, dict):
-        raise TypeError(f"with_resources() takes a dict ({{'cpu': 2, 'gpu': 1}}), a PlacementGroupFactory or a "
-                        f"ScalingConfig, got {type(resources).__name__}; a function of the config is not served: "
-                        "give the request itself")
+        raise TypeError(
+            f"with_resources() takes a dict ({{'cpu': 2, 'gpu': 1}}), a PlacementGroupFactory or a "
+            f"ScalingConfig, got {type(resources).__name__}; a function of the config is not served: "
+            "give the request itself"
+        )
     amounts = {str(k).upper(): v for k, v in resources.items()}
     unknown = sorted(k for k in amounts if k not in ("CPU", "GPU", "MEMORY"))
     if unknown:
-        raise ValueError(f"with_resources({resources!r}): raynb serves CPU and GPU requests; {unknown} "
-                         "(custom resources) are not served: drop them")
+        raise ValueError(
+            f"with_resources({resources!r}): raynb serves CPU and GPU requests; {unknown} "
+            "(custom resources) are not served: drop them"
+        )
     gpus = amounts.get("GPU", 0)
     if gpus and gpus != 1:
-        raise ValueError(f"with_resources({resources!r}): a trial of a function gets one worker with one GPU; "
-                         "for several, use a TorchTrainer with ScalingConfig(num_workers=N, use_gpu=True)")
+        raise ValueError(
+            f"with_resources({resources!r}): a trial of a function gets one worker with one GPU; "
+            "for several, use a TorchTrainer with ScalingConfig(num_workers=N, use_gpu=True)"
+        )
     if amounts.get("CPU") or amounts.get("MEMORY"):
-        accepted_no_effect("with_resources(cpu=/memory=)", "each trial runs on one warm worker; limit trials "
-                           "running at once with TuneConfig(max_concurrent_trials=...)")
+        accepted_no_effect(
+            "with_resources(cpu=/memory=)",
+            "each trial runs on one warm worker; limit trials "
+            "running at once with TuneConfig(max_concurrent_trials=...)",
+        )
     return ScalingConfig(num_workers=1, use_gpu=bool(gpus))
 
 

@@ -1,4 +1,5 @@
 """A trial: one sampled config of a Tune experiment, run as one raynb run."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,13 @@ from typing import Any
 # raised or its workers died. STOPPED is what experiments stored before read back as:
 # read_state turns it into TERMINATED.
 PENDING, RUNNING, PAUSED, TERMINATED, STOPPED, ERROR = (
-    "PENDING", "RUNNING", "PAUSED", "TERMINATED", "STOPPED", "ERROR")
+    "PENDING",
+    "RUNNING",
+    "PAUSED",
+    "TERMINATED",
+    "STOPPED",
+    "ERROR",
+)
 
 
 @dataclass
@@ -69,7 +76,7 @@ def pause(trial: Trial) -> str:
     trial.status = PENDING
     trial.run_id = None
     if trial.path:
-        trial.extra["_wipe"] = True   # its cancelled run's directory: removed when fit() carries on
+        trial.extra["_wipe"] = True  # its cancelled run's directory: removed when fit() carries on
     return PENDING
 
 

@@ -1,5 +1,6 @@
 """What became of a trial whose kernel died mid-fit, read from its run's own ``run.json``
 (for ``Tuner.restore``)."""
+
 from __future__ import annotations
 
 from ..cluster.storage.rundir import read_run_dir
@@ -29,20 +30,26 @@ def catch_up(t: Trial) -> None:
     state = record.get("state")
     if state == "FINISHED":
         t.status = TERMINATED
-    elif state == "STOPPED":   # a scheduler's STOP landed after the kernel died: Ray's TERMINATED
+    elif state == "STOPPED":  # a scheduler's STOP landed after the kernel died: Ray's TERMINATED
         t.status = TERMINATED
     elif state == "FAILED" and not _head_died(record):
         t.status = ERROR
         errors = record.get("errors") or [{"message": "failed"}]
         t.extra["errors"] = errors
         e = errors[0]
-        t.error = (f"{e['exc_type']}: {e.get('message', '')}" if e.get("exc_type")
-                   else str(e.get("message", "failed"))).splitlines()[0][:300]
+        t.error = (
+            f"{e['exc_type']}: {e.get('message', '')}"
+            if e.get("exc_type")
+            else str(e.get("message", "failed"))
+        ).splitlines()[0][:300]
 
 
 def _head_died(record: dict) -> bool:
     """The run failed because the head running it died, or the cluster was stopped under it
     (``raynb stop``, a reboot's SIGTERM): resumable, not the trial's error."""
-    said = [str(e.get("message", "")) for e in (record.get("failures") or []) + (record.get("errors") or [])
-            if isinstance(e, dict)]
+    said = [
+        str(e.get("message", ""))
+        for e in (record.get("failures") or []) + (record.get("errors") or [])
+        if isinstance(e, dict)
+    ]
     return any("head stopped" in m or "cluster was stopped" in m for m in said)

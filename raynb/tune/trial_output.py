@@ -1,4 +1,5 @@
 """A trial's rank-0 output, relayed to the driver's stdout/stderr with the trial's id."""
+
 from __future__ import annotations
 
 import sys

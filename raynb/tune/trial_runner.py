@@ -1,6 +1,7 @@
 """What a trial is made of besides its config: the trainable and its scaling
 (:class:`TrialRunner`), and its run directory (the params it ran with, and a
 checkpoint adopted from another trial by PBT's exploit)."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,8 +17,15 @@ class TrialRunner:
     """Everything one ``fit()`` needs to run trials: the function, how many workers each
     trial takes, and how a trial's config becomes the function's config."""
 
-    def __init__(self, fn, scaling_config: ScalingConfig, base_config: dict | None, nested_key: str | None,
-                 run_config: RunConfig, name_prefix: str):
+    def __init__(
+        self,
+        fn,
+        scaling_config: ScalingConfig,
+        base_config: dict | None,
+        nested_key: str | None,
+        run_config: RunConfig,
+        name_prefix: str,
+    ):
         from ..train.profiling import Profiled, profile_options
 
         # RunConfig(profile=...) profiles every trial's ranks: each trial's run directory
@@ -54,8 +62,10 @@ class TrialRunner:
         if self.dirname_creator is not None:
             dirname = str(self.dirname_creator(trial))
             if not dirname or "/" in dirname or dirname in (".", ".."):
-                raise ValueError(f"TuneConfig(trial_dirname_creator=...) returned {dirname!r} for trial "
-                                 f"{trial_id}: return a plain directory name, unique per trial")
+                raise ValueError(
+                    f"TuneConfig(trial_dirname_creator=...) returned {dirname!r} for trial "
+                    f"{trial_id}: return a plain directory name, unique per trial"
+                )
         trial.extra["dirname"] = dirname
         trial.path = str(Path(experiment_path) / dirname)
         return trial
@@ -87,9 +97,15 @@ def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dic
 
     record = read_run_dir(run_path, with_reports=False)
     cc = checkpoint_config
-    config = None if cc is None else {"num_to_keep": cc.num_to_keep,
-                                      "checkpoint_score_attribute": cc.checkpoint_score_attribute,
-                                      "checkpoint_score_order": cc.checkpoint_score_order}
+    config = (
+        None
+        if cc is None
+        else {
+            "num_to_keep": cc.num_to_keep,
+            "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+            "checkpoint_score_order": cc.checkpoint_score_order,
+        }
+    )
     store = CheckpointStore(run_path, config, record.get("checkpoints"))
     staging = Path(run_path) / ".staging" / f"adopt_{store.next_index}"
     shutil.rmtree(staging, ignore_errors=True)

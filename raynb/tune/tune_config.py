@@ -1,4 +1,5 @@
 """``TuneConfig``: how many trials, which search and scheduling, what to optimize."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -55,16 +56,21 @@ class TuneConfig:
         if isinstance(self.time_budget_s, datetime.timedelta):
             self.time_budget_s = self.time_budget_s.total_seconds()
         if self.reuse_actors:
-            accepted_no_effect("TuneConfig(reuse_actors=True)", "raynb's workers are always warm and "
-                               "reused between trials")
+            accepted_no_effect(
+                "TuneConfig(reuse_actors=True)", "raynb's workers are always warm and reused between trials"
+            )
         if self.chdir_to_trial_dir is not None:
-            raise ValueError("TuneConfig(chdir_to_trial_dir=...) was removed in Ray 2.8 and is not served: "
-                             "a trial runs in the driver's working directory; use "
-                             "raynb.train.get_context().get_trial_dir() for its own directory")
+            raise ValueError(
+                "TuneConfig(chdir_to_trial_dir=...) was removed in Ray 2.8 and is not served: "
+                "a trial runs in the driver's working directory; use "
+                "raynb.train.get_context().get_trial_dir() for its own directory"
+            )
         for name in ("trial_name_creator", "trial_dirname_creator"):
             if getattr(self, name) is not None and not callable(getattr(self, name)):
-                raise TypeError(f"TuneConfig({name}=...) takes a function f(trial) -> str, got "
-                                f"{type(getattr(self, name)).__name__}")
+                raise TypeError(
+                    f"TuneConfig({name}=...) takes a function f(trial) -> str, got "
+                    f"{type(getattr(self, name)).__name__}"
+                )
         if self.mode is not None and self.mode not in ("min", "max"):
             raise ValueError(f"TuneConfig(mode={self.mode!r}): use mode='min' or mode='max'")
         if self.metric is not None and not isinstance(self.metric, str):

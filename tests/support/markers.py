@@ -5,6 +5,7 @@ A test is marked by the fixtures it requests (transitively) and by the source of
 function and of those fixtures: a test that starts no process and opens no socket is a
 ``unit`` test. A marker written on a test by hand is kept and added to.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -27,9 +28,22 @@ _SIGNS = {
     "ray": ("ray_cluster", "ray.init", "import ray", "ray_support", "ray start", "--ray"),
     "kernel": ("KernelManager", "jupyter_client", "nbclient", "start_new_kernel", "nbval"),
     "browser": ("playwright", "chromium", "browser_check"),
-    "cluster": ("private_cluster(", "start_cluster(", "Popen(", "subprocess.", "connect(", "os.fork(",
-                "multiprocessing", "raynb.cli", "TorchTrainer(", "Tuner(", ".fit()", "zmq.",
-                "subprocess", "sys.executable"),
+    "cluster": (
+        "private_cluster(",
+        "start_cluster(",
+        "Popen(",
+        "subprocess.",
+        "connect(",
+        "os.fork(",
+        "multiprocessing",
+        "raynb.cli",
+        "TorchTrainer(",
+        "Tuner(",
+        ".fit()",
+        "zmq.",
+        "subprocess",
+        "sys.executable",
+    ),
 }
 _CLUSTER_FIXTURES = {"cluster", "warm", "shell", "ip", "raynb_home"}
 
@@ -78,7 +92,7 @@ def _sources(item) -> str:
 def kinds(item) -> set[str]:
     """The markers ``item`` gets from what it uses."""
     found = {m for m in MARKERS if item.get_closest_marker(m)}
-    if getattr(item, "function", None) is None:   # a notebook's cell (nbval): a kernel and a cluster
+    if getattr(item, "function", None) is None:  # a notebook's cell (nbval): a kernel and a cluster
         return found | {"kernel", "cluster"}
     source = _sources(item)
     found |= {m for m, signs in _SIGNS.items() if any(s in source for s in signs)}

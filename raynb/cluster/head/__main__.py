@@ -1,4 +1,5 @@
 """``python -m raynb.cluster.head``: run a head (``raynb start`` does this)."""
+
 import sys
 
 from .main import main

@@ -1,6 +1,7 @@
 """Handlers the head's table gets from modules of their own concern, wired in one call
 (``install``): jobs (``jobs.py``) and the node events a launcher reports (``node_lost``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,7 @@ def on_node_lost(head, msg: P.Message) -> None:
     Only a client (a key holder's launcher) may say so; replies ``node_lost_reply``
     with whether the head knew the node."""
     if not msg.identity.startswith(b"client:"):
-        log.warning("node_lost from %r ignored: only a launcher (a client) reports lost nodes",
-                    msg.identity)
+        log.warning("node_lost from %r ignored: only a launcher (a client) reports lost nodes", msg.identity)
         return
     node = head.registry.nodes.get(msg.content["node_id"])
     if node is not None:

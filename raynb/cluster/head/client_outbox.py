@@ -17,6 +17,7 @@ Any other message to a client (a reply, an error) first sends what waits for it,
 order is kept. A client of an older protocol (under 2.2, no ``run_events``) gets each
 message at once, as before.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,7 +25,13 @@ from collections import OrderedDict
 from typing import Callable
 
 from ..protocol import messages as P
-from ..protocol.event_batch import MAX_BATCH_BYTES, event_bytes, reads_accepted_events, reads_batches, split_batches
+from ..protocol.event_batch import (
+    MAX_BATCH_BYTES,
+    event_bytes,
+    reads_accepted_events,
+    reads_batches,
+    split_batches,
+)
 
 log = logging.getLogger("raynb.head")
 
@@ -51,8 +58,9 @@ class ClientOutbox:
         if identity in self._batching:
             self._batching.move_to_end(identity)
             return
-        self._batching[identity] = (ACCEPTED_EVENTS if reads_accepted_events(version)
-                                    else BATCHES if reads_batches(version) else 0)
+        self._batching[identity] = (
+            ACCEPTED_EVENTS if reads_accepted_events(version) else BATCHES if reads_batches(version) else 0
+        )
         while len(self._batching) > MAX_CLIENTS:
             gone, _ = self._batching.popitem(last=False)
             self.flush(gone)
@@ -68,7 +76,7 @@ class ClientOutbox:
 
     def flush(self, identity: bytes | None = None) -> None:
         """Send what waits for ``identity`` (None: for every client)."""
-        for ident in ([identity] if identity is not None else list(self._queued)):
+        for ident in [identity] if identity is not None else list(self._queued):
             items = self._queued.pop(ident, None)
             if items:
                 try:
@@ -78,14 +86,18 @@ class ClientOutbox:
 
     def _send_batched(self, identity: bytes, items: list, accepted_events: bool) -> None:
         events: list[dict] = []
-        accepted = None   # a run_accepted waiting for the events after it
+        accepted = None  # a run_accepted waiting for the events after it
         for msg_type, content, buffers in items:
             if msg_type == P.RUN_EVENT:
                 # Only the accepted run's own first events (its states), while none went past
                 # them (the order kept), and small ones: never a burst of another run's output.
-                if (accepted is not None and not events and content.get("run_id") == accepted[1]["run_id"]
-                        and len(accepted[1]["events"]) < MAX_ACCEPTED_EVENTS
-                        and event_bytes(content["event"]) <= MAX_ACCEPTED_EVENT_BYTES):
+                if (
+                    accepted is not None
+                    and not events
+                    and content.get("run_id") == accepted[1]["run_id"]
+                    and len(accepted[1]["events"]) < MAX_ACCEPTED_EVENTS
+                    and event_bytes(content["event"]) <= MAX_ACCEPTED_EVENT_BYTES
+                ):
                     accepted[1]["events"].append(content)
                 else:
                     events.append(content)
@@ -97,7 +109,7 @@ class ClientOutbox:
                 parts = split_batches(events)
                 last = parts.pop()
                 if sum(event_bytes(e["event"]) for e in last) > MAX_BATCH_BYTES // 4:
-                    parts.append(last)   # a long last burst goes on its own, beside the result frames
+                    parts.append(last)  # a long last burst goes on its own, beside the result frames
                     last = []
                 for part in parts:
                     self._send_part(identity, part)
@@ -108,7 +120,7 @@ class ClientOutbox:
                 self._send_events(identity, events)
                 events = []
             if msg_type == P.RUN_ACCEPTED and accepted_events and not buffers:
-                accepted = (msg_type, {**content, "events": []}, buffers)   # sent with the states after it
+                accepted = (msg_type, {**content, "events": []}, buffers)  # sent with the states after it
             else:
                 self._send(identity, msg_type, content, buffers)
         if accepted is not None:

@@ -4,6 +4,7 @@
 A mixin of :class:`~raynb.cluster.head.server.Head` (its ``store``, ``registry``,
 ``send``, ``session``, ...), as ``node_events`` is for the node side.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,10 +17,18 @@ from .local_node import LOCAL_NODE_ID
 
 class ClientRequests:
     def on_hello(self, msg: P.Message) -> None:
-        if msg.content.get("keep") is True and not self._stop:   # `raynb start` found it running
+        if msg.content.get("keep") is True and not self._stop:  # `raynb start` found it running
             self.idle_stop.keep()
-        self.send(msg.identity, P.HELLO_REPLY, {"address": self.address, "pid": os.getpid(),
-                                                "version": P.PROTOCOL_VERSION, "kept": self.idle_stop.kept})
+        self.send(
+            msg.identity,
+            P.HELLO_REPLY,
+            {
+                "address": self.address,
+                "pid": os.getpid(),
+                "version": P.PROTOCOL_VERSION,
+                "kept": self.idle_stop.kept,
+            },
+        )
 
     def on_ping(self, msg: P.Message) -> None:
         self.send(msg.identity, P.PONG, {"time": time.time()})
@@ -40,15 +49,27 @@ class ClientRequests:
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
             "duplicate_nodes_refused": getattr(self, "duplicate_nodes_refused", 0),
             "checkpoint_transfers": self.transfers.status(),
-            "stop_when_idle": self.idle_stop.owners is not None, "kept": self.idle_stop.kept,
+            "stop_when_idle": self.idle_stop.owners is not None,
+            "kept": self.idle_stop.kept,
             "spare_files": spare_files.stats(),
             "local_node": self.local_node.status() if self.local_node is not None else None,
-            "loop": {"stalls": self.loop_watch.stalls, "longest_stall_s": round(self.loop_watch.longest_s, 2),
-                     "offloop_pending": self.offloop.pending},
+            "loop": {
+                "stalls": self.loop_watch.stalls,
+                "longest_stall_s": round(self.loop_watch.longest_s, 2),
+                "offloop_pending": self.offloop.pending,
+            },
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
-            "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
-                      "path": str(r.rundir.path)} for r in self.runs.values()],
+            "runs": [
+                {
+                    "run_id": r.run_id,
+                    "name": r.name,
+                    "state": r.state,
+                    "world_size": r.world_size,
+                    "path": str(r.rundir.path),
+                }
+                for r in self.runs.values()
+            ],
         }
 
     def on_cancel_run(self, msg: P.Message) -> None:
@@ -74,6 +95,8 @@ class ClientRequests:
         """The local node agent is given up and no node is left: the runs waiting for room
         fail now, naming it, instead of waiting for good."""
         why = self.with_cause(None)
-        for run in [r for r in self.runs.values() if r.state == "PENDING" and r.run_id in self.queue] if why else ():
+        for run in (
+            [r for r in self.runs.values() if r.state == "PENDING" and r.run_id in self.queue] if why else ()
+        ):
             self.queue.discard(run)
             self.controller.no_room(run, why)

@@ -18,6 +18,7 @@ restarted attempt lands on) is asked for when ranks are placed on it; blocks the
 wrote while pickling (a one-node local cluster: ``shared_data["written"]``) need no ask. ``forget_key``
 drops a key when the head tells the nodes to free it (``free_data``).
 """
+
 from __future__ import annotations
 
 import os
@@ -44,48 +45,58 @@ def data_wait_s() -> float:
 @dataclass
 class _Waiting:
     run: Run
-    placement: object          # scheduler.Placement
+    placement: object  # scheduler.Placement
     attempt: int
-    deadline: float            # monotonic seconds
-    nodes: list                # the data_needed entries
+    deadline: float  # monotonic seconds
+    nodes: list  # the data_needed entries
 
 
-def send_if_connected(sock: zmq.Socket, session: P.Session,
-                      before: Callable[[bytes], None] = lambda identity: None) -> Callable:
+def send_if_connected(
+    sock: zmq.Socket, session: P.Session, before: Callable[[bytes], None] = lambda identity: None
+) -> Callable:
     """``send(identity, msg_type, content) -> bool`` on the head's ROUTER ``sock``: False,
     and nothing sent, when no peer of that identity is connected (``ROUTER_MANDATORY`` for
     this one send: a client whose process is gone fails its run at once, not after
     ``data_wait_s()``). ``before(identity)`` first: what the head queued for that client
     (its ``run_accepted``) goes before."""
+
     def send(identity: bytes, msg_type: str, content: dict) -> bool:
         before(identity)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         try:
             session.send(sock, msg_type, content, identity=identity)
             return True
-        except zmq.ZMQError:   # EHOSTUNREACH: that client disconnected
+        except zmq.ZMQError:  # EHOSTUNREACH: that client disconnected
             return False
         finally:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+
     return send
 
 
 class DataGate:
     """Args:
-        registry: the head's nodes and workers.
-        runs: the head's runs by id.
-        send: ``send(identity, msg_type, content) -> bool`` (False: that client is gone),
-            e.g. :func:`send_if_connected`.
-        start: ``start(run, placement)``: send the ranks their ``run_task`` (``RunQueue``).
-        requeue: ``requeue(run)``: queue it again at the front (a reserved worker died).
-        fail: ``fail(run, message)``: a PENDING run fails with ``message``.
+    registry: the head's nodes and workers.
+    runs: the head's runs by id.
+    send: ``send(identity, msg_type, content) -> bool`` (False: that client is gone),
+        e.g. :func:`send_if_connected`.
+    start: ``start(run, placement)``: send the ranks their ``run_task`` (``RunQueue``).
+    requeue: ``requeue(run)``: queue it again at the front (a reserved worker died).
+    fail: ``fail(run, message)``: a PENDING run fails with ``message``.
     """
 
-    def __init__(self, registry: Registry, runs: dict, send: Callable, start: Callable,
-                 requeue: Callable, fail: Callable):
+    def __init__(
+        self,
+        registry: Registry,
+        runs: dict,
+        send: Callable,
+        start: Callable,
+        requeue: Callable,
+        fail: Callable,
+    ):
         self._registry, self._runs, self._send = registry, runs, send
         self._start, self._requeue, self._fail = start, requeue, fail
-        self._held: dict[tuple, set] = {}       # (node id, agent pid) -> {(key, block id)}
+        self._held: dict[tuple, set] = {}  # (node id, agent pid) -> {(key, block id)}
         self.waiting: dict[str, _Waiting] = {}  # run id -> the attempt held for its data
 
     def handlers(self) -> dict:
@@ -98,7 +109,7 @@ class DataGate:
         if not shared or not shared.get("blocks"):
             return False
         key, blocks = shared["key"], list(shared["blocks"])
-        for n in shared.pop("written", None) or ():   # the client wrote these while pickling
+        for n in shared.pop("written", None) or ():  # the client wrote these while pickling
             self._held.setdefault((n["node_id"], n["pid"]), set()).update((key, b) for b in n["blocks"])
         workers = [self._registry.workers[wid] for wid in placement.worker_ids]
         needs = []
@@ -107,24 +118,41 @@ class DataGate:
             have = self._held.get((node_id, node.pid), set())
             lacking = [b for b in blocks if (key, b) not in have]
             if lacking:
-                needs.append({"node_id": node_id, "pid": node.pid, "ip": node.ip, "hostname": node.hostname,
-                              "data_port": node.data_port, "data_key": node.data_key,
-                              "shm_id": node.shm_id or None, "blocks": lacking})
+                needs.append(
+                    {
+                        "node_id": node_id,
+                        "pid": node.pid,
+                        "ip": node.ip,
+                        "hostname": node.hostname,
+                        "data_port": node.data_port,
+                        "data_key": node.data_key,
+                        "shm_id": node.shm_id or None,
+                        "blocks": lacking,
+                    }
+                )
         if not needs:
             return False
         names = ", ".join(n["node_id"] for n in needs)
-        if not run.client or not self._send(run.client, P.DATA_NEEDED, {
-                "run_id": run.run_id, "attempt": run.attempt, "key": key, "nodes": needs}):
-            self._fail(run, f"the notebook that submitted the run is gone (its kernel stopped?), so no one "
-                            f"can write the run's in-memory data to node(s) {names}, where its ranks were "
-                            "placed; submit the run again from a running notebook")
+        if not run.client or not self._send(
+            run.client,
+            P.DATA_NEEDED,
+            {"run_id": run.run_id, "attempt": run.attempt, "key": key, "nodes": needs},
+        ):
+            self._fail(
+                run,
+                f"the notebook that submitted the run is gone (its kernel stopped?), so no one "
+                f"can write the run's in-memory data to node(s) {names}, where its ranks were "
+                "placed; submit the run again from a running notebook",
+            )
             return True
         for w in workers:
             w.run_id = run.run_id  # reserved: busy for the scheduler meanwhile
         for w, gpu_id in zip(workers, placement.gpu_ids):
             if gpu_id is not None:
                 self._registry.take_gpu(w.node_id, gpu_id)
-        self.waiting[run.run_id] = _Waiting(run, placement, run.attempt, time.monotonic() + data_wait_s(), needs)
+        self.waiting[run.run_id] = _Waiting(
+            run, placement, run.attempt, time.monotonic() + data_wait_s(), needs
+        )
         return True
 
     def _unreserve(self, w: _Waiting) -> None:
@@ -152,8 +180,10 @@ class DataGate:
             self._held.setdefault((n["node_id"], n["pid"]), set()).update((key, b) for b in n["blocks"])
         if w.run.state != "PENDING":
             return
-        if all(wid in self._registry.workers and not self._registry.workers[wid].busy
-               for wid in w.placement.worker_ids):
+        if all(
+            wid in self._registry.workers and not self._registry.workers[wid].busy
+            for wid in w.placement.worker_ids
+        ):
             self._start(w.run, w.placement)
         else:  # a reserved worker died meanwhile: place it again (its nodes keep the data)
             self._requeue(w.run)
@@ -169,10 +199,14 @@ class DataGate:
             self._unreserve(w)
             if w.run.state == "PENDING":
                 names = ", ".join(n["node_id"] for n in w.nodes)
-                self._fail(w.run, (
-                    f"the notebook did not write the run's in-memory data to node(s) {names} within "
-                    f"{data_wait_s():.0f}s (RAYNB_DATA_WAIT_S) after its ranks were placed: is the "
-                    "notebook's kernel still running, and can it reach those nodes' data sockets?"))
+                self._fail(
+                    w.run,
+                    (
+                        f"the notebook did not write the run's in-memory data to node(s) {names} within "
+                        f"{data_wait_s():.0f}s (RAYNB_DATA_WAIT_S) after its ranks were placed: is the "
+                        "notebook's kernel still running, and can it reach those nodes' data sockets?"
+                    ),
+                )
 
     def drop(self, run: Run) -> None:
         """``run`` ended (a cancel, a failure): give back what its held attempt reserved."""

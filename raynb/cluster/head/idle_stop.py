@@ -21,6 +21,7 @@ its next run starts a fresh one, saying so; a cluster meant to outlive scripts i
 ``hello`` with ``keep``): a stop asked when idle, pending or later, then leaves it up,
 as a ``ray start`` cluster outlives its drivers; ``raynb stop`` still ends it.
 """
+
 from __future__ import annotations
 
 from ..protocol import messages as P
@@ -38,9 +39,9 @@ class IdleStop:
     """What the head's ``when_idle`` shutdown waits for. ``owners`` is None until one is asked."""
 
     def __init__(self):
-        self.heard: dict[bytes, float] = {}    # client routing id -> when last heard (monotonic s)
+        self.heard: dict[bytes, float] = {}  # client routing id -> when last heard (monotonic s)
         self.owners: set[bytes] | None = None
-        self.kept = False   # `raynb start` attached: no stop when idle any more
+        self.kept = False  # `raynb start` attached: no stop when idle any more
 
     def keep(self) -> None:
         """Keep the cluster up until a plain ``shutdown``: a stop when idle asked before

@@ -11,6 +11,7 @@ and absolute paths. The head runs :func:`unpack_in_child` on an ``offloop`` thre
 unpacking itself (tens of thousands of small files are Python-heavy) runs in a child
 process, this module run as a script, so it never competes with the loop for the GIL.
 """
+
 from __future__ import annotations
 
 import io
@@ -62,15 +63,19 @@ def _stream(archive, dest: Path, max_bytes: int, max_files: int) -> int:
         for member in tar:
             count += 1
             if count > max_files:
-                raise ArchiveRefused(f"the working directory holds more than {max_files} files and "
-                                     f"directories, over the limit (RAYNB_MAX_WORKING_DIR_FILES); "
-                                     "leave generated files out, or ship data another way")
+                raise ArchiveRefused(
+                    f"the working directory holds more than {max_files} files and "
+                    f"directories, over the limit (RAYNB_MAX_WORKING_DIR_FILES); "
+                    "leave generated files out, or ship data another way"
+                )
             if member.isfile():
                 total += member.size
             if total > max_bytes:
-                raise ArchiveRefused(f"the working directory holds more than {max_bytes} bytes unpacked, "
-                                     f"over the limit (RAYNB_MAX_WORKING_DIR_BYTES); "
-                                     "leave data and checkpoints out of it")
+                raise ArchiveRefused(
+                    f"the working directory holds more than {max_bytes} bytes unpacked, "
+                    f"over the limit (RAYNB_MAX_WORKING_DIR_BYTES); "
+                    "leave data and checkpoints out of it"
+                )
             tar.extract(member, dest, filter="data")
     return count
 
@@ -86,16 +91,29 @@ def _empty(dest: Path) -> None:
                 pass
 
 
-def unpack_in_child(archive, dest: Path, max_bytes: int, max_files: int = MAX_WORKING_DIR_FILES,
-                    timeout: float = 600.0) -> int:
+def unpack_in_child(
+    archive, dest: Path, max_bytes: int, max_files: int = MAX_WORKING_DIR_FILES, timeout: float = 600.0
+) -> int:
     """:func:`unpack` in a child process (``python -I -S`` this file: the standard library
     only); the calling thread waits for it without the GIL.
 
     Returns the number of members written. Raises: ArchiveRefused (as :func:`unpack`, or
     the child failed or ran past ``timeout`` seconds; ``dest`` is then left empty)."""
     try:
-        done = subprocess.run([sys.executable, "-I", "-S", os.path.abspath(__file__), str(dest), str(max_bytes),
-                               str(max_files)], input=bytes(archive), capture_output=True, timeout=timeout)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                os.path.abspath(__file__),
+                str(dest),
+                str(max_bytes),
+                str(max_files),
+            ],
+            input=bytes(archive),
+            capture_output=True,
+            timeout=timeout,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         _empty(dest)
         raise ArchiveRefused(f"the working directory archive cannot be unpacked: {e}") from None
@@ -103,13 +121,16 @@ def unpack_in_child(archive, dest: Path, max_bytes: int, max_files: int = MAX_WO
         return int(done.stdout or 0)
     _empty(dest)
     why = done.stderr.decode(errors="replace").strip().splitlines()
-    raise ArchiveRefused(why[-1] if done.returncode == 2 and why else
-                         f"the working directory archive cannot be unpacked: the unpacker exited with "
-                         f"code {done.returncode}: {' '.join(why[-3:])}")
+    raise ArchiveRefused(
+        why[-1]
+        if done.returncode == 2 and why
+        else f"the working directory archive cannot be unpacked: the unpacker exited with "
+        f"code {done.returncode}: {' '.join(why[-3:])}"
+    )
 
 
-if __name__ == "__main__":   # unpack_in_child's child: the archive on stdin
-    os.nice(10)   # behind the head's loop (and the ranks) for the machine's cores
+if __name__ == "__main__":  # unpack_in_child's child: the archive on stdin
+    os.nice(10)  # behind the head's loop (and the ranks) for the machine's cores
     try:
         print(unpack(sys.stdin.buffer.read(), Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])))
     except ArchiveRefused as refused:

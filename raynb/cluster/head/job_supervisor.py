@@ -16,6 +16,7 @@ whatever they did to their group or session. It starts the driver and then:
 It is run as a script (``python -I job_supervisor.py GRACE -- argv...``) and imports only
 the standard library and psutil, so a job starts without importing raynb twice.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -102,8 +103,14 @@ def main(argv: list[str]) -> int:
     try:
         # The driver gets the default of the signals Python ignores, as subprocess does,
         # and of those this process ignores once stopping.
-        _driver.append(os.posix_spawnp(entrypoint[0], entrypoint, os.environ, setsigdef=(
-            signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)))
+        _driver.append(
+            os.posix_spawnp(
+                entrypoint[0],
+                entrypoint,
+                os.environ,
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
+            )
+        )
     except OSError as e:
         sys.stdout.write(f"raynb: cannot start {entrypoint[0]!r}: {e}\n")
         return 127

@@ -18,6 +18,7 @@ The head never waits on a job: exits are seen by ``poll`` on every job request, 
 sends SIGTERM to the job's process group and SIGKILL once ``STOP_GRACE_S`` have passed
 (at the next request, or when the head stops).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,15 +31,14 @@ import time
 import uuid
 from pathlib import Path
 
-from . import job_supervisor
-from ..protocol import messages as P
 from .. import settings
-from ..protocol.run_states import JOB_TERMINAL
-from . import job_archive
-from .offloop import Busy, OffLoop
 from ..connection_file import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
+from ..protocol import messages as P
 from ..protocol.job_messages import check_submit
+from ..protocol.run_states import JOB_TERMINAL
+from . import job_archive, job_supervisor
+from .offloop import Busy, OffLoop
 
 log = logging.getLogger("raynb.head")
 
@@ -99,8 +99,12 @@ class Jobs:
         self.jobs: dict[str, dict] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self._kill_at: dict[str, float] = {}
-        self.handlers = {P.SUBMIT_JOB: self.on_submit_job, P.LIST_JOBS: self.on_list_jobs,
-                         P.JOB_LOGS: self.on_job_logs, P.STOP_JOB: self.on_stop_job}
+        self.handlers = {
+            P.SUBMIT_JOB: self.on_submit_job,
+            P.LIST_JOBS: self.on_list_jobs,
+            P.JOB_LOGS: self.on_job_logs,
+            P.STOP_JOB: self.on_stop_job,
+        }
 
     def _dir(self, job_id: str) -> Path:
         return private_dir("jobs") / job_id
@@ -113,8 +117,10 @@ class Jobs:
         try:
             job_id, work = self.prepare(msg.content)
             if archive is not None:
-                self.offloop.submit(lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
-                                    lambda _, error: self._unpacked(msg, job_id, error))
+                self.offloop.submit(
+                    lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
+                    lambda _, error: self._unpacked(msg, job_id, error),
+                )
                 return self._unpacking.add(job_id)
             job = self.launch(msg.content, job_id, work)
         except (JobRefused, Busy) as e:
@@ -125,11 +131,17 @@ class Jobs:
         """(the loop) The job's working directory is unpacked, or was refused."""
         self._unpacking.discard(job_id)
         if error is None:
-            return self.send(msg.identity, P.JOB_REPLY, {"job": self.launch(msg.content, job_id,
-                                                                            self._dir(job_id) / "work")})
-        shutil.rmtree(self._dir(job_id), ignore_errors=True)   # a refused submit leaves nothing
-        text = str(error) if isinstance(error, job_archive.ArchiveRefused) else \
-            f"the working directory archive cannot be unpacked: {type(error).__name__}: {error}"
+            return self.send(
+                msg.identity,
+                P.JOB_REPLY,
+                {"job": self.launch(msg.content, job_id, self._dir(job_id) / "work")},
+            )
+        shutil.rmtree(self._dir(job_id), ignore_errors=True)  # a refused submit leaves nothing
+        text = (
+            str(error)
+            if isinstance(error, job_archive.ArchiveRefused)
+            else f"the working directory archive cannot be unpacked: {type(error).__name__}: {error}"
+        )
         self.send(msg.identity, P.ERROR, {"message": text})
 
     def on_list_jobs(self, msg: P.Message) -> None:
@@ -148,8 +160,16 @@ class Jobs:
             data = f.read(LOG_CHUNK_BYTES)
         if len(data) == LOG_CHUNK_BYTES:
             state = "RUNNING" if state in TERMINAL else state  # more to read: ask again
-        self.send(msg.identity, P.JOB_LOGS_REPLY, {"job_id": job_id, "offset": offset + len(data),
-                                                   "text": data.decode(errors="replace"), "state": state})
+        self.send(
+            msg.identity,
+            P.JOB_LOGS_REPLY,
+            {
+                "job_id": job_id,
+                "offset": offset + len(data),
+                "text": data.decode(errors="replace"),
+                "state": state,
+            },
+        )
 
     def on_stop_job(self, msg: P.Message) -> None:
         job_id = msg.content["job_id"]
@@ -199,14 +219,28 @@ class Jobs:
         root, entrypoint = self._dir(job_id), list(content["entrypoint"])
         env = dict(os.environ, **dict(content.get("env") or {}), RAYNB_JOB_ID=job_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), env.get("PYTHONPATH")) if p)
-        job = {"job_id": job_id, "entrypoint": entrypoint, "state": "RUNNING", "returncode": None,
-               "working_dir": str(work), "start_time": time.time(), "end_time": None, "pid": None}
+        job = {
+            "job_id": job_id,
+            "entrypoint": entrypoint,
+            "state": "RUNNING",
+            "returncode": None,
+            "working_dir": str(work),
+            "start_time": time.time(),
+            "end_time": None,
+            "pid": None,
+        }
         with os.fdopen(open_private(root / "output.log"), "ab") as out:
             try:
-                proc = subprocess.Popen(job_supervisor.command(entrypoint, SUPERVISOR_GRACE_S), cwd=work,
-                                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True,
-                                        preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+                proc = subprocess.Popen(
+                    job_supervisor.command(entrypoint, SUPERVISOR_GRACE_S),
+                    cwd=work,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+                )
             except OSError as e:
                 job.update(state="FAILED", end_time=time.time())
                 out.write(f"raynb: cannot start {entrypoint[0]!r}: {e}\n".encode())
@@ -239,8 +273,11 @@ class Jobs:
             kill_group(proc.pid, signal.SIGKILL)  # what the driver left in its group
             del self.procs[job_id]
             stopped = self._kill_at.pop(job_id, None) is not None
-            job.update(returncode=code, end_time=time.time(),
-                       state="STOPPED" if stopped else "SUCCEEDED" if code == 0 else "FAILED")
+            job.update(
+                returncode=code,
+                end_time=time.time(),
+                state="STOPPED" if stopped else "SUCCEEDED" if code == 0 else "FAILED",
+            )
             self._save(job)
 
     def stop(self, job_id: str) -> None:

@@ -1,5 +1,6 @@
 """The node agent a local cluster's head starts on its own machine, and restarts
 when it dies (at most ``LOCAL_NODE_RESTARTS_PER_MIN`` times a minute)."""
+
 from __future__ import annotations
 
 import logging
@@ -9,9 +10,9 @@ import sys
 import time
 from typing import Callable
 
-from ..protocol import curve_auth as curve
 from ..connection_file import open_private, private_dir
 from ..procutil import NODE_MODULE, describe_exit, python_env
+from ..protocol import curve_auth as curve
 
 log = logging.getLogger("raynb.head")
 
@@ -21,20 +22,27 @@ LOCAL_NODE_RESTARTS_PER_MIN = 3
 
 class LocalNode:
     """Args:
-        address: the head's address, for the agent to connect to.
-        key: the cluster key (passed in the child's environment, never on its command line).
-        on_start: called with the new agent's pid (the head records it in the connection file).
+    address: the head's address, for the agent to connect to.
+    key: the cluster key (passed in the child's environment, never on its command line).
+    on_start: called with the new agent's pid (the head records it in the connection file).
     """
 
-    def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int | None,
-                 on_start: Callable[[int], None] = lambda pid: None, curve_keys: dict | None = None):
+    def __init__(
+        self,
+        address: str,
+        key: bytes,
+        num_workers: int,
+        max_workers: int | None,
+        on_start: Callable[[int], None] = lambda pid: None,
+        curve_keys: dict | None = None,
+    ):
         self.address, self.key = address, key
         self.num_workers, self.max_workers = num_workers, max_workers
         self.on_start = on_start
         self.curve_keys = curve_keys  # the client keys, when the head listens off loopback
         self.proc: subprocess.Popen | None = None
         self._starts: list[float] = []
-        self.exits = 0                 # how many times it exited while the head ran
+        self.exits = 0  # how many times it exited while the head ran
         self.gave_up: str | None = None  # why it is not restarted any more (status, a run's error)
 
     @property
@@ -42,15 +50,30 @@ class LocalNode:
         return self.proc.pid if self.proc is not None else None
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", NODE_MODULE, "--address", self.address,
-               "--workers", str(self.num_workers), "--node-id", LOCAL_NODE_ID, "--die-with-parent",
-               "--head-pid", str(os.getpid())]
+        cmd = [
+            sys.executable,
+            "-m",
+            NODE_MODULE,
+            "--address",
+            self.address,
+            "--workers",
+            str(self.num_workers),
+            "--node-id",
+            LOCAL_NODE_ID,
+            "--die-with-parent",
+            "--head-pid",
+            str(os.getpid()),
+        ]
         if self.max_workers:
             cmd += ["--max-workers", str(self.max_workers)]
         with os.fdopen(open_private(private_dir("logs") / "node-local.log"), "ab") as log_file:
             self.proc = subprocess.Popen(
-                cmd, env=python_env({"RAYNB_KEY": self.key.decode(), **curve.to_env(self.curve_keys)}),
-                stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
+                cmd,
+                env=python_env({"RAYNB_KEY": self.key.decode(), **curve.to_env(self.curve_keys)}),
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+            )
         self._starts.append(time.monotonic())
         self.on_start(self.proc.pid)
 
@@ -71,9 +94,11 @@ class LocalNode:
             log.warning("the local node agent %s; restarting it", how)
             self.start()
         else:
-            self.gave_up = (f"the local node agent keeps exiting ({self.exits} times; the last {how}), so "
-                            f"the head stopped restarting it: see {private_dir('logs') / 'node-local.log'}; "
-                            "`raynb stop` and start the cluster again once the cause is fixed")
+            self.gave_up = (
+                f"the local node agent keeps exiting ({self.exits} times; the last {how}), so "
+                f"the head stopped restarting it: see {private_dir('logs') / 'node-local.log'}; "
+                "`raynb stop` and start the cluster again once the cause is fixed"
+            )
             log.error("the local node agent %s again; not restarting it (see node-local.log)", how)
 
     def status(self) -> dict:

@@ -10,6 +10,7 @@ one, every peer's ``last_seen`` is moved to the moment the loop resumed, so a pe
 judged only on what it did while the head listened, and ``head.log`` says the head
 stalled instead of blaming the ranks.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,8 @@ class LoopWatch:
         self._poll_start: float | None = None
         self._poll_timeout_s = 0.0
         self._busy_since: float | None = None
-        self.stalls = 0           # how many stalls were seen
-        self.longest_s = 0.0      # the longest (s)
+        self.stalls = 0  # how many stalls were seen
+        self.longest_s = 0.0  # the longest (s)
 
     def polling(self, now: float, timeout_ms: float) -> float | None:
         """Before a poll of ``timeout_ms``; returns the stall (s) since the last poll
@@ -61,6 +62,8 @@ def discount(registry, gap: float, now: float) -> None:
         node.last_seen = max(node.last_seen, now)
     for w in registry.workers.values():
         w.last_seen = max(w.last_seen, now)
-    log.warning("the head's loop stalled for %.1fs (its process was stopped or starved, or a step "
-                "was slow); the node agents' and workers' silence during it is not held against them",
-                gap)
+    log.warning(
+        "the head's loop stalled for %.1fs (its process was stopped or starved, or a step "
+        "was slow); the node agents' and workers' silence during it is not held against them",
+        gap,
+    )

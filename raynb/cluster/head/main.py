@@ -1,5 +1,6 @@
 """``python -m raynb.cluster.head``: a head in the foreground or as a daemon, with
 the local node agent, announced through the connection file."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,12 @@ import os
 import signal
 import time
 
+from ..connection_file import raynb_home, remove_connection_file, write_connection_file
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
 from ..storage.made_ahead import spare_files
-from ..connection_file import raynb_home, remove_connection_file, write_connection_file
-from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from . import addons
+from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from .server import Head
 
 log = logging.getLogger("raynb.head")
@@ -27,10 +28,18 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--daemon", action="store_true", help="fork into the background first")
     ap.add_argument("--token", default="", help="written into the connection file for the starter")
-    ap.add_argument("--key-file", default=None, help="keys made by `raynb keygen` (head-keys.json): the "
-                    "same keys across restarts, so node agents reconnect to a restarted head")
-    ap.add_argument("--idle-timeout", type=float, default=None,
-                    help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)")
+    ap.add_argument(
+        "--key-file",
+        default=None,
+        help="keys made by `raynb keygen` (head-keys.json): the "
+        "same keys across restarts, so node agents reconnect to a restarted head",
+    )
+    ap.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)",
+    )
     args = ap.parse_args(argv)
     try:
         idle_timeout = idle_timeout_s(args.idle_timeout)
@@ -44,8 +53,15 @@ def main(argv=None) -> int:
         seed = curve.read_head_keys(args.key_file)
         key, curve_keys = seed["key"].encode(), seed["curve"]
         os.environ["RAYNB_KEY"] = key.decode()  # the local node agent's
-    head = Head(key, args.host, args.port, args.workers, args.max_workers, idle_timeout,
-                curve_keys=curve_keys if curve.needed(args.host) else None)
+    head = Head(
+        key,
+        args.host,
+        args.port,
+        args.workers,
+        args.max_workers,
+        idle_timeout,
+        curve_keys=curve_keys if curve.needed(args.host) else None,
+    )
     head.jobs = addons.install(head)  # jobs (`raynb submit`) and launchers' node events (head/addons.py)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
@@ -60,9 +76,13 @@ def main(argv=None) -> int:
     if args.workers > 0:  # --workers 0: a head alone, its workers on the nodes that join
         head.start_local_node(node_started)
     head.connection_info = {
-        "address": head.address, "key": key.decode(), "workers": args.workers,
+        "address": head.address,
+        "key": key.decode(),
+        "workers": args.workers,
         "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
-        "created": time.time(), "version": P.PROTOCOL_VERSION, "token": args.token,
+        "created": time.time(),
+        "version": P.PROTOCOL_VERSION,
+        "token": args.token,
     }
     if head.curve_keys:  # the server's public key and the client keypair; never its secret
         head.connection_info["curve"] = curve.client_part(head.curve_keys)

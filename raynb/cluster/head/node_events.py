@@ -10,15 +10,16 @@ silent ``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its r
 their runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on
 the nodes that remain.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
 
+from ..procutil import describe_exit, signal_name
 from ..protocol import messages as P
 from ..protocol.rejects import REFUSED
-from ..procutil import describe_exit, signal_name
 from .local_node import LOCAL_NODE_ID
 from .registry import NodeInfo, WorkerInfo
 
@@ -67,30 +68,64 @@ class NodeEvents:
         old = self.registry.nodes.get(c["node_id"])
         if old is not None and old.identity == msg.identity:
             return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
-        if old is not None and not _same_agent(old, c) and time.monotonic() - old.last_seen < DUPLICATE_LIVE_S:
+        if (
+            old is not None
+            and not _same_agent(old, c)
+            and time.monotonic() - old.last_seen < DUPLICATE_LIVE_S
+        ):
             return self._refuse_duplicate(msg.identity, old, c)
         if old is not None:
             # Its agent lost the head and registered again (a fresh socket): what the head
             # knew of its workers is stale (the agent ended them).
             self._lose_node(old, "registered again (its agent had lost the head and reconnected)")
-        self.registry.add_node(NodeInfo(
-            c["node_id"], msg.identity, c["hostname"], c["ip"], c["pid"],
-            c["num_workers"], c["max_workers"], spawning=c["num_workers"], gpus=list(c.get("gpus", [])),
-            cpus=int(c.get("cpus") or 0), shared_storage=bool(c.get("shared_storage", True)),
-            data_port=c.get("data_port"), data_key=c.get("data_key"), shm_id=c.get("shm_id") or "", labels=dict(c.get("labels") or {})))
-        log.info("node %s joined (%s, %s, %d workers, %d GPUs)", c["node_id"], c["hostname"], c["ip"],
-                 c["num_workers"], len(c.get("gpus", [])))
+        self.registry.add_node(
+            NodeInfo(
+                c["node_id"],
+                msg.identity,
+                c["hostname"],
+                c["ip"],
+                c["pid"],
+                c["num_workers"],
+                c["max_workers"],
+                spawning=c["num_workers"],
+                gpus=list(c.get("gpus", [])),
+                cpus=int(c.get("cpus") or 0),
+                shared_storage=bool(c.get("shared_storage", True)),
+                data_port=c.get("data_port"),
+                data_key=c.get("data_key"),
+                shm_id=c.get("shm_id") or "",
+                labels=dict(c.get("labels") or {}),
+            )
+        )
+        log.info(
+            "node %s joined (%s, %s, %d workers, %d GPUs)",
+            c["node_id"],
+            c["hostname"],
+            c["ip"],
+            c["num_workers"],
+            len(c.get("gpus", [])),
+        )
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
 
     def _refuse_duplicate(self, identity: bytes, old: NodeInfo, c: dict) -> None:
         """Another live agent holds this node id: it keeps it (its runs go on), and the
         newcomer is told why (it exits, status 3); ``raynb status`` counts the refusals."""
         self.duplicate_nodes_refused = getattr(self, "duplicate_nodes_refused", 0) + 1
-        text = (f"the head refused this node: node id {old.node_id!r} is held by a live node agent on "
-                f"{old.hostname} ({old.ip}, pid {old.pid}); give this node agent its own --node-id")
-        log.warning("refused a node agent on %s (%s, pid %s) registering as %r: that id is held by the "
-                    "live node agent on %s (%s, pid %s)", c["hostname"], c["ip"], c["pid"], old.node_id,
-                    old.hostname, old.ip, old.pid)
+        text = (
+            f"the head refused this node: node id {old.node_id!r} is held by a live node agent on "
+            f"{old.hostname} ({old.ip}, pid {old.pid}); give this node agent its own --node-id"
+        )
+        log.warning(
+            "refused a node agent on %s (%s, pid %s) registering as %r: that id is held by the "
+            "live node agent on %s (%s, pid %s)",
+            c["hostname"],
+            c["ip"],
+            c["pid"],
+            old.node_id,
+            old.hostname,
+            old.ip,
+            old.pid,
+        )
         try:
             self.sock.send_multipart([identity, REFUSED, text.encode()])
         except Exception:  # noqa: BLE001 - best effort
@@ -100,9 +135,18 @@ class NodeEvents:
         c = msg.content
         if c["node_id"] not in self.registry.nodes:
             return  # a worker of a node that was lost (its agent ends it)
-        self.registry.add_worker(WorkerInfo(c["worker_id"], msg.identity, c["node_id"], c["pid"],
-                                            c["hostname"], c["ip"], store_port=c.get("store_port"),
-                                            stats={k: c[k] for k in ("cpu_percent", "rss") if k in c}))
+        self.registry.add_worker(
+            WorkerInfo(
+                c["worker_id"],
+                msg.identity,
+                c["node_id"],
+                c["pid"],
+                c["hostname"],
+                c["ip"],
+                store_port=c.get("store_port"),
+                stats={k: c[k] for k in ("cpu_percent", "rss") if k in c},
+            )
+        )
         self.schedule()
 
     def on_node_stats(self, msg: P.Message) -> None:
@@ -141,16 +185,28 @@ class NodeEvents:
         """A worker died or vanished: the rank it held fails its run."""
         run = self.runs.get(w.run_id) if w.run_id is not None else None
         if run is not None:
-            self.controller.rank_lost(run, w.rank, {
-                "rank": w.rank, "pid": w.pid, "hostname": w.hostname, **fields,
-                "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}"})
+            self.controller.rank_lost(
+                run,
+                w.rank,
+                {
+                    "rank": w.rank,
+                    "pid": w.pid,
+                    "hostname": w.hostname,
+                    **fields,
+                    "message": f"rank {w.rank} (pid {w.pid} on {w.hostname}) {how}",
+                },
+            )
 
     def _lose_node(self, node: NodeInfo, why: str) -> None:
         """Forget a dead or silent node and its workers; their runs fail naming the node."""
         log.warning("node %s (%s, pid %s) %s", node.node_id, node.hostname, node.pid, why)
         for w in self.registry.remove_node(node.node_id):
-            self._rank_lost(w, f"was lost with its node (node agent {node.node_id} on "
-                               f"{node.hostname}: {why})", node_id=node.node_id, why=why)
+            self._rank_lost(
+                w,
+                f"was lost with its node (node agent {node.node_id} on {node.hostname}: {why})",
+                node_id=node.node_id,
+                why=why,
+            )
         self.schedule()
 
     def watch_nodes(self, now: float) -> None:
@@ -162,7 +218,7 @@ class NodeEvents:
                 self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
             if not self._stop:
                 self.local_node.restart_after(how)
-                self.fail_waiting_runs()   # given up, with no node left: say so, never wait
+                self.fail_waiting_runs()  # given up, with no node left: say so, never wait
         # Silences are seconds long: walking every node on every tick (up to 200 a second while
         # heartbeats arrive, and they arrive more often the more nodes there are) cost the head
         # in proportion to nodes squared; a walk every NODE_SCAN_S costs it in proportion to nodes.
@@ -176,8 +232,11 @@ class NodeEvents:
                     self.local_node.kill()  # hung: the check above restarts it next tick
                     node.last_seen = now
             elif now - node.last_seen > remote_timeout:
-                self._lose_node(node, f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
-                                      "or the network to it is down)")
+                self._lose_node(
+                    node,
+                    f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
+                    "or the network to it is down)",
+                )
 
     @staticmethod
     def node_suspect(node: NodeInfo, since: float | None = None) -> bool:
@@ -204,11 +263,15 @@ class NodeEvents:
             told.clear()
         told[identity] = now
         if "signature" in why and identity.startswith(b"client:"):
-            text = ("the head refused this key: wrong cluster key (its HMAC signature did not "
-                    "verify); use this head's connection file (key_file=..., `--key-file`) or its key")
+            text = (
+                "the head refused this key: wrong cluster key (its HMAC signature did not "
+                "verify); use this head's connection file (key_file=..., `--key-file`) or its key"
+            )
         elif "signature" in why:
-            text = ("the head refused this peer: wrong cluster key (its HMAC signature did not verify); "
-                    "use the key file of this head (`--key-file`)")
+            text = (
+                "the head refused this peer: wrong cluster key (its HMAC signature did not verify); "
+                "use the key file of this head (`--key-file`)"
+            )
         elif "protocol version" in why:
             text = f"the head refused this peer: {why}"
         else:
@@ -229,7 +292,7 @@ class RefusalLog:
     def __init__(self):
         self._logged_at = -1e9
         self._unlogged = 0
-        self._last: tuple[bytes, str] | None = None   # the latest unlogged peer and why
+        self._last: tuple[bytes, str] | None = None  # the latest unlogged peer and why
 
     def refused(self, identity: bytes, text: str, now: float) -> None:
         if now - self._logged_at < REFUSALS_LOGGED_EVERY_S:
@@ -244,6 +307,10 @@ class RefusalLog:
         """The count of refusals not yet logged, once the interval since the last line is over."""
         if self._unlogged and now - self._logged_at >= REFUSALS_LOGGED_EVERY_S:
             identity, text = self._last
-            log.warning("refused %d more peers since the last such line, the latest %r: %s",
-                        self._unlogged, identity, text)
+            log.warning(
+                "refused %d more peers since the last such line, the latest %r: %s",
+                self._unlogged,
+                identity,
+                text,
+            )
             self._logged_at, self._unlogged, self._last = now, 0, None

@@ -18,6 +18,7 @@ busy thread to hand the GIL over, not Python's default 5 ms, for each step of it
 At most ``MAX_PENDING`` jobs wait or run at once; more are refused at submit
 (:class:`Busy`), so a client polling faster than its answers come cannot pile work up.
 """
+
 from __future__ import annotations
 
 import collections
@@ -68,7 +69,9 @@ class OffLoop:
         with self._lock:
             return self._pending
 
-    def submit(self, work: Callable[[], object], done: Callable[[object, BaseException | None], None]) -> None:
+    def submit(
+        self, work: Callable[[], object], done: Callable[[object, BaseException | None], None]
+    ) -> None:
         """Run ``work()`` on a worker thread; then ``done(result, None)``, or
         ``done(None, error)`` when it raised, on the loop (at its next :meth:`drain`).
 
@@ -77,7 +80,9 @@ class OffLoop:
         """
         with self._lock:
             if self._pending >= self.max_pending:
-                raise Busy(f"the head has {self._pending} requests in progress already; try again in a moment")
+                raise Busy(
+                    f"the head has {self._pending} requests in progress already; try again in a moment"
+                )
             self._pending += 1
         self._pool.submit(self._run, work, done)
 
@@ -90,7 +95,7 @@ class OffLoop:
         try:
             os.write(self._write_fd, b"x")
         except BlockingIOError:
-            pass   # the pipe is full of wake-ups already: the loop will drain
+            pass  # the pipe is full of wake-ups already: the loop will drain
 
     def drain(self) -> int:
         """(the loop) Call ``done`` of each finished job; returns how many."""

@@ -18,6 +18,7 @@ who is not responding.
   heartbeat, for ``WORKER_SILENCE_S`` (a hang holding the GIL) is marked, in
   ``raynb status`` and with a note to its run's pane; another note when it is back.
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,8 +53,10 @@ def idle_timeout_s(value: str | float | None = None) -> float:
     except (TypeError, ValueError):
         seconds = -1.0
     if not seconds >= 0 or seconds == float("inf"):
-        raise ValueError(f"{source} must be a number of seconds >= 0 (how long a worker beyond "
-                         f"the warm count may stay idle before it is retired), got {value!r}")
+        raise ValueError(
+            f"{source} must be a number of seconds >= 0 (how long a worker beyond "
+            f"the warm count may stay idle before it is retired), got {value!r}"
+        )
     return seconds
 
 
@@ -61,16 +64,22 @@ def idle_timeout_s(value: str | float | None = None) -> float:
 # NVML sees the worker on a GPU: see cluster/node/gpu_stats.py).
 STAT_FIELDS = ("cpu_percent", "rss", "gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total")
 
+
 class WorkerPool:
     """Args:
-        registry: the head's nodes and workers.
-        send: ``send(identity, msg_type, content)`` on the head's socket.
-        note: ``note(run_id, text)``: a note for the pane of a run, if it is live.
-        idle_timeout_s: see :func:`idle_timeout_s`.
+    registry: the head's nodes and workers.
+    send: ``send(identity, msg_type, content)`` on the head's socket.
+    note: ``note(run_id, text)``: a note for the pane of a run, if it is live.
+    idle_timeout_s: see :func:`idle_timeout_s`.
     """
 
-    def __init__(self, registry: Registry, send: Callable, note: Callable[[str, str], None],
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S):
+    def __init__(
+        self,
+        registry: Registry,
+        send: Callable,
+        note: Callable[[str, str], None],
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    ):
         self.registry, self._send, self._note = registry, send, note
         self.idle_timeout_s = idle_timeout_s
 
@@ -105,8 +114,11 @@ class WorkerPool:
         for w in busy:
             if share is not None and w.threads is not None and w.threads != share:
                 w.threads = share
-                self._send(w.identity, P.SET_THREADS, {"run_id": w.run_id, "attempt": w.attempt,
-                                                       "num_threads": share})
+                self._send(
+                    w.identity,
+                    P.SET_THREADS,
+                    {"run_id": w.run_id, "attempt": w.attempt, "num_threads": share},
+                )
 
     def retirable(self, now: float) -> list[WorkerInfo]:
         """Of each node's idle workers, as many as it holds beyond its warm count, chosen
@@ -121,18 +133,26 @@ class WorkerPool:
             if extra <= 0 or node.spawning:
                 continue
             mine = self.registry.workers_of(node.node_id)
-            if grouped is None:   # built only when some node holds extra workers
+            if grouped is None:  # built only when some node holds extra workers
                 grouped = {wid for members in self.registry.groups for wid in members}
                 order = {wid: i for i, wid in enumerate(self.registry.workers)}
-            idle = sorted((w for w in mine if not w.busy and w.idle_since is not None),
-                          key=lambda w: (w.worker_id in grouped, -order[w.worker_id]))
+            idle = sorted(
+                (w for w in mine if not w.busy and w.idle_since is not None),
+                key=lambda w: (w.worker_id in grouped, -order[w.worker_id]),
+            )
             out += [w for w in idle[:extra] if now - w.idle_since >= self.idle_timeout_s]
         return out
 
     def retire(self, w: WorkerInfo, now: float) -> None:
         node = self.registry.nodes.get(w.node_id)
-        log.info("retiring worker %s (pid %d): idle %.0fs, beyond node %s's %d warm workers",
-                 w.worker_id, w.pid, now - w.idle_since, w.node_id, node.num_workers)
+        log.info(
+            "retiring worker %s (pid %d): idle %.0fs, beyond node %s's %d warm workers",
+            w.worker_id,
+            w.pid,
+            now - w.idle_since,
+            w.node_id,
+            node.num_workers,
+        )
         self.registry.remove_worker(w.worker_id)  # never scheduled again; its exit comes later
         self._send(node.identity, P.RETIRE_WORKER, {"worker_id": w.worker_id})
 

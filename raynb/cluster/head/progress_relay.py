@@ -15,6 +15,7 @@ latest value per rank wins. (The head ticks after every drain of its socket: flu
 there sent a warm re-run's client two or three counters, one per rank finishing, each a
 message to sign, send, wake for and verify; now they ride with the run's end.)
 """
+
 from __future__ import annotations
 
 import time

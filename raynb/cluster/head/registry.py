@@ -4,6 +4,7 @@ groups those workers formed.
 Mutated only by the head's thread (messages from node agents and workers, and the
 scheduler's placements); ``snapshot()`` gives the scheduler an immutable view.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,7 +31,7 @@ class WorkerInfo:
     idle_since: float | None = None  # when it last became idle (monotonic), None while busy
     not_responding: str | None = None  # why it is shown as not responding, or None
     threads: int | None = None  # the torch threads its task was given (None: idle, or unknown)
-    attempt: int = 0            # of the run whose rank it holds
+    attempt: int = 0  # of the run whose rank it holds
 
     @property
     def busy(self) -> bool:
@@ -47,20 +48,20 @@ class NodeInfo:
     num_workers: int
     max_workers: int
     spawning: int = 0  # forks asked for, not yet ready
-    gpus: list = field(default_factory=list)       # CUDA device indices on this node
+    gpus: list = field(default_factory=list)  # CUDA device indices on this node
     gpus_in_use: set = field(default_factory=set)
     last_seen: float = field(default_factory=time.monotonic)
-    cpus: int = 0                  # cores its workers may use (0: not reported)
+    cpus: int = 0  # cores its workers may use (0: not reported)
     zygote_pid: int | None = None
-    note: str | None = None        # the node agent's last word on its zygote
-    load: float | None = None      # its 1-minute load average (node_stats)
-    shared_storage: bool = True    # mounts the head's storage_path (else checkpoints are streamed)
-    data_port: int | None = None   # its data socket (cluster.data_server), on its ip
-    data_key: str | None = None    # that socket's Curve public key (None on loopback)
-    shm_id: str = ""               # which /dev/shm it sees (cluster.shm.shm_id)
+    note: str | None = None  # the node agent's last word on its zygote
+    load: float | None = None  # its 1-minute load average (node_stats)
+    shared_storage: bool = True  # mounts the head's storage_path (else checkpoints are streamed)
+    data_port: int | None = None  # its data socket (cluster.data_server), on its ip
+    data_key: str | None = None  # that socket's Curve public key (None on loopback)
+    shm_id: str = ""  # which /dev/shm it sees (cluster.shm.shm_id)
     labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
-    hosted: bool = False           # a worker joined from it since it registered (its /dev/shm may hold data)
-    stats_at: float = -1e9         # when its last node_stats was taken (monotonic s)
+    hosted: bool = False  # a worker joined from it since it registered (its /dev/shm may hold data)
+    stats_at: float = -1e9  # when its last node_stats was taken (monotonic s)
 
     @property
     def free_gpus(self) -> list:
@@ -85,7 +86,7 @@ class Registry:
         # cost the same with 1,000 nodes as with one (a scan of every node per message did not).
         self._node_of_identity: dict[bytes, str] = {}
         self._workers_of_node: dict[str, dict[str, WorkerInfo]] = {}
-        self._beyond_warm: dict[str, None] = {}   # nodes over their warm count, in order
+        self._beyond_warm: dict[str, None] = {}  # nodes over their warm count, in order
 
     # -- nodes ------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> None:
@@ -219,23 +220,59 @@ class Registry:
     def snapshot(self) -> Snapshot:
         """An immutable view for the scheduler."""
         return Snapshot(
-            nodes=tuple(NodeView(n.node_id, n.max_workers, n.spawning, tuple(n.free_gpus),
-                                 self.workers_on(n.node_id), len(n.gpus)) for n in self.nodes.values()),
+            nodes=tuple(
+                NodeView(
+                    n.node_id,
+                    n.max_workers,
+                    n.spawning,
+                    tuple(n.free_gpus),
+                    self.workers_on(n.node_id),
+                    len(n.gpus),
+                )
+                for n in self.nodes.values()
+            ),
             workers=tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values()),
-            groups=tuple(self.groups))
+            groups=tuple(self.groups),
+        )
 
     def status_nodes(self) -> list[dict]:
-        return [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "pid": n.pid,
-                 "num_workers": n.num_workers, "max_workers": n.max_workers,
-                 "spawning": n.spawning, "gpus": n.gpus, "gpus_in_use": sorted(n.gpus_in_use),
-                 "cpus": n.cpus, "zygote_pid": n.zygote_pid, "note": n.note, "load": n.load,
-                 "last_heartbeat_s": round(time.monotonic() - n.last_seen, 2), "data_port": n.data_port,
-                 "data_key": n.data_key, "shm_id": n.shm_id, "workers": self.workers_on(n.node_id), "labels": n.labels}
-                for n in self.nodes.values()]
+        return [
+            {
+                "node_id": n.node_id,
+                "hostname": n.hostname,
+                "ip": n.ip,
+                "pid": n.pid,
+                "num_workers": n.num_workers,
+                "max_workers": n.max_workers,
+                "spawning": n.spawning,
+                "gpus": n.gpus,
+                "gpus_in_use": sorted(n.gpus_in_use),
+                "cpus": n.cpus,
+                "zygote_pid": n.zygote_pid,
+                "note": n.note,
+                "load": n.load,
+                "last_heartbeat_s": round(time.monotonic() - n.last_seen, 2),
+                "data_port": n.data_port,
+                "data_key": n.data_key,
+                "shm_id": n.shm_id,
+                "workers": self.workers_on(n.node_id),
+                "labels": n.labels,
+            }
+            for n in self.nodes.values()
+        ]
 
     def status_workers(self, run_names: dict[str, str]) -> list[dict]:
-        return [{"worker_id": w.worker_id, "node_id": w.node_id, "pid": w.pid,
-                 "state": "busy" if w.busy else "idle", "run_id": w.run_id,
-                 "run": run_names.get(w.run_id), "rank": w.rank,
-                 "not_responding": w.not_responding, **w.stats}
-                for w in self.workers.values()]
+        return [
+            {
+                "worker_id": w.worker_id,
+                "node_id": w.node_id,
+                "pid": w.pid,
+                "state": "busy" if w.busy else "idle",
+                "run_id": w.run_id,
+                "run": run_names.get(w.run_id),
+                "rank": w.rank,
+                "not_responding": w.not_responding,
+                **w.stats,
+            }
+            for w in self.workers.values()
+        ]

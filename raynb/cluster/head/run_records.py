@@ -12,16 +12,15 @@ run's come from ``result.json``).
 Optional fields added to the record: ``reports_dropped`` (how many older reports were
 not sent; at least 1 when the file holds more than was read).
 """
+
 from __future__ import annotations
 
-
-from ..protocol import messages as P
 from .. import settings
+from ..protocol import messages as P
 from ..storage.record_tail import tail_output, tail_reports
 from ..storage.rundir import OUTPUT_TAIL_LINES, CorruptRunDirectory, read_run_dir
 from .offloop import Busy
 from .run import TERMINAL, Run
-
 
 # Reports a record carries when the caller does not say (``RAYNB_RECORD_MAX_REPORTS``, as many
 # as the dashboard's plot shows);
@@ -33,8 +32,7 @@ def limits(content: dict) -> tuple[int, int]:
     """(reports, output lines) a request asks for, defaults where it does not say."""
     reports = content.get("max_reports")
     lines = content.get("max_output_lines")
-    return (RECORD_MAX_REPORTS if reports is None else reports,
-            OUTPUT_TAIL_LINES if lines is None else lines)
+    return (RECORD_MAX_REPORTS if reports is None else reports, OUTPUT_TAIL_LINES if lines is None else lines)
 
 
 def read_record(path, max_reports: int, max_output_lines: int) -> dict:
@@ -61,14 +59,17 @@ class RunRecords:
     def _send_record(self, msg: P.Message, attach: bool) -> None:
         run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
         if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
+            return self.send(
+                msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))}
+            )
         max_reports, max_lines = limits(msg.content)
         self.store.before_record(run)
         path = run.rundir.path
         try:
-            self.offloop.submit(lambda: read_record(path, max_reports, max_lines),
-                                lambda rec, error: self._record_read(msg.identity, run, attach, max_reports,
-                                                                     rec, error))
+            self.offloop.submit(
+                lambda: read_record(path, max_reports, max_lines),
+                lambda rec, error: self._record_read(msg.identity, run, attach, max_reports, rec, error),
+            )
         except Busy as e:
             self.send(msg.identity, P.ERROR, {"message": str(e)})
 
@@ -88,7 +89,9 @@ class RunRecords:
             if run.state not in TERMINAL:
                 run.followers.add(identity)
             workers = self.registry.workers
-            rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": workers[wid].pid,
-                             "hostname": workers[wid].hostname}
-                            for r, wid in enumerate(run.ranks) if wid in workers]
+            rec["ranks"] = [
+                {"rank": r, "worker_id": wid, "pid": workers[wid].pid, "hostname": workers[wid].hostname}
+                for r, wid in enumerate(run.ranks)
+                if wid in workers
+            ]
         self.send(identity, P.RUN_RECORD, {"record": rec})

@@ -11,6 +11,7 @@ the run directories of known storage paths back, so a restarted head lists them.
 A run whose files cannot be written (a full disk: ENOSPC) fails, with a message
 naming the file and the error; the head and the other runs go on.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,10 +23,18 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..storage.checkpoints import CheckpointStore
 from ..connection_file import raynb_home
+from ..storage.checkpoints import CheckpointStore
 from ..storage.made_ahead.linked_files import LinkedFiles
-from ..storage.rundir import CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path, make_run_name, read_run_dir, write_json_atomic
+from ..storage.rundir import (
+    CorruptRunDirectory,
+    RunDirectory,
+    RunFileError,
+    default_storage_path,
+    make_run_name,
+    read_run_dir,
+    write_json_atomic,
+)
 from .controller import AUTO_FIELDS
 from .run import TERMINAL, Run
 from .uploads import Uploads
@@ -50,14 +59,15 @@ class RunRefused(ValueError):
 
 class RunStore:
     """Args:
-        emit: ``emit(run, event)`` sends an event to the run's clients (checkpoint
-            commits and notes about them).
-        write_failed: ``write_failed(run)`` once a file of the run could not be written
-            (``run.write_error`` says which and why); the run must fail.
+    emit: ``emit(run, event)`` sends an event to the run's clients (checkpoint
+        commits and notes about them).
+    write_failed: ``write_failed(run)`` once a file of the run could not be written
+        (``run.write_error`` says which and why); the run must fail.
     """
 
-    def __init__(self, emit: Callable[[Run, dict], None],
-                 write_failed: Callable[[Run], None] = lambda run: None):
+    def __init__(
+        self, emit: Callable[[Run, dict], None], write_failed: Callable[[Run], None] = lambda run: None
+    ):
         self.emit = emit
         self.write_failed = write_failed
         self.runs: dict[str, Run] = {}
@@ -80,8 +90,9 @@ class RunStore:
 
     def no_such_run(self, name) -> str:
         names = [r.name for r in sorted(self.runs.values(), key=lambda r: r.submitted)][-5:]
-        return (f"no run named {name!r} on this cluster; raynb.runs() lists them"
-                + (f" (latest: {', '.join(names)})" if names else ""))
+        return f"no run named {name!r} on this cluster; raynb.runs() lists them" + (
+            f" (latest: {', '.join(names)})" if names else ""
+        )
 
     def summaries(self) -> list[dict]:
         return [r.summary() for r in sorted(self.runs.values(), key=lambda r: r.submitted)]
@@ -110,7 +121,7 @@ class RunStore:
         if len(self.runs) <= keep:
             return  # fewer runs than kept: nothing to prune (no walk over them per run)
         live = self.live_count()
-        excess = len(self.runs) - live - keep   # ended runs beyond ``keep``: the oldest go
+        excess = len(self.runs) - live - keep  # ended runs beyond ``keep``: the oldest go
         # From the oldest on (dicts keep insertion order), so a finish past the limit costs
         # one step, not a walk over the 1000 kept (0.5 ms per run, measured).
         for run_id, r in list(itertools.islice(self.runs.items(), excess + live)):
@@ -146,29 +157,51 @@ class RunStore:
                 log.warning("skipping run directory %s: %s", path, e)
 
     def _archive_run(self, rec: dict) -> Run:
-        spec = {"num_workers": rec.get("world_size") or 1, "use_gpu": rec.get("use_gpu"),
-                "max_failures": rec.get("max_failures"), "name_prefix": rec.get("kind"),
-                "checkpoint_config": rec.get("checkpoint_config"), "experiment": rec.get("experiment"),
-                "storage_uri": rec.get("storage_uri")}
+        spec = {
+            "num_workers": rec.get("world_size") or 1,
+            "use_gpu": rec.get("use_gpu"),
+            "max_failures": rec.get("max_failures"),
+            "name_prefix": rec.get("kind"),
+            "checkpoint_config": rec.get("checkpoint_config"),
+            "experiment": rec.get("experiment"),
+            "storage_uri": rec.get("storage_uri"),
+        }
         path = rec["path"]
-        run = Run(rec.get("run_id") or uuid.uuid4().hex, rec["name"], b"", spec, [],
-                  RunDirectory(os.path.dirname(path), os.path.basename(path)),
-                  state=rec.get("state", "FAILED"), submitted=rec.get("submitted") or 0.0,
-                  started=rec.get("started"), ended=rec.get("ended"),
-                  errors=list(rec.get("errors") or []), attempt=rec.get("attempt") or 0,
-                  failures=list(rec.get("failures") or []),
-                  failures_dropped=max(0, (rec.get("num_failures") or 0) - len(rec.get("failures") or [])),
-                  last_metrics=rec.get("metrics") or {}, archived=True,
-                  peaks={int(r): p for r, p in (rec.get("peak_resources") or {}).items()
-                         if str(r).isdigit() and isinstance(p, dict)},
-                  reports=rec.get("num_reports") or 0)
+        run = Run(
+            rec.get("run_id") or uuid.uuid4().hex,
+            rec["name"],
+            b"",
+            spec,
+            [],
+            RunDirectory(os.path.dirname(path), os.path.basename(path)),
+            state=rec.get("state", "FAILED"),
+            submitted=rec.get("submitted") or 0.0,
+            started=rec.get("started"),
+            ended=rec.get("ended"),
+            errors=list(rec.get("errors") or []),
+            attempt=rec.get("attempt") or 0,
+            failures=list(rec.get("failures") or []),
+            failures_dropped=max(0, (rec.get("num_failures") or 0) - len(rec.get("failures") or [])),
+            last_metrics=rec.get("metrics") or {},
+            archived=True,
+            peaks={
+                int(r): p
+                for r, p in (rec.get("peak_resources") or {}).items()
+                if str(r).isdigit() and isinstance(p, dict)
+            },
+            reports=rec.get("num_reports") or 0,
+        )
         run.store = CheckpointStore(path, spec["checkpoint_config"], rec.get("checkpoints"))
         if run.state not in TERMINAL:
             # The head that ran it died mid-run: the run is over, and says how to continue.
             run.state = "FAILED"
             run.add_failure({"message": HEAD_DIED})
-            run.errors.append({"message": HEAD_DIED + "; continue it with TorchTrainer.restore(path) "
-                                                      "or %%ray_train --resume"})
+            run.errors.append(
+                {
+                    "message": HEAD_DIED + "; continue it with TorchTrainer.restore(path) "
+                    "or %%ray_train --resume"
+                }
+            )
             # Staged and never committed: not a checkpoint (as when a run ends), not kept.
             run.store.discard_staging()
             self.write_state(run)  # Result.from_path tells the same, with no head running
@@ -196,11 +229,16 @@ class RunStore:
         name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
         storage = os.path.expanduser(spec.get("storage_path") or default_storage_path())
         path = os.path.join(storage, name)
-        live = [r for r in self._ticking.values() if r.name == name and r.state not in TERMINAL
-                and str(r.rundir.path) == path]
+        live = [
+            r
+            for r in self._ticking.values()
+            if r.name == name and r.state not in TERMINAL and str(r.rundir.path) == path
+        ]
         if live:
-            raise RunRefused(f"run {name!r} is still {live[0].state.lower()}; attach to it with "
-                             f"raynb.attach({name!r}), or cancel it first")
+            raise RunRefused(
+                f"run {name!r} is still {live[0].state.lower()}; attach to it with "
+                f"raynb.attach({name!r}), or cancel it first"
+            )
         previous = None
         if spec.get("resume"):
             try:
@@ -208,9 +246,11 @@ class RunStore:
             except (OSError, CorruptRunDirectory) as e:
                 raise RunRefused(f"cannot resume run {name!r}: {e}. Nothing was changed in {path}") from None
         elif os.path.exists(os.path.join(path, "run.json")):
-            raise RunRefused(f"a run named {name!r} already exists in {storage}; continue it with "
-                             f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
-                             "choose another name")
+            raise RunRefused(
+                f"a run named {name!r} already exists in {storage}; continue it with "
+                f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
+                "choose another name"
+            )
         try:
             return self._create(spec, client, payload, function_bytes, run_id, name, storage, previous)
         except OSError as e:
@@ -225,8 +265,9 @@ class RunStore:
         run = Run(run_id, name, client, spec, payload, rundir)
         if spec.get("storage_uri"):
             self.uploads.open(run_id, spec["storage_uri"], name)
-        run.store = CheckpointStore(path, spec.get("checkpoint_config"),
-                                    previous.get("checkpoints") if previous else None)
+        run.store = CheckpointStore(
+            path, spec.get("checkpoint_config"), previous.get("checkpoints") if previous else None
+        )
         if previous is not None:
             rundir.load_existing()
             run.reports = len(rundir.rows)
@@ -337,8 +378,12 @@ class RunStore:
         if staged and Path(staged).parent.parent != run.rundir.path / ".staging":
             # The head moves the files out and removes the parent: only ever in the run's own
             # .staging (train.session writes there).
-            log.warning("run %s: rank %d staged a checkpoint outside the run directory (%s); "
-                        "ignored", run.name, rank, staged)
+            log.warning(
+                "run %s: rank %d staged a checkpoint outside the run directory (%s); ignored",
+                run.name,
+                rank,
+                staged,
+            )
             staged = None
         if staged:
             if run.run_id in self._state_due:
@@ -367,8 +412,7 @@ class RunStore:
                 return
             try:
                 run.rundir.flush()  # its report's row on disk before the checkpoint (a head killed)
-                c = run.store.commit(list(run.staged.pop(index).values()),
-                                     run.rank0_metrics.pop(index, {}))
+                c = run.store.commit(list(run.staged.pop(index).values()), run.rank0_metrics.pop(index, {}))
             except OSError as e:
                 self.emit(run, {"kind": "note", "text": f"checkpoint not saved: {e}"})
                 self._failed(run, e)
@@ -385,13 +429,28 @@ class RunStore:
                 # pruning silently kept the newest instead of the best.
                 run.spec["_score_noted"] = True
                 keys = sorted(k for k in c["metrics"] if k not in AUTO_FIELDS)
-                self.emit(run, {"kind": "note", "text": (
-                    f"{c['name']}: its report has no {attr!r} "
-                    f"(it has {', '.join(keys) or 'no metrics'}); "
-                    f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
-                    "last: pruning keeps the newest of them, not the best")})
-            self.emit(run, {"kind": "checkpoint", "index": c["index"], "name": c["name"],
-                            "path": run.checkpoint_path(c["name"]), "metrics": c["metrics"]})
+                self.emit(
+                    run,
+                    {
+                        "kind": "note",
+                        "text": (
+                            f"{c['name']}: its report has no {attr!r} "
+                            f"(it has {', '.join(keys) or 'no metrics'}); "
+                            f"CheckpointConfig(checkpoint_score_attribute={attr!r}) ranks such checkpoints "
+                            "last: pruning keeps the newest of them, not the best"
+                        ),
+                    },
+                )
+            self.emit(
+                run,
+                {
+                    "kind": "checkpoint",
+                    "index": c["index"],
+                    "name": c["name"],
+                    "path": run.checkpoint_path(c["name"]),
+                    "metrics": c["metrics"],
+                },
+            )
             self.write_state(run)
 
     def run_ended(self, run: Run) -> None:
@@ -404,8 +463,11 @@ class RunStore:
         run.store.discard_staging()
         self._state_due.pop(run.run_id, None)
         self.uploads.forget(run.run_id)
-        for write in (lambda: run.rundir.write_error(run.errors if run.state == "FAILED" else None),
-                      run.rundir.close, lambda: run.rundir.write_state(run.summary())):
+        for write in (
+            lambda: run.rundir.write_error(run.errors if run.state == "FAILED" else None),
+            run.rundir.close,
+            lambda: run.rundir.write_state(run.summary()),
+        ):
             try:
                 write()
             except OSError as e:  # the run is over: say so once, go on closing

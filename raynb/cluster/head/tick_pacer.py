@@ -7,6 +7,7 @@ drain of the socket: a warm re-run drains it three times, and ticking after each
 head more than the rest of those drains. A tick put off is owed: the next poll waits no
 longer than until it is due.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,8 @@ class TickPacer:
 
     def __init__(self, idle_s: float):
         self.idle_ms = round(idle_s * 1000)
-        self.next_tick = 0.0   # monotonic s
-        self.owed = False      # a drain came before the tick was due
+        self.next_tick = 0.0  # monotonic s
+        self.owed = False  # a drain came before the tick was due
 
     def poll_ms(self, now: float) -> int:
         """How long to wait for a message (ms): until an owed tick is due, rounded up

@@ -7,6 +7,7 @@ a run, attempt and rank that its worker holds now; a path is relative and stays 
 its directory (no ``..``, no symlink followed). A disk error is answered to the rank,
 naming the path, and never reaches the head's loop.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,17 +34,20 @@ def _safe(rel: str) -> bool:
 
 class Transfers:
     """Args:
-        head: the :class:`~raynb.cluster.head.server.Head` (its runs, registry, send).
+    head: the :class:`~raynb.cluster.head.server.Head` (its runs, registry, send).
     """
 
     def __init__(self, head):
         self.head = head
-        self._open: dict[str, dict] = {}   # transfer id -> {"dir", "hashes": {rel: sha256}, "sizes"}
+        self._open: dict[str, dict] = {}  # transfer id -> {"dir", "hashes": {rel: sha256}, "sizes"}
         self.bytes_in = self.bytes_out = self.files_in = 0
 
     def handlers(self) -> dict:
-        return {P.CHECKPOINT_FILE: self.on_file, P.CHECKPOINT_DONE: self.on_done,
-                P.CHECKPOINT_FETCH: self.on_fetch}
+        return {
+            P.CHECKPOINT_FILE: self.on_file,
+            P.CHECKPOINT_DONE: self.on_done,
+            P.CHECKPOINT_FETCH: self.on_fetch,
+        }
 
     def _run_of(self, msg: P.Message) -> Run | None:
         """The run, if the message's worker holds its rank in its current attempt."""
@@ -54,8 +58,11 @@ class Transfers:
         if run is None or run.state not in ("RUNNING", "FAILING", "CANCELLING"):
             return None
         rank = c["rank"]
-        if c.get("attempt", 0) != run.attempt or not (0 <= rank < len(run.ranks)) \
-                or run.ranks[rank] != c["worker_id"]:
+        if (
+            c.get("attempt", 0) != run.attempt
+            or not (0 <= rank < len(run.ranks))
+            or run.ranks[rank] != c["worker_id"]
+        ):
             return None
         return run
 
@@ -89,10 +96,12 @@ class Transfers:
         piece = P.buffer_bytes(msg.buffers[0]) if msg.buffers else b""
         path = t["dir"] / c["path"]
         try:
-            if t.get("file") != c["path"]:   # the transfer's next file: one fd per file
+            if t.get("file") != c["path"]:  # the transfer's next file: one fd per file
                 _close(t)
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                t["fd"] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                t["fd"] = os.open(
+                    path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
                 t["file"] = c["path"]
             os.write(t["fd"], piece)
         except OSError as e:
@@ -120,16 +129,19 @@ class Transfers:
         if run is None:
             if t is not None:
                 shutil.rmtree(t["dir"], ignore_errors=True)
-            return self._refuse(msg, "checkpoint upload refused: this rank no longer holds its run "
-                                     "(the attempt ended)")
+            return self._refuse(
+                msg, "checkpoint upload refused: this rank no longer holds its run (the attempt ended)"
+            )
         if t is None:  # an empty checkpoint directory: nothing was sent
             stage = self._stage(run, c)
             t = {"dir": stage / f".tmp_rank_{c['rank']}_{c['transfer'][:8]}", "hashes": {}}
             t["bad"] = _make_stage(run, stage, t["dir"])
         got = {rel: h.hexdigest() for rel, (h, _) in t["hashes"].items()}
         if not t["bad"] and got != c["files"]:
-            t["bad"] = (f"checkpoint files arrived incomplete or corrupted (SHA-256 of "
-                        f"{sorted(set(got.items()) ^ set(c['files'].items()))[:3]})")
+            t["bad"] = (
+                f"checkpoint files arrived incomplete or corrupted (SHA-256 of "
+                f"{sorted(set(got.items()) ^ set(c['files'].items()))[:3]})"
+            )
         final = t["dir"].parent / f"rank_{c['rank']}"
         if not t["bad"]:
             try:
@@ -155,8 +167,12 @@ class Transfers:
         client = msg.identity.startswith(b"client:")
         run = self.head.store.find(None, c["run_id"]) if client else self._run_of(msg)
         root = Path(c["checkpoint"])
-        if run is None or root.parent != run.rundir.path or not root.name.startswith("checkpoint_") \
-                or (client and (root.is_symlink() or not root.is_dir())):
+        if (
+            run is None
+            or root.parent != run.rundir.path
+            or not root.name.startswith("checkpoint_")
+            or (client and (root.is_symlink() or not root.is_dir()))
+        ):
             return None
         return root
 
@@ -164,12 +180,16 @@ class Transfers:
         c = msg.content
         root = self._committed(msg)
         if root is None:
-            return self._refuse(msg, f"no checkpoint {c['checkpoint']} for run {c['run_id']} on this head "
-                                     "(pruned, not committed, or not that run's)")
+            return self._refuse(
+                msg,
+                f"no checkpoint {c['checkpoint']} for run {c['run_id']} on this head "
+                "(pruned, not committed, or not that run's)",
+            )
         try:
-            if "path" not in c:   # its files' sizes and digests: hashed off the loop (offloop)
-                return self.head.offloop.submit(lambda: _listing(root),
-                                                lambda files, error: self._listed(msg, root, files, error))
+            if "path" not in c:  # its files' sizes and digests: hashed off the loop (offloop)
+                return self.head.offloop.submit(
+                    lambda: _listing(root), lambda files, error: self._listed(msg, root, files, error)
+                )
             if not _safe(c["path"]):
                 return self._refuse(msg, f"unsafe checkpoint path {c['path']!r}")
             fd = os.open(root / c["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -197,8 +217,10 @@ def _make_stage(run: Run, stage: Path, tmp: Path) -> str | None:
     Never the run directory itself: one removed while the run ran is not made again (with
     only the later checkpoints in it), as a rank on shared storage does not (``session``)."""
     if not run.rundir.path.is_dir():
-        return (f"the run directory {run.rundir.path} is gone (removed while the run ran?), "
-                "so the checkpoint cannot be saved")
+        return (
+            f"the run directory {run.rundir.path} is gone (removed while the run ran?), "
+            "so the checkpoint cannot be saved"
+        )
     try:
         stage.parent.mkdir(exist_ok=True, mode=0o700)
         stage.mkdir(exist_ok=True, mode=0o700)
@@ -222,7 +244,7 @@ def _listing(root: Path) -> dict:
         for n in names:
             p = Path(d) / n
             if p.is_symlink():
-                continue   # never written by an upload; not served (O_NOFOLLOW)
+                continue  # never written by an upload; not served (O_NOFOLLOW)
             files[str(p.relative_to(root))] = (p.stat().st_size, _sha256(p))
     return files
 

@@ -9,6 +9,7 @@ pruned, in the order queued, so the head's loop never waits on the network. The 
 in the store) and :meth:`Uploads.error` at each tick: a failed upload fails the run, with
 the URI and the error, never the head.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,9 +29,9 @@ class Uploads:
     def __init__(self):
         self._jobs: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
-        self._pending: dict[str, int] = {}     # run_id -> jobs queued or running
-        self._errors: dict[str, str] = {}      # run_id -> the first failure's message
-        self._roots: dict[str, tuple] = {}     # run_id -> (fs, root path, root uri); thread only
+        self._pending: dict[str, int] = {}  # run_id -> jobs queued or running
+        self._errors: dict[str, str] = {}  # run_id -> the first failure's message
+        self._roots: dict[str, tuple] = {}  # run_id -> (fs, root path, root uri); thread only
         self._thread: threading.Thread | None = None
 
     def open(self, run_id: str, uri: str, name: str) -> None:
@@ -104,8 +105,9 @@ class Uploads:
             except (OSError, ValueError) as e:
                 if not os.path.isdir(local_dir):
                     return  # pruned while waiting: its delete job is queued after this one
-                raise OSError(f"could not upload checkpoint {name} to {redact(join_uri(root_uri, name))}: "
-                              f"{e}") from None
+                raise OSError(
+                    f"could not upload checkpoint {name} to {redact(join_uri(root_uri, name))}: {e}"
+                ) from None
         else:
             _, name = job
             try:
@@ -113,5 +115,6 @@ class Uploads:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise OSError(f"could not delete pruned checkpoint {redact(join_uri(root_uri, name))}: "
-                              f"{e}") from None
+                raise OSError(
+                    f"could not delete pruned checkpoint {redact(join_uri(root_uri, name))}: {e}"
+                ) from None

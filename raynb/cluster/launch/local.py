@@ -3,6 +3,7 @@
 The head runs as a daemon in its own session, so it outlives the shell or
 kernel that started it; the connection file is how everyone else finds it.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -17,14 +18,23 @@ from contextlib import contextmanager
 
 import psutil
 
-from ..protocol import messages as P
-from ..protocol.control import Client
-from ..connection_file import connection_file_path, head_alive, open_private, private_dir, process_alive, raynb_home, read_connection_file, remove_connection_file
+from ...errors import ClusterError
+from ..connection_file import (
+    connection_file_path,
+    head_alive,
+    open_private,
+    private_dir,
+    process_alive,
+    raynb_home,
+    read_connection_file,
+    remove_connection_file,
+)
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
 from ..node.host import check_worker_limit
 from ..procutil import HEAD_MODULE, NODE_MODULE, running, worker_sched_policy
-from ...errors import ClusterError
+from ..protocol import messages as P
+from ..protocol.control import Client
 
 
 @contextmanager
@@ -115,19 +125,29 @@ def wait_for_workers(info: dict, num_workers: int, timeout: float) -> dict:
                 return st
             node_pid = info.get("pids", {}).get("node")
             if node_pid and not process_alive(node_pid, NODE_MODULE):
-                raise ClusterError("the local node agent exited while starting:\n" + _log_tail("node-local.log"))
+                raise ClusterError(
+                    "the local node agent exited while starting:\n" + _log_tail("node-local.log")
+                )
             if time.monotonic() > deadline:
-                raise ClusterError(f"only {len(st['workers'])} of {num_workers} workers became ready "
-                                   f"in {timeout:.0f}s:\n" + _log_tail("node-local.log"))
+                raise ClusterError(
+                    f"only {len(st['workers'])} of {num_workers} workers became ready "
+                    f"in {timeout:.0f}s:\n" + _log_tail("node-local.log")
+                )
             time.sleep(0.05)
     finally:
         c.close()
 
 
-def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout: float = 120.0,
-                  host: str = "127.0.0.1", port: int = 0,
-                  idle_timeout_s: float | None = None, key_file: str | None = None,
-                  head_only: bool = False) -> tuple[dict, bool]:
+def start_cluster(
+    num_workers: int = 4,
+    max_workers: int | None = None,
+    timeout: float = 120.0,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    idle_timeout_s: float | None = None,
+    key_file: str | None = None,
+    head_only: bool = False,
+) -> tuple[dict, bool]:
     """Start the local cluster in the background, or find the running one.
 
     Args:
@@ -155,8 +175,10 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
     if head_only:
         num_workers = 0
     elif not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"num_workers must be a positive integer, got {num_workers!r} (a head "
-                         "without workers of its own: head_only=True, `raynb start --head-only`)")
+        raise ValueError(
+            f"num_workers must be a positive integer, got {num_workers!r} (a head "
+            "without workers of its own: head_only=True, `raynb start --head-only`)"
+        )
     else:
         check_worker_limit(num_workers, max_workers)  # else it forks max_workers and waits out the timeout
     check_host(host)  # an address this machine does not have fails here, naming its interfaces
@@ -168,8 +190,20 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             return info, False
         token = uuid.uuid4().hex
         log_dir = private_dir("logs")
-        cmd = [sys.executable, "-m", HEAD_MODULE, "--daemon", "--token", token,
-               "--workers", str(num_workers), "--host", host, "--port", str(port)]
+        cmd = [
+            sys.executable,
+            "-m",
+            HEAD_MODULE,
+            "--daemon",
+            "--token",
+            token,
+            "--workers",
+            str(num_workers),
+            "--host",
+            host,
+            "--port",
+            str(port),
+        ]
         if max_workers:
             cmd += ["--max-workers", str(max_workers)]
         if idle_timeout_s is not None:
@@ -178,8 +212,14 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
             cmd += ["--key-file", os.path.abspath(key_file)]
         env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
         with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
-            launcher = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+            launcher = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         launcher.wait(timeout=30)  # the launcher forks the daemon and exits at once
         deadline = time.monotonic() + timeout
         while True:
@@ -201,8 +241,10 @@ def join_command(info: dict, key_file) -> str | None:
 
     if is_loopback(host_of(info["address"])):
         return None
-    return (f"raynb node --address {info['address']} --key-file {key_file} "
-            "[--workers N] [--gpus N] [--node-ip IP]")
+    return (
+        f"raynb node --address {info['address']} --key-file {key_file} "
+        "[--workers N] [--gpus N] [--node-ip IP]"
+    )
 
 
 KEEP_ENV = "RAYNB_KEEP_CLUSTER"
@@ -237,12 +279,13 @@ def ensure_local_cluster(num_workers: int = 4, timeout: float = 120.0, message: 
     if interactive():
         then = "it keeps running for later cells; `%ray_cluster stop` or `raynb stop` ends it"
     elif stop_at_exit:
-        then = (f"it stops when this script exits; {KEEP_ENV}=1 keeps it, or `raynb start` "
-                "one that stays")
+        then = f"it stops when this script exits; {KEEP_ENV}=1 keeps it, or `raynb start` one that stays"
     else:
         then = f"it outlives this script ({KEEP_ENV}=1): `raynb stop` ends it"
-    print(f"{message or f'raynb: starting a local cluster with {num_workers} warm workers'} ({then})",
-          flush=True)
+    print(
+        f"{message or f'raynb: starting a local cluster with {num_workers} warm workers'} ({then})",
+        flush=True,
+    )
     info, started = start_cluster(num_workers=num_workers, timeout=timeout)
     if started and stop_at_exit:
         atexit.register(_stop_at_exit, str(raynb_home()), info.get("token"), os.getpid())
@@ -256,7 +299,7 @@ def start_and_keep(num_workers: int = 4, *args, **kwargs) -> tuple[dict, bool]:
 
     Returns and raises as :func:`start_cluster`; a head too old to keep it is warned of
     on stderr."""
-    for _ in range(2):   # the second time: it stopped by itself as we came, a fresh one
+    for _ in range(2):  # the second time: it stopped by itself as we came, a fresh one
         info, started = start_cluster(num_workers, *args, **kwargs)
         if started:
             return info, started
@@ -268,8 +311,11 @@ def start_and_keep(num_workers: int = 4, *args, **kwargs) -> tuple[dict, bool]:
         if kept or head_alive(info):
             break
     if not kept:
-        print("raynb: could not keep the running cluster up: its head did not answer, or is older "
-              "than this raynb; it may stop when the script that started it exits", file=sys.stderr)
+        print(
+            "raynb: could not keep the running cluster up: its head did not answer, or is older "
+            "than this raynb; it may stop when the script that started it exits",
+            file=sys.stderr,
+        )
     return info, started
 
 
@@ -277,7 +323,7 @@ def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     """Stop the cluster this script started: only in the process that started it, only in
     its RAYNB_HOME, and only if that home's cluster is still the one it started."""
     if os.getpid() != pid:
-        return   # a forked child that exits normally must not stop its parent's cluster
+        return  # a forked child that exits normally must not stop its parent's cluster
     os.environ["RAYNB_HOME"] = home
     current = read_connection_file()
     if current is not None and current.get("token") == token:
@@ -355,16 +401,28 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
         try:
             # A stop when idle is not a kill: a head slow to answer (a busy machine) gets
             # longer, so another client's run is not killed with it by mistake.
-            reply = c.request(P.SHUTDOWN, {"when_idle": True, "owners": list(owners)} if when_idle else {},
-                              reply_types=(P.STATUS_REPLY,), timeout=15.0 if when_idle else 3.0)
+            reply = c.request(
+                P.SHUTDOWN,
+                {"when_idle": True, "owners": list(owners)} if when_idle else {},
+                reply_types=(P.STATUS_REPLY,),
+                timeout=15.0 if when_idle else 3.0,
+            )
             if reply.content.get("stopping") is False and reply.content.get("kept"):
-                print("raynb: the cluster this script started stays up: `raynb start` keeps it "
-                      "(`raynb stop` ends it)", file=sys.stderr, flush=True)
+                print(
+                    "raynb: the cluster this script started stays up: `raynb start` keeps it "
+                    "(`raynb stop` ends it)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return True
             if reply.content.get("stopping") is False:
-                print(f"raynb: the cluster this script started stays up while another client uses it "
-                      f"({reply.content.get('in_use')}); it stops by itself when they are done "
-                      "(`raynb stop` ends it now)", file=sys.stderr, flush=True)
+                print(
+                    f"raynb: the cluster this script started stays up while another client uses it "
+                    f"({reply.content.get('in_use')}); it stops by itself when they are done "
+                    "(`raynb stop` ends it now)",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return True
         except ClusterError:
             pass
@@ -382,5 +440,12 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
     return True
 
 
-__all__ = ["start_cluster", "stop_cluster", "join_command", "running_cluster", "ensure_local_cluster",
-           "connection_file_path", "cluster_pids"]
+__all__ = [
+    "start_cluster",
+    "stop_cluster",
+    "join_command",
+    "running_cluster",
+    "ensure_local_cluster",
+    "connection_file_path",
+    "cluster_pids",
+]

@@ -31,6 +31,7 @@ Each child is started with ``PR_SET_PDEATHSIG`` (SIGTERM): when Ray kills an act
 groups and its zygote; the zygote and each worker also die with their parent, so a
 SIGKILLed agent leaves nothing either.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,12 +48,12 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from ...errors import ClusterError
+from ..connection_file import open_private, private_dir, read_connection_file
+from ..procutil import HEAD_MODULE, NODE_MODULE, die_with_parent, python_env
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
-from ..connection_file import open_private, private_dir, read_connection_file
 from ..protocol.control import Client
-from ..procutil import HEAD_MODULE, NODE_MODULE, die_with_parent, python_env
-from ...errors import ClusterError
 
 log = logging.getLogger("raynb.ray")
 
@@ -71,9 +72,14 @@ AGENT_RESTARTS_PER_MIN = 3
 def _start_child(cmd: list[str], env: dict, log_name: str) -> subprocess.Popen:
     """``cmd`` as a child that gets SIGTERM when this actor's process dies."""
     with os.fdopen(open_private(private_dir("logs") / log_name), "ab") as out:
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT,
-                                preexec_fn=lambda: die_with_parent(signal.SIGTERM))
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: die_with_parent(signal.SIGTERM),
+        )
 
 
 def agent_name(ray_node_id: str) -> str:
@@ -89,12 +95,31 @@ class NodeAgentActor:
     def __init__(self, cfg: dict):
         os.environ.update(cfg["env"])
         self.gpu_ids = [str(int(g)) if float(g).is_integer() else str(g) for g in ray.get_gpu_ids()]
-        env = python_env({"RAYNB_KEY": cfg["key"], "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids),
-                          **curve.to_env(cfg.get("curve"))})
-        cmd = [sys.executable, "-m", NODE_MODULE, "--address", cfg["address"],
-               "--workers", str(cfg["workers"]), "--max-workers", str(cfg["max_workers"]),
-               "--node-id", cfg["node_id"], "--die-with-parent", "--cpus", str(max(1, cfg["cpus"])),
-               "--label", f"ray_node_id={cfg['ray_node_id']}"]
+        env = python_env(
+            {
+                "RAYNB_KEY": cfg["key"],
+                "CUDA_VISIBLE_DEVICES": ",".join(self.gpu_ids),
+                **curve.to_env(cfg.get("curve")),
+            }
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            NODE_MODULE,
+            "--address",
+            cfg["address"],
+            "--workers",
+            str(cfg["workers"]),
+            "--max-workers",
+            str(cfg["max_workers"]),
+            "--node-id",
+            cfg["node_id"],
+            "--die-with-parent",
+            "--cpus",
+            str(max(1, cfg["cpus"])),
+            "--label",
+            f"ray_node_id={cfg['ray_node_id']}",
+        ]
         if self.gpu_ids:
             cmd += ["--label", f"ray_gpu_ids={','.join(self.gpu_ids)}"]
         if cfg.get("note"):
@@ -102,8 +127,13 @@ class NodeAgentActor:
         self.proc = _start_child(cmd, env, f"node-{cfg['node_id']}.log")
 
     def info(self) -> dict:
-        return {"pid": self.proc.pid, "actor_pid": os.getpid(), "gpu_ids": self.gpu_ids,
-                "hostname": socket.gethostname(), "on_ray_node": ray.get_runtime_context().get_node_id()}
+        return {
+            "pid": self.proc.pid,
+            "actor_pid": os.getpid(),
+            "gpu_ids": self.gpu_ids,
+            "hostname": socket.gethostname(),
+            "on_ray_node": ray.get_runtime_context().get_node_id(),
+        }
 
     def serve(self) -> int:
         """Returns when the node agent exits: its exit code."""
@@ -132,7 +162,7 @@ class HeadActor:
     def __init__(self, cfg: dict):
         os.environ.update(cfg["env"])
         self.cfg = cfg
-        self.agents: dict[str, dict] = {}     # Ray node id -> its agent
+        self.agents: dict[str, dict] = {}  # Ray node id -> its agent
         self.lost: dict[str, list[float]] = {}  # Ray node id -> when its agents died
         self.events: list[str] = []
         self._lock = threading.Lock()
@@ -149,8 +179,19 @@ class HeadActor:
             return self.info()
         key, token = P.new_key(), uuid.uuid4().hex
         host = ray.util.get_node_ip_address()
-        cmd = [sys.executable, "-m", HEAD_MODULE, "--workers", "0",  # 0: no local node agent
-               "--host", host, "--port", str(int(self.cfg.get("port") or 0)), "--token", token]
+        cmd = [
+            sys.executable,
+            "-m",
+            HEAD_MODULE,
+            "--workers",
+            "0",  # 0: no local node agent
+            "--host",
+            host,
+            "--port",
+            str(int(self.cfg.get("port") or 0)),
+            "--token",
+            token,
+        ]
         self.head = _start_child(cmd, python_env({"RAYNB_KEY": key.decode()}), "head.log")
         deadline = time.monotonic() + timeout
         while True:
@@ -158,13 +199,21 @@ class HeadActor:
             if info is not None and info.get("token") == token:
                 break
             if self.head.poll() is not None or time.monotonic() > deadline:
-                raise ClusterError(f"the raynb head did not start on Ray node {host} (exit "
-                                   f"{self.head.poll()}); see {private_dir('logs') / 'head.log'}")
+                raise ClusterError(
+                    f"the raynb head did not start on Ray node {host} (exit "
+                    f"{self.head.poll()}); see {private_dir('logs') / 'head.log'}"
+                )
             time.sleep(0.05)
         self.client = Client(info["address"], key, info)
-        self.info_ = dict(info, hostname=socket.gethostname(),
-                          ray={"namespace": NAMESPACE, "node_id": ray.get_runtime_context().get_node_id(),
-                               "gcs_address": ray.get_runtime_context().gcs_address})
+        self.info_ = dict(
+            info,
+            hostname=socket.gethostname(),
+            ray={
+                "namespace": NAMESPACE,
+                "node_id": ray.get_runtime_context().get_node_id(),
+                "gcs_address": ray.get_runtime_context().gcs_address,
+            },
+        )
         with self._lock:
             self._watch_once()
         threading.Thread(target=self._watch, name="raynb-ray-watcher", daemon=True).start()
@@ -174,10 +223,16 @@ class HeadActor:
         """The connection info, with ``workers`` (warm workers asked of all agents) and
         ``agents`` ({Ray node id: node id, workers, cpus, gpus, pid, note})."""
         with self._lock:
-            agents = {nid: {k: v for k, v in a.items() if k not in ("handle", "serve_ref")}
-                      for nid, a in self.agents.items()}
-        return dict(self.info_ or {}, agents=agents, events=list(self.events[-50:]),
-                    workers=sum(a["workers"] for a in agents.values()))
+            agents = {
+                nid: {k: v for k, v in a.items() if k not in ("handle", "serve_ref")}
+                for nid, a in self.agents.items()
+            }
+        return dict(
+            self.info_ or {},
+            agents=agents,
+            events=list(self.events[-50:]),
+            workers=sum(a["workers"] for a in agents.values()),
+        )
 
     # -- watching Ray's nodes -----------------------------------------------------
     def _watch(self) -> None:
@@ -225,8 +280,10 @@ class HeadActor:
                 self.events.append(f"Ray node {nid[:8]}: its node agent did not start: {e}")
                 continue
             self.agents[nid] = {"handle": handle, "serve_ref": handle.serve.remote(), **meta, **info}
-            self.events.append(f"{time.strftime('%H:%M:%S')} Ray node {nid[:8]}: node agent "
-                               f"{meta['node_id']} with {meta['workers']} workers, {meta['gpus']} GPUs")
+            self.events.append(
+                f"{time.strftime('%H:%M:%S')} Ray node {nid[:8]}: node agent "
+                f"{meta['node_id']} with {meta['workers']} workers, {meta['gpus']} GPUs"
+            )
 
     def _lost(self, nid: str, why: str) -> None:
         agent = self.agents.pop(nid)
@@ -234,8 +291,12 @@ class HeadActor:
         self.events.append(f"{time.strftime('%H:%M:%S')} Ray node {nid[:8]}: {why}")
         log.warning("raynb node %s on Ray node %s lost: %s", agent["node_id"], nid, why)
         try:
-            self.client.request(P.NODE_LOST, {"node_id": agent["node_id"], "reason": f"on Ray node {nid}: {why}"},
-                                reply_types=(P.NODE_LOST_REPLY,), timeout=5.0)
+            self.client.request(
+                P.NODE_LOST,
+                {"node_id": agent["node_id"], "reason": f"on Ray node {nid}: {why}"},
+                reply_types=(P.NODE_LOST_REPLY,),
+                timeout=5.0,
+            )
         except ClusterError as e:
             log.warning("could not tell the head: %s", e)
         try:
@@ -256,23 +317,38 @@ class HeadActor:
         gpus = min(want_gpu, int(math.floor(free.get("GPU", 0) + 1e-9)))
         note = None
         if cpus < want_cpu or gpus < want_gpu:
-            note = (f"asked for {want_cpu} CPUs and {want_gpu} GPUs of Ray node {nid[:8]}; Ray had "
-                    f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free: "
-                    f"{cpus} workers, {gpus} GPUs")
+            note = (
+                f"asked for {want_cpu} CPUs and {want_gpu} GPUs of Ray node {nid[:8]}; Ray had "
+                f"{free.get('CPU', 0):g} CPUs and {free.get('GPU', 0):g} GPUs free: "
+                f"{cpus} workers, {gpus} GPUs"
+            )
         node_id = f"ray-{nid[:8]}"
-        cfg = {"address": self.info_["address"], "key": self.info_["key"], "node_id": node_id,
-               "curve": self.info_.get("curve"),
-               "ray_node_id": nid, "workers": cpus, "cpus": cpus, "note": note, "env": self.cfg["env"],
-               "max_workers": self.cfg.get("max_workers_per_node") or cpus}
+        cfg = {
+            "address": self.info_["address"],
+            "key": self.info_["key"],
+            "node_id": node_id,
+            "curve": self.info_.get("curve"),
+            "ray_node_id": nid,
+            "workers": cpus,
+            "cpus": cpus,
+            "note": note,
+            "env": self.cfg["env"],
+            "max_workers": self.cfg.get("max_workers_per_node") or cpus,
+        }
         name = agent_name(nid)
         try:
             ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)  # a stale one
         except ValueError:
             pass
         handle = NodeAgentActor.options(
-            name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=cpus, num_gpus=gpus,
+            name=name,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            num_cpus=cpus,
+            num_gpus=gpus,
             runtime_env=ACTOR_RUNTIME_ENV,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False)).remote(cfg)
+            scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
+        ).remote(cfg)
         return nid, handle, {"node_id": node_id, "workers": cpus, "cpus": cpus, "gpus": gpus, "note": note}
 
     # -- stopping ---------------------------------------------------------------

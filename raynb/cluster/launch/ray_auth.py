@@ -17,6 +17,7 @@ Where the token is missing or wrong, the error keeps Ray's cause (``InvalidAuthT
 Imported only by ``ray_engine`` after its version check: everything here reads Ray's
 private modules of the supported version (``ray._raylet``, ``ray._private.authentication``).
 """
+
 from __future__ import annotations
 
 import os
@@ -62,12 +63,12 @@ def enable_token_if_available() -> bool:
         return mode.strip().lower() == "token"
     try:
         from ray._raylet import AuthenticationTokenLoader, Config
-    except ImportError:   # a Ray without token authentication: nothing to pass
+    except ImportError:  # a Ray without token authentication: nothing to pass
         return False
     if not AuthenticationTokenLoader.instance().has_token(ignore_auth_mode=True):
         return False
     os.environ[AUTH_MODE_ENV] = "token"
-    Config.initialize("")   # Ray caches its config: re-read it, as Ray's own switch does
+    Config.initialize("")  # Ray caches its config: re-read it, as Ray's own switch does
     return True
 
 
@@ -103,7 +104,8 @@ def refused(address: str, exc: BaseException) -> ClusterError:
         f"It has Ray's token authentication on, and {given}. Fix: copy the cluster's token "
         "(`ray get-auth-token` on the Ray head node prints it) into ~/.ray/auth_token on this "
         f"machine, or set {TOKEN_ENV}=<token> or {TOKEN_PATH_ENV}=<file>; raynb then passes it "
-        f"as Ray's CLI does. See {DOCS}")
+        f"as Ray's CLI does. See {DOCS}"
+    )
 
 
 def probe(address: str) -> None:
@@ -123,7 +125,7 @@ def probe(address: str) -> None:
         # Token mode without a token: Ray's own AuthenticationError here, as ray.init raises
         # it (a GcsClient made in that state aborts the process on a failed CHECK).
         ensure_token_if_auth_enabled(None, create_token_if_missing=False)
-        GcsClient(address=address)   # it asks the GCS for the cluster's id: refused without the token
+        GcsClient(address=address)  # it asks the GCS for the cluster's id: refused without the token
     except Exception as e:  # noqa: BLE001 - only a refusal is ours to report
         err = auth_error(e)
         if err is not None:

@@ -16,6 +16,7 @@ Security: the cluster key travels in the actors' arguments, through Ray's GCS. W
 may submit work to the Ray cluster may run code on its machines anyway; the key adds
 nothing to guard there, and raynb's messages stay signed with it.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,14 @@ import socket
 import time
 import uuid
 
-from ..connection_file import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
 from ...errors import ClusterError
+from ..connection_file import (
+    head_alive,
+    raynb_home,
+    read_connection_file,
+    remove_connection_file,
+    write_connection_file,
+)
 
 SUPPORTED_RAY = ((2, 60), (2, 61))  # >= the first, < the second: what the tests run against
 RAY_REQUIREMENT = "ray[default,train,data]>=2.60,<2.61"
@@ -37,13 +44,16 @@ def check_ray_version(version: str) -> None:
     try:
         major, minor = (int(p) for p in version.split(".")[:2])
     except ValueError:
-        raise ClusterError(f"cannot read Ray's version {version!r}; raynb supports "
-                           f"{RAY_REQUIREMENT}: {INSTALL_HINT}") from None
+        raise ClusterError(
+            f"cannot read Ray's version {version!r}; raynb supports {RAY_REQUIREMENT}: {INSTALL_HINT}"
+        ) from None
     low, high = SUPPORTED_RAY
     if not low <= (major, minor) < high:
-        raise ClusterError(f"Ray {version} is installed, but raynb supports Ray >={low[0]}.{low[1]},"
-                           f"<{high[0]}.{high[1]} ({RAY_REQUIREMENT}): {INSTALL_HINT}, or run a Ray "
-                           "cluster of that version")
+        raise ClusterError(
+            f"Ray {version} is installed, but raynb supports Ray >={low[0]}.{low[1]},"
+            f"<{high[0]}.{high[1]} ({RAY_REQUIREMENT}): {INSTALL_HINT}, or run a Ray "
+            "cluster of that version"
+        )
 
 
 def import_ray():
@@ -56,8 +66,10 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise ClusterError(f"--ray (and ray_address=) needs Ray, which is not installed: "
-                           f"{INSTALL_HINT} (installs {RAY_REQUIREMENT})") from None
+        raise ClusterError(
+            f"--ray (and ray_address=) needs Ray, which is not installed: "
+            f"{INSTALL_HINT} (installs {RAY_REQUIREMENT})"
+        ) from None
     check_ray_version(ray.__version__)
     return ray
 
@@ -66,14 +78,18 @@ def _check_reachable(address: str) -> None:
     """A HOST:PORT nothing answers at fails in seconds here, not after Ray's long retries."""
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ClusterError(f"--ray-address {address!r} is not 'auto' or HOST:PORT (e.g. "
-                           "10.0.0.1:6379, the address `ray start --head` printed)")
+        raise ClusterError(
+            f"--ray-address {address!r} is not 'auto' or HOST:PORT (e.g. "
+            "10.0.0.1:6379, the address `ray start --head` printed)"
+        )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=3.0).close()
     except OSError as e:
-        raise ClusterError(f"no Ray cluster at {address}: {e.strerror or e}. Start one there with "
-                           f"`ray start --head --port={port}`, or pass the address it printed "
-                           "(--ray-address auto finds one started on this machine)") from None
+        raise ClusterError(
+            f"no Ray cluster at {address}: {e.strerror or e}. Start one there with "
+            f"`ray start --head --port={port}`, or pass the address it printed "
+            "(--ray-address auto finds one started on this machine)"
+        ) from None
 
 
 def init_ray(address: str | None):
@@ -96,10 +112,10 @@ def init_ray(address: str | None):
     from . import ray_auth
 
     address = address or "auto"
-    ray_auth.enable_token_if_available()   # as `ray start` does; Ray's init does it only for "auto"
+    ray_auth.enable_token_if_available()  # as `ray start` does; Ray's init does it only for "auto"
     if address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
-        ray_auth.probe(address)   # a refused token in a second, not after ray.init's 20 s of retries
+        ray_auth.probe(address)  # a refused token in a second, not after ray.init's 20 s of retries
     try:
         ray.init(address=address, namespace="raynb", log_to_driver=False, logging_level="WARNING")
     except Exception as e:  # noqa: BLE001 - AuthenticationError is a RayError, ConnectionError wraps it
@@ -108,8 +124,10 @@ def init_ray(address: str | None):
             raise ray_auth.refused(address, refusal) from None
         if not isinstance(e, ConnectionError):
             raise
-        raise ClusterError(f"no Ray cluster at {address}: {e} Start one with `ray start --head` "
-                           "(then --ray-address auto on that machine, or HOST:6379)") from None
+        raise ClusterError(
+            f"no Ray cluster at {address}: {e} Start one with `ray start --head` "
+            "(then --ray-address auto on that machine, or HOST:6379)"
+        ) from None
     return ray, True
 
 
@@ -132,9 +150,14 @@ def _count_or_none(name: str, value) -> None:
         raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
 
 
-def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None = None,
-                 gpus_per_node: int | None = None, max_workers_per_node: int | None = None,
-                 port: int = 0, timeout: float = 180.0) -> tuple[dict, bool]:
+def start_on_ray(
+    ray_address: str | None = "auto",
+    workers_per_node: int | None = None,
+    gpus_per_node: int | None = None,
+    max_workers_per_node: int | None = None,
+    port: int = 0,
+    timeout: float = 180.0,
+) -> tuple[dict, bool]:
     """Start raynb on the Ray cluster at ``ray_address``, or find it running there.
 
     Args:
@@ -157,8 +180,11 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
             runs in this RAYNB_HOME; the head or the workers did not come up.
         ValueError: a count is not a whole number >= 0.
     """
-    for name, value in (("workers_per_node", workers_per_node), ("gpus_per_node", gpus_per_node),
-                        ("max_workers_per_node", max_workers_per_node)):
+    for name, value in (
+        ("workers_per_node", workers_per_node),
+        ("gpus_per_node", gpus_per_node),
+        ("max_workers_per_node", max_workers_per_node),
+    ):
         _count_or_none(name, value)
     if workers_per_node == 0:
         raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
@@ -166,8 +192,10 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
     current = read_connection_file()
     if current is not None and not current.get("ray"):
         if head_alive(current):
-            raise ClusterError(f"a local raynb cluster runs in RAYNB_HOME {raynb_home()}: `raynb stop` "
-                               "it first, or use another RAYNB_HOME for the Ray-backed one")
+            raise ClusterError(
+                f"a local raynb cluster runs in RAYNB_HOME {raynb_home()}: `raynb stop` "
+                "it first, or use another RAYNB_HOME for the Ray-backed one"
+            )
     ray, connected = init_ray(ray_address)
     try:
         A = _actors()
@@ -176,24 +204,41 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
         if started:
             env = {k: os.environ[k] for k in ENV_FORWARDED if k in os.environ}
             env["RAYNB_HOME"] = str(raynb_home() / "ray")  # not this machine's local cluster's files
-            head_node = next((n["NodeID"] for n in ray.nodes() if n.get("Alive")
-                              and "node:__internal_head__" in (n.get("Resources") or {})), None)
+            head_node = next(
+                (
+                    n["NodeID"]
+                    for n in ray.nodes()
+                    if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {})
+                ),
+                None,
+            )
             opts = {}
             if head_node is not None:
                 opts["scheduling_strategy"] = A.NodeAffinitySchedulingStrategy(head_node, soft=False)
-            head = A.HeadActor.options(name=A.HEAD_ACTOR, namespace=A.NAMESPACE, lifetime="detached",
-                                       runtime_env=A.ACTOR_RUNTIME_ENV,
-                                       **opts).remote({"workers_per_node": workers_per_node,
-                                                       "gpus_per_node": gpus_per_node, "port": port,
-                                                       "max_workers_per_node": max_workers_per_node,
-                                                       "env": env})
+            head = A.HeadActor.options(
+                name=A.HEAD_ACTOR,
+                namespace=A.NAMESPACE,
+                lifetime="detached",
+                runtime_env=A.ACTOR_RUNTIME_ENV,
+                **opts,
+            ).remote(
+                {
+                    "workers_per_node": workers_per_node,
+                    "gpus_per_node": gpus_per_node,
+                    "port": port,
+                    "max_workers_per_node": max_workers_per_node,
+                    "env": env,
+                }
+            )
         try:
             info = ray.get(head.start.remote(), timeout=timeout)
         except Exception as e:  # noqa: BLE001 - RayActorError, GetTimeoutError, the head's ClusterError
             if started:
                 ray.kill(head, no_restart=True)
             raise ClusterError(f"raynb did not start on the Ray cluster at {ray_address}: {e}") from None
-        info["ray"]["address"] = ray_address if ray_address not in (None, "auto") else info["ray"]["gcs_address"]
+        info["ray"]["address"] = (
+            ray_address if ray_address not in (None, "auto") else info["ray"]["gcs_address"]
+        )
         local = _local_info(info)
         write_connection_file(local)
         if started:
@@ -213,9 +258,11 @@ def _wait_for_workers(info: dict, num_workers: int, timeout: float) -> None:
     try:
         while len(c.status(timeout=max(1.0, deadline - time.monotonic()))["workers"]) < num_workers:
             if time.monotonic() > deadline:
-                raise ClusterError(f"only some of the {num_workers} workers on Ray became ready in "
-                                   f"{timeout:.0f}s; see the node-*.log files in {raynb_home() / 'ray' / 'logs'} "
-                                   "on each Ray node")
+                raise ClusterError(
+                    f"only some of the {num_workers} workers on Ray became ready in "
+                    f"{timeout:.0f}s; see the node-*.log files in {raynb_home() / 'ray' / 'logs'} "
+                    "on each Ray node"
+                )
             time.sleep(0.05)
     finally:
         c.close()
@@ -225,10 +272,17 @@ def _local_info(info: dict) -> dict:
     """What this machine's connection file holds of a Ray-backed cluster: the head's pid
     only when the head runs on this machine (it is checked as a local head's is)."""
     same_host = info.get("hostname") == socket.gethostname()
-    return {"address": info["address"], "key": info["key"], "workers": info["workers"],
-            "pids": {"head": info["pids"]["head"]} if same_host else {}, "created": time.time(),
-            "version": info.get("version"), "token": uuid.uuid4().hex, "ray": info["ray"],
-            **({"curve": info["curve"]} if info.get("curve") else {})}
+    return {
+        "address": info["address"],
+        "key": info["key"],
+        "workers": info["workers"],
+        "pids": {"head": info["pids"]["head"]} if same_host else {},
+        "created": time.time(),
+        "version": info.get("version"),
+        "token": uuid.uuid4().hex,
+        "ray": info["ray"],
+        **({"curve": info["curve"]} if info.get("curve") else {}),
+    }
 
 
 def ray_info(ray_address: str | None = "auto") -> dict | None:
@@ -283,8 +337,11 @@ def stop_on_ray(info: dict | None = None, timeout: float = 60.0) -> bool:
 
 
 def _raynb_actor_names(ray, A, include_head: bool = False) -> list[str]:
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a.get("namespace") == A.NAMESPACE]
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a.get("namespace") == A.NAMESPACE
+    ]
     return [n for n in names if n.startswith(A.AGENT_PREFIX) or (include_head and n == A.HEAD_ACTOR)]
 
 

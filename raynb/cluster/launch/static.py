@@ -7,27 +7,37 @@ the CurveZMQ keys), checks the IP to register and the GPUs to offer, and serves 
 refuses it (a wrong key or protocol version: exit status 3), or is gone longer than
 the reconnect grace (``node.RECONNECT_S``, 60 s: exit status 1, no process left).
 """
+
 from __future__ import annotations
 
 import logging
 import os
 
 from ...errors import ClusterError
-from ..protocol import messages as P
-from ..protocol.control import Client, KeyRefused
 from ..connection_file import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
 from ..node.agent import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
 from ..node.host import check_worker_limit
 from ..procutil import worker_sched_policy
+from ..protocol import messages as P
+from ..protocol.control import Client, KeyRefused
 
 log = logging.getLogger("raynb.node")
 
 
-def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: int | None = None,
-             node_ip: str | None = None, *, key: str | bytes | None = None, max_workers: int | None = None,
-             node_id: str | None = None, shared_storage: bool = False,
-             reconnect_s: float = RECONNECT_S) -> int:
+def run_node(
+    address: str,
+    key_file: str | None = None,
+    workers: int = 4,
+    gpus: int | None = None,
+    node_ip: str | None = None,
+    *,
+    key: str | bytes | None = None,
+    max_workers: int | None = None,
+    node_id: str | None = None,
+    shared_storage: bool = False,
+    reconnect_s: float = RECONNECT_S,
+) -> int:
     """Join this machine to the head at ``address`` and serve it until it stops (``raynb
     node``; callable in-process, e.g. from a Ray actor).
 
@@ -62,16 +72,21 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
     if key_file:
         info = read_connection_file(key_file)
         if info is None:
-            raise ClusterError(f"--key-file {key_file} is not a readable raynb connection file "
-                               "(copy the head's $RAYNB_HOME/cluster.json, mode 0600)")
+            raise ClusterError(
+                f"--key-file {key_file} is not a readable raynb connection file "
+                "(copy the head's $RAYNB_HOME/cluster.json, mode 0600)"
+            )
         key, curve_keys = info["key"], info.get("curve")
     key = key or os.environ.get("RAYNB_KEY")
     if not key:
-        raise ClusterError("raynb node needs the cluster key: --key-file FILE (the head's connection "
-                           "file) or $RAYNB_KEY")
+        raise ClusterError(
+            "raynb node needs the cluster key: --key-file FILE (the head's connection file) or $RAYNB_KEY"
+        )
     if curve_keys is None and not is_loopback(host_of(address)):
-        raise ClusterError(f"the head at {address} is off loopback, so it speaks CurveZMQ: give its "
-                           "connection file with --key-file (it holds the Curve keys)")
+        raise ClusterError(
+            f"the head at {address} is off loopback, so it speaks CurveZMQ: give its "
+            "connection file with --key-file (it holds the Curve keys)"
+        )
     node_ip = node_ip or os.environ.get("RAYNB_NODE_IP") or None
     if node_ip:
         try:
@@ -85,14 +100,28 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
     source = f"the key file {key_file}" if key_file else "the key given (--key or $RAYNB_KEY)"
     why = refused_by_head(address, key, curve_keys)
     if why is None:
-        agent = NodeAgent(address, key, workers, max_workers or default_max_workers(), node_id, curve_keys,
-                          node_ip, None if gpus is None else visible[:gpus], shared_storage, reconnect_s)
+        agent = NodeAgent(
+            address,
+            key,
+            workers,
+            max_workers or default_max_workers(),
+            node_id,
+            curve_keys,
+            node_ip,
+            None if gpus is None else visible[:gpus],
+            shared_storage,
+            reconnect_s,
+        )
         code = agent.serve()
         why = agent.refused if code == 3 else None
         if why is None or "node id" in why:
             return code  # served, or refused for its node id (the agent said so)
-    log.error("%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
-              "on the head, mode 0600) here and pass it with --key-file; exit status 3", why, source)
+    log.error(
+        "%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
+        "on the head, mode 0600) here and pass it with --key-file; exit status 3",
+        why,
+        source,
+    )
     return 3
 
 

@@ -16,6 +16,7 @@ cluster key in ``$RAYNB_KEY`` (the head does this for the local node). On other
 machines ``raynb node`` runs ``launch.static.run_node``, which reads the key file,
 checks the node's IP and GPUs, and serves a :class:`NodeAgent` in-process.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,17 +32,24 @@ import uuid
 import psutil
 import zmq
 
+from ..connection_file import private_dir
+from ..procutil import ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group, python_env
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
+from ..protocol.rejects import refusal
 from . import shm
 from .data_server import DataServer
 from .fork_requests import ForkRequests
-from ..protocol.rejects import refusal
 from .gpu_stats import GpuSampler
 from .head_watch import DISCONNECTED_S, HeadWatch
-from ..connection_file import private_dir
-from .host import WORKERS_TMP_PREFIX, _local_ip_for, _rendezvous_dir, _workers_tmp_dir, default_max_workers, node_cpus, parse_args, visible_gpus
-from ..procutil import ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group, python_env
+from .host import (
+    _local_ip_for,
+    _rendezvous_dir,
+    _workers_tmp_dir,
+    node_cpus,
+    parse_args,
+    visible_gpus,
+)
 
 log = logging.getLogger("raynb.node")
 
@@ -61,30 +69,43 @@ FROZEN_STATES = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 
 class NodeAgent:
     """Args:
-        address: the head's ZeroMQ address (``tcp://host:port``).
-        key: the cluster's HMAC key.
-        num_workers: workers to keep warm on this node.
-        max_workers: the most workers this node will hold; more is refused.
-        curve_keys: the cluster's Curve client keys (``curve``), None on loopback.
-        node_ip: the IP this node registers (its workers' stores and gloo bind to it);
-            None: the address of the interface that routes to the head.
-        gpus: CUDA device indices its workers may use (None: every visible one).
-        shared_storage: this host mounts the head's ``storage_path`` at the same path
-            (else its ranks stream their checkpoints to the head).
-        reconnect_s: how long to keep registering again after losing the head (0: exit).
-        cpus: the cores its workers may use, as reported to the head (None: this
-            process's CPU affinity); a launcher that reserved cores (Ray) passes its share.
-        labels: ``{name: value}`` strings shown by ``raynb status`` (the Ray node id).
-        note: the first line ``raynb status`` shows for this node (e.g. that it got fewer
-            CPUs than asked), until the zygote has news.
-        head_pid: the head's pid when it runs on this machine (``head_watch``).
+    address: the head's ZeroMQ address (``tcp://host:port``).
+    key: the cluster's HMAC key.
+    num_workers: workers to keep warm on this node.
+    max_workers: the most workers this node will hold; more is refused.
+    curve_keys: the cluster's Curve client keys (``curve``), None on loopback.
+    node_ip: the IP this node registers (its workers' stores and gloo bind to it);
+        None: the address of the interface that routes to the head.
+    gpus: CUDA device indices its workers may use (None: every visible one).
+    shared_storage: this host mounts the head's ``storage_path`` at the same path
+        (else its ranks stream their checkpoints to the head).
+    reconnect_s: how long to keep registering again after losing the head (0: exit).
+    cpus: the cores its workers may use, as reported to the head (None: this
+        process's CPU affinity); a launcher that reserved cores (Ray) passes its share.
+    labels: ``{name: value}`` strings shown by ``raynb status`` (the Ray node id).
+    note: the first line ``raynb status`` shows for this node (e.g. that it got fewer
+        CPUs than asked), until the zygote has news.
+    head_pid: the head's pid when it runs on this machine (``head_watch``).
     """
 
-    def __init__(self, address: str, key: bytes, num_workers: int, max_workers: int,
-                 node_id: str | None = None, curve_keys: dict | None = None, node_ip: str | None = None,
-                 gpus: list | None = None, shared_storage: bool = True, reconnect_s: float = 0.0,
-                 *, cpus: int | None = None, labels: dict[str, str] | None = None, note: str | None = None,
-                 head_pid: int | None = None):
+    def __init__(
+        self,
+        address: str,
+        key: bytes,
+        num_workers: int,
+        max_workers: int,
+        node_id: str | None = None,
+        curve_keys: dict | None = None,
+        node_ip: str | None = None,
+        gpus: list | None = None,
+        shared_storage: bool = True,
+        reconnect_s: float = 0.0,
+        *,
+        cpus: int | None = None,
+        labels: dict[str, str] | None = None,
+        note: str | None = None,
+        head_pid: int | None = None,
+    ):
         self.address, self.key = address, key
         self.num_workers, self.max_workers = num_workers, max_workers
         self.node_id = node_id or f"n{uuid.uuid4().hex[:6]}"
@@ -98,7 +119,9 @@ class NodeAgent:
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
-        self.data = DataServer(self.ctx, self.key, self.ip, self.node_id, curve_keys)  # segments from other hosts
+        self.data = DataServer(
+            self.ctx, self.key, self.ip, self.node_id, curve_keys
+        )  # segments from other hosts
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -118,11 +141,20 @@ class NodeAgent:
     def _start_zygote(self) -> None:
         self.zygote = subprocess.Popen(
             [sys.executable, "-m", ZYGOTE_MODULE],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=python_env({"RAYNB_KEY": self.key.decode(), "RAYNB_ADDRESS": self.address,
-                            "RAYNB_NODE_ID": self.node_id, "RAYNB_NODE_IP": self.ip,
-                            "RAYNB_LOG_DIR": str(self.log_dir), "RAYNB_RDZV_DIR": self.rdzv_dir,
-                            "RAYNB_WORKERS_TMP": self.tmp_dir, **curve.to_env(self.curve_keys)}),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=python_env(
+                {
+                    "RAYNB_KEY": self.key.decode(),
+                    "RAYNB_ADDRESS": self.address,
+                    "RAYNB_NODE_ID": self.node_id,
+                    "RAYNB_NODE_IP": self.ip,
+                    "RAYNB_LOG_DIR": str(self.log_dir),
+                    "RAYNB_RDZV_DIR": self.rdzv_dir,
+                    "RAYNB_WORKERS_TMP": self.tmp_dir,
+                    **curve.to_env(self.curve_keys),
+                }
+            ),
             preexec_fn=lambda: die_with_parent(signal.SIGKILL),
         )
         self._zbuf = b""
@@ -148,9 +180,18 @@ class NodeAgent:
                 pass
         end_groups(self.workers, died_at)
         for wpid, wid in self.workers.items():
-            self.session.send(self.sock, P.WORKER_EXITED, {
-                "worker_id": wid, "pid": wpid, "exitcode": None, "signal": signal.SIGKILL,
-                "node_id": self.node_id, "reason": f"was killed with its zygote: {why}"})
+            self.session.send(
+                self.sock,
+                P.WORKER_EXITED,
+                {
+                    "worker_id": wid,
+                    "pid": wpid,
+                    "exitcode": None,
+                    "signal": signal.SIGKILL,
+                    "node_id": self.node_id,
+                    "reason": f"was killed with its zygote: {why}",
+                },
+            )
         self.workers.clear()
         self.procs.clear()
         self._retiring.clear()
@@ -203,9 +244,17 @@ class NodeAgent:
             self._retiring.pop(pid, None)
             if wid is not None:
                 shutil.rmtree(os.path.join(self.tmp_dir, wid), ignore_errors=True)
-                self.session.send(self.sock, P.WORKER_EXITED, {
-                    "worker_id": wid, "pid": pid, "exitcode": code if not sig else None,
-                    "signal": sig or None, "node_id": self.node_id})
+                self.session.send(
+                    self.sock,
+                    P.WORKER_EXITED,
+                    {
+                        "worker_id": wid,
+                        "pid": pid,
+                        "exitcode": code if not sig else None,
+                        "signal": sig or None,
+                        "node_id": self.node_id,
+                    },
+                )
                 self._fork_wanted()  # its room: for a fork asked for while it lived
 
     def _read_zygote(self) -> bool:
@@ -229,12 +278,25 @@ class NodeAgent:
         self.sock.connect(self.address)
 
     def _register(self) -> None:
-        self.session.send(self.sock, P.NODE_REGISTER, {
-            "node_id": self.node_id, "hostname": self.hostname, "ip": self.ip,
-            "pid": os.getpid(), "num_workers": self.num_workers,
-            "max_workers": self.max_workers, "gpus": self.gpu_ids, "cpus": self.cpus or node_cpus(),
-            "shared_storage": self.shared_storage, "data_port": self.data.port, "data_key": self.data.public_key,
-            "shm_id": shm.shm_id(),            **({"labels": self.labels} if self.labels else {})})
+        self.session.send(
+            self.sock,
+            P.NODE_REGISTER,
+            {
+                "node_id": self.node_id,
+                "hostname": self.hostname,
+                "ip": self.ip,
+                "pid": os.getpid(),
+                "num_workers": self.num_workers,
+                "max_workers": self.max_workers,
+                "gpus": self.gpu_ids,
+                "cpus": self.cpus or node_cpus(),
+                "shared_storage": self.shared_storage,
+                "data_port": self.data.port,
+                "data_key": self.data.public_key,
+                "shm_id": shm.shm_id(),
+                **({"labels": self.labels} if self.labels else {}),
+            },
+        )
 
     def _recv_head(self) -> P.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
@@ -289,14 +351,25 @@ class NodeAgent:
             try:
                 with proc.oneshot():
                     stats[self.workers[pid]] = {
-                        "pid": pid, "cpu_percent": proc.cpu_percent(None),
+                        "pid": pid,
+                        "cpu_percent": proc.cpu_percent(None),
                         "rss": proc.memory_info().rss,
-                        "frozen": proc.status() in FROZEN_STATES, **gpu.get(pid, {})}
+                        "frozen": proc.status() in FROZEN_STATES,
+                        **gpu.get(pid, {}),
+                    }
             except (psutil.Error, KeyError):
                 continue
-        self.session.send(self.sock, P.NODE_STATS, {"node_id": self.node_id, "workers": stats,
-                                                    "zygote_pid": self.zygote.pid, "note": self.note,
-                                                    "load": os.getloadavg()[0]})
+        self.session.send(
+            self.sock,
+            P.NODE_STATS,
+            {
+                "node_id": self.node_id,
+                "workers": stats,
+                "zygote_pid": self.zygote.pid,
+                "note": self.note,
+                "load": os.getloadavg()[0],
+            },
+        )
 
     def serve(self) -> int:
         """Register, then serve the head until it says shutdown (0), refuses this node
@@ -324,15 +397,22 @@ class NodeAgent:
                         if msg is not None:
                             watch.heard(now := time.monotonic())
                             if lost_at is not None:
-                                log.info("reconnected to the head at %s after %.1fs; spawning %d workers",
-                                         self.address, now - lost_at, self.num_workers)
+                                log.info(
+                                    "reconnected to the head at %s after %.1fs; spawning %d workers",
+                                    self.address,
+                                    now - lost_at,
+                                    self.num_workers,
+                                )
                                 lost_at = None
                                 self.spawn(self.num_workers)
                             if msg.msg_type == P.PONG and msg.content.get("registered") is False:
                                 # A head that does not know this node (it restarted at the same
                                 # address with the same keys): start over with it.
-                                log.warning("the head at %s does not know this node (it restarted?): "
-                                            "ending this node's workers and registering again", self.address)
+                                log.warning(
+                                    "the head at %s does not know this node (it restarted?): "
+                                    "ending this node's workers and registering again",
+                                    self.address,
+                                )
                                 lost_at = time.monotonic()
                                 self._reconnect(poller)
                                 break
@@ -355,13 +435,20 @@ class NodeAgent:
                     log.error("%s (head %s): this node agent stops its workers and exits", why, self.address)
                     return 1
                 if why:
-                    log.warning("%s (head %s): ending this node's workers; registering again for up to "
-                                "%.0fs", why, self.address, self.reconnect_s)
+                    log.warning(
+                        "%s (head %s): ending this node's workers; registering again for up to %.0fs",
+                        why,
+                        self.address,
+                        self.reconnect_s,
+                    )
                     lost_at = now
                     self._reconnect(poller)
                 elif lost_at is not None and now - lost_at > self.reconnect_s:
-                    log.error("the head at %s did not come back within %.0fs; this node agent exits",
-                              self.address, self.reconnect_s)
+                    log.error(
+                        "the head at %s did not come back within %.0fs; this node agent exits",
+                        self.address,
+                        self.reconnect_s,
+                    )
                     return 1
         finally:
             self.close()
@@ -407,9 +494,18 @@ def main(argv=None) -> int:
     if args.die_with_parent:
         die_with_parent(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    agent = NodeAgent(args.address, P.key_from_env(), args.workers, args.max_workers, args.node_id,
-                      curve.from_env(), cpus=args.cpus, labels=dict(item.partition("=")[::2] for item in args.label),
-                      note=args.note, head_pid=args.head_pid)
+    agent = NodeAgent(
+        args.address,
+        P.key_from_env(),
+        args.workers,
+        args.max_workers,
+        args.node_id,
+        curve.from_env(),
+        cpus=args.cpus,
+        labels=dict(item.partition("=")[::2] for item in args.label),
+        note=args.note,
+        head_pid=args.head_pid,
+    )
     return agent.serve()
 
 

@@ -17,6 +17,7 @@ loop handles one chunk between its other work). The first one (``offset`` 0) cre
 segment (0600, ``O_EXCL``, its name must be this agent's: ``shm.segment_name``), the one
 with ``done`` closes it; each gets a ``data_ack`` (with ``error`` when refused).
 """
+
 from __future__ import annotations
 
 import errno
@@ -51,11 +52,17 @@ class DataServer:
         if curve_keys:
             public, secret = zmq.curve_keypair()
             self.public_key = public.decode()
-            self._gate = curve.Gatekeeper(ctx, self.sock, {
-                "server_public": self.public_key, "server_secret": secret.decode(),
-                "client_public": curve_keys["client_public"]})
+            self._gate = curve.Gatekeeper(
+                ctx,
+                self.sock,
+                {
+                    "server_public": self.public_key,
+                    "server_secret": secret.decode(),
+                    "client_public": curve_keys["client_public"],
+                },
+            )
         self.port = self.sock.bind_to_random_port(f"tcp://{ip}")
-        self._open: dict[str, int] = {}   # segment name -> fd, while being written
+        self._open: dict[str, int] = {}  # segment name -> fd, while being written
         self._mine = re.compile(rf"^{re.escape(shm.PREFIX + node_id)}-{self.pid}-[A-Za-z0-9_]+-[0-9a-f]+$")
 
     def handle(self) -> None:
@@ -94,7 +101,9 @@ class DataServer:
             raise ValueError(f"segment {name!r} is not being written (its first piece was refused?)")
         data = P.buffer_bytes(buffers[0]) if buffers else b""
         if offset + len(data) > nbytes:
-            raise ValueError(f"a piece at {offset} of {len(data)} bytes overruns the segment's {nbytes} bytes")
+            raise ValueError(
+                f"a piece at {offset} of {len(data)} bytes overruns the segment's {nbytes} bytes"
+            )
         view, done = memoryview(data), 0
         while done < len(view):
             done += os.pwrite(fd, view[done:], offset + done)
@@ -121,9 +130,18 @@ class DataServer:
         self.sock.close(0)
 
 
-def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: dict, layout: dict,
-                 nbytes: int, timeout_s: float = 30.0, curve_keys: dict | None = None,
-                 server_key: str | None = None) -> None:
+def send_segment(
+    ctx: zmq.Context,
+    key: bytes,
+    address: str,
+    name: str,
+    arrays: dict,
+    layout: dict,
+    nbytes: int,
+    timeout_s: float = 30.0,
+    curve_keys: dict | None = None,
+    server_key: str | None = None,
+) -> None:
     """Write segment ``name`` (``arrays`` at ``layout``) on the node agent whose data socket
     is ``address`` (``tcp://ip:port``), ``CHUNK_BYTES`` a message, ``WINDOW`` in flight;
     over Curve when the agent registered a ``server_key`` (with this client's ``curve_keys``).
@@ -147,7 +165,7 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
     for col, (off, _, _) in layout.items():
         a = np.ascontiguousarray(arrays[col])
         raw = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
-        pieces += [(off + i, raw[i:i + CHUNK_BYTES]) for i in range(0, len(raw), CHUNK_BYTES)]
+        pieces += [(off + i, raw[i : i + CHUNK_BYTES]) for i in range(0, len(raw), CHUNK_BYTES)]
     if not pieces or pieces[0][0] != 0:
         pieces.insert(0, (0, memoryview(b"")))
     try:
@@ -157,9 +175,11 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
             try:
                 session.send(sock, P.DATA_PUT, content, buffers=[piece])
             except zmq.Again:
-                raise TimeoutError(f"the node agent's data socket at {address} took no data within "
-                                   f"{timeout_s:.0f}s (no agent there, or its Curve handshake "
-                                   "refused this client's key)") from None
+                raise TimeoutError(
+                    f"the node agent's data socket at {address} took no data within "
+                    f"{timeout_s:.0f}s (no agent there, or its Curve handshake "
+                    "refused this client's key)"
+                ) from None
             in_flight += 1
             while in_flight >= (WINDOW if i < len(pieces) - 1 else 1):
                 in_flight -= _ack(session, sock, address, timeout_s)
@@ -169,12 +189,15 @@ def send_segment(ctx: zmq.Context, key: bytes, address: str, name: str, arrays: 
 
 def _ack(session, sock, address: str, timeout_s: float) -> int:
     if not sock.poll(timeout_s * 1000):
-        raise TimeoutError(f"the node agent's data socket at {address} did not answer within {timeout_s:.0f}s")
+        raise TimeoutError(
+            f"the node agent's data socket at {address} did not answer within {timeout_s:.0f}s"
+        )
     msg = session.recv(sock)
     if msg is None:
         return 0
     if msg.content.get("error"):
         err = msg.content["error"]
         raise (MemoryError if err.startswith(("MemoryError", "SharedMemoryFull")) else OSError)(
-            f"the node agent at {address} refused the data: {err}")
+            f"the node agent at {address} refused the data: {err}"
+        )
     return 1

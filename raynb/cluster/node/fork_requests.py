@@ -6,6 +6,7 @@ fork as in flight until the new worker is ready. A request the agent dropped for
 of room was waited for forever, and with it a run that needed that worker. So what
 finds no room waits here for the next exit.
 """
+
 from __future__ import annotations
 
 

@@ -5,6 +5,7 @@ The node agent samples once a second with the CPU and memory figures. On a machi
 without an NVIDIA driver (or without ``nvidia-ml-py``) the sampler is off: it returns
 nothing and never raises, so the GPU columns are simply absent.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,7 @@ class GpuSampler:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                             for i in range(pynvml.nvmlDeviceGetCount())]
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
             self._nvml = pynvml
         except Exception as e:  # noqa: BLE001 - no library, no driver, no device: no GPU columns
             log.debug("no GPU statistics: %s", e)
@@ -53,8 +53,12 @@ class GpuSampler:
             for p in procs:
                 if p.pid in wanted and p.pid not in out:
                     used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else None
-                    out[p.pid] = {"gpu": index, "gpu_util": util, "gpu_mem_used": used,
-                                  "gpu_mem_total": total}
+                    out[p.pid] = {
+                        "gpu": index,
+                        "gpu_util": util,
+                        "gpu_mem_used": used,
+                        "gpu_mem_total": total,
+                    }
         return out
 
     def close(self) -> None:

@@ -13,6 +13,7 @@ them every run there: it must not decide so because the head was busy. Three sig
   (``head_grace_s``, 60 s by default) and, where the head's process is known to be
   alive, for as long as it lives: the workers are never ended under a living head.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,10 +40,10 @@ def head_grace_s() -> float:
 
 class HeadWatch:
     """Args:
-        head_pid (int | None): the head's pid where it runs on this machine (the local node
-            agent), else None.
-        grace_s (float | None): how long a silent head on an open connection is waited for
-            (None: ``head_grace_s()``).
+    head_pid (int | None): the head's pid where it runs on this machine (the local node
+        agent), else None.
+    grace_s (float | None): how long a silent head on an open connection is waited for
+        (None: ``head_grace_s()``).
     """
 
     def __init__(self, head_pid: int | None = None, grace_s: float | None = None):
@@ -52,12 +53,12 @@ class HeadWatch:
             try:
                 self.head = psutil.Process(head_pid)
             except psutil.Error:
-                self.head = None   # already gone: the first check says so
+                self.head = None  # already gone: the first check says so
                 self.head_pid_gone = head_pid
         self.monitor: zmq.Socket | None = None
         self._sock = None
         self.connected = False
-        self.closed_since: float | None = None   # monotonic s; None while connected
+        self.closed_since: float | None = None  # monotonic s; None while connected
         self.last_heard = 0.0
         self._waiting_noted = 0.0
 
@@ -79,7 +80,7 @@ class HeadWatch:
         try:
             self._sock.disable_monitor()
         except zmq.ZMQError:
-            pass   # its socket is closed already
+            pass  # its socket is closed already
         self.monitor.close(0)
         self.monitor = None
 
@@ -119,19 +120,27 @@ class HeadWatch:
             pid = self.head.pid if self.head is not None else self.head_pid_gone
             return f"the head's process (pid {pid}) has exited"
         if self.closed_since is not None and now - self.closed_since > DISCONNECTED_S:
-            return (f"the connection to the head closed {now - self.closed_since:.0f}s ago and did "
-                    "not come back (its process ended, or its host or the network went down)")
+            return (
+                f"the connection to the head closed {now - self.closed_since:.0f}s ago and did "
+                "not come back (its process ended, or its host or the network went down)"
+            )
         silent = now - self.last_heard
         if silent <= self.grace_s:
             return None
         if alive:
             if now - self._waiting_noted > self.grace_s:
                 self._waiting_noted = now
-                log.warning("no word from the head for %.0fs, but its process (pid %d) is alive: a busy "
-                            "or stopped head; this node keeps its workers and waits", silent, self.head.pid)
+                log.warning(
+                    "no word from the head for %.0fs, but its process (pid %d) is alive: a busy "
+                    "or stopped head; this node keeps its workers and waits",
+                    silent,
+                    self.head.pid,
+                )
             return None
-        return (f"no word from the head for {silent:.0f}s on an open connection (RAYNB_HEAD_GRACE_S="
-                f"{self.grace_s:.0f}): its host is down or it is hung")
+        return (
+            f"no word from the head for {silent:.0f}s on an open connection (RAYNB_HEAD_GRACE_S="
+            f"{self.grace_s:.0f}): its host is down or it is hung"
+        )
 
     def close(self, poller: zmq.Poller | None = None) -> None:
         self._close_monitor(poller or zmq.Poller())

@@ -1,5 +1,6 @@
 """What a node agent needs to know of its host: the IP it registers, its GPUs and
 cores, and its private directories (rendezvous files, the workers' temp dirs)."""
+
 from __future__ import annotations
 
 import argparse
@@ -86,7 +87,7 @@ def remove_stale_workers_tmp() -> list[str]:
     pid is gone: a SIGKILLed agent cannot remove its own. Returns the paths removed."""
     root, removed = tempfile.gettempdir(), []
     for old in os.listdir(root):
-        pid = old[len(WORKERS_TMP_PREFIX):].partition("-")[0]
+        pid = old[len(WORKERS_TMP_PREFIX) :].partition("-")[0]
         if old.startswith(WORKERS_TMP_PREFIX) and pid.isdigit() and not psutil.pid_exists(int(pid)):
             path = os.path.join(root, old)
             try:
@@ -119,12 +120,21 @@ def parse_args(argv=None):
     ap.add_argument("--max-workers", type=int, default=default_max_workers())
     ap.add_argument("--node-id", default=None)
     ap.add_argument("--die-with-parent", action="store_true")
-    ap.add_argument("--head-pid", type=int, default=None,
-                    help="the head's pid, when it runs on this machine: its workers are never ended "
-                         "while it lives (head_watch)")
+    ap.add_argument(
+        "--head-pid",
+        type=int,
+        default=None,
+        help="the head's pid, when it runs on this machine: its workers are never ended "
+        "while it lives (head_watch)",
+    )
     ap.add_argument("--cpus", type=int, default=None, help="cores reported to the head")
-    ap.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
-                    help="shown by `raynb status` (repeatable)")
+    ap.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="shown by `raynb status` (repeatable)",
+    )
     ap.add_argument("--note", default=None, help="shown by `raynb status` for this node")
     return ap.parse_args(argv)
 
@@ -139,8 +149,13 @@ def check_worker_limit(num_workers: int, max_workers: int | None) -> None:
     """
     limit = max_workers or default_max_workers()
     if num_workers > limit:
-        where = (f"--max-workers {max_workers}" if max_workers else
-                 f"its default, the larger of 16 and 4 x its {os.cpu_count() or 1} cores")
-        raise ValueError(f"--workers {num_workers} is more than this node's limit of {limit} workers "
-                         f"({where}): pass --max-workers {num_workers} (or more) to allow them, "
-                         f"or ask for at most {limit} workers")
+        where = (
+            f"--max-workers {max_workers}"
+            if max_workers
+            else f"its default, the larger of 16 and 4 x its {os.cpu_count() or 1} cores"
+        )
+        raise ValueError(
+            f"--workers {num_workers} is more than this node's limit of {limit} workers "
+            f"({where}): pass --max-workers {num_workers} (or more) to allow them, "
+            f"or ask for at most {limit} workers"
+        )

@@ -18,6 +18,7 @@ rank can change another's data, and no write faults). ``multiprocessing.shared_m
 is not used: on Python 3.11 its resource tracker unlinks or warns about segments that
 a process merely attached to.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -88,7 +89,8 @@ class SharedMemoryFull(MemoryError):
             f"more room (`mount -o remount,size=16G {SHM_DIR}`; in Docker `docker run --shm-size=16g`; "
             f"in Kubernetes an emptyDir with medium: Memory mounted at {SHM_DIR}); or hold fewer copies "
             "at once (each run or Tune experiment keeps its own copy until it ends: let the others "
-            "end, and pass an array once, through datasets=, not also as a captured variable).")
+            "end, and pass an array once, through datasets=, not also as a captured variable)."
+        )
 
 
 def room_margin() -> int:
@@ -116,7 +118,9 @@ def layout_of(arrays: dict) -> tuple[dict, int]:
     return layout, max(off, 1)
 
 
-def write_segment(name: str, arrays: dict, layout: dict, nbytes: int, what: str = "a shared-memory segment") -> None:
+def write_segment(
+    name: str, arrays: dict, layout: dict, nbytes: int, what: str = "a shared-memory segment"
+) -> None:
     """Create segment ``name`` (0600, must not exist) holding ``arrays`` at ``layout``.
     Its pages are allocated first (``posix_fallocate``: a full ``/dev/shm`` is an error
     here, never a SIGBUS in a rank that reads a hole later), then one copy of each array's
@@ -140,7 +144,7 @@ def write_segment(name: str, arrays: dict, layout: dict, nbytes: int, what: str 
             view = memoryview(a.reshape(-1).view(np.uint8)) if a.size else memoryview(b"")
             done = 0
             while done < len(view):
-                done += os.pwrite(fd, view[done:done + (1 << 30)], off + done)
+                done += os.pwrite(fd, view[done : done + (1 << 30)], off + done)
     except BaseException as e:
         os.close(fd)
         remove(name)
@@ -157,7 +161,8 @@ def map_segment(name: str) -> mmap.mmap:
     except FileNotFoundError:
         raise FileNotFoundError(
             f"shared-memory segment {SHM_DIR}/{name} is gone: its run or experiment ended (or its "
-            "node agent was restarted); submit the data again") from None
+            "node agent was restarted); submit the data again"
+        ) from None
     try:
         size = os.fstat(fd).st_size
         return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -202,8 +207,12 @@ def segments(node_id: str | None = None, agent_pid: int | None = None, key: str 
         return out
     for name in names:
         m = _NAME_RE.match(name)
-        if m is None or (node_id is not None and m["node"] != node_id) or (
-                agent_pid is not None and int(m["pid"]) != agent_pid) or (key is not None and m["key"] != key):
+        if (
+            m is None
+            or (node_id is not None and m["node"] != node_id)
+            or (agent_pid is not None and int(m["pid"]) != agent_pid)
+            or (key is not None and m["key"] != key)
+        ):
             continue
         try:
             out[name] = os.stat(os.path.join(SHM_DIR, name)).st_size
@@ -284,7 +293,8 @@ class SharedBlock:
                     f"in-memory data {self.key}/{self.block_id} is not in shared memory on this node "
                     f"({node}): its run or experiment ended, or the notebook did not write it here; "
                     "submit the run again, or put the data in files every node can read and use "
-                    "raynb.data.read_parquet()")
+                    "raynb.data.read_parquet()"
+                )
             self._mm = map_segment(name)
         return arrays_from(self._mm, self.layout, writeable)
 

@@ -23,6 +23,7 @@ process with threads (a ZeroMQ context, an OpenMP pool) leaves the child with
 locks nobody will release. That is also why the node agent, which has a ZeroMQ
 context and a sampling thread, is a separate process.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,18 +45,19 @@ OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
 
 def _preload() -> None:
     """Import what every worker needs, once, before any fork."""
+    import cloudpickle  # noqa: F401
     import numpy  # noqa: F401
+    import psutil  # noqa: F401
     import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-    import torch.nn  # noqa: F401
-    import torch.nn.parallel  # noqa: F401
+
     # DistributedDataParallel(...) imports torch._dynamo on first use: ~1 s of CPU
     # in every fresh worker (4 at once on a small machine: seconds) unless done here.
     import torch._dynamo  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
     import torch.utils.data  # noqa: F401
     import torch.utils.data.distributed  # noqa: F401
-    import cloudpickle  # noqa: F401
-    import psutil  # noqa: F401
     import zmq  # noqa: F401  (the module only; contexts are made after fork)
 
     from ..worker import task_loop as worker  # noqa: F401
@@ -98,8 +100,11 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         die_with_parent(signal.SIGKILL)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        log = os.open(os.path.join(log_dir, f"worker-{worker_id}.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        log = os.open(
+            os.path.join(log_dir, f"worker-{worker_id}.log"),
+            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+            0o600,
+        )
         os.dup2(log, 1)
         os.dup2(log, 2)
         sys.stdin = open(os.devnull)

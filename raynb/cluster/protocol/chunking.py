@@ -16,6 +16,7 @@ Each piece is verified (it is a signed message) before it is kept, so only a key
 holder's data is ever buffered, and never more than the message limit per sender.
 Frame indices count from the header (1 is the content, 2 the first buffer).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -50,14 +51,23 @@ def split(frames: list, frame_bytes: int) -> tuple[list, list[tuple[dict, memory
         data = view(frames[j])
         sizes[str(j + 1)] = len(data)
         for off in range(0, len(data), frame_bytes):
-            out.append(({"transfer": transfer, "frame": j + 1, "offset": off, "size": len(data)},
-                        data[off:off + frame_bytes]))
+            out.append(
+                (
+                    {"transfer": transfer, "frame": j + 1, "offset": off, "size": len(data)},
+                    data[off : off + frame_bytes],
+                )
+            )
         frames[j] = b""
     return frames, out, {"transfer": transfer, "sizes": sizes}
 
 
 def _int(value, what: str, low: int = 0, high: int | None = None) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < low
+        or (high is not None and value > high)
+    ):
         raise ValueError(f"chunk {what} {value!r} is not an integer in [{low}, {high}]")
     return value
 
@@ -93,8 +103,10 @@ class Reassembly:
             frames[frame] = [bytearray(size), 0]
         buf, filled = frames[frame]
         if len(buf) != size or offset != filled or offset + len(data) > size:
-            raise ValueError(f"chunk out of order: frame {frame} offset {offset} (have {filled} of {len(buf)})")
-        buf[offset:offset + len(data)] = data
+            raise ValueError(
+                f"chunk out of order: frame {frame} offset {offset} (have {filled} of {len(buf)})"
+            )
+        buf[offset : offset + len(data)] = data
         frames[frame][1] = offset + len(data)
         self.pieces += 1
 

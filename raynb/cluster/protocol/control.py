@@ -3,6 +3,7 @@
 Used by everything that talks to a head from outside it: the notebook-side client
 (``raynb.client``), and the launcher that starts, checks and stops a local cluster.
 """
+
 from __future__ import annotations
 
 import collections
@@ -12,11 +13,11 @@ import time
 
 import zmq
 
-from . import curve_auth as curve, event_batch
+from ...errors import ClusterError
+from . import curve_auth as curve
+from . import event_batch
 from . import messages as P
 from .rejects import refusal
-from ...errors import ClusterError
-
 
 # Messages a head sends unasked that the client answers itself, wherever it waits
 # (a run's follow loop, Tune's, a request), before ``recv`` returns them (callers ignore
@@ -101,7 +102,7 @@ class Client:
             if msg is not None:
                 hook = MESSAGE_HOOKS.get(msg.msg_type)
                 if hook is not None:
-                    hook(self, msg)   # answered; still returned: the head was heard from
+                    hook(self, msg)  # answered; still returned: the head was heard from
                 if msg.msg_type in (P.RUN_EVENTS, P.RUN_DONE, P.RUN_ACCEPTED):
                     self._backlog.extend(event_batch.expand(msg))
                     return self._backlog.popleft()
@@ -125,8 +126,9 @@ class Client:
             self._watch.close(self.sock)
             self._watch = None
 
-    def request(self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0,
-                buffers=()) -> P.Message:
+    def request(
+        self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0, buffers=()
+    ) -> P.Message:
         """Send a request and wait for its reply, skipping stale run events.
 
         Raises:
@@ -141,8 +143,13 @@ class Client:
                     raise ClusterError(
                         f"no reply from the raynb head at {self.address} within {timeout:.0f}s "
                         f"to {msg_type}; is the cluster running? (`raynb status`)"
-                        + ("; with CurveZMQ, a key file from another head is refused in the "
-                           "handshake: copy this head's connection file" if self.info.get("curve") else ""))
+                        + (
+                            "; with CurveZMQ, a key file from another head is refused in the "
+                            "handshake: copy this head's connection file"
+                            if self.info.get("curve")
+                            else ""
+                        )
+                    )
                 if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
                     return msg
 
@@ -156,8 +163,12 @@ class Client:
             KeyRefused: with ``raise_refused``, the head refused this client's key (else False).
         """
         try:
-            reply = self.request(P.HELLO, {"role": "client", **({"keep": True} if keep else {})},
-                                 reply_types=(P.HELLO_REPLY,), timeout=timeout)
+            reply = self.request(
+                P.HELLO,
+                {"role": "client", **({"keep": True} if keep else {})},
+                reply_types=(P.HELLO_REPLY,),
+                timeout=timeout,
+            )
         except KeyRefused:
             if raise_refused:
                 raise

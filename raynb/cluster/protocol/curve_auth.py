@@ -15,6 +15,7 @@ ZAP (RFC 27): ``zmq.auth.thread.ThreadAuthenticator`` answers the head's handsha
 allowing only the cluster's client key. A socket monitor counts every failed
 handshake (no Curve, a wrong server key, an unknown client key) for ``raynb status``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,10 +28,16 @@ from ..netaddr import is_loopback
 
 log = logging.getLogger("raynb.curve")
 
-ENV = {"server_public": "RAYNB_CURVE_SERVER_PUBLIC", "client_public": "RAYNB_CURVE_PUBLIC",
-       "client_secret": "RAYNB_CURVE_SECRET"}
-_FAILED = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-           | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+ENV = {
+    "server_public": "RAYNB_CURVE_SERVER_PUBLIC",
+    "client_public": "RAYNB_CURVE_PUBLIC",
+    "client_secret": "RAYNB_CURVE_SECRET",
+}
+_FAILED = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 def needed(host: str) -> bool:
@@ -43,8 +50,12 @@ def new_keys() -> dict:
     ``server_secret``, ``client_public``, ``client_secret``."""
     sp, ss = zmq.curve_keypair()
     cp, cs = zmq.curve_keypair()
-    return {"server_public": sp.decode(), "server_secret": ss.decode(),
-            "client_public": cp.decode(), "client_secret": cs.decode()}
+    return {
+        "server_public": sp.decode(),
+        "server_secret": ss.decode(),
+        "client_public": cp.decode(),
+        "client_secret": cs.decode(),
+    }
 
 
 def client_part(keys: dict | None) -> dict | None:
@@ -65,7 +76,6 @@ def write_keys(directory) -> tuple:
     from pathlib import Path
 
     from ...errors import ClusterError
-
     from ..connection_file import write_connection_file
     from .messages import PROTOCOL_VERSION, new_key
 
@@ -76,9 +86,12 @@ def write_keys(directory) -> tuple:
         if p.exists():
             raise ClusterError(f"{p} exists; raynb keygen never overwrites keys")
     keys, hmac_key = new_keys(), new_key().decode()
-    write_connection_file({"address": None, "key": hmac_key, "curve": keys, "version": PROTOCOL_VERSION}, head)
-    write_connection_file({"address": None, "key": hmac_key, "curve": client_part(keys),
-                           "version": PROTOCOL_VERSION}, peers)
+    write_connection_file(
+        {"address": None, "key": hmac_key, "curve": keys, "version": PROTOCOL_VERSION}, head
+    )
+    write_connection_file(
+        {"address": None, "key": hmac_key, "curve": client_part(keys), "version": PROTOCOL_VERSION}, peers
+    )
     return head, peers
 
 
@@ -93,8 +106,10 @@ def read_head_keys(path) -> dict:
 
     info = read_connection_file(path)
     if info is None or len((info.get("curve") or {}).get("server_secret") or "") != 40:
-        raise ClusterError(f"{path} is not a head-keys.json made by `raynb keygen` (it needs the key "
-                           "and every Curve key, the server's secret too)")
+        raise ClusterError(
+            f"{path} is not a head-keys.json made by `raynb keygen` (it needs the key "
+            "and every Curve key, the server's secret too)"
+        )
     return info
 
 
@@ -119,8 +134,10 @@ def secure_client(sock: zmq.Socket, keys: dict | None) -> None:
         return
     for k in ENV:
         if len(keys.get(k) or "") != 40:
-            raise ValueError(f"the Curve key {k!r} in the key file is missing or not 40 characters "
-                             "of Z85; copy the head's connection file again")
+            raise ValueError(
+                f"the Curve key {k!r} in the key file is missing or not 40 characters "
+                "of Z85; copy the head's connection file again"
+            )
     sock.curve_serverkey = keys["server_public"].encode()
     sock.curve_publickey = keys["client_public"].encode()
     sock.curve_secretkey = keys["client_secret"].encode()
@@ -155,12 +172,16 @@ class HandshakeWatch:
         if self._failed is None:
             return None
         if self._failed == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            return ("the head refused this peer's key in the CurveZMQ handshake: its Curve client key "
-                    "is not this head's (the key file belongs to another head, or to this head before "
-                    "it was started again with new keys)")
-        return ("the CurveZMQ handshake with the head failed: the head's public key in the key file is "
-                "not this head's (the key file belongs to another head, or to this head before it was "
-                "started again with new keys)")
+            return (
+                "the head refused this peer's key in the CurveZMQ handshake: its Curve client key "
+                "is not this head's (the key file belongs to another head, or to this head before "
+                "it was started again with new keys)"
+            )
+        return (
+            "the CurveZMQ handshake with the head failed: the head's public key in the key file is "
+            "not this head's (the key file belongs to another head, or to this head before it was "
+            "started again with new keys)"
+        )
 
     def close(self, sock: zmq.Socket) -> None:
         try:
@@ -212,8 +233,11 @@ class Gatekeeper:
                     break
                 self.rejected += 1
                 if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
-                    log.warning("refused %d connection(s) whose Curve handshake failed (no Curve, "
-                                "a wrong server key or an unknown client key)", self.rejected)
+                    log.warning(
+                        "refused %d connection(s) whose Curve handshake failed (no Curve, "
+                        "a wrong server key or an unknown client key)",
+                        self.rejected,
+                    )
         except zmq.ZMQError:
             pass
 

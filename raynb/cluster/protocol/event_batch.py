@@ -8,6 +8,7 @@
   just after its ``run_accepted`` (its first states) ride in that (protocol 2.3;
   ``head/client_outbox.py``). :func:`expand` gives a client the messages it stands for.
 """
+
 from __future__ import annotations
 
 from .messages import RUN_ACCEPTED, RUN_DONE, RUN_EVENT, RUN_EVENTS, TASK_DONE, TASK_EVENT, Message
@@ -23,7 +24,11 @@ def event_bytes(event: dict) -> int:
     """About what ``event`` adds to a message (bytes): its text, and a little per field."""
     text = event.get("text")
     metrics = event.get("metrics")
-    return 256 + (len(text) if isinstance(text, str) else 0) + 64 * (len(metrics) if isinstance(metrics, dict) else 0)
+    return (
+        256
+        + (len(text) if isinstance(text, str) else 0)
+        + 64 * (len(metrics) if isinstance(metrics, dict) else 0)
+    )
 
 
 def split_batches(events: list) -> list[list]:
@@ -67,8 +72,12 @@ def unbatch(msg: Message) -> list[Message]:
     ``task_done`` as those it carries (``events``), without it."""
     c = msg.content
     events = c.get("events") or () if msg.msg_type == TASK_DONE else c["events"]
-    return [Message(TASK_EVENT, {"run_id": c["run_id"], "rank": c["rank"], "event": e}, [], msg.header,
-                    msg.identity) for e in events]
+    return [
+        Message(
+            TASK_EVENT, {"run_id": c["run_id"], "rank": c["rank"], "event": e}, [], msg.header, msg.identity
+        )
+        for e in events
+    ]
 
 
 def expand(msg: Message) -> list[Message]:

@@ -15,6 +15,7 @@ Same semantics as pyzmq's: ``copy=False`` throughout, so a frame under the socke
 methods), and any socket of pyzmq's cffi backend, is handed to its own
 ``send_multipart`` / ``recv_multipart``.
 """
+
 from __future__ import annotations
 
 import zmq

@@ -1,6 +1,7 @@
 """The messages of jobs (``raynb submit``, ``cluster/head/jobs.py``) and of launchers'
 node events (``node_lost``, ``cluster/head/addons.py``): their names, directions and
 schemas, which ``protocol`` imports into its ``MESSAGE_TYPES`` and ``SCHEMAS``."""
+
 from __future__ import annotations
 
 import re
@@ -8,15 +9,15 @@ import re
 from .schema import Int, ListOf, MapOf, Record
 
 # client -> head
-NODE_LOST = "node_lost"          # {"node_id", "reason"}: a launcher saw the node die (Ray's node events)
-SUBMIT_JOB = "submit_job"        # {"entrypoint": [argv], "env"?, "job_id"?}; buffers[0]? = working dir (.tar.gz)
-LIST_JOBS = "list_jobs"          # {}
-JOB_LOGS = "job_logs"            # {"job_id", "offset"}: the job's output from byte ``offset``
-STOP_JOB = "stop_job"            # {"job_id"}
+NODE_LOST = "node_lost"  # {"node_id", "reason"}: a launcher saw the node die (Ray's node events)
+SUBMIT_JOB = "submit_job"  # {"entrypoint": [argv], "env"?, "job_id"?}; buffers[0]? = working dir (.tar.gz)
+LIST_JOBS = "list_jobs"  # {}
+JOB_LOGS = "job_logs"  # {"job_id", "offset"}: the job's output from byte ``offset``
+STOP_JOB = "stop_job"  # {"job_id"}
 # head -> client
 NODE_LOST_REPLY = "node_lost_reply"  # {"known": bool}
-JOB_REPLY = "job_reply"          # {"job": {...}}: answer to submit_job / stop_job
-JOBS_REPLY = "jobs_reply"        # {"jobs": [{...}, ...]}
+JOB_REPLY = "job_reply"  # {"job": {...}}: answer to submit_job / stop_job
+JOBS_REPLY = "jobs_reply"  # {"jobs": [{...}, ...]}
 JOB_LOGS_REPLY = "job_logs_reply"  # {"job_id", "text", "offset", "state"}
 
 JOB_SCHEMAS: dict[str, Record] = {
@@ -56,15 +57,22 @@ def check_submit(entrypoint: list, env: dict | None, job_id: str | None) -> None
         raise ValueError("submit_job needs a command: raynb submit -- python train.py")
     for i, arg in enumerate(entrypoint):
         if "\0" in arg:
-            raise ValueError(f"argument {i} of the command ({arg[:40]!r}) holds a NUL character, which "
-                             "no program can receive (execve cuts an argument there); remove it")
+            raise ValueError(
+                f"argument {i} of the command ({arg[:40]!r}) holds a NUL character, which "
+                "no program can receive (execve cuts an argument there); remove it"
+            )
     for key, value in (env or {}).items():
         if not key or "=" in key or "\0" in key:
-            raise ValueError(f"environment variable name {key[:40]!r} is not valid: a name must be non-empty, "
-                             "without '=' or NUL (NAME=VALUE is split at the first '=')")
+            raise ValueError(
+                f"environment variable name {key[:40]!r} is not valid: a name must be non-empty, "
+                "without '=' or NUL (NAME=VALUE is split at the first '=')"
+            )
         if "\0" in value:
-            raise ValueError(f"environment variable {key!r} holds a NUL character, which no program can "
-                             "receive; remove it")
+            raise ValueError(
+                f"environment variable {key!r} holds a NUL character, which no program can receive; remove it"
+            )
     if job_id is not None and not _JOB_ID.match(job_id):
-        raise ValueError(f"job id {job_id[:80]!r} is not valid: a job id is {JOB_ID_RULE} (it names "
-                         "the job's directory); pick another or leave it out for a generated one")
+        raise ValueError(
+            f"job id {job_id[:80]!r} is not valid: a job id is {JOB_ID_RULE} (it names "
+            "the job's directory); pick another or leave it out for a generated one"
+        )

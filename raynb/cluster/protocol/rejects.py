@@ -1,4 +1,5 @@
 """Logging rejected messages without letting their senders fill the disk."""
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,13 @@ class RejectLog:
         if self.count == 1:
             self.log.warning("rejected a message from %r: %s", who, why)
         else:
-            self.log.warning("rejected %d messages in the last %.0f s (the latest from %r: %s)",
-                             self.count, min(now - self._logged, 1e9), who, why)
+            self.log.warning(
+                "rejected %d messages in the last %.0f s (the latest from %r: %s)",
+                self.count,
+                min(now - self._logged, 1e9),
+                who,
+                why,
+            )
         self.count, self._logged = 0, now
 
 
@@ -46,4 +52,6 @@ def refusal(frames: list) -> str | None:
     first = frames[0].bytes if frames and isinstance(frames[0], zmq.Frame) else (frames[0] if frames else b"")
     if first != REFUSED or len(frames) != 2:
         return None
-    return (frames[1].bytes if isinstance(frames[1], zmq.Frame) else bytes(frames[1])).decode(errors="replace")[:500]
+    return (frames[1].bytes if isinstance(frames[1], zmq.Frame) else bytes(frames[1])).decode(
+        errors="replace"
+    )[:500]

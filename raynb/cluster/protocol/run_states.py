@@ -5,6 +5,7 @@ The records and messages carry the plain strings (``"FINISHED"``); these enums n
 values a state may take, so code compares against a member instead of a literal that could
 be misspelt. Being ``str`` subclasses, members compare equal to the strings.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -33,7 +34,9 @@ class JobState(str, Enum):
 
 
 # The states a run or a job ends in, as the plain strings records hold.
-RUN_TERMINAL: tuple[str, ...] = tuple(s.value for s in (RunState.FINISHED, RunState.FAILED,
-                                                        RunState.CANCELLED, RunState.STOPPED))
-JOB_TERMINAL: tuple[str, ...] = tuple(s.value for s in (JobState.SUCCEEDED, JobState.FAILED,
-                                                        JobState.STOPPED))
+RUN_TERMINAL: tuple[str, ...] = tuple(
+    s.value for s in (RunState.FINISHED, RunState.FAILED, RunState.CANCELLED, RunState.STOPPED)
+)
+JOB_TERMINAL: tuple[str, ...] = tuple(
+    s.value for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+)

@@ -18,6 +18,7 @@ function generated for it (as ``dataclasses`` and ``attrs`` generate ``__init__`
 field's test inlined, where a closure per field cost a call each (3.1 -> 1.7 µs for a
 ``run_task``, and messages are checked in every process on a run's path).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -83,8 +84,11 @@ class MapOf:
         if not isinstance(value, dict):
             return f"{where} is {_name(value)}, not a dict"
         for k, v in value.items():
-            found = (f"{where} has a key {k!r} that is not a string" if not isinstance(k, str)
-                     else problem(v, self.value, f"{where}[{k!r}]"))
+            found = (
+                f"{where} has a key {k!r} that is not a string"
+                if not isinstance(k, str)
+                else problem(v, self.value, f"{where}[{k!r}]")
+            )
             if found:
                 return found
         return None
@@ -103,16 +107,23 @@ class Record:
     def compile(self):
         """The predicate, generated: ``def check(v)`` testing each field in turn."""
         names = {"_MISSING": _MISSING, "_is_int": _is_int, "_is_number": _is_number}
-        lines = ["def check(v):", "    if v.__class__ is not dict and not isinstance(v, dict):",
-                 "        return False", "    get = v.get"]
+        lines = [
+            "def check(v):",
+            "    if v.__class__ is not dict and not isinstance(v, dict):",
+            "        return False",
+            "    get = v.get",
+        ]
         for name, (spec, required) in self.fields.items():
             test = _inline(spec, "x", names)
             lines.append(f"    x = get({name!r}, _MISSING)")
-            lines.append(f"    if x is _MISSING or not ({test}):" if required else
-                         f"    if x is not _MISSING and not ({test}):")
+            lines.append(
+                f"    if x is _MISSING or not ({test}):"
+                if required
+                else f"    if x is not _MISSING and not ({test}):"
+            )
             lines.append("        return False")
         lines.append("    return True")
-        exec("\n".join(lines), names)   # noqa: S102 - the source is built above from the spec, no input
+        exec("\n".join(lines), names)  # noqa: S102 - the source is built above from the spec, no input
         return names["check"]
 
     def problem(self, value, where: str = "content") -> str | None:
@@ -169,8 +180,10 @@ def _inline(spec, x: str, names: dict) -> str:
     if spec is object:
         return "True"
     if isinstance(spec, Int) and (spec.low is not None or spec.high is not None):
-        bounds = " and ".join(([f"{spec.low!r} <= {x}"] if spec.low is not None else [])
-                              + ([f"{x} <= {spec.high!r}"] if spec.high is not None else []))
+        bounds = " and ".join(
+            ([f"{spec.low!r} <= {x}"] if spec.low is not None else [])
+            + ([f"{x} <= {spec.high!r}"] if spec.high is not None else [])
+        )
         return f"({x}.__class__ is int or _is_int({x})) and {bounds}"
     if isinstance(spec, Int):
         return _inline(int, x, names)
@@ -178,7 +191,7 @@ def _inline(spec, x: str, names: dict) -> str:
     if isinstance(spec, type):
         names[name] = spec
         return f"isinstance({x}, {name})"
-    names[name] = valid_for(spec)   # ListOf, MapOf, a nested Record: its own predicate
+    names[name] = valid_for(spec)  # ListOf, MapOf, a nested Record: its own predicate
     return f"{name}({x})"
 
 
@@ -229,8 +242,14 @@ def _describe(spec) -> str:
     if spec is None:
         return "None"
     if isinstance(spec, type):
-        return {float: "a number", int: "an integer", str: "a string", bool: "a bool",
-                dict: "a dict", list: "a list"}.get(spec, spec.__name__)
+        return {
+            float: "a number",
+            int: "an integer",
+            str: "a string",
+            bool: "a bool",
+            dict: "a dict",
+            list: "a list",
+        }.get(spec, spec.__name__)
     return str(spec)
 
 

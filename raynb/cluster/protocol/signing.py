@@ -9,6 +9,7 @@ run's function to every rank of every attempt, each time cut into the same piece
 (``chunking``), and signs each piece's digest instead of hashing the piece anew.
 The receiver hashes what it received once, as it did before.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -16,6 +16,7 @@ for the checkpoint's file list (sizes, SHA-256) and then for each piece in turn 
 request per piece: the rank pulls, so nothing piles up in the head's send queues), and
 writes the files into a private local directory, checking every digest.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,7 +48,7 @@ class _Link:
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         P.configure_socket(self.sock)
-        self.sock.setsockopt(zmq.SNDHWM, 8)   # a few pieces in flight: TCP's pace, not memory
+        self.sock.setsockopt(zmq.SNDHWM, 8)  # a few pieces in flight: TCP's pace, not memory
         self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client" if info else "transfer", worker_id))
         curve.secure_client(self.sock, info.get("curve") if info else curve.from_env())
         self.sock.connect(info["address"] if info else os.environ["RAYNB_ADDRESS"])
@@ -86,8 +87,14 @@ def upload(task: dict, src: str, report_index: int) -> str:
             did not answer within ``TRANSFER_TIMEOUT_S`` seconds.
     """
     worker_id = os.environ.get("RAYNB_WORKER_ID", "")
-    ident = {"run_id": task["run_id"], "rank": task["rank"], "attempt": task.get("attempt", 0),
-             "report": report_index, "worker_id": worker_id, "transfer": uuid.uuid4().hex}
+    ident = {
+        "run_id": task["run_id"],
+        "rank": task["rank"],
+        "attempt": task.get("attempt", 0),
+        "report": report_index,
+        "worker_id": worker_id,
+        "transfer": uuid.uuid4().hex,
+    }
     link = _Link(worker_id)
     try:
         digests = {}
@@ -116,8 +123,13 @@ def download(task: dict, dest: str) -> str:
         TransferError: the head refused (no such checkpoint) or a digest did not match.
     """
     worker_id = os.environ.get("RAYNB_WORKER_ID", "")
-    ident = {"run_id": task["run_id"], "rank": task["rank"], "attempt": task.get("attempt", 0),
-             "worker_id": worker_id, "checkpoint": task["checkpoint"]}
+    ident = {
+        "run_id": task["run_id"],
+        "rank": task["rank"],
+        "attempt": task.get("attempt", 0),
+        "worker_id": worker_id,
+        "checkpoint": task["checkpoint"],
+    }
     return _pull(_Link(worker_id), ident, dest)
 
 

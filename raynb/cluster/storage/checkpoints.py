@@ -8,6 +8,7 @@ atomic, so the latest checkpoint on disk is always a whole one. A checkpoint is
 private to the user, as its run directory is: directories 0700, files without
 group or other permissions.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,16 +53,14 @@ class CheckpointStore:
         self.num_to_keep = config.get("num_to_keep")
         self.score_attr = config.get("checkpoint_score_attribute")
         self.score_order = config.get("checkpoint_score_order") or "max"
-        self.kept: list[dict] = [dict(c) for c in existing or []
-                                 if (self.path / c["name"]).is_dir()]
+        self.kept: list[dict] = [dict(c) for c in existing or [] if (self.path / c["name"]).is_dir()]
         if existing is not None:
             # A checkpoint is whole once renamed, but the record (run.json) is written after
             # the rename: a head killed in between left one on disk that the record lacks.
             known = {c["name"] for c in self.kept}
             for d in sorted(self.path.glob("checkpoint_[0-9][0-9][0-9][0-9][0-9][0-9]")):
                 if d.name not in known and d.is_dir():
-                    self.kept.append({"index": int(d.name.rsplit("_", 1)[1]), "name": d.name,
-                                      "metrics": {}})
+                    self.kept.append({"index": int(d.name.rsplit("_", 1)[1]), "name": d.name, "metrics": {}})
             self.kept.sort(key=lambda c: c["index"])
         self.next_index = max([c["index"] + 1 for c in [*(existing or []), *self.kept]], default=0)
 
@@ -134,7 +133,9 @@ class CheckpointStore:
                 shutil.rmtree(self.path / name, ignore_errors=True)
 
     def records(self) -> list[dict]:
-        return [{**c, "path": str(self.path / c["name"])} for c in sorted(self.kept, key=lambda c: c["index"])]
+        return [
+            {**c, "path": str(self.path / c["name"])} for c in sorted(self.kept, key=lambda c: c["index"])
+        ]
 
 
 def _rank_of(staged_dir: str) -> int:

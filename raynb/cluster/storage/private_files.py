@@ -4,6 +4,7 @@ Every file is created 0600 (whatever the umask), never through a symlink; a writ
 fails raises a :class:`RunFileError` naming the file; a JSON record is replaced by
 rename, so a crash leaves the old file or the new one, never a torn one.
 """
+
 from __future__ import annotations
 
 import errno
@@ -76,7 +77,7 @@ def rewrite(path, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if os.fstat(fd).st_size > len(data):
             os.ftruncate(fd, len(data))
     finally:

@@ -14,6 +14,7 @@ dead. So, bounded:
   times columns); later new metrics are left out of this file (as Ray Tune's CSV logger
   leaves out every key its first row lacked), and ``result.json`` keeps them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -39,11 +40,11 @@ class ProgressTable:
     def __init__(self, path: str):
         self.path = path
         self.columns: list[str] = []
-        self.left_out: set[str] = set()   # metrics this file does not show (result.json does)
+        self.left_out: set[str] = set()  # metrics this file does not show (result.json does)
         self._file = None
         self._writer = None
-        self._stale = False               # the file lacks columns or rows: rewrite it
-        self._rewrite_due = 0.0           # monotonic s
+        self._stale = False  # the file lacks columns or rows: rewrite it
+        self._rewrite_due = 0.0  # monotonic s
 
     def load(self, rows: list[dict]) -> None:
         """A resumed run's rows: the file is written again from them at the next write (it may
@@ -57,17 +58,25 @@ class ProgressTable:
 
         Raises:
             RunFileError: the file cannot be written (naming it)."""
-        fresh = list(dict.fromkeys(k for row in new_rows for k in row
-                                   if k not in self.columns and k not in self.left_out))
+        fresh = list(
+            dict.fromkeys(
+                k for row in new_rows for k in row if k not in self.columns and k not in self.left_out
+            )
+        )
         if fresh:
             if not self.columns or len(all_rows) * (len(self.columns) + len(fresh)) <= MAX_REWRITE_CELLS:
                 self.columns += fresh
                 self._stale = True
             else:
                 if not self.left_out:
-                    log.warning("%s: metrics first reported after %d rows (%s...) are left out of "
-                                "progress.csv, so that it is not rewritten whole again; result.json has "
-                                "them", os.path.dirname(self.path), len(all_rows) - len(new_rows), fresh[0])
+                    log.warning(
+                        "%s: metrics first reported after %d rows (%s...) are left out of "
+                        "progress.csv, so that it is not rewritten whole again; result.json has "
+                        "them",
+                        os.path.dirname(self.path),
+                        len(all_rows) - len(new_rows),
+                        fresh[0],
+                    )
                 self.left_out.update(fresh)
         with writing(self.path):
             if self._stale:

@@ -7,6 +7,7 @@ are read backwards from their end, block by block, until that many are found, so
 cost of a record does not grow with the run's age. ``rundir.read_run_dir`` reads the
 whole ``result.json`` where a caller needs every row (``Result.from_path``).
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,7 @@ def tail_lines(path, limit: int, max_bytes: int = MAX_TAIL_BYTES) -> tuple[list[
         end = pos = f.seek(0, os.SEEK_END)
         found: list[bytes] = []
         carry = b""
-        partial = True   # the bytes after the last newline are not a line yet
+        partial = True  # the bytes after the last newline are not a line yet
         while pos > 0 and len(found) < limit and end - pos < max_bytes:
             step = min(_BLOCK, pos, max_bytes - (end - pos))
             pos -= step
@@ -49,7 +50,7 @@ def tail_lines(path, limit: int, max_bytes: int = MAX_TAIL_BYTES) -> tuple[list[
             pieces = (f.read(step) + carry).split(b"\n")
             carry = pieces.pop(0)
             if partial and pieces:
-                pieces.pop()   # after the last newline: b"" or a torn line
+                pieces.pop()  # after the last newline: b"" or a torn line
                 partial = False
             for line in reversed(pieces):
                 if len(found) >= limit:

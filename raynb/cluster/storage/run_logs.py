@@ -11,6 +11,7 @@ that file filtered. Nothing is dropped: the file grows with the run, bounded onl
 the disk, and a resumed run appends to it. The head writes it (``RunDirectory``);
 ``Result.logs(rank=...)`` and the dashboard read it here, with no cluster needed.
 """
+
 from __future__ import annotations
 
 import re
@@ -37,7 +38,7 @@ def parse_line(line: str) -> tuple[int | None, str, str]:
     m = _TAG.match(line)
     if m is None:
         return None, "stdout", line
-    return int(m.group(1)), "stderr" if m.group(2) else "stdout", line[m.end():]
+    return int(m.group(1)), "stderr" if m.group(2) else "stdout", line[m.end() :]
 
 
 def check_selection(rank, stream, world_size: int | None = None) -> None:
@@ -82,8 +83,10 @@ def read_output(run_path, rank: int | None = None, stream: str | None = None) ->
     check_selection(rank, stream)
     p = Path(run_path).expanduser()
     if not p.is_dir():
-        raise FileNotFoundError(f"{run_path}: no such run directory on this machine; the output of "
-                                f"every rank is in its {OUTPUT_FILE}")
+        raise FileNotFoundError(
+            f"{run_path}: no such run directory on this machine; the output of "
+            f"every rank is in its {OUTPUT_FILE}"
+        )
     try:
         f = open(p / OUTPUT_FILE, encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -99,8 +102,13 @@ def read_output(run_path, rank: int | None = None, stream: str | None = None) ->
         return "".join(out)
 
 
-def tail_output(run_path, rank: int | None = None, stream: str | None = None, lines: int = 200,
-                max_bytes: int = TAIL_SCAN_BYTES) -> tuple[list[tuple[int | None, str, str]], bool]:
+def tail_output(
+    run_path,
+    rank: int | None = None,
+    stream: str | None = None,
+    lines: int = 200,
+    max_bytes: int = TAIL_SCAN_BYTES,
+) -> tuple[list[tuple[int | None, str, str]], bool]:
     """The last ``lines`` selected lines of a run's ``output.log``, read from its end.
 
     Returns:
@@ -119,11 +127,11 @@ def tail_output(run_path, rank: int | None = None, stream: str | None = None, li
     except OSError:
         return [], False
     found: list[tuple[int | None, str, str]] = []
-    left = False          # lines were left unread when the tail was full
+    left = False  # lines were left unread when the tail was full
     with f:
         end = pos = f.seek(0, 2)
-        carry = b""       # the start of a line whose beginning is in an earlier block
-        partial = True    # carry still ends in what follows the last newline (skipped)
+        carry = b""  # the start of a line whose beginning is in an earlier block
+        partial = True  # carry still ends in what follows the last newline (skipped)
         while pos > 0 and len(found) < lines and end - pos < max_bytes:
             step = min(_BLOCK, pos, max_bytes - (end - pos))
             pos -= step

@@ -9,6 +9,7 @@ raynb's own ``run.json`` (state, failures, checkpoint list), ``output.log``
 They hold pickled functions and data: the directory is created 0700 and every
 file raynb writes in it 0600, whatever the umask.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,16 @@ from pathlib import Path
 
 from . import record_tail
 from .made_ahead import spare_files
-from .private_files import RunFileError, aside, json_default as _json_default, private_opener, write_json_atomic, writing
+from .private_files import (
+    RunFileError,
+    aside,
+    private_opener,
+    write_json_atomic,
+    writing,
+)
+from .private_files import (
+    json_default as _json_default,
+)
 from .progress_table import ProgressTable
 from .run_logs import OUTPUT_FILE, tag_lines
 from .storage_uri import join_uri
@@ -51,7 +61,7 @@ def make_private_dir(path: Path) -> None:
     if not spare_files.take(path):  # a spare, in a block group where files are cheap
         try:
             path.mkdir(exist_ok=True, mode=0o700)
-        except FileNotFoundError:   # parents too, each 0700 (mkdir(parents=True) gives them the umask's)
+        except FileNotFoundError:  # parents too, each 0700 (mkdir(parents=True) gives them the umask's)
             missing = [path]
             while not missing[-1].parent.exists():
                 missing.append(missing[-1].parent)
@@ -59,11 +69,13 @@ def make_private_dir(path: Path) -> None:
                 d.mkdir(exist_ok=True, mode=0o700)
     st = os.stat(path)
     if st.st_uid not in (os.getuid(), 0):
-        raise PermissionError(f"{path} belongs to another user (uid {st.st_uid}); "
-                              "raynb will not write a run's files into it: choose another name "
-                              "or storage_path")
+        raise PermissionError(
+            f"{path} belongs to another user (uid {st.st_uid}); "
+            "raynb will not write a run's files into it: choose another name "
+            "or storage_path"
+        )
     if st.st_mode & 0o077 and st.st_uid == os.getuid():
-        os.chmod(path, 0o700)   # made before (by hand, another umask): it will hold pickled code
+        os.chmod(path, 0o700)  # made before (by hand, another umask): it will hold pickled code
 
 
 class CorruptRunDirectory(ValueError):
@@ -74,8 +86,9 @@ def _read_json(path: Path, what: str):
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
-        raise CorruptRunDirectory(f"{path} is missing: {path.parent} is not a complete raynb run "
-                                  f"directory ({what})") from None
+        raise CorruptRunDirectory(
+            f"{path} is missing: {path.parent} is not a complete raynb run directory ({what})"
+        ) from None
     except (OSError, ValueError) as e:
         raise CorruptRunDirectory(f"{path} cannot be read ({e}): {what}") from None
 
@@ -125,16 +138,22 @@ def read_run_dir(path, with_reports: bool = True) -> dict:
         raise CorruptRunDirectory(
             f"{p} is a Tune experiment directory, not a run directory: read all its trials with "
             f"raynb.tune.Tuner.restore({str(p)!r}, trainable).get_results(), or give one trial's "
-            "directory" + (f" (e.g. {str(p / trials[0])!r})" if trials else ""))
-    record = _read_json(p / STATE_FILE, "raynb writes it when a run starts; was this directory "
-                                        "made by raynb, and copied whole?")
+            "directory" + (f" (e.g. {str(p / trials[0])!r})" if trials else "")
+        )
+    record = _read_json(
+        p / STATE_FILE,
+        "raynb writes it when a run starts; was this directory made by raynb, and copied whole?",
+    )
     if not isinstance(record, dict) or "name" not in record:
         raise CorruptRunDirectory(f"{p / STATE_FILE} is not a raynb run record")
     record["params"] = _read_json(p / "params.json", "the run's config")
     record["path"] = str(p)
     for c in record.get("checkpoints", []):
-        c["path"] = (join_uri(record["storage_uri"], record["name"], c["name"]) if record.get("storage_uri")
-                     else str(p / c["name"]))
+        c["path"] = (
+            join_uri(record["storage_uri"], record["name"], c["name"])
+            if record.get("storage_uri")
+            else str(p / c["name"])
+        )
     if with_reports:
         record["reports"] = read_reports(p)
         record["output"] = read_output_tail(p)
@@ -154,7 +173,10 @@ class RunDirectory:
         # The files written at every run, as strings: a Path join per write cost more
         # than the write itself on a warm re-run's end.
         d = str(self.path)
-        self._result_path, self._progress_path = os.path.join(d, "result.json"), os.path.join(d, "progress.csv")
+        self._result_path, self._progress_path = (
+            os.path.join(d, "result.json"),
+            os.path.join(d, "progress.csv"),
+        )
         self._state_path, self._output_path = os.path.join(d, STATE_FILE), os.path.join(d, OUTPUT_FILE)
         self._result = None
         self._output = None
@@ -216,6 +238,7 @@ class RunDirectory:
             if target != path:
                 with writing(path):
                     os.replace(target, path)
+
         if links is None or exists:
             write()
         else:
@@ -240,8 +263,9 @@ class RunDirectory:
     def _write_output(self, rank, text: str, stream: str | None) -> None:
         with writing(self._output_path):
             if self._output is None:
-                self._output = open(self._output_path, "a", encoding="utf-8", errors="replace",
-                                    opener=private_opener)
+                self._output = open(
+                    self._output_path, "a", encoding="utf-8", errors="replace", opener=private_opener
+                )
             self._output.write(tag_lines(rank, text, stream))
 
     def write_params(self, params: dict, links=None) -> None:

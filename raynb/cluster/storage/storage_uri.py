@@ -9,6 +9,7 @@ as Ray Train's ``StorageContext`` does. Options ride in the URI's query, as
 ``pyarrow.fs.FileSystem.from_uri`` reads them (``?endpoint_override=host:port&scheme=http``
 for an S3-compatible server); credentials come from the environment (``AWS_*``).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,9 +47,11 @@ def check_storage_uri(uri: str) -> str:
     try:
         pafs.FileSystem.from_uri(uri)
     except (ValueError, OSError) as e:  # pyarrow.lib.ArrowInvalid is a ValueError
-        raise ValueError(f"storage_path {redact(uri)!r} is not a URI pyarrow.fs can open ({e}); give a "
-                         f"local path or a {', '.join(s + '://' for s in sorted(OBJECT_STORE_SCHEMES))} "
-                         "URI") from None
+        raise ValueError(
+            f"storage_path {redact(uri)!r} is not a URI pyarrow.fs can open ({e}); give a "
+            f"local path or a {', '.join(s + '://' for s in sorted(OBJECT_STORE_SCHEMES))} "
+            "URI"
+        ) from None
     return uri
 
 
@@ -71,10 +74,12 @@ def local_storage_path(storage_path: str, what: str) -> str:
         ValueError: an object store's URI, or one pyarrow.fs cannot open."""
     local, uri = split_storage_path(storage_path)
     if uri is not None:
-        raise ValueError(f"{what}(run_config=RunConfig(storage_path={redact(uri)!r})): {what} writes its "
-                         "directory from the notebook and does not upload to an object store (a "
-                         "TorchTrainer run's checkpoints are); give a local path, or a file system "
-                         "every node mounts")
+        raise ValueError(
+            f"{what}(run_config=RunConfig(storage_path={redact(uri)!r})): {what} writes its "
+            "directory from the notebook and does not upload to an object store (a "
+            "TorchTrainer run's checkpoints are); give a local path, or a file system "
+            "every node mounts"
+        )
     return local
 
 

@@ -14,6 +14,7 @@ A zmq socket is not thread-safe, so exactly one thread owns the link at a time
   heartbeats, and acts on the head's messages (a cancel) until the task ends and the
   main thread takes the link back.
 """
+
 from __future__ import annotations
 
 import collections
@@ -26,7 +27,8 @@ from typing import Callable
 
 import zmq
 
-from ..protocol import curve_auth as curve, event_batch
+from ..protocol import curve_auth as curve
+from ..protocol import event_batch
 from ..protocol import messages as P
 from .wake_timer import WakeTimer
 
@@ -101,7 +103,8 @@ class HeadLink:
         if size > limit:
             raise ValueError(
                 f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
-                f"{limit / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)")
+                f"{limit / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)"
+            )
         self._outbox.append((msg_type, content, buffers))
         # Lent: the I/O thread sends it when it takes the link, or the main thread with the
         # task's end. Owned by the main thread: sent now, when the main thread sends it.
@@ -131,17 +134,28 @@ class HeadLink:
 
         def same_task(item, key) -> bool:
             return (item[1]["run_id"], item[1]["rank"]) == key
+
         while outbox:
             msg_type, content, buffers = outbox.popleft()
             if msg_type == P.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
                 size = event_batch.event_bytes(content["event"])
-                while (outbox and outbox[0][0] == P.TASK_EVENT and len(events) < event_batch.MAX_BATCH_EVENTS
-                       and same_task(outbox[0], key) and size < event_batch.MAX_BATCH_BYTES):
+                while (
+                    outbox
+                    and outbox[0][0] == P.TASK_EVENT
+                    and len(events) < event_batch.MAX_BATCH_EVENTS
+                    and same_task(outbox[0], key)
+                    and size < event_batch.MAX_BATCH_BYTES
+                ):
                     events.append(outbox.popleft()[1]["event"])
                     size += event_batch.event_bytes(events[-1])
-                if (self.head_batches and outbox and outbox[0][0] == P.TASK_DONE and same_task(outbox[0], key)
-                        and size + sum(len(b) for b in outbox[0][2]) < session.max_bytes // 2):
+                if (
+                    self.head_batches
+                    and outbox
+                    and outbox[0][0] == P.TASK_DONE
+                    and same_task(outbox[0], key)
+                    and size + sum(len(b) for b in outbox[0][2]) < session.max_bytes // 2
+                ):
                     msg_type, content, buffers = outbox.popleft()
                     content = {**content, "events": events}
                 elif len(events) > 1:

@@ -14,6 +14,7 @@ imported since (a set difference), and the zygote takes its first look before it
 (:func:`warm`), so a worker starts with the preloaded ones known. Before a run, only the
 user modules' files are stat'ed (a handful).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,9 +25,14 @@ import time
 
 _LIBRARY_ROOTS = tuple(
     os.path.realpath(p) + os.sep
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
-              sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"],
-              os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+    for p in {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["stdlib"],
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    }
 )
 
 

@@ -10,6 +10,7 @@ the run ``sys.modules["__main__"]`` is a fresh module holding them: a model save
 in a checkpoint then loads in the notebook, whose ``__main__`` defines the same
 names. Each run gets its own module, so nothing of one run is seen by the next.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,9 +22,11 @@ from contextlib import contextmanager
 # cloudpickle's reconstructors of a class, an enum and a function shipped by value.
 _BUILDERS = frozenset({"_make_skeleton_class", "_make_skeleton_enum", "_make_function"})
 
-STATE_DICT_HINT = ("pickling an object pickles its class and every attribute; to save a model, "
-                   "save model.state_dict() (torch.save(model.state_dict(), path)) and load it "
-                   "into a model built the same way")
+STATE_DICT_HINT = (
+    "pickling an object pickles its class and every attribute; to save a model, "
+    "save model.state_dict() (torch.save(model.state_dict(), path)) and load it "
+    "into a model built the same way"
+)
 
 
 class _BufferReader(io.RawIOBase):
@@ -39,7 +42,7 @@ class _BufferReader(io.RawIOBase):
 
     def readinto(self, b) -> int:
         n = min(len(b), len(self._view) - self._pos)
-        b[:n] = self._view[self._pos:self._pos + n]
+        b[:n] = self._view[self._pos : self._pos + n]
         self._pos += n
         return n
 
@@ -48,7 +51,7 @@ class _BufferReader(io.RawIOBase):
         i = self._pos
         while i < end and self._view[i] != 10:
             i += 1
-        line = bytes(self._view[self._pos:min(end, i + 1)])
+        line = bytes(self._view[self._pos : min(end, i + 1)])
         self._pos += len(line)
         return line
 
@@ -61,7 +64,9 @@ class _RecordingUnpickler(pickle.Unpickler):
     """An Unpickler that remembers every class and function cloudpickle rebuilt."""
 
     def __init__(self, data):
-        super().__init__(io.BytesIO(data) if isinstance(data, bytes) else io.BufferedReader(_BufferReader(data)))
+        super().__init__(
+            io.BytesIO(data) if isinstance(data, bytes) else io.BufferedReader(_BufferReader(data))
+        )
         self.built: list = []
 
     def find_class(self, module: str, name: str):
@@ -117,6 +122,7 @@ def notebook_main(shipped: dict):
 def with_pickling_hint(exc: BaseException, message: str) -> str:
     """``message``, plus what to do instead, when ``exc`` is a pickling failure."""
     if isinstance(exc, pickle.PicklingError) or (
-            isinstance(exc, (TypeError, AttributeError)) and "pickle" in message.lower()):
+        isinstance(exc, (TypeError, AttributeError)) and "pickle" in message.lower()
+    ):
         return f"{message} ({STATE_DICT_HINT})"
     return message

@@ -1,5 +1,6 @@
 """A worker's ``sys.stdout`` / ``sys.stderr`` while it runs a task: lines go to the
 head (and on to the notebook) tagged with the stream's name."""
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,7 @@ class OutputBatch:
     def __init__(self, worker):
         self._worker = worker
         self.lock = threading.RLock()
-        self._lines: list[tuple[str, str]] = []   # (stream name, text), oldest first
+        self._lines: list[tuple[str, str]] = []  # (stream name, text), oldest first
         self._chars = 0
         self._last_sent = -float("inf")
         self._timer: threading.Timer | None = None
@@ -89,7 +90,7 @@ class RankStream(io.TextIOBase):
         self._name = name
         self._fallback = fallback
         self._batch = batch if batch is not None else OutputBatch(worker)
-        self._buf = ""                 # the unfinished line
+        self._buf = ""  # the unfinished line
         self._closed = False
 
     @property

@@ -1,4 +1,5 @@
 """What the notebook sees of an exception raised by the user's function on a rank."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,12 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
     tbe = traceback.TracebackException.from_exception(exc)
     frames = [frame for frame, _ in traceback.walk_tb(exc.__traceback__)]  # in tbe.stack's order
     tbe.stack = traceback.StackSummary.from_list(
-        [f for f, frame in zip(tbe.stack, frames)
-         if frame.f_code not in _HIDDEN_CODE and os.path.realpath(f.filename) != _WORKER_FILE])
+        [
+            f
+            for f, frame in zip(tbe.stack, frames)
+            if frame.f_code not in _HIDDEN_CODE and os.path.realpath(f.filename) != _WORKER_FILE
+        ]
+    )
     return {
         "rank": rank,
         "pid": os.getpid(),

@@ -17,6 +17,7 @@ the interface the cluster uses:
 
 Every rendezvous uses keys under a fresh random prefix (the group key).
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,15 @@ def bound_store(host: str, port: int, world_size: int | None, timeout: timedelta
         port = sock.getsockname()[1]
         fd = sock.detach()  # the store owns it from here
     try:
-        return dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout,
-                             wait_for_workers=False, master_listen_fd=fd)
+        return dist.TCPStore(
+            host,
+            port,
+            world_size,
+            is_master=True,
+            timeout=timeout,
+            wait_for_workers=False,
+            master_listen_fd=fd,
+        )
     except BaseException:
         os.close(fd)
         raise
@@ -124,14 +132,16 @@ class Rendezvous:
             if not torch.cuda.is_available():
                 raise RuntimeError(
                     f"use_gpu=True but no CUDA device is visible on {socket.gethostname()} "
-                    f"(worker {worker_name}); run with use_gpu=False or add a GPU node")
+                    f"(worker {worker_name}); run with use_gpu=False or add a GPU node"
+                )
             torch.cuda.set_device(task["gpu_id"])
         timeout = timedelta(seconds=float(g.get("timeout_s") or 1800))
         store = self._store_for(task, timeout)
         # Each rendezvous gets keys of its own in the long-lived store.
         store = dist.PrefixStore(f"raynb/{g['key']}/", store)
-        dist.init_process_group(g["backend"], store=store, rank=task["rank"],
-                                world_size=task["world_size"], timeout=timeout)
+        dist.init_process_group(
+            g["backend"], store=store, rank=task["rank"], world_size=task["world_size"], timeout=timeout
+        )
         self.group_key = g["key"]
 
     def _store_for(self, task: dict, timeout: timedelta):
@@ -155,5 +165,11 @@ class Rendezvous:
             return self._store_server()  # rank 0 is the worker whose server the head named
         if task["rank"] == 0:
             return bound_store(g["master_addr"], int(g["master_port"]), task["world_size"], timeout)
-        return dist.TCPStore(g["master_addr"], int(g["master_port"]), task["world_size"],
-                             is_master=False, timeout=timeout, wait_for_workers=False)
+        return dist.TCPStore(
+            g["master_addr"],
+            int(g["master_port"]),
+            task["world_size"],
+            is_master=False,
+            timeout=timeout,
+            wait_for_workers=False,
+        )

@@ -5,6 +5,7 @@ The worker sets it around each call of a training function; ``raynb.train``'s
 thing the cluster layer shares with the code that runs on it, so the worker
 never imports ``raynb.train`` (layers point one way: see CONTRIBUTING.md).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -70,13 +71,15 @@ def takes_config(fn) -> bool:
     """Whether a training function takes the config (Ray calls ``fn(config)`` when it
     takes an argument and ``fn()`` when it takes none)."""
     code = getattr(fn, "__code__", None)
-    if (isinstance(fn, types.FunctionType) and code is not None
-            and not {"__wrapped__", "__signature__", "__partialmethod__"} & fn.__dict__.keys()):
+    if (
+        isinstance(fn, types.FunctionType)
+        and code is not None
+        and not {"__wrapped__", "__signature__", "__partialmethod__"} & fn.__dict__.keys()
+    ):
         # What inspect.signature says of a plain function, without building it: this is on every run's path.
         return code.co_argcount > 0 or bool(code.co_flags & inspect.CO_VARARGS)
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
-               for p in params)
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)

@@ -11,6 +11,7 @@ Between runs a worker keeps its torch.distributed process group, so a re-run on
 the same ranks skips the rendezvous entirely (``rendezvous.py``: how a group forms,
 and what the worker listens on).
 """
+
 from __future__ import annotations
 
 import linecache
@@ -25,17 +26,17 @@ import time
 
 import cloudpickle
 
+from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
 from ..protocol import chunking, event_batch
 from ..protocol import messages as P
 from . import task_context, warning_registry
+from .head_link import HeadLink
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
-from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
 from .thread_share import ThreadShare
-from .head_link import HeadLink
 
 log = logging.getLogger("raynb.worker")
 
@@ -69,23 +70,33 @@ class Worker:
         self._modules = user_modules()
         self.threads = ThreadShare()
         self._sys_path_seen: tuple = ()
-        self._umask = os.umask(0o077)   # the worker's own, restored for every task (_prepare)
+        self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
-        self._env_left: tuple | None = None   # RANK_ENV's values as the last task left them
+        self._env_left: tuple | None = None  # RANK_ENV's values as the last task left them
         self.rendezvous = Rendezvous(self.node_ip)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
-        self.link.send(P.WORKER_READY, {  # sent now: the main thread owns the link
-            "worker_id": self.worker_id, "pid": os.getpid(), "node_id": self.node_id,
-            "hostname": socket.gethostname(), "ip": self.node_ip,
-            "store_port": self.rendezvous.store_port, **_own_stats()})
+        self.link.send(
+            P.WORKER_READY,
+            {  # sent now: the main thread owns the link
+                "worker_id": self.worker_id,
+                "pid": os.getpid(),
+                "node_id": self.node_id,
+                "hostname": socket.gethostname(),
+                "ip": self.node_ip,
+                "store_port": self.rendezvous.store_port,
+                **_own_stats(),
+            },
+        )
         self.link.start_io_thread()
         # The fallbacks are the zygote child's log-file streams, not sys.__stdout__: were
         # they dropped here, their file objects would be collected and close fds 1 and 2,
         # which the next socket opened (a gloo or ZeroMQ one) would then reuse, and idle
         # output would be written into it.
-        self._output = OutputBatch(self)   # both streams' lines, in the order written
-        self.streams = (RankStream(self, "stdout", sys.stdout, self._output),
-                        RankStream(self, "stderr", sys.stderr, self._output))
+        self._output = OutputBatch(self)  # both streams' lines, in the order written
+        self.streams = (
+            RankStream(self, "stdout", sys.stdout, self._output),
+            RankStream(self, "stderr", sys.stderr, self._output),
+        )
         sys.stdout, sys.stderr = self.streams
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -150,8 +161,14 @@ class Worker:
         (not once it returned or raised: formatting its error or ending its processes, it
         is stopping, and the head would kill it as blocked when a peer died)."""
         if self.current_task is task and self._interruptible:
-            self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"],
-                                     "event": {"kind": "blocked", "time": time.time()}})
+            self.send(
+                P.TASK_EVENT,
+                {
+                    "run_id": task["run_id"],
+                    "rank": task["rank"],
+                    "event": {"kind": "blocked", "time": time.time()},
+                },
+            )
 
     def _on_sigint(self, signum, frame):
         # Only a cancel of the running task interrupts, and only while the task's
@@ -179,8 +196,9 @@ class Worker:
             try:
                 self.execute(msg)
             except KeyboardInterrupt:  # outside the task's own code (execute() sends its end)
-                log.warning("an interrupt escaped a task of run %s: its end was not sent",
-                            msg.content.get("run_id"))
+                log.warning(
+                    "an interrupt escaped a task of run %s: its end was not sent", msg.content.get("run_id")
+                )
             finally:
                 self.link.take_back()
                 self.link.send_queued()  # what the task queued, if it did not get to its end
@@ -244,19 +262,22 @@ class Worker:
                     raise ValueError(
                         f"it pickles to {size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB a "
                         "message may carry; save it to a file instead, or raise "
-                        "RAYNB_MAX_MESSAGE_BYTES before `raynb start`")
+                        "RAYNB_MAX_MESSAGE_BYTES before `raynb start`"
+                    )
             except Exception as exc:  # noqa: BLE001
-                status, error = "error", format_remote_error(
-                    TypeError(f"the training function's return value could not be sent "
-                              f"back: {exc}"), rank)
+                status, error = (
+                    "error",
+                    format_remote_error(
+                        TypeError(f"the training function's return value could not be sent back: {exc}"), rank
+                    ),
+                )
         if status != "ok" and task["world_size"] > 1:
             # Peers may be mid-collective or dead: never reuse this process group. A
             # one-rank group has no peers and stays usable (a Tune STOP then costs no
             # new group for the worker's next trial).
             self.rendezvous.group_key = None
         self.link.take_back()  # the end goes from this thread, with the events before it
-        self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status,
-                                "error": error}, buffers)
+        self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status, "error": error}, buffers)
         del buffers, ret
         if shipped_bytes > TRIM_AFTER_BYTES:
             trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
@@ -279,7 +300,9 @@ class Worker:
                     f"the training function could not be loaded on this worker: {e}. It uses a "
                     "module the notebook can import but the workers cannot (they get the "
                     "notebook's working directory and sys.path); install it on every node, or "
-                    "ship it with cloudpickle.register_pickle_by_value(module)", name=e.name) from None
+                    "ship it with cloudpickle.register_pickle_by_value(module)",
+                    name=e.name,
+                ) from None
             del frames
             for filename, source in payload.get("sources", {}).items():
                 linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -294,12 +317,24 @@ class Worker:
 
     def _prepare(self, task: dict) -> None:
         group = task["group"]
-        values = tuple(map(str, (task["rank"], task["world_size"], task["local_rank"], task["local_world_size"],
-                                 task["node_rank"], group["master_addr"], group["master_port"])))
+        values = tuple(
+            map(
+                str,
+                (
+                    task["rank"],
+                    task["world_size"],
+                    task["local_rank"],
+                    task["local_world_size"],
+                    task["node_rank"],
+                    group["master_addr"],
+                    group["master_port"],
+                ),
+            )
+        )
         # Set again at this task's end (execute): one that never got there (an interrupt
         # escaped it) leaves nothing to compare with, and the next task sets them all.
         left, self._env_left = self._env_left, None
-        if values != left:   # a re-run on the same ranks sets none (putenv)
+        if values != left:  # a re-run on the same ranks sets none (putenv)
             for name, value in zip(RANK_ENV, values):
                 if os.environ.get(name) != value:
                     os.environ[name] = value
@@ -307,7 +342,7 @@ class Worker:
         if cwd:
             try:
                 here = os.getcwd()
-            except OSError:   # the directory the last task left it in was removed since
+            except OSError:  # the directory the last task left it in was removed since
                 here = None
             if here != cwd and os.path.isdir(cwd):
                 os.chdir(cwd)
@@ -325,8 +360,10 @@ class Worker:
         self._modules.reload_changed()
         # The head's share of the node's cores (see thread_share); the function's own
         # torch.set_num_threads still wins, it runs after this.
-        self.threads.start((task["run_id"], task.get("attempt", 0)), task.get("num_threads") or max(
-            1, (os.cpu_count() or 1) // max(1, task["local_world_size"])))
+        self.threads.start(
+            (task["run_id"], task.get("attempt", 0)),
+            task.get("num_threads") or max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"])),
+        )
         self.rendezvous.ensure(task, self.worker_id)
 
 
@@ -339,8 +376,7 @@ def _own_stats() -> dict:
         proc = psutil.Process()
         with proc.oneshot():
             t, age = proc.cpu_times(), max(1e-3, time.time() - proc.create_time())
-            return {"cpu_percent": round(100.0 * (t.user + t.system) / age, 1),
-                    "rss": proc.memory_info().rss}
+            return {"cpu_percent": round(100.0 * (t.user + t.system) / age, 1), "rss": proc.memory_info().rss}
     except Exception:  # noqa: BLE001 - stats are a nicety; the node agent's samples follow
         return {}
 

@@ -8,6 +8,7 @@ rank's main thread (OpenMP's thread count is per calling thread), at its next
 ``report()`` or line of output. A function that calls ``torch.set_num_threads``
 itself keeps its choice for the rest of the task.
 """
+
 from __future__ import annotations
 
 
@@ -17,7 +18,7 @@ class ThreadShare:
         # before the task it is for has started here (then the task starts with it).
         self._latest: tuple | None = None
         self._task: tuple | None = None  # (run_id, attempt) of the running task
-        self._ours: int | None = None    # what raynb set; None: the function chose its own
+        self._ours: int | None = None  # what raynb set; None: the function chose its own
 
     def want(self, task: tuple, n: int) -> None:
         """From the I/O thread: the head's new share for ``task``."""
@@ -43,8 +44,12 @@ class ThreadShare:
     def pending(self) -> bool:
         """A new share to apply (cheap: checked on every event the main thread sends)."""
         latest = self._latest
-        return (self._ours is not None and latest is not None and latest[0] == self._task
-                and latest[1] != self._ours)
+        return (
+            self._ours is not None
+            and latest is not None
+            and latest[0] == self._task
+            and latest[1] != self._ours
+        )
 
     def apply(self) -> None:
         """On the main thread: take the new share, unless the function set its own count."""

@@ -11,6 +11,7 @@ disarmed first.
 Elsewhere (no timerfd) :meth:`WakeTimer.arm` makes the file descriptor readable at
 once: the hand-over is not deferred, which costs a wake-up but is still correct.
 """
+
 from __future__ import annotations
 
 import ctypes

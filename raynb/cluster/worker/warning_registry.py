@@ -14,6 +14,7 @@ A re-run of the same code (a script run again, the same cell run again) on the s
 worker does not show the warning again; a notebook cell edited and run again is new code
 (IPython gives it a new file name) and does.
 """
+
 from __future__ import annotations
 
 import functools
@@ -56,7 +57,7 @@ def _children(obj) -> list:
         return [obj.func, *obj.args, *obj.keywords.values()]
     if isinstance(obj, type):
         return [] if _by_reference(obj) else list(vars(obj).values())
-    if isinstance(obj, dict):   # a large config: its first items only
+    if isinstance(obj, dict):  # a large config: its first items only
         return list(itertools.islice(obj.values(), MAX_ITEMS))
     if isinstance(obj, _CONTAINERS):
         return list(itertools.islice(obj, MAX_ITEMS))

@@ -11,6 +11,7 @@ otherwise ``jupyter server extension enable raynb``, or for one server
 ``jupyter server --ServerApp.jpserver_extensions="{'raynb': True}"``. Restart the
 server after enabling. ``%ray_cluster dashboard`` prints the link.
 """
+
 from __future__ import annotations
 
 

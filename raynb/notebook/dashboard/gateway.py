@@ -8,14 +8,15 @@ file); the dashboard never starts one. A connection is reused while that file na
 the same cluster, and dropped after any failed request, so a late reply to a timed-out
 request is never taken for the answer to the next one.
 """
+
 from __future__ import annotations
 
 import asyncio
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-from ...cluster.protocol import messages as P
 from ...cluster.connection_file import connection_file_path, read_connection_file
+from ...cluster.protocol import messages as P
 from ...cluster.protocol.control import Client
 from ...cluster.storage.run_logs import OUTPUT_FILE, check_selection, tail_output
 from ...errors import ClusterError
@@ -78,9 +79,15 @@ class ClusterGateway:
         info = read_connection_file()
         if info is None:
             self._drop()
-            raise NoCluster(f"no raynb cluster is running ({connection_file_path()} is missing): start "
-                            "one with `raynb start`, `%ray_cluster start` or a first %%ray_train cell")
-        if self._client is None or info.get("token") != self._token or info["address"] != self._client.address:
+            raise NoCluster(
+                f"no raynb cluster is running ({connection_file_path()} is missing): start "
+                "one with `raynb start`, `%ray_cluster start` or a first %%ray_train cell"
+            )
+        if (
+            self._client is None
+            or info.get("token") != self._token
+            or info["address"] != self._client.address
+        ):
             self._drop()
             self._client = Client(info["address"], info["key"].encode(), info)
             self._token = info.get("token")
@@ -124,11 +131,12 @@ class ClusterGateway:
         """Run ``name``'s record: summary, params, failures, checkpoints and its newest
         ``MAX_REPORTS`` rank-0 reports (``reports``), without output (see :meth:`logs`)."""
         # What the page shows, no more: the head reads it from the files' ends, off its loop.
-        msg = self._request(P.GET_RUN, {"name": name, "max_reports": MAX_REPORTS, "max_output_lines": 0},
-                            P.RUN_RECORD)
+        msg = self._request(
+            P.GET_RUN, {"name": name, "max_reports": MAX_REPORTS, "max_output_lines": 0}, P.RUN_RECORD
+        )
         if msg.msg_type == P.ERROR:
             if "no run named" not in msg.content.get("message", "no run named"):
-                raise NoCluster(msg.content["message"])   # the head is busy: the page asks again
+                raise NoCluster(msg.content["message"])  # the head is busy: the page asks again
             raise NoSuchRun(name, [r.get("name") for r in self.runs()])
         rec = dict(msg.content["record"])
         rec.pop("output", None)
@@ -148,9 +156,16 @@ class ClusterGateway:
         run = self._summary(name)
         check_selection(rank, stream, run.get("world_size"))
         entries, more = tail_output(run["path"], rank, stream, min(lines, MAX_LOG_LINES))
-        return {"name": run["name"], "rank": rank, "stream": stream, "world_size": run.get("world_size"),
-                "state": run.get("state"), "more": more, "file": f"{run['path']}/{OUTPUT_FILE}",
-                "lines": [{"rank": r, "stream": s, "text": t} for r, s, t in entries]}
+        return {
+            "name": run["name"],
+            "rank": rank,
+            "stream": stream,
+            "world_size": run.get("world_size"),
+            "state": run.get("state"),
+            "more": more,
+            "file": f"{run['path']}/{OUTPUT_FILE}",
+            "lines": [{"rank": r, "stream": s, "text": t} for r, s, t in entries],
+        }
 
     def cancel(self, name: str) -> dict:
         """Ask the head to cancel run ``name`` on every rank (it answers nothing).

@@ -19,6 +19,7 @@ Errors are JSON ``{"message": ...}``: 400 for a bad parameter, 404 for an unknow
 (with ``runs``, the names the cluster has), 409 for cancelling an ended run, 503 when no
 cluster runs or the head does not answer.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,11 +43,13 @@ class DashboardPage(JupyterHandler):
 
     @web.authenticated
     def get(self) -> None:
-        page = (_static("index.html")
-                .replace("{{style}}", _static("dashboard.css"))
-                .replace("{{script}}", _static("dashboard.js"))
-                .replace("{{api}}", url_path_join(self.base_url, "raynb", "api"))
-                .replace("{{xsrf}}", self.xsrf_token.decode("ascii")))
+        page = (
+            _static("index.html")
+            .replace("{{style}}", _static("dashboard.css"))
+            .replace("{{script}}", _static("dashboard.js"))
+            .replace("{{api}}", url_path_join(self.base_url, "raynb", "api"))
+            .replace("{{xsrf}}", self.xsrf_token.decode("ascii"))
+        )
         self.set_header("Cache-Control", "no-store")
         self.finish(page)
 
@@ -69,8 +72,9 @@ class _Api(APIHandler):
         except NoCluster as e:
             return self._reply(503, {"message": str(e)})
         except NoSuchRun as e:
-            return self._reply(404, {"message": f"{e.message}; the runs it has are listed in 'runs'",
-                                     "runs": e.names})
+            return self._reply(
+                404, {"message": f"{e.message}; the runs it has are listed in 'runs'", "runs": e.names}
+            )
         except RunEnded as e:
             return self._reply(409, {"message": str(e)})
         except ValueError as e:
@@ -123,8 +127,9 @@ def _rank_arg(text: str):
     if text == "all":
         return None
     if not _COUNT.match(text):
-        raise ValueError(f"the parameter rank={text[:40]!r} is not a rank: give a rank number (0, 1, ...) "
-                         "or 'all'")
+        raise ValueError(
+            f"the parameter rank={text[:40]!r} is not a rank: give a rank number (0, 1, ...) or 'all'"
+        )
     return int(text)
 
 
@@ -136,8 +141,10 @@ def _stream_arg(text: str):
 
 def _lines_arg(text: str) -> int:
     if not _COUNT.match(text) or int(text) < 1:
-        raise ValueError(f"the parameter lines={text[:40]!r} is not a line count: give a positive number "
-                         "of lines (at most 999999999)")
+        raise ValueError(
+            f"the parameter lines={text[:40]!r} is not a line count: give a positive number "
+            "of lines (at most 999999999)"
+        )
     return int(text)
 
 

@@ -5,14 +5,17 @@ kernel's ``JPY_PARENT_PID``; the server's info file (``jupyter server list``) ha
 URL. The link is printed without the server's token, so a saved notebook does not
 carry it: the browser that runs the notebook is logged in already.
 """
+
 from __future__ import annotations
 
 import os
 import urllib.error
 import urllib.request
 
-ENABLE = ("enable it with `jupyter server extension enable raynb` and restart Jupyter "
-          "(installing raynb with pip enables it)")
+ENABLE = (
+    "enable it with `jupyter server extension enable raynb` and restart Jupyter "
+    "(installing raynb with pip enables it)"
+)
 
 
 def _servers() -> list[dict]:
@@ -64,11 +67,14 @@ def dashboard_message(servers: list[dict] | None = None, parent_pid: str | None 
     if mine:
         return f"raynb dashboard: {_describe(mine[0])}"
     if not servers:
-        return ("no running Jupyter server found on this machine: start one (`jupyter lab` or "
-                "`jupyter server`) in the environment raynb is installed in and open <its URL>raynb/; "
-                + ENABLE)
-    lines = ["this kernel's Jupyter server is not known; running servers' dashboards "
-             "(`jupyter server list` has their tokens):"]
+        return (
+            "no running Jupyter server found on this machine: start one (`jupyter lab` or "
+            "`jupyter server`) in the environment raynb is installed in and open <its URL>raynb/; " + ENABLE
+        )
+    lines = [
+        "this kernel's Jupyter server is not known; running servers' dashboards "
+        "(`jupyter server list` has their tokens):"
+    ]
     lines += [f"  {_describe(s)}" for s in servers]
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
 """``HorovodTrainer``: a Horovod training function on the warm pool (``ray.train.horovod``)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -106,15 +107,31 @@ class HorovodTrainer(TorchTrainer):
 
     _name_prefix = "HorovodTrainer"
 
-    def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
-                 horovod_config: HorovodConfig | None = None, scaling_config: ScalingConfig | None = None,
-                 run_config: RunConfig | None = None, datasets: dict | None = None,
-                 resume_from_checkpoint: Checkpoint | None = None):
+    def __init__(
+        self,
+        train_loop_per_worker: Callable,
+        *,
+        train_loop_config: dict | None = None,
+        horovod_config: HorovodConfig | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        datasets: dict | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+    ):
         if horovod_config is not None and not isinstance(horovod_config, HorovodConfig):
             raise TypeError(f"horovod_config must be a HorovodConfig, got {type(horovod_config).__name__}")
         self.horovod_config = horovod_config or HorovodConfig()
         inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)
-        fn = train_loop_per_worker if isinstance(inner, _WithHorovod) or not callable(train_loop_per_worker) \
+        fn = (
+            train_loop_per_worker
+            if isinstance(inner, _WithHorovod) or not callable(train_loop_per_worker)
             else _WithHorovod(train_loop_per_worker)
-        super().__init__(fn, train_loop_config=train_loop_config, scaling_config=scaling_config,
-                         run_config=run_config, datasets=datasets, resume_from_checkpoint=resume_from_checkpoint)
+        )
+        super().__init__(
+            fn,
+            train_loop_config=train_loop_config,
+            scaling_config=scaling_config,
+            run_config=run_config,
+            datasets=datasets,
+            resume_from_checkpoint=resume_from_checkpoint,
+        )

@@ -5,6 +5,7 @@ model over a run's ranks through LightGBM's socket network (:func:`get_network_p
 Importing this package does not import lightgbm; building a ``LightGBMTrainer`` without it
 raises an ImportError naming the extra (``pip install "raynb[lightgbm]"``).
 """
+
 from .callback import RayTrainReportCallback
 from .data import shard_frame
 from .network import get_network_params

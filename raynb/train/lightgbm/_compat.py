@@ -1,4 +1,5 @@
 """Import lightgbm, or say which extra installs it."""
+
 from __future__ import annotations
 
 EXTRA_HINT = 'pip install "raynb[lightgbm]"'
@@ -15,5 +16,7 @@ def import_lightgbm():
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] != "lightgbm":
             raise
-        raise ImportError(f"raynb.train.lightgbm needs lightgbm, which is not installed: {EXTRA_HINT}") from None
+        raise ImportError(
+            f"raynb.train.lightgbm needs lightgbm, which is not installed: {EXTRA_HINT}"
+        ) from None
     return lightgbm

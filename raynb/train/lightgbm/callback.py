@@ -1,5 +1,6 @@
 """Report every boosting round and checkpoint the booster
 (``ray.train.lightgbm.RayTrainReportCallback``)."""
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,13 @@ class RayTrainReportCallback:
     CHECKPOINT_NAME = CHECKPOINT_NAME
     order = 30  # after lightgbm's own recording / early-stopping callbacks
 
-    def __init__(self, metrics=None, filename: str = CHECKPOINT_NAME, frequency: int = 0,
-                 checkpoint_at_end: bool = True):
+    def __init__(
+        self,
+        metrics=None,
+        filename: str = CHECKPOINT_NAME,
+        frequency: int = 0,
+        checkpoint_at_end: bool = True,
+    ):
         if not isinstance(frequency, int) or frequency < 0:
             raise ValueError(f"RayTrainReportCallback(frequency={frequency!r}): give an integer >= 0")
         self._metrics, self._filename = metrics, filename
@@ -69,16 +75,19 @@ class RayTrainReportCallback:
 
         path = os.path.join(checkpoint.path, filename)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"checkpoint {checkpoint.path} has no {filename}; it holds "
-                                    f"{sorted(os.listdir(checkpoint.path))}")
+            raise FileNotFoundError(
+                f"checkpoint {checkpoint.path} has no {filename}; it holds "
+                f"{sorted(os.listdir(checkpoint.path))}"
+            )
         return lightgbm.Booster(model_file=path)
 
     def __call__(self, env) -> None:
         metrics = flatten_results(env.evaluation_result_list or [], self._metrics)
         metrics["epoch"] = env.iteration
         last = env.iteration == env.end_iteration - 1
-        save = (last and self._checkpoint_at_end) or \
-            (self._frequency and (env.iteration + 1) % self._frequency == 0)
+        save = (last and self._checkpoint_at_end) or (
+            self._frequency and (env.iteration + 1) % self._frequency == 0
+        )
         if not save:
             _session.report(metrics)
             return

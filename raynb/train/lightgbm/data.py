@@ -1,4 +1,5 @@
 """A rank's rows of each dataset as ``lightgbm.Dataset``s, and the checks that name bad input."""
+
 from __future__ import annotations
 
 from .. import session as _session
@@ -15,15 +16,21 @@ def check_frame(df, label_column: str, name: str) -> None:
 
     columns = [str(c) for c in df.columns]
     if label_column not in columns:
-        raise ValueError(f"label_column={label_column!r} is not a column of datasets[{name!r}]; its "
-                         f"columns are {columns}")
+        raise ValueError(
+            f"label_column={label_column!r} is not a column of datasets[{name!r}]; its columns are {columns}"
+        )
     for col, dtype in df.dtypes.items():
-        ok = (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)
-              or isinstance(dtype, pd.CategoricalDtype))
+        ok = (
+            pd.api.types.is_numeric_dtype(dtype)
+            or pd.api.types.is_bool_dtype(dtype)
+            or isinstance(dtype, pd.CategoricalDtype)
+        )
         if col != label_column and not ok:
-            raise ValueError(f"datasets[{name!r}] column {col!r} has dtype {dtype}, which lightgbm cannot "
-                             "train on: convert it to numbers or to a pandas category "
-                             "(df[col].astype('category')), or drop it")
+            raise ValueError(
+                f"datasets[{name!r}] column {col!r} has dtype {dtype}, which lightgbm cannot "
+                "train on: convert it to numbers or to a pandas category "
+                "(df[col].astype('category')), or drop it"
+            )
 
 
 def shard_frame(name: str):
@@ -62,8 +69,11 @@ def build_datasets(names: list[str], label_column: str):
         df = shard_frame(name)
         check_frame(df, label_column, name)
         X, y = df.drop(columns=[label_column]), df[label_column]
-        ds = lightgbm.Dataset(X, label=y, free_raw_data=False) if train is None else \
-            lightgbm.Dataset(X, label=y, reference=train, free_raw_data=False)
+        ds = (
+            lightgbm.Dataset(X, label=y, free_raw_data=False)
+            if train is None
+            else lightgbm.Dataset(X, label=y, reference=train, free_raw_data=False)
+        )
         train = train if train is not None else ds
         sets.append(ds)
         out_names.append(name)

@@ -10,6 +10,7 @@ bytes (never unpickled).
 Known limit (lightgbm 4.x): its listener binds ``local_listen_port`` on every interface;
 lightgbm has no option for the address. The ports are chosen fresh for every run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,10 +48,10 @@ def _all_gather_strings(mine: str, world: int) -> list[str]:
     dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64))
     longest = int(max(s.item() for s in sizes))
     buf = torch.zeros(longest, dtype=torch.uint8)
-    buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    buf[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     every = [torch.empty(longest, dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(every, buf)
-    return [bytes(t[:int(n.item())].tolist()).decode() for t, n in zip(every, sizes)]
+    return [bytes(t[: int(n.item())].tolist()).decode() for t, n in zip(every, sizes)]
 
 
 @contextlib.contextmanager
@@ -69,8 +70,12 @@ def network_params():
         ip = node_ip()
         port = _free_port(ip)
         machines = _all_gather_strings(f"{ip}:{port}", world)
-        params = {"num_machines": world, "local_listen_port": port, "machines": ",".join(machines),
-                  "time_out": TIME_OUT_MIN}
+        params = {
+            "num_machines": world,
+            "local_listen_port": port,
+            "machines": ",".join(machines),
+            "time_out": TIME_OUT_MIN,
+        }
     state[STATE_KEY] = params
     try:
         yield dict(params)
@@ -94,8 +99,10 @@ def get_network_params() -> dict:
     _session._require("get_network_params")
     params = task_context.state().get(STATE_KEY)
     if params is None:
-        raise RuntimeError("get_network_params() is only set up inside a LightGBMTrainer's "
-                           "train_loop_per_worker: use raynb.train.lightgbm.LightGBMTrainer, not TorchTrainer")
+        raise RuntimeError(
+            "get_network_params() is only set up inside a LightGBMTrainer's "
+            "train_loop_per_worker: use raynb.train.lightgbm.LightGBMTrainer, not TorchTrainer"
+        )
     return dict(params)
 
 

@@ -1,4 +1,5 @@
 """``LightGBMTrainer``: one LightGBM model trained over the ranks of a run (``ray.train.lightgbm``)."""
+
 from __future__ import annotations
 
 import inspect
@@ -60,12 +61,21 @@ def _default_loop(config: dict):
         done = booster.current_iteration()
     if done >= total:
         return None
-    callback = RayTrainReportCallback(frequency=config["checkpoint_frequency"],
-                                      checkpoint_at_end=config["checkpoint_at_end"])
+    callback = RayTrainReportCallback(
+        frequency=config["checkpoint_frequency"], checkpoint_at_end=config["checkpoint_at_end"]
+    )
     kwargs = dict(config.get("train_kwargs") or {})
     callbacks = [callback] + list(kwargs.pop("callbacks", None) or [])
-    lightgbm.train(params, train, num_boost_round=total - done, valid_sets=sets, valid_names=names,
-                   init_model=booster, callbacks=callbacks, **kwargs)
+    lightgbm.train(
+        params,
+        train,
+        num_boost_round=total - done,
+        valid_sets=sets,
+        valid_names=names,
+        init_model=booster,
+        callbacks=callbacks,
+        **kwargs,
+    )
     return None
 
 
@@ -108,37 +118,64 @@ class LightGBMTrainer(TorchTrainer):
 
     _name_prefix = "LightGBMTrainer"
 
-    def __init__(self, train_loop_per_worker: Callable | None = None, *, train_loop_config: dict | None = None,
-                 params: dict | None = None, label_column: str | None = None, num_boost_round: int = 10,
-                 datasets: dict | None = None, checkpoint_frequency: int = 0, checkpoint_at_end: bool = True,
-                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 resume_from_checkpoint: Checkpoint | None = None, **train_kwargs):
+    def __init__(
+        self,
+        train_loop_per_worker: Callable | None = None,
+        *,
+        train_loop_config: dict | None = None,
+        params: dict | None = None,
+        label_column: str | None = None,
+        num_boost_round: int = 10,
+        datasets: dict | None = None,
+        checkpoint_frequency: int = 0,
+        checkpoint_at_end: bool = True,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+        **train_kwargs,
+    ):
         from ._compat import import_lightgbm
 
         import_lightgbm()  # ImportError naming the extra, before anything ships
         inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)  # WithDatasets
         if isinstance(inner, _InNetwork):  # restore(): the saved function
-            super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                             scaling_config=scaling_config, run_config=run_config,
-                             resume_from_checkpoint=resume_from_checkpoint, datasets=_as_datasets(datasets))
-            cfg = train_loop_config if inner.fn is _default_loop and isinstance(train_loop_config, dict) else {}
+            super().__init__(
+                train_loop_per_worker,
+                train_loop_config=train_loop_config,
+                scaling_config=scaling_config,
+                run_config=run_config,
+                resume_from_checkpoint=resume_from_checkpoint,
+                datasets=_as_datasets(datasets),
+            )
+            cfg = (
+                train_loop_config if inner.fn is _default_loop and isinstance(train_loop_config, dict) else {}
+            )
             self.params, self.label_column = cfg.get("params"), cfg.get("label_column")
             self.num_boost_round = self._total_epochs = cfg.get("num_boost_round")
             return
         if train_loop_per_worker is not None:
             if params is not None or label_column is not None or train_kwargs:
-                raise TypeError("LightGBMTrainer takes either train_loop_per_worker, or params= and "
-                                "label_column= (the built-in loop), not both")
+                raise TypeError(
+                    "LightGBMTrainer takes either train_loop_per_worker, or params= and "
+                    "label_column= (the built-in loop), not both"
+                )
             fn, config = _InNetwork(train_loop_per_worker), train_loop_config
         else:
-            config = _default_config(params, label_column, num_boost_round, datasets,
-                                     checkpoint_frequency, checkpoint_at_end)
+            config = _default_config(
+                params, label_column, num_boost_round, datasets, checkpoint_frequency, checkpoint_at_end
+            )
             config["train_kwargs"] = train_kwargs
             fn = _InNetwork(_default_loop)
             self._total_epochs = num_boost_round
         self.params, self.label_column, self.num_boost_round = params, label_column, num_boost_round
-        super().__init__(fn, train_loop_config=config, scaling_config=scaling_config, run_config=run_config,
-                         resume_from_checkpoint=resume_from_checkpoint, datasets=_as_datasets(datasets))
+        super().__init__(
+            fn,
+            train_loop_config=config,
+            scaling_config=scaling_config,
+            run_config=run_config,
+            resume_from_checkpoint=resume_from_checkpoint,
+            datasets=_as_datasets(datasets),
+        )
 
     def _tune_parts(self, param_space: dict | None):
         """(fn, ScalingConfig, base config, nested key, RunConfig, name) for ``Tuner``:
@@ -148,12 +185,20 @@ class LightGBMTrainer(TorchTrainer):
         allowed = {"params", "num_boost_round"} if default else {"train_loop_config"}
         extra = sorted(set(param_space or {}) - allowed)
         if extra:
-            raise ValueError(f"param_space for this LightGBMTrainer takes only {sorted(allowed)}; got also {extra}")
+            raise ValueError(
+                f"param_space for this LightGBMTrainer takes only {sorted(allowed)}; got also {extra}"
+            )
         from ..datasets import with_datasets
 
         fn = with_datasets(self.train_loop_per_worker, self.datasets)  # one copy per node, all trials
-        return (fn, self.scaling_config, self.train_loop_config, "" if default else "train_loop_config",
-                self.run_config, "LightGBMTrainer")
+        return (
+            fn,
+            self.scaling_config,
+            self.train_loop_config,
+            "" if default else "train_loop_config",
+            self.run_config,
+            "LightGBMTrainer",
+        )
 
     @staticmethod
     def get_model(checkpoint: Checkpoint, filename: str = RayTrainReportCallback.CHECKPOINT_NAME):
@@ -170,34 +215,50 @@ def _as_datasets(datasets):
     if not datasets:
         return None
     if not isinstance(datasets, dict):
-        raise TypeError(f"datasets must be a dict of name -> DataFrame or raynb.data.Dataset, got "
-                        f"{type(datasets).__name__}")
+        raise TypeError(
+            f"datasets must be a dict of name -> DataFrame or raynb.data.Dataset, got "
+            f"{type(datasets).__name__}"
+        )
     return {k: from_pandas(v) if isinstance(v, pd.DataFrame) else v for k, v in datasets.items()}
 
 
-def _default_config(params, label_column, num_boost_round, datasets, checkpoint_frequency,
-                    checkpoint_at_end) -> dict:
+def _default_config(
+    params, label_column, num_boost_round, datasets, checkpoint_frequency, checkpoint_at_end
+) -> dict:
     import pandas as pd
 
     from .data import check_frame
 
     if not isinstance(params, dict):
-        raise TypeError(f"LightGBMTrainer(params=...) takes a dict of lightgbm parameters, got "
-                        f"{type(params).__name__}; or pass train_loop_per_worker")
+        raise TypeError(
+            f"LightGBMTrainer(params=...) takes a dict of lightgbm parameters, got "
+            f"{type(params).__name__}; or pass train_loop_per_worker"
+        )
     if not isinstance(num_boost_round, int) or isinstance(num_boost_round, bool) or num_boost_round < 1:
         raise ValueError(f"LightGBMTrainer(num_boost_round={num_boost_round!r}): give an integer >= 1")
     if not isinstance(checkpoint_frequency, int) or checkpoint_frequency < 0:
-        raise ValueError(f"LightGBMTrainer(checkpoint_frequency={checkpoint_frequency!r}): give an "
-                         "integer >= 0 (rounds between checkpoints; 0 saves only at the end)")
+        raise ValueError(
+            f"LightGBMTrainer(checkpoint_frequency={checkpoint_frequency!r}): give an "
+            "integer >= 0 (rounds between checkpoints; 0 saves only at the end)"
+        )
     if not isinstance(label_column, str):
-        raise TypeError(f"LightGBMTrainer(label_column=...) takes the label's column name, got {label_column!r}")
+        raise TypeError(
+            f"LightGBMTrainer(label_column=...) takes the label's column name, got {label_column!r}"
+        )
     if not isinstance(datasets, dict) or "train" not in datasets:
         have = sorted(datasets) if isinstance(datasets, dict) else type(datasets).__name__
-        raise ValueError(f"LightGBMTrainer needs datasets={{'train': ...}} (and optionally 'valid' etc. "
-                         f"for valid_sets); got {have}")
+        raise ValueError(
+            f"LightGBMTrainer needs datasets={{'train': ...}} (and optionally 'valid' etc. "
+            f"for valid_sets); got {have}"
+        )
     for name, ds in datasets.items():
         if isinstance(ds, pd.DataFrame):
             check_frame(ds, label_column, name)
-    return {"params": dict(params), "label_column": label_column, "num_boost_round": num_boost_round,
-            "dataset_names": list(datasets), "checkpoint_frequency": checkpoint_frequency,
-            "checkpoint_at_end": bool(checkpoint_at_end)}
+    return {
+        "params": dict(params),
+        "label_column": label_column,
+        "num_boost_round": num_boost_round,
+        "dataset_names": list(datasets),
+        "checkpoint_frequency": checkpoint_frequency,
+        "checkpoint_at_end": bool(checkpoint_at_end),
+    }

@@ -13,12 +13,24 @@ launching processes. Works with the ``lightning`` and the ``pytorch_lightning`` 
 Raises:
     ImportError: on import, when neither is installed (``pip install "raynb[lightning]"``).
 """
+
 from .callback import RayTrainReportCallback
 from .guard import install_trainer_check
-from .strategies import (RayDDPStrategy, RayDeepSpeedStrategy, RayFSDPStrategy, RayLightningEnvironment,
-                         prepare_trainer)
+from .strategies import (
+    RayDDPStrategy,
+    RayDeepSpeedStrategy,
+    RayFSDPStrategy,
+    RayLightningEnvironment,
+    prepare_trainer,
+)
 
 install_trainer_check()
 
-__all__ = ["RayDDPStrategy", "RayFSDPStrategy", "RayDeepSpeedStrategy", "RayLightningEnvironment",
-           "RayTrainReportCallback", "prepare_trainer"]
+__all__ = [
+    "RayDDPStrategy",
+    "RayFSDPStrategy",
+    "RayDeepSpeedStrategy",
+    "RayLightningEnvironment",
+    "RayTrainReportCallback",
+    "prepare_trainer",
+]

@@ -1,5 +1,6 @@
 """Which PyTorch Lightning is installed: ``lightning`` (``lightning.pytorch``) or the older
 ``pytorch_lightning`` name; both are the same package's API."""
+
 from __future__ import annotations
 
 EXTRA_HINT = 'pip install "raynb[lightning]"'
@@ -17,8 +18,9 @@ def import_lightning():
         try:
             import pytorch_lightning as pl
         except ModuleNotFoundError:
-            raise ImportError("raynb.train.lightning needs PyTorch Lightning, which is not installed: "
-                              f"{EXTRA_HINT}") from None
+            raise ImportError(
+                f"raynb.train.lightning needs PyTorch Lightning, which is not installed: {EXTRA_HINT}"
+            ) from None
     return pl
 
 

@@ -1,5 +1,6 @@
 """``RayTrainReportCallback``: Lightning's logged metrics and checkpoints into raynb's
 ``report`` (``ray.train.lightning.RayTrainReportCallback``)."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ strategies take their device from :func:`raynb.train.torch.get_device` (Lightnin
 ``parallel_devices[local_rank]`` has one entry per *local* device Lightning would launch,
 so rank 1 of ``devices="auto"`` on a CPU indexed past its end).
 """
+
 from __future__ import annotations
 
 from .. import session as _session
@@ -85,10 +86,12 @@ class RayFSDPStrategy(_RayStrategyMixin, pl.strategies.FSDPStrategy):
 
     def setup(self, trainer) -> None:
         if self.root_device.type == "cpu":
-            raise RuntimeError("RayFSDPStrategy needs GPU ranks (ScalingConfig(use_gpu=True)): Lightning's "
-                               "FSDP is torch's FullyShardedDataParallel, which does not run on CPU. On CPU "
-                               "ranks use RayDDPStrategy(), or raynb.train.torch.prepare_model(model, "
-                               "parallel_strategy=\"fsdp\") in a plain training loop (FSDP2 runs on CPU)")
+            raise RuntimeError(
+                "RayFSDPStrategy needs GPU ranks (ScalingConfig(use_gpu=True)): Lightning's "
+                "FSDP is torch's FullyShardedDataParallel, which does not run on CPU. On CPU "
+                "ranks use RayDDPStrategy(), or raynb.train.torch.prepare_model(model, "
+                'parallel_strategy="fsdp") in a plain training loop (FSDP2 runs on CPU)'
+            )
         super().setup(trainer)
 
 
@@ -110,9 +113,11 @@ class RayDeepSpeedStrategy(_RayStrategyMixin, _DeepSpeedBase):
         try:
             import deepspeed  # noqa: F401
         except ImportError:
-            raise ImportError("RayDeepSpeedStrategy needs DeepSpeed, which is not installed: "
-                              "pip install deepspeed (with torch pinned: pip install deepspeed "
-                              "torch==<your torch version>)") from None
+            raise ImportError(
+                "RayDeepSpeedStrategy needs DeepSpeed, which is not installed: "
+                "pip install deepspeed (with torch pinned: pip install deepspeed "
+                "torch==<your torch version>)"
+            ) from None
         super().__init__(*args, **kwargs)
 
 
@@ -134,11 +139,15 @@ def prepare_trainer(trainer):
             not :class:`RayLightningEnvironment`.
     """
     if not isinstance(trainer.strategy, RAY_STRATEGIES):
-        raise RuntimeError(f"prepare_trainer(): the Trainer's strategy is {type(trainer.strategy).__name__}; "
-                           "on raynb's ranks use strategy=RayDDPStrategy() (or RayFSDPStrategy(), "
-                           "RayDeepSpeedStrategy()) from raynb.train.lightning, with devices=\"auto\"")
+        raise RuntimeError(
+            f"prepare_trainer(): the Trainer's strategy is {type(trainer.strategy).__name__}; "
+            "on raynb's ranks use strategy=RayDDPStrategy() (or RayFSDPStrategy(), "
+            'RayDeepSpeedStrategy()) from raynb.train.lightning, with devices="auto"'
+        )
     env = getattr(trainer.strategy, "cluster_environment", None)
     if env is not None and not isinstance(env, RayLightningEnvironment):
-        raise RuntimeError(f"prepare_trainer(): the Trainer's cluster environment is {type(env).__name__}; "
-                           "pass plugins=[RayLightningEnvironment()] from raynb.train.lightning")
+        raise RuntimeError(
+            f"prepare_trainer(): the Trainer's cluster environment is {type(env).__name__}; "
+            "pass plugins=[RayLightningEnvironment()] from raynb.train.lightning"
+        )
     return trainer

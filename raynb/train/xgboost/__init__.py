@@ -9,6 +9,7 @@ pads or drops rows to equal counts, which suits SGD, not a boosted model).
 Importing this package imports xgboost when it is installed (the zygote preloads both);
 without xgboost, using its classes raises an ImportError naming the extra to install.
 """
+
 from .callback import RayTrainReportCallback
 from .collective import communicator
 from .dmatrix import shard_frame

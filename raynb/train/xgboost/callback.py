@@ -1,4 +1,5 @@
 """Report every boosting round and checkpoint the booster (``ray.train.xgboost.RayTrainReportCallback``)."""
+
 from __future__ import annotations
 
 import os
@@ -10,10 +11,13 @@ from ..checkpoint import Checkpoint
 try:
     from xgboost.callback import TrainingCallback
 except ImportError:  # xgboost not installed: the class is defined, using it says so
+
     class TrainingCallback:  # type: ignore[no-redef]
         def __init__(self):
-            raise ImportError("raynb.train.xgboost needs xgboost: pip install 'raynb[xgboost]' "
-                              "(or xgboost-cpu)")
+            raise ImportError(
+                "raynb.train.xgboost needs xgboost: pip install 'raynb[xgboost]' (or xgboost-cpu)"
+            )
+
 
 CHECKPOINT_NAME = "model.ubj"
 
@@ -58,25 +62,35 @@ class RayTrainReportCallback(TrainingCallback):
     restarts), which drives the progress pane.
     """
 
-    def __init__(self, metrics=None, filename: str = CHECKPOINT_NAME, frequency: int = 0,
-                 checkpoint_at_end: bool = True, _num_boost_round: int | None = None):
+    def __init__(
+        self,
+        metrics=None,
+        filename: str = CHECKPOINT_NAME,
+        frequency: int = 0,
+        checkpoint_at_end: bool = True,
+        _num_boost_round: int | None = None,
+    ):
         super().__init__()
         # The run's total rounds, when known (XGBoostTrainer's loop): the last round's report
         # then carries the final checkpoint itself, so a scheduler that stops the trial at
         # that report (ASHA's max_t) still finds it.
         self._num_boost_round = _num_boost_round
         if not isinstance(frequency, int) or isinstance(frequency, bool) or frequency < 0:
-            raise ValueError(f"RayTrainReportCallback(frequency={frequency!r}): give an integer >= 0 "
-                             "(rounds between checkpoints; 0 saves none during training)")
+            raise ValueError(
+                f"RayTrainReportCallback(frequency={frequency!r}): give an integer >= 0 "
+                "(rounds between checkpoints; 0 saves none during training)"
+            )
         if not filename.endswith((".ubj", ".json")):
-            raise ValueError(f"RayTrainReportCallback(filename={filename!r}): use a name ending in "
-                             ".ubj or .json (xgboost picks the format from it)")
+            raise ValueError(
+                f"RayTrainReportCallback(filename={filename!r}): use a name ending in "
+                ".ubj or .json (xgboost picks the format from it)"
+            )
         self._metrics = metrics
         self._filename = filename
         self._frequency = frequency
         self._checkpoint_at_end = checkpoint_at_end
-        self._last = None          # (epoch, metrics) of the last report
-        self._saved_epoch = None   # the round of the last checkpoint
+        self._last = None  # (epoch, metrics) of the last report
+        self._saved_epoch = None  # the round of the last checkpoint
 
     def _report(self, model, epoch: int, metrics: dict, checkpoint: bool) -> None:
         row = dict(metrics, epoch=epoch)
@@ -134,14 +148,18 @@ class RayTrainReportCallback(TrainingCallback):
         import xgboost
 
         if not isinstance(checkpoint, Checkpoint):
-            raise TypeError(f"get_model() takes a raynb.train.Checkpoint (Result.checkpoint), got "
-                            f"{checkpoint!r}: a run has none when it saved none (checkpoint_frequency=0 "
-                            "and checkpoint_at_end=False) or stopped before its first")
+            raise TypeError(
+                f"get_model() takes a raynb.train.Checkpoint (Result.checkpoint), got "
+                f"{checkpoint!r}: a run has none when it saved none (checkpoint_frequency=0 "
+                "and checkpoint_at_end=False) or stopped before its first"
+            )
         path = os.path.join(checkpoint.path, filename)
         if not os.path.isfile(path):
             have = sorted(os.listdir(checkpoint.path)) if os.path.isdir(checkpoint.path) else []
-            raise FileNotFoundError(f"{checkpoint!r} holds no {filename} (it has {have or 'nothing'}); "
-                                    "was it saved by RayTrainReportCallback / XGBoostTrainer?")
+            raise FileNotFoundError(
+                f"{checkpoint!r} holds no {filename} (it has {have or 'nothing'}); "
+                "was it saved by RayTrainReportCallback / XGBoostTrainer?"
+            )
         booster = xgboost.Booster()
         booster.load_model(path)
         return booster

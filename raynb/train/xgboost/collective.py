@@ -21,6 +21,7 @@ bound to the node IP only.
 A rank that dies makes its peers' next allreduce fail at once (``XGBoostError`` "Ring
 Allreduce failed"), so the run fails and ``FailureConfig`` restarts it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,11 @@ def _broadcast_json(obj, rank: int):
     data = json.dumps(obj).encode() if rank == 0 else b""
     size = torch.tensor([len(data)], dtype=torch.int64)
     dist.broadcast(size, src=0)
-    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank == 0 else \
-        torch.empty(int(size.item()), dtype=torch.uint8)
+    buf = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if rank == 0
+        else torch.empty(int(size.item()), dtype=torch.uint8)
+    )
     dist.broadcast(buf, src=0)
     return json.loads(bytes(buf.tolist()).decode()) if rank else obj
 
@@ -117,8 +121,9 @@ def communicator(timeout_s: float | None = None):
             from xgboost.tracker import RabitTracker
 
             _quiet_tracker_log()
-            tracker = RabitTracker(n_workers=world, host_ip=node_ip(), port=0, sortby="task",
-                                   timeout=BOOTSTRAP_TIMEOUT_S)
+            tracker = RabitTracker(
+                n_workers=world, host_ip=node_ip(), port=0, sortby="task", timeout=BOOTSTRAP_TIMEOUT_S
+            )
             tracker.start()
             args = tracker.worker_args()
         else:

@@ -5,6 +5,7 @@ Each rank builds its matrices from its own shard only: ``QuantileDMatrix`` for t
 every rank gets the same bin edges), ``DMatrix`` for the others. The validation sets
 reuse the training set's bins (``ref=``), as xgboost's docs ask.
 """
+
 from __future__ import annotations
 
 from .. import session as _session
@@ -26,17 +27,23 @@ def check_columns(columns, dtypes, label_column: str, name: str) -> None:
     """
     columns = [str(c) for c in columns]
     if label_column not in columns:
-        raise ValueError(f"label_column={label_column!r} is not a column of datasets[{name!r}]; its "
-                         f"columns are {columns}")
+        raise ValueError(
+            f"label_column={label_column!r} is not a column of datasets[{name!r}]; its columns are {columns}"
+        )
     if dtypes is None:
         return
     for col, dtype in zip(columns, dtypes):
         if col != label_column and not _numeric(dtype):
-            fix = ("split it into one column per element" if _per_row_array(dtype)
-                   else "convert it to numbers first (e.g. df[col].astype('category').cat.codes, or "
-                        "one-hot with pandas.get_dummies)")
-            raise ValueError(f"datasets[{name!r}] column {col!r} has dtype {dtype}, which xgboost cannot "
-                             f"train on: {fix}, or drop it")
+            fix = (
+                "split it into one column per element"
+                if _per_row_array(dtype)
+                else "convert it to numbers first (e.g. df[col].astype('category').cat.codes, or "
+                "one-hot with pandas.get_dummies)"
+            )
+            raise ValueError(
+                f"datasets[{name!r}] column {col!r} has dtype {dtype}, which xgboost cannot "
+                f"train on: {fix}, or drop it"
+            )
 
 
 def _per_row_array(dtype) -> bool:

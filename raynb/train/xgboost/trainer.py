@@ -1,4 +1,5 @@
 """``XGBoostTrainer``: one xgboost model trained over the ranks of a run (``ray.train.xgboost``)."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -42,8 +43,11 @@ def _default_loop(config: dict):
     if ckpt is not None:
         booster = RayTrainReportCallback.get_model(ckpt)
         done = booster.num_boosted_rounds()
-    callback = RayTrainReportCallback(frequency=config["checkpoint_frequency"],
-                                      checkpoint_at_end=config["checkpoint_at_end"], _num_boost_round=total)
+    callback = RayTrainReportCallback(
+        frequency=config["checkpoint_frequency"],
+        checkpoint_at_end=config["checkpoint_at_end"],
+        _num_boost_round=total,
+    )
     rank = _session.get_context().get_world_rank()
     if done >= total:  # the last attempt died after its final checkpoint
         if rank == 0:
@@ -54,8 +58,15 @@ def _default_loop(config: dict):
     kwargs = dict(config.get("train_kwargs") or {})
     callbacks = [callback] + list(kwargs.pop("callbacks", None) or [])
     kwargs.setdefault("verbose_eval", False)
-    xgboost.train(params, evals[0][0], num_boost_round=total - done, evals=evals,
-                  xgb_model=booster, callbacks=callbacks, **kwargs)
+    xgboost.train(
+        params,
+        evals[0][0],
+        num_boost_round=total - done,
+        evals=evals,
+        xgb_model=booster,
+        callbacks=callbacks,
+        **kwargs,
+    )
     return None
 
 
@@ -121,18 +132,33 @@ class XGBoostTrainer(TorchTrainer):
         TypeError: ``params`` is not a dict; both or neither of a loop and ``params`` forms.
     """
 
-    def __init__(self, train_loop_per_worker: Callable | None = None, *, train_loop_config: dict | None = None,
-                 params: dict | None = None, label_column: str | None = None, num_boost_round: int = 10,
-                 datasets: dict | None = None, checkpoint_frequency: int = 0, checkpoint_at_end: bool = True,
-                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 resume_from_checkpoint: Checkpoint | None = None, **train_kwargs):
+    def __init__(
+        self,
+        train_loop_per_worker: Callable | None = None,
+        *,
+        train_loop_config: dict | None = None,
+        params: dict | None = None,
+        label_column: str | None = None,
+        num_boost_round: int = 10,
+        datasets: dict | None = None,
+        checkpoint_frequency: int = 0,
+        checkpoint_at_end: bool = True,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+        **train_kwargs,
+    ):
         timeout_s = scaling_config.timeout_s if isinstance(scaling_config, ScalingConfig) else None
         self.datasets = datasets
         inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)  # WithDatasets
         if isinstance(inner, _InCollective):  # restore(): the saved function
-            super().__init__(train_loop_per_worker, train_loop_config=train_loop_config,
-                             scaling_config=scaling_config, run_config=run_config,
-                             resume_from_checkpoint=resume_from_checkpoint)
+            super().__init__(
+                train_loop_per_worker,
+                train_loop_config=train_loop_config,
+                scaling_config=scaling_config,
+                run_config=run_config,
+                resume_from_checkpoint=resume_from_checkpoint,
+            )
             default = inner.fn is _default_loop and isinstance(train_loop_config, dict)
             cfg = train_loop_config if default else {}
             self.params, self.label_column = cfg.get("params"), cfg.get("label_column")
@@ -141,18 +167,27 @@ class XGBoostTrainer(TorchTrainer):
             return
         if train_loop_per_worker is not None:
             if params is not None or label_column is not None or train_kwargs:
-                raise TypeError("XGBoostTrainer takes either train_loop_per_worker, or params= and "
-                                "label_column= (the built-in loop), not both")
+                raise TypeError(
+                    "XGBoostTrainer takes either train_loop_per_worker, or params= and "
+                    "label_column= (the built-in loop), not both"
+                )
             fn, config = _InCollective(train_loop_per_worker, timeout_s), train_loop_config
             self.params = self.label_column = self.num_boost_round = None
         else:
-            config = self._default_config(params, label_column, num_boost_round, datasets,
-                                          checkpoint_frequency, checkpoint_at_end)
+            config = self._default_config(
+                params, label_column, num_boost_round, datasets, checkpoint_frequency, checkpoint_at_end
+            )
             config["train_kwargs"] = self._train_kwargs(train_kwargs)
             fn = _InCollective(_default_loop, timeout_s)
             self.params, self.label_column, self.num_boost_round = params, label_column, num_boost_round
-        super().__init__(fn, train_loop_config=config, scaling_config=scaling_config, run_config=run_config,
-                         resume_from_checkpoint=resume_from_checkpoint, **self._datasets_kwarg(datasets))
+        super().__init__(
+            fn,
+            train_loop_config=config,
+            scaling_config=scaling_config,
+            run_config=run_config,
+            resume_from_checkpoint=resume_from_checkpoint,
+            **self._datasets_kwarg(datasets),
+        )
         self._name_prefix = "XGBoostTrainer"
         self._total_epochs = num_boost_round if train_loop_per_worker is None else None
 
@@ -162,8 +197,10 @@ class XGBoostTrainer(TorchTrainer):
         custom_metric, early_stopping_rounds, verbose_eval."""
         fixed = sorted(set(kwargs) & {"params", "dtrain", "num_boost_round", "evals", "xgb_model"})
         if fixed:
-            raise TypeError(f"XGBoostTrainer sets {fixed} of xgboost.train itself; pass params=, "
-                            "num_boost_round=, datasets= (evals) or resume_from_checkpoint= instead")
+            raise TypeError(
+                f"XGBoostTrainer sets {fixed} of xgboost.train itself; pass params=, "
+                "num_boost_round=, datasets= (evals) or resume_from_checkpoint= instead"
+            )
         return kwargs
 
     @staticmethod
@@ -177,40 +214,59 @@ class XGBoostTrainer(TorchTrainer):
         if not datasets:
             return {}
         if not isinstance(datasets, dict):
-            raise TypeError(f"datasets must be a dict of name -> DataFrame or raynb.data.Dataset, got "
-                            f"{type(datasets).__name__}")
-        return {"datasets": {k: from_pandas(v) if isinstance(v, pd.DataFrame) else v
-                             for k, v in datasets.items()}}
+            raise TypeError(
+                f"datasets must be a dict of name -> DataFrame or raynb.data.Dataset, got "
+                f"{type(datasets).__name__}"
+            )
+        return {
+            "datasets": {k: from_pandas(v) if isinstance(v, pd.DataFrame) else v for k, v in datasets.items()}
+        }
 
     @staticmethod
-    def _default_config(params, label_column, num_boost_round, datasets, checkpoint_frequency,
-                        checkpoint_at_end) -> dict:
+    def _default_config(
+        params, label_column, num_boost_round, datasets, checkpoint_frequency, checkpoint_at_end
+    ) -> dict:
         import pandas as pd
 
         if params is None or not isinstance(params, dict):
-            raise TypeError(f"XGBoostTrainer(params=...) takes a dict of xgboost parameters, got "
-                            f"{type(params).__name__}; or pass train_loop_per_worker")
+            raise TypeError(
+                f"XGBoostTrainer(params=...) takes a dict of xgboost parameters, got "
+                f"{type(params).__name__}; or pass train_loop_per_worker"
+            )
         if not isinstance(num_boost_round, int) or isinstance(num_boost_round, bool) or num_boost_round < 1:
             raise ValueError(f"XGBoostTrainer(num_boost_round={num_boost_round!r}): give an integer >= 1")
-        if not isinstance(checkpoint_frequency, int) or isinstance(checkpoint_frequency, bool) \
-                or checkpoint_frequency < 0:
-            raise ValueError(f"XGBoostTrainer(checkpoint_frequency={checkpoint_frequency!r}): give an "
-                             "integer >= 0 (rounds between checkpoints; 0 saves only at the end)")
+        if (
+            not isinstance(checkpoint_frequency, int)
+            or isinstance(checkpoint_frequency, bool)
+            or checkpoint_frequency < 0
+        ):
+            raise ValueError(
+                f"XGBoostTrainer(checkpoint_frequency={checkpoint_frequency!r}): give an "
+                "integer >= 0 (rounds between checkpoints; 0 saves only at the end)"
+            )
         if not isinstance(label_column, str):
-            raise TypeError(f"XGBoostTrainer(label_column=...) takes the label's column name, got "
-                            f"{label_column!r}")
+            raise TypeError(
+                f"XGBoostTrainer(label_column=...) takes the label's column name, got {label_column!r}"
+            )
         if not isinstance(datasets, dict) or "train" not in datasets:
             have = sorted(datasets) if isinstance(datasets, dict) else None
-            raise ValueError(f"XGBoostTrainer needs datasets={{'train': ...}} (and optionally 'valid' "
-                             f"etc. for evals); got {have if have is not None else type(datasets).__name__}")
+            raise ValueError(
+                f"XGBoostTrainer needs datasets={{'train': ...}} (and optionally 'valid' "
+                f"etc. for evals); got {have if have is not None else type(datasets).__name__}"
+            )
         for name, ds in datasets.items():
             if isinstance(ds, pd.DataFrame):
                 check_frame(ds, label_column, name)
             elif (cols := _dataset_columns(ds)) is not None:
                 check_columns(cols[0], cols[1], label_column, name)
-        return {"params": dict(params), "label_column": label_column, "num_boost_round": num_boost_round,
-                "dataset_names": list(datasets),
-                "checkpoint_frequency": checkpoint_frequency, "checkpoint_at_end": bool(checkpoint_at_end)}
+        return {
+            "params": dict(params),
+            "label_column": label_column,
+            "num_boost_round": num_boost_round,
+            "dataset_names": list(datasets),
+            "checkpoint_frequency": checkpoint_frequency,
+            "checkpoint_at_end": bool(checkpoint_at_end),
+        }
 
     def _tune_parts(self, param_space: dict | None):
         """(fn, ScalingConfig, base config, nested key, RunConfig, name) for ``Tuner``:
@@ -219,14 +275,14 @@ class XGBoostTrainer(TorchTrainer):
         allowed = {"train_loop_config"} if self.params is None else {"params", "num_boost_round"}
         extra = sorted(set(param_space or {}) - allowed)
         if extra:
-            raise ValueError(f"param_space for this XGBoostTrainer takes only {sorted(allowed)}; got also "
-                             f"{extra}")
+            raise ValueError(
+                f"param_space for this XGBoostTrainer takes only {sorted(allowed)}; got also {extra}"
+            )
         from ..datasets import with_datasets
 
         nested = "train_loop_config" if self.params is None else ""
         fn = with_datasets(self.train_loop_per_worker, self.datasets)  # one copy per node, all trials
-        return (fn, self.scaling_config, self.train_loop_config, nested,
-                self.run_config, "XGBoostTrainer")
+        return (fn, self.scaling_config, self.train_loop_config, nested, self.run_config, "XGBoostTrainer")
 
     @staticmethod
     def get_model(checkpoint: Checkpoint, filename: str = CHECKPOINT_NAME):

@@ -5,6 +5,7 @@ reports each round's eval metrics (one report per round: ``training_iteration`` 
 rounds boosted) and checkpoints the booster, as Ray's callback does; it is raynb's
 :class:`raynb.train.xgboost.RayTrainReportCallback` with Ray's ``results_postprocessing_fn``.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -30,10 +31,17 @@ class TuneReportCheckpointCallback(RayTrainReportCallback):
 
     CHECKPOINT_NAME = CHECKPOINT_NAME
 
-    def __init__(self, metrics=None, filename: str = CHECKPOINT_NAME, frequency: int = 0,
-                 checkpoint_at_end: bool = True, results_postprocessing_fn: Callable | None = None):
-        super().__init__(metrics=metrics, filename=filename, frequency=frequency,
-                         checkpoint_at_end=checkpoint_at_end)
+    def __init__(
+        self,
+        metrics=None,
+        filename: str = CHECKPOINT_NAME,
+        frequency: int = 0,
+        checkpoint_at_end: bool = True,
+        results_postprocessing_fn: Callable | None = None,
+    ):
+        super().__init__(
+            metrics=metrics, filename=filename, frequency=frequency, checkpoint_at_end=checkpoint_at_end
+        )
         self._postprocess = results_postprocessing_fn
 
     def _report(self, model, epoch: int, metrics: dict, checkpoint: bool) -> None:
@@ -48,8 +56,12 @@ class TuneReportCallback(TuneReportCheckpointCallback):
     which this is)."""
 
     def __init__(self, metrics=None, results_postprocessing_fn: Callable | None = None):
-        super().__init__(metrics=metrics, frequency=0, checkpoint_at_end=False,
-                         results_postprocessing_fn=results_postprocessing_fn)
+        super().__init__(
+            metrics=metrics,
+            frequency=0,
+            checkpoint_at_end=False,
+            results_postprocessing_fn=results_postprocessing_fn,
+        )
 
 
 __all__ = ["TuneReportCheckpointCallback", "TuneReportCallback"]

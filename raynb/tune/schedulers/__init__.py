@@ -1,4 +1,5 @@
 """Trial schedulers (Ray Tune names): FIFO, ASHA, HyperBand, median stopping, PBT."""
+
 from .async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from .fifo import FIFOScheduler
 from .hyperband import HyperBandScheduler
@@ -6,6 +7,15 @@ from .median_stopping_rule import MedianStoppingRule
 from .pbt import PopulationBasedTraining
 from .trial_scheduler import CONTINUE, STOP, Exploit, TrialScheduler
 
-__all__ = ["TrialScheduler", "CONTINUE", "STOP", "Exploit", "FIFOScheduler", "ASHAScheduler",
-           "AsyncHyperBandScheduler", "HyperBandScheduler", "MedianStoppingRule",
-           "PopulationBasedTraining"]
+__all__ = [
+    "TrialScheduler",
+    "CONTINUE",
+    "STOP",
+    "Exploit",
+    "FIFOScheduler",
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+]

@@ -1,4 +1,5 @@
 """ASHA: asynchronous successive halving (Li et al. 2018, arXiv:1810.05934), Ray's semantics."""
+
 from __future__ import annotations
 
 import math
@@ -43,8 +44,9 @@ class _Bracket:
         return action
 
     def debug_str(self) -> str:
-        return " | ".join(f"rung {m:g}: {len(r)} recorded, cutoff {self.cutoff(r)}"
-                          for m, r in reversed(self.rungs))
+        return " | ".join(
+            f"rung {m:g}: {len(r)} recorded, cutoff {self.cutoff(r)}" for m, r in reversed(self.rungs)
+        )
 
 
 class ASHAScheduler(TrialScheduler):
@@ -81,10 +83,18 @@ class ASHAScheduler(TrialScheduler):
 
     _needs_metric = True
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None,
-                 mode: str | None = None, max_t: float = 100, grace_period: float = 1,
-                 reduction_factor: float = 4, brackets: int = 1,
-                 stop_last_trials: bool = True, seed: int | None = None):
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: float = 100,
+        grace_period: float = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+        seed: int | None = None,
+    ):
         super().__init__(metric, mode)
         if max_t <= 0:
             raise ValueError(f"max_t={max_t!r} must be > 0")
@@ -99,11 +109,10 @@ class ASHAScheduler(TrialScheduler):
         self._grace_period = grace_period
         self._rf = reduction_factor
         self._stop_last_trials = stop_last_trials
-        self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s)
-                          for s in range(brackets)]
+        self._brackets = [_Bracket(grace_period, max_t, reduction_factor, s) for s in range(brackets)]
         self._rng = np.random.default_rng(seed)
         self._trial_bracket: dict[str, int] = {}
-        self._stopped: set[str] = set()   # trials told to STOP that have not completed yet
+        self._stopped: set[str] = set()  # trials told to STOP that have not completed yet
         self._num_stopped = 0
 
     def bracket_of(self, trial) -> int:
@@ -119,7 +128,8 @@ class ASHAScheduler(TrialScheduler):
         sizes = np.array([len(b.rungs) for b in self._brackets], dtype=float)
         probs = np.exp(sizes - sizes.max())
         self._trial_bracket[trial.trial_id] = int(
-            self._rng.choice(len(self._brackets), p=probs / probs.sum()))
+            self._rng.choice(len(self._brackets), p=probs / probs.sum())
+        )
 
     def on_trial_result(self, trial, result: dict) -> str:
         self._check_result(result, self._time_attr)
@@ -131,8 +141,7 @@ class ASHAScheduler(TrialScheduler):
             action = STOP
         else:
             bracket = self._brackets[self._trial_bracket[trial.trial_id]]
-            action = bracket.on_result(trial.trial_id, result[self._time_attr],
-                                       self._score(result))
+            action = bracket.on_result(trial.trial_id, result[self._time_attr], self._score(result))
         if action == STOP:
             self._num_stopped += 1
             self._stopped.add(trial.trial_id)
@@ -146,8 +155,7 @@ class ASHAScheduler(TrialScheduler):
         stopped = trial.trial_id in self._stopped
         self._stopped.discard(trial.trial_id)
         if s is not None and not stopped and self._usable(result, self._time_attr):
-            self._brackets[s].on_result(trial.trial_id, result[self._time_attr],
-                                        self._score(result))
+            self._brackets[s].on_result(trial.trial_id, result[self._time_attr], self._score(result))
 
     def on_trial_remove(self, trial) -> None:
         self._trial_bracket.pop(trial.trial_id, None)

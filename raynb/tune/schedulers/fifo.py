@@ -1,4 +1,5 @@
 """FIFOScheduler: run trials in the order they were created, never stop one early."""
+
 from __future__ import annotations
 
 from .trial_scheduler import TrialScheduler

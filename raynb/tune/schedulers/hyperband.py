@@ -1,4 +1,5 @@
 """HyperBand (Li et al. 2017, JMLR, arXiv:1603.06560) with CONTINUE/STOP decisions only."""
+
 from __future__ import annotations
 
 import math
@@ -16,11 +17,10 @@ class _Bracket:
     def __init__(self, s: int, n0: int, r0: int, eta: float, max_t: float):
         self.s = s
         self.n0 = n0
-        self.sizes = [(int(n0 // eta ** i), min(r0 * eta ** i, max_t)) for i in range(s + 1)]
+        self.sizes = [(int(n0 // eta**i), min(r0 * eta**i, max_t)) for i in range(s + 1)]
         self.sizes[-1] = (self.sizes[-1][0], max_t)
         # Decision rungs: (milestone r_i, how many may go on = n_{i+1}, {trial_id: score}).
-        self.rungs = [(r, self.sizes[i + 1][0], {}) for i, (_, r) in enumerate(self.sizes[:-1])
-                      if r < max_t]
+        self.rungs = [(r, self.sizes[i + 1][0], {}) for i, (_, r) in enumerate(self.sizes[:-1]) if r < max_t]
         self.trial_ids: list[str] = []
         self.dropped: set[str] = set()
 
@@ -33,8 +33,7 @@ class _Bracket:
                 continue
             recorded[trial_id] = score
             # Best first; NaN counts as worst; ties go to the earlier arrival (dict order).
-            order = sorted(recorded, key=lambda k: -recorded[k]
-                           if recorded[k] == recorded[k] else math.inf)
+            order = sorted(recorded, key=lambda k: -recorded[k] if recorded[k] == recorded[k] else math.inf)
             # Anyone outside the top `keep` can no longer be promoted: later arrivals only
             # push it further down. Those already past the rung stop at their next result.
             self.dropped.update(order[keep:])
@@ -78,9 +77,15 @@ class HyperBandScheduler(TrialScheduler):
 
     _needs_metric = True
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None,
-                 mode: str | None = None, max_t: float = 81, reduction_factor: float = 3,
-                 stop_last_trials: bool = True):
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        max_t: float = 81,
+        reduction_factor: float = 3,
+        stop_last_trials: bool = True,
+    ):
         super().__init__(metric, mode)
         if max_t < 1:
             raise ValueError(f"max_t={max_t!r} must be >= 1")
@@ -93,12 +98,12 @@ class HyperBandScheduler(TrialScheduler):
         self._s_max_1 = int(round(math.log(max_t) / math.log(reduction_factor))) + 1
         self._brackets: list[_Bracket] = []
         self._trial_bracket: dict[str, _Bracket] = {}
-        self._stopped: set[str] = set()   # trial ids told to STOP
+        self._stopped: set[str] = set()  # trial ids told to STOP
 
     def _new_bracket(self, s: int) -> _Bracket:
-        n0 = int(math.ceil(self._s_max_1 / (s + 1) * self._eta ** s))
+        n0 = int(math.ceil(self._s_max_1 / (s + 1) * self._eta**s))
         # 1e-9: 81 * 3**-4 is 0.99999... in floating point.
-        r0 = max(1, int(self._max_t / self._eta ** s + 1e-9))
+        r0 = max(1, int(self._max_t / self._eta**s + 1e-9))
         return _Bracket(s, n0, r0, self._eta, self._max_t)
 
     def bracket_table(self) -> list:
@@ -128,8 +133,7 @@ class HyperBandScheduler(TrialScheduler):
         if t >= self._max_t and self._stop_last_trials:
             action = STOP
         else:
-            action = self._trial_bracket[trial.trial_id].on_result(
-                trial.trial_id, t, self._score(result))
+            action = self._trial_bracket[trial.trial_id].on_result(trial.trial_id, t, self._score(result))
         if action == STOP:
             self._stopped.add(trial.trial_id)
         return action

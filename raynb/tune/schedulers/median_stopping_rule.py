@@ -1,4 +1,5 @@
 """Median stopping rule (Golovin et al. 2017, Google Vizier), Ray's semantics."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,10 +38,16 @@ class MedianStoppingRule(TrialScheduler):
 
     _needs_metric = True
 
-    def __init__(self, time_attr: str = "time_total_s", metric: str | None = None,
-                 mode: str | None = None, grace_period: float = 60.0,
-                 min_samples_required: int = 3, min_time_slice: float = 0,
-                 hard_stop: bool = True):
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: str | None = None,
+        mode: str | None = None,
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        min_time_slice: float = 0,
+        hard_stop: bool = True,
+    ):
         super().__init__(metric, mode)
         if grace_period < 0:
             raise ValueError(f"grace_period={grace_period!r} must be >= 0")
@@ -53,8 +60,8 @@ class MedianStoppingRule(TrialScheduler):
         self._min_samples_required = min_samples_required
         self._min_time_slice = min_time_slice
         self._hard_stop = hard_stop
-        self._results: dict[str, list] = {}   # trial_id -> its results, oldest first
-        self.would_stop: set[str] = set()      # trial ids the rule decided to stop
+        self._results: dict[str, list] = {}  # trial_id -> its results, oldest first
+        self.would_stop: set[str] = set()  # trial ids the rule decided to stop
 
     def on_trial_result(self, trial, result: dict) -> str:
         self._check_result(result, self._time_attr)
@@ -65,8 +72,9 @@ class MedianStoppingRule(TrialScheduler):
         self._results.setdefault(trial.trial_id, []).append(result)
         if t < self._grace_period:
             return CONTINUE
-        others = [tid for tid, rs in self._results.items()
-                  if tid != trial.trial_id and rs[-1][self._time_attr] >= t]
+        others = [
+            tid for tid, rs in self._results.items() if tid != trial.trial_id and rs[-1][self._time_attr] >= t
+        ]
         if len(others) < self._min_samples_required:
             return CONTINUE
         means = [m for m in (self._running_mean(tid, t) for tid in others) if m is not None]
@@ -88,8 +96,9 @@ class MedianStoppingRule(TrialScheduler):
                 rs.append(result)
 
     def _running_mean(self, trial_id: str, t: float) -> float | None:
-        scoped = [self._score(r) for r in self._results[trial_id]
-                  if self._grace_period <= r[self._time_attr] <= t]
+        scoped = [
+            self._score(r) for r in self._results[trial_id] if self._grace_period <= r[self._time_attr] <= t
+        ]
         return float(np.mean(scoped)) if scoped else None
 
     def debug_string(self) -> str:

@@ -1,4 +1,5 @@
 """Population Based Training (Jaderberg et al. 2017, arXiv:1711.09846), Ray's semantics."""
+
 from __future__ import annotations
 
 import copy
@@ -36,9 +37,14 @@ def _fill_config(config: dict, mutations: dict, rng: np.random.Generator) -> Non
             config[key] = _draw(d, rng, config)
 
 
-def explore(config: dict, mutations: dict, resample_probability: float,
-            rng: np.random.Generator, perturbation_factors=(1.2, 0.8),
-            custom_explore_fn: Callable | None = None) -> dict:
+def explore(
+    config: dict,
+    mutations: dict,
+    resample_probability: float,
+    rng: np.random.Generator,
+    perturbation_factors=(1.2, 0.8),
+    custom_explore_fn: Callable | None = None,
+) -> dict:
     """Return a perturbed copy of ``config`` (PBT's explore step, Ray's rules).
 
     For each key of ``mutations``: a list (or ``choice``) -> with ``resample_probability``
@@ -53,8 +59,7 @@ def explore(config: dict, mutations: dict, resample_probability: float,
     new = copy.deepcopy(config)
     for key, d in mutations.items():
         if isinstance(d, dict):
-            new[key] = explore(config.get(key, {}), d, resample_probability, rng,
-                               perturbation_factors)
+            new[key] = explore(config.get(key, {}), d, resample_probability, rng, perturbation_factors)
             continue
         values = list(d) if isinstance(d, (list, tuple)) else getattr(d, "categories", None)
         if values is not None:
@@ -63,8 +68,11 @@ def explore(config: dict, mutations: dict, resample_probability: float,
             else:
                 idx = values.index(config[key]) + (1 if rng.random() < 0.5 else -1)
                 new[key] = values[min(max(idx, 0), len(values) - 1)]
-        elif (rng.random() < resample_probability or isinstance(config[key], bool)
-              or not isinstance(config[key], (int, float, np.number))):
+        elif (
+            rng.random() < resample_probability
+            or isinstance(config[key], bool)
+            or not isinstance(config[key], (int, float, np.number))
+        ):
             # Only numbers can be scaled; anything else is resampled.
             new[key] = _draw(d, rng, config)
         else:
@@ -75,15 +83,14 @@ def explore(config: dict, mutations: dict, resample_probability: float,
     if custom_explore_fn is not None:
         new = custom_explore_fn(new)
         if not isinstance(new, dict):
-            raise TypeError("custom_explore_fn must return the new config dict, "
-                            f"got {type(new).__name__}")
+            raise TypeError(f"custom_explore_fn must return the new config dict, got {type(new).__name__}")
     return new
 
 
 class _State:
     def __init__(self):
-        self.last_score = None            # metric_op * metric at the last report
-        self.last_time = 0.0              # time_attr at the last report
+        self.last_score = None  # metric_op * metric at the last report
+        self.last_time = 0.0  # time_attr at the last report
         self.last_perturbation_time = 0.0
 
 
@@ -133,16 +140,26 @@ class PopulationBasedTraining(TrialScheduler):
 
     _needs_metric = True
 
-    def __init__(self, time_attr: str = "training_iteration", metric: str | None = None,
-                 mode: str | None = None, perturbation_interval: float = 60.0,
-                 hyperparam_mutations: dict | None = None, quantile_fraction: float = 0.25,
-                 resample_probability: float = 0.25, perturbation_factors=(1.2, 0.8),
-                 custom_explore_fn: Callable | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: str | None = None,
+        mode: str | None = None,
+        perturbation_interval: float = 60.0,
+        hyperparam_mutations: dict | None = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors=(1.2, 0.8),
+        custom_explore_fn: Callable | None = None,
+        seed: int | None = None,
+    ):
         super().__init__(metric, mode)
         hyperparam_mutations = hyperparam_mutations or {}
         if not hyperparam_mutations and custom_explore_fn is None:
-            raise ValueError("PopulationBasedTraining needs hyperparam_mutations "
-                             "(e.g. {'lr': tune.loguniform(1e-4, 1e-1)}) or custom_explore_fn")
+            raise ValueError(
+                "PopulationBasedTraining needs hyperparam_mutations "
+                "(e.g. {'lr': tune.loguniform(1e-4, 1e-1)}) or custom_explore_fn"
+            )
         self._check_mutations(hyperparam_mutations)
         if not perturbation_interval > 0:
             raise ValueError(f"perturbation_interval={perturbation_interval!r} must be > 0")
@@ -159,7 +176,7 @@ class PopulationBasedTraining(TrialScheduler):
         self._custom_explore_fn = custom_explore_fn
         self._rng = np.random.default_rng(seed)
         self._state: dict[str, _State] = {}
-        self._trials: dict[str, object] = {}   # live trials by id, in creation order
+        self._trials: dict[str, object] = {}  # live trials by id, in creation order
         self._num_perturbations = 0
 
     @staticmethod
@@ -174,7 +191,8 @@ class PopulationBasedTraining(TrialScheduler):
                 raise TypeError(
                     f"hyperparam_mutations[{prefix}{key!r}] must be a list, a search-space "
                     f"object (tune.uniform(...), ...), a callable or a dict; got "
-                    f"{type(d).__name__}")
+                    f"{type(d).__name__}"
+                )
 
     def on_trial_add(self, trial) -> None:
         if trial.trial_id in self._state:
@@ -185,8 +203,12 @@ class PopulationBasedTraining(TrialScheduler):
 
     def _quantiles(self) -> tuple[list, list]:
         """(bottom, top) trial ids among live trials that have reported (Ray's rule)."""
-        scored = [tid for tid, st in self._state.items() if st.last_score is not None
-                  and not (isinstance(st.last_score, float) and math.isnan(st.last_score))]
+        scored = [
+            tid
+            for tid, st in self._state.items()
+            if st.last_score is not None
+            and not (isinstance(st.last_score, float) and math.isnan(st.last_score))
+        ]
         scored.sort(key=lambda tid: self._state[tid].last_score)
         if len(scored) <= 1:
             return [], []
@@ -213,8 +235,14 @@ class PopulationBasedTraining(TrialScheduler):
         donor = self._trials[donor_id]
         if not getattr(donor, "checkpoint", None):
             return CONTINUE  # nothing to copy yet (Ray skips the exploit too)
-        new_config = explore(donor.config, self._mutations, self._resample_probability,
-                             self._rng, self._perturbation_factors, self._custom_explore_fn)
+        new_config = explore(
+            donor.config,
+            self._mutations,
+            self._resample_probability,
+            self._rng,
+            self._perturbation_factors,
+            self._custom_explore_fn,
+        )
         donor_state = self._state[donor_id]
         # Its perturbation clock stays at t (Ray copies the donor's clock together with the
         # donor's iteration count; raynb's driver keeps the trial's own count, so copying
@@ -222,8 +250,12 @@ class PopulationBasedTraining(TrialScheduler):
         # now carries the donor's weights.
         st.last_score = donor_state.last_score
         self._num_perturbations += 1
-        return Exploit(config=new_config, checkpoint=donor.checkpoint, donor_id=donor_id,
-                       donor_time=donor_state.last_time)
+        return Exploit(
+            config=new_config,
+            checkpoint=donor.checkpoint,
+            donor_id=donor_id,
+            donor_time=donor_state.last_time,
+        )
 
     def _forget(self, trial) -> None:
         self._state.pop(trial.trial_id, None)
@@ -236,5 +268,7 @@ class PopulationBasedTraining(TrialScheduler):
     on_trial_remove = _forget
 
     def debug_string(self) -> str:
-        return (f"Using PopulationBasedTraining: num_perturbations={self._num_perturbations}, "
-                f"live trials={len(self._state)}")
+        return (
+            f"Using PopulationBasedTraining: num_perturbations={self._num_perturbations}, "
+            f"live trials={len(self._state)}"
+        )

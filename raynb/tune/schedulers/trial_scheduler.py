@@ -4,6 +4,7 @@ Ray Tune's ``TrialScheduler`` (docs.ray.io, ``ray.tune.schedulers``) is the refe
 driver understands three decisions: ``CONTINUE``, ``STOP`` and ``Exploit`` (PBT's "restart this
 trial from another trial's checkpoint with a new config"); there is no PAUSE.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -91,7 +92,8 @@ class TrialScheduler:
         """
         check_mode(mode)
         if (self._metric is not None and metric is not None and metric != self._metric) or (
-                self._mode is not None and mode is not None and mode != self._mode):
+            self._mode is not None and mode is not None and mode != self._mode
+        ):
             return False
         if self._metric is None:
             self._metric = metric
@@ -110,7 +112,8 @@ class TrialScheduler:
         if missing:
             raise ValueError(
                 f"{type(self).__name__} needs {' and '.join(missing)}: pass "
-                f"metric=... and mode='min'|'max' to the scheduler or to TuneConfig")
+                f"metric=... and mode='min'|'max' to the scheduler or to TuneConfig"
+            )
 
     def _check_result(self, result: dict, time_attr: str | None = None) -> None:
         """Raise ValueError if ``result`` lacks the metric (or ``time_attr``)."""
@@ -121,7 +124,8 @@ class TrialScheduler:
                 raise ValueError(
                     f"{type(self).__name__}: the trial reported no {key!r}; the reported "
                     f"keys are {shown}. Report {key!r} with raynb.tune.report(...) or set "
-                    f"the scheduler's metric/time_attr to one of these keys")
+                    f"the scheduler's metric/time_attr to one of these keys"
+                )
 
     def _score(self, result: dict) -> float:
         """``metric_op * result[metric]`` as a float: larger is better.
@@ -135,8 +139,10 @@ class TrialScheduler:
                 raise TypeError
             return self._metric_op * float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{type(self).__name__}: the trial reported {self._metric}="
-                             f"{value!r}; the metric must be a number") from None
+            raise ValueError(
+                f"{type(self).__name__}: the trial reported {self._metric}="
+                f"{value!r}; the metric must be a number"
+            ) from None
 
     def _usable(self, result: dict | None, time_attr: str | None = None) -> bool:
         """Whether a final result (which may be empty) can be scored, without raising."""

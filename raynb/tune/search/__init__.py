@@ -1,9 +1,28 @@
 """Search spaces and search algorithms (``ray.tune.search``)."""
+
 from .basic_variant import BasicVariantGenerator
 from .concurrency_limiter import ConcurrencyLimiter
-from .sample import (Categorical, Domain, Float, Function, Integer, Normal, choice, grid_search,
-                     lograndint, loguniform, qlograndint, qloguniform, qrandint, qrandn, quniform,
-                     randint, randn, sample_from, uniform)
+from .sample import (
+    Categorical,
+    Domain,
+    Float,
+    Function,
+    Integer,
+    Normal,
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
 from .searcher import Searcher
 
 
@@ -15,7 +34,28 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BasicVariantGenerator", "ConcurrencyLimiter", "OptunaSearch", "Searcher", "Domain",
-           "Float", "Integer", "Normal", "Categorical", "Function", "choice", "grid_search",
-           "lograndint", "loguniform", "qlograndint", "qloguniform", "qrandint", "qrandn", "quniform",
-           "randint", "randn", "sample_from", "uniform"]
+__all__ = [
+    "BasicVariantGenerator",
+    "ConcurrencyLimiter",
+    "OptunaSearch",
+    "Searcher",
+    "Domain",
+    "Float",
+    "Integer",
+    "Normal",
+    "Categorical",
+    "Function",
+    "choice",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "sample_from",
+    "uniform",
+]

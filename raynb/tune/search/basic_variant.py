@@ -1,12 +1,12 @@
 """Grid and random search: Ray Tune's default search algorithm."""
+
 from __future__ import annotations
 
 import copy
 from typing import Iterator
 
 from .searcher import Searcher
-from .variant_generator import (count_grid, deep_update, grid_variants, make_rng, resolve,
-                                validate_space)
+from .variant_generator import count_grid, deep_update, grid_variants, make_rng, resolve, validate_space
 
 
 class BasicVariantGenerator(Searcher):
@@ -32,14 +32,16 @@ class BasicVariantGenerator(Searcher):
 
     counts_samples = True
 
-    def __init__(self, points_to_evaluate: list[dict] | None = None, random_state=None,
-                 max_concurrent: int = 0):
+    def __init__(
+        self, points_to_evaluate: list[dict] | None = None, random_state=None, max_concurrent: int = 0
+    ):
         super().__init__()
         points = list(points_to_evaluate or [])
         for i, p in enumerate(points):
             if not isinstance(p, dict):
-                raise TypeError(f"points_to_evaluate[{i}] must be a dict of hyperparameters, got "
-                                f"{type(p).__name__}")
+                raise TypeError(
+                    f"points_to_evaluate[{i}] must be a dict of hyperparameters, got {type(p).__name__}"
+                )
         self._points = copy.deepcopy(points)
         self._rng = make_rng(random_state)
         self._space: dict = {}
@@ -63,7 +65,7 @@ class BasicVariantGenerator(Searcher):
     def total_samples(self) -> int | None:
         if self._num_samples < 0:
             return None
-        points = self._points[:self._num_samples]
+        points = self._points[: self._num_samples]
         n = sum(count_grid(deep_update(self._space, p)) for p in points)
         return n + max(0, self._num_samples - len(points)) * count_grid(self._space)
 

@@ -1,4 +1,5 @@
 """Limit how many of a searcher's trials run at once (Ray Tune's ``ConcurrencyLimiter``)."""
+
 from __future__ import annotations
 
 from .searcher import Searcher
@@ -20,8 +21,9 @@ class ConcurrencyLimiter(Searcher):
 
     def __init__(self, searcher: Searcher, max_concurrent: int):
         if not isinstance(searcher, Searcher):
-            raise TypeError(f"ConcurrencyLimiter wraps a Searcher (e.g. OptunaSearch), got "
-                            f"{type(searcher).__name__}")
+            raise TypeError(
+                f"ConcurrencyLimiter wraps a Searcher (e.g. OptunaSearch), got {type(searcher).__name__}"
+            )
         if not isinstance(max_concurrent, int) or isinstance(max_concurrent, bool) or max_concurrent < 1:
             raise ValueError(f"ConcurrencyLimiter(max_concurrent={max_concurrent!r}): give an integer >= 1")
         super().__init__(searcher.metric, searcher.mode)

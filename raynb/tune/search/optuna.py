@@ -5,6 +5,7 @@ The raynb search space is translated to Optuna distributions and every trial is
 interface), so the sampler (TPE by default: Bergstra et al. 2011, "Algorithms for
 Hyper-Parameter Optimization", NeurIPS) sees every finished trial.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,9 @@ def _import_optuna():
     try:
         import optuna
     except ImportError:
-        raise ImportError('OptunaSearch needs the optuna library: pip install "raynb[tune]" '
-                          "(or pip install optuna)") from None
+        raise ImportError(
+            'OptunaSearch needs the optuna library: pip install "raynb[tune]" (or pip install optuna)'
+        ) from None
     return optuna
 
 
@@ -47,15 +49,26 @@ class OptunaSearch(Searcher):
         ImportError: optuna is not installed.
     """
 
-    def __init__(self, space: dict | None = None, metric: str | None = None, mode: str | None = None,
-                 points_to_evaluate: list[dict] | None = None, sampler=None, seed: int | None = None):
+    def __init__(
+        self,
+        space: dict | None = None,
+        metric: str | None = None,
+        mode: str | None = None,
+        points_to_evaluate: list[dict] | None = None,
+        sampler=None,
+        seed: int | None = None,
+    ):
         if space is not None and not isinstance(space, dict):
-            raise TypeError(f"OptunaSearch(space=...) takes a dict search space, got {type(space).__name__}; "
-                            "pass metric= and mode= by keyword")
+            raise TypeError(
+                f"OptunaSearch(space=...) takes a dict search space, got {type(space).__name__}; "
+                "pass metric= and mode= by keyword"
+            )
         super().__init__(metric, mode)
         if sampler is not None and seed is not None:
-            raise ValueError("OptunaSearch got both sampler= and seed=: seed the sampler you pass "
-                             "(e.g. TPESampler(seed=...)), or pass only seed=")
+            raise ValueError(
+                "OptunaSearch got both sampler= and seed=: seed the sampler you pass "
+                "(e.g. TPESampler(seed=...)), or pass only seed="
+            )
         optuna = _import_optuna()
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the trial table shows the results
         self._sampler = sampler if sampler is not None else optuna.samplers.TPESampler(seed=seed)
@@ -78,8 +91,10 @@ class OptunaSearch(Searcher):
             return False
         if config and config is not self._space:  # the same space again: a cell re-run
             if self._space is not None:
-                raise ValueError("the search space was given twice: to OptunaSearch(space=...) and to "
-                                 "Tuner(param_space=...); give it to one of them")
+                raise ValueError(
+                    "the search space was given twice: to OptunaSearch(space=...) and to "
+                    "Tuner(param_space=...); give it to one of them"
+                )
             self._set_space(config)
         return True
 
@@ -92,41 +107,59 @@ class OptunaSearch(Searcher):
         self._space = space
         self._dists = dists
         self._index_maps = index_maps
-        self._constants = {k: v for k, v in flatten(space).items()
-                           if not any(k == d or k.startswith(d + "/") for d in dists)}
+        self._constants = {
+            k: v for k, v in flatten(space).items() if not any(k == d or k.startswith(d + "/") for d in dists)
+        }
 
     def _distribution(self, key: str, leaf, index_maps: dict):
         d = self._optuna.distributions
         if isinstance(leaf, Float):
             if leaf.log and leaf.q is not None:
-                raise ValueError(f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
-                                 "Optuna distribution; use loguniform or quniform")
+                raise ValueError(
+                    f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
+                    "Optuna distribution; use loguniform or quniform"
+                )
             return d.FloatDistribution(leaf.lower, leaf.upper, log=leaf.log, step=leaf.q)
         if isinstance(leaf, Integer):
             if leaf.log and leaf.q is not None and leaf.q != 1:
-                raise ValueError(f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
-                                 "Optuna distribution; use lograndint or qrandint")
+                raise ValueError(
+                    f"OptunaSearch: key {key!r}: {leaf!r} (quantized and log scale) has no "
+                    "Optuna distribution; use lograndint or qrandint"
+                )
             return d.IntDistribution(leaf.low, leaf.high, log=leaf.log, step=leaf.q or 1)
         if isinstance(leaf, Categorical):
             if all(isinstance(c, _PLAIN) for c in leaf.categories):
                 return d.CategoricalDistribution(leaf.categories)
             index_maps[key] = leaf.categories  # Optuna stores plain values: choose by index
             return d.CategoricalDistribution(list(range(len(leaf.categories))))
-        what = ("grid_search" if is_grid(leaf) else "sample_from" if isinstance(leaf, Function)
-                else "randn" if isinstance(leaf, Normal) else repr(leaf) if isinstance(leaf, Domain)
-                else type(leaf).__name__)
-        raise ValueError(f"OptunaSearch: key {key!r}: {what} cannot be translated to an Optuna "
-                         "distribution; use uniform/loguniform/randint/choice, or the default "
-                         "BasicVariantGenerator for grids and sample_from")
+        what = (
+            "grid_search"
+            if is_grid(leaf)
+            else "sample_from"
+            if isinstance(leaf, Function)
+            else "randn"
+            if isinstance(leaf, Normal)
+            else repr(leaf)
+            if isinstance(leaf, Domain)
+            else type(leaf).__name__
+        )
+        raise ValueError(
+            f"OptunaSearch: key {key!r}: {what} cannot be translated to an Optuna "
+            "distribution; use uniform/loguniform/randint/choice, or the default "
+            "BasicVariantGenerator for grids and sample_from"
+        )
 
     def _ensure_study(self):
         if self._study is None:
             if not self._space:
-                raise ValueError("OptunaSearch has no search space: pass Tuner(param_space=...) or "
-                                 "OptunaSearch(space=...)")
+                raise ValueError(
+                    "OptunaSearch has no search space: pass Tuner(param_space=...) or OptunaSearch(space=...)"
+                )
             if self._metric is None or self._mode is None:
-                raise ValueError("OptunaSearch needs metric= and mode= ('min' or 'max'), given to "
-                                 "OptunaSearch or to TuneConfig")
+                raise ValueError(
+                    "OptunaSearch needs metric= and mode= ('min' or 'max'), given to "
+                    "OptunaSearch or to TuneConfig"
+                )
             direction = "minimize" if self._mode == "min" else "maximize"
             self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
             for point in self._points:
@@ -175,9 +208,14 @@ class OptunaSearch(Searcher):
             return  # not a point of this space
         value = (result or {}).get(self._metric)
         ok = not error and isinstance(value, (int, float)) and not math.isnan(value)
-        study.add_trial(optuna.trial.create_trial(
-            params=params, distributions=self._dists, value=float(value) if ok else None,
-            state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params,
+                distributions=self._dists,
+                value=float(value) if ok else None,
+                state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL,
+            )
+        )
 
     @property
     def study(self):

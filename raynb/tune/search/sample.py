@@ -7,6 +7,7 @@ does. Bounds are checked when the whole space is walked (``Tuner(...)``,
 
 Reference: docs.ray.io, "Tune Search Space API" (``ray.tune.search.sample``).
 """
+
 from __future__ import annotations
 
 import math
@@ -221,6 +222,7 @@ def _check_q(d: Domain) -> None:
 
 
 # --- the public sampling functions (ray.tune names) ------------------------------------
+
 
 def uniform(lower: float, upper: float) -> Float:
     """A float uniformly in [lower, upper)."""

@@ -4,6 +4,7 @@ The driver calls ``set_search_properties`` once before any trial, then ``suggest
 whenever it can create a trial, ``on_trial_result`` for every report and
 ``on_trial_complete`` once per trial.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,8 +46,9 @@ class Searcher:
     def mode(self) -> str | None:
         return self._mode
 
-    def set_search_properties(self, metric: str | None, mode: str | None, config: dict | None,
-                              **spec: Any) -> bool:
+    def set_search_properties(
+        self, metric: str | None, mode: str | None, config: dict | None, **spec: Any
+    ) -> bool:
         """Fill in ``metric``/``mode`` from ``TuneConfig`` and take the Tuner's ``param_space``.
 
         Args:
@@ -56,7 +58,9 @@ class Searcher:
         Returns:
             bool: False if this searcher already has a different metric or mode.
         """
-        if (self._metric and metric and metric != self._metric) or (self._mode and mode and mode != self._mode):
+        if (self._metric and metric and metric != self._metric) or (
+            self._mode and mode and mode != self._mode
+        ):
             return False
         self._metric = self._metric or metric
         self._mode = self._mode or mode

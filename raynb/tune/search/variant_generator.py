@@ -4,6 +4,7 @@ A search space is a nested structure of dicts (and lists) whose leaves are const
 :class:`~raynb.tune.search.sample.Domain` objects or ``{"grid_search": [...]}``.
 Keys are addressed by paths (tuples), and shown as ``a/b/c`` as Ray Tune does.
 """
+
 from __future__ import annotations
 
 import copy
@@ -170,8 +171,10 @@ def resolve(space, rng: np.random.Generator) -> dict:
             set_path(config, path, value)
         if len(waiting) == len(functions):
             keys = ", ".join(repr(path_str(p)) for p in waiting)
-            raise ValueError(f"sample_from at {keys} read each other's values in a cycle; "
-                             "make at least one of them depend only on sampled values")
+            raise ValueError(
+                f"sample_from at {keys} read each other's values in a cycle; "
+                "make at least one of them depend only on sampled values"
+            )
         functions = waiting
     return config
 
@@ -209,8 +212,10 @@ def make_rng(random_state) -> np.random.Generator:
         return np.random.default_rng(np.random.randint(0, 2**31 - 1))
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return np.random.default_rng(int(random_state))
-    raise TypeError(f"random_state must be an int seed, a numpy Generator or RandomState, or None; "
-                    f"got {type(random_state).__name__}")
+    raise TypeError(
+        f"random_state must be an int seed, a numpy Generator or RandomState, or None; "
+        f"got {type(random_state).__name__}"
+    )
 
 
 def varying_keys(space) -> list[str]:

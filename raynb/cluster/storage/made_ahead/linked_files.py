@@ -13,6 +13,7 @@ is written anew). Removing one run's directory leaves the others' files whole. W
 user writes *into* a linked file by hand shows in every run that shares it, so links
 stay within one storage path and at most ``MAX_LINKS`` runs share a file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,12 @@ class LinkedFiles:
             return False
         try:
             st = os.stat(src, follow_symlinks=False)
-            if ((st.st_ino, st.st_size, st.st_mtime_ns) != (ino, size, mtime) or st.st_uid != os.geteuid()
-                    or st.st_mode & 0o7777 != 0o600 or st.st_nlink >= MAX_LINKS):
+            if (
+                (st.st_ino, st.st_size, st.st_mtime_ns) != (ino, size, mtime)
+                or st.st_uid != os.geteuid()
+                or st.st_mode & 0o7777 != 0o600
+                or st.st_nlink >= MAX_LINKS
+            ):
                 return False
             os.link(src, path, follow_symlinks=False)
         except OSError:
@@ -77,7 +82,7 @@ class LinkedFiles:
                 return True
         except OSError:
             pass
-        try:   # the source was swapped between the stat and the link: write it anew
+        try:  # the source was swapped between the stat and the link: write it anew
             os.unlink(path)
         except OSError:
             pass

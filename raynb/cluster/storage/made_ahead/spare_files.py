@@ -25,6 +25,7 @@ costs no more than a ``mkdir``), and for a run directory on another file system 
 ``$RAYNB_HOME`` (rename fails) or with no spare ready, the directory is made as before.
 Same names, modes and contents. ``RAYNB_SPARE_FILES=0`` turns it off.
 """
+
 from __future__ import annotations
 
 import array
@@ -101,13 +102,24 @@ class SparePool:
         used_r, used_w = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", spare_maker.__file__, str(self.dir), str(ready_w), str(used_r),
-                 str(self._size), str(self._ahead)],
-                pass_fds=(ready_w, used_r), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True)  # a Ctrl-C meant for a foreground head is not its
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    spare_maker.__file__,
+                    str(self.dir),
+                    str(ready_w),
+                    str(used_r),
+                    str(self._size),
+                    str(self._ahead),
+                ],
+                pass_fds=(ready_w, used_r),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # a Ctrl-C meant for a foreground head is not its
         except OSError as e:
-            log.warning("cannot start the spare-directory maker (run directories are made as "
-                        "needed): %s", e)
+            log.warning("cannot start the spare-directory maker (run directories are made as needed): %s", e)
             os.close(ready_r)
             os.close(used_w)
             return self

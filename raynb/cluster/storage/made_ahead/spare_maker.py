@@ -13,6 +13,7 @@ no lock the head waits on (no rename; the head takes directories only from whole
 batches). Its priority does not make its system calls preemptible (the kernel may not
 be): what keeps it out of the head's way is that each costs little (``spare_files``).
 """
+
 from __future__ import annotations
 
 import os

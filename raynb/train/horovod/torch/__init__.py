@@ -12,12 +12,31 @@ rank must call them in the same order); ``hvd.Adasum``, process sets other than 
 one, ``hvd.join`` and elastic training are not served; ``broadcast_object`` /
 ``allgather_object`` take JSON-able objects only (no pickles between ranks).
 """
+
 from __future__ import annotations
 
 from ... import session as _session
-from .collectives import (Adasum, Average, HorovodInternalError, Max, Min, Product, Sum, allgather,
-                          allgather_object, allreduce, allreduce_, allreduce_async, allreduce_async_,
-                          broadcast, broadcast_, broadcast_object, grouped_allreduce, poll, synchronize)
+from .collectives import (
+    Adasum,
+    Average,
+    HorovodInternalError,
+    Max,
+    Min,
+    Product,
+    Sum,
+    allgather,
+    allgather_object,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    broadcast,
+    broadcast_,
+    broadcast_object,
+    grouped_allreduce,
+    poll,
+    synchronize,
+)
 from .compression import Compression
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 
@@ -112,8 +131,37 @@ def nccl_built() -> int:
     return 0
 
 
-__all__ = ["init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-           "cross_size", "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-           "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
-           "allgather", "allgather_object", "broadcast", "broadcast_", "broadcast_object", "synchronize",
-           "poll", "Compression", "Average", "Sum", "Adasum", "Min", "Max", "Product", "HorovodInternalError"]
+__all__ = [
+    "init",
+    "shutdown",
+    "is_initialized",
+    "rank",
+    "size",
+    "local_rank",
+    "local_size",
+    "cross_rank",
+    "cross_size",
+    "DistributedOptimizer",
+    "broadcast_parameters",
+    "broadcast_optimizer_state",
+    "allreduce",
+    "allreduce_",
+    "allreduce_async",
+    "allreduce_async_",
+    "grouped_allreduce",
+    "allgather",
+    "allgather_object",
+    "broadcast",
+    "broadcast_",
+    "broadcast_object",
+    "synchronize",
+    "poll",
+    "Compression",
+    "Average",
+    "Sum",
+    "Adasum",
+    "Min",
+    "Max",
+    "Product",
+    "HorovodInternalError",
+]

@@ -4,6 +4,7 @@ Horovod matches operations across ranks by name, in any order; here they run in 
 each rank calls them (as torch.distributed's), so every rank must call the same collectives
 in the same order, which Horovod's examples do. ``name`` is accepted and unused.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ def _dist():
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        raise ValueError("Horovod has not been initialized; run hvd.init() inside a HorovodTrainer "
-                         "(or TorchTrainer) training function")
+        raise ValueError(
+            "Horovod has not been initialized; run hvd.init() inside a HorovodTrainer "
+            "(or TorchTrainer) training function"
+        )
     return dist
 
 
@@ -35,10 +38,17 @@ def _reduce_op(op, average):
     if op == Adasum:
         raise HorovodInternalError("hvd.Adasum is not served by raynb's Horovod API; use hvd.Average")
     dist = _dist()
-    table = {Average: dist.ReduceOp.SUM, Sum: dist.ReduceOp.SUM, Min: dist.ReduceOp.MIN,
-             Max: dist.ReduceOp.MAX, Product: dist.ReduceOp.PRODUCT}
+    table = {
+        Average: dist.ReduceOp.SUM,
+        Sum: dist.ReduceOp.SUM,
+        Min: dist.ReduceOp.MIN,
+        Max: dist.ReduceOp.MAX,
+        Product: dist.ReduceOp.PRODUCT,
+    }
     if op not in table:
-        raise ValueError(f"hvd.allreduce(op={op!r}): use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product")
+        raise ValueError(
+            f"hvd.allreduce(op={op!r}): use hvd.Average, hvd.Sum, hvd.Min, hvd.Max or hvd.Product"
+        )
     return op, table[op]
 
 
@@ -55,8 +65,16 @@ class Handle:
         return self.finish()
 
 
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=None, compression=Compression.none):
+def allreduce_async_(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
+    compression=Compression.none,
+):
     """Start an in-place allreduce of ``tensor``; ``synchronize(handle)`` returns it reduced."""
     op, torch_op = _reduce_op(op, average)
     dist = _dist()
@@ -71,7 +89,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         out = compression.decompress(sent, ctx)
         scale = postscale_factor / dist.get_world_size() if op == Average else postscale_factor
         if scale != 1.0:
-            out = out.mul_(scale) if out.dtype.is_floating_point else out.div_(int(1 / scale), rounding_mode="floor")
+            out = (
+                out.mul_(scale)
+                if out.dtype.is_floating_point
+                else out.div_(int(1 / scale), rounding_mode="floor")
+            )
         if out is not tensor:
             tensor.copy_(out)
         return tensor
@@ -79,11 +101,27 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return Handle(work, finish)
 
 
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=None, compression=Compression.none):
+def allreduce_async(
+    tensor,
+    average=None,
+    name=None,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
+    compression=Compression.none,
+):
     """As :func:`allreduce_async_`, on a copy (``tensor`` is left as it is)."""
-    return allreduce_async_(tensor.detach().clone(), average, name, op, prescale_factor, postscale_factor,
-                            process_set, compression)
+    return allreduce_async_(
+        tensor.detach().clone(),
+        average,
+        name,
+        op,
+        prescale_factor,
+        postscale_factor,
+        process_set,
+        compression,
+    )
 
 
 def synchronize(handle):
@@ -96,25 +134,48 @@ def poll(handle) -> bool:
     return handle.work is None or handle.work.is_completed()
 
 
-def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=None):
+def allreduce(
+    tensor,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
+):
     """``tensor`` reduced over every rank (averaged by default), a new tensor."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                       process_set, compression))
+    return synchronize(
+        allreduce_async(
+            tensor, average, name, op, prescale_factor, postscale_factor, process_set, compression
+        )
+    )
 
 
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=None):
+def allreduce_(
+    tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=None
+):
     """``tensor`` reduced over every rank, in place."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    return synchronize(
+        allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    )
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+def grouped_allreduce(
+    tensors,
+    average=None,
+    name=None,
+    compression=Compression.none,
+    op=None,
+    prescale_factor=1.0,
+    postscale_factor=1.0,
+    process_set=None,
+):
     """Each of ``tensors`` reduced over every rank (new tensors)."""
-    handles = [allreduce_async(t, average, name, op, prescale_factor, postscale_factor, process_set,
-                               compression) for t in tensors]
+    handles = [
+        allreduce_async(t, average, name, op, prescale_factor, postscale_factor, process_set, compression)
+        for t in tensors
+    ]
     return [synchronize(h) for h in handles]
 
 
@@ -131,7 +192,7 @@ def allgather(tensor, name=None, process_set=None):
     counts = [int(r.item()) for r in every_rows]
     flat = tensor.reshape(-1, *tensor.shape[1:]) if tensor.dim() else tensor.reshape(1)
     padded = torch.zeros((max(counts), *flat.shape[1:]), dtype=flat.dtype, device=flat.device)
-    padded[:flat.shape[0]] = flat
+    padded[: flat.shape[0]] = flat
     parts = [torch.empty_like(padded) for _ in range(world)]
     dist.all_gather(parts, padded.contiguous())
     return torch.cat([p[:n] for p, n in zip(parts, counts)])
@@ -164,12 +225,17 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
         try:
             data = json.dumps(obj).encode()
         except TypeError as e:
-            raise TypeError(f"hvd.broadcast_object: raynb's Horovod API sends JSON-able objects only "
-                            f"(no pickles between ranks): {e}") from None
+            raise TypeError(
+                f"hvd.broadcast_object: raynb's Horovod API sends JSON-able objects only "
+                f"(no pickles between ranks): {e}"
+            ) from None
     size = torch.tensor([len(data)], dtype=torch.int64)
     dist.broadcast(size, src=root_rank)
-    buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank == root_rank else \
-        torch.empty(int(size.item()), dtype=torch.uint8)
+    buf = (
+        torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if rank == root_rank
+        else torch.empty(int(size.item()), dtype=torch.uint8)
+    )
     dist.broadcast(buf, src=root_rank)
     return obj if rank == root_rank else json.loads(bytes(buf.tolist()).decode())
 
@@ -183,6 +249,6 @@ def allgather_object(obj, name=None, process_set=None):
     sizes = allgather(torch.tensor([len(data)], dtype=torch.int64))
     out, at = [], 0
     for n in sizes.tolist():
-        out.append(json.loads(bytes(every[at:at + n].tolist()).decode()))
+        out.append(json.loads(bytes(every[at : at + n].tolist()).decode()))
         at += n
     return out

@@ -1,4 +1,5 @@
 """Horovod's gradient compression (``horovod.torch.Compression``)."""
+
 from __future__ import annotations
 
 

@@ -7,6 +7,7 @@ communication overlaps the rest of the backward pass); ``step()`` waits for them
 steps the wrapped optimizer. The gradients are not divided by ``backward_passes_per_step``
 (Horovod does not either: scale the loss).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -18,7 +19,9 @@ from .compression import Compression
 class _DistributedOptimizer:
     """Methods mixed into a subclass of the user's optimizer class (as Horovod does)."""
 
-    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor):
+    def _hvd_setup(
+        self, named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor
+    ):
         _reduce_op(op, None)  # names a bad op now, not at the first step
         params = [p for group in self.param_groups for p in group["params"]]
         names = dict((id(p), n) for n, p in named_parameters) if named_parameters else {}
@@ -29,19 +32,26 @@ class _DistributedOptimizer:
         self._hvd_counts = {p: 0 for p in params}
         self._hvd_handles: dict = {}
         self._hvd_synchronized = False
-        self._hvd_hooks = [p.register_post_accumulate_grad_hook(self._hvd_hook)
-                           for p in params if p.requires_grad]
+        self._hvd_hooks = [
+            p.register_post_accumulate_grad_hook(self._hvd_hook) for p in params if p.requires_grad
+        ]
 
     def _hvd_start(self, p):
         scale = 1.0 / self._hvd_predivide if self._hvd_op == Average else 1.0
-        return allreduce_async_(p.grad, op=self._hvd_op, prescale_factor=scale,
-                                postscale_factor=self._hvd_predivide if self._hvd_op == Average else 1.0,
-                                compression=self._hvd_compression)
+        return allreduce_async_(
+            p.grad,
+            op=self._hvd_op,
+            prescale_factor=scale,
+            postscale_factor=self._hvd_predivide if self._hvd_op == Average else 1.0,
+            compression=self._hvd_compression,
+        )
 
     def _hvd_hook(self, p):
         if p in self._hvd_handles:
-            raise AssertionError("Gradients were computed more than backward_passes_per_step times before "
-                                 "optimizer.step() or synchronize(); raise backward_passes_per_step")
+            raise AssertionError(
+                "Gradients were computed more than backward_passes_per_step times before "
+                "optimizer.step() or synchronize(); raise backward_passes_per_step"
+            )
         self._hvd_counts[p] += 1
         if self._hvd_counts[p] == self._hvd_passes:
             self._hvd_handles[p] = self._hvd_start(p)
@@ -79,14 +89,24 @@ class _DistributedOptimizer:
 
     def zero_grad(self, *args, **kwargs):
         if self._hvd_handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize()")
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize()"
+            )
         return super().zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
-                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         groups=None, sparse_as_dense=False, process_set=None):
+def DistributedOptimizer(
+    optimizer,
+    named_parameters=None,
+    compression=Compression.none,
+    backward_passes_per_step=1,
+    op=Average,
+    gradient_predivide_factor=1.0,
+    groups=None,
+    sparse_as_dense=False,
+    process_set=None,
+):
     """Wrap ``optimizer`` so its gradients are reduced over the ranks before each step
     (``horovod.torch.DistributedOptimizer``).
 
@@ -112,8 +132,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)  # the same param_groups and state objects
-    wrapped._hvd_setup(list(named_parameters or []), compression, backward_passes_per_step, op,
-                       gradient_predivide_factor)
+    wrapped._hvd_setup(
+        list(named_parameters or []), compression, backward_passes_per_step, op, gradient_predivide_factor
+    )
     return wrapped
 
 
@@ -144,8 +165,11 @@ def broadcast_optimizer_state(optimizer, root_rank):
         for p, _ in saved:
             p.grad = torch.zeros_like(p)
         # The wrapped class's own step: no allreduce of these zeros.
-        step = super(_DistributedOptimizer, optimizer).step if isinstance(optimizer, _DistributedOptimizer) \
+        step = (
+            super(_DistributedOptimizer, optimizer).step
+            if isinstance(optimizer, _DistributedOptimizer)
             else optimizer.step
+        )
         step()
         for p, g in saved:
             p.grad = g

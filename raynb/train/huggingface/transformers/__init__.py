@@ -14,6 +14,7 @@ Raises:
     ImportError: on import, when transformers is not installed
         (``pip install "raynb[transformers]"``).
 """
+
 from .callback import RayTrainReportCallback
 from .prepare import freeze_imported_objects, prepare_trainer
 

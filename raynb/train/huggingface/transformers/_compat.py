@@ -1,4 +1,5 @@
 """Import transformers, or say which extra installs it."""
+
 from __future__ import annotations
 
 EXTRA_HINT = 'pip install "raynb[transformers]"'
@@ -17,6 +18,8 @@ def import_transformers():
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] not in ("transformers", "accelerate"):
             raise
-        raise ImportError("raynb.train.huggingface.transformers needs transformers and accelerate, "
-                          f"which are not installed: {EXTRA_HINT}") from None
+        raise ImportError(
+            "raynb.train.huggingface.transformers needs transformers and accelerate, "
+            f"which are not installed: {EXTRA_HINT}"
+        ) from None
     return transformers

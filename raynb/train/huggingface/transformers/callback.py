@@ -1,4 +1,5 @@
 """``RayTrainReportCallback``: a Transformers Trainer's saves and logs into raynb's ``report``."""
+
 from __future__ import annotations
 
 import os
@@ -40,8 +41,11 @@ class RayTrainReportCallback(transformers.trainer_callback.TrainerCallback):
         metrics["epoch"] = state.epoch if state.epoch is not None else 0
         tmpdir = tempfile.mkdtemp(prefix="hf-ckpt-")
         try:
-            source = transformers.trainer_utils.get_last_checkpoint(args.output_dir) \
-                if os.path.isdir(args.output_dir) else None
+            source = (
+                transformers.trainer_utils.get_last_checkpoint(args.output_dir)
+                if os.path.isdir(args.output_dir)
+                else None
+            )
             checkpoint = None
             if source is not None:
                 shutil.copytree(source, os.path.join(tmpdir, self.CHECKPOINT_NAME))

@@ -1,5 +1,6 @@
 """``prepare_trainer``: check a ``transformers.Trainer`` sees raynb's world, and let it read
 raynb Data iterables (``ray.train.huggingface.transformers.prepare_trainer``)."""
+
 from __future__ import annotations
 
 from ... import session as _session
@@ -35,8 +36,12 @@ def _is_plain_iterable(dataset) -> bool:
     torch / datasets Dataset that the Trainer batches itself."""
     import torch.utils.data as tud
 
-    return (dataset is not None and not isinstance(dataset, (tud.Dataset, dict, str))
-            and not hasattr(dataset, "__getitem__") and hasattr(dataset, "__iter__"))
+    return (
+        dataset is not None
+        and not isinstance(dataset, (tud.Dataset, dict, str))
+        and not hasattr(dataset, "__getitem__")
+        and hasattr(dataset, "__iter__")
+    )
 
 
 def _loader(iterable):
@@ -72,9 +77,11 @@ def prepare_trainer(trainer):
     task = _session._require("prepare_trainer")
     args = trainer.args
     if args.world_size != task["world_size"] or args.process_index != task["rank"]:
-        raise RuntimeError(f"prepare_trainer(): the Trainer's world is rank {args.process_index} of "
-                           f"{args.world_size}, raynb's is rank {task['rank']} of {task['world_size']}: "
-                           "build TrainingArguments inside the training function")
+        raise RuntimeError(
+            f"prepare_trainer(): the Trainer's world is rank {args.process_index} of "
+            f"{args.world_size}, raynb's is rank {task['rank']} of {task['world_size']}: "
+            "build TrainingArguments inside the training function"
+        )
     base = type(trainer)
     if getattr(base, "_raynb_prepared", False):
         return trainer
