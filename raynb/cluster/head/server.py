@@ -17,7 +17,7 @@ import zmq
 
 from .. import chunking, curve, event_batch, protocol as P, signing
 from ..connection import remove_connection_file
-from . import progress_relay, scheduler
+from . import elastic, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
 from .controller import RunController
@@ -246,8 +246,8 @@ class Head(NodeEvents, ClientRequests):
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"), self.registry.snapshot(),
-                              self.registry.capacity(), self.registry.total_gpus())
+        why = elastic.problem(spec) or scheduler.check(elastic.submit_request(spec), self.registry.snapshot(),
+                                                       self.registry.capacity(), self.registry.total_gpus())
         if why:
             return refuse(why)
         if not msg.buffers:

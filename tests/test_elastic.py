@@ -1,0 +1,177 @@
+"""Elastic runs (``ScalingConfig(num_workers=(min, max))``, Ray Train v2): the API and its
+checks, the scheduler's sizing, and real runs on private clusters that start with what
+they can place and go on at a smaller world size after a rank is SIGKILLed.
+"""
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import pytest
+
+from raynb.cluster.head import scheduler
+from raynb.cluster.head.scheduler import Fork, NodeView, Placement, Request, Snapshot, WorkerView
+from raynb.notebook.magic_args import workers_arg
+from raynb.train import FailureConfig, RunConfig, ScalingConfig
+from raynb.train.torch import TorchTrainer
+
+from conftest import private_cluster
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+# -- the API ----------------------------------------------------------------------
+def test_scaling_config_takes_min_max_as_ray_train_v2():
+    s = ScalingConfig(num_workers=(2, 4), elastic_resize_monitor_interval_s=5)
+    assert s.elasticity_enabled and (s.min_workers, s.max_workers) == (2, 4)
+    assert s.elastic_resize_monitor_interval_s == 5
+    fixed = ScalingConfig(num_workers=3)
+    assert not fixed.elasticity_enabled and fixed.num_workers == 3 == fixed.min_workers == fixed.max_workers
+    assert ScalingConfig().elastic_resize_monitor_interval_s == 60.0   # Ray's default
+
+
+@pytest.mark.parametrize("bad, words", [
+    ((4, 2), ["(4, 2)", "min_workers=4", "max_workers=2"]),
+    ((0, 3), ["(0, 3)", "min_workers=0", ">= 1"]),
+    ((1.5, 3), ["(1.5, 3)", "pair of integers"]),
+    ((1, 2, 3), ["(1, 2, 3)", "pair of integers"]),
+    ("2", ["'2'", "integer >= 1"]),
+    (0, ["num_workers=0"]),
+])
+def test_bad_num_workers_is_a_value_error_naming_the_values(bad, words):
+    with pytest.raises(ValueError) as e:
+        ScalingConfig(num_workers=bad)
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_negative_monitor_interval_is_refused():
+    with pytest.raises(ValueError, match="elastic_resize_monitor_interval_s=-1"):
+        ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=-1)
+
+
+def test_magic_workers_takes_a_range():
+    import argparse
+    assert workers_arg("4") == 4 and workers_arg("2-4") == (2, 4)
+    for bad in ("4-2", "0-3", "a-b", "2-"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            workers_arg(bad)
+
+
+# -- the scheduler's sizing (pure) --------------------------------------------------
+def _snap(idle: int, busy: int = 0, max_workers: int = 4, spawning: int = 0) -> Snapshot:
+    workers = tuple(WorkerView(f"w{i}", "local", busy=i < busy) for i in range(idle + busy))
+    return Snapshot(nodes=(NodeView("local", max_workers, spawning, num_workers=idle + busy),),
+                    workers=workers)
+
+
+def test_elastic_places_up_to_max_on_what_is_idle():
+    d = scheduler.place(Request(8, min_workers=2), _snap(idle=4))
+    assert isinstance(d, Placement) and len(d.worker_ids) == 4
+
+
+def test_elastic_forks_up_to_the_nodes_room_first():
+    d = scheduler.place(Request(8, min_workers=2), _snap(idle=2, max_workers=4))
+    assert isinstance(d, Fork) and d.forks == {"local": 2} and d.unplaceable == 0
+
+
+def test_elastic_below_min_waits_saying_how_many_are_missing():
+    d = scheduler.place(Request(8, min_workers=4), _snap(idle=1, busy=2, max_workers=3))
+    assert isinstance(d, Fork) and d.unplaceable == 3
+
+
+def test_elastic_restart_goes_on_with_what_is_idle_now():
+    # A replacement is being forked; a restart after a failure does not wait for it.
+    d = scheduler.place(Request(4, min_workers=2, now=True), _snap(idle=3, max_workers=4, spawning=1))
+    assert isinstance(d, Placement) and len(d.worker_ids) == 3
+
+
+def test_fixed_request_is_placed_as_before():
+    assert isinstance(scheduler.place(Request(4), _snap(idle=3)), Fork)
+    assert len(scheduler.place(Request(2), _snap(idle=3)).worker_ids) == 2
+
+
+# -- real runs ----------------------------------------------------------------------
+def _train(config):
+    """An all_reduce at each attempt's start (the group of this size works), then epochs
+    without collectives, a checkpoint each. Rank ``victim`` SIGKILLs itself once at the
+    start of epoch ``kill_at`` (a flag file)."""
+    import json
+    import os
+    import signal
+    import tempfile
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from raynb.train import Checkpoint, get_checkpoint, get_context, report
+
+    ctx = get_context()
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == ctx.get_world_size()
+    state = {"epoch": -1}
+    ck = get_checkpoint()
+    if ck is not None:
+        with ck.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                state = json.load(f)
+    resumed_from = state["epoch"]
+    for epoch in range(state["epoch"] + 1, config["epochs"]):
+        if (ctx.get_world_rank() == config.get("victim") and epoch == config.get("kill_at")
+                and not os.path.exists(config["flag"])):
+            open(config["flag"], "w").close()
+            time.sleep(0.5)   # the peers' reports of the epoch before are in: it is committed
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(config.get("sleep", 0.05))
+        with tempfile.TemporaryDirectory() as d:
+            if ctx.get_world_rank() == 0:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"epoch": epoch}, f)
+            report({"epoch": epoch, "resumed_from": resumed_from}, checkpoint=Checkpoint.from_directory(d))
+
+
+def test_elastic_run_starts_with_what_it_can_place(tmp_path, monkeypatch, capsys):
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=3):
+        result = TorchTrainer(_train, train_loop_config={"epochs": 3, "flag": str(tmp_path / "f")},
+                              scaling_config=ScalingConfig(num_workers=(2, 8)),
+                              run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"))).fit()
+    out = capsys.readouterr().out
+    assert result.state == "FINISHED", result.error
+    # Two warm workers and room for one more on the node: three ranks, said once.
+    assert list(result.metrics_dataframe["world_size"]) == [3, 3, 3]
+    live = out.split("FINISHED after")[0]   # (the summary after it lists the run's notes again)
+    assert live.count("this cluster holds at most 3 workers; started with 3") == 1, out
+
+
+def test_elastic_run_shrinks_after_a_rank_is_killed(tmp_path, monkeypatch, capsys):
+    # Three warm workers, room for four: the run starts on four; after the kill, the node is
+    # back at its warm count, so no replacement comes and the restart goes on with three.
+    with private_cluster(tmp_path, monkeypatch, workers=3, max_workers=4):
+        result = TorchTrainer(
+            _train, train_loop_config={"epochs": 5, "kill_at": 2, "victim": 3, "sleep": 0.2,
+                                       "flag": str(tmp_path / "f")},
+            scaling_config=ScalingConfig(num_workers=(1, 4)),
+            run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"),
+                                 failure_config=FailureConfig(max_failures=1))).fit()
+    out = capsys.readouterr().out
+    assert result.state == "FINISHED", result.error
+    assert len(result.failures) == 1 and result.failures[0]["signal"] == "SIGKILL"
+    rows = result.metrics_dataframe.to_dict("records")
+    first = [r for r in rows if r["resumed_from"] == -1]
+    second = [r for r in rows if r["resumed_from"] != -1]
+    assert {r["world_size"] for r in first} == {4} and {r["world_size"] for r in second} == {3}, rows
+    # Resumed from the last committed checkpoint: every later epoch trained once.
+    start = int(second[0]["resumed_from"])
+    assert [int(r["epoch"]) for r in second] == list(range(start + 1, 5)), rows
+    assert "shrank 4 -> 3 ranks (rank 3 died, SIGKILL); resumed from checkpoint_" in out, out
+
+
+def test_fixed_run_is_unchanged(tmp_path, monkeypatch):
+    with private_cluster(tmp_path, monkeypatch, workers=2):
+        result = TorchTrainer(_train, train_loop_config={"epochs": 2, "flag": str(tmp_path / "f")},
+                              scaling_config=ScalingConfig(num_workers=2),
+                              run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r"))).fit()
+    assert result.state == "FINISHED", result.error
+    assert "world_size" not in result.metrics_dataframe.columns   # as before: no column added
