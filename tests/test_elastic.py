@@ -5,6 +5,7 @@ they can place and go on at a smaller world size after a rank is SIGKILLed.
 from __future__ import annotations
 
 import sys
+import time
 
 import cloudpickle
 import pytest
@@ -130,6 +131,8 @@ def _train(config):
                 with open(os.path.join(d, "state.json"), "w") as f:
                     json.dump({"epoch": epoch}, f)
             report({"epoch": epoch, "resumed_from": resumed_from}, checkpoint=Checkpoint.from_directory(d))
+        if config.get("started") and epoch == 1:
+            open(config["started"], "a").close()
 
 
 def test_elastic_run_starts_with_what_it_can_place(tmp_path, monkeypatch, capsys):
@@ -175,3 +178,68 @@ def test_fixed_run_is_unchanged(tmp_path, monkeypatch):
                               run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r"))).fit()
     assert result.state == "FINISHED", result.error
     assert "world_size" not in result.metrics_dataframe.columns   # as before: no column added
+
+
+def _start_node(info: dict, node_id: str, workers: int):
+    """A second node agent on this machine (as `raynb node` on another host), joining the head."""
+    import subprocess
+
+    from raynb.cluster.connection import connection_file_path
+    return subprocess.Popen([sys.executable, "-m", "raynb.cli", "node", "--address", info["address"],
+                             "--key-file", str(connection_file_path()), "--workers", str(workers),
+                             "--max-workers", str(workers), "--node-id", node_id, "--shared-storage",
+                             "--reconnect", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop_node(proc) -> None:
+    import psutil
+
+    from conftest import alive
+    kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+    proc.terminate()
+    proc.wait(20)
+    deadline = time.monotonic() + 10
+    while alive(kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(kids), kids
+
+
+def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
+    """(1, 4) on a node that holds 2: it starts on 2; a node with 2 more joins mid-run; at
+    the next interval it is marked to grow, and after its next checkpoint it restarts on
+    4 ranks from that checkpoint, with no failure counted and every epoch trained once."""
+    import threading
+
+    flag = tmp_path / "started"
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2) as (info, client, _):
+        node = {}
+
+        def join():
+            deadline = time.monotonic() + 60
+            while not flag.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            node["proc"] = _start_node(info, "n2", 2)
+
+        t = threading.Thread(target=join)
+        t.start()
+        try:
+            result = TorchTrainer(
+                _train, train_loop_config={"epochs": 40, "sleep": 0.25, "flag": str(flag), "victim": -1,
+                                           "started": str(flag)},
+                scaling_config=ScalingConfig(num_workers=(1, 4), elastic_resize_monitor_interval_s=0.5),
+                run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"))).fit()
+        finally:
+            t.join()
+            if "proc" in node:
+                _stop_node(node["proc"])
+    out = capsys.readouterr().out
+    assert result.state == "FINISHED", result.error
+    assert result.failures == [] or not result.failures, result.failures
+    rows = result.metrics_dataframe.to_dict("records")
+    sizes = [int(r["world_size"]) for r in rows]
+    assert sizes[0] == 2 and sizes[-1] == 4, sizes
+    assert sizes == sorted(sizes), sizes   # 2s, then 4s
+    grown = [r for r in rows if r["world_size"] == 4]
+    start = int(grown[0]["resumed_from"])
+    assert start >= 0 and [int(r["epoch"]) for r in grown] == list(range(start + 1, 40)), rows
+    assert "grew 2 -> 4 ranks (room for 2 more ranks); resumed from checkpoint_" in out, out

@@ -131,8 +131,7 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR, "placement_strategy?": _STR,
-        "min_workers?": (Int(1), None), "elastic_resize_monitor_interval_s?": _NUM,   # head/elastic.py
+        "experiment?": _STR, "placement_strategy?": _STR, "min_workers?": (Int(1), None),   # head/elastic.py
         "shared_data?": Record({"key": str, "blocks": ListOf(str), "written?": ListOf(Record(
             {"node_id": str, "pid": Int(1), "blocks": ListOf(str)}))})}),   # head/data_gate.py
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),

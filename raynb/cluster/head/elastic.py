@@ -16,6 +16,8 @@ Each attempt's world size is the count placed (``Run.world_size``); ranks see it
 """
 from __future__ import annotations
 
+import time
+
 from . import scheduler
 from .run import Run
 
@@ -79,3 +81,57 @@ def capped_note(run: Run, placed: int, capacity: int) -> str | None:
         return None
     return (f"num_workers=({run.spec['min_workers']}, {hi}): this cluster holds at most {capacity} "
             f"workers; started with {placed} (it grows when a node with room joins)")
+
+
+class GrowMonitor:
+    """Ray Train v2's resize monitor: every ``elastic_resize_monitor_interval_s`` a healthy
+    elastic run below its max asks the scheduler how many ranks it could have now (its own
+    workers counted free). When that is more, it is marked to grow, and resized (the
+    controller's ``resize``: ranks stopped, restarted on the larger group from the latest
+    checkpoint) once its next checkpoint is committed, so no work a checkpoint covers is
+    lost; a run that commits none within another interval is resized anyway.
+
+    Called by the controller's tick, per running run (``RunController.grow_monitor``).
+
+    Args:
+        registry: the head's nodes and workers (``snapshot()``).
+        resize: ``resize(run)``, the controller's.
+        emit: ``emit(run, event)`` to the run's clients.
+        clock: ``time.monotonic`` (injectable).
+    """
+
+    def __init__(self, registry, resize, emit, clock=time.monotonic):
+        self._registry, self._resize, self._emit, self._clock = registry, resize, emit, clock
+
+    def __call__(self, run: Run) -> None:
+        spec = run.spec
+        if not is_elastic(spec) or run.finishing or not run.ranks or len(run.ranks) >= int(spec["num_workers"]):
+            return
+        now = self._clock()
+        interval = float(spec.get("elastic_resize_monitor_interval_s", 60.0))
+        attempt, due = spec.get("_grow_due") or (None, 0.0)
+        if attempt != run.attempt:   # a new attempt: its first look one interval after its start
+            spec["_grow_due"] = (run.attempt, now + interval)
+            spec.pop("_grow", None)
+            return
+        grow = spec.get("_grow")
+        if grow is not None:
+            latest = _latest_index(run)
+            if latest != grow["latest"] or now >= grow["deadline"]:
+                self._resize(run)
+            return
+        if now < due:
+            return
+        spec["_grow_due"] = (run.attempt, now + interval)
+        size = scheduler.elastic_size(request(spec), self._registry.snapshot(), own=tuple(run.ranks))
+        if isinstance(size, int) and size > len(run.ranks):
+            more = size - len(run.ranks)
+            spec["_grow"] = {"to": size, "latest": _latest_index(run), "deadline": now + max(interval, 1.0),
+                             "why": f"room for {more} more rank{'s' if more > 1 else ''}"}
+            self._emit(run, {"kind": "note", "text": (
+                f"room for {size} ranks (now {len(run.ranks)}): growing at the next checkpoint")})
+
+
+def _latest_index(run: Run):
+    latest = run.store.latest if run.store is not None else None
+    return latest["index"] if latest else None

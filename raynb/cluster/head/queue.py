@@ -47,6 +47,8 @@ class RunQueue:
         self._ids: list[str] = []  # pending run ids, FIFO
         self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
+        # Elastic runs grow at the controller's tick when room appears (head/elastic.py).
+        controller.grow_monitor = elastic.GrowMonitor(registry, controller.resize, emit)
 
     def add(self, run: Run, front: bool = False) -> None:
         """Queue a run (``front``: a restart goes before the runs that came after it)."""
