@@ -186,7 +186,8 @@ class Tuner:
         status = client.status()
         total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
         capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
-        per_trial = self._runner.scaling_config.num_workers
+        sc = self._runner.scaling_config   # an elastic trial needs its min, and may take up to its max
+        per_trial = getattr(sc, "min_workers", sc.num_workers)
         if per_trial > capacity:
             raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
                              "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
