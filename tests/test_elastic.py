@@ -243,3 +243,63 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
     start = int(grown[0]["resumed_from"])
     assert start >= 0 and [int(r["epoch"]) for r in grown] == list(range(start + 1, 40)), rows
     assert "grew 2 -> 4 ranks (room for 2 more ranks); resumed from checkpoint_" in out, out
+
+
+def _wait_workers(client, n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(w["state"] == "idle" for w in client.status()["workers"]) < n:
+        assert time.monotonic() < deadline, client.status()["workers"]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("min_workers", [1, 3])
+def test_elastic_run_goes_on_when_a_node_leaves(tmp_path, monkeypatch, capsys, min_workers):
+    """(min, 4) over two nodes of 2. Node n2 stops mid-run: with min 1 the run goes on at
+    once at 2 ranks; with min 3 it waits, saying for what, until n2 comes back."""
+    import threading
+
+    flag = tmp_path / "started"
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2) as (info, client, _):
+        node = {"proc": _start_node(info, "n2", 2)}
+        try:
+            _wait_workers(client, 4)
+
+            def leave():
+                deadline = time.monotonic() + 60
+                while not flag.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                _stop_node(node.pop("proc"))
+                if min_workers > 2:
+                    time.sleep(2)
+                    node["proc"] = _start_node(info, "n2", 2)
+
+            t = threading.Thread(target=leave)
+            t.start()
+            try:
+                result = TorchTrainer(
+                    _train, train_loop_config={"epochs": 30, "sleep": 0.25, "flag": str(flag), "victim": -1,
+                                               "started": str(flag)},
+                    scaling_config=ScalingConfig(num_workers=(min_workers, 4),
+                                                 elastic_resize_monitor_interval_s=60),
+                    run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"),
+                                         failure_config=FailureConfig(max_failures=2))).fit()
+            finally:
+                t.join()
+        finally:
+            if "proc" in node:
+                _stop_node(node["proc"])
+    out = capsys.readouterr().out
+    assert result.state == "FINISHED", result.error
+    assert len(result.failures) == 1, result.failures
+    rows = result.metrics_dataframe.to_dict("records")
+    sizes = [int(r["world_size"]) for r in rows]
+    assert sizes[0] == 4, sizes
+    later = [r for r in rows if r["resumed_from"] != -1]
+    start = int(later[0]["resumed_from"])
+    assert [int(r["epoch"]) for r in later] == list(range(start + 1, 30)), rows
+    if min_workers == 1:
+        assert {int(r["world_size"]) for r in later} == {2}, sizes
+        assert "shrank 4 -> 2 ranks (node n2 lost" in out, out
+    else:
+        assert "2 of min 3 workers free; waiting for 1 more" in out, out
+        assert min(int(r["world_size"]) for r in later) >= 3, sizes

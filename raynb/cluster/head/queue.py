@@ -93,11 +93,12 @@ class RunQueue:
                 self._emit(run, {"kind": "note", "text": (
                     f"waiting up to {limit:.0f}s (RAYNB_REPLACEMENT_WAIT_S) for a node with room for "
                     f"{decision.unplaceable} more worker(s): the remaining nodes cannot hold "
-                    f"{run.world_size} ranks")})
+                    f"{run.spec.get('min_workers') or run.world_size} ranks")})
             if waited >= limit:
                 self._ids.pop(0)
                 self._controller.no_room(run, (
-                    f"the restarted run needs {run.world_size} workers; the remaining nodes hold at most "
+                    f"the restarted run needs {run.spec.get('min_workers') or run.world_size} workers; "
+                    f"the remaining nodes hold at most "
                     f"{self._registry.capacity()} and no node with room joined within {limit:.0f}s "
                     "(RAYNB_REPLACEMENT_WAIT_S); add a node with `raynb node --address ...`"))
                 return False
