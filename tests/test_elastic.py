@@ -92,6 +92,54 @@ def test_fixed_request_is_placed_as_before():
     assert len(scheduler.place(Request(2), _snap(idle=3)).worker_ids) == 2
 
 
+# -- the controller's resize and the grow monitor (no process) ------------------------
+def test_resize_is_not_a_failure_and_requeues(tmp_path):
+    from test_run_controller import Harness
+    h = Harness(tmp_path)
+    run = h.running(world_size=4, min_workers=1)
+    run.ranks = run.ranks[:2]   # placed on 2 of its max 4
+    h.ctl.resize(run)
+    assert run.state == "FAILING" and h.effects.ranks("cancel_rank") == [0, 1]
+    for rank in (0, 1):
+        h.ctl.rank_returned(run, rank, "cancelled")
+    assert run.state == "PENDING" and run.attempt == 1 and run.failures == []
+    assert h.effects.named("requeue")
+
+
+def test_a_rank_error_during_a_resize_is_a_failure(tmp_path):
+    from test_run_controller import Harness
+    h = Harness(tmp_path)
+    run = h.running(world_size=2, min_workers=1, max_failures=0)
+    run.ranks = run.ranks[:1]
+    h.ctl.resize(run)
+    h.ctl.rank_returned(run, 0, "error", {"rank": 0, "exc_type": "ValueError", "message": "boom"})
+    assert run.state == "FAILED" and len(run.failures) == 1
+
+
+def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
+    from raynb.cluster.head.elastic import GrowMonitor
+    from test_run_controller import Clock, Harness
+
+    class Registry:
+        def snapshot(self):
+            return _snap(idle=2, busy=2, max_workers=4)   # busy: the run's own w0, w1
+
+    h, clock, resized, notes = Harness(tmp_path), Clock(), [], []
+    monitor = GrowMonitor(Registry(), resized.append, lambda run, e: notes.append(e["text"]), clock)
+    run = h.running(world_size=4, min_workers=1, elastic_resize_monitor_interval_s=10)
+    run.ranks = ["w0", "w1"]
+    monitor(run)                         # the attempt's first look: an interval from now
+    clock.t += 5
+    monitor(run)
+    assert not notes
+    clock.t += 6
+    monitor(run)
+    assert notes == ["room for 4 ranks (now 2): growing at the next checkpoint"] and not resized
+    run.store.latest = {"name": "checkpoint_000001", "index": 1}
+    monitor(run)                         # a checkpoint was committed since: grow now
+    assert resized == [run]
+
+
 # -- real runs ----------------------------------------------------------------------
 def _train(config):
     """An all_reduce at each attempt's start (the group of this size works), then epochs
@@ -303,3 +351,23 @@ def test_elastic_run_goes_on_when_a_node_leaves(tmp_path, monkeypatch, capsys, m
     else:
         assert "2 of min 3 workers free; waiting for 1 more" in out, out
         assert min(int(r["world_size"]) for r in later) >= 3, sizes
+
+
+def test_xgboost_trainer_takes_an_elastic_num_workers(tmp_path, monkeypatch):
+    pytest.importorskip("xgboost")
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    from raynb.train.xgboost import XGBoostTrainer
+
+    X, y = make_classification(n_samples=2000, n_features=8, random_state=0)
+    train = pd.DataFrame(X, columns=[f"f{i}" for i in range(8)]).assign(y=y)
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2):
+        result = XGBoostTrainer(params={"objective": "binary:logistic", "eval_metric": "logloss",
+                                        "tree_method": "hist"},
+                                label_column="y", num_boost_round=5, datasets={"train": train},
+                                scaling_config=ScalingConfig(num_workers=(1, 4)),
+                                run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r"))).fit()
+    assert result.state == "FINISHED", result.error
+    assert set(result.metrics_dataframe["world_size"]) == {2}
+    assert "train-logloss" in result.metrics_dataframe.columns
