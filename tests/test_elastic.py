@@ -371,3 +371,15 @@ def test_xgboost_trainer_takes_an_elastic_num_workers(tmp_path, monkeypatch):
     assert result.state == "FINISHED", result.error
     assert set(result.metrics_dataframe["world_size"]) == {2}
     assert "train-logloss" in result.metrics_dataframe.columns
+
+
+def test_magic_workers_range_runs_elastic(ip):
+    """``%%ray_train --workers 2-4`` on the session cluster's 4 idle workers: an elastic run
+    placed on all 4, that reports its world size."""
+    from conftest import ok_cell
+    ip.user_ns.pop("world", None)
+    ok_cell(ip, "%%ray_train --workers 2-4 --quiet --out world\nworld = get_context().get_world_size()\n"
+                "report({'x': 1})\n")
+    world = ip.user_ns["world"]
+    assert world == 4
+    assert list(ip.user_ns["_ray_result"].metrics_dataframe["world_size"]) == [world]
