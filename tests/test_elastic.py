@@ -300,6 +300,22 @@ def _wait_workers(client, n: int, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def _wait_node_gone(info: dict, node_id: str, timeout: float = 60.0) -> None:
+    """Until the head no longer lists ``node_id`` (asked on a connection of this thread's own)."""
+    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.control import Client
+
+    conn = read_connection_file()
+    client = Client(conn["address"], conn["key"].encode(), conn)
+    try:
+        deadline = time.monotonic() + timeout
+        while any(n["node_id"] == node_id for n in client.status()["nodes"]):
+            assert time.monotonic() < deadline, f"the head still lists node {node_id}"
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("min_workers", [1, 3])
 def test_elastic_run_goes_on_when_a_node_leaves(tmp_path, monkeypatch, capsys, min_workers):
     """(min, 4) over two nodes of 2. Node n2 stops mid-run: with min 1 the run goes on at
@@ -318,7 +334,8 @@ def test_elastic_run_goes_on_when_a_node_leaves(tmp_path, monkeypatch, capsys, m
                     time.sleep(0.05)
                 _stop_node(node.pop("proc"))
                 if min_workers > 2:
-                    time.sleep(2)
+                    _wait_node_gone(info, "n2")   # the head saw it leave: the run now waits
+                    time.sleep(3)   # (past the peers' stop grace: the restart is queued, waiting)
                     node["proc"] = _start_node(info, "n2", 2)
 
             t = threading.Thread(target=leave)

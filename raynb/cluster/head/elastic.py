@@ -116,20 +116,27 @@ class GrowMonitor:
             return
         grow = spec.get("_grow")
         if grow is not None:
-            latest = _latest_index(run)
-            if latest != grow["latest"] or now >= grow["deadline"]:
-                self._resize(run)
+            if _latest_index(run) != grow["latest"] or now >= grow["deadline"]:
+                if self._room(run) > len(run.ranks):
+                    self._resize(run)
+                else:   # the room went to another run meanwhile: no restart for nothing
+                    spec.pop("_grow")
             return
         if now < due:
             return
         spec["_grow_due"] = (run.attempt, now + interval)
-        size = scheduler.elastic_size(request(spec), self._registry.snapshot(), own=tuple(run.ranks))
-        if isinstance(size, int) and size > len(run.ranks):
+        size = self._room(run)
+        if size > len(run.ranks):
             more = size - len(run.ranks)
             spec["_grow"] = {"to": size, "latest": _latest_index(run), "deadline": now + max(interval, 1.0),
                              "why": f"room for {more} more rank{'s' if more > 1 else ''}"}
             self._emit(run, {"kind": "note", "text": (
                 f"room for {size} ranks (now {len(run.ranks)}): growing at the next checkpoint")})
+
+    def _room(self, run: Run) -> int:
+        """How many ranks the run could have now, its own workers counted free."""
+        size = scheduler.elastic_size(request(run.spec), self._registry.snapshot(), own=tuple(run.ranks))
+        return size if isinstance(size, int) else 0
 
 
 def _latest_index(run: Run):
