@@ -55,7 +55,7 @@ class NodeMemory:
         self.head, self.agent = psutil.Process(head_pid), agent
 
     def sample(self) -> int:
-        from raynb.cluster import shm
+        from raynb.cluster.node import shm
 
         total = sum(shm.segments(*self.agent).values())
         for p in [psutil.Process(), self.head] + self.head.children(recursive=True):
@@ -112,7 +112,7 @@ def _make_captured(a):
 
 def array_to_ranks(gib: float, old_mib: list, head_pid: int, agent: tuple, repeat: int) -> dict:
     import raynb.data as rd
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
     from raynb.errors import RunError
     from raynb.train import RunConfig, ScalingConfig
     from raynb.train.torch import TorchTrainer

@@ -64,7 +64,7 @@ def main(argv=None) -> int:
 
     import raynb
     import raynb.data as rd
-    from raynb.cluster import control, protocol as P
+    from raynb.cluster.protocol import control, messages as P
     from raynb.cluster.launch import start_cluster, stop_cluster
     from raynb.train import RunConfig, ScalingConfig
     from raynb.train.torch import TorchTrainer

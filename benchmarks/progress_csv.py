@@ -34,8 +34,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raynb.cluster import progress_table  # noqa: E402
-from raynb.cluster.rundir import RunDirectory  # noqa: E402
+from raynb.cluster.storage import progress_table  # noqa: E402
+from raynb.cluster.storage.rundir import RunDirectory  # noqa: E402
 from rerun_latency import machine_info  # noqa: E402
 
 SETTINGS = ("REWRITE_EVERY_S", "REWRITE_GAP_FACTOR", "MAX_REWRITE_CELLS")

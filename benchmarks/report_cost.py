@@ -91,7 +91,7 @@ def measure(reports: int, rounds: int) -> dict:
     import raynb
     from floor import Floor
     from raynb import RunConfig, ScalingConfig
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
     from raynb.train.run import execute_run  # what TorchTrainer.fit() runs, with rank 0's value
 
     def fit(n):

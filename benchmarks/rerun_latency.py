@@ -29,7 +29,7 @@ What is timed, on a private cluster (its own temporary ``RAYNB_HOME`` and
   made reproducible (each adds about 1 to the load average). They are started after the
   warm-up and killed, by pid, before the cluster stops.
 - ``spare_run_dirs``: the run directories that were spares made ahead by the head
-  (``cluster/spare_files.py``: in block groups where new files are cheap) and those
+  (``cluster/storage/made_ahead/spare_files.py``: in block groups where new files are cheap) and those
   made on the spot; ``machine.inode_create_us`` is what one new file costs in the
   benchmark's directory, at its start and end.
 
@@ -138,7 +138,7 @@ def _cluster_pids(home: str) -> list[int]:
     pids: list[int] = []
     try:
         from raynb.cluster.launch import cluster_pids
-        from raynb.cluster.connection import read_connection_file
+        from raynb.cluster.connection_file import read_connection_file
 
         info = read_connection_file()
         pids += cluster_pids(info) if info else []
@@ -276,7 +276,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
         out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
         out["floor_relay_ms"] = _summary_ms([r["seconds"] for r in relay_runs])
         out["ratio_to_floor_relay"] = round(out["warm_rerun_ms"]["median"] / out["floor_relay_ms"]["median"], 2)
-    # Run directories that were spares made ahead (cluster/spare_files.py), and those made
+    # Run directories that were spares made ahead (cluster/storage/made_ahead/spare_files.py), and those made
     # on the spot: the figure depends on it where making files is dear (see the README).
     out["spare_run_dirs"] = raynb.cluster_status().get("spare_files")
     raynb.disconnect()

@@ -1,4 +1,4 @@
-"""The ``raynb`` command: start, status, stop, node, demo; ``raynb --version``; a bare
+"""The ``raynb`` command: start, status, stop, node, run, demo; ``raynb --version``; a bare
 ``raynb`` prints the help (exit status 0)."""
 from __future__ import annotations
 
@@ -20,13 +20,32 @@ def non_negative_int(text: str) -> int:
     return n
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``raynb`` command line: one subcommand per entry of :data:`COMMANDS`."""
     from . import __version__
 
     ap = argparse.ArgumentParser(prog="raynb", description="A warm local cluster for distributed "
                                  "PyTorch from Jupyter.")
     ap.add_argument("--version", action="version", version=f"raynb {__version__}")
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+    _add_start(sub)
+    k = sub.add_parser("keygen", help="make a cluster's keys: DIR/head-keys.json, DIR/cluster-keys.json")
+    k.add_argument("dir", help="directory for the two key files (mode 0600 each)")
+    sub.add_parser("status", help="show nodes, workers and runs")
+    sub.add_parser("stop", help="stop the local cluster and all its processes")
+    _add_node(sub)
+    add_job_commands(sub)
+    r = sub.add_parser("run", help="run an unchanged Ray Train/Tune/Data script on raynb "
+                       "(`import ray` served by raynb; see docs/coming-from-ray.md)")
+    r.add_argument("script", help="the Python script, run as __main__")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
+    d.add_argument("--workers", type=positive_int, default=4, help="ranks (world size), default 4")
+    d.add_argument("--epochs", type=positive_int, default=12, help="epochs per run, default 12")
+    return ap
+
+
+def _add_start(sub) -> None:
     s = sub.add_parser("start", help="start the local cluster in the background")
     s.add_argument("--workers", type=positive_int, default=None,
                    help="warm workers to keep (default 4; with --ray: per Ray node, default its free CPUs)")
@@ -46,10 +65,9 @@ def main(argv=None) -> int:
                    help="the Ray cluster for --ray (default auto: the one on this machine)")
     s.add_argument("--key-file", default=None, help="head-keys.json from `raynb keygen`: the same keys "
                    "across restarts (node agents reconnect to a restarted head)")
-    k = sub.add_parser("keygen", help="make a cluster's keys: DIR/head-keys.json, DIR/cluster-keys.json")
-    k.add_argument("dir", help="directory for the two key files (mode 0600 each)")
-    sub.add_parser("status", help="show nodes, workers and runs")
-    sub.add_parser("stop", help="stop the local cluster and all its processes")
+
+
+def _add_node(sub) -> None:
     n = sub.add_parser("node", help="join this machine to a head as a node agent")
     n.add_argument("--address", required=True, help="the head's tcp://HOST:PORT")
     n.add_argument("--workers", type=non_negative_int, default=4, help="warm workers to keep on this machine")
@@ -65,92 +83,149 @@ def main(argv=None) -> int:
                    help="this host mounts the head's storage_path at the same path (else checkpoints stream)")
     n.add_argument("--reconnect", type=float, default=60.0, metavar="S",
                    help="seconds to keep registering again after losing the head (default 60)")
-    add_job_commands(sub)
-    d = sub.add_parser("demo", help="train a CNN on scikit-learn digits on the warm cluster")
-    d.add_argument("--workers", type=positive_int, default=4, help="ranks (world size), default 4")
-    d.add_argument("--epochs", type=positive_int, default=12, help="epochs per run, default 12")
+
+
+def main(argv=None) -> int:
+    """The ``raynb`` command; returns its exit status (2: a refused request or bad arguments).
+    Output into a pipe whose reader has gone (``raynb status | head``) ends it quietly with
+    141 (128 + SIGPIPE), as a command killed by SIGPIPE ends, not with a BrokenPipeError
+    traceback."""
+    try:
+        code = _run(argv)
+        sys.stdout.flush()   # a closed pipe shows here for output still buffered
+        return code
+    except BrokenPipeError:
+        import os
+
+        # Python flushes stdout again at exit: point it at /dev/null so that flush is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _run(argv=None) -> int:
+    from .errors import ClusterError
+
+    ap = build_parser()
     args = ap.parse_args(argv)
     if args.cmd is None:   # a bare `raynb`: what it can do, not "arguments are required: cmd"
         ap.print_help()
         return 0
-
-    from .errors import ClusterError
-
+    if args.cmd == "start" and (args.ray or args.ray_address):
+        command = _cmd_start_on_ray
+    else:
+        command = COMMANDS[args.cmd]
     try:
-        if args.cmd == "start" and (args.ray or args.ray_address):
-            from .cluster.launch.ray_engine import start_on_ray
-
-            try:
-                info, started = start_on_ray(args.ray_address or "auto", workers_per_node=args.workers,
-                                             max_workers_per_node=args.max_workers, port=args.port)
-            except ValueError as e:
-                ap.error(str(e))
-            print(f"raynb {'started' if started else 'already running'} on the Ray cluster at "
-                  f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers")
-        elif args.cmd == "start":
-            from .cluster.launch.local import start_and_keep
-
-            try:
-                info, started = start_and_keep(4 if args.workers is None else args.workers, args.max_workers,
-                                               host=args.host, port=args.port, idle_timeout_s=args.idle_timeout,
-                                               key_file=args.key_file, head_only=args.head_only)
-            except ValueError as e:
-                ap.error(str(e))
-            from .cluster.connection import connection_file_path
-
-            print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
-                  f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
-            from .cluster.launch.local import join_command
-
-            join = join_command(info, connection_file_path())
-            if join:
-                print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n"
-                      f"  {join}")
-        elif args.cmd == "keygen":
-            from .cluster.curve import write_keys
-
-            head, peers = write_keys(args.dir)
-            print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
-                  f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))")
-        elif args.cmd == "status":
-            from .cluster.control import Client
-            from .cluster.launch.local import running_cluster
-
-            info = running_cluster()
-            if info is None:
-                print("no raynb cluster is running (start one with `raynb start`)")
-                return 1
-            c = Client(info["address"], info["key"].encode(), info)
-            print(format_status(c.status()))
-            c.close()
-        elif args.cmd == "stop":
-            from .cluster.launch.local import stop_cluster
-
-            print("raynb cluster stopped" if stop_cluster() else "no raynb cluster was running")
-        elif args.cmd == "node":
-            import logging
-            import signal
-
-            from .cluster.launch.static import run_node
-
-            logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-            return run_node(args.address, args.key_file, args.workers, args.gpus, args.node_ip,
-                            key=args.key, max_workers=args.max_workers, node_id=args.node_id,
-                            shared_storage=args.shared_storage, reconnect_s=args.reconnect)
-        elif args.cmd in ("submit", "jobs"):
-            try:
-                return _job_command(args)
-            except ValueError as e:
-                print(f"raynb: {e}", file=sys.stderr)
-                return 2
-        elif args.cmd == "demo":
-            from .demo import run_demo
-
-            return run_demo(args.workers, args.epochs)
+        return command(args, ap) or 0
     except ClusterError as e:
         print(f"raynb: {e}", file=sys.stderr)
         return 2
+
+
+def _cmd_start_on_ray(args, ap) -> int:
+    from .cluster.launch.ray_engine import start_on_ray
+
+    try:
+        info, started = start_on_ray(args.ray_address or "auto", workers_per_node=args.workers,
+                                     max_workers_per_node=args.max_workers, port=args.port)
+    except ValueError as e:
+        ap.error(str(e))
+    print(f"raynb {'started' if started else 'already running'} on the Ray cluster at "
+          f"{info['ray']['address']}: head at {info['address']}, {info['workers']} warm workers")
+    return 0
+
+
+def _cmd_start(args, ap) -> int:
+    from .cluster.connection_file import connection_file_path
+    from .cluster.launch.local import join_command, start_and_keep
+
+    try:
+        info, started = start_and_keep(4 if args.workers is None else args.workers, args.max_workers,
+                                       host=args.host, port=args.port, idle_timeout_s=args.idle_timeout,
+                                       key_file=args.key_file, head_only=args.head_only)
+    except ValueError as e:
+        ap.error(str(e))
+    print(f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
+          f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}")
+    join = join_command(info, connection_file_path())
+    if join:
+        print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n"
+              f"  {join}")
+    return 0
+
+
+def _cmd_keygen(args, ap) -> int:
+    from .cluster.protocol.curve_auth import write_keys
+
+    head, peers = write_keys(args.dir)
+    print(f"{head}: for the head (`raynb start --key-file`) only, it holds the server's secret key\n"
+          f"{peers}: for node agents and clients (`--key-file`, raynb.connect(addr, key_file=...))")
+    return 0
+
+
+def _cmd_stop(args, ap) -> int:
+    from .cluster.launch.local import stop_cluster
+
+    print("raynb cluster stopped" if stop_cluster() else "no raynb cluster was running")
+    return 0
+
+
+def _cmd_node(args, ap) -> int:
+    import logging
+    import signal
+
+    from .cluster.launch.static import run_node
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s node %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    return run_node(args.address, args.key_file, args.workers, args.gpus, args.node_ip,
+                    key=args.key, max_workers=args.max_workers, node_id=args.node_id,
+                    shared_storage=args.shared_storage, reconnect_s=args.reconnect)
+
+
+def _cmd_jobs(args, ap) -> int:
+    try:
+        return _job_command(args)
+    except ValueError as e:
+        print(f"raynb: {e}", file=sys.stderr)
+        return 2
+
+
+def _cmd_run(args, ap) -> int:
+    from .compat.run_script import run_script
+
+    return run_script(args.script, args.args)
+
+
+def _cmd_demo(args, ap) -> int:
+    from .demo import run_demo
+
+    return run_demo(args.workers, args.epochs)
+
+
+def _status() -> int:
+    """``raynb status``: at once, even while a start is under way (it holds the start lock
+    until its workers are ready): what the head has so far, or that it is starting."""
+    from .cluster.protocol.control import Client
+    from .cluster.launch.local import running_cluster, starting_pid
+
+    info = running_cluster(wait=False)
+    pid = starting_pid()
+    starting = f"a raynb cluster is starting (pid {pid})" if pid else None
+    if info is None:
+        if starting:
+            print(f"{starting}; its head is not up yet: `raynb status` again in a moment")
+            return 0
+        print("no raynb cluster is running (start one with `raynb start`)")
+        return 1
+    if starting:
+        print(f"{starting}; its workers are not all ready yet. So far:")
+    c = Client(info["address"], info["key"].encode(), info)
+    try:
+        print(format_status(c.status()))
+    finally:
+        c.close()
     return 0
 
 
@@ -177,7 +252,7 @@ def add_job_commands(sub) -> None:
 
 
 def _job_client(address):
-    from .cluster.control import Client
+    from .cluster.protocol.control import Client
     from .cluster.launch.local import running_cluster
     from .client.connection import connect, disconnect
     from .errors import ClusterError
@@ -210,6 +285,7 @@ def _job_command(args) -> int:
         entry = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
         if not entry:
             raise ValueError("raynb submit needs a command after --, e.g. raynb submit -- python train.py")
+        J.check_submit(entry, None, args.job_id)  # a bad command or id: refused before connecting
         archive_dir = args.working_dir
         if archive_dir is not None:
             J.pack_working_dir(archive_dir)  # over the limit: refused before connecting
@@ -250,5 +326,12 @@ def _job_command(args) -> int:
     return 0
 
 
+# Each subcommand's function: (parsed args, the parser for its usage errors) -> exit status.
+COMMANDS = {"start": _cmd_start, "keygen": _cmd_keygen, "status": lambda args, ap: _status(),
+            "stop": _cmd_stop, "node": _cmd_node, "submit": _cmd_jobs, "jobs": _cmd_jobs,
+            "run": _cmd_run, "demo": _cmd_demo}
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

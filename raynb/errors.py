@@ -93,17 +93,25 @@ def _frame_label(filename: str, lineno: int, func: str) -> str:
     return f'File "{filename}", line {lineno}, in {func}'
 
 
-def user_traceback(exc: BaseException, name: str | None = None) -> list[str]:
+# How IPython rewrites a line or cell magic: the cell's frame shows this call with the
+# whole cell source as one escaped string.
+_MAGIC_CALLS = ("get_ipython().run_cell_magic(", "get_ipython().run_line_magic(")
+
+
+def user_traceback(exc: BaseException, name: str | None = None, hide_magic_calls: bool = False) -> list[str]:
     """``exc``'s traceback as IPython shows it through ``_render_traceback_``: the user's
     own frames (the cell, their modules), none of raynb's or IPython's, then
-    ``Type: message`` (``name`` instead of the type's)."""
+    ``Type: message`` (``name`` instead of the type's). ``hide_magic_calls``: leave out
+    a cell frame that only calls a magic (``%%ray_train``: its source is the whole cell)."""
     lines = []
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         if _internal(frame):
             continue
         code = frame.f_code
-        lines.append(_frame_label(code.co_filename, lineno, code.co_name))
         source = linecache.getline(code.co_filename, lineno, frame.f_globals).strip()
+        if hide_magic_calls and source.startswith(_MAGIC_CALLS):
+            continue
+        lines.append(_frame_label(code.co_filename, lineno, code.co_name))
         if source:
             lines.append(f"----> {source}")
     if lines:
@@ -115,10 +123,34 @@ class RunInterrupted(KeyboardInterrupt):
     """The kernel was interrupted while a run was followed: every rank was cancelled
     (or, for an attached run, this process stopped following it). A
     ``KeyboardInterrupt``, shown without raynb's frames, and named as one: a kernel's
-    error message says ``KeyboardInterrupt``, as for any interrupted cell."""
+    error message says ``KeyboardInterrupt``, as for any interrupted cell. Where the
+    interrupt met a magic (``%%ray_train``), only the message: the cell's frame would
+    repeat the whole cell as one string."""
 
     def _render_traceback_(self) -> list[str]:
-        return user_traceback(self)
+        return user_traceback(self, hide_magic_calls=True)
 
 
 RunInterrupted.__name__ = RunInterrupted.__qualname__ = "KeyboardInterrupt"
+
+
+class TuneInterrupted(KeyboardInterrupt):
+    """A notebook interrupt (the stop button, Ctrl-C) ended ``Tuner.fit()`` in an IPython
+    cell: the running trials were cancelled (PAUSED, resumable) and the cell fails, so
+    *Run All* stops at it as after any interrupted cell. A ``KeyboardInterrupt``, named
+    as one; IPython shows only its message.
+
+    Attributes:
+        result_grid: the ``ResultGrid`` of the results so far (also ``tuner.get_results()``;
+            ``%%ray_tune`` binds it to its ``--result`` name, default ``_ray_tune_result``).
+    """
+
+    def __init__(self, message: str, result_grid=None):
+        super().__init__(message)
+        self.result_grid = result_grid
+
+    def _render_traceback_(self) -> list[str]:
+        return user_traceback(self, hide_magic_calls=True)
+
+
+TuneInterrupted.__name__ = TuneInterrupted.__qualname__ = "KeyboardInterrupt"

@@ -34,8 +34,8 @@ def _nothing_left_by_killed_agents():
     workers' temp dirs nor their shared-memory segments: the next agent's start does,
     and, after the last test, this (only those whose agent's pid is gone)."""
     yield
-    from raynb.cluster import shm
-    from raynb.cluster.node_host import remove_stale_workers_tmp
+    from raynb.cluster.node import shm
+    from raynb.cluster.node.host import remove_stale_workers_tmp
 
     remove_stale_workers_tmp()
     shm.remove_stale()
@@ -147,7 +147,7 @@ def private_cluster(tmp_path, monkeypatch, workers: int = 1, env: dict | None = 
     any of its processes (also those of a cluster that replaced it there) is left."""
     import raynb
     import raynb.client.connection
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
     from raynb.cluster.launch import cluster_pids, start_cluster, stop_cluster
 
     monkeypatch.setattr(raynb.client.connection, "_client", None)

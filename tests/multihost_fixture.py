@@ -90,7 +90,7 @@ class Cluster:
     def remove_workers_tmp(self) -> None:
         """The workers' temp dirs of this cluster's node agents (``node_host``): an agent
         SIGKILLed with its host (the host-loss tests) cannot remove its own."""
-        from raynb.cluster.node_host import WORKERS_TMP_PREFIX
+        from raynb.cluster.node.host import WORKERS_TMP_PREFIX
 
         root = tempfile.gettempdir()
         for name in os.listdir(root):

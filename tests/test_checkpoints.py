@@ -262,7 +262,7 @@ def test_a_checkpoint_renamed_but_not_yet_recorded_is_adopted(tmp_path):
     """The head renames checkpoint_000NNN into place, then records it in run.json; killed
     in between, the record lags the disk. A resumed run must resume from the newest whole
     checkpoint and number the next one after it (never overwrite it)."""
-    from raynb.cluster.checkpoints import CheckpointStore
+    from raynb.cluster.storage.checkpoints import CheckpointStore
 
     for i in (0, 1):
         (tmp_path / f"checkpoint_{i:06d}").mkdir()
@@ -281,7 +281,7 @@ def test_a_committed_checkpoints_report_row_is_on_disk_with_it(tmp_path, monkeyp
     whose resume continued from a checkpoint whose report result.json did not hold
     (test_head_sigkill_leaves_no_process_then_start_and_restore_work, once in CI). The
     head's own RunStore, on real files: the row is written before the checkpoint."""
-    from raynb.cluster import signing
+    from raynb.cluster.protocol import signing
     from raynb.cluster.head.store import RunStore
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))

@@ -14,7 +14,7 @@ import pytest
 
 import raynb
 from raynb.cluster.launch import cluster_pids
-from raynb.cluster.connection import read_connection_file
+from raynb.cluster.connection_file import read_connection_file
 from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
 

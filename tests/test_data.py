@@ -15,7 +15,7 @@ import pytest
 
 import raynb
 import raynb.data as rd
-from raynb.cluster import shm
+from raynb.cluster.node import shm
 from raynb.errors import RunError
 from raynb.train import RunConfig, ScalingConfig, get_context, get_dataset_shard, report
 from raynb.train.torch import TorchTrainer
@@ -286,14 +286,15 @@ def test_bad_input_is_named_before_anything_ships(warm, tmp_path):
     assert "in __call__" not in str(info.value)  # the rank's traceback starts at the user's code (no wrapper)
     with pytest.raises(ValueError, match="column 'b' has 3 rows but column 'a' has 4"):
         rd.from_numpy({"a": np.zeros(4), "b": np.zeros(3)})
-    with pytest.raises(ValueError, match=r"datasets\['train'\]: column 's' has dtype <U1"):
-        TorchTrainer(tain, datasets={"train": rd.from_numpy({"s": np.array(list("abcd"))})})
+    with pytest.raises(ValueError, match=r"datasets\['train'\]: column 't' has dtype datetime64"):
+        TorchTrainer(tain, datasets={"train": rd.from_numpy({"t": np.zeros(4, dtype="datetime64[s]")})})
     with pytest.raises(FileNotFoundError, match="nope.parquet' does not exist"):
         rd.read_parquet(str(tmp_path / "nope.parquet"))
     with pytest.raises(FileNotFoundError, match="no file matches"):
         rd.read_parquet(str(tmp_path / "*.parquet"))
-    with pytest.raises(MemoryError, match=r"needs \d+ MiB of shared memory on this node, but /dev/shm has "
-                                          r"\d+ MiB free\. Stream it from files.*read_parquet.*more room"):
+    with pytest.raises(MemoryError, match=r"needs \d+ bytes \(.* MiB\) of shared memory in /dev/shm on this node, "
+                                          r"but /dev/shm has \d+ bytes .* free\. Fixes: use a file dataset.*"
+                                          r"read_parquet.*more room.*fewer copies"):
         shm.check_room(shm.free_bytes() + 1, "a dataset")
     with pytest.raises(TypeError, match=r"datasets\['x'\] is a ndarray"):
         TorchTrainer(tain, datasets={"x": np.zeros(3)})
@@ -406,8 +407,8 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
     to the agent's own data socket in signed 1 MiB pieces, the head never sees them."""
     import zmq
 
-    from raynb.cluster import data_server
-    from raynb.cluster import protocol as P
+    from raynb.cluster.node import data_server
+    from raynb.cluster.protocol import messages as P
 
     monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
     sent = []
@@ -456,7 +457,8 @@ def test_data_socket_is_curve_encrypted_off_loopback():
     handshake (the real sockets, on loopback here)."""
     import zmq
 
-    from raynb.cluster import curve, data_server
+    from raynb.cluster.protocol import curve_auth as curve
+    from raynb.cluster.node import data_server
 
     keys = curve.new_keys()
     client_keys = curve.client_part(keys)
@@ -533,7 +535,7 @@ def test_local_shuffle_and_file_pieces_without_a_cluster(tmp_path):
     assert got == [list(range(11)), list(range(11, 21)) + [0]]   # 21 rows: 11 each, padded by wrapping
 
 
-def test_read_with_columns_keeps_only_those_and_a_class_needs_num_workers(tmp_path):
+def test_read_with_columns_keeps_only_those_and_a_class_is_built_once(tmp_path):
     import pandas as pd
 
     df = pd.DataFrame({"id": np.arange(10), "a": np.arange(10) * 2.0, "b": np.ones(10)})
@@ -548,18 +550,23 @@ def test_read_with_columns_keeps_only_those_and_a_class_needs_num_workers(tmp_pa
     with pytest.raises(ValueError, match=r"columns \['z'\] are not in the files"):
         rd.read_parquet(str(tmp_path / "t.parquet"), columns=["z"])
 
-    class Predictor:
+    class Predictor:   # a class on the lazy path: built once per reading process, as Ray's actor
+        built = 0
+
+        def __init__(self):
+            Predictor.built += 1
+
         def __call__(self, batch):
             return batch
-    with pytest.raises(TypeError, match=r"map_batches\(Predictor\) is a class.*num_workers=N"):
-        rd.from_numpy({"a": np.zeros(4)}).map_batches(Predictor)
+    ds = rd.from_numpy({"a": np.zeros(4)}).map_batches(Predictor, concurrency=2)
+    assert [len(b["a"]) for b in ds.iter_batches(batch_size=1)] == [1] * 4 and Predictor.built == 1
 
 
 def test_data_socket_unfinished_segment_is_dropped_with_its_key():
     import zmq
 
-    from raynb.cluster import data_server
-    from raynb.cluster import protocol as P
+    from raynb.cluster.node import data_server
+    from raynb.cluster.protocol import messages as P
 
     ctx, key = zmq.Context(), b"k" * 64
     server = data_server.DataServer(ctx, key, "127.0.0.1", "droptest")
@@ -603,8 +610,8 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
     in-memory data is never held."""
     from raynb.client import bulk
     from raynb.client.run import build_submission, follow_run, submit_run_accepted
-    from raynb.cluster import control
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import control
+    from raynb.cluster.protocol import messages as P
     from raynb.train.datasets import with_datasets
 
     ds = rd.from_numpy({"x": np.arange(4000, dtype=np.float32).reshape(-1, 4) + 7})

@@ -232,7 +232,7 @@ def _start_node(info: dict, node_id: str, workers: int):
     """A second node agent on this machine (as `raynb node` on another host), joining the head."""
     import subprocess
 
-    from raynb.cluster.connection import connection_file_path
+    from raynb.cluster.connection_file import connection_file_path
     return subprocess.Popen([sys.executable, "-m", "raynb.cli", "node", "--address", info["address"],
                              "--key-file", str(connection_file_path()), "--workers", str(workers),
                              "--max-workers", str(workers), "--node-id", node_id, "--shared-storage",
@@ -302,8 +302,8 @@ def _wait_workers(client, n: int, timeout: float = 60.0) -> None:
 
 def _wait_node_gone(info: dict, node_id: str, timeout: float = 60.0) -> None:
     """Until the head no longer lists ``node_id`` (asked on a connection of this thread's own)."""
-    from raynb.cluster.connection import read_connection_file
-    from raynb.cluster.control import Client
+    from raynb.cluster.connection_file import read_connection_file
+    from raynb.cluster.protocol.control import Client
 
     conn = read_connection_file()
     client = Client(conn["address"], conn["key"].encode(), conn)

@@ -195,7 +195,7 @@ def test_sigkilled_worker_fails_run_and_is_replaced(warm):
 def test_worker_killed_from_outside_fails_run_and_is_replaced(warm):
     """`kill -9` of a rank's pid (as the OOM killer would) while the run sleeps."""
     from raynb.client import Client
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
 
     info = read_connection_file()
     before = {w["pid"] for w in warm.status()["workers"]}

@@ -508,7 +508,7 @@ def test_head_sigkill_leaves_no_process_then_start_and_restore_work(tmp_path, mo
     client = None
     try:
         cmds = {tuple(psutil.Process(p).cmdline()[1:3]) for p in pids}
-        assert {("-m", "raynb.cluster.head"), ("-m", "raynb.cluster.node"), ("-m", "raynb.cluster.zygote")} <= cmds, cmds
+        assert {("-m", "raynb.cluster.head"), ("-m", "raynb.cluster.node.agent"), ("-m", "raynb.cluster.node.zygote")} <= cmds, cmds
         assert len(pids) >= 5, pids  # head, node, zygote, 2 workers
         client = subprocess.Popen(
             [sys.executable, "-c", CLIENT_RUN.format(tests=os.path.dirname(__file__), config=config)],
@@ -583,8 +583,8 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
 
     import zmq
 
-    from raynb.cluster import protocol as P
-    from raynb.cluster.node import NodeAgent
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.node.agent import NodeAgent
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     key = P.new_key()

@@ -164,10 +164,15 @@ def test_unknown_run_is_404_with_the_names_it_has(server, dash_run):
 
 
 @pytest.mark.parametrize("query, why", [("rank=4", "this run has 4 rank"), ("rank=x", "give a rank number"),
-                                        ("stream=out", "use stdout, stderr"), ("lines=0", "positive number")])
+                                        ("stream=out", "use stdout, stderr"), ("lines=0", "positive number"),
+                                        # digits that str.isdigit() takes and int() refuses
+                                        ("rank=%C2%B2", "the parameter rank='²' is not a rank"),
+                                        ("lines=%C2%B9", "the parameter lines='¹' is not a line count"),
+                                        ("lines=" + "9" * 5000, "is not a line count")])
 def test_bad_log_parameters_are_400_saying_why(server, dash_run, query, why):
     status, body, _ = _get(server[0] + f"raynb/api/runs/{RUN}/logs?{query}")
     assert status == 400 and why in body["message"], body
+    assert "invalid literal" not in body["message"] and "int()" not in body["message"], body
 
 
 def test_cancel_of_an_ended_run_is_409(server, dash_run):

@@ -307,7 +307,7 @@ print("HEAD", client.info["pids"]["head"], result.state)
 @contextmanager
 def _private_home(tmp_path):
     """A RAYNB_HOME of the test's own; its cluster (if any) is stopped and checked gone after."""
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
     from raynb.cluster.launch import cluster_pids
 
     home = tmp_path / "home"
@@ -395,7 +395,7 @@ def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_
     # stopped ... while this run was active"): it now waits until no one else uses it.
     from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     (tmp_path / "guest.py").write_text(textwrap.dedent(GUEST_SCRIPT))
@@ -427,7 +427,7 @@ def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path)
     `raynb stop` still ends it."""
     from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
-    from raynb.cluster.connection import read_connection_file
+    from raynb.cluster.connection_file import read_connection_file
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     go = tmp_path / "go"
@@ -467,7 +467,7 @@ def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path)
 KILLED_HEAD_SCRIPT = """
 import os, signal, threading, time
 import raynb
-from raynb.cluster.connection import head_alive
+from raynb.cluster.connection_file import head_alive
 from raynb.cluster.launch import cluster_pids
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer

@@ -16,8 +16,8 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.cluster import run_logs
-from raynb.cluster.rundir import OUTPUT_TAIL_LINES, RunDirectory
+from raynb.cluster.storage import run_logs
+from raynb.cluster.storage.rundir import OUTPUT_TAIL_LINES, RunDirectory
 from raynb.notebook import widgets as widgets_mod
 from raynb.notebook.log_view import ALL, LogTail, LogView
 from raynb.notebook.progress import RunProgress
@@ -281,7 +281,7 @@ def _table(path) -> tuple[list[str], list[dict]]:
 def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
     # Each report bringing a new key (report({f"loss_{epoch}": ...})) rewrote progress.csv at
     # every flush: 2,000 such reports took 24 s of the head's one thread, 5,000 six minutes.
-    from raynb.cluster import progress_table
+    from raynb.cluster.storage import progress_table
 
     rd = RunDirectory(str(tmp_path), "r")
     rd.prepare_files()
@@ -314,7 +314,7 @@ def test_progress_csv_is_not_rewritten_whole_at_every_new_metric(tmp_path):
 def test_a_new_metric_widens_progress_csv_within_a_second_and_a_resume_repairs_it(tmp_path):
     import time as _time
 
-    from raynb.cluster.progress_table import REWRITE_EVERY_S
+    from raynb.cluster.storage.progress_table import REWRITE_EVERY_S
 
     rd = RunDirectory(str(tmp_path), "r")
     rd.prepare_files()

@@ -28,9 +28,9 @@ import raynb
 import raynb.client.connection
 from raynb.client.run import build_submission, follow_run, submit_run
 from raynb.client.status import format_status
-from raynb.cluster import protocol as P
-from raynb.cluster.connection import read_connection_file
-from raynb.cluster.control import Client
+from raynb.cluster.protocol import messages as P
+from raynb.cluster.connection_file import read_connection_file
+from raynb.cluster.protocol.control import Client
 from raynb.cluster.head.pool import WorkerPool, idle_timeout_s
 from raynb.cluster.head.registry import NodeInfo, Registry, WorkerInfo
 from raynb.cluster.launch import start_cluster, stop_cluster
@@ -608,7 +608,7 @@ def test_workers_temp_dirs_of_a_killed_agent_are_removed_and_a_live_ones_kept(tm
     (and the test session's end) removes those whose agent's pid is gone, no other."""
     import tempfile
 
-    from raynb.cluster.node_host import WORKERS_TMP_PREFIX, remove_stale_workers_tmp
+    from raynb.cluster.node.host import WORKERS_TMP_PREFIX, remove_stale_workers_tmp
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     gone = subprocess.Popen([sys.executable, "-c", "pass"])

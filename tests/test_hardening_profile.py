@@ -232,7 +232,7 @@ def test_a_cancel_during_the_flush_is_held_until_the_files_are_written(tmp_path)
 
     import torch
 
-    from raynb.cluster import task_context
+    from raynb.cluster.worker import task_context
     from raynb.train import profiling
 
     def on_sigint(signum, frame):

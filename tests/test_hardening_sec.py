@@ -18,7 +18,7 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -267,13 +267,13 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
     from raynb.train.run import execute_run
 
     with private_cluster(tmp_path, monkeypatch, 1, max_workers=1, host=host) as (info, client):
-        from raynb.cluster import curve
+        from raynb.cluster.protocol import curve_auth as curve
 
         # Off loopback (0.0.0.0) every link is CurveZMQ: the agent gets the Curve client keys
         # as the head hands them to its own node agent.
         env = dict(os.environ, RAYNB_KEY=info["key"], **curve.to_env(info.get("curve")))
         with open(tmp_path / "node2.log", "wb") as log:
-            node = subprocess.Popen([sys.executable, "-m", "raynb.cluster.node", "--address", info["address"],
+            node = subprocess.Popen([sys.executable, "-m", "raynb.cluster.node.agent", "--address", info["address"],
                                      "--workers", "1", "--max-workers", "1", "--node-id", "second"],
                                     env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -358,7 +358,7 @@ def _big_function(config):
 def test_large_payloads_travel_in_signed_chunks(warm):
     """A function with 20 MiB of captured data and a 3 MiB return value: both over the
     frame limit, so both travel as trains of signed chunks, and the run works."""
-    from raynb.cluster import chunking
+    from raynb.cluster.protocol import chunking
     from raynb.train.run import execute_run
 
     blob = os.urandom(20 << 20)
@@ -375,7 +375,7 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
 
     import zmq
 
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from raynb.cluster.head.server import NODE_TIMEOUT_S
     from test_protocol import dealer, rejected_count, submit_spec, sync, head_still_works
 
@@ -483,7 +483,7 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
 
     import zmq
 
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from test_protocol import dealer, rejected_count, sync
 
     log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
@@ -515,7 +515,7 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
 
     import zmq
 
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from raynb.cluster.head.node_events import REFUSALS_LOGGED_EVERY_S
     from test_protocol import dealer, sync
 
@@ -611,7 +611,7 @@ def test_what_raynb_submits_fits_the_submit_schema(tmp_path):
     import numpy as np
 
     from raynb.client.run import build_submission
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
 
     for config in (None, "a string", [1, 2], {"lr": np.float32(0.1), "n": np.int64(3)}):
         spec, _ = build_submission(

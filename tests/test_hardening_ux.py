@@ -405,7 +405,7 @@ def slow_scores(config):
 def test_runs_groups_trials_by_experiment_and_a_stopped_trial_reads_stopped(warm, tmp_path):
     import raynb
     from raynb import Result, tune
-    from raynb.cluster.rundir import read_run_dir
+    from raynb.cluster.storage.rundir import read_run_dir
     from raynb.train import RunConfig
     from raynb.tune.schedulers import FIFOScheduler
 
@@ -473,7 +473,7 @@ TorchTrainer(nap, scaling_config=ScalingConfig(num_workers=1), run_config=RunCon
 
 def test_status_has_cpu_and_rss_right_after_start_and_lists_the_active_run(private_home, monkeypatch):
     from raynb.client.status import format_status
-    from raynb.cluster.control import Client
+    from raynb.cluster.protocol.control import Client
     from raynb.cluster.launch import start_cluster
 
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH"):
@@ -508,7 +508,7 @@ SCRIPT = """
 import json, sys
 import raynb
 from raynb.cluster.launch import cluster_pids
-from raynb.cluster.connection import read_connection_file
+from raynb.cluster.connection_file import read_connection_file
 
 raynb.connect(num_workers=1)
 print(json.dumps(cluster_pids(read_connection_file())))
@@ -547,7 +547,7 @@ import json
 import raynb
 from raynb import RunConfig, ScalingConfig, TorchTrainer
 from raynb.cluster.launch import cluster_pids
-from raynb.cluster.connection import read_connection_file
+from raynb.cluster.connection_file import read_connection_file
 
 def long_run():
     import time

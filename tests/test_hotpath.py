@@ -155,7 +155,7 @@ def test_spare_run_directories_are_private_made_by_an_idle_process_and_renamed_i
 
     import psutil
 
-    from raynb.cluster.spare_files import SparePool
+    from raynb.cluster.storage.made_ahead.spare_files import SparePool
 
     root = tmp_path / "spare"
     pool = SparePool(root, dirs=2, ahead=1).start()
@@ -193,7 +193,7 @@ def _inode_flags(path) -> int | None:
     import fcntl
     import os
 
-    from raynb.cluster import spare_files
+    from raynb.cluster.storage.made_ahead import spare_files
 
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -209,8 +209,8 @@ def _inode_flags(path) -> int | None:
 def test_spare_directories_are_spread_over_block_groups_where_the_file_system_can(tmp_path):
     """ext2/3/4: the spare root is flagged a top of hierarchies (``chattr +T``), so Orlov
     spreads the maker's batches; elsewhere nothing is flagged and nothing fails."""
-    from raynb.cluster import spare_files
-    from raynb.cluster.spare_files import SparePool
+    from raynb.cluster.storage.made_ahead import spare_files
+    from raynb.cluster.storage.made_ahead.spare_files import SparePool
 
     pool = SparePool(tmp_path / "spare", dirs=2, ahead=1).start()
     try:
@@ -233,7 +233,7 @@ def test_the_spare_maker_cleans_up_and_exits_when_its_head_is_killed(tmp_path):
     import psutil
 
     root = tmp_path / "spare"
-    code = ("import sys, time\nfrom raynb.cluster.spare_files import SparePool\n"
+    code = ("import sys, time\nfrom raynb.cluster.storage.made_ahead.spare_files import SparePool\n"
             f"p = SparePool({str(root)!r}).start()\nprint(p._proc.pid, p.dir, flush=True)\ntime.sleep(60)\n")
     head = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -249,7 +249,7 @@ def test_the_spare_maker_cleans_up_and_exits_when_its_head_is_killed(tmp_path):
         assert not own.exists() and list(root.iterdir()) == []
         # the next head's pool removes what a killed one's maker could not, and only that
         (root / "1-dead").mkdir()
-        from raynb.cluster.spare_files import SparePool
+        from raynb.cluster.storage.made_ahead.spare_files import SparePool
 
         pool = SparePool(root).start()
         try:
@@ -301,7 +301,7 @@ def test_an_unchanged_rerun_links_its_function_and_params_and_an_edited_file_is_
 
 
 def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm, tmp_path):
-    from raynb.cluster.rundir import read_run_dir
+    from raynb.cluster.storage.rundir import read_run_dir
     from raynb.train.run import execute_run
 
     def quiet():
@@ -378,8 +378,8 @@ def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch
 def test_a_22_client_gets_the_first_states_after_the_accepted(warm, monkeypatch):
     """A 2.2 client (run_events, but no events inside run_accepted) gets the submit's
     states in a run_events message after the accepted, as before 2.3."""
-    from raynb.cluster import protocol as P
-    from raynb.cluster.control import Client
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol.control import Client
 
     info = get_client().info
     monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.2")
@@ -396,8 +396,8 @@ def test_a_22_client_gets_the_first_states_after_the_accepted(warm, monkeypatch)
 
 def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatch):
     """A 2.1 client (no run_events) is sent each event as its own run_event, as before."""
-    from raynb.cluster import protocol as P
-    from raynb.cluster.control import Client
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol.control import Client
 
     info = get_client().info
     monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.1")  # what this client's messages say
@@ -418,9 +418,9 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
     head gets them as before. Order and content are the same either way."""
     import collections
 
-    from raynb.cluster import event_batch
-    from raynb.cluster import protocol as P
-    from raynb.cluster.worker_link import HeadLink
+    from raynb.cluster.protocol import event_batch
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.worker.head_link import HeadLink
 
     class Dealer:   # where the I/O thread's frames go: kept, then verified as the head does
         def __init__(self):
@@ -461,7 +461,7 @@ def test_a_long_tasks_reports_reach_the_client_while_it_runs_and_a_short_ones_ri
     """worker_link: a task that runs past HANDOVER_S lends the link to the I/O thread,
     which sends what was reported so far at once; the client sees report 0 long before
     the function ends. A short task's report and end travel together, still in order."""
-    from raynb.cluster import worker_link
+    from raynb.cluster.worker import head_link as worker_link
 
     client = get_client()
     spec, payload = build_submission(_report_then_wait, {"wait": 1.0}, ScalingConfig(num_workers=2), QUIET)
@@ -493,7 +493,7 @@ def test_a_long_tasks_reports_reach_the_client_while_it_runs_and_a_short_ones_ri
 def test_the_wake_timer_fires_once_after_its_delay_and_never_when_disarmed_first():
     import select
 
-    from raynb.cluster.wake_timer import WakeTimer
+    from raynb.cluster.worker.wake_timer import WakeTimer
 
     timer = WakeTimer()
     try:
@@ -523,8 +523,8 @@ def test_the_compiled_schema_checks_agree_with_the_described_problems():
     import copy
     import random
 
-    from raynb.cluster import protocol as P
-    from raynb.cluster import schema
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import schema
 
     odd = [None, True, 0, -1, 3, 2.5, "x", "", [], [1], ["a"], {}, {"k": 1}, {1: 2}, b"b", 1 << 70]
     rng = random.Random(15)
@@ -572,7 +572,7 @@ def test_the_compiled_schema_checks_agree_with_the_described_problems():
 def test_a_private_file_is_rewritten_whole_without_truncating_first(tmp_path):
     import os
 
-    from raynb.cluster.private_files import rewrite, write_json_atomic
+    from raynb.cluster.storage.private_files import rewrite, write_json_atomic
 
     target = tmp_path / "state.json"
     (tmp_path / ".state.json.tmp").write_text("x" * 5000)  # a longer leftover of a crash
@@ -611,7 +611,7 @@ def test_wire_sends_and_receives_a_message_as_pyzmqs_multipart_calls_do():
     stand-in with pyzmq's methods gets its own calls."""
     import zmq
 
-    from raynb.cluster.wire import recv_frames, send_frames
+    from raynb.cluster.protocol.framing import recv_frames, send_frames
 
     ctx = zmq.Context()
     a, b = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
@@ -711,7 +711,7 @@ def test_sys_path_dirs_stats_an_entry_until_it_is_a_directory_and_keeps_one_foun
 
 
 def test_the_connection_files_name_is_its_path_without_touching_raynb_home(tmp_path, monkeypatch):
-    from raynb.cluster.connection import connection_file_name, connection_file_path
+    from raynb.cluster.connection_file import connection_file_name, connection_file_path
 
     home = tmp_path / "home"
     monkeypatch.setenv("RAYNB_HOME", str(home))
@@ -812,7 +812,7 @@ def test_a_tasks_rank_variables_are_set_whatever_the_last_task_left(monkeypatch,
     to compare with, so the next sets them all."""
     import os
 
-    from raynb.cluster.worker import RANK_ENV, Worker
+    from raynb.cluster.worker.task_loop import RANK_ENV, Worker
 
     for name in RANK_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -832,7 +832,7 @@ def test_a_tasks_rank_variables_are_set_whatever_the_last_task_left(monkeypatch,
 def test_a_task_starts_where_the_last_ones_directory_was_removed(monkeypatch, tmp_path):
     import os
 
-    from raynb.cluster.worker import RANK_ENV, Worker
+    from raynb.cluster.worker.task_loop import RANK_ENV, Worker
 
     for name in RANK_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -848,8 +848,8 @@ def test_a_task_starts_where_the_last_ones_directory_was_removed(monkeypatch, tm
 def test_a_run_accepted_carries_its_own_first_states_only():
     """The states after a run_accepted ride in it (2.3); another run's events, and a big
     event, go in run_events after it, in order."""
-    from raynb.cluster import protocol as P
-    from raynb.cluster.event_batch import MAX_BATCH_BYTES
+    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol.event_batch import MAX_BATCH_BYTES
     from raynb.cluster.head.client_outbox import ClientOutbox
 
     sent = []

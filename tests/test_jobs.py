@@ -87,7 +87,7 @@ def test_job_stop_ends_its_processes(tmp_path, monkeypatch):
         while "up" not in "".join(_collect(client, job["job_id"])) and time.monotonic() < deadline:
             time.sleep(0.1)
         group = [p.pid for p in psutil.process_iter() if _pgid(p.pid) == job["pid"]]
-        assert len(group) == 2, group  # the driver and the sleep it started
+        assert len(group) == 3, group  # the job's supervisor, the driver and the sleep it started
         stop = _cli("jobs", "stop", job["job_id"])
         assert "STOPPED" in stop.communicate(timeout=60)[0]
         assert not alive(group)

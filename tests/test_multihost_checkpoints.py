@@ -104,7 +104,7 @@ def test_laptop_reads_a_checkpoint_on_the_heads_disk_through_the_head(hosts):
 
 TAMPERED = """
     from raynb.cluster import protocol as P
-    from raynb.cluster.ckpt_transfer import TransferError, _Link, download_for_client
+    from raynb.cluster.storage.checkpoint_stream import TransferError, _Link, download_for_client
 
     c = raynb.connect(ADDRESS, key_file=KEY_FILE)
     run = [x for x in c.request(P.LIST_RUNS, {}, (P.RUNS_REPLY,)).content["runs"] if x["name"] == "laptop-ckpt"]

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from multihost_fixture import cluster_up
-from raynb.cluster import shm
+from raynb.cluster.node import shm
 
 NODES = (f"xd{os.getpid()}a", f"xd{os.getpid()}b")
 ROWS = 131072                      # x: ROWS x 64 float32 = 32 MiB, plus int64 labels (1 MiB)

@@ -21,7 +21,7 @@ import pytest
 import zmq
 
 import raynb
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 from raynb.client.shipping import dumps_payload
 
 from conftest import wait_idle_workers
@@ -79,7 +79,7 @@ def test_round_trip_with_buffers_and_documented_signature():
 
 
 def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_messages(monkeypatch):
-    from raynb.cluster import signing
+    from raynb.cluster.protocol import signing
 
     sender = P.Session(KEY, frame_bytes=256 << 10)
     big = os.urandom(300 << 10)                      # over 64 KiB, under the chunk size: signed by digest
@@ -306,12 +306,21 @@ def dealer(ctx, address, identity: bytes | None = None):
 def sync(sock, session: P.Session, timeout: float = 10.0) -> list[P.Message]:
     """Ping the head over ``sock`` and wait for the pong: everything sent before it on
     this connection has then been handled. Returns the other messages that came back."""
+    from raynb.cluster.protocol.rejects import refusal
+
     session.send(sock, P.PING)
     others = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if sock.poll(100):
-            msg = session.recv(sock)
+            frames = sock.recv_multipart()
+            why = refusal(frames)
+            if why is not None:
+                # The head's unsigned notice to a peer whose message it rejected: two frames,
+                # a marker and a reason, nothing of the cluster's and nothing to unpickle.
+                assert len(frames) == 2 and why.startswith("the head refused"), frames
+                continue
+            msg = session.accept(frames)
             assert msg is not None, "the head sent a message that does not verify"
             if msg.msg_type == P.PONG:
                 return others

@@ -10,7 +10,7 @@ import numpy as np
 
 import raynb
 from raynb import data as rd
-from raynb.cluster import warning_registry
+from raynb.cluster.worker import warning_registry
 from raynb.train.torch import TorchTrainer
 
 SOURCE = '''

@@ -75,7 +75,7 @@ def test_bad_worker_counts_are_refused_before_ray_is_touched():
 
 
 def test_storage_path_uri_is_a_local_path_or_an_object_store_pyarrow_opens():
-    from raynb.cluster.storage_uri import check_storage_uri, is_storage_uri, local_path_of, redact
+    from raynb.cluster.storage.storage_uri import check_storage_uri, is_storage_uri, local_path_of, redact
 
     assert local_path_of("file:///tmp/a%20b") == "/tmp/a b"
     # An object store is no local path: the head uploads checkpoints there (test_storage_s3.py).

@@ -10,7 +10,7 @@ import pytest
 
 import raynb
 from raynb.client.status import format_status
-from raynb.cluster.gpu_stats import GpuSampler
+from raynb.cluster.node.gpu_stats import GpuSampler
 
 
 def _hold_memory(config):

@@ -12,7 +12,7 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 from raynb.client.run import build_submission
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 
@@ -45,7 +45,7 @@ def _fails_then_runs_long(config):
     import time
 
     from raynb.train import get_context
-    from raynb.cluster import task_context
+    from raynb.cluster.worker import task_context
 
     rank = get_context().get_world_rank()
     if task_context.current()["attempt"] == 0:
@@ -244,7 +244,7 @@ def test_a_killed_node_agents_rendezvous_dir_is_removed_by_the_next_agent(tmp_pa
     removes every one whose agent's pid is gone, and keeps the live ones."""
     import subprocess
 
-    from raynb.cluster.node import _rendezvous_dir
+    from raynb.cluster.node.agent import _rendezvous_dir
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -270,7 +270,7 @@ def test_result_from_path_of_a_tune_experiment_and_of_its_trial(warm, tmp_path):
     """A trial's directory reads back as a Result; the experiment directory gets an error
     saying what it is and what to do, not "run.json is missing ... copied whole?"."""
     from raynb import tune
-    from raynb.cluster.rundir import CorruptRunDirectory
+    from raynb.cluster.storage.rundir import CorruptRunDirectory
     from raynb.train import Result
     from raynb.train.torch import TorchTrainer
 

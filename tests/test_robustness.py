@@ -490,7 +490,7 @@ def test_an_interrupt_before_the_run_is_followed_cancels_it(warm, monkeypatch, e
     # its whole half minute, followed by nobody.
     from raynb.client import views
     from raynb.client.runs import fetch_record
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from raynb.errors import RunInterrupted
 
     class Interrupted:
@@ -558,7 +558,7 @@ def test_a_ctrl_c_swallowed_in_a_deallocator_still_cancels(warm, monkeypatch, wh
     from raynb import tune
     from raynb.client import views
     from raynb.client.runs import fetch_record
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from raynb.errors import RunInterrupted
 
     view = _SwallowingView()

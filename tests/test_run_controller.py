@@ -16,7 +16,7 @@ from raynb.cluster.head import controller as C
 from raynb.cluster.head.controller import (CANCEL_GRACE_S, DEAD_PEER_GRACE_S, FailureDecision,
                                            FailurePolicy, IllegalTransition, RunController)
 from raynb.cluster.head.run import Run
-from raynb.cluster.rundir import RunDirectory
+from raynb.cluster.storage.rundir import RunDirectory
 
 
 # -- fakes ------------------------------------------------------------------------------

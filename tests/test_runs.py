@@ -21,7 +21,7 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.cluster.rundir import CorruptRunDirectory
+from raynb.cluster.storage.rundir import CorruptRunDirectory
 from raynb.train.run import execute_run
 from raynb.train import FailureConfig, Result, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer

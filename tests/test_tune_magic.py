@@ -226,9 +226,12 @@ def test_an_interrupted_experiment_resumes_by_name_and_is_never_overwritten(ip, 
     timer = threading.Timer(2.5, _thread.interrupt_main)   # as Ctrl-C / the stop button in the kernel
     timer.start()
     try:
-        res, cap = ok(ip, SLOW_TRIALS.format(name=name, opts=""))
+        res, cap = run(ip, SLOW_TRIALS.format(name=name, opts=""))
     finally:
         timer.cancel()
+    # The cell fails as an interrupted cell does (Run All stops), the grid so far kept.
+    assert isinstance(res.error_in_exec, KeyboardInterrupt), res.error_in_exec
+    assert "the results so far are in `slow`" in str(res.error_in_exec), res.error_in_exec
     first = ip.user_ns["slow"]
     assert first.interrupted and sorted(r.status for r in first) == ["PAUSED", "PAUSED"], cap.stderr
     assert f"re-run this cell with --name {name} --resume" in cap.stderr, cap.stderr

@@ -260,8 +260,8 @@ def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):
     zygotes = []
     for p in psutil.process_iter():
         try:
-            if (p.environ().get("RAYNB_HOME") == home and "raynb.cluster.zygote" in " ".join(p.cmdline())
-                    and "raynb.cluster.node" in " ".join(p.parent().cmdline())):
+            if (p.environ().get("RAYNB_HOME") == home and "raynb.cluster.node.zygote" in " ".join(p.cmdline())
+                    and "raynb.cluster.node.agent" in " ".join(p.parent().cmdline())):
                 zygotes.append(p)
         except psutil.Error:
             continue

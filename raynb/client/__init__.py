@@ -3,7 +3,7 @@ shipping code and values, listing runs, and the view interface displays implemen
 
 Imports only ``raynb.cluster`` and ``raynb.errors`` (see CONTRIBUTING.md).
 """
-from ..cluster.control import Client
+from ..cluster.protocol.control import Client
 from .connection import cluster_status, connect, disconnect, get_client
 
 __all__ = ["Client", "connect", "disconnect", "get_client", "cluster_status"]

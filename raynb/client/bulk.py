@@ -4,7 +4,7 @@ While a run's payload is pickled (``build_submission``), a :class:`Scope` is act
 its *data key* (the run id, or a Tune experiment's id so that every trial shares one
 copy). Datasets (``raynb.data``) and captured numpy arrays / torch tensors of at least
 ``RAYNB_SHM_THRESHOLD_BYTES`` (16 MiB by default) are then registered as blocks, and only
-a small :class:`~raynb.cluster.shm.SharedBlock` goes into the payload; the spec names the
+a small :class:`~raynb.cluster.node.shm.SharedBlock` goes into the payload; the spec names the
 blocks (``shared_data``). Once the head has placed an attempt's ranks it asks this client
 for the nodes of the placement that lack them (``data_needed``, ``head/data_gate.py``),
 and they are written then, once into a shared-memory segment (``cluster.shm``) per such
@@ -28,8 +28,8 @@ import sys
 import uuid
 from contextlib import contextmanager
 
-from ..cluster import control, protocol as P
-from ..cluster import shm
+from ..cluster.protocol import control, messages as P
+from ..cluster.node import shm
 
 DEFAULT_THRESHOLD = 16 << 20
 
@@ -93,7 +93,8 @@ class Scope:
         first use; written on ``data_needed``).
 
         Raises:
-            MemoryError: this host's ``/dev/shm`` lacks the room (free and needed bytes named).
+            shm.SharedMemoryFull: this host's ``/dev/shm`` lacks the room (a MemoryError naming
+                ``/dev/shm``, the free and needed bytes and the fixes).
             RuntimeError: no node agent can take in-memory data.
         """
         block = self.placed.get(token)
@@ -138,7 +139,7 @@ class Scope:
                 continue
             if here:
                 shm.check_room(nbytes, what)
-                shm.write_segment(name, arrays, layout, nbytes)
+                shm.write_segment(name, arrays, layout, nbytes, what)
                 self._local.append(name)
             else:
                 self.remote = True
@@ -184,7 +185,7 @@ control.MESSAGE_HOOKS[P.DATA_NEEDED] = on_data_needed
 def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
     import zmq
 
-    from ..cluster.data_server import send_segment
+    from ..cluster.node.data_server import send_segment
     from .connection import get_client
 
     client = get_client()

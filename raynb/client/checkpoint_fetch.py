@@ -10,7 +10,7 @@ with the protocol ranks use to resume from a streamed checkpoint
 """
 from __future__ import annotations
 
-from ..cluster.ckpt_transfer import download_for_client
+from ..cluster.storage.checkpoint_stream import download_for_client
 from .connection import get_client
 
 
@@ -21,7 +21,7 @@ def download(run_id: str, checkpoint: str, dest: str) -> str:
     Raises:
         FileNotFoundError: this process is not connected to a raynb head
             (``raynb.connect(...)`` first).
-        raynb.cluster.ckpt_transfer.TransferError (an OSError): the head refused (the
+        raynb.cluster.storage.checkpoint_stream.TransferError (an OSError): the head refused (the
             checkpoint was pruned, or is not that run's), did not answer, or a file
             arrived corrupted (SHA-256 mismatch).
     """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cluster.control import Client
+from ..cluster.protocol.control import Client, KeyRefused
 from ..errors import ClusterError
 from .script_exit import exit_on_sigterm
 
@@ -24,7 +24,7 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
     if _client is not None and _client._pid != os.getpid():
         return connect() if connect_if_needed else None  # forked: the socket is not ours
     if _client is not None and connect_if_needed and _client.local_token is not None:
-        from ..cluster.connection import read_connection_file
+        from ..cluster.connection_file import read_connection_file
 
         if local_head_gone(_client) is not None:
             # Killed (its connection file left behind): a request would wait for a reply
@@ -47,7 +47,7 @@ def _connection_file_changed(client: Client) -> bool:
     (a stat, where reading and checking it cost each fit() about 0.1 ms; RAYNB_HOME's
     checks, 60 µs more, are left to that read: nothing is read or trusted here, and a
     file replaced, re-owned or re-moded is read again)."""
-    from ..cluster.connection import connection_file_name
+    from ..cluster.connection_file import connection_file_name
 
     try:
         st = os.stat(connection_file_name(), follow_symlinks=False)
@@ -64,7 +64,7 @@ def local_head_gone(client: Client | None) -> int | None:
 
     None while it runs, and for a remote head (its pid means nothing here).
     """
-    from ..cluster.connection import head_alive
+    from ..cluster.connection_file import head_alive
 
     if client is None or client.local_token is None:
         return None
@@ -113,7 +113,7 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
         ClusterError: the head cannot be reached or the cluster cannot start.
     """
     global _client
-    from ..cluster.connection import read_connection_file
+    from ..cluster.connection_file import read_connection_file
     from ..cluster.launch.local import ensure_local_cluster
 
     message = None
@@ -150,7 +150,14 @@ def connect(address: str | None = None, *, key: str | bytes | None = None, key_f
     client = Client(info["address"], info["key"].encode(), info)
     if address in (None, "ray"):
         client.local_token = info.get("token")
-    if not client.hello():
+    try:
+        answered = client.hello(raise_refused=True)
+    except KeyRefused as e:
+        client.close()
+        source = (f"key_file={key_file!r}" if key_file else "key=... or $RAYNB_KEY" if address and
+                  address.startswith("tcp://") else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}")
+        raise KeyRefused(f"{e}. This client's key came from {source}") from None
+    if not answered:
         client.close()
         raise ClusterError(f"the raynb head at {info['address']} does not answer; "
                            "check `raynb status`, or `raynb stop` and start again")

@@ -17,10 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..cluster import protocol as P
-from ..cluster.control import Client
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.control import Client
 from ..cluster import settings
-from ..cluster.run_states import JOB_TERMINAL as TERMINAL
+from ..cluster.protocol.run_states import JOB_TERMINAL as TERMINAL
+from ..cluster.protocol.job_messages import check_submit
 from ..errors import ClusterError
 
 EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_modules"}
@@ -28,23 +29,30 @@ EXCLUDED = {".git", "__pycache__", ".ipynb_checkpoints", ".venv", "venv", "node_
 
 def pack_working_dir(path, limit: int | None = None) -> bytes:
     """``path`` as a gzip'd tar (its contents at the archive's top), without ``EXCLUDED``
-    directories.
+    directories. A symbolic link (to a file or a directory) that stays inside ``path`` is
+    kept as a relative link; one that points outside is refused.
 
     Raises:
-        ValueError: ``path`` is not a directory, or its files hold more than ``limit``
+        ValueError: ``path`` is not a directory, a link in it points outside it (the
+            message names the link and its target), or its files hold more than ``limit``
             bytes (the message names the size, the limit and the biggest files).
     """
     limit = settings.get("RAYNB_MAX_WORKING_DIR_BYTES") if limit is None else limit
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ValueError(f"--working-dir {path!r} is not a directory")
-    files = []
+    files, links = [], []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in EXCLUDED]
+        # os.walk lists a link to a directory among the directories and never enters it.
+        links += [Path(dirpath) / d for d in dirnames if (Path(dirpath) / d).is_symlink()]
         for name in filenames:
             p = Path(dirpath) / name
             try:
-                files.append((p.lstat().st_size if not p.is_symlink() else 0, p))
+                if p.is_symlink():
+                    links.append(p)
+                else:
+                    files.append((p.lstat().st_size, p))
             except OSError:
                 continue
     total = sum(size for size, _ in files)
@@ -53,11 +61,35 @@ def pack_working_dir(path, limit: int | None = None) -> bytes:
         raise ValueError(f"the working directory {root} holds {total} bytes, over the limit of {limit} "
                          f"bytes (biggest: {biggest}); nothing was sent. Leave data out of it (read it "
                          "from shared storage in the job) or set RAYNB_MAX_WORKING_DIR_BYTES on both sides")
+    link_members = [_link_member(root, p) for p in links]
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for _, p in sorted(files, key=lambda f: str(f[1])):
             tar.add(p, arcname=str(p.relative_to(root)), recursive=False)
+        for member in link_members:
+            tar.addfile(member)
     return buf.getvalue()
+
+
+def _link_member(root: Path, link: Path) -> tarfile.TarInfo:
+    """The tar member of the symbolic link ``link`` under ``root``: its target made
+    relative (the head refuses absolute link targets).
+
+    Raises:
+        ValueError: the link points outside ``root`` (also through other links).
+    """
+    real_root = os.path.realpath(root)
+    target = os.path.realpath(link)
+    rel = link.relative_to(root)
+    if os.path.commonpath([real_root, target]) != real_root:
+        raise ValueError(f"the working directory {root} holds a symbolic link {str(rel)!r} -> "
+                         f"{os.readlink(link)!r} that points outside it ({target}); nothing was sent. "
+                         "Copy what it points to into the directory, or remove the link")
+    member = tarfile.TarInfo(str(rel))
+    member.type = tarfile.SYMTYPE
+    member.linkname = os.path.relpath(target, os.path.realpath(link.parent))
+    member.mode = 0o777
+    return member
 
 
 def submit_job(client: Client, entrypoint: list[str], working_dir=None, env: dict | None = None,
@@ -66,13 +98,15 @@ def submit_job(client: Client, entrypoint: list[str], working_dir=None, env: dic
     (``job_id``, ``state``, ``pid``, ``working_dir``, ...).
 
     Raises:
-        ValueError: the working directory is over the limit (nothing was sent).
+        ValueError: a bad command, variable or job id (``protocol_jobs.check_submit``), or
+            the working directory is over the limit or links outside itself (nothing was sent).
         ClusterError: the head refused the job (the message says why).
     """
-    buffers = [pack_working_dir(working_dir)] if working_dir is not None else []
     content = {"entrypoint": [str(a) for a in entrypoint], "env": {str(k): str(v) for k, v in (env or {}).items()}}
-    if job_id:
+    if job_id is not None:
         content["job_id"] = job_id
+    check_submit(content["entrypoint"], content["env"], job_id)  # before anything is packed or sent
+    buffers = [pack_working_dir(working_dir)] if working_dir is not None else []
     return _reply(client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60.0,
                                  buffers=buffers))["job"]
 

@@ -5,7 +5,7 @@ import re
 import sys
 from collections import deque
 
-from ..cluster.rundir import OUTPUT_FILE
+from ..cluster.storage.rundir import OUTPUT_FILE
 
 # A followed run's output shown in the cell: the first MAX_SHOWN_LINES lines as they come,
 # then only the last TAIL_LINES, at the end (the run's output.log has every line).

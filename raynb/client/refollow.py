@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 
 
 def reconnect_s() -> float:
@@ -35,7 +35,14 @@ def on_record(msg: P.Message, reports: list) -> P.Message | None:
     """The head's record of the re-attached run: its reports replace ``reports``; for a
     run that ended, the ``run_done`` it stands for, else None."""
     rec = msg.content.get("record") or {}
-    reports[:] = list(rec.get("reports") or reports)
+    fresh = list(rec.get("reports") or [])
+    if fresh and rec.get("reports_dropped"):
+        # The head sends a long run's newest reports only: the older ones this client had stay.
+        first = fresh[0].get("training_iteration")
+        older = [r for r in reports if isinstance(first, int) and isinstance(r.get("training_iteration"), int)
+                 and r["training_iteration"] < first]
+        fresh = older + fresh
+    reports[:] = fresh or reports
     if rec.get("state") not in TERMINAL:
         return None
     done = {"run_id": rec.get("run_id"), "name": rec.get("name"), "state": rec.get("state"),

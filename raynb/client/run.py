@@ -18,10 +18,10 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as RUN_END_STATES
-from ..cluster.rundir import read_reports
-from ..cluster.storage_uri import is_storage_uri, split_storage_path
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as RUN_END_STATES
+from ..cluster.storage.rundir import read_reports
+from ..cluster.storage.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
 from . import refollow
 from .connection import check_head_alive, disconnect, local_head_gone

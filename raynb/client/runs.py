@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from pathlib import Path
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.storage.rundir import read_reports
 from .connection import get_client
 
 # Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).
@@ -83,7 +85,17 @@ def fetch_record(msg_type: str, name: str) -> dict:
     reply = get_client().request(msg_type, {"name": name}, reply_types=(P.RUN_RECORD,))
     if reply.msg_type == P.ERROR:
         raise KeyError(reply.content.get("message", f"no run named {name!r}"))
-    return reply.content["record"]
+    record = reply.content["record"]
+    if record.get("reports_dropped") and record.get("path"):
+        # The head sends a long run's newest reports only; every row is in its result.json,
+        # read here where this machine sees the run directory.
+        try:
+            rows = read_reports(Path(record["path"])) if Path(record["path"]).is_dir() else []
+        except (OSError, ValueError):
+            rows = []
+        if len(rows) > len(record.get("reports") or []):
+            record["reports"], record["reports_dropped"] = rows, 0
+    return record
 
 
 def latest_live_run() -> str:

@@ -181,6 +181,11 @@ def dumps(obj) -> bytes:
     return buf.getvalue()
 
 
+# Objects a worker unpickles before a run's function: raynb.compat adds its import hook here
+# so that ``import ray`` inside a function shipped from `raynb run` resolves to raynb there too.
+payload_preludes: list = []
+
+
 def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None = None) -> bytes:
     """cloudpickle (protocol 5) of what a worker needs to run ``fn(config)``.
 
@@ -194,12 +199,17 @@ def dumps_payload(fn, config, sources: dict | None = None, captured: dict | None
     Raises:
         UnpicklableError: naming the variable that cannot be sent, and why.
         RealRayError: ``fn`` uses real Ray's ``ray.train`` / ``tune`` / ``data`` / ``air``.
+        MemoryError: in-memory data has no room in shared memory (``shm.SharedMemoryFull``).
     """
     refuse_real_ray(fn, _referenced_globals)   # Ray's own ray.train on a rank fails only there
     cells = sources if isinstance(sources, CellSources) else CellSources(sources or {})
     payload = {"fn": fn, "config": config, "sources": cells}  # last: see CellSources
+    if payload_preludes:   # first: unpickled before fn
+        payload = {"preludes": tuple(payload_preludes), **payload}
     try:
         return dumps(payload)
+    except MemoryError:
+        raise  # no room for the data (shm.SharedMemoryFull names /dev/shm): not a pickling matter
     except Exception as e:  # noqa: BLE001
         suspects = dict(captured or {})
         if not isinstance(fn, types.FunctionType):  # a profiled run's function (raynb.train.profiling)

@@ -21,10 +21,22 @@ def format_status(st: dict) -> str:
              f"rejected messages: {st['rejected_messages']}"]
     if st.get("curve"):
         lines[0] += f", CurveZMQ on, refused handshakes: {st.get('rejected_connections', 0)}"
+    if st.get("duplicate_nodes_refused"):
+        lines[0] += (f", node agents refused for a node id already in use: {st['duplicate_nodes_refused']} "
+                     "(see head.log)")
     if st.get("stop_when_idle"):
         lines.append("stops by itself once no other client uses it (the script that started it exited)")
     if st.get("kept"):
         lines.append("kept up by `raynb start`: the script that started it leaves it running (`raynb stop` ends it)")
+    local = st.get("local_node") or {}
+    if local.get("gave_up"):
+        lines.append(f"LOCAL NODE AGENT DOWN: {local['gave_up']}")
+    elif local.get("exits"):
+        lines.append(f"the local node agent exited {local['exits']} time(s) and was restarted (see node-local.log)")
+    loop = st.get("loop") or {}
+    if loop.get("stalls"):
+        lines.append(f"the head's loop stalled {loop['stalls']} time(s), the longest {loop['longest_stall_s']:.1f}s "
+                     "(a stopped or starved head process; peers were not blamed)")
     for n in st["nodes"]:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""

@@ -11,8 +11,8 @@ import time
 # The modules the long-lived processes run as (``python -m ...``): also the marker by
 # which a pid is known to still be that process (see connection.process_alive).
 HEAD_MODULE = "raynb.cluster.head"
-NODE_MODULE = "raynb.cluster.node"
-ZYGOTE_MODULE = "raynb.cluster.zygote"
+NODE_MODULE = "raynb.cluster.node.agent"
+ZYGOTE_MODULE = "raynb.cluster.node.zygote"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36

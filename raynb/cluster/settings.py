@@ -42,6 +42,13 @@ def _nonneg_float(raw: str) -> float:
     return value
 
 
+def _nonneg_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError(raw)
+    return value
+
+
 def _positive_int(raw: str) -> int:
     value = int(raw)
     if value <= 0:
@@ -72,11 +79,18 @@ _TABLE = [
             "its frames together, in bytes (a function and the data it captured, a return value)"),
     Setting("RAYNB_MAX_WORKING_DIR_BYTES", 100 * 2**20, _positive_int, "the largest `raynb submit` "
             "working directory, packed, in bytes (set on both sides)"),
+    Setting("RAYNB_MAX_WORKING_DIR_FILES", 100_000, _positive_int, "the most files and directories a "
+            "`raynb submit` working directory may hold (checked while it is unpacked)"),
+    Setting("RAYNB_RECORD_MAX_REPORTS", 2_000, _nonneg_int, "reports a run record carries when the "
+            "asker does not say (the dashboard, `raynb.get_run` of a run directory it cannot read)"),
     Setting("RAYNB_SPARE_FILES", True, _flag, "`0` turns off the run directories the head makes ahead "
             "(an ext4 workaround where creating a file is slow in some block groups)"),
     # the node agent and workers
     Setting("RAYNB_WORKER_SCHED", "batch", str, "`batch` (Linux `SCHED_BATCH`, the default) or `other` "
             "for the workers: `other` where other programs keep every core busy"),
+    Setting("RAYNB_HEAD_GRACE_S", 60.0, _nonneg_float, "seconds a node agent waits on a silent head "
+            "whose connection is open before it ends its workers (a busy head is not a dead one; "
+            "at least 1)"),
     Setting("RAYNB_NODE_IP", None, str, "the IP a node agent and its workers bind on and announce; "
             "default: the interface that routes to the head (loopback locally)"),
     Setting("RAYNB_SHM_THRESHOLD_BYTES", 16 * 2**20, int, "captured values at least this large go to "

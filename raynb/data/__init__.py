@@ -1,9 +1,20 @@
 """Datasets for training (names as in ``ray.data``): in-memory data shared once per node
-through shared memory, files streamed per rank, global shuffles, lazy ``map_batches``."""
-from .dataset import Dataset, register_map_batches_executor
+through shared memory, files streamed per rank, lazy per-row and per-batch transforms,
+whole-dataset operations computed in the notebook. See docs/data.md."""
+from .compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
+from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
+from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
-from .read_api import from_numpy, from_pandas, from_torch, read_csv, read_parquet
+from .read_api import (from_items, from_numpy, from_pandas, from_torch, range, read_csv, read_json,
+                       read_parquet)
 from .sources import Schema
 
-__all__ = ["DataIterator", "Dataset", "MapBatchesError", "Schema", "from_numpy", "from_pandas",
-           "from_torch", "read_csv", "read_parquet", "register_map_batches_executor"]
+__all__ = ["ActorPoolStrategy", "ComputeStrategy", "DataIterator", "Dataset", "GroupedData", "MapBatchesError",
+           "MaterializedDataset", "Schema", "TaskPoolStrategy", "from_items", "from_numpy", "from_pandas",
+           "from_torch", "range", "read_csv", "read_json", "read_parquet", "register_map_batches_executor"]
+
+
+def __getattr__(name: str):
+    from .not_served import not_served
+
+    raise not_served("ray.data", name)

@@ -1,14 +1,16 @@
-"""``Dataset``: rows from notebook arrays or files, with lazy per-batch transformations.
+"""``Dataset``: rows from notebook arrays or files, with Ray Data's transformations.
 
-A dataset is a source (``sources``) and a list of operations. Operations are lazy:
-``map_batches`` records a function that each rank runs on its own batches as it
-iterates (inside the prefetch thread, so it overlaps the training step); in the
-notebook, ``take`` / ``iter_batches`` / ``count`` run them on the spot.
+A dataset is a source (``sources``), a list of lazy steps (``transforms``: ``map``,
+``map_batches``, ``filter``, ...) and an optional global shuffle seed. The steps run in
+the process that reads the rows: each rank as it iterates (inside the prefetch thread,
+so they overlap the training step), or the notebook (``take``, ``show``, ... in
+``consume``). Operations that need every row (``sort``, ``groupby``, ``split``, ...;
+``global_ops``) compute their result when called.
 
-Other modules add operations through :func:`register_map_batches_executor`: Ray's
-``map_batches(..., num_workers=N)`` (a pool of workers running the function over the
-whole dataset: batch inference) is not the lazy per-rank path and is reserved for
-that executor; without one registered it raises ``NotImplementedError``.
+Other modules add operations through :func:`register_map_batches_executor`: raynb's
+``map_batches(..., num_workers=N)`` (a pool of warm workers running the function over the
+whole dataset now: batch inference) is reserved for that executor; without one
+registered it raises ``NotImplementedError``.
 """
 from __future__ import annotations
 
@@ -16,7 +18,12 @@ import random
 from typing import Callable
 
 from . import block as B
+from . import transforms as T
+from .compute import check_compute, check_remote_args, note_once
+from .consume import ConsumeMixin
+from .global_ops import GlobalOpsMixin
 from .iterator import DataIterator, MapBatchesError
+from .not_served import not_served
 
 _executors: dict[str, Callable] = {}
 
@@ -29,30 +36,15 @@ def register_map_batches_executor(impl: Callable, name: str = "batch_inference")
     _executors[name] = impl
 
 
-class MapBatches:
-    """One ``map_batches`` step: ``fn(batch, **fn_kwargs)`` on batches in ``batch_format``."""
-
-    def __init__(self, fn: Callable, batch_format: str, fn_kwargs: dict | None):
-        self.fn, self.batch_format, self.fn_kwargs = fn, batch_format, dict(fn_kwargs or {})
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__qualname__", None) or type(self.fn).__name__
-
-    def __call__(self, batch: dict, index: int, rank: int) -> dict:
-        try:
-            out = self.fn(B.to_format(batch, self.batch_format), **self.fn_kwargs)
-        except Exception as e:
-            raise MapBatchesError(f"map_batches({self.name}) raised on batch {index} of rank {rank}: "
-                                  f"{type(e).__name__}: {e}") from e
-        return B.to_numpy_batch(out, f"map_batches({self.name}) on batch {index}")
-
-
-class Dataset:
-    """Rows to train on (after ``ray.data.Dataset``). Make one with ``raynb.data.from_numpy``,
-    ``from_pandas``, ``from_torch``, ``read_parquet``, ``read_csv``; pass it as
-    ``TorchTrainer(datasets={"train": ds})`` and read ``raynb.train.get_dataset_shard("train")``
-    on each rank. Transformations return a new Dataset; the original is unchanged.
+class Dataset(ConsumeMixin, GlobalOpsMixin):
+    """Rows to train on (after ``ray.data.Dataset``). Make one with ``raynb.data.from_items``,
+    ``from_numpy``, ``from_pandas``, ``range``, ``read_parquet``, ``read_csv``, ``read_json``;
+    pass it as ``TorchTrainer(datasets={"train": ds})`` and read
+    ``raynb.train.get_dataset_shard("train")`` on each rank. Transformations return a new
+    Dataset; the original is unchanged. Per-row and per-batch ones (``map``,
+    ``map_batches``, ``filter``, ...) are lazy; ones that need every row (``sort``,
+    ``groupby``, ``split``, ``limit``, ...) compute their result in this process
+    (``raynb.data.global_ops``). Ray's methods raynb does not serve raise AttributeError.
     """
 
     def __init__(self, source, ops: tuple = (), seed: int | None = None):
@@ -62,116 +54,192 @@ class Dataset:
         parts = {"source": self._source, "ops": self._ops, "seed": self._seed, **changes}
         return Dataset(parts["source"], parts["ops"], parts["seed"])
 
+    def _materialized(self, columns: dict) -> "MaterializedDataset":
+        """A ``MaterializedDataset`` of ``columns`` (a numpy batch; {}: no rows, this
+        dataset's columns when it knows them without reading)."""
+        import numpy as np
+
+        from .sources import InMemorySource
+
+        if not columns:
+            names = self._source.schema().names if not self._ops else []
+            columns = {n: np.empty(0, dtype=object) for n in names} or {"id": np.empty(0, dtype=np.int64)}
+        return MaterializedDataset(InMemorySource(columns))
+
+    def _add(self, step) -> "Dataset":
+        return self._with(ops=self._ops + (step,))
+
     def _apply_ops(self, batch: dict, index: int, rank: int) -> dict:
+        """The steps on one batch (batch inference's row ranges: no rebatching)."""
         for op in self._ops:
             batch = op(batch, index, rank)
         return batch
 
+    def _apply_stream(self, stream, rank: int):
+        """The steps on this reader's stream of numpy batches."""
+        for op in self._ops:
+            stream = op.apply(stream, rank)
+        return stream
+
     # -- transformations -------------------------------------------------------------
-    def map_batches(self, fn: Callable, *, batch_format: str = "numpy", fn_kwargs: dict | None = None,
-                    num_workers: int | None = None, **kwargs) -> "Dataset":
-        """``fn(batch) -> batch`` applied lazily to every batch, on the ranks as they read.
+    def map_batches(self, fn: Callable, *, batch_size: int | str | None = None, compute=None,
+                    batch_format: str | None = "default", fn_args=None, fn_kwargs: dict | None = None,
+                    fn_constructor_args=None, fn_constructor_kwargs: dict | None = None,
+                    concurrency=None, num_workers: int | None = None, **kwargs) -> "Dataset":
+        """``fn(batch) -> batch`` applied lazily to every batch (``ray.data.Dataset.map_batches``).
 
         Args:
-            fn: takes a batch in ``batch_format`` (a dict of numpy arrays, or a DataFrame)
-                and returns a dict of arrays or a DataFrame (rows may change in number).
-            batch_format ("numpy" | "pandas"): what ``fn`` is given.
-            fn_kwargs (dict | None): keyword arguments for ``fn``.
-            num_workers (int | None): None (the default) is the lazy per-rank path.
-                An int is Ray's distributed form (batch inference over the whole dataset
-                on that many workers): reserved for the executor another module registers
-                (``register_map_batches_executor``), which gets ``**kwargs`` too.
+            fn: a function, or a callable class (constructed once per reading process with
+                ``fn_constructor_args`` / ``fn_constructor_kwargs``, called per batch).
+                It takes a batch in ``batch_format`` and returns a dict of arrays, a
+                DataFrame or a pyarrow Table (rows may change in number).
+            batch_size (int | None | "auto"): rows per call (None, "auto": the batches as read).
+            batch_format ("default" | "numpy" | "pandas" | "pyarrow"): what ``fn`` gets.
+            fn_args, fn_kwargs: passed to ``fn`` after the batch.
+            compute (ActorPoolStrategy | TaskPoolStrategy | None), concurrency (int | tuple):
+                checked as Ray checks them; see ``raynb.data.compute`` for what they mean here.
+            num_workers (int | None): raynb's eager form: run ``fn`` over the whole dataset
+                now on that many warm workers (batch inference; ``raynb.train.batch_inference``).
+            **kwargs: Ray's resource arguments (``num_cpus``, ``num_gpus``, ...): no effect.
 
         Raises:
-            ValueError: an unknown ``batch_format``.
-            TypeError: ``fn`` is not callable, is a class without ``num_workers``, or extra
-                keyword arguments without ``num_workers``.
+            ValueError: an unknown ``batch_format``; a bad ``batch_size``; a class with a task pool.
+            TypeError: ``fn`` not callable; constructor arguments for a function; an unknown argument.
             NotImplementedError: ``num_workers`` given and no executor is registered.
         """
         fmt = B.check_batch_format(batch_format)
-        if not callable(fn):
-            raise TypeError(f"map_batches() takes a function of a batch, got {type(fn).__name__}")
         if num_workers is not None:
-            impl = _executors.get("batch_inference")
-            if impl is None:
-                raise NotImplementedError(
-                    "map_batches(num_workers=...) runs the function over the whole dataset on a pool "
-                    "of workers (batch inference); no such executor is installed in this raynb. Leave "
-                    "num_workers out to apply fn lazily on each rank's batches")
-            return impl(self, fn, batch_format=fmt, num_workers=num_workers, fn_kwargs=fn_kwargs, **kwargs)
-        if kwargs:
-            raise TypeError(f"map_batches() got unexpected arguments {sorted(kwargs)} (they belong to "
-                            "the num_workers= path)")
-        if isinstance(fn, type):  # it would be called with a batch as its constructor's argument
-            raise TypeError(f"map_batches({fn.__name__}) is a class: a class is built once per worker on "
-                            "the batch-inference path, map_batches(cls, num_workers=N, fn_constructor_kwargs="
-                            "{...}); for the lazy per-rank path pass a function or an instance")
-        return self._with(ops=self._ops + (MapBatches(fn, fmt, fn_kwargs),))
+            return self._map_batches_on_workers(fn, fmt, batch_size, fn_args, fn_kwargs, fn_constructor_args,
+                                                fn_constructor_kwargs, num_workers, kwargs)
+        batch_size = None if batch_size == "auto" else batch_size
+        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                       or batch_size < 1):
+            raise ValueError(f"map_batches(batch_size={batch_size!r}): give an integer >= 1, None or 'auto'")
+        udf = self._udf("map_batches", fn, compute, concurrency, kwargs, fn_args, fn_kwargs,
+                        fn_constructor_args, fn_constructor_kwargs)
+        return self._add(T.MapBatches(udf, fmt, batch_size))
 
-    def random_shuffle(self, *, seed: int | None = None) -> "Dataset":
+    def _map_batches_on_workers(self, fn, fmt, batch_size, fn_args, fn_kwargs, ctor_args, ctor_kwargs,
+                                num_workers, kwargs) -> "Dataset":
+        impl = _executors.get("batch_inference")
+        if impl is None:
+            raise NotImplementedError(
+                "map_batches(num_workers=...) runs the function over the whole dataset on a pool "
+                "of workers (batch inference); no such executor is installed in this raynb. Leave "
+                "num_workers out to apply fn lazily on each rank's batches")
+        extra = {"fn_args": tuple(fn_args or ()), "fn_constructor_args": tuple(ctor_args or ()),
+                 "fn_constructor_kwargs": ctor_kwargs, **kwargs}
+        if batch_size is not None:
+            extra["batch_size"] = batch_size
+        return impl(self, fn, batch_format=fmt, num_workers=num_workers, fn_kwargs=fn_kwargs, **extra)
+
+    @staticmethod
+    def _udf(what, fn, compute, concurrency, kwargs, fn_args=None, fn_kwargs=None, ctor_args=None,
+             ctor_kwargs=None) -> T.UDF:
+        check_compute(what, fn, compute, concurrency)
+        check_remote_args(what, kwargs)
+        if compute is not None or concurrency is not None:
+            note_once(f"raynb.data: {what}(compute= / concurrency=): the function runs in each process that "
+                      "reads the dataset (the notebook, or each rank of a run), a class constructed once "
+                      "there; map_batches(fn, num_workers=N) runs it over the whole dataset on N workers")
+        return T.UDF(what, fn, fn_args, fn_kwargs, ctor_args, ctor_kwargs)
+
+    def map(self, fn: Callable, *, compute=None, fn_args=None, fn_kwargs: dict | None = None,
+            fn_constructor_args=None, fn_constructor_kwargs: dict | None = None, concurrency=None,
+            **kwargs) -> "Dataset":
+        """``fn(row) -> row`` on every row, lazily (``ray.data.Dataset.map``); a row is a
+        dict of column -> value. Arguments as :meth:`map_batches`."""
+        udf = self._udf("map", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
+                        fn_constructor_kwargs)
+        return self._add(T.RowStep("map", udf))
+
+    def flat_map(self, fn: Callable, *, compute=None, fn_args=None, fn_kwargs: dict | None = None,
+                 fn_constructor_args=None, fn_constructor_kwargs: dict | None = None, concurrency=None,
+                 **kwargs) -> "Dataset":
+        """``fn(row) -> list of rows`` on every row, lazily (``ray.data.Dataset.flat_map``)."""
+        udf = self._udf("flat_map", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
+                        fn_constructor_kwargs)
+        return self._add(T.RowStep("flat_map", udf))
+
+    def filter(self, fn: Callable | None = None, expr=None, *, compute=None, fn_args=None,
+               fn_kwargs: dict | None = None, fn_constructor_args=None, fn_constructor_kwargs: dict | None = None,
+               concurrency=None, **kwargs) -> "Dataset":
+        """The rows for which ``fn(row)`` is true, lazily (``ray.data.Dataset.filter``).
+
+        Raises:
+            NotImplementedError: ``expr=`` (Ray's expression filter is not served: pass a function).
+            TypeError: no ``fn``.
+        """
+        if expr is not None:
+            raise NotImplementedError("Dataset.filter(expr=...) is Ray Data's expression filter, which raynb "
+                                      "does not serve; pass a function of a row (see docs/coming-from-ray.md)")
+        if fn is None:
+            raise TypeError("filter() needs fn, a function of a row returning True to keep it")
+        udf = self._udf("filter", fn, compute, concurrency, kwargs, fn_args, fn_kwargs, fn_constructor_args,
+                        fn_constructor_kwargs)
+        return self._add(T.RowStep("filter", udf))
+
+    def add_column(self, col: str, fn: Callable, *, batch_format: str | None = "pandas", compute=None,
+                   concurrency=None, **kwargs) -> "Dataset":
+        """A new column ``col`` (or a replaced one): ``fn(batch)`` in ``batch_format``
+        ("pandas" by default, as Ray) returns its values for the batch's rows."""
+        fmt = B.check_batch_format(batch_format)
+        self._udf("add_column", fn, compute, concurrency, kwargs)
+        return self._add(T.AddColumn(col, fn, fmt))
+
+    def drop_columns(self, cols, *, compute=None, concurrency=None, **kwargs) -> "Dataset":
+        """The dataset without the columns ``cols`` (a name or a list).
+
+        Raises:
+            ValueError: no names, or a name twice; reading: a column the dataset lacks.
+        """
+        check_remote_args("drop_columns", kwargs)
+        return self._add(T.Columns("drop_columns", cols))
+
+    def select_columns(self, cols, *, compute=None, concurrency=None, **kwargs) -> "Dataset":
+        """Only the columns ``cols`` (a name or a list), in that order.
+
+        Raises:
+            ValueError: no names, or a name twice; reading: a column the dataset lacks.
+        """
+        check_remote_args("select_columns", kwargs)
+        return self._add(T.Columns("select_columns", cols))
+
+    def rename_columns(self, names, *, concurrency=None, **kwargs) -> "Dataset":
+        """The columns renamed: ``names`` a dict old -> new, or a list of every new name.
+
+        Raises:
+            TypeError: neither a dict nor a list. Reading: a column the dataset lacks.
+        """
+        check_remote_args("rename_columns", kwargs)
+        return self._add(T.RenameColumns(names))
+
+    def random_sample(self, fraction: float, *, seed: int | None = None) -> "Dataset":
+        """About ``fraction`` of the rows, each kept with that probability (lazily).
+
+        Raises:
+            ValueError: ``fraction`` outside [0, 1].
+        """
+        return self._add(T.RandomSample(fraction, seed))
+
+    def random_shuffle(self, *, seed: int | None = None, num_blocks: int | None = None,
+                       **ray_remote_args) -> "Dataset":
         """Shuffle all rows globally, anew each epoch: epoch ``e`` reads the permutation
         drawn from ``(seed, e)``, the same on every rank (rows move between ranks from one
         epoch to the next; the same seed gives the same orders). ``seed=None`` draws one
         now. Files are shuffled by row group (block order), as Ray's
-        ``randomize_block_order``; add ``local_shuffle_buffer_size`` to mix rows too."""
+        ``randomize_block_order``; add ``local_shuffle_buffer_size`` to mix rows too.
+        Steps added before the shuffle run after it (they are per row or per batch).
+
+        Raises:
+            TypeError: a ``seed`` that is not an int; an unknown argument.
+        """
+        check_remote_args("random_shuffle", ray_remote_args)
         if seed is None:
             seed = random.SystemRandom().randrange(1 << 31)
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"random_shuffle(seed={seed!r}): give an int, or None for a random one")
         return self._with(seed=int(seed))
-
-    # -- in the notebook -------------------------------------------------------------
-    def count(self) -> int:
-        """Rows in the dataset (running ``map_batches`` functions when there are any)."""
-        if not self._ops:
-            return self._source.num_rows()
-        return sum(B.num_rows(b) for b in self.iter_batches(batch_size=None, prefetch_batches=0))
-
-    def schema(self):
-        """Column names and types (a ``Schema``; with ``map_batches``, of the first batch)."""
-        if not self._ops:
-            return self._source.schema()
-        from .sources import _schema_of_columns
-
-        for b in self.iter_batches(batch_size=None, prefetch_batches=0):
-            return _schema_of_columns(b)
-        return self._source.schema()
-
-    def columns(self) -> list:
-        """The column names."""
-        return self.schema().names
-
-    def take_batch(self, batch_size: int = 20, *, batch_format: str = "numpy"):
-        """The first ``batch_size`` rows as one batch (in the dataset's order, unshuffled)."""
-        for b in self.iter_batches(batch_size=batch_size, batch_format=batch_format, prefetch_batches=0):
-            return b
-        return B.to_format({}, B.check_batch_format(batch_format))
-
-    def take(self, limit: int = 20) -> list:
-        """The first ``limit`` rows, as a list of dicts of column -> value."""
-        batch = self.take_batch(limit) if limit > 0 else {}
-        n = B.num_rows(batch) if batch else 0
-        return [{k: v[i] for k, v in batch.items()} for i in range(n)]
-
-    def to_pandas(self, limit: int | None = None):
-        """Every row (or the first ``limit``) as one ``pandas.DataFrame`` (``raynb.data.write``)."""
-        from .write import to_pandas
-
-        return to_pandas(self, limit)
-
-    def write_parquet(self, path: str, **kwargs) -> list:
-        """Stream the rows, in order, to parquet files in the directory ``path``
-        (``raynb.data.write.write_parquet``: one batch in memory at a time)."""
-        from .write import write_parquet
-
-        return write_parquet(self, path, **kwargs)
-
-    def iter_batches(self, **kwargs):
-        """All rows' batches in this process (one epoch, as a single rank would read them):
-        the arguments of ``DataIterator.iter_batches``."""
-        return DataIterator(self, 1, 0).iter_batches(**kwargs)
-
-    def iter_torch_batches(self, **kwargs):
-        """All rows as torch batches in this process (``DataIterator.iter_torch_batches``)."""
-        return DataIterator(self, 1, 0).iter_torch_batches(**kwargs)
 
     def shard(self, world_size: int, rank: int, pad: bool = True) -> DataIterator:
         """Rank ``rank``'s part when ``world_size`` ranks read it (what ``get_dataset_shard``
@@ -184,12 +252,14 @@ class Dataset:
 
     def torch_problem(self) -> str | None:
         """Why torch cannot take a column (named), or None: checked for in-memory data
-        without ``map_batches`` (a function may turn a column into numbers)."""
+        without transforms (a function may turn a column into numbers). Object and string
+        columns pass (a rank reads them with ``iter_batches``; ``iter_torch_batches``
+        names them)."""
         from .sources import InMemorySource
 
         if self._ops or not isinstance(self._source, InMemorySource):
             return None
-        return B.torch_unsupported(self._source.columns())
+        return B.torch_unsupported(self._source.columns(), objects=False)
 
     def __repr__(self) -> str:
         kind = type(self._source).__name__.replace("Source", "")
@@ -197,8 +267,16 @@ class Dataset:
                  f"columns={self._source.schema().names}"]
         if self._seed is not None:
             parts.append(f"random_shuffle(seed={self._seed})")
-        parts += [f"map_batches({op.name})" for op in self._ops]
-        return f"Dataset({', '.join(parts)})"
+        parts += [f"{op.label}({op.name})" for op in self._ops]
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def __getattr__(self, name: str):
+        raise not_served("Dataset", name)
 
 
-__all__ = ["Dataset", "MapBatchesError", "register_map_batches_executor"]
+class MaterializedDataset(Dataset):
+    """A dataset whose rows are computed and held in memory (``materialize()``, ``split``,
+    ``train_test_split``), as Ray's ``MaterializedDataset``."""
+
+
+__all__ = ["Dataset", "MapBatchesError", "MaterializedDataset", "register_map_batches_executor"]

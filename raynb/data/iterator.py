@@ -56,7 +56,7 @@ def prefetched(make, depth: int):
 
     t = threading.Thread(target=run, name="raynb-data-prefetch", daemon=True)
     t.start()
-    from ..cluster import task_context
+    from ..cluster.worker import task_context
 
     if task_context.current() is not None:   # a loop left unfinished: the thread ends with the task
         task_context.at_end(lambda status: stop.set())
@@ -76,11 +76,13 @@ def rebatch(stream, batch_size: int | None, drop_last: bool):
     """Numpy batches of exactly ``batch_size`` rows from a stream of any sizes (the last
     one shorter, or dropped with ``drop_last``); ``batch_size=None`` passes them on."""
     if batch_size is None:
-        yield from stream
+        yield from (b for b in stream if B.num_rows(b))
         return
     held, have = [], 0
     for b in stream:
         n = B.num_rows(b)
+        if not n:
+            continue
         if not have and n == batch_size:
             yield b
             continue
@@ -160,20 +162,21 @@ class DataIterator:
             if local_shuffle_buffer_size:
                 seed = [local_shuffle_seed if local_shuffle_seed is not None else (ds._seed or 0), epoch, rank]
                 stream = local_shuffle(stream, int(local_shuffle_buffer_size), np.random.default_rng(seed))
-            stream = rebatch(stream, batch_size, drop_last)
-            for i, b in enumerate(stream):
-                yield ds._apply_ops(b, i, rank)
+            if ds._ops:   # the steps see the batches as read; the reader gets its batch_size
+                stream = ds._apply_stream(stream, rank)
+            yield from rebatch(stream, batch_size, drop_last)
 
         return prefetched(make, int(prefetch_batches or 0))
 
-    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str = "numpy",
+    def iter_batches(self, *, batch_size: int | None = 256, batch_format: str | None = "default",
                      drop_last: bool = False, local_shuffle_buffer_size: int | None = None,
                      local_shuffle_seed: int | None = None, prefetch_batches: int = 1):
         """Batches of this shard for one epoch (``DataIterator.iter_batches``).
 
         Args:
             batch_size (int | None): rows per batch; None gives the blocks as read.
-            batch_format ("numpy" | "pandas"): a dict of numpy arrays, or a DataFrame.
+            batch_format ("default" | "numpy" | "pandas" | "pyarrow"): a dict of numpy
+                arrays, a DataFrame or a pyarrow Table.
             drop_last (bool): drop a last batch shorter than ``batch_size``.
             local_shuffle_buffer_size (int | None): mix rows within windows of this many.
             local_shuffle_seed (int | None): that mixing's seed (the dataset's by default).
@@ -190,7 +193,8 @@ class DataIterator:
     def iter_torch_batches(self, *, batch_size: int | None = 256, dtypes=None, device=None,
                            collate_fn=None, drop_last: bool = False,
                            local_shuffle_buffer_size: int | None = None,
-                           local_shuffle_seed: int | None = None, prefetch_batches: int = 1):
+                           local_shuffle_seed: int | None = None, prefetch_batches: int = 1,
+                           pin_memory: bool = False):
         """Batches of this shard for one epoch as dicts of ``torch.Tensor``
         (``DataIterator.iter_torch_batches``). Unshuffled in-memory rows arrive as
         ``torch.from_numpy`` views of the node's shared copy (no copy; they are marked
@@ -201,7 +205,7 @@ class DataIterator:
                 prefetch_batches: as :meth:`iter_batches`.
             dtypes (torch.dtype | dict[str, torch.dtype] | None): cast all columns, or
                 the named ones.
-            device (str | torch.device | None): where tensors go; None is this rank's
+            device (str | torch.device | None): where tensors go; None or "auto" is this rank's
                 device (its GPU in a ``use_gpu`` run, else the CPU).
             collate_fn (callable | None): ``collate_fn(numpy batch)`` replaces the
                 conversion (Ray's argument).
@@ -212,13 +216,43 @@ class DataIterator:
         """
         import torch
 
-        dev = torch.device(device) if device is not None else _rank_device(torch)
+        dev = torch.device(device) if device not in (None, "auto") else _rank_device(torch)
         for b in self._batches(batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed,
                                prefetch_batches):
             if collate_fn is not None:
                 yield collate_fn(b)
                 continue
             yield {k: _to_tensor(torch, k, v, dtypes, dev) for k, v in b.items()}
+
+    def iter_rows(self, *, prefetch_batches: int = 1):
+        """This shard's rows for one epoch, each a dict of column -> value."""
+        for b in self._batches(None, False, None, None, prefetch_batches):
+            yield from B.rows_of(b)
+
+    def _collect(self) -> dict:
+        """This shard's rows of one epoch as one numpy batch ({} for none)."""
+        parts = list(self._batches(None, False, None, None, 0))
+        return B.concat(parts) if parts else {}
+
+    def materialize(self):
+        """This shard's rows of one epoch, computed now and held in memory (a
+        ``MaterializedDataset``: ``count``, ``take``, ``iter_batches`` ... on it read
+        them again without the steps)."""
+        return self._ds._materialized(self._collect())
+
+    def to_pandas(self, limit: int | None = None):
+        """This shard's rows of one epoch as one ``pandas.DataFrame`` (raynb's addition:
+        Ray's shard has no ``to_pandas``; ``materialize().to_pandas()`` is the same).
+
+        Raises:
+            ValueError: more rows than ``limit``.
+        """
+        return self.materialize().to_pandas(limit)
+
+    def __getattr__(self, name: str):
+        from .not_served import not_served
+
+        raise not_served("DataIterator", name)
 
     def __repr__(self) -> str:
         return (f"DataIterator(rank={self.rank}, world_size={self.world_size}, rows={self.count()}, "
@@ -254,7 +288,7 @@ def _ignore_not_writable() -> None:
 
 
 def _rank_device(torch):
-    from ..cluster import task_context
+    from ..cluster.worker import task_context
 
     task = task_context.current() or {}
     if task.get("use_gpu") and task.get("gpu_id") is not None:

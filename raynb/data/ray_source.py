@@ -114,8 +114,8 @@ def split_ray_datasets(datasets: dict, world_size: int, storage_path: str) -> tu
     ``storage_path/.ray_data``; returns (datasets, the directories to remove afterwards)."""
     out, dirs = {}, []
     if "://" in storage_path:
-        from ..cluster.rundir import default_storage_path
-        from ..cluster.storage_uri import is_storage_uri, local_path_of
+        from ..cluster.storage.rundir import default_storage_path
+        from ..cluster.storage.storage_uri import is_storage_uri, local_path_of
 
         # An object store's run directory stages on the default storage path: so do the splits.
         storage_path = default_storage_path() if is_storage_uri(storage_path) else local_path_of(storage_path)

@@ -1,6 +1,7 @@
 """Making datasets (the names of ``ray.data``): from notebook arrays, or from files."""
 from __future__ import annotations
 
+import builtins
 import glob
 import os
 
@@ -9,7 +10,7 @@ from .dataset import Dataset
 from .sources import FileSource, InMemorySource
 
 
-def from_numpy(data) -> Dataset:
+def from_numpy(data, override_num_blocks: int | None = None) -> Dataset:
     """A dataset of a numpy array (one column, ``"data"``, as Ray) or of a dict of
     column name -> array (rows along the first axis; columns may have more dimensions).
 
@@ -21,17 +22,55 @@ def from_numpy(data) -> Dataset:
 
     if isinstance(data, dict):
         return Dataset(InMemorySource(B.columns_from(data, "from_numpy")))
+    if isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data):
+        data = np.concatenate(data)      # Ray: a list of arrays, joined along the rows
     if isinstance(data, np.ndarray):
         return Dataset(InMemorySource(B.columns_from({"data": data}, "from_numpy")))
     raise TypeError(f"from_numpy() takes a numpy array or a dict of them, got {type(data).__name__}")
 
 
-def from_pandas(df) -> Dataset:
-    """A dataset of a ``pandas.DataFrame``'s columns (string columns stay strings,
-    usable by ``iter_batches``; torch needs numbers).
+def from_items(items: list, *, output_arrow_format: bool = False, override_num_blocks: int | None = None,
+               parallelism: int = -1) -> Dataset:
+    """A dataset of a list of rows: dicts of column -> value (the columns of the first
+    row), or any other values (one column, ``"item"``, as Ray). Values may be numbers,
+    arrays, strings, lists, dicts or any Python objects (see docs/data.md for how each
+    kind reaches the ranks).
 
     Raises:
-        ValueError: a column of Python objects that are not strings (named).
+        TypeError: ``items`` is not a list / tuple.
+        ValueError: no items; a dict row with other columns than the first (both named).
+    """
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"from_items() takes a list of rows, got {type(items).__name__}")
+    if not items:
+        raise ValueError("from_items([]): give at least one row")
+    if all(isinstance(r, dict) for r in items):
+        from .transforms import from_rows
+
+        return Dataset(InMemorySource(from_rows(list(items), "from_items")))
+    if any(isinstance(r, dict) for r in items):
+        raise ValueError("from_items(): rows are all dicts (columns) or all plain values, not a mix")
+    return Dataset(InMemorySource(B.columns_from({"item": B.as_column(list(items))}, "from_items")))
+
+
+def range(n: int, *, override_num_blocks: int | None = None, parallelism: int = -1) -> Dataset:  # noqa: A001
+    """A dataset of the integers ``0 .. n-1`` in one int64 column, ``"id"`` (as Ray).
+
+    Raises:
+        ValueError: ``n`` negative or not an int.
+    """
+    import numpy as np
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"range({n!r}): give an integer >= 0")
+    return Dataset(InMemorySource({"id": np.arange(n, dtype=np.int64)}))
+
+
+def from_pandas(df, override_num_blocks: int | None = None) -> Dataset:
+    """A dataset of a ``pandas.DataFrame``'s columns (or of a list of them, joined).
+    Columns of strings or other Python objects become object columns (see docs/data.md).
+
+    Raises:
         TypeError: not a DataFrame.
     """
     import pandas as pd
@@ -65,13 +104,13 @@ def from_torch(dataset, column_names: list | None = None) -> Dataset:
     else:
         if not hasattr(dataset, "__len__") or not hasattr(dataset, "__getitem__"):
             raise TypeError(f"from_torch() takes a map-style torch Dataset, got {type(dataset).__name__}")
-        items = [dataset[i] for i in range(len(dataset))]
+        items = [dataset[i] for i in builtins.range(len(dataset))]
         first = items[0] if items else ()
         k = len(first) if isinstance(first, (tuple, list)) else 1
         rows = [it if isinstance(it, (tuple, list)) else (it,) for it in items]
         parts = [np.stack([r[j].numpy() if isinstance(r[j], torch.Tensor) else np.asarray(r[j]) for r in rows])
-                 for j in range(k)]
-    names = column_names or (["item"] if len(parts) == 1 else [f"item_{i}" for i in range(len(parts))])
+                 for j in builtins.range(k)]
+    names = column_names or (["item"] if len(parts) == 1 else [f"item_{i}" for i in builtins.range(len(parts))])
     if len(names) != len(parts):
         raise ValueError(f"from_torch(column_names={names}): the dataset has {len(parts)} tensors")
     return Dataset(InMemorySource(B.columns_from(dict(zip(names, parts)), "from_torch")))
@@ -151,3 +190,25 @@ def read_csv(paths, *, columns: list | None = None, parse_options=None, convert_
     fmt = ds.CsvFileFormat(parse_options=parse_options, convert_options=convert_options,
                            read_options=read_options)
     return Dataset(FileSource(files, fs, fmt, columns))
+
+
+def read_json(paths, *, lines: bool = True, columns: list | None = None, read_options=None,
+              parse_options=None, **kwargs) -> Dataset:
+    """A dataset streamed from JSON Lines files (one object a line; ``pyarrow.json``),
+    each file a unit of sharding.
+
+    Raises:
+        FileNotFoundError: a path that does not exist (named), before any run starts.
+        NotImplementedError: ``lines=False`` (a whole-file JSON array is not streamed) or
+            another Ray argument (named).
+    """
+    import pyarrow.dataset as ds
+
+    if not lines:
+        raise NotImplementedError("read_json(lines=False): raynb reads JSON Lines files (one object a line); "
+                                  "load a JSON array with pandas and use from_pandas (see docs/data.md)")
+    if kwargs:
+        raise NotImplementedError(f"read_json(): {sorted(kwargs)} not served by raynb; see docs/data.md")
+    files, fs = _resolve(paths, "read_json")
+    return Dataset(FileSource(files, fs, ds.JsonFileFormat(read_options=read_options,
+                                                            parse_options=parse_options), columns))

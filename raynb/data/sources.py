@@ -34,8 +34,16 @@ class Schema:
 
 
 def _schema_of_columns(columns: dict) -> Schema:
-    return Schema(list(columns), [f"{a.dtype}{' ' + str(a.shape[1:]) if a.ndim > 1 else ''}"
-                                  for a in columns.values()])
+    return Schema(list(columns), [_type_name(a) for a in columns.values()])
+
+
+def _type_name(a) -> str:
+    """A column's type: numpy dtype and per-row shape, or the Python type of an object
+    column's values (``object (str)``, ``object (list)``; several: ``object``)."""
+    if a.dtype.hasobject:
+        kinds = {type(v).__name__ for v in a[:1000]}
+        return f"object ({kinds.pop()})" if len(kinds) == 1 else "object"
+    return f"{a.dtype}{' ' + str(a.shape[1:]) if a.ndim > 1 else ''}"
 
 
 class InMemorySource:
@@ -45,6 +53,7 @@ class InMemorySource:
     def __init__(self, columns: dict):
         self._columns = columns
         self.uid = uuid.uuid4().hex
+        self._encoded = None
 
     def columns(self) -> dict:
         return self._columns
@@ -80,31 +89,45 @@ class InMemorySource:
 
     def __reduce__(self):
         from ..client import bulk
+        from . import object_columns
 
         scope = bulk.current()
         if scope is None:
             return InMemorySource, (self._columns,)
         n = self.num_rows()
-        block = scope.place(("dataset", self.uid), self, self._columns,
-                            f"a dataset of {n} rows ({self.nbytes / 2**20:.0f} MiB)")
-        return SharedSource, (block, n)
+        if getattr(self, "_encoded", None) is None:   # once: every trial of an experiment pickles it
+            self._encoded = object_columns.encode(self._columns)
+        shared, arrow, pickled = self._encoded
+        block = None
+        if shared:
+            nbytes = sum(a.nbytes for a in shared.values())
+            block = scope.place(("dataset", self.uid), self, shared,
+                                f"a dataset of {n} rows ({nbytes / 2**20:.0f} MiB)")
+        return SharedSource, (block, n, arrow, pickled, list(self._columns))
 
 
 class SharedSource(InMemorySource):
-    """In-memory columns on a rank: read-only views of this node's shared-memory copy,
-    mapped on first use."""
+    """In-memory columns on a rank: numeric ones read-only views of this node's
+    shared-memory copy, mapped on first use; object columns decoded from their Arrow
+    streams there, or unpickled with the payload (``object_columns``)."""
 
-    def __init__(self, block, n: int):
+    def __init__(self, block, n: int, arrow: dict | None = None, pickled: dict | None = None,
+                 order: list | None = None):
         self.block, self._n, self._columns, self.uid = block, n, None, uuid.uuid4().hex
+        self._arrow, self._pickled = dict(arrow or {}), dict(pickled or {})
+        self._order = order if order is not None else list(block.layout)
 
     def columns(self) -> dict:
         if self._columns is None:
-            self._columns = self.block.arrays(writeable=False)
+            from . import object_columns
+
+            arrays = self.block.arrays(writeable=False) if self.block is not None else {}
+            self._columns = object_columns.decode(arrays, self._arrow, self._pickled, self._order)
         return self._columns
 
     @property
     def nbytes(self) -> int:
-        return self.block.nbytes
+        return self.block.nbytes if self.block is not None else 0
 
     def num_rows(self) -> int:
         return self._n
@@ -113,7 +136,7 @@ class SharedSource(InMemorySource):
         return _schema_of_columns(self.columns())
 
     def __reduce__(self):
-        return SharedSource, (self.block, self._n)
+        return SharedSource, (self.block, self._n, self._arrow, self._pickled, self._order)
 
 
 class FileSource:

@@ -6,22 +6,7 @@ from __future__ import annotations
 import os
 
 from . import block as B
-
-
-def batch_to_table(batch: dict):
-    """A numpy batch as a ``pyarrow.Table``: 2-d columns become fixed-size lists (an
-    embedding per row), deeper ones lists of lists."""
-    import pyarrow as pa
-
-    cols = {}
-    for name, a in batch.items():
-        if a.ndim == 1:
-            cols[name] = pa.array(a)
-        elif a.ndim == 2:
-            cols[name] = pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), a.shape[1])
-        else:
-            cols[name] = pa.array([x.tolist() for x in a])
-    return pa.table(cols)
+from .block import batch_to_table  # noqa: F401 - its old home; batch inference imports it here
 
 
 def to_pandas(dataset, limit: int | None = None):

@@ -9,7 +9,7 @@ import io
 import math
 from typing import Any, Callable, Iterable
 
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 
 TERMINAL_STATES = frozenset(TERMINAL)
 KNOWN_STATES = frozenset({"PENDING", "RUNNING"}) | TERMINAL_STATES

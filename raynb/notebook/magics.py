@@ -55,7 +55,7 @@ def _profile(text: str) -> dict:
 def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
     """``ns[name]``: the interrupted run's Result, read from its directory, once the run has
     ended there (a second interrupt may leave before the head confirmed the cancel)."""
-    from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+    from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
     from ..train.config import Result
 
     try:
@@ -68,7 +68,7 @@ def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
 
 def _resumed_record(storage_path: str | None, name: str) -> dict | None:
     """The run.json of the run ``%%ray_train --resume`` continues, or None if unreadable."""
-    from ..cluster.rundir import default_storage_path, read_run_dir
+    from ..cluster.storage.rundir import default_storage_path, read_run_dir
 
     try:
         return read_run_dir(os.path.join(os.path.expanduser(storage_path or default_storage_path()), name),

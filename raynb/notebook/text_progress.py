@@ -59,10 +59,10 @@ class TextProgress:
         if kind == "state" and p.state != self._last_state:
             self._last_state = p.state
             self._last_any = self._clock()
-            # An end state's message is in the summary lines that follow (or the RunError).
-            msg = f": {p.message}" if p.message and not p.finished else ""
-            self._write(f"[{p.run_name}] {p.state}"
-                        + (f" after {fmt_duration(p.elapsed_s)}" if p.finished else "") + msg)
+            # An end state is the first of the summary lines finish() prints (its message
+            # there or in the RunError): a line here too printed FINISHED twice per run.
+            if not p.finished:
+                self._write(f"[{p.run_name}] {p.state}" + (f": {p.message}" if p.message else ""))
         elif kind == "note":
             for note in p.notes[n_notes:]:
                 self._write(f"[{p.run_name}] note: {note}")

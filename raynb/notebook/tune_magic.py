@@ -23,6 +23,7 @@ import sys
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 
+from ..errors import TuneInterrupted
 from ..tune.search import sample as _sample
 from .cellfunc import build_cell_function
 from .magic_args import MagicParser, positive_int, split_expression
@@ -82,7 +83,8 @@ def tune_parser() -> MagicParser:
                         "same --workers-per-trial and --gpu); space, search and scheduler are its own")
     p.add_argument("--storage-path", default=None, help="parent directory of the experiment directory")
     p.add_argument("--result", default=None,
-                   help="notebook name bound to the ResultGrid (default: the cell's output, `_`)")
+                   help="notebook name bound to the ResultGrid (default: the cell's output, `_`; "
+                        "after an interrupt, `_ray_tune_result`)")
     p.add_argument("--quiet", action="store_true", help="no trial table")
     return p
 
@@ -245,7 +247,13 @@ class RayTuneMagics(Magics):
         except (ValueError, TypeError) as e:   # a bad space (empty choice, lower >= upper) names its key
             raise UsageError(f"%%ray_tune: {e}") from None
         tuner._carry_on = "re-run this cell with --name {name} --resume"
-        grid = tuner.fit()
+        bound = args.result or "_ray_tune_result"
+        tuner._results_at = f"`{bound}`"
+        try:
+            grid = tuner.fit()
+        except TuneInterrupted as e:   # the stop button: Run All stops here, the grid so far is kept
+            ns[bound] = e.result_grid
+            raise
         _print_errors(grid)
         if args.result is not None:
             ns[args.result] = grid

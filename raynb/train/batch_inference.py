@@ -53,7 +53,7 @@ class _MapTask:
     def __call__(self, config):
         import pyarrow.parquet as pq
 
-        from ..cluster import task_context
+        from ..cluster.worker import task_context
         from ..data.write import batch_to_table
         from .datasets import STATE_KEY
 

@@ -20,7 +20,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..cluster.storage_uri import is_storage_uri, redact
+from ..cluster.storage.storage_uri import is_storage_uri, redact
 
 
 class Checkpoint:

@@ -360,7 +360,7 @@ class Result:
             raynb.rundir.CorruptRunDirectory: ``run.json`` or ``params.json`` is
                 missing or unreadable (the message names the file). Nothing is written.
         """
-        from ..cluster.rundir import read_run_dir
+        from ..cluster.storage.rundir import read_run_dir
 
         return result_from_record(read_run_dir(path))
 

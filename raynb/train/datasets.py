@@ -6,8 +6,8 @@ rank, the wrapper makes the datasets known to ``get_dataset_shard`` for the call
 """
 from __future__ import annotations
 
-from ..cluster import task_context
-from ..cluster.remote_error import hide_from_tracebacks
+from ..cluster.worker import task_context
+from ..cluster.worker.remote_error import hide_from_tracebacks
 from ..data import DataIterator, Dataset
 from ..data.ray_source import RayPendingSource, is_ray_dataset
 from . import session as _session

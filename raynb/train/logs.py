@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..cluster.run_logs import check_selection, read_output
+from ..cluster.storage.run_logs import check_selection, read_output
 
 
 class RunLogs(list):

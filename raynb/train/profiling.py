@@ -32,8 +32,8 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..cluster import task_context
-from ..cluster.remote_error import hide_from_tracebacks
+from ..cluster.worker import task_context
+from ..cluster.worker.remote_error import hide_from_tracebacks
 
 DEFAULTS = {"wait": 1, "warmup": 1, "active": 3, "record_shapes": False, "profile_memory": False,
             "with_stack": False, "top": 15}

@@ -6,8 +6,8 @@ build the ``Result`` and raise for a failed run.
 """
 from __future__ import annotations
 
-from ..cluster import protocol as P
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..client import bulk, views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, cancel_unfollowed, follow_run, submit_run_accepted

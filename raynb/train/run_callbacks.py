@@ -8,7 +8,7 @@ through a wrapper of the run's view: the callbacks see a trial whose ``trial_id`
 from __future__ import annotations
 
 from ..client.run import RunOutcome, follow_run
-from ..cluster import protocol as P
+from ..cluster.protocol import messages as P
 from .callback import CallbackError, TrialSnapshot
 from .callback_list import INTERRUPTED_DRAIN_S, CallbackList, drain_timeout_s
 

@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..cluster import ckpt_transfer, task_context
+from ..cluster.storage import checkpoint_stream as ckpt_transfer
+from ..cluster.worker import task_context
 from . import profiling
 from .checkpoint import Checkpoint
 from .report_metrics import plain_metrics

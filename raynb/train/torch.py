@@ -13,6 +13,11 @@ from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
+from . import lightning_guard
+
+# A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
+# raynb.train.lightning (the zygote imports this module, so every worker has the hook).
+lightning_guard.install()
 
 
 def get_device():
@@ -36,15 +41,17 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     Args:
         model (torch.nn.Module): the model, built the same way on every rank.
         move_to_device (bool): move parameters to :func:`get_device` first.
-        parallel_strategy ("ddp" | None): None returns the model unwrapped.
-        parallel_strategy_kwargs (dict | None): passed to ``DistributedDataParallel``.
+        parallel_strategy ("ddp" | "fsdp" | None): None returns the model unwrapped; "fsdp"
+            shards its parameters over the ranks (FSDP2 ``fully_shard``; see ``raynb.train.fsdp``).
+        parallel_strategy_kwargs (dict | None): passed to ``DistributedDataParallel``, or
+            for "fsdp" to ``fully_shard`` (plus ``modules``: the classes to shard as units).
         gradient_compression ("fp16" | "bf16" | None): all-reduce the gradients in half
             precision (half the bytes on the wire), through DDP's communication hook
             ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook``
             / ``bf16_compress_hook`` (the gradients are cast back after the all-reduce).
 
     Returns:
-        The DDP-wrapped model when the world size is > 1, else the model itself.
+        The DDP-wrapped (or FSDP-sharded) model when the world size is > 1, else the model itself.
         DDP broadcasts rank 0's initial parameters, so every rank starts equal.
     """
     import torch
@@ -61,8 +68,15 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
         model = model.to(device)
     if parallel_strategy is None or task["world_size"] < 2:
         return model
+    if parallel_strategy == "fsdp":
+        if gradient_compression is not None:
+            raise ValueError("gradient_compression is DDP's; for FSDP pass a MixedPrecisionPolicy as "
+                             "parallel_strategy_kwargs={'mp_policy': ...}")
+        from .fsdp import shard_model
+
+        return shard_model(model, device, parallel_strategy_kwargs)
     if parallel_strategy != "ddp":
-        raise ValueError(f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp' or None")
+        raise ValueError(f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp', 'fsdp' or None")
     kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
@@ -279,7 +293,7 @@ class TorchTrainer:
         """
         import cloudpickle
 
-        from ..cluster.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
+        from ..cluster.storage.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
 
         record = read_run_dir(path, with_reports=False)
         path = record["path"]
@@ -321,7 +335,7 @@ class TorchTrainer:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """True when ``path`` is a raynb run directory that ``restore`` can continue."""
-        from ..cluster.rundir import FUNCTION_FILE, STATE_FILE
+        from ..cluster.storage.rundir import FUNCTION_FILE, STATE_FILE
 
         return all(os.path.isfile(os.path.join(path, f)) for f in (STATE_FILE, "params.json", FUNCTION_FILE))
 
@@ -349,7 +363,7 @@ class TorchTrainer:
 
         import shutil
 
-        from ..cluster.rundir import default_storage_path
+        from ..cluster.storage.rundir import default_storage_path
         from ..data.ray_source import split_ray_datasets
 
         datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.max_workers,

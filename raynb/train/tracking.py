@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..cluster import task_context
+from ..cluster.worker import task_context
 from . import mlflow_store, session
 from .callback import flatten
 

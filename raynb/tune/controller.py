@@ -14,8 +14,8 @@ from pathlib import Path
 
 from ..client.interrupts import NotedInterrupts
 from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
-from ..cluster import protocol as P
-from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
+from ..cluster.protocol import messages as P
+from ..cluster.storage.rundir import STATE_FILE as RUN_STATE_FILE
 from ..errors import ClusterError
 from ..train.config import RunConfig
 from ..train.run_callbacks import first_error_line
@@ -24,7 +24,7 @@ from .held_stops import HeldStops
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
-from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial, pause
 from .trial_output import relay_output
 from .trial_runner import TrialRunner, adopt_first_checkpoint, newest_checkpoint, write_params
 
@@ -304,7 +304,7 @@ class TuneController:
             self.scheduler.on_trial_complete(trial, trial.last_result)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
         elif ending == "interrupt" and state != "FAILED":
-            trial.status = TERMINATED if state == "FINISHED" else PAUSED
+            trial.status = TERMINATED if state == "FINISHED" else pause(trial)
             if trial.status == TERMINATED:
                 self.scheduler.on_trial_complete(trial, trial.last_result)
                 self.search_alg.on_trial_complete(trial.trial_id, trial.last_result)
@@ -405,8 +405,8 @@ class TuneController:
         for trial in list(self._by_run.values()):
             self._by_run.pop(trial.run_id, None)
             trial.extra.pop("_ending", None)
-            trial.status = status_after
-            self.progress.set_status(trial.trial_id, status_after)
+            trial.status = status_after if status_after != PAUSED else pause(trial)
+            self.progress.set_status(trial.trial_id, trial.status)
             self.state.mark(trial)
 
     def _flush(self) -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..cluster.rundir import CorruptRunDirectory, default_storage_path, private_opener, read_reports
-from ..cluster.storage_uri import local_storage_path
+from ..cluster.storage.rundir import CorruptRunDirectory, default_storage_path, private_opener, read_reports
+from ..cluster.storage.storage_uri import local_storage_path
 from .trial import Trial
 
 STATE_FILE = "experiment_state.json"

@@ -1,7 +1,9 @@
 """A trial: one sampled config of a Tune experiment, run as one raynb run."""
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # Trial states, Ray 2.60's: TERMINATED is a trial that returned, or that the scheduler,
@@ -53,3 +55,37 @@ class Trial:
 
     def metric(self, name: str, default: Any = None) -> Any:
         return self.last_result.get(name, default)
+
+
+def pause(trial: Trial) -> str:
+    """The state of a trial an interrupt cancelled: PAUSED (it resumes from its checkpoint
+    or starts over when ``fit()`` carries on), or PENDING when its run never started (it
+    was waiting for workers): nothing of it ran, and the table must not say it did.
+    Returns the state it set."""
+    started = trial.results or trial.checkpoint or trial.extra.get("started_at") is not None
+    if started:
+        trial.status = PAUSED
+        return PAUSED
+    trial.status = PENDING
+    trial.run_id = None
+    if trial.path:
+        trial.extra["_wipe"] = True   # its cancelled run's directory: removed when fit() carries on
+    return PENDING
+
+
+def requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:
+    """Make a restored trial PENDING. With a checkpoint its run resumes from it (the head
+    continues the run: its reports so far stay, training_iteration counts on); without
+    one (or with ``from_checkpoint=False``) its directory is removed and it starts over.
+    ``wipe=False`` only marks the directory for removal when ``fit()`` starts (restore()
+    itself must not delete anything: ``Tuner.restore(...).get_results()`` only reads)."""
+    t.status = PENDING
+    t.run_id = None
+    if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
+        return
+    t.checkpoint = None
+    t.results = []
+    if t.path and wipe:
+        shutil.rmtree(t.path, ignore_errors=True)
+    elif t.path:
+        t.extra["_wipe"] = True

@@ -2,7 +2,7 @@
 (for ``Tuner.restore``)."""
 from __future__ import annotations
 
-from ..cluster.rundir import read_run_dir
+from ..cluster.storage.rundir import read_run_dir
 from .trial import ERROR, TERMINATED, Trial
 
 

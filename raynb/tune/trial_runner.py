@@ -7,8 +7,8 @@ import shutil
 import uuid
 from pathlib import Path
 
-from ..cluster.rundir import STATE_FILE as RUN_STATE_FILE
-from ..cluster.rundir import read_run_dir, write_json_atomic
+from ..cluster.storage.rundir import STATE_FILE as RUN_STATE_FILE
+from ..cluster.storage.rundir import read_run_dir, write_json_atomic
 from ..train.config import RunConfig, ScalingConfig
 
 
@@ -83,7 +83,7 @@ def adopt_checkpoint(run_path: str, source: str, checkpoint_config, metrics: dic
         CorruptRunDirectory: ``run_path`` holds no readable ``run.json``.
         OSError: the copy failed (the run's checkpoints are left as they were).
     """
-    from ..cluster.checkpoints import CheckpointStore
+    from ..cluster.storage.checkpoints import CheckpointStore
 
     record = read_run_dir(run_path, with_reports=False)
     cc = checkpoint_config

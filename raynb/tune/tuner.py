@@ -15,8 +15,8 @@ from pathlib import Path
 import cloudpickle
 
 from ..client import bulk, views
-from ..cluster.run_states import RUN_TERMINAL as TERMINAL
-from ..cluster.rundir import make_private_dir, make_run_name, private_opener
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
+from ..cluster.storage.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
@@ -27,7 +27,9 @@ from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
 from .search.variant_generator import validate_space, varying_keys
+from .interrupt import report_interrupt
 from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .trial import requeue as _requeue
 from .stopper import as_stopper
 from .stopping import StoppingScheduler
 from .trial_catch_up import catch_up as _catch_up
@@ -159,19 +161,22 @@ class Tuner:
         # How an interrupted fit() says to carry on ({name}, {path}); %%ray_tune says --resume.
         self._carry_on = ("call fit() on this Tuner again, or after a kernel restart "
                           "Tuner.restore({path!r}, trainable).fit()")
+        self._results_at: str | None = None   # where an interrupted fit's ResultGrid is (the magic's name)
 
     # -- fit --------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
         """Run the experiment and return its :class:`ResultGrid`.
 
-        A notebook interrupt (Ctrl-C, the stop button) cancels every running trial (within
-        about 1 s, at most 2 s) and returns the results so far: ``grid.interrupted`` is True,
-        interrupted trials are PAUSED, unstarted ones PENDING. ``fit()`` again on this Tuner,
-        or ``Tuner.restore(grid.experiment_path, trainable).fit()`` after a kernel restart,
-        carries on. (As Ray Tune does: the cell ends normally and keeps the partial results,
-        rather than raising KeyboardInterrupt and losing them.)
+        An interrupt (Ctrl-C, the stop button) cancels every running trial (within about
+        1 s, at most 2 s): interrupted trials are PAUSED, unstarted ones PENDING, and
+        ``grid.interrupted`` is True. In a script ``fit()`` returns that grid, as Ray Tune
+        does; in an IPython cell it raises ``TuneInterrupted`` (a KeyboardInterrupt, so
+        *Run All* stops there) after printing how to carry on, the grid kept as
+        ``tuner.get_results()`` and the exception's ``result_grid``. ``fit()`` again on this
+        Tuner, or ``Tuner.restore(path, trainable).fit()`` after a kernel restart, carries on.
 
         Raises:
+            TuneInterrupted: interrupted inside an IPython cell (see above).
             ValueError: trials report without ``TuneConfig.metric`` (naming what they reported),
                 or a trial needs more workers than the cluster can hold.
             TypeError: ``RunConfig.callbacks`` holds something that is not a Callback (no trial started).
@@ -246,13 +251,13 @@ class Tuner:
             callbacks.close()
         self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
         grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
-        if controller.interrupted:
-            unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
-            sys.stderr.write(f"Tuning interrupted: {grid.num_terminated} trial(s) done, {unfinished} "
-                             f"unfinished. The ResultGrid holds the results so far; to carry on, "
-                             f"{self._carry_on.format(name=header['name'], path=path)}\n")
-            sys.stderr.flush()
+        stop = None
+        if controller.interrupted:   # in a notebook cell: raised (Run All stops), else returned
+            stop = report_interrupt(grid, grid.num_terminated, sum(t.status in (PAUSED, PENDING) for t in self._trials),
+                                    self._carry_on.format(name=header['name'], path=path), self._results_at)
         callbacks.check()  # a fail_on_error callback that raised at the very end
+        if stop is not None:
+            raise stop
         if controller.scheduler.raise_on_failure:   # FailureConfig(fail_fast="raise")
             raise grid.errors[0]
         return grid
@@ -376,7 +381,7 @@ class Tuner:
 def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     """Cancel the runs of trials a dead kernel left running, and wait until the head has
     ended them (a trial's run cannot be resumed while it is live)."""
-    from ..cluster import protocol as P
+    from ..cluster.protocol import messages as P
 
     for run_id in run_ids:
         client.send(P.CANCEL_RUN, {"run_id": run_id})
@@ -390,22 +395,6 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def _requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:
-    """Make a restored trial PENDING. With a checkpoint its run resumes from it (the head
-    continues the run: its reports so far stay, training_iteration counts on); without
-    one (or with ``from_checkpoint=False``) its directory is removed and it starts over.
-    ``wipe=False`` only marks the directory for removal when ``fit()`` starts (restore()
-    itself must not delete anything: ``Tuner.restore(...).get_results()`` only reads)."""
-    t.status = PENDING
-    t.run_id = None
-    if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
-        return
-    t.checkpoint = None
-    t.results = []
-    if t.path and wipe:
-        shutil.rmtree(t.path, ignore_errors=True)
-    elif t.path:
-        t.extra["_wipe"] = True
 
 
 __all__ = ["Tuner", "TuneConfig"]

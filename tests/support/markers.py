@@ -62,8 +62,8 @@ def _helpers(fn, depth: int = 3, seen: set | None = None) -> list:
 
 def _sources(item) -> str:
     roots = [getattr(item, "function", None)]
-    roots += [d.func for defs in getattr(item._fixtureinfo, "name2fixturedefs", {}).values()
-              for d in defs if d.baseid]
+    fixtures = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    roots += [d.func for defs in fixtures.values() for d in defs if d.baseid]
     seen: set = set()
     parts = []
     for root in roots:
@@ -78,6 +78,8 @@ def _sources(item) -> str:
 def kinds(item) -> set[str]:
     """The markers ``item`` gets from what it uses."""
     found = {m for m in MARKERS if item.get_closest_marker(m)}
+    if getattr(item, "function", None) is None:   # a notebook's cell (nbval): a kernel and a cluster
+        return found | {"kernel", "cluster"}
     source = _sources(item)
     found |= {m for m, signs in _SIGNS.items() if any(s in source for s in signs)}
     if _CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .jobs import Jobs
 
 log = logging.getLogger("raynb.head")
@@ -14,7 +14,7 @@ log = logging.getLogger("raynb.head")
 def install(head) -> Jobs:
     """Add the jobs' and ``node_lost``'s handlers to ``head.handlers``; returns the
     :class:`Jobs` (the head's main stops their drivers when the head stops)."""
-    jobs = Jobs(head.send)
+    jobs = Jobs(head.send, head.offloop)  # working directories unpacked off the loop
     head.handlers.update(jobs.handlers)
     head.handlers[P.NODE_LOST] = lambda msg: on_node_lost(head, msg)
     return jobs

@@ -23,8 +23,8 @@ import logging
 from collections import OrderedDict
 from typing import Callable
 
-from .. import protocol as P
-from ..event_batch import MAX_BATCH_BYTES, event_bytes, reads_accepted_events, reads_batches, split_batches
+from ..protocol import messages as P
+from ..protocol.event_batch import MAX_BATCH_BYTES, event_bytes, reads_accepted_events, reads_batches, split_batches
 
 log = logging.getLogger("raynb.head")
 

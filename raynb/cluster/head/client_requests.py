@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import time
 
-from .. import protocol as P, spare_files
-from .run import TERMINAL
+from ..protocol import messages as P
+from ..storage.made_ahead import spare_files
+from .local_node import LOCAL_NODE_ID
 
 
 class ClientRequests:
@@ -26,25 +27,6 @@ class ClientRequests:
     def on_list_runs(self, msg: P.Message) -> None:
         self.send(msg.identity, P.RUNS_REPLY, {"runs": self.store.summaries()})
 
-    def on_get_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        self.send(msg.identity, P.RUN_RECORD, {"record": self.store.record(run)})
-
-    def on_attach_run(self, msg: P.Message) -> None:
-        run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
-        if run is None:
-            return self.send(msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))})
-        if run.state not in TERMINAL:
-            run.followers.add(msg.identity)
-        rec = self.store.record(run)
-        workers = self.registry.workers
-        rec["ranks"] = [{"rank": r, "worker_id": wid, "pid": workers[wid].pid,
-                         "hostname": workers[wid].hostname}
-                        for r, wid in enumerate(run.ranks) if wid in workers]
-        self.send(msg.identity, P.RUN_RECORD, {"record": rec})
-
     def on_status_request(self, msg: P.Message) -> None:
         self.send(msg.identity, P.STATUS_REPLY, self.status())
 
@@ -56,12 +38,42 @@ class ClientRequests:
             "rejected_messages": self.session.rejected,
             "curve": self.gatekeeper is not None,
             "rejected_connections": self.gatekeeper.rejected if self.gatekeeper else 0,
+            "duplicate_nodes_refused": getattr(self, "duplicate_nodes_refused", 0),
             "checkpoint_transfers": self.transfers.status(),
             "stop_when_idle": self.idle_stop.owners is not None, "kept": self.idle_stop.kept,
             "spare_files": spare_files.stats(),
+            "local_node": self.local_node.status() if self.local_node is not None else None,
+            "loop": {"stalls": self.loop_watch.stalls, "longest_stall_s": round(self.loop_watch.longest_s, 2),
+                     "offloop_pending": self.offloop.pending},
             "nodes": self.registry.status_nodes(),
             "workers": self.registry.status_workers({r.run_id: r.name for r in self.runs.values()}),
             "runs": [{"run_id": r.run_id, "name": r.name, "state": r.state, "world_size": r.world_size,
                       "path": str(r.rundir.path)} for r in self.runs.values()],
         }
 
+    def on_cancel_run(self, msg: P.Message) -> None:
+        run = self.runs.get(msg.content.get("run_id"))
+        if run is None:
+            return
+        if run.state == "PENDING":
+            self.queue.discard(run)
+        self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
+
+    def with_cause(self, why: str | None) -> str | None:
+        """Why a run cannot be placed (``why``: the scheduler's reason, or None): the local
+        node agent that keeps exiting is the cause to name, where it is (not the empty
+        node list it leaves); with no node at all nothing could ever run it."""
+        gave_up = self.local_node.gave_up if self.local_node is not None else None
+        if not gave_up or LOCAL_NODE_ID in self.registry.nodes:
+            return why
+        if why:
+            return f"{gave_up} (so: {why})"
+        return gave_up if not self.registry.nodes else None
+
+    def fail_waiting_runs(self) -> None:
+        """The local node agent is given up and no node is left: the runs waiting for room
+        fail now, naming it, instead of waiting for good."""
+        why = self.with_cause(None)
+        for run in [r for r in self.runs.values() if r.state == "PENDING" and r.run_id in self.queue] if why else ():
+            self.queue.discard(run)
+            self.controller.no_room(run, why)

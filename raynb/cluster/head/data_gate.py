@@ -27,7 +27,7 @@ from typing import Callable
 
 import zmq
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .registry import Registry
 from .run import Run
 

@@ -23,7 +23,7 @@ as a ``ray start`` cluster outlives its drivers; ``raynb stop`` still ends it.
 """
 from __future__ import annotations
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .run import TERMINAL
 
 # What a client sends when it uses the cluster: ``connect()``'s hello, and what it asks of

@@ -7,29 +7,38 @@ whatever becomes of the client that submitted it; it ends with the head (``raynb
 as a Ray job ends with its cluster. Its environment is the head's, so ``raynb.connect()``
 in the driver finds this cluster (its ``RAYNB_HOME``), plus ``RAYNB_JOB_ID``.
 
+The command runs under ``cluster/head/job_supervisor.py`` (the job's ``pid`` is the
+supervisor's), a child subreaper that ends every process the job started, also those
+that left its process group or session (``setsid``, a double fork), when the driver
+exits, on a stop and when the head stops or dies. The id, argv and environment are
+checked before anything is made (``protocol_jobs.check_submit``); a job refused for its
+archive leaves no directory, so its id can be submitted again.
+
 The head never waits on a job: exits are seen by ``poll`` on every job request, a stop
 sends SIGTERM to the job's process group and SIGKILL once ``STOP_GRACE_S`` have passed
 (at the next request, or when the head stops).
 """
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
-import re
+import shutil
 import signal
 import subprocess
-import tarfile
 import time
 import uuid
 from pathlib import Path
 
-from .. import protocol as P
+from . import job_supervisor
+from ..protocol import messages as P
 from .. import settings
-from ..run_states import JOB_TERMINAL
-from ..connection import open_private, private_dir
+from ..protocol.run_states import JOB_TERMINAL
+from . import job_archive
+from .offloop import Busy, OffLoop
+from ..connection_file import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
+from ..protocol.job_messages import check_submit
 
 log = logging.getLogger("raynb.head")
 
@@ -38,7 +47,9 @@ log = logging.getLogger("raynb.head")
 MAX_WORKING_DIR_BYTES = settings.get("RAYNB_MAX_WORKING_DIR_BYTES")
 STOP_GRACE_S = 3.0
 LOG_CHUNK_BYTES = 1 << 20
-_JOB_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# The supervisor's own grace for the job's processes after a stop, within the head's:
+# it SIGKILLs every descendant (setsid'd ones too) before the head SIGKILLs the group.
+SUPERVISOR_GRACE_S = STOP_GRACE_S - 1.0
 TERMINAL = JOB_TERMINAL
 
 
@@ -47,30 +58,44 @@ class JobRefused(ValueError):
 
 
 def unpack(archive: bytes, dest: Path, limit: int = MAX_WORKING_DIR_BYTES) -> None:
-    """Unpack a ``.tar.gz`` working directory into ``dest``: only regular files and
-    directories inside it (``tarfile``'s ``"data"`` filter: no links out, no devices, no
-    absolute paths), at most ``limit`` bytes in all.
+    """Unpack a ``.tar.gz`` working directory into ``dest`` (``job_archive.unpack``: streamed,
+    checked member by member, only regular files and directories inside it).
 
     Raises:
-        JobRefused: not a gzip'd tar, a member the filter refuses, or over ``limit``.
+        JobRefused: not a gzip'd tar, a member the filter refuses, or over the limits.
     """
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-            members = tar.getmembers()
-            total = sum(m.size for m in members if m.isfile())
-            if total > limit:
-                raise JobRefused(f"the working directory holds {total} bytes unpacked, over the "
-                                 f"limit of {limit} bytes")
-            tar.extractall(dest, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise JobRefused(f"the working directory archive cannot be unpacked: {e}") from None
+        job_archive.unpack(archive, dest, limit)
+    except job_archive.ArchiveRefused as e:
+        raise JobRefused(str(e)) from None
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL the job's supervisor, its group and every descendant (a stop's last resort:
+    the supervisor, a subreaper, holds them all, also those that called ``setsid``)."""
+    import psutil
+
+    try:
+        procs = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    kill_group(pid, signal.SIGKILL)
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
 
 
 class Jobs:
-    """The head's jobs, by id. Args: send: the head's ``send(identity, type, content)``."""
+    """The head's jobs, by id. Args: send: the head's ``send(identity, type, content)``;
+    offloop: where working directories are unpacked (``offloop.OffLoop``; None: a pool of
+    the jobs' own)."""
 
-    def __init__(self, send):
+    def __init__(self, send, offloop: OffLoop | None = None):
         self.send = send
+        self.offloop = offloop or OffLoop(threads=1)
+        self._unpacking: set[str] = set()  # ids of jobs whose working directory is being unpacked
         self.jobs: dict[str, dict] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self._kill_at: dict[str, float] = {}
@@ -82,11 +107,30 @@ class Jobs:
 
     # -- requests ---------------------------------------------------------------
     def on_submit_job(self, msg: P.Message) -> None:
+        """Checked and its directory made here; its working directory unpacked off the loop
+        (``job_archive``), then started and answered (``_unpacked``)."""
+        archive = msg.buffers[0] if msg.buffers else None
         try:
-            job = self.start(msg.content, msg.buffers[0] if msg.buffers else None)
-        except JobRefused as e:
+            job_id, work = self.prepare(msg.content)
+            if archive is not None:
+                self.offloop.submit(lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
+                                    lambda _, error: self._unpacked(msg, job_id, error))
+                return self._unpacking.add(job_id)
+            job = self.launch(msg.content, job_id, work)
+        except (JobRefused, Busy) as e:
             return self.send(msg.identity, P.ERROR, {"message": str(e)})
         self.send(msg.identity, P.JOB_REPLY, {"job": job})
+
+    def _unpacked(self, msg: P.Message, job_id: str, error: BaseException | None) -> None:
+        """(the loop) The job's working directory is unpacked, or was refused."""
+        self._unpacking.discard(job_id)
+        if error is None:
+            return self.send(msg.identity, P.JOB_REPLY, {"job": self.launch(msg.content, job_id,
+                                                                            self._dir(job_id) / "work")})
+        shutil.rmtree(self._dir(job_id), ignore_errors=True)   # a refused submit leaves nothing
+        text = str(error) if isinstance(error, job_archive.ArchiveRefused) else \
+            f"the working directory archive cannot be unpacked: {type(error).__name__}: {error}"
+        self.send(msg.identity, P.ERROR, {"message": text})
 
     def on_list_jobs(self, msg: P.Message) -> None:
         self.poll()
@@ -120,29 +164,48 @@ class Jobs:
 
     # -- the jobs ---------------------------------------------------------------
     def start(self, content: dict, archive) -> dict:
-        """Start a job; returns its record. Raises: JobRefused (the reason for the client)."""
+        """Start a job, its working directory unpacked here; returns its record.
+        Raises: JobRefused (the reason for the client). A job refused for its archive
+        leaves no directory: its id can be submitted again."""
+        job_id, work = self.prepare(content)
+        if archive is not None:
+            try:
+                unpack(P.buffer_bytes(archive), work)
+            except BaseException:
+                shutil.rmtree(self._dir(job_id), ignore_errors=True)  # a refused job burns no id
+                raise
+        return self.launch(content, job_id, work)
+
+    def prepare(self, content: dict) -> tuple[str, Path]:
+        """Check a submit (everything before the job's directory is made) and make its
+        directories; returns (job id, working dir). Raises: JobRefused."""
         entrypoint = list(content["entrypoint"])
-        if not entrypoint or not entrypoint[0]:
-            raise JobRefused("submit_job needs a command: raynb submit -- python train.py")
-        job_id = content.get("job_id") or f"job_{uuid.uuid4().hex[:10]}"
-        if not _JOB_ID.match(job_id):
-            raise JobRefused(f"job id {job_id!r} must be 1-64 letters, digits, '_', '.' or '-'")
-        if job_id in self.jobs:
-            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
+        asked = content.get("job_id")
+        try:
+            check_submit(entrypoint, content.get("env"), asked)
+        except ValueError as e:
+            raise JobRefused(str(e)) from None
+        job_id = asked if asked is not None else f"job_{uuid.uuid4().hex[:10]}"
         root = self._dir(job_id)
+        if job_id in self.jobs or job_id in self._unpacking or root.exists():
+            raise JobRefused(f"a job {job_id!r} exists already; pick another id")
         root.mkdir(mode=0o700)
         work = root / "work"
         work.mkdir(mode=0o700)
-        if archive is not None:
-            unpack(P.buffer_bytes(archive), work)
+        return job_id, work
+
+    def launch(self, content: dict, job_id: str, work: Path) -> dict:
+        """Start a prepared job's command; returns its record."""
+        root, entrypoint = self._dir(job_id), list(content["entrypoint"])
         env = dict(os.environ, **dict(content.get("env") or {}), RAYNB_JOB_ID=job_id)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(work), env.get("PYTHONPATH")) if p)
         job = {"job_id": job_id, "entrypoint": entrypoint, "state": "RUNNING", "returncode": None,
                "working_dir": str(work), "start_time": time.time(), "end_time": None, "pid": None}
         with os.fdopen(open_private(root / "output.log"), "ab") as out:
             try:
-                proc = subprocess.Popen(entrypoint, cwd=work, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                proc = subprocess.Popen(job_supervisor.command(entrypoint, SUPERVISOR_GRACE_S), cwd=work,
+                                        env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True,
                                         preexec_fn=lambda: die_with_parent(signal.SIGTERM))
             except OSError as e:
                 job.update(state="FAILED", end_time=time.time())
@@ -171,7 +234,7 @@ class Jobs:
             code = proc.poll()
             if code is None:
                 if now >= self._kill_at.get(job_id, float("inf")):
-                    kill_group(proc.pid, signal.SIGKILL)
+                    _kill_tree(proc.pid)
                 continue
             kill_group(proc.pid, signal.SIGKILL)  # what the driver left in its group
             del self.procs[job_id]

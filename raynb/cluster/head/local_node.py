@@ -9,8 +9,8 @@ import sys
 import time
 from typing import Callable
 
-from .. import curve
-from ..connection import open_private, private_dir
+from ..protocol import curve_auth as curve
+from ..connection_file import open_private, private_dir
 from ..procutil import NODE_MODULE, describe_exit, python_env
 
 log = logging.getLogger("raynb.head")
@@ -34,6 +34,8 @@ class LocalNode:
         self.curve_keys = curve_keys  # the client keys, when the head listens off loopback
         self.proc: subprocess.Popen | None = None
         self._starts: list[float] = []
+        self.exits = 0                 # how many times it exited while the head ran
+        self.gave_up: str | None = None  # why it is not restarted any more (status, a run's error)
 
     @property
     def pid(self) -> int | None:
@@ -41,7 +43,8 @@ class LocalNode:
 
     def start(self) -> None:
         cmd = [sys.executable, "-m", NODE_MODULE, "--address", self.address,
-               "--workers", str(self.num_workers), "--node-id", LOCAL_NODE_ID, "--die-with-parent"]
+               "--workers", str(self.num_workers), "--node-id", LOCAL_NODE_ID, "--die-with-parent",
+               "--head-pid", str(os.getpid())]
         if self.max_workers:
             cmd += ["--max-workers", str(self.max_workers)]
         with os.fdopen(open_private(private_dir("logs") / "node-local.log"), "ab") as log_file:
@@ -57,6 +60,7 @@ class LocalNode:
             return None
         code = self.proc.returncode
         self.proc = None
+        self.exits += 1
         return describe_exit(code, None) if code >= 0 else describe_exit(None, -code)
 
     def restart_after(self, how: str) -> None:
@@ -67,7 +71,14 @@ class LocalNode:
             log.warning("the local node agent %s; restarting it", how)
             self.start()
         else:
+            self.gave_up = (f"the local node agent keeps exiting ({self.exits} times; the last {how}), so "
+                            f"the head stopped restarting it: see {private_dir('logs') / 'node-local.log'}; "
+                            "`raynb stop` and start the cluster again once the cause is fixed")
             log.error("the local node agent %s again; not restarting it (see node-local.log)", how)
+
+    def status(self) -> dict:
+        """``raynb status``'s fields of the local node agent."""
+        return {"pid": self.pid, "exits": self.exits, "gave_up": self.gave_up}
 
     def kill(self) -> None:
         if self.proc is not None:

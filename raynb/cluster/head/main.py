@@ -8,10 +8,10 @@ import os
 import signal
 import time
 
-from .. import curve
-from .. import protocol as P
-from .. import spare_files
-from ..connection import raynb_home, remove_connection_file, write_connection_file
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
+from ..storage.made_ahead import spare_files
+from ..connection_file import raynb_home, remove_connection_file, write_connection_file
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from . import addons
 from .server import Head

@@ -16,8 +16,8 @@ import logging
 import os
 import time
 
-from .. import protocol as P
-from ..rejects import REFUSED
+from ..protocol import messages as P
+from ..protocol.rejects import REFUSED
 from ..procutil import describe_exit, signal_name
 from .local_node import LOCAL_NODE_ID
 from .registry import NodeInfo, WorkerInfo
@@ -31,6 +31,11 @@ REFUSALS_LOGGED_EVERY_S = 5.0
 # A remote node silent this long (1.5 heartbeats) is suspected: a rank there that does not
 # stop is not counted killed until its exit report or the node's loss says which it was.
 SUSPECT_S = 1.5
+# A node's stats closer together than this (s) are dropped unanswered: an agent sends one a
+# second, and a flooding peer must not make the head answer and process each.
+MIN_STATS_GAP_S = 0.2
+# How often the head walks its nodes for silent ones (s): a small part of the timeouts above.
+NODE_SCAN_S = 0.25
 
 
 def remote_node_timeout_s() -> float:
@@ -39,6 +44,18 @@ def remote_node_timeout_s() -> float:
         return max(1.0, float(os.environ.get("RAYNB_NODE_TIMEOUT_S", "5")))
     except ValueError:
         return 5.0
+
+
+# A node id whose agent was heard from this recently is live: another agent registering
+# under it (a copy-paste --node-id) is refused. One silent longer (its host died, its pod
+# was replaced) gives the id to the newcomer.
+DUPLICATE_LIVE_S = 3.0
+
+
+def _same_agent(old: NodeInfo, c: dict) -> bool:
+    """Whether a registration comes from the agent that holds the id (a fresh socket after
+    it lost the head): same host, same pid, same ``/dev/shm``."""
+    return (old.hostname, old.pid, old.shm_id) == (c["hostname"], c["pid"], c.get("shm_id") or "")
 
 
 class NodeEvents:
@@ -50,6 +67,8 @@ class NodeEvents:
         old = self.registry.nodes.get(c["node_id"])
         if old is not None and old.identity == msg.identity:
             return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
+        if old is not None and not _same_agent(old, c) and time.monotonic() - old.last_seen < DUPLICATE_LIVE_S:
+            return self._refuse_duplicate(msg.identity, old, c)
         if old is not None:
             # Its agent lost the head and registered again (a fresh socket): what the head
             # knew of its workers is stale (the agent ended them).
@@ -63,6 +82,20 @@ class NodeEvents:
                  c["num_workers"], len(c.get("gpus", [])))
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
 
+    def _refuse_duplicate(self, identity: bytes, old: NodeInfo, c: dict) -> None:
+        """Another live agent holds this node id: it keeps it (its runs go on), and the
+        newcomer is told why (it exits, status 3); ``raynb status`` counts the refusals."""
+        self.duplicate_nodes_refused = getattr(self, "duplicate_nodes_refused", 0) + 1
+        text = (f"the head refused this node: node id {old.node_id!r} is held by a live node agent on "
+                f"{old.hostname} ({old.ip}, pid {old.pid}); give this node agent its own --node-id")
+        log.warning("refused a node agent on %s (%s, pid %s) registering as %r: that id is held by the "
+                    "live node agent on %s (%s, pid %s)", c["hostname"], c["ip"], c["pid"], old.node_id,
+                    old.hostname, old.ip, old.pid)
+        try:
+            self.sock.send_multipart([identity, REFUSED, text.encode()])
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
     def on_worker_ready(self, msg: P.Message) -> None:
         c = msg.content
         if c["node_id"] not in self.registry.nodes:
@@ -75,13 +108,18 @@ class NodeEvents:
     def on_node_stats(self, msg: P.Message) -> None:
         node = self.registry.nodes.get(msg.content.get("node_id"))
         known = node is not None and node.identity == msg.identity
+        now = time.monotonic()
+        if known and now - node.stats_at < MIN_STATS_GAP_S:
+            return  # a flood (an agent sends one a second): it counted as a sign of life, no more
+        if known:
+            node.stats_at = now
         # The node's sign of our life; "registered": False tells an agent whose connection
         # came back to a restarted head (same address and keys) that it must register again.
         self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
         if not known:
             return
         node.load = msg.content.get("load")
-        by_run = self.pool.observe(msg.content, time.monotonic())
+        by_run = self.pool.observe(msg.content, now)
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)
             if run is not None and run.state == "RUNNING":
@@ -124,6 +162,13 @@ class NodeEvents:
                 self._lose_node(self.registry.nodes[LOCAL_NODE_ID], how)
             if not self._stop:
                 self.local_node.restart_after(how)
+                self.fail_waiting_runs()   # given up, with no node left: say so, never wait
+        # Silences are seconds long: walking every node on every tick (up to 200 a second while
+        # heartbeats arrive, and they arrive more often the more nodes there are) cost the head
+        # in proportion to nodes squared; a walk every NODE_SCAN_S costs it in proportion to nodes.
+        if now < self.__dict__.get("_next_node_scan", 0.0):
+            return
+        self._next_node_scan = now + NODE_SCAN_S
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:
@@ -144,10 +189,10 @@ class NodeEvents:
 
     # -- refusing a peer ----------------------------------------------------------
     def refuse_peer(self, identity: bytes) -> None:
-        """Tell a node agent whose message was rejected why (an unsigned notice, at most
-        once every 2 s per peer): its key or its protocol version is wrong. Clients get
-        none: a client's own request times out, naming the key file to check."""
-        if not identity.startswith(b"node:"):
+        """Tell a node agent or client whose message was rejected why (an unsigned notice
+        with no data of the cluster, at most once every 2 s per peer): its key or its
+        protocol version is wrong. The peer shows it, never unpickles it."""
+        if not identity.startswith((b"node:", b"client:")):
             return
         latest = self.session.rejects.latest
         why = str(latest[1]) if latest and latest[0] == identity[:64] else "rejected"
@@ -158,7 +203,10 @@ class NodeEvents:
         if len(told) > 1024:
             told.clear()
         told[identity] = now
-        if "signature" in why:
+        if "signature" in why and identity.startswith(b"client:"):
+            text = ("the head refused this key: wrong cluster key (its HMAC signature did not "
+                    "verify); use this head's connection file (key_file=..., `--key-file`) or its key")
+        elif "signature" in why:
             text = ("the head refused this peer: wrong cluster key (its HMAC signature did not verify); "
                     "use the key file of this head (`--key-file`)")
         elif "protocol version" in why:

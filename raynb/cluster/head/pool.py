@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Callable
 
-from .. import protocol as P
+from ..protocol import messages as P
 from .registry import Registry, WorkerInfo
 
 log = logging.getLogger("raynb.head")
@@ -58,7 +58,7 @@ def idle_timeout_s(value: str | float | None = None) -> float:
 
 
 # What a worker's sample carries to `raynb status` and the pane (the GPU fields only where
-# NVML sees the worker on a GPU: see cluster/gpu_stats.py).
+# NVML sees the worker on a GPU: see cluster/node/gpu_stats.py).
 STAT_FIELDS = ("cpu_percent", "rss", "gpu", "gpu_util", "gpu_mem_used", "gpu_mem_total")
 
 class WorkerPool:
@@ -113,14 +113,17 @@ class WorkerPool:
         ungrouped first, then the newest (the original warm ones stay, with their process
         group): those of them idle for the timeout. An older idle worker is not taken
         for a newer one that is not idle long enough yet."""
-        grouped = {wid for members in self.registry.groups for wid in members}
-        order = {wid: i for i, wid in enumerate(self.registry.workers)}
+        grouped: set | None = None
+        order: dict | None = None
         out = []
-        for node in self.registry.nodes.values():
-            mine = [w for w in self.registry.workers.values() if w.node_id == node.node_id]
-            extra = len(mine) - node.num_workers
+        for node in self.registry.nodes_beyond_warm():  # not every node, on every tick
+            extra = self.registry.workers_on(node.node_id) - node.num_workers
             if extra <= 0 or node.spawning:
                 continue
+            mine = self.registry.workers_of(node.node_id)
+            if grouped is None:   # built only when some node holds extra workers
+                grouped = {wid for members in self.registry.groups for wid in members}
+                order = {wid: i for i, wid in enumerate(self.registry.workers)}
             idle = sorted((w for w in mine if not w.busy and w.idle_since is not None),
                           key=lambda w: (w.worker_id in grouped, -order[w.worker_id]))
             out += [w for w in idle[:extra] if now - w.idle_since >= self.idle_timeout_s]
@@ -135,9 +138,13 @@ class WorkerPool:
 
     def free_data(self, key: str) -> None:
         """Every node removes its shared-memory segments of ``key`` (a run's id when the run
-        ended, an experiment's on ``release_data``): see ``cluster.shm``."""
+        ended, an experiment's on ``release_data``): see ``cluster.shm``. Only those that
+        hosted a worker: segments are made for a node's ranks (or, on a one-node cluster, by
+        the client for them), and a message to each of 1,000 idle nodes made every run's end
+        cost the head in proportion to the cluster's size."""
         for node in self.registry.nodes.values():
-            self._send(node.identity, P.FREE_DATA, {"key": key})
+            if node.hosted:
+                self._send(node.identity, P.FREE_DATA, {"key": key})
 
     # -- the node agents' samples -------------------------------------------------
     def observe(self, content: dict, now: float) -> dict[str, dict]:

@@ -12,7 +12,7 @@ import socket
 import time
 from typing import Callable
 
-from .. import protocol as P
+from ..protocol import messages as P
 from . import elastic, scheduler
 from .controller import RunController
 from .registry import Registry, WorkerInfo

@@ -59,6 +59,8 @@ class NodeInfo:
     data_key: str | None = None    # that socket's Curve public key (None on loopback)
     shm_id: str = ""               # which /dev/shm it sees (cluster.shm.shm_id)
     labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
+    hosted: bool = False           # a worker joined from it since it registered (its /dev/shm may hold data)
+    stats_at: float = -1e9         # when its last node_stats was taken (monotonic s)
 
     @property
     def free_gpus(self) -> list:
@@ -79,15 +81,28 @@ class Registry:
         # worker ids in rank order -> (backend, key, timeout_s) of the process group they form
         self.groups: dict[tuple, tuple] = {}
         self.max_workers = max_workers
+        # Indexes kept by add_/remove_ below, so that a node's heartbeat and a per-node count
+        # cost the same with 1,000 nodes as with one (a scan of every node per message did not).
+        self._node_of_identity: dict[bytes, str] = {}
+        self._workers_of_node: dict[str, dict[str, WorkerInfo]] = {}
+        self._beyond_warm: dict[str, None] = {}   # nodes over their warm count, in order
 
     # -- nodes ------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> None:
+        old = self.nodes.get(node.node_id)
+        if old is not None:
+            self._node_of_identity.pop(old.identity, None)
         self.nodes[node.node_id] = node
+        self._node_of_identity[node.identity] = node.node_id
+        self._recount(node.node_id)
 
     def remove_node(self, node_id: str) -> list[WorkerInfo]:
         """Forget a node and its workers; returns the workers it had."""
-        self.nodes.pop(node_id, None)
-        lost = [w for w in self.workers.values() if w.node_id == node_id]
+        node = self.nodes.pop(node_id, None)
+        if node is not None and self._node_of_identity.get(node.identity) == node_id:
+            del self._node_of_identity[node.identity]
+        lost = list(self._workers_of_node.pop(node_id, {}).values())
+        self._beyond_warm.pop(node_id, None)
         for w in lost:
             del self.workers[w.worker_id]
             self.forget_groups_with(w.worker_id)
@@ -95,12 +110,32 @@ class Registry:
 
     def seen(self, identity: bytes) -> None:
         """A message came from this node agent: it is alive."""
-        for node in self.nodes.values():
-            if node.identity == identity:
-                node.last_seen = time.monotonic()
+        node = self.nodes.get(self._node_of_identity.get(identity, ""))
+        if node is not None:
+            node.last_seen = time.monotonic()
+
+    def node_of(self, identity: bytes) -> NodeInfo | None:
+        """The registered node whose agent has this routing id, or None."""
+        return self.nodes.get(self._node_of_identity.get(identity, ""))
 
     def workers_on(self, node_id: str) -> int:
-        return sum(1 for w in self.workers.values() if w.node_id == node_id)
+        return len(self._workers_of_node.get(node_id, ()))
+
+    def nodes_beyond_warm(self) -> list[NodeInfo]:
+        """The nodes holding more workers than their warm count (forked for a big or a
+        concurrent run): the pool's candidates for retiring, found without a walk over all."""
+        return [self.nodes[n] for n in self._beyond_warm if n in self.nodes]
+
+    def _recount(self, node_id: str) -> None:
+        node = self.nodes.get(node_id)
+        if node is not None and self.workers_on(node_id) > node.num_workers:
+            self._beyond_warm[node_id] = None
+        else:
+            self._beyond_warm.pop(node_id, None)
+
+    def workers_of(self, node_id: str) -> list[WorkerInfo]:
+        """The workers of ``node_id``, in the order they joined."""
+        return list(self._workers_of_node.get(node_id, {}).values())
 
     def thread_share(self, node_id: str) -> int | None:
         """torch threads for a rank that starts on ``node_id`` now: its cores over its busy
@@ -108,7 +143,7 @@ class Registry:
         node = self.nodes.get(node_id)
         if node is None or not node.cpus:
             return None
-        busy = sum(1 for w in self.workers.values() if w.node_id == node_id and w.busy)
+        busy = sum(1 for w in self.workers_of(node_id) if w.busy)
         return max(1, node.cpus // max(1, busy))
 
     def capacity(self) -> int:
@@ -120,14 +155,28 @@ class Registry:
 
     # -- workers ----------------------------------------------------------------
     def add_worker(self, w: WorkerInfo) -> None:
+        old = self.workers.get(w.worker_id)
+        if old is not None:
+            self._workers_of_node.get(old.node_id, {}).pop(w.worker_id, None)
         self.workers[w.worker_id] = w
+        self._workers_of_node.setdefault(w.node_id, {})[w.worker_id] = w
+        self._recount(w.node_id)
         node = self.nodes.get(w.node_id)
+        if node is not None:
+            node.hosted = True
         if node is not None and node.spawning > 0:
             node.spawning -= 1
 
     def remove_worker(self, worker_id: str) -> WorkerInfo | None:
         self.forget_groups_with(worker_id)
-        return self.workers.pop(worker_id, None)
+        w = self.workers.pop(worker_id, None)
+        if w is not None:
+            mine = self._workers_of_node.get(w.node_id, {})
+            mine.pop(worker_id, None)
+            if not mine:
+                self._workers_of_node.pop(w.node_id, None)
+            self._recount(w.node_id)
+        return w
 
     def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
         """A message came from this worker (``identity``, its routing id): it is alive."""

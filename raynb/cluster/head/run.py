@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..checkpoints import CheckpointStore
-from ..run_states import RUN_TERMINAL
-from ..rundir import RunDirectory
-from ..storage_uri import join_uri
+from ..storage.checkpoints import CheckpointStore
+from ..protocol.run_states import RUN_TERMINAL
+from ..storage.rundir import RunDirectory
+from ..storage.storage_uri import join_uri
 
 # States a run ends in; the others are PENDING, RUNNING, FAILING and CANCELLING (controller.py).
 TERMINAL = RUN_TERMINAL

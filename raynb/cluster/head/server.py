@@ -15,8 +15,8 @@ import time
 
 import zmq
 
-from .. import chunking, curve, event_batch, protocol as P, signing
-from ..connection import remove_connection_file
+from ..protocol import chunking, curve_auth as curve, event_batch, messages as P, signing
+from ..connection_file import remove_connection_file
 from . import elastic, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
@@ -25,10 +25,13 @@ from .data_gate import DataGate, send_if_connected
 from . import idle_stop
 from .idle_stop import IdleStop
 from .local_node import LOCAL_NODE_ID, LocalNode
+from .loop_stall import LoopWatch, discount
 from .node_events import NODE_TIMEOUT_S, NodeEvents, RefusalLog  # noqa: F401 - NODE_TIMEOUT_S: its old home
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
+from .offloop import OffLoop
 from .registry import Registry
+from .run_records import RunRecords
 from .run import TERMINAL, Run
 from .store import RunRefused, RunStore
 from .tick_pacer import TickPacer
@@ -39,7 +42,7 @@ log = logging.getLogger("raynb.head")
 TICK_S = 0.1
 
 
-class Head(NodeEvents, ClientRequests):
+class Head(NodeEvents, ClientRequests, RunRecords):
     """Args:
         key: the cluster's HMAC key.
         bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
@@ -94,6 +97,7 @@ class Head(NodeEvents, ClientRequests):
         self.idle_stop = IdleStop()  # `shutdown` with when_idle: a script's cluster others use
         self._next_schedule = 0.0
         self.outbox = ClientOutbox(self._send_now)  # a client's run messages: once per drain
+        self.offloop, self.loop_watch = OffLoop(), LoopWatch()  # work that grows with user data; stalls
         self.handlers = {
             P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
             P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
@@ -141,9 +145,17 @@ class Head(NodeEvents, ClientRequests):
     def serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.offloop.wake_fd, zmq.POLLIN)
         pacer = TickPacer(TICK_S)
         while not self._stop:
-            if poller.poll(pacer.poll_ms(time.monotonic())):
+            wait_ms = pacer.poll_ms(now := time.monotonic())
+            busy = self.loop_watch.polling(now, wait_ms)   # a slow drain or tick: a stall of the head's
+            ready = poller.poll(wait_ms)
+            if stall := self.loop_watch.polled(now := time.monotonic()) or busy:
+                discount(self.registry, stall, now)   # peers are not held to the head's own silence
+            if self.offloop.drain():   # replies of work done off the loop (run_records, jobs)
+                self.outbox.flush()
+            if ready:
                 for _ in range(1000):  # drain what is there, then tick
                     if self._stop:
                         break   # stopping: what is left is not answered as if the head stayed
@@ -246,8 +258,8 @@ class Head(NodeEvents, ClientRequests):
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = elastic.problem(spec) or scheduler.check(elastic.submit_request(spec), self.registry.snapshot(),
-                                                       self.registry.capacity(), self.registry.total_gpus())
+        why = elastic.problem(spec) or self.with_cause(scheduler.check(
+            elastic.submit_request(spec), self.registry.snapshot(), self.registry.capacity(), self.registry.total_gpus()))
         if why:
             return refuse(why)
         if not msg.buffers:
@@ -263,14 +275,6 @@ class Head(NodeEvents, ClientRequests):
                                                        "path": str(run.rundir.path)})
         self.emit(run, {"kind": "state", "state": "PENDING"})
         self.schedule()
-
-    def on_cancel_run(self, msg: P.Message) -> None:
-        run = self.runs.get(msg.content.get("run_id"))
-        if run is None:
-            return
-        if run.state == "PENDING":
-            self.queue.discard(run)
-        self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
     # -- run events -------------------------------------------------------------
     def _rank_of(self, msg: P.Message, run: Run) -> int | None:
@@ -409,6 +413,7 @@ class Head(NodeEvents, ClientRequests):
             self.local_node.wait(timeout=5)
 
     def close(self) -> None:
+        self.offloop.close()
         if self.gatekeeper is not None:
             self.gatekeeper.close(self.sock)
         self.sock.close(linger=500)  # let the last run_done messages reach their clients

@@ -22,11 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
-from ..checkpoints import CheckpointStore
-from ..connection import raynb_home
-from ..linked_files import LinkedFiles
-from ..rundir import (CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path,
-                      make_run_name, read_run_dir, write_json_atomic)
+from ..storage.checkpoints import CheckpointStore
+from ..connection_file import raynb_home
+from ..storage.made_ahead.linked_files import LinkedFiles
+from ..storage.rundir import CorruptRunDirectory, RunDirectory, RunFileError, default_storage_path, make_run_name, read_run_dir, write_json_atomic
 from .controller import AUTO_FIELDS
 from .run import TERMINAL, Run
 from .uploads import Uploads
@@ -87,19 +86,12 @@ class RunStore:
     def summaries(self) -> list[dict]:
         return [r.summary() for r in sorted(self.runs.values(), key=lambda r: r.submitted)]
 
-    def record(self, run: Run) -> dict:
-        """The whole record of a run (``get_run``): its files read back, plus the summary."""
+    def before_record(self, run: Run) -> None:
+        """(the loop) What a record read from disk must see: the run's first run.json and its
+        rows waiting; the read itself is ``run_records``' (off the loop)."""
         if run.run_id in self._state_due:
             self.write_state(run)
         self.flush(run)
-        try:
-            rec = read_run_dir(run.rundir.path)
-        except (OSError, CorruptRunDirectory) as e:
-            rec = {"reports": [], "output": [], "read_error": str(e)}
-        rec.update(run.summary())
-        for c in rec.get("checkpoints", []):
-            c["path"] = run.checkpoint_path(c["name"])
-        return rec
 
     def ticking(self) -> list[Run]:
         """The runs the head's tick looks at: those not ended, and an ended one whose

@@ -16,8 +16,9 @@ import shutil
 import time
 from pathlib import Path
 
-from .. import protocol as P
-from ..ckpt_transfer import PIECE_BYTES
+from ..protocol import messages as P
+from ..storage.checkpoint_stream import PIECE_BYTES
+from .offloop import Busy
 from .run import Run
 
 log = logging.getLogger("raynb.head")
@@ -166,15 +167,9 @@ class Transfers:
             return self._refuse(msg, f"no checkpoint {c['checkpoint']} for run {c['run_id']} on this head "
                                      "(pruned, not committed, or not that run's)")
         try:
-            if "path" not in c:
-                files = {}
-                for d, _, names in os.walk(root):
-                    for n in names:
-                        p = Path(d) / n
-                        if p.is_symlink():
-                            continue   # never written by an upload; not served (O_NOFOLLOW)
-                        files[str(p.relative_to(root))] = (p.stat().st_size, _sha256(p))
-                return self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": files})
+            if "path" not in c:   # its files' sizes and digests: hashed off the loop (offloop)
+                return self.head.offloop.submit(lambda: _listing(root),
+                                                lambda files, error: self._listed(msg, root, files, error))
             if not _safe(c["path"]):
                 return self._refuse(msg, f"unsafe checkpoint path {c['path']!r}")
             fd = os.open(root / c["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -182,10 +177,15 @@ class Transfers:
                 piece = os.pread(fd, PIECE_BYTES, int(c.get("offset") or 0))
             finally:
                 os.close(fd)
-        except OSError as e:
+        except (OSError, Busy) as e:
             return self._refuse(msg, f"the head cannot read checkpoint {root}: {e}")
         self.bytes_out += len(piece)
         self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": {}}, [piece])
+
+    def _listed(self, msg: P.Message, root: Path, files: dict | None, error: BaseException | None) -> None:
+        if error is not None:
+            return self._refuse(msg, f"the head cannot read checkpoint {root}: {error}")
+        self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": files})
 
     def status(self) -> dict:
         return {"bytes_in": self.bytes_in, "files_in": self.files_in, "bytes_out": self.bytes_out}
@@ -213,6 +213,18 @@ def _close(t: dict) -> None:
     t.pop("file", None)
     if fd is not None:
         os.close(fd)
+
+
+def _listing(root: Path) -> dict:
+    """(a worker thread) ``{relative path: (size, sha256)}`` of a checkpoint's files."""
+    files = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = Path(d) / n
+            if p.is_symlink():
+                continue   # never written by an upload; not served (O_NOFOLLOW)
+            files[str(p.relative_to(root))] = (p.stat().st_size, _sha256(p))
+    return files
 
 
 def _sha256(path: Path) -> str:

@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 
-from ..storage_uri import join_uri, open_uri, redact
+from ..storage.storage_uri import join_uri, open_uri, redact
 
 log = logging.getLogger("raynb.head")
 

@@ -17,12 +17,12 @@ from contextlib import contextmanager
 
 import psutil
 
-from .. import protocol as P
-from ..control import Client
-from ..connection import (connection_file_path, head_alive, open_private, private_dir, process_alive,
-                          raynb_home, read_connection_file, remove_connection_file)
+from ..protocol import messages as P
+from ..protocol.control import Client
+from ..connection_file import connection_file_path, head_alive, open_private, private_dir, process_alive, raynb_home, read_connection_file, remove_connection_file
 from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
+from ..node.host import check_worker_limit
 from ..procutil import HEAD_MODULE, NODE_MODULE, running, worker_sched_policy
 from ...errors import ClusterError
 
@@ -37,9 +37,29 @@ def _start_lock(shared: bool = False):
     with os.fdopen(open_private(raynb_home() / "start.lock"), "a") as f:
         fcntl.flock(f, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
+            if not shared:  # who is starting, for `raynb status` meanwhile (starting_pid)
+                f.truncate(0)
+                f.write(str(os.getpid()))
+                f.flush()
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def starting_pid() -> int | None:
+    """The pid of the process starting the local cluster now (it holds the start lock),
+    or None when no start is under way. Never waits."""
+    path = raynb_home() / "start.lock"
+    if not path.exists():
+        return None
+    with os.fdopen(open_private(path, os.O_RDONLY, create=False)) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = f.read().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
 
 
 def _log_tail(name: str, lines: int = 20) -> str:
@@ -51,16 +71,19 @@ def _log_tail(name: str, lines: int = 20) -> str:
         return "(no log)"
 
 
-def running_cluster() -> dict | None:
+def running_cluster(wait: bool = True) -> dict | None:
     """The connection info of the live local cluster, or None.
 
     A cluster still starting (another process holds the start lock) is waited
     for until its workers are ready: a run submitted before its node registered
-    would be refused as too big for it. A connection file whose head is dead or
-    does not answer is stale: it is removed, never followed.
+    would be refused as too big for it; ``wait=False`` (``raynb status``) answers with
+    what is there instead. A connection file whose head is dead or does not answer
+    is stale: it is removed, never followed.
     """
     if read_connection_file() is None:
         return None  # nothing to wait for: a start in progress is joined by start_cluster's lock
+    if not wait:
+        return _live_cluster() if starting_pid() is None else read_connection_file()
     with _start_lock(shared=True):
         return _live_cluster()
 
@@ -124,7 +147,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
         (connection info, started): ``started`` is False when a cluster was already running.
 
     Raises:
-        ValueError: ``num_workers`` is not a positive integer, the idle timeout is
+        ValueError: ``num_workers`` is not a positive integer or exceeds ``max_workers``
+            (default: the larger of 16 and 4 x the cores), the idle timeout is
             not a number of seconds >= 0, or ``$RAYNB_WORKER_SCHED`` is not a policy.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
@@ -133,6 +157,8 @@ def start_cluster(num_workers: int = 4, max_workers: int | None = None, timeout:
     elif not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
         raise ValueError(f"num_workers must be a positive integer, got {num_workers!r} (a head "
                          "without workers of its own: head_only=True, `raynb start --head-only`)")
+    else:
+        check_worker_limit(num_workers, max_workers)  # else it forks max_workers and waits out the timeout
     check_host(host)  # an address this machine does not have fails here, naming its interfaces
     _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
     worker_sched_policy()  # so does a bad $RAYNB_WORKER_SCHED
@@ -255,7 +281,7 @@ def _stop_at_exit(home: str, token: str | None, pid: int) -> None:
     os.environ["RAYNB_HOME"] = home
     current = read_connection_file()
     if current is not None and current.get("token") == token:
-        from ..control import OWN_IDENTITIES
+        from ..protocol.control import OWN_IDENTITIES
 
         # Another process may use it meanwhile (a second script, a notebook): the head
         # then stops by itself once their runs end (head/idle_stop.py).

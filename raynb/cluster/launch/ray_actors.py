@@ -15,7 +15,7 @@ run inside Ray's worker processes:
   ``NodeAffinitySchedulingStrategy(node_id, soft=False)`` as Ray Serve pins its per-node
   proxies): holds the CPUs and GPUs its workers get (``num_cpus``, ``num_gpus``), so
   other Ray work waits for them, and runs raynb's node agent (``python -m
-  raynb.cluster.node``) as its child with ``CUDA_VISIBLE_DEVICES`` set to the GPUs Ray
+  raynb.cluster.node.agent``) as its child with ``CUDA_VISIBLE_DEVICES`` set to the GPUs Ray
   gave the actor (``ray.get_gpu_ids()``). The node agent keeps its zygote and forks warm
   workers as everywhere; the forked workers never call Ray.
 
@@ -47,10 +47,10 @@ import uuid
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from .. import curve
-from .. import protocol as P
-from ..connection import open_private, private_dir, read_connection_file
-from ..control import Client
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
+from ..connection_file import open_private, private_dir, read_connection_file
+from ..protocol.control import Client
 from ..procutil import HEAD_MODULE, NODE_MODULE, die_with_parent, python_env
 from ...errors import ClusterError
 

@@ -23,7 +23,7 @@ import socket
 import time
 import uuid
 
-from ..connection import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
+from ..connection_file import head_alive, raynb_home, read_connection_file, remove_connection_file, write_connection_file
 from ...errors import ClusterError
 
 SUPPORTED_RAY = ((2, 60), (2, 61))  # >= the first, < the second: what the tests run against
@@ -82,18 +82,32 @@ def init_ray(address: str | None):
     Returns:
         (ray, True when this call connected: the caller disconnects with ray.shutdown()).
 
+    With Ray's token authentication, the token is passed as Ray's CLI passes it
+    (``ray_auth``: ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``).
+
     Raises:
-        ClusterError: no Ray, a wrong version, or no Ray cluster at ``address``.
+        ClusterError: no Ray, a wrong version, no Ray cluster at ``address``, or the
+            cluster refused this machine's token (Ray's ``InvalidAuthToken`` named, and
+            where the token goes).
     """
     ray = import_ray()
     if ray.is_initialized():
         return ray, False
+    from . import ray_auth
+
     address = address or "auto"
+    ray_auth.enable_token_if_available()   # as `ray start` does; Ray's init does it only for "auto"
     if address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
+        ray_auth.probe(address)   # a refused token in a second, not after ray.init's 20 s of retries
     try:
         ray.init(address=address, namespace="raynb", log_to_driver=False, logging_level="WARNING")
-    except ConnectionError as e:
+    except Exception as e:  # noqa: BLE001 - AuthenticationError is a RayError, ConnectionError wraps it
+        refusal = ray_auth.auth_error(e)
+        if refusal is not None:
+            raise ray_auth.refused(address, refusal) from None
+        if not isinstance(e, ConnectionError):
+            raise
         raise ClusterError(f"no Ray cluster at {address}: {e} Start one with `ray start --head` "
                            "(then --ray-address auto on that machine, or HOST:6379)") from None
     return ray, True
@@ -192,7 +206,7 @@ def start_on_ray(ray_address: str | None = "auto", workers_per_node: int | None 
 
 def _wait_for_workers(info: dict, num_workers: int, timeout: float) -> None:
     """Until the head counts ``num_workers`` workers (the agents' zygotes forked them)."""
-    from ..control import Client
+    from ..protocol.control import Client
 
     c = Client(info["address"], info["key"].encode(), info)
     deadline = time.monotonic() + timeout

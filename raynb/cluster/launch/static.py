@@ -3,19 +3,25 @@ hand, ssh, Slurm ``srun``, a Kubernetes pod, a Ray actor) that joins a head over
 
 :func:`run_node` reads the head's connection file (the HMAC key and, off loopback,
 the CurveZMQ keys), checks the IP to register and the GPUs to offer, and serves a
-:class:`~raynb.cluster.node.NodeAgent` in the calling process until the head stops it,
+:class:`~raynb.cluster.node.agent.NodeAgent` in the calling process until the head stops it,
 refuses it (a wrong key or protocol version: exit status 3), or is gone longer than
 the reconnect grace (``node.RECONNECT_S``, 60 s: exit status 1, no process left).
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from ...errors import ClusterError
-from ..connection import read_connection_file
+from ..protocol import messages as P
+from ..protocol.control import Client, KeyRefused
+from ..connection_file import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
-from ..node import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
+from ..node.agent import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
+from ..node.host import check_worker_limit
 from ..procutil import worker_sched_policy
+
+log = logging.getLogger("raynb.node")
 
 
 def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: int | None = None,
@@ -42,12 +48,13 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
         The exit status: 0 after the head's shutdown, 1 head lost, 3 refused by the head.
 
     Raises:
-        ClusterError: an unreadable or non-private key file, no key, ``node_ip`` not an
-            address of this machine, ``gpus`` more than it has (names what it has), or
+        ClusterError: ``workers`` over ``max_workers``, an unreadable or non-private key
+            file, no key, ``node_ip`` not an address of this machine, ``gpus`` more than it has (names what it has), or
             ``$RAYNB_WORKER_SCHED`` not a policy.
     """
     try:
         worker_sched_policy()
+        check_worker_limit(workers, max_workers)
     except ValueError as e:
         raise ClusterError(str(e)) from None
     curve_keys = None
@@ -73,7 +80,32 @@ def run_node(address: str, key_file: str | None = None, workers: int = 4, gpus: 
     visible = visible_gpus()
     if gpus is not None and gpus > len(visible):
         raise ClusterError(f"--gpus {gpus}: this machine has {len(visible)} visible CUDA device(s)")
-    agent = NodeAgent(address, key.encode() if isinstance(key, str) else key, workers,
-                      max_workers or default_max_workers(), node_id, curve_keys, node_ip,
-                      None if gpus is None else visible[:gpus], shared_storage, reconnect_s)
-    return agent.serve()
+    key = key.encode() if isinstance(key, str) else key
+    source = f"the key file {key_file}" if key_file else "the key given (--key or $RAYNB_KEY)"
+    why = refused_by_head(address, key, curve_keys)
+    if why is None:
+        agent = NodeAgent(address, key, workers, max_workers or default_max_workers(), node_id, curve_keys,
+                          node_ip, None if gpus is None else visible[:gpus], shared_storage, reconnect_s)
+        code = agent.serve()
+        why = agent.refused if code == 3 else None
+        if why is None or "node id" in why:
+            return code  # served, or refused for its node id (the agent said so)
+    log.error("%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
+              "on the head, mode 0600) here and pass it with --key-file; exit status 3", why, source)
+    return 3
+
+
+def refused_by_head(address: str, key: bytes, curve_keys: dict | None, timeout: float = 3.0) -> str | None:
+    """Why the head at ``address`` refuses these keys (a refusal notice, or a failed
+    CurveZMQ handshake), asked once before a node agent starts; None when it accepts
+    them or does not answer in ``timeout`` s (not up yet: the agent keeps trying)."""
+    client = Client(address, key, {"address": address, "curve": curve_keys})
+    try:
+        client.request(P.PING, reply_types=(P.PONG,), timeout=timeout)
+    except KeyRefused as e:
+        return str(e)
+    except ClusterError:
+        return None
+    finally:
+        client.close()
+    return None

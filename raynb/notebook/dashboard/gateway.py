@@ -14,10 +14,10 @@ import asyncio
 import math
 from concurrent.futures import ThreadPoolExecutor
 
-from ...cluster import protocol as P
-from ...cluster.connection import connection_file_path, read_connection_file
-from ...cluster.control import Client
-from ...cluster.run_logs import OUTPUT_FILE, check_selection, tail_output
+from ...cluster.protocol import messages as P
+from ...cluster.connection_file import connection_file_path, read_connection_file
+from ...cluster.protocol.control import Client
+from ...cluster.storage.run_logs import OUTPUT_FILE, check_selection, tail_output
 from ...errors import ClusterError
 
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
@@ -123,14 +123,18 @@ class ClusterGateway:
     def record(self, name: str) -> dict:
         """Run ``name``'s record: summary, params, failures, checkpoints and its newest
         ``MAX_REPORTS`` rank-0 reports (``reports``), without output (see :meth:`logs`)."""
-        msg = self._request(P.GET_RUN, {"name": name}, P.RUN_RECORD)
+        # What the page shows, no more: the head reads it from the files' ends, off its loop.
+        msg = self._request(P.GET_RUN, {"name": name, "max_reports": MAX_REPORTS, "max_output_lines": 0},
+                            P.RUN_RECORD)
         if msg.msg_type == P.ERROR:
+            if "no run named" not in msg.content.get("message", "no run named"):
+                raise NoCluster(msg.content["message"])   # the head is busy: the page asks again
             raise NoSuchRun(name, [r.get("name") for r in self.runs()])
         rec = dict(msg.content["record"])
         rec.pop("output", None)
         reports = rec.get("reports") or []
         rec["reports"] = reports[-MAX_REPORTS:]
-        rec["reports_dropped"] = max(0, len(reports) - MAX_REPORTS)
+        rec["reports_dropped"] = max(0, len(reports) - MAX_REPORTS) + (rec.get("reports_dropped") or 0)
         return json_safe(rec)
 
     def logs(self, name: str, rank, stream, lines: int) -> dict:

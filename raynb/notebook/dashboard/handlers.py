@@ -22,6 +22,7 @@ cluster runs or the head does not answer.
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 from jupyter_server.base.handlers import APIHandler, JupyterHandler
@@ -113,23 +114,30 @@ class CancelHandler(_Api):
         await self.answer(self.gateway.cancel, name, status=202)
 
 
+# A count in a query: ASCII digits only (str.isdigit() also takes '²', which int() refuses
+# with Python's own message), and few enough of them to name a rank or a line count.
+_COUNT = re.compile(r"^[0-9]{1,9}$")
+
+
 def _rank_arg(text: str):
     if text == "all":
         return None
-    if not text.isdigit():
-        raise ValueError(f"rank={text!r}: give a rank number (0, 1, ...) or 'all'")
+    if not _COUNT.match(text):
+        raise ValueError(f"the parameter rank={text[:40]!r} is not a rank: give a rank number (0, 1, ...) "
+                         "or 'all'")
     return int(text)
 
 
 def _stream_arg(text: str):
     if text not in ("all", "stdout", "stderr"):
-        raise ValueError(f"stream={text!r}: use stdout, stderr or all")
+        raise ValueError(f"the parameter stream={text[:40]!r} is not a stream: use stdout, stderr or all")
     return None if text == "all" else text
 
 
 def _lines_arg(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"lines={text!r}: give a positive number of lines")
+    if not _COUNT.match(text) or int(text) < 1:
+        raise ValueError(f"the parameter lines={text[:40]!r} is not a line count: give a positive number "
+                         "of lines (at most 999999999)")
     return int(text)
 
 

@@ -85,7 +85,7 @@ def shard_frame(name: str):
     """
     import pandas as pd
 
-    from ...cluster import task_context
+    from ...cluster.worker import task_context
     from ...data import block as B
     from ...data.ranges import rank_rows
     from ..datasets import STATE_KEY

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ...cluster.task_context import takes_config
+from ...cluster.worker.task_context import takes_config
 from .. import session as _session
 from ..checkpoint import Checkpoint
 from ..config import RunConfig, ScalingConfig

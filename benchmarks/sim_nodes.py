@@ -1,0 +1,185 @@
+"""Simulated node agents: a load generator that speaks raynb's real, signed protocol to a
+head from one process, for ``scale_nodes.py`` and the tests.
+
+Each simulated node has its own DEALER socket and routing id (``node:<name>:<random>``, as
+a real agent's) and sends what a real agent sends (``raynb/cluster/node/agent.py``): a
+``node_register`` (no workers, ``max_workers`` 0: it hosts no ranks, so the scheduler never
+places one there), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
+report: load average, zygote, workers' samples). Every reply is verified with the
+cluster's key (``protocol.Session``). The time from a heartbeat sent to the head's
+``pong`` received is the heartbeat-to-handled latency.
+
+``SimNodes.flood(i, seconds)`` makes node ``i`` send heartbeats back to back, and
+``register_twice(i)`` makes it register again on the same socket: the misbehaving
+peers that must not harm the others.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+import random
+import socket
+import threading
+import time
+
+import zmq
+
+from raynb.cluster.protocol import messages as P
+
+
+class SimNodes:
+    """Args:
+        address (str): the head's ``tcp://HOST:PORT``.
+        key (bytes): the cluster's HMAC key.
+        interval_s (float): seconds between one node's heartbeats (a real agent's: 1).
+    """
+
+    def __init__(self, address: str, key: bytes, interval_s: float = 1.0):
+        self.address, self.key, self.interval_s = address, key, interval_s
+        self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, 8192)
+        self.sessions: list[P.Session] = []   # one each, as a real agent's: the replay check is per sender
+        self.socks: list[zmq.Socket] = []
+        self.names: list[str] = []
+        self.registered: set[int] = set()
+        self._pending: set[int] = set()    # registered, not yet acknowledged
+        self.rtts: list[float] = []        # heartbeat -> pong (s), since the last take_rtts()
+        self.sent = 0                      # regular heartbeats sent
+        self.flooded = 0                   # heartbeats sent by a flooding node
+        self._due: list[tuple[float, int]] = []
+        self._sent_at: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._flood: tuple[int, float] | None = None
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="sim-nodes")
+        self._thread.start()
+
+    # -- growing ----------------------------------------------------------------
+    def grow(self, count: int, timeout: float = 60.0) -> float:
+        """Register ``count`` more nodes; returns the seconds until the head acknowledged all.
+
+        Raises:
+            TimeoutError: not all were acknowledged within ``timeout`` s.
+        """
+        t0 = time.monotonic()
+        with self._lock:
+            for _ in range(count):
+                i = len(self.socks)
+                sock = self.ctx.socket(zmq.DEALER)
+                P.configure_socket(sock)
+                name = f"sim-{os.getpid()}-{i}"
+                sock.setsockopt(zmq.IDENTITY, P.routing_id("node", name))
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(self.address)
+                self.socks.append(sock)
+                self.names.append(name)
+                self.sessions.append(P.Session(self.key, history_size=64))
+                self._pending.add(i)
+                self._register(i)
+        target = len(self.socks)
+        while len(self.registered) < target:
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{len(self.registered)} of {target} simulated nodes registered "
+                                   f"in {timeout:.0f}s")
+            time.sleep(0.005)
+        return time.monotonic() - t0
+
+    def _register(self, i: int) -> None:
+        self.sessions[i].send(self.socks[i], P.NODE_REGISTER, {
+            "node_id": self.names[i], "hostname": f"{socket.gethostname()}-{self.names[i]}",
+            "ip": "127.0.0.1", "pid": os.getpid(), "num_workers": 0, "max_workers": 0,
+            "gpus": [], "cpus": 1, "shared_storage": True, "data_port": None, "data_key": None,
+            "shm_id": "sim"})
+
+    # -- misbehaving --------------------------------------------------------------
+    def flood(self, i: int, seconds: float) -> None:
+        """Node ``i`` sends heartbeats back to back for ``seconds``."""
+        with self._lock:
+            self._flood = (i, time.monotonic() + seconds)
+
+    def register_twice(self, i: int) -> None:
+        """Node ``i`` registers again on the same socket (a repeat the head must absorb)."""
+        with self._lock:
+            self._register(i)
+
+    def take_rtts(self) -> list[float]:
+        with self._lock:
+            out, self.rtts = self.rtts, []
+        return out
+
+    # -- the loop -----------------------------------------------------------------
+    def _heartbeat(self, i: int, now: float) -> None:
+        self.sessions[i].send(self.socks[i], P.NODE_STATS, {
+            "node_id": self.names[i], "workers": {}, "zygote_pid": None, "note": None,
+            "load": 0.0})
+        self._sent_at.setdefault(i, now)
+        self.sent += 1
+
+    def _drain(self, i: int, now: float) -> None:
+        sock = self.socks[i]
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            msg = self.sessions[i].accept(frames)
+            if msg is None or msg.msg_type != P.PONG:
+                continue
+            if i not in self.registered:
+                if msg.content.get("registered"):
+                    self.registered.add(i)
+                    self._pending.discard(i)
+                    heapq.heappush(self._due, (now + random.uniform(0, self.interval_s), i))
+                continue
+            sent = self._sent_at.pop(i, None)
+            if sent is not None and (self._flood is None or self._flood[0] != i):
+                self.rtts.append(time.monotonic() - sent)
+
+    def _step(self) -> bool:
+        now = time.monotonic()
+        busy = False
+        while self._due and self._due[0][0] <= now:
+            _, i = heapq.heappop(self._due)
+            self._heartbeat(i, time.monotonic())
+            heapq.heappush(self._due, (now + self.interval_s, i))
+            busy = True
+        if self._flood is not None:
+            i, until = self._flood
+            if now < until:
+                self.flooded += 50
+                for _ in range(50):
+                    self.sessions[i].send(self.socks[i], P.NODE_STATS, {
+                        "node_id": self.names[i], "workers": {}, "zygote_pid": None,
+                        "note": None, "load": 0.0})
+                busy = True
+            else:
+                self._flood = None
+        waiting = set(self._sent_at) | self._pending
+        if self._flood is not None:
+            waiting.add(self._flood[0])
+        for i in waiting:
+            self._drain(i, now)
+        return busy
+
+    def _loop(self) -> None:
+        last_sweep = time.monotonic()
+        while not self._stop.is_set():
+            with self._lock:
+                busy = self._step()
+                if time.monotonic() - last_sweep > 2.0:  # replies nobody waits for (free_data)
+                    last_sweep = time.monotonic()
+                    for i in range(len(self.socks)):
+                        self._drain(i, last_sweep)
+            if not busy:   # until the next heartbeat is due; soon while replies are awaited
+                with self._lock:
+                    nap = self._due[0][0] - time.monotonic() if self._due else 0.05
+                    if self._sent_at or self._pending or self._flood is not None:
+                        nap = min(nap, 0.001)
+                time.sleep(min(0.05, max(0.0005, nap)))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for s in self.socks:
+            s.close(0)
+        self.ctx.term()

@@ -1,0 +1,241 @@
+"""The zygote: a single-threaded fork server that imported torch once.
+
+The node agent starts one zygote per machine and talks to it over the zygote's
+stdin/stdout with one-line commands::
+
+    node -> zygote   spawn <worker_id>            fork a worker
+    zygote -> node   ready                        torch is imported, forks are cheap
+                     spawned <worker_id> <pid>
+                     exited <pid> <exitcode> <signal>
+
+The zygote is each worker's parent, so it learns of a worker's death from
+``waitpid`` the moment it happens, with the exit code or signal.
+
+Each worker leads a process group of its own, and what its tasks start stays in
+it. Before the zygote reaps a dead worker it kills that group (the zombie still
+holds the group's id, so it cannot name another group yet); as a child subreaper
+it also gets, and kills, what the worker left that had moved to a group or session
+of its own. A worker ends its tasks' processes itself at the end of each task
+(``procutil.end_descendants``).
+
+It must stay single-threaded and must never run a torch operation: forking a
+process with threads (a ZeroMQ context, an OpenMP pool) leaves the child with
+locks nobody will release. That is also why the node agent, which has a ZeroMQ
+context and a sampling thread, is a separate process.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import select
+import signal
+import sys
+import tempfile
+
+from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_group
+
+# Imported once in the zygote so every forked worker has them for free.
+PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
+# The same, when installed: xgboost's import is 1-1.5 s of CPU per fresh worker otherwise.
+# It brings in scipy's OpenBLAS (threads, as numpy's already are) and pyarrow's jemalloc
+# background thread; both libraries take their locks across fork (pthread_atfork).
+OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
+
+
+def _preload() -> None:
+    """Import what every worker needs, once, before any fork."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+    # DistributedDataParallel(...) imports torch._dynamo on first use: ~1 s of CPU
+    # in every fresh worker (4 at once on a small machine: seconds) unless done here.
+    import torch._dynamo  # noqa: F401
+    import torch.utils.data  # noqa: F401
+    import torch.utils.data.distributed  # noqa: F401
+    import cloudpickle  # noqa: F401
+    import psutil  # noqa: F401
+    import zmq  # noqa: F401  (the module only; contexts are made after fork)
+
+    from ..worker import task_loop as worker  # noqa: F401
+
+    # What the training functions import (raynb.train and its torch helpers), by name:
+    # the cluster layer does not depend on them, it only warms the workers' cache.
+    for name in PRELOAD_MODULES:
+        importlib.import_module(name)
+    for name in OPTIONAL_PRELOAD_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    from ..worker.module_reload import warm
+
+    warm()  # the ~2,000 modules above are classified once here, not in every worker
+
+
+def _private_tmpdir(worker_id: str) -> None:
+    """The worker's TMPDIR, which its node agent removes when the worker exits (see
+    node._workers_tmp_dir). tempfile's cached choice (made in the zygote) is replaced."""
+    os.environ["RAYNB_WORKER_ID"] = worker_id  # names the rank's own transfers (ckpt_transfer)
+    root = os.environ.get("RAYNB_WORKERS_TMP")
+    if not root:
+        return
+    path = os.path.join(root, worker_id)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["TMPDIR"] = path
+    tempfile.tempdir = path
+
+
+def _run_child(worker_id: str, log_dir: str) -> None:
+    """In the forked child: detach from the zygote's pipes and become a worker."""
+    code = 1
+    try:
+        os.setpgid(0, 0)  # a group of its own: the processes its tasks start are ended with it
+        _private_tmpdir(worker_id)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        die_with_parent(signal.SIGKILL)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        log = os.open(os.path.join(log_dir, f"worker-{worker_id}.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        sys.stdin = open(os.devnull)
+        sys.stdout = os.fdopen(1, "w", buffering=1)
+        sys.stderr = os.fdopen(2, "w", buffering=1)
+        from ..worker.task_loop import main as worker_main
+
+        code = worker_main(worker_id)
+    except BaseException:  # noqa: BLE001 - report, then leave with an error code
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code or 0)
+
+
+def _reap(children: set[int], out) -> None:
+    """Report every worker that exited. Its process group is killed first, while its
+    zombie still holds the group's id, and then its orphans (re-parented here)."""
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None:
+            return
+        pid = info.si_pid
+        if pid in children:
+            kill_group(pid)
+            _end_orphans(children)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            continue
+        if pid in children:
+            children.discard(pid)
+            sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
+            code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
+            out.write(f"exited {pid} {code} {sig}\n")
+
+
+def _end_orphans(workers: set[int]) -> None:
+    """Kill the zygote's children that are not workers: what a dead worker's tasks left
+    in a session of their own (``setsid``), re-parented to this subreaper."""
+    import psutil
+
+    try:
+        for p in psutil.Process().children():
+            if p.pid not in workers:
+                p.kill()
+    except psutil.Error:
+        pass
+
+
+def _end_all(children: set[int]) -> None:
+    """On the way out: every worker's group, then what is left below the zygote."""
+    for pid in children:
+        kill_group(pid)
+    for pid in list(children):
+        try:
+            os.waitpid(pid, 0)  # dead, its orphans are the zygote's
+        except ChildProcessError:
+            pass
+    children.clear()
+    end_descendants(timeout=1.0)
+
+
+def _spawn(worker_id: str, log_dir: str, children: set[int], out) -> None:
+    pid = os.fork()
+    if pid == 0:
+        _run_child(worker_id, log_dir)
+    try:
+        os.setpgid(pid, pid)  # also here, so the group exists before "spawned" is read
+    except OSError:
+        pass  # the child did it first, or is gone already (then "exited" follows)
+    children.add(pid)
+    out.write(f"spawned {worker_id} {pid}\n")
+
+
+def main() -> int:
+    die_with_parent(signal.SIGTERM)
+    become_subreaper()
+    log_dir = os.environ.get("RAYNB_LOG_DIR", ".")
+    _preload()
+    out = sys.stdout
+    # SIGCHLD wakes the select loop through a pipe so deaths are seen at once.
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+    signal.set_wakeup_fd(wfd)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    out.write("ready\n")
+    out.flush()
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    pending = b""
+    children: set[int] = set()
+    try:
+        while True:
+            try:
+                ready, _, _ = select.select([stdin, rfd], [], [])
+            except InterruptedError:
+                continue
+            if rfd in ready:
+                os.read(rfd, 4096)
+            _reap(children, out)  # everything that has exited, whatever woke us
+            out.flush()
+            if stdin in ready:
+                chunk = os.read(stdin.fileno(), 65536)
+                if not chunk:
+                    break  # the node agent is gone
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    parts = line.decode().split()
+                    if len(parts) == 2 and parts[0] == "spawn":
+                        _spawn(parts[1], log_dir, children, out)
+                    elif parts and parts[0] == "exit":
+                        return 0
+                out.flush()
+    finally:
+        _end_all(children)
+    return 0
+
+
+def _exit(code: int) -> None:
+    """Leave without the interpreter's teardown: with torch loaded it took about a second
+    of every `raynb stop`, and a fork server has nothing to clean up but its pipe."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    try:
+        _exit(main())
+    except SystemExit as e:  # SIGTERM
+        _exit(e.code if isinstance(e.code, int) else 0)

@@ -1,0 +1,1 @@
+"""Run directories on disk: records, logs, progress tables, checkpoints and their streams."""

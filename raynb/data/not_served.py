@@ -1,0 +1,42 @@
+"""Ray Data's names that raynb does not serve: using one raises an error that names it
+and points at the *Coming from Ray* page, never a silent no-op."""
+from __future__ import annotations
+
+DOCS = "docs/coming-from-ray.md (and docs/data.md for what raynb's Dataset serves)"
+
+# Ray 2.60's Dataset / DataIterator methods and ray.data functions without a raynb form.
+NOT_SERVED = {
+    "Dataset": {
+        "aggregate", "context", "copy", "deserialize_lineage", "explain", "get_dataset_id",
+        "get_internal_block_refs", "get_stats_summary", "has_serializable_lineage", "input_files",
+        "iter_internal_ref_bundles", "iter_jax_batches", "iter_tf_batches", "iterator", "join", "mix",
+        "name", "num_blocks", "random_sample", "randomize_block_order", "rename_columns", "serialize_lineage",
+        "set_name", "stats", "streaming_split", "streaming_train_test_split", "summary", "to_arrow_refs",
+        "to_daft", "to_dask", "to_mars", "to_modin", "to_numpy_refs", "to_pandas_refs",
+        "to_random_access_dataset", "to_spark", "to_tf", "with_column", "with_columns", "write_bigquery",
+        "write_clickhouse", "write_csv", "write_datasink", "write_delta", "write_iceberg", "write_images",
+        "write_json", "write_kafka", "write_lance", "write_mongo", "write_numpy", "write_snowflake",
+        "write_sql", "write_tfrecords", "write_turbopuffer", "write_webdataset", "write_orc", "zip",
+    },
+    "DataIterator": {"get_context", "iter_jax_batches", "iter_tf_batches", "stats", "to_tf", "to_torch"},
+    "ray.data": {
+        "from_arrow", "from_arrow_refs", "from_blocks", "from_daft", "from_dask", "from_huggingface",
+        "from_mars", "from_modin", "from_numpy_refs", "from_pandas_refs", "from_spark", "from_tf",
+        "range_tensor", "read_audio", "read_avro", "read_bigquery", "read_binary_files", "read_clickhouse",
+        "read_databricks_tables", "read_datasource", "read_delta", "read_delta_sharing_tables", "read_hudi",
+        "read_iceberg", "read_images", "read_kafka", "read_lance", "read_lerobot", "read_mcap", "read_mongo",
+        "read_numpy", "read_orc", "read_snowflake", "read_sql", "read_text", "read_tfrecords",
+        "read_unity_catalog", "read_videos", "read_webdataset", "read_zarr", "DataContext", "Datasource",
+        "Datasink", "ReadTask", "Preprocessor", "DatasetContext", "ExecutionOptions", "ExecutionResources",
+    },
+}
+
+
+def not_served(owner: str, name: str) -> AttributeError:
+    """The error for ``owner.name``: a Ray name raynb does not serve (named, with the docs
+    page), or an ordinary AttributeError for any other missing name."""
+    if name in NOT_SERVED.get(owner, ()):
+        return AttributeError(f"{owner}.{name} is Ray Data's, and raynb does not serve it; see {DOCS}, or "
+                              "run this code on Ray (`raynb start --ray` shares a Ray cluster)")
+    where = "raynb.data" if owner == "ray.data" else f"raynb.data.{owner}"
+    return AttributeError(f"{where} has no attribute {name!r}")
