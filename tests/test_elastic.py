@@ -192,7 +192,7 @@ def test_elastic_run_starts_with_what_it_can_place(tmp_path, monkeypatch, capsys
     assert result.state == "FINISHED", result.error
     # Two warm workers and room for one more on the node: three ranks, said once.
     assert list(result.metrics_dataframe["world_size"]) == [3, 3, 3]
-    live = out.split("FINISHED after")[0]   # (the summary after it lists the run's notes again)
+    live = out.split("] FINISHED")[0]   # (the summary after it lists the run's notes again)
     assert live.count("this cluster holds at most 3 workers; started with 3") == 1, out
 
 
