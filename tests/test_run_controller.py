@@ -192,12 +192,12 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
         state, event, to = m.groups()
         for s in (C.ACTIVE if state == "any active" else (state,)):
             table.setdefault((s, event), set()).add(to)
-    assert rows == 15   # 14, and PENDING no_room FAILED (a restart with no room, issue 11)
+    assert rows == 16   # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic)
     assert table == {pair: set(targets) for pair, targets in C.TRANSITIONS.items()}
     states = set(C.ACTIVE) | set(C.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)
     assert {e for _, e in table} == {C.PLACED, C.CANCEL, C.RANK_FAILED, C.ALL_STOPPED,
-                                     C.HEAD_STOPPING, C.NO_ROOM}
+                                     C.HEAD_STOPPING, C.NO_ROOM, C.RESIZE}
 
 
 @pytest.mark.parametrize("state,event,to", [

@@ -137,6 +137,9 @@ def build_submission(fn, config, scaling_config, run_config, *,
         "params": _json_safe(config if config is not None else {}),
         "cwd": os.getcwd(), "sys_path": sys_path_dirs(),
     }
+    if getattr(scaling_config, "elasticity_enabled", False):   # the head places min..max (head/elastic.py)
+        spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
+        spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)
     cc, fc = run_config.checkpoint_config, run_config.failure_config
     if cc is not None:
         spec["checkpoint_config"] = {"num_to_keep": cc.num_to_keep,

@@ -21,6 +21,18 @@ def positive_int(text: str) -> int:
     return n
 
 
+def workers_arg(text: str):
+    """argparse type for ``--workers``: ``4`` (a fixed world size) or ``2-4`` (elastic:
+    ``num_workers=(2, 4)``, Ray Train v2's min and max)."""
+    lo, sep, hi = text.partition("-")
+    if not sep or not lo:   # "4", or "-2" (a negative count, named as such)
+        return positive_int(text)
+    a, b = positive_int(lo), positive_int(hi)
+    if a > b:
+        raise argparse.ArgumentTypeError(f"expected MIN-MAX with MIN <= MAX, got {text!r}")
+    return (a, b)
+
+
 class MagicParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors and --help are IPython UsageErrors (no SystemExit).
 

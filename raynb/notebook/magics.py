@@ -9,14 +9,15 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from ..errors import RunError
 from .cellfunc import build_cell_function
-from .magic_args import MagicParser, positive_int, split_expression
+from .magic_args import MagicParser, positive_int, split_expression, workers_arg
 
 
 def _train_parser() -> MagicParser:
     p = MagicParser(prog="%%ray_train", add_help=True,
                 description="Run the cell body on N warm ranks (torch.distributed DDP).")
-    p.add_argument("--workers", "-n", type=positive_int, default=None,
-                   help="ranks (world size); default 4, or the resumed run's")
+    p.add_argument("--workers", "-n", type=workers_arg, default=None,
+                   help="ranks (world size); MIN-MAX (e.g. 2-4) for an elastic run; default 4, "
+                        "or the resumed run's")
     p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
     p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
     p.add_argument("--data", default=None, metavar="NAME=EXPR,...",

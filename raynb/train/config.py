@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .callback import check_callbacks
+from .elastic import check_num_workers
 from .logs import RunLogs
 from .profiling import profile_options
 
@@ -17,7 +18,12 @@ class ScalingConfig:
     """How many workers a run gets and what each holds.
 
     Args:
-        num_workers (int): ranks in the run (the world size), >= 1.
+        num_workers (int | tuple[int, int]): ranks in the run (the world size), >= 1; or
+            ``(min_workers, max_workers)`` for an elastic run (Ray Train v2): it starts with
+            any count from min to max the cluster can place, restarts on what remains after
+            a lost rank, and grows when room appears (docs/elastic.md).
+        elastic_resize_monitor_interval_s (float): seconds between an elastic run's checks
+            for room to grow (Ray's default, 60); unused with a fixed ``num_workers``.
         use_gpu (bool): one CUDA device per worker and the NCCL backend (gloo otherwise).
         resources_per_worker (dict[str, float] | None): e.g. ``{"CPU": 1, "GPU": 1}``;
             checked as Ray checks it (a ``"GPU"`` amount needs ``use_gpu=True``) and
@@ -30,22 +36,26 @@ class ScalingConfig:
             a node's ranks are contiguous, so local ranks count 0..k-1 on every node.
 
     Raises:
-        ValueError: ``num_workers`` not an integer >= 1, an unknown ``placement_strategy``,
+        ValueError: ``num_workers`` not an integer >= 1 nor a ``(min, max)`` pair of them
+            with min <= max, a negative ``elastic_resize_monitor_interval_s``, an unknown ``placement_strategy``,
             ``timeout_s`` not a positive number, a negative amount in ``resources_per_worker``,
             GPUs there that contradict ``use_gpu``.
         TypeError: ``use_gpu`` not a bool, ``resources_per_worker`` not a dict of amounts.
     """
 
-    num_workers: int = 4
+    num_workers: int | tuple = 4
     use_gpu: bool = False
     resources_per_worker: dict | None = None
     timeout_s: float | None = None
     placement_strategy: str = "PACK"
+    elastic_resize_monitor_interval_s: float = 60.0
 
     def __post_init__(self):
-        n = self.num_workers
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"ScalingConfig(num_workers={n!r}): num_workers must be an integer >= 1")
+        self.num_workers = check_num_workers(self.num_workers)
+        t = self.elastic_resize_monitor_interval_s
+        if not isinstance(t, numbers.Real) or isinstance(t, bool) or not t >= 0:
+            raise ValueError(f"ScalingConfig(elastic_resize_monitor_interval_s={t!r}) must be a number "
+                             "of seconds >= 0")
         if self.placement_strategy not in ("PACK", "SPREAD"):
             raise ValueError(f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use "
                              "'PACK' (fewest nodes) or 'SPREAD' (most nodes)")
@@ -56,6 +66,19 @@ class ScalingConfig:
         if t is not None and (not isinstance(t, numbers.Real) or isinstance(t, bool) or not t > 0):
             raise ValueError(f"ScalingConfig(timeout_s={t!r}) must be a positive number of seconds")
         self._check_resources()
+
+    @property
+    def elasticity_enabled(self) -> bool:
+        """True for ``num_workers=(min, max)`` (Ray Train v2's name)."""
+        return isinstance(self.num_workers, tuple)
+
+    @property
+    def min_workers(self) -> int:
+        return self.num_workers[0] if self.elasticity_enabled else self.num_workers
+
+    @property
+    def max_workers(self) -> int:
+        return self.num_workers[1] if self.elasticity_enabled else self.num_workers
 
     def _check_resources(self) -> None:
         """``resources_per_worker`` as Ray's ScalingConfig checks it: names to amounts >= 0,

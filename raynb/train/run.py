@@ -79,7 +79,7 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         bulk.forget(spec["run_id"])  # refused: no run will free its shared-memory data
         raise
     try:
-        view = views.run_view(accepted["name"], scaling_config.num_workers, _total_epochs(config, epochs),
+        view = views.run_view(accepted["name"], _max_workers(scaling_config), _total_epochs(config, epochs),
                               run_config.verbose, raises=True)
         view.display()   # (widgets: tens of ms, when an early Ctrl-C lands)
     except (KeyboardInterrupt, SystemExit) as e:
@@ -99,8 +99,13 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         raise
     bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
     if profile is not None and run_config.verbose:
-        _show_profile(outcome.record.get("path"), scaling_config.num_workers)
+        _show_profile(outcome.record.get("path"), outcome.record.get("world_size") or _max_workers(scaling_config))
     return outcome_result(outcome)
+
+
+def _max_workers(scaling_config) -> int:
+    """The most ranks the run may have: ``num_workers``, or an elastic run's max."""
+    return getattr(scaling_config, "max_workers", scaling_config.num_workers)
 
 
 def _show_profile(path: str | None, world_size: int) -> None:

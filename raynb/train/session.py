@@ -186,6 +186,8 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
             f"{checkpoint!r:.80}; save the state into a directory and pass "
             "Checkpoint.from_directory(that_directory)")
     plain = plain_metrics(metrics)   # ValueError, before this report counts (its index)
+    if task.get("elastic"):   # an elastic run's world size changes between attempts: a column
+        plain.setdefault("world_size", task["world_size"])
     state = task_context.state()
     index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
     event = {"kind": "report", "metrics": plain, "time": time.time(), "index": index}

@@ -366,8 +366,14 @@ class TorchTrainer:
         from ..cluster.storage.rundir import default_storage_path
         from ..data.ray_source import split_ray_datasets
 
-        datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.num_workers,
+        datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.max_workers,
                                                   self.run_config.storage_path or default_storage_path())
+        if split_dirs and self.scaling_config.elasticity_enabled:
+            for d in split_dirs:
+                shutil.rmtree(d, ignore_errors=True)
+            raise ValueError("an elastic run (num_workers=(min, max)) cannot take a Ray Dataset, which is "
+                             "split once for a fixed world size; pass a raynb.data Dataset (re-split per "
+                             "attempt) or a fixed num_workers")
         try:
             fn = with_datasets(self.train_loop_per_worker, datasets, self.dataset_config.unsplit(datasets))
             result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,

@@ -204,7 +204,8 @@ class TuneController:
         self.callbacks.on_trial_start(trial)
 
     def _workers_changed(self) -> None:
-        self.progress.set_workers(len(self._by_run) * self.runner.scaling_config.num_workers,
+        sc = self.runner.scaling_config
+        self.progress.set_workers(len(self._by_run) * getattr(sc, "max_workers", sc.num_workers),
                                   self.total_workers)
 
     # -- events ---------------------------------------------------------------------------

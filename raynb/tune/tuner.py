@@ -412,7 +412,7 @@ def _plan_concurrency(status: dict, scaling_config, max_concurrent: int | None) 
     """
     total_workers = len(status.get("workers", [])) or sum(n.get("num_workers", 0) for n in status["nodes"])
     capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
-    per_trial = scaling_config.num_workers
+    per_trial = getattr(scaling_config, "min_workers", scaling_config.num_workers)  # an elastic trial's min
     if per_trial > capacity:
         raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
                          "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")

@@ -17,6 +17,7 @@ Every transition there is, at a glance::
     RUNNING      rank_failed     FAILING      a rank raised, died, or stopped on its own, or a run file could not be written: stop the ranks
     RUNNING      cancel          CANCELLING   stop every rank (an interrupt, a Tune STOP)
     RUNNING      all_stopped     FINISHED     every rank returned; staged checkpoints are committed
+    RUNNING      resize          FAILING      an elastic run has room to grow (head/elastic.py): stop the ranks, then restart on more (not a failure)
     FAILING      rank_failed     FAILING      its peers fail too (a collective with a dead peer)
     FAILING      cancel          CANCELLING   a cancel between a failure and the restart wins
     FAILING      all_stopped     PENDING      FailurePolicy says RETRY: queued again, from the latest checkpoint
@@ -39,6 +40,7 @@ import os
 import time
 from typing import Callable, Protocol
 
+from .failures import describe_cause, error_summary, primary_error, unsaved_checkpoints  # noqa: F401
 from .run import TERMINAL, Run
 
 log = logging.getLogger("raynb.head")
@@ -48,8 +50,8 @@ FINISHED, FAILED, CANCELLED, STOPPED = TERMINAL
 ACTIVE = (PENDING, RUNNING, FAILING, CANCELLING)
 
 # Events (the second column of the table above).
-PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING, NO_ROOM = (
-    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping", "no_room")
+PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING, NO_ROOM, RESIZE = (
+    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping", "no_room", "resize")
 
 TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (PENDING, PLACED): (RUNNING,),
@@ -57,6 +59,7 @@ TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (RUNNING, RANK_FAILED): (FAILING,),
     (RUNNING, CANCEL): (CANCELLING,),
     (RUNNING, ALL_STOPPED): (FINISHED,),
+    (RUNNING, RESIZE): (FAILING,),
     (FAILING, RANK_FAILED): (FAILING,),
     (FAILING, CANCEL): (CANCELLING,),
     (FAILING, ALL_STOPPED): (PENDING, FAILED),
@@ -136,6 +139,7 @@ class RunController:
         self.effects, self.store = effects, store
         self.failure_policy = failure_policy
         self.clock = clock
+        self.grow_monitor: Callable[[Run], None] | None = None  # set by the queue (head/elastic.py)
 
     def _move(self, run: Run, event: str, to: str) -> None:
         allowed = TRANSITIONS.get((run.state, event), ())
@@ -230,6 +234,8 @@ class RunController:
         replaces them."""
         if run.state == RUNNING and run.spec.get("_awaiting_uploads"):
             return self._maybe_all_stopped(run)  # every rank returned; its checkpoints upload
+        if run.state == RUNNING and self.grow_monitor is not None:
+            self.grow_monitor(run)   # an elastic run with room to grow is resized (head/elastic.py)
         if not run.finishing or run.deadline is None or self.clock() < run.deadline:
             return
         run.deadline = None
@@ -237,6 +243,17 @@ class RunController:
             if rank not in run.done and self.effects.kill_rank(run, rank):
                 log.info("run %s: rank %d did not stop in time; killed it", run.name, rank)
                 run.done[rank] = "killed"
+        self._maybe_all_stopped(run)
+
+    def resize(self, run: Run) -> None:
+        """An elastic run has room for more ranks (``head/elastic.GrowMonitor``): its ranks
+        are stopped and it is queued again, to start on more from its latest checkpoint. A
+        planned resize, not a failure: FailureConfig does not count it (unless a rank
+        fails on the way)."""
+        if run.state != RUNNING or run.done or run.spec.get("_awaiting_uploads"):
+            return  # a rank already returned: the run is ending anyway
+        run.spec["_resizing"] = True
+        self._begin_stopping(run, RESIZE, FAILING, CANCEL_GRACE_S)
         self._maybe_all_stopped(run)
 
     def storage_failed(self, run: Run) -> None:
@@ -296,6 +313,10 @@ class RunController:
         if run.state == CANCELLING:
             self._move(run, ALL_STOPPED, self._cancelled(run))
             self._finish(run)
+        elif run.state == FAILING and run.spec.pop("_resizing", None) and not run.errors:
+            self._move(run, ALL_STOPPED, PENDING)
+            self._new_attempt(run)
+            self._requeue(run)
         elif run.state == FAILING:
             cause = primary_error(run.errors)
             run.add_failure(cause)
@@ -332,12 +353,8 @@ class RunController:
 
         Every rank has stopped (returned, or was killed after the grace period); a
         dead worker's replacement is already being forked by its node."""
-        self.effects.release(run)
         unsaved = unsaved_checkpoints(run)
-        run.store.discard_staging()
-        run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
-        run.attempt += 1
-        run.done, run.errors, run.deadline, run.blocked = {}, [], None, set()
+        self._new_attempt(run)
         latest = run.store.latest
         limit = "unlimited" if max_failures < 0 else max_failures
         text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
@@ -353,6 +370,17 @@ class RunController:
                                 "count": f"{run.num_failures - run.failures_before}/{limit}",
                                 "from": latest["name"] if latest else None}
         self.effects.emit(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
+        self._requeue(run)
+
+    def _new_attempt(self, run: Run) -> None:
+        """Every rank stopped: its workers go back, its uncommitted checkpoints are dropped."""
+        self.effects.release(run)
+        run.store.discard_staging()
+        run.staged, run.rank0_metrics, run.report_counts = {}, {}, {}
+        run.attempt += 1
+        run.done, run.errors, run.deadline, run.blocked = {}, [], None, set()
+
+    def _requeue(self, run: Run) -> None:
         self.effects.emit(run, {"kind": "state", "state": PENDING, "attempt": run.attempt})
         self.store.write_state(run)
         self.effects.requeue(run)
@@ -363,58 +391,3 @@ class RunController:
         self.store.run_ended(run)
         self.effects.emit(run, {"kind": "state", "state": run.state, "message": error_summary(run.errors)})
         self.effects.run_ended(run)
-
-
-# -- describing failures ----------------------------------------------------------
-def unsaved_checkpoints(run: Run) -> str:
-    """What a restart note adds when the failed attempt reported checkpoints that were never
-    committed because some ranks had not made those reports. Without it the note said "no
-    checkpoint yet, starting over" to a user whose rank 0 had reported several (the common
-    ``if rank == 0: report(..., checkpoint=...)`` pattern), with no word of why they were lost."""
-    if not run.staged:
-        return ""
-    first = min(run.staged)
-    behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < first]
-    text = (f" ({len(run.staged)} reported checkpoint(s) were not saved: rank(s) "
-            f"{', '.join(map(str, behind))} had not made report {first}")
-    if any(run.report_counts.get(r, 0) == 0 for r in behind):
-        text += ("; a checkpoint is saved once every rank has made the report that carries it, "
-                 "so call report() on every rank, passing checkpoint=None where there is none")
-    return text + ")"
-
-
-def primary_error(errors: list) -> dict:
-    """The failure that caused the others: a dead rank before the exceptions its
-    peers then raised (a collective with a dead peer fails on every rank)."""
-    for e in errors:
-        if e.get("node_id"):   # a node lost: its ranks' deaths and their peers' errors follow
-            return e
-    for e in errors:
-        if e.get("signal") or e.get("exitcode") is not None:
-            return e
-    return errors[0] if errors else {"message": "failed"}
-
-
-def describe_cause(e: dict) -> str:
-    """'rank 2 died, SIGKILL', 'rank 0 exited with code 3', 'rank 1 raised ValueError: boom'."""
-    if e.get("node_id") and not e.get("signal"):
-        return f"node {e['node_id']} lost (rank {e.get('rank')} was there: {e.get('why', 'no heartbeat')})"
-    if e.get("signal"):
-        return f"rank {e.get('rank')} died, {e['signal']}"
-    if e.get("exitcode") is not None:
-        return f"rank {e.get('rank')} exited with code {e['exitcode']}"
-    if e.get("exc_type"):
-        return f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
-    return e.get("message", "failed")
-
-
-def error_summary(errors: list) -> str | None:
-    """One line naming the first failure, e.g. 'rank 2 raised ValueError: boom'."""
-    if not errors:
-        return None
-    e = errors[0]
-    if e.get("exc_type"):
-        line = f"rank {e.get('rank')} raised {e['exc_type']}: {e.get('message', '')}"
-    else:
-        line = e.get("message", "")
-    return line + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")

@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from ..protocol import messages as P
-from . import scheduler
+from . import elastic, scheduler
 from .controller import RunController
 from .registry import Registry, WorkerInfo
 from .run import Run
@@ -47,6 +47,8 @@ class RunQueue:
         self._ids: list[str] = []  # pending run ids, FIFO
         self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
+        # Elastic runs grow at the controller's tick when room appears (head/elastic.py).
+        controller.grow_monitor = elastic.GrowMonitor(registry, controller.resize, emit)
 
     def add(self, run: Run, front: bool = False) -> None:
         """Queue a run (``front``: a restart goes before the runs that came after it)."""
@@ -69,8 +71,7 @@ class RunQueue:
             if run is None or run.state != "PENDING":  # ended while queued (its files failed)
                 self._ids.pop(0)
                 continue
-            decision = scheduler.place(scheduler.Request(run.world_size, bool(run.spec.get("use_gpu")),
-                                                         run.spec.get("placement_strategy") or "PACK"),
+            decision = scheduler.place(elastic.request(run.spec, now="_restart" in run.spec),
                                        self._registry.snapshot())
             if isinstance(decision, scheduler.Fork):
                 if not self._fork(run, decision):
@@ -92,11 +93,12 @@ class RunQueue:
                 self._emit(run, {"kind": "note", "text": (
                     f"waiting up to {limit:.0f}s (RAYNB_REPLACEMENT_WAIT_S) for a node with room for "
                     f"{decision.unplaceable} more worker(s): the remaining nodes cannot hold "
-                    f"{run.world_size} ranks")})
+                    f"{run.spec.get('min_workers') or run.world_size} ranks")})
             if waited >= limit:
                 self._ids.pop(0)
                 self._controller.no_room(run, (
-                    f"the restarted run needs {run.world_size} workers; the remaining nodes hold at most "
+                    f"the restarted run needs {run.spec.get('min_workers') or run.world_size} workers; "
+                    f"the remaining nodes hold at most "
                     f"{self._registry.capacity()} and no node with room joined within {limit:.0f}s "
                     "(RAYNB_REPLACEMENT_WAIT_S); add a node with `raynb node --address ...`"))
                 return False
@@ -107,7 +109,11 @@ class RunQueue:
             node = self._registry.nodes[node_id]
             node.spawning += count
             self._send(node.identity, P.SPAWN_WORKERS, {"count": count})
-        if decision.unplaceable > 0 and not run.spec.get("_wait_noted"):
+        if decision.unplaceable > 0 and elastic.is_elastic(run.spec):
+            if run.spec.get("_wait_noted") != decision.unplaceable:   # a new count: a new line
+                run.spec["_wait_noted"] = decision.unplaceable
+                self._emit(run, {"kind": "note", "text": elastic.waiting_note(run, decision)})
+        elif decision.unplaceable > 0 and not run.spec.get("_wait_noted"):
             run.spec["_wait_noted"] = True
             busy = sum(1 for w in self._registry.workers.values() if w.busy)
             idle = len(self._registry.workers) - busy
@@ -145,6 +151,7 @@ class RunQueue:
         nodes = list(dict.fromkeys(w.node_id for w in chosen))
         local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
         seen: dict[str, int] = {}
+        before = len(run.ranks)   # the last attempt's world size (0: the first)
         self._controller.placed(run, placement.worker_ids)
         for rank, w in enumerate(chosen):
             w.run_id, w.rank = run.run_id, rank
@@ -167,9 +174,11 @@ class RunQueue:
                 "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
                 "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
                 "node_id": w.node_id, "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
+                **({"elastic": True} if elastic.is_elastic(spec) else {}),
             }))
         self._send_each(P.RUN_TASK, tasks, run.payload)
         restart = run.spec.pop("_restart", None)
+        self._elastic_notes(run, before, len(chosen), restart, checkpoint)
         if restart:
             where = ", ".join(nodes)
             self._emit(run, {"kind": "note", "text": (
@@ -178,6 +187,20 @@ class RunQueue:
         self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
                         "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
                                    "hostname": w.hostname} for r, w in enumerate(chosen)]})
+
+    def _elastic_notes(self, run: Run, before: int, size: int, restart: dict | None,
+                       checkpoint: str | None) -> None:
+        """An elastic run's line per resize, and once that its max is beyond the cluster."""
+        if not elastic.is_elastic(run.spec):
+            return
+        capped = elastic.capped_note(run, size, self._registry.capacity())
+        if capped:
+            self._emit(run, {"kind": "note", "text": capped})
+        grow = run.spec.pop("_grow", None)
+        if before and before != size:
+            why = restart["cause"] if restart else (grow or {}).get("why", "room to grow")
+            self._emit(run, elastic.resize_note(run, before, size, why,
+                                                os.path.basename(checkpoint) if checkpoint else None))
 
 
 def _free_port(host: str) -> int:

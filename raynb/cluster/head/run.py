@@ -63,6 +63,10 @@ class Run:
 
     @property
     def world_size(self) -> int:
+        """Ranks of this attempt: ``num_workers``, or as many as an elastic run was given
+        (its max until it is placed)."""
+        if self.ranks and self.spec.get("min_workers") is not None:
+            return len(self.ranks)
         return int(self.spec["num_workers"])
 
     @property

@@ -16,7 +16,7 @@ order (FIFO): a second concurrent run waits behind the first.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 LOCAL_NODE_ID = "local"
 STRATEGIES = ("PACK", "SPREAD")
@@ -51,6 +51,10 @@ class Request:
     num_workers: int
     use_gpu: bool = False         # one GPU per rank
     strategy: str = "PACK"        # "PACK": fewest nodes; "SPREAD": most nodes (Ray's names)
+    # Elastic (Ray Train v2's num_workers=(min, max)): num_workers is the max; any count
+    # from min_workers up that can be placed will do (see place_elastic).
+    min_workers: int | None = None
+    now: bool = False             # elastic: start on the idle workers now, forking none first
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,11 @@ def _per_node(snapshot: Snapshot, field: str, what: str) -> str:
 
 def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
     """Where ``request``'s ranks go now, or what must happen first (see the module doc)."""
+    if request.min_workers is not None:
+        sized = elastic_size(request, snapshot)
+        if not isinstance(sized, int):
+            return sized
+        request = replace(request, num_workers=sized, min_workers=None)
     n = request.num_workers
     idle = [w for w in snapshot.workers if not w.busy]
     if len(idle) < n:
@@ -116,6 +125,33 @@ def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
             return Wait(f"the run needs {n} free GPUs; {len(idle)} are free with an idle worker")
     chosen = _pick(idle, n, snapshot.groups) if request.strategy == "PACK" else _spread(idle, n, snapshot.groups)
     return Placement(tuple(w.worker_id for w in chosen), _assign_gpus(chosen, snapshot, request.use_gpu))
+
+
+def elastic_size(request: Request, snapshot: Snapshot, own: tuple = ()) -> int | Fork | Wait:
+    """How many ranks an elastic request gets: the most, up to ``num_workers`` (its max),
+    that the idle workers plus the room to fork more can hold, when that is at least
+    ``min_workers``; else what must happen first (a :class:`Fork` whose ``unplaceable``
+    counts the workers missing to reach the min, or a :class:`Wait` for GPUs).
+
+    ``request.now``: count only the workers idle now (a restart after a lost rank goes on
+    with what remains rather than wait for replacements). ``own``: worker ids counted as
+    idle although busy (the run's own, when asking whether it could grow)."""
+    lo, hi = request.min_workers, request.num_workers
+    idle = [w for w in snapshot.workers if not w.busy or w.worker_id in own]
+    if request.use_gpu:
+        free_gpus = sum(len(node.free_gpus) for node in snapshot.nodes) + len(own)
+        idle = _gpu_eligible(idle, snapshot) if not own else idle[:free_gpus]
+    if request.now and len(idle) >= lo:
+        return min(len(idle), hi)
+    room = sum(max(0, node.max_workers - node.num_workers) for node in snapshot.nodes)
+    reachable = min(hi, len(idle) + room)
+    if request.use_gpu:
+        reachable = min(reachable, free_gpus)
+        if reachable < lo:
+            return Wait(f"{reachable} of min {lo} GPUs free; waiting for {lo - reachable} more")
+    if reachable < lo:
+        return Fork(_fork(lo - len(idle), snapshot).forks, lo - reachable)
+    return reachable
 
 
 def _fork(missing: int, snapshot: Snapshot) -> Fork:

@@ -17,7 +17,7 @@ import zmq
 
 from ..protocol import chunking, curve_auth as curve, event_batch, messages as P, signing
 from ..connection_file import remove_connection_file
-from . import progress_relay, scheduler
+from . import elastic, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
 from .controller import RunController
@@ -258,8 +258,8 @@ class Head(NodeEvents, ClientRequests, RunRecords):
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = self.with_cause(scheduler.check(scheduler.Request(n, bool(spec.get("use_gpu")), spec.get("placement_strategy") or "PACK"),
-                                              self.registry.snapshot(), self.registry.capacity(), self.registry.total_gpus()))
+        why = elastic.problem(spec) or self.with_cause(scheduler.check(
+            elastic.submit_request(spec), self.registry.snapshot(), self.registry.capacity(), self.registry.total_gpus()))
         if why:
             return refuse(why)
         if not msg.buffers:

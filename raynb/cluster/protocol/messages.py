@@ -131,7 +131,7 @@ SCHEMAS: dict[str, Record] = {
         "timeout_s?": _NUM, "storage_path?": _STR, "storage_uri?": _STR, "params?": object, "cwd?": _STR,
         "sys_path?": (ListOf(str), None), "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
         "max_failures?": _INT, "resume?": (bool, None), "resume_from_checkpoint?": _STR,
-        "experiment?": _STR, "placement_strategy?": _STR,
+        "experiment?": _STR, "placement_strategy?": _STR, "min_workers?": (Int(1), None),   # head/elastic.py
         "shared_data?": Record({"key": str, "blocks": ListOf(str), "written?": ListOf(Record(
             {"node_id": str, "pid": Int(1), "blocks": ListOf(str)}))})}),   # head/data_gate.py
     CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
@@ -160,7 +160,7 @@ SCHEMAS: dict[str, Record] = {
         "run_id": str, "name": str, "path": str, "rank": _RANK, "world_size": Int(1), "local_rank": _RANK,
         "local_world_size": Int(1), "node_rank": _RANK, "attempt?": _RANK, "checkpoint?": _STR,
         "gpu_id?": _INT, "cwd?": _STR, "sys_path?": (ListOf(str), None), "num_threads?": (Int(1, 1 << 16), None),
-        "stream_checkpoints?": bool, "node_id?": str,
+        "stream_checkpoints?": bool, "node_id?": str, "elastic?": bool,
         "group": Record({"key": str, "backend": str, "master_addr": str, "master_port": Int(1, 65535),
                          "store_port?": _INT, "file_store?": bool, "timeout_s?": _NUM})}),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),

@@ -1,0 +1,144 @@
+"""Elastic runs (Ray Train v2's ``ScalingConfig(num_workers=(min, max))``), the head's side.
+
+An elastic run's spec holds ``num_workers`` = its max, ``min_workers`` and
+``elastic_resize_monitor_interval_s``. What is elastic about it:
+
+- **start**: the scheduler (``scheduler.elastic_size``) places any count from min up to
+  what the cluster can hold (the max preferred, forking up to each node's
+  ``max_workers`` as for a fixed run); below min it waits and the pane says for what.
+- **shrink**: after a failure it restarts at once on the workers idle now (at least min),
+  from the latest checkpoint, without waiting for replacements; FailureConfig counts
+  the failure as for a fixed run.
+- **grow**: :class:`GrowMonitor` (docs/elastic.md).
+
+Each attempt's world size is the count placed (``Run.world_size``); ranks see it in
+``get_context().get_world_size()`` and every report carries it as ``world_size``.
+"""
+from __future__ import annotations
+
+import time
+
+from . import scheduler
+from .run import Run
+
+
+def is_elastic(spec: dict) -> bool:
+    return spec.get("min_workers") is not None
+
+
+def problem(spec: dict) -> str | None:
+    """What is wrong with an elastic spec's sizes (one line naming the fix), or None."""
+    if not is_elastic(spec):
+        return None
+    lo, hi = spec.get("min_workers"), spec.get("num_workers")
+    if not isinstance(lo, int) or isinstance(lo, bool) or not 1 <= lo <= hi:
+        return (f"num_workers=({lo!r}, {hi!r}): min_workers must be an integer from 1 to "
+                f"max_workers={hi}")
+    interval = spec.get("elastic_resize_monitor_interval_s", 60.0)
+    if not isinstance(interval, (int, float)) or not interval >= 0:
+        return f"elastic_resize_monitor_interval_s={interval!r} must be a number of seconds >= 0"
+    return None
+
+
+def request(spec: dict, now: bool = False) -> scheduler.Request:
+    """The scheduler's request for a run (fixed or elastic). ``now``: an elastic restart
+    after a failure, placed on the workers idle now."""
+    return scheduler.Request(int(spec["num_workers"]), bool(spec.get("use_gpu")),
+                             spec.get("placement_strategy") or "PACK",
+                             min_workers=spec.get("min_workers"), now=now)
+
+
+def submit_request(spec: dict) -> scheduler.Request:
+    """What ``scheduler.check`` must find room for at submit: an elastic run's min (it
+    starts with what there is when its max is more than the cluster holds)."""
+    req = request(spec)
+    if req.min_workers is None:
+        return req
+    return scheduler.Request(req.min_workers, req.use_gpu, req.strategy)
+
+
+def waiting_note(run: Run, decision: scheduler.Fork) -> str:
+    """The pane's line for an elastic run below its min."""
+    lo = int(run.spec["min_workers"])
+    free = max(0, lo - decision.unplaceable)
+    return (f"{free} of min {lo} workers free; waiting for {decision.unplaceable} more "
+            f"(num_workers=({lo}, {run.spec['num_workers']}))")
+
+
+def resize_note(run: Run, old: int, new: int, why: str, start_from: str | None) -> dict:
+    """The note event of a resize: ``"shrank 4 -> 2 ranks (rank 1 died, SIGKILL); resumed
+    from checkpoint_000003"``."""
+    verb = "grew" if new > old else "shrank"
+    text = (f"{verb} {old} -> {new} ranks ({why}); "
+            + (f"resumed from {start_from}" if start_from else "started over (no checkpoint yet)"))
+    return {"kind": "note", "text": text, "resize": {"from": old, "to": new}}
+
+
+def capped_note(run: Run, placed: int, capacity: int) -> str | None:
+    """Said once, at an elastic run's first start: its max is more than the cluster holds."""
+    hi = int(run.spec["num_workers"])
+    if run.attempt or hi <= capacity:
+        return None
+    return (f"num_workers=({run.spec['min_workers']}, {hi}): this cluster holds at most {capacity} "
+            f"workers; started with {placed} (it grows when a node with room joins)")
+
+
+class GrowMonitor:
+    """Ray Train v2's resize monitor: every ``elastic_resize_monitor_interval_s`` a healthy
+    elastic run below its max asks the scheduler how many ranks it could have now (its own
+    workers counted free). When that is more, it is marked to grow, and resized (the
+    controller's ``resize``: ranks stopped, restarted on the larger group from the latest
+    checkpoint) once its next checkpoint is committed, so no work a checkpoint covers is
+    lost; a run that commits none within another interval is resized anyway.
+
+    Called by the controller's tick, per running run (``RunController.grow_monitor``).
+
+    Args:
+        registry: the head's nodes and workers (``snapshot()``).
+        resize: ``resize(run)``, the controller's.
+        emit: ``emit(run, event)`` to the run's clients.
+        clock: ``time.monotonic`` (injectable).
+    """
+
+    def __init__(self, registry, resize, emit, clock=time.monotonic):
+        self._registry, self._resize, self._emit, self._clock = registry, resize, emit, clock
+
+    def __call__(self, run: Run) -> None:
+        spec = run.spec
+        if not is_elastic(spec) or run.finishing or not run.ranks or len(run.ranks) >= int(spec["num_workers"]):
+            return
+        now = self._clock()
+        interval = float(spec.get("elastic_resize_monitor_interval_s", 60.0))
+        attempt, due = spec.get("_grow_due") or (None, 0.0)
+        if attempt != run.attempt:   # a new attempt: its first look one interval after its start
+            spec["_grow_due"] = (run.attempt, now + interval)
+            spec.pop("_grow", None)
+            return
+        grow = spec.get("_grow")
+        if grow is not None:
+            if _latest_index(run) != grow["latest"] or now >= grow["deadline"]:
+                if self._room(run) > len(run.ranks):
+                    self._resize(run)
+                else:   # the room went to another run meanwhile: no restart for nothing
+                    spec.pop("_grow")
+            return
+        if now < due:
+            return
+        spec["_grow_due"] = (run.attempt, now + interval)
+        size = self._room(run)
+        if size > len(run.ranks):
+            more = size - len(run.ranks)
+            spec["_grow"] = {"to": size, "latest": _latest_index(run), "deadline": now + max(interval, 1.0),
+                             "why": f"room for {more} more rank{'s' if more > 1 else ''}"}
+            self._emit(run, {"kind": "note", "text": (
+                f"room for {size} ranks (now {len(run.ranks)}): growing at the next checkpoint")})
+
+    def _room(self, run: Run) -> int:
+        """How many ranks the run could have now, its own workers counted free."""
+        size = scheduler.elastic_size(request(run.spec), self._registry.snapshot(), own=tuple(run.ranks))
+        return size if isinstance(size, int) else 0
+
+
+def _latest_index(run: Run):
+    latest = run.store.latest if run.store is not None else None
+    return latest["index"] if latest else None
