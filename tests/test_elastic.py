@@ -2,6 +2,7 @@
 checks, the scheduler's sizing, and real runs on private clusters that start with what
 they can place and go on at a smaller world size after a rank is SIGKILLed.
 """
+
 from __future__ import annotations
 
 import sys
@@ -9,14 +10,13 @@ import time
 
 import cloudpickle
 import pytest
+from conftest import private_cluster
 
 from raynb.cluster.head import scheduler
 from raynb.cluster.head.scheduler import Fork, NodeView, Placement, Request, Snapshot, WorkerView
 from raynb.notebook.magic_args import workers_arg
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
-
-from conftest import private_cluster
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -28,17 +28,20 @@ def test_scaling_config_takes_min_max_as_ray_train_v2():
     assert s.elastic_resize_monitor_interval_s == 5
     fixed = ScalingConfig(num_workers=3)
     assert not fixed.elasticity_enabled and fixed.num_workers == 3 == fixed.min_workers == fixed.max_workers
-    assert ScalingConfig().elastic_resize_monitor_interval_s == 60.0   # Ray's default
+    assert ScalingConfig().elastic_resize_monitor_interval_s == 60.0  # Ray's default
 
 
-@pytest.mark.parametrize("bad, words", [
-    ((4, 2), ["(4, 2)", "min_workers=4", "max_workers=2"]),
-    ((0, 3), ["(0, 3)", "min_workers=0", ">= 1"]),
-    ((1.5, 3), ["(1.5, 3)", "pair of integers"]),
-    ((1, 2, 3), ["(1, 2, 3)", "pair of integers"]),
-    ("2", ["'2'", "integer >= 1"]),
-    (0, ["num_workers=0"]),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ((4, 2), ["(4, 2)", "min_workers=4", "max_workers=2"]),
+        ((0, 3), ["(0, 3)", "min_workers=0", ">= 1"]),
+        ((1.5, 3), ["(1.5, 3)", "pair of integers"]),
+        ((1, 2, 3), ["(1, 2, 3)", "pair of integers"]),
+        ("2", ["'2'", "integer >= 1"]),
+        (0, ["num_workers=0"]),
+    ],
+)
 def test_bad_num_workers_is_a_value_error_naming_the_values(bad, words):
     with pytest.raises(ValueError) as e:
         ScalingConfig(num_workers=bad)
@@ -53,6 +56,7 @@ def test_negative_monitor_interval_is_refused():
 
 def test_magic_workers_takes_a_range():
     import argparse
+
     assert workers_arg("4") == 4 and workers_arg("2-4") == (2, 4)
     for bad in ("4-2", "0-3", "a-b", "2-"):
         with pytest.raises(argparse.ArgumentTypeError):
@@ -62,8 +66,9 @@ def test_magic_workers_takes_a_range():
 # -- the scheduler's sizing (pure) --------------------------------------------------
 def _snap(idle: int, busy: int = 0, max_workers: int = 4, spawning: int = 0) -> Snapshot:
     workers = tuple(WorkerView(f"w{i}", "local", busy=i < busy) for i in range(idle + busy))
-    return Snapshot(nodes=(NodeView("local", max_workers, spawning, num_workers=idle + busy),),
-                    workers=workers)
+    return Snapshot(
+        nodes=(NodeView("local", max_workers, spawning, num_workers=idle + busy),), workers=workers
+    )
 
 
 def test_elastic_places_up_to_max_on_what_is_idle():
@@ -95,9 +100,10 @@ def test_fixed_request_is_placed_as_before():
 # -- the controller's resize and the grow monitor (no process) ------------------------
 def test_resize_is_not_a_failure_and_requeues(tmp_path):
     from test_run_controller import Harness
+
     h = Harness(tmp_path)
     run = h.running(world_size=4, min_workers=1)
-    run.ranks = run.ranks[:2]   # placed on 2 of its max 4
+    run.ranks = run.ranks[:2]  # placed on 2 of its max 4
     h.ctl.resize(run)
     assert run.state == "FAILING" and h.effects.ranks("cancel_rank") == [0, 1]
     for rank in (0, 1):
@@ -108,6 +114,7 @@ def test_resize_is_not_a_failure_and_requeues(tmp_path):
 
 def test_a_rank_error_during_a_resize_is_a_failure(tmp_path):
     from test_run_controller import Harness
+
     h = Harness(tmp_path)
     run = h.running(world_size=2, min_workers=1, max_failures=0)
     run.ranks = run.ranks[:1]
@@ -117,18 +124,19 @@ def test_a_rank_error_during_a_resize_is_a_failure(tmp_path):
 
 
 def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
-    from raynb.cluster.head.elastic import GrowMonitor
     from test_run_controller import Clock, Harness
+
+    from raynb.cluster.head.elastic import GrowMonitor
 
     class Registry:
         def snapshot(self):
-            return _snap(idle=2, busy=2, max_workers=4)   # busy: the run's own w0, w1
+            return _snap(idle=2, busy=2, max_workers=4)  # busy: the run's own w0, w1
 
     h, clock, resized, notes = Harness(tmp_path), Clock(), [], []
     monitor = GrowMonitor(Registry(), resized.append, lambda run, e: notes.append(e["text"]), clock)
     run = h.running(world_size=4, min_workers=1, elastic_resize_monitor_interval_s=10)
     run.ranks = ["w0", "w1"]
-    monitor(run)                         # the attempt's first look: an interval from now
+    monitor(run)  # the attempt's first look: an interval from now
     clock.t += 5
     monitor(run)
     assert not notes
@@ -136,7 +144,7 @@ def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
     monitor(run)
     assert notes == ["room for 4 ranks (now 2): growing at the next checkpoint"] and not resized
     run.store.latest = {"name": "checkpoint_000001", "index": 1}
-    monitor(run)                         # a checkpoint was committed since: grow now
+    monitor(run)  # a checkpoint was committed since: grow now
     assert resized == [run]
 
 
@@ -168,10 +176,13 @@ def _train(config):
                 state = json.load(f)
     resumed_from = state["epoch"]
     for epoch in range(state["epoch"] + 1, config["epochs"]):
-        if (ctx.get_world_rank() == config.get("victim") and epoch == config.get("kill_at")
-                and not os.path.exists(config["flag"])):
+        if (
+            ctx.get_world_rank() == config.get("victim")
+            and epoch == config.get("kill_at")
+            and not os.path.exists(config["flag"])
+        ):
             open(config["flag"], "w").close()
-            time.sleep(0.5)   # the peers' reports of the epoch before are in: it is committed
+            time.sleep(0.5)  # the peers' reports of the epoch before are in: it is committed
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(config.get("sleep", 0.05))
         with tempfile.TemporaryDirectory() as d:
@@ -185,14 +196,17 @@ def _train(config):
 
 def test_elastic_run_starts_with_what_it_can_place(tmp_path, monkeypatch, capsys):
     with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=3):
-        result = TorchTrainer(_train, train_loop_config={"epochs": 3, "flag": str(tmp_path / "f")},
-                              scaling_config=ScalingConfig(num_workers=(2, 8)),
-                              run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"))).fit()
+        result = TorchTrainer(
+            _train,
+            train_loop_config={"epochs": 3, "flag": str(tmp_path / "f")},
+            scaling_config=ScalingConfig(num_workers=(2, 8)),
+            run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r")),
+        ).fit()
     out = capsys.readouterr().out
     assert result.state == "FINISHED", result.error
     # Two warm workers and room for one more on the node: three ranks, said once.
     assert list(result.metrics_dataframe["world_size"]) == [3, 3, 3]
-    live = out.split("] FINISHED")[0]   # (the summary after it lists the run's notes again)
+    live = out.split("] FINISHED")[0]  # (the summary after it lists the run's notes again)
     assert live.count("this cluster holds at most 3 workers; started with 3") == 1, out
 
 
@@ -201,11 +215,19 @@ def test_elastic_run_shrinks_after_a_rank_is_killed(tmp_path, monkeypatch, capsy
     # back at its warm count, so no replacement comes and the restart goes on with three.
     with private_cluster(tmp_path, monkeypatch, workers=3, max_workers=4):
         result = TorchTrainer(
-            _train, train_loop_config={"epochs": 5, "kill_at": 2, "victim": 3, "sleep": 0.2,
-                                       "flag": str(tmp_path / "f")},
+            _train,
+            train_loop_config={
+                "epochs": 5,
+                "kill_at": 2,
+                "victim": 3,
+                "sleep": 0.2,
+                "flag": str(tmp_path / "f"),
+            },
             scaling_config=ScalingConfig(num_workers=(1, 4)),
-            run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"),
-                                 failure_config=FailureConfig(max_failures=1))).fit()
+            run_config=RunConfig(
+                verbose=1, storage_path=str(tmp_path / "r"), failure_config=FailureConfig(max_failures=1)
+            ),
+        ).fit()
     out = capsys.readouterr().out
     assert result.state == "FINISHED", result.error
     assert len(result.failures) == 1 and result.failures[0]["signal"] == "SIGKILL"
@@ -221,11 +243,14 @@ def test_elastic_run_shrinks_after_a_rank_is_killed(tmp_path, monkeypatch, capsy
 
 def test_fixed_run_is_unchanged(tmp_path, monkeypatch):
     with private_cluster(tmp_path, monkeypatch, workers=2):
-        result = TorchTrainer(_train, train_loop_config={"epochs": 2, "flag": str(tmp_path / "f")},
-                              scaling_config=ScalingConfig(num_workers=2),
-                              run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r"))).fit()
+        result = TorchTrainer(
+            _train,
+            train_loop_config={"epochs": 2, "flag": str(tmp_path / "f")},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r")),
+        ).fit()
     assert result.state == "FINISHED", result.error
-    assert "world_size" not in result.metrics_dataframe.columns   # as before: no column added
+    assert "world_size" not in result.metrics_dataframe.columns  # as before: no column added
 
 
 def _start_node(info: dict, node_id: str, workers: int):
@@ -233,16 +258,36 @@ def _start_node(info: dict, node_id: str, workers: int):
     import subprocess
 
     from raynb.cluster.connection_file import connection_file_path
-    return subprocess.Popen([sys.executable, "-m", "raynb.cli", "node", "--address", info["address"],
-                             "--key-file", str(connection_file_path()), "--workers", str(workers),
-                             "--max-workers", str(workers), "--node-id", node_id, "--shared-storage",
-                             "--reconnect", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raynb.cli",
+            "node",
+            "--address",
+            info["address"],
+            "--key-file",
+            str(connection_file_path()),
+            "--workers",
+            str(workers),
+            "--max-workers",
+            str(workers),
+            "--node-id",
+            node_id,
+            "--shared-storage",
+            "--reconnect",
+            "5",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _stop_node(proc) -> None:
     import psutil
-
     from conftest import alive
+
     kids = [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
     proc.terminate()
     proc.wait(20)
@@ -272,10 +317,17 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
         t.start()
         try:
             result = TorchTrainer(
-                _train, train_loop_config={"epochs": 40, "sleep": 0.25, "flag": str(flag), "victim": -1,
-                                           "started": str(flag)},
+                _train,
+                train_loop_config={
+                    "epochs": 40,
+                    "sleep": 0.25,
+                    "flag": str(flag),
+                    "victim": -1,
+                    "started": str(flag),
+                },
                 scaling_config=ScalingConfig(num_workers=(1, 4), elastic_resize_monitor_interval_s=0.5),
-                run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"))).fit()
+                run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r")),
+            ).fit()
         finally:
             t.join()
             if "proc" in node:
@@ -286,7 +338,7 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
     rows = result.metrics_dataframe.to_dict("records")
     sizes = [int(r["world_size"]) for r in rows]
     assert sizes[0] == 2 and sizes[-1] == 4, sizes
-    assert sizes == sorted(sizes), sizes   # 2s, then 4s
+    assert sizes == sorted(sizes), sizes  # 2s, then 4s
     grown = [r for r in rows if r["world_size"] == 4]
     start = int(grown[0]["resumed_from"])
     assert start >= 0 and [int(r["epoch"]) for r in grown] == list(range(start + 1, 40)), rows
@@ -334,20 +386,31 @@ def test_elastic_run_goes_on_when_a_node_leaves(tmp_path, monkeypatch, capsys, m
                     time.sleep(0.05)
                 _stop_node(node.pop("proc"))
                 if min_workers > 2:
-                    _wait_node_gone(info, "n2")   # the head saw it leave: the run now waits
-                    time.sleep(3)   # (past the peers' stop grace: the restart is queued, waiting)
+                    _wait_node_gone(info, "n2")  # the head saw it leave: the run now waits
+                    time.sleep(3)  # (past the peers' stop grace: the restart is queued, waiting)
                     node["proc"] = _start_node(info, "n2", 2)
 
             t = threading.Thread(target=leave)
             t.start()
             try:
                 result = TorchTrainer(
-                    _train, train_loop_config={"epochs": 30, "sleep": 0.25, "flag": str(flag), "victim": -1,
-                                               "started": str(flag)},
-                    scaling_config=ScalingConfig(num_workers=(min_workers, 4),
-                                                 elastic_resize_monitor_interval_s=60),
-                    run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r"),
-                                         failure_config=FailureConfig(max_failures=2))).fit()
+                    _train,
+                    train_loop_config={
+                        "epochs": 30,
+                        "sleep": 0.25,
+                        "flag": str(flag),
+                        "victim": -1,
+                        "started": str(flag),
+                    },
+                    scaling_config=ScalingConfig(
+                        num_workers=(min_workers, 4), elastic_resize_monitor_interval_s=60
+                    ),
+                    run_config=RunConfig(
+                        verbose=1,
+                        storage_path=str(tmp_path / "r"),
+                        failure_config=FailureConfig(max_failures=2),
+                    ),
+                ).fit()
             finally:
                 t.join()
         finally:
@@ -380,11 +443,14 @@ def test_xgboost_trainer_takes_an_elastic_num_workers(tmp_path, monkeypatch):
     X, y = make_classification(n_samples=2000, n_features=8, random_state=0)
     train = pd.DataFrame(X, columns=[f"f{i}" for i in range(8)]).assign(y=y)
     with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=2):
-        result = XGBoostTrainer(params={"objective": "binary:logistic", "eval_metric": "logloss",
-                                        "tree_method": "hist"},
-                                label_column="y", num_boost_round=5, datasets={"train": train},
-                                scaling_config=ScalingConfig(num_workers=(1, 4)),
-                                run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r"))).fit()
+        result = XGBoostTrainer(
+            params={"objective": "binary:logistic", "eval_metric": "logloss", "tree_method": "hist"},
+            label_column="y",
+            num_boost_round=5,
+            datasets={"train": train},
+            scaling_config=ScalingConfig(num_workers=(1, 4)),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "r")),
+        ).fit()
     assert result.state == "FINISHED", result.error
     assert set(result.metrics_dataframe["world_size"]) == {2}
     assert "train-logloss" in result.metrics_dataframe.columns
@@ -394,9 +460,13 @@ def test_magic_workers_range_runs_elastic(ip):
     """``%%ray_train --workers 2-4`` on the session cluster's 4 idle workers: an elastic run
     placed on all 4, that reports its world size."""
     from conftest import ok_cell
+
     ip.user_ns.pop("world", None)
-    ok_cell(ip, "%%ray_train --workers 2-4 --quiet --out world\nworld = get_context().get_world_size()\n"
-                "report({'x': 1})\n")
+    ok_cell(
+        ip,
+        "%%ray_train --workers 2-4 --quiet --out world\nworld = get_context().get_world_size()\n"
+        "report({'x': 1})\n",
+    )
     world = ip.user_ns["world"]
     assert world == 4
     assert list(ip.user_ns["_ray_result"].metrics_dataframe["world_size"]) == [world]

@@ -6,6 +6,7 @@ with a real ``RunDirectory`` (in ``tmp_path``) and a small fake checkpoint store
 Each test drives a run into a state, sends one event, and checks the next state
 and exactly what the controller asked of the world.
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,14 @@ import re
 import pytest
 
 from raynb.cluster.head import controller as C
-from raynb.cluster.head.controller import (CANCEL_GRACE_S, DEAD_PEER_GRACE_S, FailureDecision,
-                                           FailurePolicy, IllegalTransition, RunController)
+from raynb.cluster.head.controller import (
+    CANCEL_GRACE_S,
+    DEAD_PEER_GRACE_S,
+    FailureDecision,
+    FailurePolicy,
+    IllegalTransition,
+    RunController,
+)
 from raynb.cluster.head.run import Run
 from raynb.cluster.storage.rundir import RunDirectory
 
@@ -36,7 +43,7 @@ class FakeEffects:
     def __init__(self):
         self.calls: list[tuple] = []
         self.events: list[dict] = []
-        self.done: list[dict] = []     # run.done_content() at each run_ended
+        self.done: list[dict] = []  # run.done_content() at each run_ended
         self.kill_ok = lambda rank: True
 
     def cancel_rank(self, run, rank):
@@ -117,14 +124,18 @@ class Harness:
         self.ctl = RunController(self.effects, self.store, clock=self.clock, **kw)
         self._n = 0
 
-    def run(self, world_size: int = 3, max_failures: int = 0, latest: dict | None = None,
-            **spec) -> Run:
+    def run(self, world_size: int = 3, max_failures: int = 0, latest: dict | None = None, **spec) -> Run:
         self._n += 1
         name = f"TorchTrainer_test_{self._n}"
-        return Run(run_id=f"run{self._n}", name=name, client=b"client:test",
-                   spec={"num_workers": world_size, "max_failures": max_failures, **spec},
-                   payload=[b"fn"], rundir=RunDirectory(str(self.tmp_path), name),
-                   store=FakeCheckpoints(latest))
+        return Run(
+            run_id=f"run{self._n}",
+            name=name,
+            client=b"client:test",
+            spec={"num_workers": world_size, "max_failures": max_failures, **spec},
+            payload=[b"fn"],
+            rundir=RunDirectory(str(self.tmp_path), name),
+            store=FakeCheckpoints(latest),
+        )
 
     def running(self, **kw) -> Run:
         run = self.run(**kw)
@@ -156,13 +167,25 @@ def _raised(rank: int, exc: str = "ValueError", msg: str = "boom") -> dict:
 
 
 def _died(rank: int, signal: str = "SIGKILL") -> dict:
-    return {"rank": rank, "pid": 1000 + rank, "hostname": "h", "signal": signal, "exitcode": None,
-            "message": f"rank {rank} (pid {1000 + rank} on h) was killed by {signal}"}
+    return {
+        "rank": rank,
+        "pid": 1000 + rank,
+        "hostname": "h",
+        "signal": signal,
+        "exitcode": None,
+        "message": f"rank {rank} (pid {1000 + rank} on h) was killed by {signal}",
+    }
 
 
 def _exited(rank: int, code: int) -> dict:
-    return {"rank": rank, "pid": 1000 + rank, "hostname": "h", "signal": None, "exitcode": code,
-            "message": f"rank {rank} (pid {1000 + rank} on h) exited with code {code}"}
+    return {
+        "rank": rank,
+        "pid": 1000 + rank,
+        "hostname": "h",
+        "signal": None,
+        "exitcode": code,
+        "message": f"rank {rank} (pid {1000 + rank} on h) exited with code {code}",
+    }
 
 
 def _ended_calls() -> list[tuple]:
@@ -190,25 +213,35 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
             continue
         rows += 1
         state, event, to = m.groups()
-        for s in (C.ACTIVE if state == "any active" else (state,)):
+        for s in C.ACTIVE if state == "any active" else (state,):
             table.setdefault((s, event), set()).add(to)
-    assert rows == 16   # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic)
+    assert rows == 16  # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic)
     assert table == {pair: set(targets) for pair, targets in C.TRANSITIONS.items()}
     states = set(C.ACTIVE) | set(C.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)
-    assert {e for _, e in table} == {C.PLACED, C.CANCEL, C.RANK_FAILED, C.ALL_STOPPED,
-                                     C.HEAD_STOPPING, C.NO_ROOM, C.RESIZE}
+    assert {e for _, e in table} == {
+        C.PLACED,
+        C.CANCEL,
+        C.RANK_FAILED,
+        C.ALL_STOPPED,
+        C.HEAD_STOPPING,
+        C.NO_ROOM,
+        C.RESIZE,
+    }
 
 
-@pytest.mark.parametrize("state,event,to", [
-    ("PENDING", "placed", "FINISHED"),
-    ("PENDING", "all_stopped", "FINISHED"),
-    ("RUNNING", "placed", "RUNNING"),
-    ("FAILING", "all_stopped", "CANCELLED"),
-    ("CANCELLING", "all_stopped", "FAILED"),
-    ("FINISHED", "cancel", "CANCELLED"),
-    ("FAILED", "head_stopping", "FAILED"),
-])
+@pytest.mark.parametrize(
+    "state,event,to",
+    [
+        ("PENDING", "placed", "FINISHED"),
+        ("PENDING", "all_stopped", "FINISHED"),
+        ("RUNNING", "placed", "RUNNING"),
+        ("FAILING", "all_stopped", "CANCELLED"),
+        ("CANCELLING", "all_stopped", "FAILED"),
+        ("FINISHED", "cancel", "CANCELLED"),
+        ("FAILED", "head_stopping", "FAILED"),
+    ],
+)
 def test_an_illegal_transition_raises_and_leaves_the_state(h, state, event, to):
     """A pair not in TRANSITIONS (or a target it does not allow) raises IllegalTransition
     naming it, and the run keeps its state."""
@@ -298,8 +331,9 @@ def test_running_rank_cancelled_on_its_own_fails_the_run(h):
     run = h.running()
     h.ctl.rank_returned(run, 2, "cancelled")
     assert run.state == "FAILING"
-    assert run.errors == [{"rank": 2, "message": "rank 2 stopped before the run was cancelled "
-                                                 "(an interrupt on the worker?)"}]
+    assert run.errors == [
+        {"rank": 2, "message": "rank 2 stopped before the run was cancelled (an interrupt on the worker?)"}
+    ]
     assert h.effects.ranks("cancel_rank") == [0, 1]
 
 
@@ -467,15 +501,17 @@ def test_restart_note_names_the_checkpoint_it_resumes_from(h):
     h.ctl.rank_lost(run, 0, _exited(0, 3))
     h.ctl.rank_returned(run, 1, "cancelled")
     assert h.effects.notes() == [
-        "restart 1/unlimited: rank 0 exited with code 3; resuming from checkpoint_000003"]
+        "restart 1/unlimited: rank 0 exited with code 3; resuming from checkpoint_000003"
+    ]
 
 
 def test_restart_note_names_the_checkpoint_the_run_started_with(h):
     """No checkpoint of its own yet, but the run was started from one: it resumes from that."""
     run = h.running(world_size=1, max_failures=1, resume_from_checkpoint="/old/ckpt")
     h.ctl.rank_returned(run, 0, "error", _raised(0))
-    assert h.effects.notes() == ["restart 1/1: rank 0 raised ValueError: boom; "
-                                 "resuming from the checkpoint it started with"]
+    assert h.effects.notes() == [
+        "restart 1/1: rank 0 raised ValueError: boom; resuming from the checkpoint it started with"
+    ]
 
 
 def test_restart_note_explains_checkpoints_lost_for_want_of_reports(h):
@@ -491,7 +527,8 @@ def test_restart_note_explains_checkpoints_lost_for_want_of_reports(h):
         "restart 1/1: rank 1 raised ValueError: boom; no checkpoint saved yet, starting over "
         "(2 reported checkpoint(s) were not saved: rank(s) 2 had not made report 1; a checkpoint "
         "is saved once every rank has made the report that carries it, so call report() on every "
-        "rank, passing checkpoint=None where there is none)"]
+        "rank, passing checkpoint=None where there is none)"
+    ]
 
 
 def test_failing_all_stopped_failed_on_raise_names_the_cause_first(h):
@@ -715,14 +752,21 @@ def test_unlimited_max_failures_retries_with_the_default_policy(h):
         _fail_once(h, run)
     assert run.state == "PENDING"
     assert [n.split(":")[0] for n in h.effects.notes()] == [
-        "restart 1/unlimited", "restart 2/unlimited", "restart 3/unlimited"]
+        "restart 1/unlimited",
+        "restart 2/unlimited",
+        "restart 3/unlimited",
+    ]
 
 
 def test_failure_policy_two_retries_twice_then_raises(tmp_path):
     """FailurePolicy(2): the first two failures restart the run, the third is final, and
     the final errors name every failure of this fit, the last cause among them."""
     assert [FailurePolicy(2).make_decision(n) for n in (1, 2, 3, 4)] == [
-        FailureDecision.RETRY, FailureDecision.RETRY, FailureDecision.RAISE, FailureDecision.RAISE]
+        FailureDecision.RETRY,
+        FailureDecision.RETRY,
+        FailureDecision.RAISE,
+        FailureDecision.RAISE,
+    ]
     h = Harness(tmp_path, failure_policy=lambda run: FailurePolicy(2))
     run = h.run(world_size=2, max_failures=0)
     _fail_once(h, run)
@@ -743,8 +787,9 @@ def test_default_policy_follows_the_runs_max_failures(h):
     assert run.state == "PENDING"
     _fail_once(h, run)
     assert run.state == "FAILED"
-    assert h.effects.notes() == ["restart 1/1: rank 0 raised ValueError: attempt 0; "
-                                 "no checkpoint yet, starting over"]
+    assert h.effects.notes() == [
+        "restart 1/1: rank 0 raised ValueError: attempt 0; no checkpoint yet, starting over"
+    ]
 
 
 def test_a_restart_with_no_room_fails_naming_the_wait(tmp_path):

@@ -7,6 +7,7 @@ interrupt into a cancel on every rank (unless the interrupt is a kernel restart'
 ``kernel_shutdown``). What comes back is a :class:`RunOutcome`; ``raynb.train.run``
 makes the ``Result`` of it.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,8 @@ from ..cluster.protocol.run_states import RUN_TERMINAL as RUN_END_STATES
 from ..cluster.storage.rundir import read_reports
 from ..cluster.storage.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
-from . import refollow
+from . import bulk, refollow, runtime_env
 from .connection import check_head_alive, disconnect, local_head_gone
-from . import bulk, runtime_env
 from .interrupts import CHECK_S, NotedInterrupts
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
 from .output_relay import OUTPUT_FLUSH_S, OutputRelay
@@ -58,6 +58,7 @@ class RunOutcome:
             made before this process followed the run are read from its directory).
         value_frames (list): rank 0's return value, cloudpickled (empty unless FINISHED).
     """
+
     record: dict
     reports: list = field(default_factory=list)
     value_frames: list = field(default_factory=list)
@@ -88,10 +89,18 @@ def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
     return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
 
 
-def build_submission(fn, config, scaling_config, run_config, *,
-                     sources: dict | None = None, captured: dict | None = None,
-                     name_prefix: str = "TorchTrainer", extra: dict | None = None,
-                     data_key: str | None = None) -> tuple[dict, bytes]:
+def build_submission(
+    fn,
+    config,
+    scaling_config,
+    run_config,
+    *,
+    sources: dict | None = None,
+    captured: dict | None = None,
+    name_prefix: str = "TorchTrainer",
+    extra: dict | None = None,
+    data_key: str | None = None,
+) -> tuple[dict, bytes]:
     """The ``submit_run`` message for ``fn``: (spec dict, cloudpickled payload bytes).
 
     ``scaling_config`` and ``run_config`` are ``raynb.train``'s ``ScalingConfig`` and
@@ -112,7 +121,9 @@ def build_submission(fn, config, scaling_config, run_config, *,
     run_id = uuid.uuid4().hex
     with bulk.active(data_key or run_id) as scope:
         try:
-            payload = dumps_payload(runtime_env.wrap(fn), config, all_sources, captured)  # raises before anything ships
+            payload = dumps_payload(
+                runtime_env.wrap(fn), config, all_sources, captured
+            )  # raises before anything ships
         except BaseException:
             if data_key is None:
                 bulk.forget(run_id)  # what this run's pickling wrote to shared memory
@@ -124,10 +135,14 @@ def build_submission(fn, config, scaling_config, run_config, *,
         raise ValueError(
             f"the training function and what it reads pickle to {len(payload) / 2**20:.0f} MiB, over "
             f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
-            "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`.")
+            "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`."
+        )
     spec = {
-        "run_id": run_id, "name": run_config.name, "name_prefix": name_prefix,
-        "num_workers": scaling_config.num_workers, "use_gpu": bool(scaling_config.use_gpu),
+        "run_id": run_id,
+        "name": run_config.name,
+        "name_prefix": name_prefix,
+        "num_workers": scaling_config.num_workers,
+        "use_gpu": bool(scaling_config.use_gpu),
         # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
         "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
         "storage_path": _absolute(run_config.storage_path),
@@ -135,21 +150,24 @@ def build_submission(fn, config, scaling_config, run_config, *,
         **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
         "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
         "params": _json_safe(config if config is not None else {}),
-        "cwd": os.getcwd(), "sys_path": sys_path_dirs(),
+        "cwd": os.getcwd(),
+        "sys_path": sys_path_dirs(),
     }
-    if getattr(scaling_config, "elasticity_enabled", False):   # the head places min..max (head/elastic.py)
+    if getattr(scaling_config, "elasticity_enabled", False):  # the head places min..max (head/elastic.py)
         spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
         spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)
     cc, fc = run_config.checkpoint_config, run_config.failure_config
     if cc is not None:
-        spec["checkpoint_config"] = {"num_to_keep": cc.num_to_keep,
-                                     "checkpoint_score_attribute": cc.checkpoint_score_attribute,
-                                     "checkpoint_score_order": cc.checkpoint_score_order}
+        spec["checkpoint_config"] = {
+            "num_to_keep": cc.num_to_keep,
+            "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+            "checkpoint_score_order": cc.checkpoint_score_order,
+        }
     if fc is not None:
         spec["max_failures"] = fc.max_failures
-    if scope.used:   # written to the nodes the head places ranks on (data_needed)
+    if scope.used:  # written to the nodes the head places ranks on (data_needed)
         spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
-    runtime_env.apply(spec)   # raynb.init(runtime_env={"working_dir": ...})
+    runtime_env.apply(spec)  # raynb.init(runtime_env={"working_dir": ...})
     spec.update(extra or {})
     return spec, payload
 
@@ -172,7 +190,7 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
     """
     try:
         accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
-    except (KeyboardInterrupt, SystemExit) as e:   # before the head's answer: the run may exist already
+    except (KeyboardInterrupt, SystemExit) as e:  # before the head's answer: the run may exist already
         cancel_unfollowed(client, spec["run_id"], e, "while submitting the run")
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
@@ -192,13 +210,20 @@ def cancel_unfollowed(client, run_id: str, exc: BaseException, when: str) -> Non
         raise exc
     client.send(P.CANCEL_RUN, {"run_id": run_id})
     if isinstance(exc, SystemExit):
-        raise exc   # the script is ending, and its run with it
+        raise exc  # the script is ending, and its run with it
     raise RunInterrupted(f"interrupted {when}; it was cancelled") from None
 
 
-def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: list | None = None,
-               cancel_on_interrupt: bool = True, name: str | None = None,
-               path: str | None = None) -> RunOutcome:
+def follow_run(
+    client,
+    run_id: str,
+    display,
+    all_ranks: bool = False,
+    reports: list | None = None,
+    cancel_on_interrupt: bool = True,
+    name: str | None = None,
+    path: str | None = None,
+) -> RunOutcome:
     """Relay a submitted or attached run's events to ``display`` until it ends.
 
     ``name`` (the run's) is for the messages only; ``path`` (the run directory) is
@@ -218,9 +243,10 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     reports = reports if reports is not None else []
     watch_kernel_shutdown()
     try:
-        done = _follow(client, run_id, display, reports, OutputRelay(all_ranks, path),
-                       cancel_on_interrupt, name)
-    except SystemExit:   # the script is ending (script_exit.py): a run it started ends too
+        done = _follow(
+            client, run_id, display, reports, OutputRelay(all_ranks, path), cancel_on_interrupt, name
+        )
+    except SystemExit:  # the script is ending (script_exit.py): a run it started ends too
         if cancel_on_interrupt:
             client.send(P.CANCEL_RUN, {"run_id": run_id})
         raise
@@ -243,15 +269,15 @@ def follow_run(client, run_id: str, display, all_ranks: bool = False, reports: l
     return RunOutcome(c, reports, list(done.buffers))
 
 
-def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True,
-            name=None) -> P.Message:
+def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True, name=None) -> P.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     with NotedInterrupts() as interrupts:
         return _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts)
 
 
-def _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name,
-                 interrupts: NotedInterrupts) -> P.Message:
+def _follow_loop(
+    client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts: NotedInterrupts
+) -> P.Message:
     """Follow run ``run_id`` to its ``run_done`` (returned): events to ``display``, rank 0's
     reports to ``reports``, output through ``relay``; a Ctrl-C cancels the run on every rank
     (``cancel_on_interrupt``) and raises :class:`RunInterrupted` once the head confirms."""
@@ -265,7 +291,13 @@ class _Follow:
     is still seen."""
 
     def __init__(self, client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts):
-        self.client, self.run_id, self.display, self.reports, self.relay = client, run_id, display, reports, relay
+        self.client, self.run_id, self.display, self.reports, self.relay = (
+            client,
+            run_id,
+            display,
+            reports,
+            relay,
+        )
         self.cancel_on_interrupt, self.name, self.interrupts = cancel_on_interrupt, name, interrupts
         self.cancel_sent_at = None
         self.last_heard = self.last_reattach = time.monotonic()
@@ -295,9 +327,12 @@ class _Follow:
                 self._on_interrupt(e)
 
     def _timeout(self) -> float:
-        timeout = PING_EVERY_S if self.cancel_sent_at is None else max(
-            0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - self.cancel_sent_at)))
-        if self.relay.pending:   # output waits at most OUTPUT_FLUSH_S for more to join it
+        timeout = (
+            PING_EVERY_S
+            if self.cancel_sent_at is None
+            else max(0.0, min(PING_EVERY_S, CANCEL_WAIT_S - (time.monotonic() - self.cancel_sent_at)))
+        )
+        if self.relay.pending:  # output waits at most OUTPUT_FLUSH_S for more to join it
             timeout = min(timeout, OUTPUT_FLUSH_S)
         return timeout
 
@@ -309,11 +344,12 @@ class _Follow:
             return
         check_head_alive(client)
         if self.cancel_sent_at is not None and now - self.cancel_sent_at >= CANCEL_WAIT_S:
-            raise ClusterError(f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; "
-                               "check `raynb status`")
+            raise ClusterError(
+                f"the head did not confirm the cancel within {CANCEL_WAIT_S:.0f}s; check `raynb status`"
+            )
         silent = now - self.last_heard
         if silent >= HEAD_SILENCE_S and client.local_token is None and silent < refollow.reconnect_s():
-            if now - self.last_reattach >= HEAD_SILENCE_S:   # a remote head: attach again
+            if now - self.last_reattach >= HEAD_SILENCE_S:  # a remote head: attach again
                 refollow.reattach(client, self.run_id)
                 self.last_reattach = now
             client.send(P.PING)
@@ -322,13 +358,14 @@ class _Follow:
             raise ClusterError(
                 f"lost contact with the raynb head at {client.address}: no answer for "
                 f"{silent:.0f}s while this run was active (was the cluster killed "
-                "or its machine lost?); check `raynb status`")
+                "or its machine lost?); check `raynb status`"
+            )
         client.send(P.PING)
 
     def _on_message(self, msg: P.Message) -> P.Message | None:
         """One message from the head: the run's ``run_done`` is returned, an event shown."""
         if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == self.run_id:
-            msg = refollow.on_record(msg, self.reports)   # re-attached after a silence
+            msg = refollow.on_record(msg, self.reports)  # re-attached after a silence
             if msg is None:
                 return None
         if msg.content.get("run_id") != self.run_id:
@@ -339,17 +376,20 @@ class _Follow:
                 state = msg.content["state"]
                 self.display.handle({"kind": "state", "state": state, "time": time.time()})
                 self.display.finish()
-                raise RunInterrupted(f"run {msg.content['name']!r} cancelled on every rank" if state == "CANCELLED"
-                                     else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted")
+                raise RunInterrupted(
+                    f"run {msg.content['name']!r} cancelled on every rank"
+                    if state == "CANCELLED"
+                    else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted"
+                )
             return msg
         if msg.msg_type == P.RUN_EVENT:
             event = msg.content["event"]
             if event.get("kind") == "output":
                 self.relay.write(event)
             elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
-                self.relay.end()     # the last lines (and what was not shown) before the end's line
+                self.relay.end()  # the last lines (and what was not shown) before the end's line
             else:
-                self.relay.flush()   # the output printed before a report or state shows before it
+                self.relay.flush()  # the output printed before a report or state shows before it
                 if event.get("kind") == "report" and event.get("rank") == 0:
                     self.reports.append(event["metrics"])
             self.display.handle(event)
@@ -363,17 +403,21 @@ class _Follow:
             raise e
         if not self.cancel_on_interrupt:
             raise RunInterrupted("stopped following the run; it goes on") from None
-        if self.cancel_sent_at is not None:   # a second interrupt: stop waiting for the confirmation
-            raise RunInterrupted("interrupted again while waiting for the ranks to stop; the "
-                                 "head still cancels the run (`raynb status` shows it)") from None
+        if self.cancel_sent_at is not None:  # a second interrupt: stop waiting for the confirmation
+            raise RunInterrupted(
+                "interrupted again while waiting for the ranks to stop; the "
+                "head still cancels the run (`raynb status` shows it)"
+            ) from None
         if interrupt_is_shutdown():
             self.relay.end()
             self.display.finish()
             name = self.name
-            what, call = (f"run {name!r}", f"raynb.attach({name!r})") if name else (
-                "the run", "raynb.attach(name)")
-            raise RunInterrupted(f"the kernel is shutting down; {what} keeps running on the "
-                                 f"cluster ({call} follows it again)") from None
+            what, call = (
+                (f"run {name!r}", f"raynb.attach({name!r})") if name else ("the run", "raynb.attach(name)")
+            )
+            raise RunInterrupted(
+                f"the kernel is shutting down; {what} keeps running on the cluster ({call} follows it again)"
+            ) from None
         self.client.send(P.CANCEL_RUN, {"run_id": self.run_id})
         self.cancel_sent_at = time.monotonic()
-        self.interrupts.handled()   # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one
+        self.interrupts.handled()  # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one

@@ -1,5 +1,6 @@
 """Argument parsing shared by the magics: options in IPython's style, and Python
 expressions as option values (``--config dict(lr=1e-3)``, ``--space {...}``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,7 @@ def workers_arg(text: str):
     """argparse type for ``--workers``: ``4`` (a fixed world size) or ``2-4`` (elastic:
     ``num_workers=(2, 4)``, Ray Train v2's min and max)."""
     lo, sep, hi = text.partition("-")
-    if not sep or not lo:   # "4", or "-2" (a negative count, named as such)
+    if not sep or not lo:  # "4", or "-2" (a negative count, named as such)
         return positive_int(text)
     a, b = positive_int(lo), positive_int(hi)
     if a > b:
@@ -64,8 +65,9 @@ class MagicParser(argparse.ArgumentParser):
 _NEXT_OPTION = re.compile(r"\s+--?[A-Za-z]")
 
 
-def split_expression(line: str, option: str, strict: bool = False,
-                     call: str | None = None) -> tuple[str, str | None]:
+def split_expression(
+    line: str, option: str, strict: bool = False, call: str | None = None
+) -> tuple[str, str | None]:
     """Take ``option EXPR`` out of a magic line before shell-style splitting.
 
     EXPR is Python (``--config dict(lr=1e-3)``, ``--space {"lr": loguniform(1e-4, 1e-1)}``),
@@ -85,7 +87,7 @@ def split_expression(line: str, option: str, strict: bool = False,
     m = re.search(rf"(?:^|\s){re.escape(option)}(?:=|\s+)(?=\S)", line)
     if m is None or line[m.end()] in "'\"":
         return line, None
-    rest = line[m.end():]
+    rest = line[m.end() :]
     error = None
     for end in [o.start() for o in _NEXT_OPTION.finditer(rest)] + [len(rest)]:
         expr = rest[:end].strip()
@@ -94,7 +96,7 @@ def split_expression(line: str, option: str, strict: bool = False,
         except SyntaxError as e:
             error = e
             continue
-        return line[:m.start()] + rest[end:], expr
+        return line[: m.start()] + rest[end:], expr
     if strict:
         raise UsageError(f"{option} {rest.strip()!r} failed to evaluate: SyntaxError: {error.msg}")
     return line, None

@@ -1,4 +1,5 @@
 """IPython magics: ``%%ray_train`` and ``%ray_cluster`` (loaded by ``%load_ext raynb``)."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,17 +14,32 @@ from .magic_args import MagicParser, positive_int, split_expression, workers_arg
 
 
 def _train_parser() -> MagicParser:
-    p = MagicParser(prog="%%ray_train", add_help=True,
-                description="Run the cell body on N warm ranks (torch.distributed DDP).")
-    p.add_argument("--workers", "-n", type=workers_arg, default=None,
-                   help="ranks (world size); MIN-MAX (e.g. 2-4) for an elastic run; default 4, "
-                        "or the resumed run's")
+    p = MagicParser(
+        prog="%%ray_train",
+        add_help=True,
+        description="Run the cell body on N warm ranks (torch.distributed DDP).",
+    )
+    p.add_argument(
+        "--workers",
+        "-n",
+        type=workers_arg,
+        default=None,
+        help="ranks (world size); MIN-MAX (e.g. 2-4) for an elastic run; default 4, or the resumed run's",
+    )
     p.add_argument("--gpu", action="store_true", help="one GPU per rank, NCCL backend")
     p.add_argument("--config", default=None, help="expression evaluated in the notebook, bound to `config`")
-    p.add_argument("--data", default=None, metavar="NAME=EXPR,...",
-                   help="datasets for get_dataset_shard(NAME): raynb.data Datasets, arrays or DataFrames")
-    p.add_argument("--epochs", type=positive_int, default=None,
-                   help="total epochs, for the progress bars (also config['epochs'] if unset)")
+    p.add_argument(
+        "--data",
+        default=None,
+        metavar="NAME=EXPR,...",
+        help="datasets for get_dataset_shard(NAME): raynb.data Datasets, arrays or DataFrames",
+    )
+    p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=None,
+        help="total epochs, for the progress bars (also config['epochs'] if unset)",
+    )
     p.add_argument("--name", default=None, help="run name (its directory name)")
     p.add_argument("--storage-path", default=None, help="parent directory of the run directory")
     p.add_argument("--out", default="", help="comma-separated names rank 0 sends back to the notebook")
@@ -31,15 +47,29 @@ def _train_parser() -> MagicParser:
     p.add_argument("--all-ranks", action="store_true", help="show every rank's output, not only rank 0's")
     p.add_argument("--timeout", type=float, default=None, help="collective timeout in seconds")
     p.add_argument("--quiet", action="store_true", help="no progress pane")
-    p.add_argument("--max-failures", type=_max_failures, default=None,
-                   help="restarts from the latest checkpoint after a failure (-1: unlimited)")
-    p.add_argument("--keep", type=positive_int, default=None, metavar="N",
-                   help="keep only the N newest checkpoints")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run --name NAME from its latest checkpoint, in its directory")
-    p.add_argument("--profile", nargs="?", const=True, default=None, type=_profile,
-                   metavar="WAIT,WARMUP,ACTIVE",
-                   help="torch.profiler on every rank over reports WAIT+WARMUP..+ACTIVE (default 1,1,3)")
+    p.add_argument(
+        "--max-failures",
+        type=_max_failures,
+        default=None,
+        help="restarts from the latest checkpoint after a failure (-1: unlimited)",
+    )
+    p.add_argument(
+        "--keep", type=positive_int, default=None, metavar="N", help="keep only the N newest checkpoints"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run --name NAME from its latest checkpoint, in its directory",
+    )
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const=True,
+        default=None,
+        type=_profile,
+        metavar="WAIT,WARMUP,ACTIVE",
+        help="torch.profiler on every rank over reports WAIT+WARMUP..+ACTIVE (default 1,1,3)",
+    )
     return p
 
 
@@ -71,8 +101,9 @@ def _resumed_record(storage_path: str | None, name: str) -> dict | None:
     from ..cluster.storage.rundir import default_storage_path, read_run_dir
 
     try:
-        return read_run_dir(os.path.join(os.path.expanduser(storage_path or default_storage_path()), name),
-                            with_reports=False)
+        return read_run_dir(
+            os.path.join(os.path.expanduser(storage_path or default_storage_path()), name), with_reports=False
+        )
     except (OSError, ValueError):
         return None
 
@@ -96,8 +127,9 @@ def _datasets(expr: str, ns: dict) -> dict:
     try:
         given = eval(f"dict({expr})", ns)  # noqa: S307 - the user's own expression, in their kernel
     except Exception as e:
-        raise UsageError(f"--data {expr!r} failed to evaluate: {type(e).__name__}: {e} "
-                         "(write --data train=EXPR,val=EXPR)") from None
+        raise UsageError(
+            f"--data {expr!r} failed to evaluate: {type(e).__name__}: {e} (write --data train=EXPR,val=EXPR)"
+        ) from None
     out = {}
     for name, value in given.items():
         kind = type(value).__name__
@@ -124,8 +156,8 @@ class RayNBMagics(Magics):
     def ray_train(self, line: str, cell: str):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
-        from ..train.run import execute_run
         from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ..train.run import execute_run
 
         line_rest, config_expr = split_expression(line, "--config")
         line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
@@ -135,8 +167,9 @@ class RayNBMagics(Magics):
         if data_expr is not None:
             args.data = data_expr
         if args.resume and not args.name:
-            raise UsageError("--resume continues a run by name: add --name NAME (raynb.runs() "
-                             "lists the runs)")
+            raise UsageError(
+                "--resume continues a run by name: add --name NAME (raynb.runs() lists the runs)"
+            )
         ns = self.shell.user_ns
         out = [n.strip() for n in args.out.split(",") if n.strip()]
         for n in out + [args.result]:
@@ -147,10 +180,14 @@ class RayNBMagics(Magics):
             try:
                 config = eval(args.config, ns)  # noqa: S307 - the user's own expression, in their kernel
             except Exception as e:
-                raise UsageError(f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}") from None
+                raise UsageError(
+                    f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}"
+                ) from None
             if not isinstance(config, dict):
-                raise UsageError(f"--config must be a dict, the cell's `config` (e.g. --config "
-                                 f"{{'lr': 0.01}}); {args.config!r} is a {type(config).__name__}")
+                raise UsageError(
+                    f"--config must be a dict, the cell's `config` (e.g. --config "
+                    f"{{'lr': 0.01}}); {args.config!r} is a {type(config).__name__}"
+                )
         if args.epochs and isinstance(config, dict):
             config.setdefault("epochs", args.epochs)
         datasets = _datasets(args.data, ns) if args.data else None
@@ -180,18 +217,28 @@ class RayNBMagics(Magics):
 
         try:
             result, ret = execute_run(
-                with_datasets(cf.fn, datasets), config, ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
-                RunConfig(name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1,
-                          checkpoint_config=checkpoint_config,
-                          failure_config=FailureConfig(max_failures) if max_failures else None,
-                          profile=args.profile),
-                sources={filename: cf.source}, captured=cf.captured, epochs=args.epochs,
-                all_ranks=args.all_ranks, name_prefix="ray_train",
-                extra={"resume": True} if args.resume else None)
+                with_datasets(cf.fn, datasets),
+                config,
+                ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
+                RunConfig(
+                    name=args.name,
+                    storage_path=args.storage_path,
+                    verbose=0 if args.quiet else 1,
+                    checkpoint_config=checkpoint_config,
+                    failure_config=FailureConfig(max_failures) if max_failures else None,
+                    profile=args.profile,
+                ),
+                sources={filename: cf.source},
+                captured=cf.captured,
+                epochs=args.epochs,
+                all_ranks=args.all_ranks,
+                name_prefix="ray_train",
+                extra={"resume": True} if args.resume else None,
+            )
         except RunError as e:
             ns[args.result] = e.result
             raise
-        except KeyboardInterrupt as e:   # cancelled: its Result (state CANCELLED), as after a failure
+        except KeyboardInterrupt as e:  # cancelled: its Result (state CANCELLED), as after a failure
             _bind_interrupted(ns, args.result, getattr(e, "run_path", None))
             raise
         ns[args.result] = result

@@ -1,4 +1,5 @@
 """Run configuration and results (names and fields follow ``ray.train``)."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,8 @@ class ScalingConfig:
 
     Raises:
         ValueError: ``num_workers`` not an integer >= 1 nor a ``(min, max)`` pair of them
-            with min <= max, a negative ``elastic_resize_monitor_interval_s``, an unknown ``placement_strategy``,
+            with min <= max, a negative ``elastic_resize_monitor_interval_s``, an unknown
+            ``placement_strategy``,
             ``timeout_s`` not a positive number, a negative amount in ``resources_per_worker``,
             GPUs there that contradict ``use_gpu``.
         TypeError: ``use_gpu`` not a bool, ``resources_per_worker`` not a dict of amounts.
@@ -54,12 +56,15 @@ class ScalingConfig:
         self.num_workers = check_num_workers(self.num_workers)
         t = self.elastic_resize_monitor_interval_s
         if not isinstance(t, numbers.Real) or isinstance(t, bool) or not t >= 0:
-            raise ValueError(f"ScalingConfig(elastic_resize_monitor_interval_s={t!r}) must be a number "
-                             "of seconds >= 0")
+            raise ValueError(
+                f"ScalingConfig(elastic_resize_monitor_interval_s={t!r}) must be a number of seconds >= 0"
+            )
         if self.placement_strategy not in ("PACK", "SPREAD"):
-            raise ValueError(f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use "
-                             "'PACK' (fewest nodes) or 'SPREAD' (most nodes)")
-        if self.use_gpu not in (True, False):   # (numpy's bools too; "yes" or 2 is a mistake)
+            raise ValueError(
+                f"ScalingConfig(placement_strategy={self.placement_strategy!r}): use "
+                "'PACK' (fewest nodes) or 'SPREAD' (most nodes)"
+            )
+        if self.use_gpu not in (True, False):  # (numpy's bools too; "yes" or 2 is a mistake)
             raise TypeError(f"ScalingConfig(use_gpu={self.use_gpu!r}): use_gpu must be True or False")
         self.use_gpu = bool(self.use_gpu)
         t = self.timeout_s
@@ -87,21 +92,30 @@ class ScalingConfig:
         if res is None:
             return
         if not isinstance(res, dict) or not all(
-                isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool)
-                for k, v in res.items()):
-            raise TypeError(f"ScalingConfig(resources_per_worker={res!r}): give a dict of resource names "
-                            "to amounts >= 0, e.g. {'CPU': 1, 'GPU': 1}")
-        negative = sorted(k for k, v in res.items() if not v >= 0)   # (NaN too)
-        if negative:   # the right type, a wrong value: a ValueError, as Ray's
-            raise ValueError(f"ScalingConfig(resources_per_worker={res!r}): {', '.join(map(repr, negative))} "
-                             "must be an amount >= 0")
+            isinstance(k, str) and isinstance(v, numbers.Real) and not isinstance(v, bool)
+            for k, v in res.items()
+        ):
+            raise TypeError(
+                f"ScalingConfig(resources_per_worker={res!r}): give a dict of resource names "
+                "to amounts >= 0, e.g. {'CPU': 1, 'GPU': 1}"
+            )
+        negative = sorted(k for k, v in res.items() if not v >= 0)  # (NaN too)
+        if negative:  # the right type, a wrong value: a ValueError, as Ray's
+            raise ValueError(
+                f"ScalingConfig(resources_per_worker={res!r}): {', '.join(map(repr, negative))} "
+                "must be an amount >= 0"
+            )
         gpus = res.get("GPU", 0)
         if gpus and not self.use_gpu:
-            raise ValueError(f"ScalingConfig(resources_per_worker={res!r}) asks for GPUs but use_gpu is "
-                             "False: set use_gpu=True, or remove 'GPU' from resources_per_worker")
+            raise ValueError(
+                f"ScalingConfig(resources_per_worker={res!r}) asks for GPUs but use_gpu is "
+                "False: set use_gpu=True, or remove 'GPU' from resources_per_worker"
+            )
         if self.use_gpu and "GPU" in res and not gpus:
-            raise ValueError(f"ScalingConfig(use_gpu=True) but resources_per_worker={res!r} gives each "
-                             "worker 0 GPUs: set use_gpu=False, or give 'GPU' a positive amount")
+            raise ValueError(
+                f"ScalingConfig(use_gpu=True) but resources_per_worker={res!r} gives each "
+                "worker 0 GPUs: set use_gpu=False, or give 'GPU' a positive amount"
+            )
 
 
 @dataclass
@@ -132,10 +146,14 @@ class CheckpointConfig:
             raise ValueError(f"CheckpointConfig(checkpoint_frequency={f!r}): give an integer >= 0")
         n = self.num_to_keep
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-            raise ValueError(f"CheckpointConfig(num_to_keep={n!r}): give an integer >= 1, or None to keep all")
+            raise ValueError(
+                f"CheckpointConfig(num_to_keep={n!r}): give an integer >= 1, or None to keep all"
+            )
         if self.checkpoint_score_order not in ("max", "min"):
-            raise ValueError(f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): "
-                             "use 'max' or 'min'")
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): "
+                "use 'max' or 'min'"
+            )
 
 
 @dataclass
@@ -163,8 +181,10 @@ class FailureConfig:
         if self.fail_fast not in (True, False, "raise"):
             raise ValueError(f"FailureConfig(fail_fast={self.fail_fast!r}): use True, False or 'raise'")
         if self.fail_fast and self.max_failures != 0:
-            raise ValueError(f"FailureConfig(fail_fast={self.fail_fast!r}) needs max_failures=0 (as in Ray): "
-                             f"a trial is restarted max_failures={self.max_failures!r} times before it fails")
+            raise ValueError(
+                f"FailureConfig(fail_fast={self.fail_fast!r}) needs max_failures=0 (as in Ray): "
+                f"a trial is restarted max_failures={self.max_failures!r} times before it fails"
+            )
         n = self.max_failures
         if not isinstance(n, int) or isinstance(n, bool) or n < -1:
             raise ValueError(f"FailureConfig(max_failures={n!r}): give an integer >= 0, or -1 for unlimited")
@@ -221,16 +241,22 @@ class RunConfig:
     def __post_init__(self):
         check_callbacks(self.callbacks)
         if self.stop is not None and not isinstance(self.stop, dict) and not callable(self.stop):
-            raise TypeError(f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, "
-                            f"result) -> bool or a raynb.tune.stopper.Stopper, got {type(self.stop).__name__}")
+            raise TypeError(
+                f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, "
+                f"result) -> bool or a raynb.tune.stopper.Stopper, got {type(self.stop).__name__}"
+            )
         _ray_only_fields(self)
         profile_options(self.profile)
         if self.checkpoint_config is not None and not isinstance(self.checkpoint_config, CheckpointConfig):
-            raise TypeError(f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
-                            f"{type(self.checkpoint_config).__name__}")
+            raise TypeError(
+                f"RunConfig(checkpoint_config=...) takes a CheckpointConfig, got "
+                f"{type(self.checkpoint_config).__name__}"
+            )
         if self.failure_config is not None and not isinstance(self.failure_config, FailureConfig):
-            raise TypeError(f"RunConfig(failure_config=...) takes a FailureConfig, got "
-                            f"{type(self.failure_config).__name__}")
+            raise TypeError(
+                f"RunConfig(failure_config=...) takes a FailureConfig, got "
+                f"{type(self.failure_config).__name__}"
+            )
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"RunConfig(name={self.name!r}): the name must be a plain directory name")
 
@@ -240,21 +266,29 @@ def _ray_only_fields(rc: "RunConfig") -> None:
     from ..client.no_effect import accepted_no_effect
 
     if rc.progress_reporter is not None:
-        accepted_no_effect("RunConfig(progress_reporter=...)", "raynb draws its own trial table "
-                           "(RunConfig(verbose=0) hides it)")
+        accepted_no_effect(
+            "RunConfig(progress_reporter=...)",
+            "raynb draws its own trial table (RunConfig(verbose=0) hides it)",
+        )
     if rc.sync_config is not None:
-        accepted_no_effect("RunConfig(sync_config=...)", "run directories are written on the head's file "
-                           "system directly; there is nothing to sync")
+        accepted_no_effect(
+            "RunConfig(sync_config=...)",
+            "run directories are written on the head's file system directly; there is nothing to sync",
+        )
     if rc.log_to_file:
-        accepted_no_effect("RunConfig(log_to_file=...)", "every rank's output is kept in the run directory "
-                           "anyway (Result.logs)")
+        accepted_no_effect(
+            "RunConfig(log_to_file=...)",
+            "every rank's output is kept in the run directory anyway (Result.logs)",
+        )
     if rc.storage_filesystem is not None:
-        raise ValueError("RunConfig(storage_filesystem=...) is not served by raynb: give storage_path a local "
-                         "path or an object store URI (s3://..., gs://...) instead")
-    if rc.verbose is None:   # Ray's default
+        raise ValueError(
+            "RunConfig(storage_filesystem=...) is not served by raynb: give storage_path a local "
+            "path or an object store URI (s3://..., gs://...) instead"
+        )
+    if rc.verbose is None:  # Ray's default
         rc.verbose = 1
     elif type(rc.verbose) is not int:
-        rc.verbose = int(rc.verbose)   # Ray's Verbosity / AirVerbosity enums
+        rc.verbose = int(rc.verbose)  # Ray's Verbosity / AirVerbosity enums
 
 
 # Result(metrics_dataframe=FROM_REPORTS): the frame is built from ``_reports`` on first use.
@@ -365,8 +399,10 @@ class Result:
         return result_from_record(read_run_dir(path))
 
     def __repr__(self) -> str:
-        return (f"Result(name={self.name!r}, state={self.state!r}, metrics={self.metrics!r}, "
-                f"path={self.path!r}, checkpoint={self.checkpoint!r}, error={self.error!r})")
+        return (
+            f"Result(name={self.name!r}, state={self.state!r}, metrics={self.metrics!r}, "
+            f"path={self.path!r}, checkpoint={self.checkpoint!r}, error={self.error!r})"
+        )
 
 
 def _score_key(attr: str | None, order: str):
@@ -375,6 +411,7 @@ def _score_key(attr: str | None, order: str):
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             return float("inf")
         return -v if order == "max" else v
+
     return key
 
 
@@ -386,7 +423,7 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
 
     reports = reports if reports is not None else list(record.get("reports") or [])
     ckpts = [c for c in record.get("checkpoints") or [] if c.get("path")]
-    run_id = record.get("run_id")   # a head's run: read through the head where not readable here
+    run_id = record.get("run_id")  # a head's run: read through the head where not readable here
     best = [(Checkpoint._of_run(c["path"], run_id), c.get("metrics") or {}) for c in ckpts]
     cc = record.get("checkpoint_config") or {}
     if cc.get("checkpoint_score_attribute"):
@@ -398,13 +435,19 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
         total = ended - started
     result = Result(
         metrics=reports[-1] if reports else (record.get("metrics") or None),
-        metrics_dataframe=FROM_REPORTS, path=record.get("path"), name=record.get("name"),
-        state=record.get("state"), time_total_s=total,
-        checkpoint=Checkpoint._of_run(latest, run_id) if latest else None, best_checkpoints=best,
+        metrics_dataframe=FROM_REPORTS,
+        path=record.get("path"),
+        name=record.get("name"),
+        state=record.get("state"),
+        time_total_s=total,
+        checkpoint=Checkpoint._of_run(latest, run_id) if latest else None,
+        best_checkpoints=best,
         failures=list(record.get("failures") or []),
         logs=RunLogs(record.get("output") or [], record.get("path"), record.get("world_size")),
-        _reports=reports)
+        _reports=reports,
+    )
     if record.get("state") in ("FAILED", "CANCELLED"):
-        result.error = RunError(record.get("name", "?"), record.get("errors") or [], result=result,
-                                state=record["state"])
+        result.error = RunError(
+            record.get("name", "?"), record.get("errors") or [], result=result, state=record["state"]
+        )
     return result

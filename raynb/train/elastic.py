@@ -1,5 +1,6 @@
 """Elastic training's ``num_workers=(min_workers, max_workers)``, checked as Ray Train v2
 checks it (the head's side of elastic runs is ``cluster/head/elastic.py``)."""
+
 from __future__ import annotations
 
 import numbers
@@ -12,21 +13,27 @@ def check_num_workers(n):
     Raises:
         ValueError: anything else, naming the values.
     """
+
     def whole(x) -> bool:
         return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
     if isinstance(n, (tuple, list)):
         if len(n) != 2 or not all(whole(x) for x in n):
-            raise ValueError(f"ScalingConfig(num_workers={n!r}): an elastic num_workers is a pair of "
-                             "integers (min_workers, max_workers), e.g. (2, 4)")
+            raise ValueError(
+                f"ScalingConfig(num_workers={n!r}): an elastic num_workers is a pair of "
+                "integers (min_workers, max_workers), e.g. (2, 4)"
+            )
         lo, hi = int(n[0]), int(n[1])
         if lo < 1:
             raise ValueError(f"ScalingConfig(num_workers={n!r}): min_workers={lo} must be >= 1")
         if lo > hi:
-            raise ValueError(f"ScalingConfig(num_workers={n!r}): min_workers={lo} must be <= "
-                             f"max_workers={hi}")
+            raise ValueError(
+                f"ScalingConfig(num_workers={n!r}): min_workers={lo} must be <= max_workers={hi}"
+            )
         return (lo, hi)
     if not whole(n) or n < 1:
-        raise ValueError(f"ScalingConfig(num_workers={n!r}): num_workers must be an integer >= 1, "
-                         "or a (min_workers, max_workers) pair for an elastic run")
+        raise ValueError(
+            f"ScalingConfig(num_workers={n!r}): num_workers must be an integer >= 1, "
+            "or a (min_workers, max_workers) pair for an elastic run"
+        )
     return n

@@ -4,14 +4,15 @@ build the ``Result`` and raise for a failed run.
 ``TorchTrainer.fit()`` and ``%%ray_train`` call :func:`execute_run`;
 ``raynb.get_run`` and ``raynb.attach`` read or follow a run by name.
 """
+
 from __future__ import annotations
 
-from ..cluster.protocol import messages as P
-from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..client import bulk, views
 from ..client.connection import get_client
 from ..client.run import RunOutcome, build_submission, cancel_unfollowed, follow_run, submit_run_accepted
 from ..client.runs import fetch_record, latest_live_run
+from ..cluster.protocol import messages as P
+from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..errors import RunError
 from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
@@ -39,10 +40,19 @@ def outcome_result(outcome: RunOutcome):
     return result, outcome.value()
 
 
-def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
-                run_config: RunConfig | None = None, *, sources: dict | None = None,
-                captured: dict | None = None, epochs: int | None = None, all_ranks: bool = False,
-                name_prefix: str = "TorchTrainer", extra: dict | None = None):
+def execute_run(
+    fn,
+    config=None,
+    scaling_config: ScalingConfig | None = None,
+    run_config: RunConfig | None = None,
+    *,
+    sources: dict | None = None,
+    captured: dict | None = None,
+    epochs: int | None = None,
+    all_ranks: bool = False,
+    name_prefix: str = "TorchTrainer",
+    extra: dict | None = None,
+):
     """Run ``fn(config)`` on ``scaling_config.num_workers`` warm ranks and wait for it.
 
     Args:
@@ -70,8 +80,16 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
     profile = profile_options(run_config.profile)
     if profile is not None:
         fn = Profiled(fn, profile)
-    spec, payload = build_submission(fn, config, scaling_config, run_config, sources=sources,
-                                     captured=captured, name_prefix=name_prefix, extra=extra)
+    spec, payload = build_submission(
+        fn,
+        config,
+        scaling_config,
+        run_config,
+        sources=sources,
+        captured=captured,
+        name_prefix=name_prefix,
+        extra=extra,
+    )
     client = get_client()
     try:
         accepted = submit_run_accepted(client, spec, payload)
@@ -79,9 +97,14 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         bulk.forget(spec["run_id"])  # refused: no run will free its shared-memory data
         raise
     try:
-        view = views.run_view(accepted["name"], _max_workers(scaling_config), _total_epochs(config, epochs),
-                              run_config.verbose, raises=True)
-        view.display()   # (widgets: tens of ms, when an early Ctrl-C lands)
+        view = views.run_view(
+            accepted["name"],
+            _max_workers(scaling_config),
+            _total_epochs(config, epochs),
+            run_config.verbose,
+            raises=True,
+        )
+        view.display()  # (widgets: tens of ms, when an early Ctrl-C lands)
     except (KeyboardInterrupt, SystemExit) as e:
         try:
             cancel_unfollowed(client, spec["run_id"], e, "before the run was followed")
@@ -92,14 +115,22 @@ def execute_run(fn, config=None, scaling_config: ScalingConfig | None = None,
         if callbacks:
             outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
         else:
-            outcome = follow_run(client, spec["run_id"], view, all_ranks=all_ranks, name=accepted["name"],
-                                 path=accepted.get("path"))
+            outcome = follow_run(
+                client,
+                spec["run_id"],
+                view,
+                all_ranks=all_ranks,
+                name=accepted["name"],
+                path=accepted.get("path"),
+            )
     except KeyboardInterrupt as e:
-        e.run_path = accepted.get("path")   # %%ray_train binds the cancelled run's Result from it
+        e.run_path = accepted.get("path")  # %%ray_train binds the cancelled run's Result from it
         raise
     bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
     if profile is not None and run_config.verbose:
-        _show_profile(outcome.record.get("path"), outcome.record.get("world_size") or _max_workers(scaling_config))
+        _show_profile(
+            outcome.record.get("path"), outcome.record.get("world_size") or _max_workers(scaling_config)
+        )
     return outcome_result(outcome)
 
 
@@ -114,8 +145,10 @@ def _show_profile(path: str | None, world_size: int) -> None:
 
     prof = RunProfile.from_run_dir(path, world_size)
     if prof is None:
-        views.show(f"profile: nothing to show in {path}/profile (no rank reached the function, or the "
-                   "head's run directory cannot be read from this machine)")
+        views.show(
+            f"profile: nothing to show in {path}/profile (no rank reached the function, or the "
+            "head's run directory cannot be read from this machine)"
+        )
     else:
         views.show(prof)
 
@@ -164,9 +197,15 @@ def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -
     view = views.run_view(record["name"], record.get("world_size") or 1, verbose=verbose, history=history)
     view.display()
     try:
-        outcome = follow_run(get_client(), record["run_id"], view, all_ranks=all_ranks,
-                             reports=list(record.get("reports", [])), cancel_on_interrupt=False,
-                             path=record.get("path"))
+        outcome = follow_run(
+            get_client(),
+            record["run_id"],
+            view,
+            all_ranks=all_ranks,
+            reports=list(record.get("reports", [])),
+            cancel_on_interrupt=False,
+            path=record.get("path"),
+        )
     except KeyboardInterrupt:
         view.finish()
         print(f"detached from run {name!r}; it goes on (raynb.attach({name!r}) to follow it again)")

@@ -4,6 +4,7 @@ The worker starts a session before calling the user's function and ends it
 after; outside a session these functions raise a clear error instead of
 silently doing nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,10 @@ class TrainContext:
         return self._task["path"]
 
     def __repr__(self) -> str:
-        return (f"TrainContext(world_rank={self.get_world_rank()}, local_rank={self.get_local_rank()}, "
-                f"world_size={self.get_world_size()}, node_rank={self.get_node_rank()})")
+        return (
+            f"TrainContext(world_rank={self.get_world_rank()}, local_rank={self.get_local_rank()}, "
+            f"world_size={self.get_world_size()}, node_rank={self.get_node_rank()})"
+        )
 
 
 def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> str:
@@ -76,12 +79,16 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     """
     src = Path(checkpoint.path)
     if not src.is_dir():
-        raise FileNotFoundError(f"report(checkpoint={checkpoint!r}): the directory is gone; "
-                                "report it before deleting it (e.g. inside the TemporaryDirectory block)")
+        raise FileNotFoundError(
+            f"report(checkpoint={checkpoint!r}): the directory is gone; "
+            "report it before deleting it (e.g. inside the TemporaryDirectory block)"
+        )
     run_dir = Path(task["path"])
-    if not run_dir.is_dir():   # removed while the run ran: not made again, with the umask's mode
-        raise FileNotFoundError(f"report(checkpoint=...): the run directory {run_dir} is gone (removed "
-                                "while the run ran?), so the checkpoint cannot be saved")
+    if not run_dir.is_dir():  # removed while the run ran: not made again, with the umask's mode
+        raise FileNotFoundError(
+            f"report(checkpoint=...): the run directory {run_dir} is gone (removed "
+            "while the run ran?), so the checkpoint cannot be saved"
+        )
     stage = run_dir / ".staging" / f"{task.get('attempt', 0)}_{report_index}"
     final = stage / f"rank_{task['rank']}"
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
@@ -93,11 +100,16 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
         node = task.get("node_id") or "local"
         # The head's own node: its storage is full or read-only. Another: it said it mounts the
         # head's storage (--shared-storage) but cannot write it.
-        fix = ("Free space there, or give a storage_path that can be written" if node == "local" else
-               "Mount the head's storage_path there at the same path, or start that node without "
-               "--shared-storage (its checkpoints then stream to the head)")
-        raise OSError(f"report(checkpoint=...): node {node} ({socket.gethostname()}) cannot write the run "
-                      f"directory {task['path']}: {e.strerror or e}. {fix}") from None
+        fix = (
+            "Free space there, or give a storage_path that can be written"
+            if node == "local"
+            else "Mount the head's storage_path there at the same path, or start that node without "
+            "--shared-storage (its checkpoints then stream to the head)"
+        )
+        raise OSError(
+            f"report(checkpoint=...): node {node} ({socket.gethostname()}) cannot write the run "
+            f"directory {task['path']}: {e.strerror or e}. {fix}"
+        ) from None
     try:
         shutil.copytree(src, tmp)
     except (shutil.Error, OSError) as e:
@@ -109,12 +121,17 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
         first = f"{bad[0][0]}: {bad[0][2]}" if bad else str(e)
         more = f" (and {len(bad) - 1} more)" if bad and len(bad) > 1 else ""
         full = "No space left" in first or "Disk quota" in first or "Read-only" in first
-        hint = ("The run directory's file system is full or read-only: free space, or give a "
-                "storage_path that can hold the checkpoints." if full else
-                "A dangling symlink or a symlink loop in the checkpoint directory? Symlinks are "
-                "followed (their targets are copied).")
-        raise OSError(f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
-                      f"run directory: {first}{more}. {hint}") from None
+        hint = (
+            "The run directory's file system is full or read-only: free space, or give a "
+            "storage_path that can hold the checkpoints."
+            if full
+            else "A dangling symlink or a symlink loop in the checkpoint directory? Symlinks are "
+            "followed (their targets are copied)."
+        )
+        raise OSError(
+            f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
+            f"run directory: {first}{more}. {hint}"
+        ) from None
     if final.exists():  # the same report staged twice (a retried copy): the newer wins
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -126,13 +143,17 @@ def _stream_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) ->
     storage): returns the directory the head staged them in (``ckpt_transfer.upload``)."""
     src = Path(checkpoint.path)
     if not src.is_dir():
-        raise FileNotFoundError(f"report(checkpoint={checkpoint!r}): the directory is gone; "
-                                "report it before deleting it (e.g. inside the TemporaryDirectory block)")
+        raise FileNotFoundError(
+            f"report(checkpoint={checkpoint!r}): the directory is gone; "
+            "report it before deleting it (e.g. inside the TemporaryDirectory block)"
+        )
     try:
         return ckpt_transfer.upload(task, str(src), report_index)
     except OSError as e:
-        raise OSError(f"report(checkpoint=...): rank {task['rank']} on node {task.get('node_id')} could "
-                      f"not stream checkpoint {src} to the head: {e}") from None
+        raise OSError(
+            f"report(checkpoint=...): rank {task['rank']} on node {task.get('node_id')} could "
+            f"not stream checkpoint {src} to the head: {e}"
+        ) from None
 
 
 def in_session() -> bool:
@@ -144,7 +165,8 @@ def _require(what: str) -> dict:
     if task is None:
         raise RuntimeError(
             f"{what}() was called outside a training function. Call it inside "
-            "train_loop_per_worker (TorchTrainer) or a %%ray_train cell, which run on the workers.")
+            "train_loop_per_worker (TorchTrainer) or a %%ray_train cell, which run on the workers."
+        )
     return task
 
 
@@ -176,7 +198,7 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
         RuntimeError: called outside a training function.
     """
     task = _require("report")
-    if more_metrics or metrics is None:   # Ray's older tune.report(loss=..., acc=...)
+    if more_metrics or metrics is None:  # Ray's older tune.report(loss=..., acc=...)
         metrics = {**(metrics if isinstance(metrics, dict) else {}), **more_metrics}
     if not isinstance(metrics, dict):
         raise TypeError(f"report() takes a dict of metrics, got {type(metrics).__name__}: {metrics!r:.80}")
@@ -184,16 +206,20 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
         raise TypeError(
             f"report(checkpoint=...) takes a raynb.train.Checkpoint, got {type(checkpoint).__name__}: "
             f"{checkpoint!r:.80}; save the state into a directory and pass "
-            "Checkpoint.from_directory(that_directory)")
-    plain = plain_metrics(metrics)   # ValueError, before this report counts (its index)
-    if task.get("elastic"):   # an elastic run's world size changes between attempts: a column
+            "Checkpoint.from_directory(that_directory)"
+        )
+    plain = plain_metrics(metrics)  # ValueError, before this report counts (its index)
+    if task.get("elastic"):  # an elastic run's world size changes between attempts: a column
         plain.setdefault("world_size", task["world_size"])
     state = task_context.state()
     index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
     event = {"kind": "report", "metrics": plain, "time": time.time(), "index": index}
     if checkpoint is not None:
-        event["checkpoint"] = (_stream_checkpoint(task, checkpoint, index) if task.get("stream_checkpoints")
-                               else _stage_checkpoint(task, checkpoint, index))
+        event["checkpoint"] = (
+            _stream_checkpoint(task, checkpoint, index)
+            if task.get("stream_checkpoints")
+            else _stage_checkpoint(task, checkpoint, index)
+        )
     task_context.emit(event)
     profiling.step_on_report()  # one report, one step of a RunConfig(profile=...) window
 

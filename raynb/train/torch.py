@@ -3,17 +3,17 @@
 ``prepare_model`` and ``prepare_data_loader`` run on the workers, inside the
 training function, where the process group is already formed.
 """
+
 from __future__ import annotations
 
+import os
 from typing import Callable
 
-import os
-
+from . import lightning_guard
 from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
-from . import lightning_guard
 
 # A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
 # raynb.train.lightning (the zygote imports this module, so every worker has the hook).
@@ -34,8 +34,13 @@ def get_device():
 GRADIENT_COMPRESSION = ("fp16", "bf16")
 
 
-def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | None = "ddp",
-                  parallel_strategy_kwargs: dict | None = None, gradient_compression: str | None = None):
+def prepare_model(
+    model,
+    move_to_device: bool = True,
+    parallel_strategy: str | None = "ddp",
+    parallel_strategy_kwargs: dict | None = None,
+    gradient_compression: str | None = None,
+):
     """Move ``model`` to this worker's device and wrap it in DistributedDataParallel.
 
     Args:
@@ -61,8 +66,9 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"prepare_model() takes a torch.nn.Module, got {type(model).__name__}")
     if gradient_compression not in (None, *GRADIENT_COMPRESSION):
-        raise ValueError(f"prepare_model(gradient_compression={gradient_compression!r}): use 'fp16', "
-                         "'bf16' or None")
+        raise ValueError(
+            f"prepare_model(gradient_compression={gradient_compression!r}): use 'fp16', 'bf16' or None"
+        )
     device = get_device()
     if move_to_device:
         model = model.to(device)
@@ -70,13 +76,17 @@ def prepare_model(model, move_to_device: bool = True, parallel_strategy: str | N
         return model
     if parallel_strategy == "fsdp":
         if gradient_compression is not None:
-            raise ValueError("gradient_compression is DDP's; for FSDP pass a MixedPrecisionPolicy as "
-                             "parallel_strategy_kwargs={'mp_policy': ...}")
+            raise ValueError(
+                "gradient_compression is DDP's; for FSDP pass a MixedPrecisionPolicy as "
+                "parallel_strategy_kwargs={'mp_policy': ...}"
+            )
         from .fsdp import shard_model
 
         return shard_model(model, device, parallel_strategy_kwargs)
     if parallel_strategy != "ddp":
-        raise ValueError(f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp', 'fsdp' or None")
+        raise ValueError(
+            f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp', 'fsdp' or None"
+        )
     kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
@@ -184,25 +194,37 @@ def _sharded_loader(loader, world_size: int, rank: int):
     from .samplers import DistributedBatchSamplerWrapper, DistributedSamplerWrapper
 
     if isinstance(loader.dataset, IterableDataset):
-        raise ValueError("prepare_data_loader() cannot shard an IterableDataset: split it inside its "
-                         "__iter__ by get_context().get_world_rank(), and pass add_dist_sampler=False")
-    common = dict(num_workers=loader.num_workers, collate_fn=loader.collate_fn,
-                  pin_memory=loader.pin_memory, timeout=loader.timeout,
-                  worker_init_fn=loader.worker_init_fn, generator=loader.generator,
-                  multiprocessing_context=loader.multiprocessing_context,
-                  pin_memory_device=loader.pin_memory_device)
+        raise ValueError(
+            "prepare_data_loader() cannot shard an IterableDataset: split it inside its "
+            "__iter__ by get_context().get_world_rank(), and pass add_dist_sampler=False"
+        )
+    common = dict(
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        generator=loader.generator,
+        multiprocessing_context=loader.multiprocessing_context,
+        pin_memory_device=loader.pin_memory_device,
+    )
     if loader.num_workers:
         common.update(persistent_workers=loader.persistent_workers, prefetch_factor=loader.prefetch_factor)
     if loader.batch_size is None and loader.batch_sampler is not None:  # a custom batch_sampler
         batches = DistributedBatchSamplerWrapper(loader.batch_sampler, world_size, rank)
         return DataLoader(loader.dataset, batch_sampler=batches, **common), batches
     if type(loader.sampler) in (RandomSampler, SequentialSampler):
-        sampler = DistributedSampler(loader.dataset, num_replicas=world_size, rank=rank,
-                                     shuffle=isinstance(loader.sampler, RandomSampler))
+        sampler = DistributedSampler(
+            loader.dataset,
+            num_replicas=world_size,
+            rank=rank,
+            shuffle=isinstance(loader.sampler, RandomSampler),
+        )
     else:
         sampler = DistributedSamplerWrapper(loader.sampler, world_size, rank)
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler,
-                      drop_last=loader.drop_last, **common), sampler
+    return DataLoader(
+        loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last, **common
+    ), sampler
 
 
 class TorchTrainer:
@@ -235,25 +257,39 @@ class TorchTrainer:
     _name_prefix = "TorchTrainer"  # the run directory's prefix (XGBoostTrainer's own)
     _total_epochs: int | None = None  # the progress bars' total when config["epochs"] is not it
 
-    def __init__(self, train_loop_per_worker: Callable, *, train_loop_config: dict | None = None,
-                 scaling_config: ScalingConfig | None = None, run_config: RunConfig | None = None,
-                 datasets: dict | None = None, resume_from_checkpoint: Checkpoint | None = None,
-                 dataset_config=None, metadata: dict | None = None):
+    def __init__(
+        self,
+        train_loop_per_worker: Callable,
+        *,
+        train_loop_config: dict | None = None,
+        scaling_config: ScalingConfig | None = None,
+        run_config: RunConfig | None = None,
+        datasets: dict | None = None,
+        resume_from_checkpoint: Checkpoint | None = None,
+        dataset_config=None,
+        metadata: dict | None = None,
+    ):
         if not callable(train_loop_per_worker):
-            raise TypeError("train_loop_per_worker must be a function f() or f(config), got "
-                            f"{type(train_loop_per_worker).__name__}")
+            raise TypeError(
+                "train_loop_per_worker must be a function f() or f(config), got "
+                f"{type(train_loop_per_worker).__name__}"
+            )
         from .datasets import check_datasets
 
         self.datasets = check_datasets(datasets)  # TypeError / ValueError before anything ships
         from .data_config import DataConfig
 
         if dataset_config is not None and not isinstance(dataset_config, DataConfig):
-            raise TypeError(f"dataset_config must be a raynb.train.DataConfig, got {type(dataset_config).__name__}")
+            raise TypeError(
+                f"dataset_config must be a raynb.train.DataConfig, got {type(dataset_config).__name__}"
+            )
         self.dataset_config = dataset_config or DataConfig()
         self.metadata = metadata
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
-            raise TypeError("train_loop_config must be a dict (train_loop_per_worker(config) gets it), "
-                            f"got {type(train_loop_config).__name__}: {train_loop_config!r:.80}")
+            raise TypeError(
+                "train_loop_config must be a dict (train_loop_per_worker(config) gets it), "
+                f"got {type(train_loop_config).__name__}: {train_loop_config!r:.80}"
+            )
         self.train_loop_per_worker = train_loop_per_worker
         self.train_loop_config = train_loop_config
         self.scaling_config = scaling_config or ScalingConfig()
@@ -263,14 +299,21 @@ class TorchTrainer:
         if not isinstance(self.run_config, RunConfig):
             raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
         if resume_from_checkpoint is not None and not isinstance(resume_from_checkpoint, Checkpoint):
-            raise TypeError("resume_from_checkpoint must be a raynb.train.Checkpoint, got "
-                            f"{type(resume_from_checkpoint).__name__}; use Checkpoint.from_directory(path)")
+            raise TypeError(
+                "resume_from_checkpoint must be a raynb.train.Checkpoint, got "
+                f"{type(resume_from_checkpoint).__name__}; use Checkpoint.from_directory(path)"
+            )
         self.resume_from_checkpoint = resume_from_checkpoint
         self._resume = False  # set by restore(): continue the run directory in place
 
     @classmethod
-    def restore(cls, path: str, train_loop_per_worker: Callable | None = None,
-                train_loop_config: dict | None = None, **kwargs) -> "TorchTrainer":
+    def restore(
+        cls,
+        path: str,
+        train_loop_per_worker: Callable | None = None,
+        train_loop_config: dict | None = None,
+        **kwargs,
+    ) -> "TorchTrainer":
         """A trainer that continues the run in ``path`` (``TorchTrainer.restore``).
 
         ``fit()`` then runs in the same directory from its latest checkpoint
@@ -304,31 +347,42 @@ class TorchTrainer:
                 with open(fpath, "rb") as f:
                     saved = cloudpickle.load(f)
             except FileNotFoundError:
-                raise CorruptRunDirectory(f"{fpath} is missing: pass train_loop_per_worker= to "
-                                          "restore() to re-run the function") from None
+                raise CorruptRunDirectory(
+                    f"{fpath} is missing: pass train_loop_per_worker= to restore() to re-run the function"
+                ) from None
             except Exception as e:  # noqa: BLE001 - any unpickling failure
-                raise CorruptRunDirectory(f"{fpath} cannot be loaded ({type(e).__name__}: {e}); "
-                                          "pass train_loop_per_worker= to restore()") from None
+                raise CorruptRunDirectory(
+                    f"{fpath} cannot be loaded ({type(e).__name__}: {e}); "
+                    "pass train_loop_per_worker= to restore()"
+                ) from None
         cc = record.get("checkpoint_config") or {}
         run_config = kwargs.pop("run_config", None) or RunConfig(
-            name=os.path.basename(path), storage_path=os.path.dirname(path),
+            name=os.path.basename(path),
+            storage_path=os.path.dirname(path),
             checkpoint_config=CheckpointConfig(**cc) if cc else None,
-            failure_config=FailureConfig(record.get("max_failures") or 0))
+            failure_config=FailureConfig(record.get("max_failures") or 0),
+        )
         run_config.name, run_config.storage_path = os.path.basename(path), os.path.dirname(path)
         scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
-            num_workers=record.get("world_size") or 1, use_gpu=bool(record.get("use_gpu")),
-            timeout_s=record.get("timeout_s"))
+            num_workers=record.get("world_size") or 1,
+            use_gpu=bool(record.get("use_gpu")),
+            timeout_s=record.get("timeout_s"),
+        )
         datasets = kwargs.pop("datasets", None)
         if kwargs:
             raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
         from .datasets import WithDatasets
 
         fn = train_loop_per_worker or saved["fn"]
-        if isinstance(fn, WithDatasets):   # saved with its datasets (function.pkl)
+        if isinstance(fn, WithDatasets):  # saved with its datasets (function.pkl)
             fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
-        trainer = cls(fn, datasets=datasets,
-                      train_loop_config=train_loop_config if train_loop_config is not None
-                      else saved["config"], scaling_config=scaling_config, run_config=run_config)
+        trainer = cls(
+            fn,
+            datasets=datasets,
+            train_loop_config=train_loop_config if train_loop_config is not None else saved["config"],
+            scaling_config=scaling_config,
+            run_config=run_config,
+        )
         trainer._resume = True
         return trainer
 
@@ -350,36 +404,48 @@ class TorchTrainer:
         from .run import execute_run
 
         if self.run_config.stop is not None:
-            raise ValueError("RunConfig(stop=...) stops Tune trials; a TorchTrainer's fit() ends when "
-                             "train_loop_per_worker returns (as in Ray 2.60's Train): return from the loop, "
-                             "or run the trainer in tune.Tuner(trainer, run_config=RunConfig(stop=...))")
+            raise ValueError(
+                "RunConfig(stop=...) stops Tune trials; a TorchTrainer's fit() ends when "
+                "train_loop_per_worker returns (as in Ray 2.60's Train): return from the loop, "
+                "or run the trainer in tune.Tuner(trainer, run_config=RunConfig(stop=...))"
+            )
 
         extra = {}
         if self.resume_from_checkpoint is not None:
             extra["resume_from_checkpoint"] = self.resume_from_checkpoint.path
         if self._resume:
             extra["resume"] = True
-        from .datasets import with_datasets
-
         import shutil
 
         from ..cluster.storage.rundir import default_storage_path
         from ..data.ray_source import split_ray_datasets
+        from .datasets import with_datasets
 
-        datasets, split_dirs = split_ray_datasets(self.datasets, self.scaling_config.max_workers,
-                                                  self.run_config.storage_path or default_storage_path())
+        datasets, split_dirs = split_ray_datasets(
+            self.datasets,
+            self.scaling_config.max_workers,
+            self.run_config.storage_path or default_storage_path(),
+        )
         if split_dirs and self.scaling_config.elasticity_enabled:
             for d in split_dirs:
                 shutil.rmtree(d, ignore_errors=True)
-            raise ValueError("an elastic run (num_workers=(min, max)) cannot take a Ray Dataset, which is "
-                             "split once for a fixed world size; pass a raynb.data Dataset (re-split per "
-                             "attempt) or a fixed num_workers")
+            raise ValueError(
+                "an elastic run (num_workers=(min, max)) cannot take a Ray Dataset, which is "
+                "split once for a fixed world size; pass a raynb.data Dataset (re-split per "
+                "attempt) or a fixed num_workers"
+            )
         try:
             fn = with_datasets(self.train_loop_per_worker, datasets, self.dataset_config.unsplit(datasets))
-            result, _ = execute_run(fn, self.train_loop_config, self.scaling_config, self.run_config,
-                                    extra=extra, name_prefix=self._name_prefix, epochs=self._total_epochs)
+            result, _ = execute_run(
+                fn,
+                self.train_loop_config,
+                self.scaling_config,
+                self.run_config,
+                extra=extra,
+                name_prefix=self._name_prefix,
+                epochs=self._total_epochs,
+            )
         finally:
             for d in split_dirs:  # a Ray Dataset's per-rank files
                 shutil.rmtree(d, ignore_errors=True)
         return result
-

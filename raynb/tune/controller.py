@@ -7,6 +7,7 @@ experiment state (if a trial's state changed) and lets the table redraw (throttl
 
 Ray Tune's ``TuneController`` is the reference for the order of the callbacks.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,11 +43,29 @@ class TuneController:
     ``interrupted`` says whether Ctrl-C (or :meth:`interrupt`) cut it short.
     """
 
-    def __init__(self, *, client, runner: TrialRunner, trials: list[Trial], search_alg: Searcher,
-                 scheduler, metric: str | None, mode: str | None, num_samples: int,
-                 concurrency: int, total_workers: int, time_budget_s: float | None,
-                 experiment_path: str, exp_id: str, state: ExperimentState, progress, display,
-                 search_finished: bool, verbose: int, callbacks):
+    def __init__(
+        self,
+        *,
+        client,
+        runner: TrialRunner,
+        trials: list[Trial],
+        search_alg: Searcher,
+        scheduler,
+        metric: str | None,
+        mode: str | None,
+        num_samples: int,
+        concurrency: int,
+        total_workers: int,
+        time_budget_s: float | None,
+        experiment_path: str,
+        exp_id: str,
+        state: ExperimentState,
+        progress,
+        display,
+        search_finished: bool,
+        verbose: int,
+        callbacks,
+    ):
         self.client, self.runner, self.trials = client, runner, trials
         self.search_alg, self.scheduler, self.metric, self.mode = search_alg, scheduler, metric, mode
         self.num_samples, self.concurrency, self.total_workers = num_samples, concurrency, total_workers
@@ -60,8 +79,9 @@ class TuneController:
         self._stop_freed: list[float] = []  # times of STOP decisions whose worker is free again
         self._last_heard = time.monotonic()
         self._budget_hit = False
-        self._held_stops = HeldStops(lambda run_id: client.send(P.CANCEL_RUN, {"run_id": run_id, "reason": "stop"}),
-                                     progress.note)
+        self._held_stops = HeldStops(
+            lambda run_id: client.send(P.CANCEL_RUN, {"run_id": run_id, "reason": "stop"}), progress.note
+        )
 
     # -- public ---------------------------------------------------------------------------
     def interrupt(self) -> None:
@@ -77,13 +97,16 @@ class TuneController:
             Exception: whatever a scheduler or searcher raised; running trials are cancelled first.
         """
         deadline = time.monotonic() + self.time_budget_s if self.time_budget_s else None
-        with NotedInterrupts(self.interrupt):   # a Ctrl-C that pyzmq swallowed ends the loop too
+        with NotedInterrupts(self.interrupt):  # a Ctrl-C that pyzmq swallowed ends the loop too
             try:
                 self._create_trials()
                 self._fill()
                 self._flush()
-                while self._by_run or (self._pending and not self._budget_hit) or (
-                        not self.search_finished and not self._budget_hit):
+                while (
+                    self._by_run
+                    or (self._pending and not self._budget_hit)
+                    or (not self.search_finished and not self._budget_hit)
+                ):
                     if self._interrupt_requested:
                         raise KeyboardInterrupt
                     reason = None if self._budget_hit else self._end_reason(deadline)
@@ -99,12 +122,14 @@ class TuneController:
                                 raise RuntimeError(
                                     f"{self.scheduler.__class__.__name__}.choose_trial_to_run() "
                                     f"picked none of "
-                                    f"{len(self._pending)} pending trials while none was running")
+                                    f"{len(self._pending)} pending trials while none was running"
+                                )
                             if self.search_finished:
                                 break
                             raise RuntimeError(
                                 f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
-                                "was running: it waits for results that can never come")
+                                "was running: it waits for results that can never come"
+                            )
                         self._flush()
                         continue
                     timeout = PING_EVERY_S
@@ -140,7 +165,11 @@ class TuneController:
     def _can_create(self) -> bool:
         if self.search_finished:
             return False
-        if not self.search_alg.counts_samples and self.num_samples >= 0 and len(self.trials) >= self.num_samples:
+        if (
+            not self.search_alg.counts_samples
+            and self.num_samples >= 0
+            and len(self.trials) >= self.num_samples
+        ):
             self.search_finished = True
             return False
         return True
@@ -187,10 +216,20 @@ class TuneController:
         resume = {"resume": True} if trial.path and (Path(trial.path) / RUN_STATE_FILE).exists() else {}
         extra = {"experiment": Path(self.experiment_path).name, **resume}
         spec, payload = build_submission(
-            r.fn, r.fn_config(trial.config), r.scaling_config,
-            RunConfig(name=trial.extra["dirname"], storage_path=self.experiment_path, verbose=0,
-                      checkpoint_config=rc.checkpoint_config, failure_config=rc.failure_config),
-            name_prefix=r.name_prefix, extra=extra, data_key=r.data_key)
+            r.fn,
+            r.fn_config(trial.config),
+            r.scaling_config,
+            RunConfig(
+                name=trial.extra["dirname"],
+                storage_path=self.experiment_path,
+                verbose=0,
+                checkpoint_config=rc.checkpoint_config,
+                failure_config=rc.failure_config,
+            ),
+            name_prefix=r.name_prefix,
+            extra=extra,
+            data_key=r.data_key,
+        )
         trial.run_id = spec["run_id"]
         trial.status = RUNNING
         trial.extra["submitted_at"] = time.time()
@@ -205,8 +244,9 @@ class TuneController:
 
     def _workers_changed(self) -> None:
         sc = self.runner.scaling_config
-        self.progress.set_workers(len(self._by_run) * getattr(sc, "max_workers", sc.num_workers),
-                                  self.total_workers)
+        self.progress.set_workers(
+            len(self._by_run) * getattr(sc, "max_workers", sc.num_workers), self.total_workers
+        )
 
     # -- events ---------------------------------------------------------------------------
     def _handle(self, msg: P.Message) -> None:
@@ -225,7 +265,9 @@ class TuneController:
                     trial.extra["started_at"] = event.get("time")
             elif kind == "checkpoint":
                 trial.checkpoint = event.get("path")
-                self._held_stops.committed(trial.run_id, (event.get("metrics") or {}).get("training_iteration"))
+                self._held_stops.committed(
+                    trial.run_id, (event.get("metrics") or {}).get("training_iteration")
+                )
                 self.state.mark(trial)
                 self.callbacks.on_checkpoint(trial, trial.checkpoint)
             elif kind == "output":
@@ -268,19 +310,24 @@ class TuneController:
             trial.extra["_ending"] = "exploit"
             trial.extra["_exploit"] = decision
         else:
-            raise ValueError(f"{self.scheduler.__class__.__name__}.on_trial_result returned {decision!r}; "
-                             "expected CONTINUE, STOP or an Exploit")
+            raise ValueError(
+                f"{self.scheduler.__class__.__name__}.on_trial_result returned {decision!r}; "
+                "expected CONTINUE, STOP or an Exploit"
+            )
         if decision == STOP and checkpoint_staged:  # sent once that report's checkpoint commits
             self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
             return
-        self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None})
+        self.client.send(
+            P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None}
+        )
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
         keys = sorted(k for k in metrics if k not in AUTO_KEYS)
         raise ValueError(
             f"trial {trial.trial_id} reported {keys} (plus the automatic {list(AUTO_KEYS[:3])}) "
             f"without the metric {self.metric!r} named in TuneConfig(metric=...). Include it in "
-            f"every raynb.tune.report({{{self.metric!r}: ...}}), or set metric= to one of {keys}")
+            f"every raynb.tune.report({{{self.metric!r}: ...}}), or set metric= to one of {keys}"
+        )
 
     def _on_done(self, trial: Trial, c: dict) -> None:
         self._by_run.pop(trial.run_id, None)
@@ -324,7 +371,9 @@ class TuneController:
             self.scheduler.on_trial_error(trial)
             self.search_alg.on_trial_complete(trial.trial_id, trial.last_result or None, error=True)
         trial.extra.pop("_exploit", None)
-        self.progress.set_status(trial.trial_id, trial.status, trial.error, bool(trial.extra.get("early_stopped")))
+        self.progress.set_status(
+            trial.trial_id, trial.status, trial.error, bool(trial.extra.get("early_stopped"))
+        )
         self.state.mark(trial)
         self._workers_changed()
         self.callbacks.on_trial_end(trial)  # complete (TERMINATED) or error (ERROR)
@@ -346,19 +395,25 @@ class TuneController:
             # is tried next.
             sources = [decision.checkpoint] + ([donor.checkpoint] if donor and donor.checkpoint else [])
             sources += [lambda: newest_checkpoint(donor.path if donor else None)] * 3
-            adopted = adopt_first_checkpoint(trial.path, sources, self.runner.run_config.checkpoint_config,
-                                             {"donor_trial_id": decision.donor_id})
+            adopted = adopt_first_checkpoint(
+                trial.path,
+                sources,
+                self.runner.run_config.checkpoint_config,
+                {"donor_trial_id": decision.donor_id},
+            )
             if adopted is None:
-                self.progress.note(f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} "
-                                   "continues as it was")
+                self.progress.note(
+                    f"PBT: {decision.donor_id}'s checkpoint is gone; {trial.trial_id} continues as it was"
+                )
                 return
             trial.checkpoint = adopted["path"]
             trial.extra["exploits"] = trial.extra.get("exploits", 0) + 1
         trial.config = decision.config
         write_params(trial.path, self.runner.fn_config(trial.config))
         self.progress.add_trial(trial.trial_id, trial.config)
-        self.progress.note(f"PBT: {trial.trial_id} continues from {decision.donor_id}'s checkpoint "
-                           "with a perturbed config")
+        self.progress.note(
+            f"PBT: {trial.trial_id} continues from {decision.donor_id}'s checkpoint with a perturbed config"
+        )
 
     # -- the rest ---------------------------------------------------------------------------
     def _quiet(self) -> None:
@@ -367,7 +422,8 @@ class TuneController:
         if self._by_run and now - self._last_heard >= HEAD_SILENCE_S:
             raise ClusterError(
                 f"lost contact with the raynb head at {self.client.address}: no answer for "
-                f"{now - self._last_heard:.0f}s while trials were running; check `raynb status`")
+                f"{now - self._last_heard:.0f}s while trials were running; check `raynb status`"
+            )
         if now - self._last_heard >= PING_EVERY_S:
             self.client.send(P.PING)
 
@@ -375,13 +431,14 @@ class TuneController:
         """Why the experiment ends now (the time budget, a stopper's stop_all(), fail_fast), or None."""
         if deadline is not None and time.monotonic() >= deadline:
             return f"time budget of {self.time_budget_s:g}s reached"
-        check = getattr(self.scheduler, "experiment_stop_reason", None)   # tune.stopping.StoppingScheduler
+        check = getattr(self.scheduler, "experiment_stop_reason", None)  # tune.stopping.StoppingScheduler
         return check() if check is not None else None
 
     def _time_budget_reached(self, reason: str) -> None:
         self._budget_hit = True
-        self.progress.note(f"{reason}: running trials stopped, "
-                           f"{len(self._pending)} pending trial(s) not started")
+        self.progress.note(
+            f"{reason}: running trials stopped, {len(self._pending)} pending trial(s) not started"
+        )
         self._held_stops.release_all()
         for trial in list(self._by_run.values()):
             if not trial.extra.get("_ending"):
@@ -415,4 +472,3 @@ class TuneController:
         if self.state.dirty:
             self.state.write(created=len(self.trials), search_finished=self.search_finished)
         self.display.update()
-

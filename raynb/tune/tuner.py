@@ -3,6 +3,7 @@
 Each trial is one raynb run, ``<experiment_path>/<trainable>_<trial_id>/``, on one warm
 worker (a function trainable) or on ``num_workers`` ranks (a TorchTrainer).
 """
+
 from __future__ import annotations
 
 import re
@@ -20,20 +21,26 @@ from ..cluster.storage.rundir import make_private_dir, make_run_name, private_op
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
 from .controller import TuneController
-from .trial_runner import TrialRunner
-from .experiment_state import (ExperimentState, check_same_trainable, experiment_dir, read_state, read_tuner_file,
-                               trainable_header)
+from .experiment_state import (
+    ExperimentState,
+    check_same_trainable,
+    experiment_dir,
+    read_state,
+    read_tuner_file,
+    trainable_header,
+)
+from .interrupt import report_interrupt
 from .result_grid import ResultGrid
 from .search.basic_variant import BasicVariantGenerator
 from .search.searcher import Searcher
 from .search.variant_generator import validate_space, varying_keys
-from .interrupt import report_interrupt
-from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
-from .trial import requeue as _requeue
 from .stopper import as_stopper
 from .stopping import StoppingScheduler
-from .trial_catch_up import catch_up as _catch_up
 from .trainable import Trainable, class_trainable
+from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
+from .trial import requeue as _requeue
+from .trial_catch_up import catch_up as _catch_up
+from .trial_runner import TrialRunner
 from .tune_config import TuneConfig
 
 
@@ -47,22 +54,35 @@ def _trainable_parts(trainable, param_space):
     if isinstance(trainable, TorchTrainer):
         extra = sorted(set(param_space or {}) - {"train_loop_config"})
         if extra:
-            raise ValueError(f"param_space for a TorchTrainer takes only 'train_loop_config' (merged into "
-                             f"the trainer's train_loop_config); got also {extra}")
+            raise ValueError(
+                f"param_space for a TorchTrainer takes only 'train_loop_config' (merged into "
+                f"the trainer's train_loop_config); got also {extra}"
+            )
         from ..train.datasets import with_datasets
 
-        fn = with_datasets(trainable.train_loop_per_worker, trainable.datasets,
-                           trainable.dataset_config.unsplit(trainable.datasets))  # one copy per node, all trials
-        return (fn, trainable.scaling_config, trainable.train_loop_config,
-                "train_loop_config", trainable.run_config, "TorchTrainer")
-    if isinstance(trainable, type) and issubclass(trainable, Trainable):   # Tuner.restore's check
+        fn = with_datasets(
+            trainable.train_loop_per_worker,
+            trainable.datasets,
+            trainable.dataset_config.unsplit(trainable.datasets),
+        )  # one copy per node, all trials
+        return (
+            fn,
+            trainable.scaling_config,
+            trainable.train_loop_config,
+            "train_loop_config",
+            trainable.run_config,
+            "TorchTrainer",
+        )
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):  # Tuner.restore's check
         trainable = class_trainable(trainable)
     if callable(trainable) and not isinstance(trainable, type):
         name = re.sub(r"[^A-Za-z0-9_-]+", "", getattr(trainable, "__name__", "") or "") or "trainable"
-        scaling = getattr(trainable, "_raynb_scaling", None) or ScalingConfig(num_workers=1)   # with_resources
+        scaling = getattr(trainable, "_raynb_scaling", None) or ScalingConfig(num_workers=1)  # with_resources
         return trainable, scaling, None, None, None, name
-    raise TypeError(f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
-                    f"got {type(trainable).__name__}")
+    raise TypeError(
+        f"Tuner takes a function f(config) that calls raynb.tune.report(), or a TorchTrainer; "
+        f"got {type(trainable).__name__}"
+    )
 
 
 def _function_of(trainable, run_config):
@@ -75,12 +95,18 @@ def _function_of(trainable, run_config):
     is_class = isinstance(trainable, type) and issubclass(trainable, Trainable)
     if not is_class:
         if cc is not None and (cc.checkpoint_frequency or cc.checkpoint_at_end):
-            raise ValueError("CheckpointConfig(checkpoint_frequency=, checkpoint_at_end=) apply to a class "
-                             "Trainable; a function checkpoints with report(..., checkpoint=...)")
+            raise ValueError(
+                "CheckpointConfig(checkpoint_frequency=, checkpoint_at_end=) apply to a class "
+                "Trainable; a function checkpoints with report(..., checkpoint=...)"
+            )
         return trainable
     stop = getattr(run_config, "stop", None)
-    return class_trainable(trainable, cc.checkpoint_frequency if cc else 0, bool(cc and cc.checkpoint_at_end),
-                           stop if isinstance(stop, dict) else None)
+    return class_trainable(
+        trainable,
+        cc.checkpoint_frequency if cc else 0,
+        bool(cc and cc.checkpoint_at_end),
+        stop if isinstance(stop, dict) else None,
+    )
 
 
 class Tuner:
@@ -104,8 +130,15 @@ class Tuner:
         TypeError: a trainable that is neither a function nor a TorchTrainer.
     """
 
-    def __init__(self, trainable, *, param_space: dict | None = None, tune_config: TuneConfig | None = None,
-                 run_config: RunConfig | None = None, _restored: dict | None = None):
+    def __init__(
+        self,
+        trainable,
+        *,
+        param_space: dict | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        _restored: dict | None = None,
+    ):
         from .schedulers import FIFOScheduler, TrialScheduler
 
         tune_config = tune_config if tune_config is not None else TuneConfig()
@@ -123,45 +156,60 @@ class Tuner:
         # Saved now, before the searcher and scheduler are told metric/mode/space, so a restore
         # starts them afresh and replays the finished trials into them.
         try:
-            self._settings_blob = cloudpickle.dumps({"param_space": param_space, "tune_config": tune_config,
-                                                     "run_config": self._run_config})
+            self._settings_blob = cloudpickle.dumps(
+                {"param_space": param_space, "tune_config": tune_config, "run_config": self._run_config}
+            )
             self._settings_warning = None
         except Exception as e:  # noqa: BLE001 - only restore needs it
             self._settings_blob = None
-            self._settings_warning = (f"the Tuner's settings cannot be pickled for Tuner.restore "
-                                      f"({type(e).__name__}: {e})")
+            self._settings_warning = (
+                f"the Tuner's settings cannot be pickled for Tuner.restore ({type(e).__name__}: {e})"
+            )
         tc = tune_config
         search_alg = tc.search_alg if tc.search_alg is not None else BasicVariantGenerator()
         if not isinstance(search_alg, Searcher):
-            raise TypeError(f"TuneConfig(search_alg=...) takes a raynb.tune.search Searcher (e.g. "
-                            f"OptunaSearch, BasicVariantGenerator), got {type(search_alg).__name__}")
+            raise TypeError(
+                f"TuneConfig(search_alg=...) takes a raynb.tune.search Searcher (e.g. "
+                f"OptunaSearch, BasicVariantGenerator), got {type(search_alg).__name__}"
+            )
         scheduler = tc.scheduler if tc.scheduler is not None else FIFOScheduler()
         if not isinstance(scheduler, TrialScheduler):
-            raise TypeError(f"TuneConfig(scheduler=...) takes a raynb.tune.schedulers scheduler (e.g. "
-                            f"ASHAScheduler()), got {type(scheduler).__name__}")
+            raise TypeError(
+                f"TuneConfig(scheduler=...) takes a raynb.tune.schedulers scheduler (e.g. "
+                f"ASHAScheduler()), got {type(scheduler).__name__}"
+            )
         if not search_alg.set_search_properties(tc.metric, tc.mode, param_space, num_samples=tc.num_samples):
-            raise ValueError(f"{type(search_alg).__name__} was created with metric={search_alg.metric!r}, "
-                             f"mode={search_alg.mode!r}, but TuneConfig says metric={tc.metric!r}, "
-                             f"mode={tc.mode!r}: give them in one place")
+            raise ValueError(
+                f"{type(search_alg).__name__} was created with metric={search_alg.metric!r}, "
+                f"mode={search_alg.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+                f"mode={tc.mode!r}: give them in one place"
+            )
         if not scheduler.set_search_properties(tc.metric, tc.mode):
-            raise ValueError(f"{type(scheduler).__name__} was created with metric={scheduler.metric!r}, "
-                             f"mode={scheduler.mode!r}, but TuneConfig says metric={tc.metric!r}, "
-                             f"mode={tc.mode!r}: give them in one place")
+            raise ValueError(
+                f"{type(scheduler).__name__} was created with metric={scheduler.metric!r}, "
+                f"mode={scheduler.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+                f"mode={tc.mode!r}: give them in one place"
+            )
         scheduler.validate()
         self._search_alg = search_alg
         self._scheduler = scheduler
         self._metric = tc.metric or search_alg.metric or scheduler.metric
         self._mode = tc.mode or search_alg.mode or scheduler.mode
         self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
-        self._runner.name_creator, self._runner.dirname_creator = tc.trial_name_creator, tc.trial_dirname_creator
-        self._stopper = as_stopper(self._run_config.stop)   # a TypeError before any trial
+        self._runner.name_creator, self._runner.dirname_creator = (
+            tc.trial_name_creator,
+            tc.trial_dirname_creator,
+        )
+        self._stopper = as_stopper(self._run_config.stop)  # a TypeError before any trial
         self._restored = _restored
         self._experiment_path: str | None = _restored["path"] if _restored else None
         self._trials: list[Trial] = _restored["trials"] if _restored else []
         # How an interrupted fit() says to carry on ({name}, {path}); %%ray_tune says --resume.
-        self._carry_on = ("call fit() on this Tuner again, or after a kernel restart "
-                          "Tuner.restore({path!r}, trainable).fit()")
-        self._results_at: str | None = None   # where an interrupted fit's ResultGrid is (the magic's name)
+        self._carry_on = (
+            "call fit() on this Tuner again, or after a kernel restart "
+            "Tuner.restore({path!r}, trainable).fit()"
+        )
+        self._results_at: str | None = None  # where an interrupted fit's ResultGrid is (the magic's name)
 
     # -- fit --------------------------------------------------------------------------------
     def fit(self) -> ResultGrid:
@@ -188,26 +236,27 @@ class Tuner:
 
         callbacks = CallbackList(self._run_config.callbacks or ())  # a TypeError before any trial
         client = get_client()
-        total_workers, concurrency = _plan_concurrency(client.status(), self._runner.scaling_config,
-                                                       self._tune_config.max_concurrent_trials)
+        total_workers, concurrency = _plan_concurrency(
+            client.status(), self._runner.scaling_config, self._tune_config.max_concurrent_trials
+        )
         header = self._carry_on_and_prepare(client)
         path = self._experiment_path
         display = self._display_with_trials(total_workers)
         state = ExperimentState(path, header)
         for t in self._trials:
             state.mark(t)
-        controller = TuneController(
-            client=client, runner=self._runner, trials=self._trials, search_alg=self._search_alg,
-            scheduler=StoppingScheduler(self._scheduler, self._stopper, getattr(
-                self._run_config.failure_config, "fail_fast", False)), metric=self._metric, mode=self._mode,
-            num_samples=self._tune_config.num_samples, concurrency=concurrency,
-            total_workers=total_workers, time_budget_s=self._tune_config.time_budget_s,
-            experiment_path=path, exp_id=header["exp_id"], state=state, progress=display.progress,
-            display=display, search_finished=bool(header.get("search_finished")),
-            verbose=self._run_config.verbose, callbacks=callbacks)
+        controller = self._controller_for(
+            client, callbacks, concurrency, total_workers, header, state, display
+        )
         self._controller = controller
-        callbacks.setup(experiment_name=header["name"], experiment_path=path, kind="Tuner",
-                        metric=self._metric, mode=self._mode, num_samples=self._tune_config.num_samples)
+        callbacks.setup(
+            experiment_name=header["name"],
+            experiment_path=path,
+            kind="Tuner",
+            metric=self._metric,
+            mode=self._mode,
+            num_samples=self._tune_config.num_samples,
+        )
         display.display()
         try:
             controller.run()
@@ -219,6 +268,31 @@ class Tuner:
             callbacks.close()
         self._restored = {"path": path, "trials": self._trials, "header": {**header, **state.header}}
         return self._grid_of(controller, header, callbacks)
+
+    def _controller_for(self, client, callbacks, concurrency, total_workers, header, state, display):
+        """The experiment's TuneController, wired to this Tuner's configs."""
+        fail_fast = getattr(self._run_config.failure_config, "fail_fast", False)
+        return TuneController(
+            client=client,
+            runner=self._runner,
+            trials=self._trials,
+            search_alg=self._search_alg,
+            scheduler=StoppingScheduler(self._scheduler, self._stopper, fail_fast),
+            metric=self._metric,
+            mode=self._mode,
+            num_samples=self._tune_config.num_samples,
+            concurrency=concurrency,
+            total_workers=total_workers,
+            time_budget_s=self._tune_config.time_budget_s,
+            experiment_path=self._experiment_path,
+            exp_id=header["exp_id"],
+            state=state,
+            progress=display.progress,
+            display=display,
+            search_finished=bool(header.get("search_finished")),
+            verbose=self._run_config.verbose,
+            callbacks=callbacks,
+        )
 
     def _carry_on_and_prepare(self, client) -> dict:
         """Before the trials run: paused trials of an earlier fit() requeued, the experiment's
@@ -238,8 +312,9 @@ class Tuner:
 
     def _display_with_trials(self, total_workers: int):
         """The experiment's view (table or text), holding the trials it has so far."""
-        display = views.tune_view(self._metric, self._mode, total_workers,
-                                  varying_keys(self._param_space), self._run_config.verbose)
+        display = views.tune_view(
+            self._metric, self._mode, total_workers, varying_keys(self._param_space), self._run_config.verbose
+        )
         for t in self._trials:
             display.progress.add_trial(t.trial_id, t.config)
             for r in t.results:
@@ -253,14 +328,19 @@ class Tuner:
         path = self._experiment_path
         grid = ResultGrid(self._trials, path, self._metric, self._mode, interrupted=controller.interrupted)
         stop = None
-        if controller.interrupted:   # in a notebook cell: raised (Run All stops), else returned
+        if controller.interrupted:  # in a notebook cell: raised (Run All stops), else returned
             unfinished = sum(t.status in (PAUSED, PENDING) for t in self._trials)
-            stop = report_interrupt(grid, grid.num_terminated, unfinished,
-                                    self._carry_on.format(name=header["name"], path=path), self._results_at)
+            stop = report_interrupt(
+                grid,
+                grid.num_terminated,
+                unfinished,
+                self._carry_on.format(name=header["name"], path=path),
+                self._results_at,
+            )
         callbacks.check()  # a fail_on_error callback that raised at the very end
         if stop is not None:
             raise stop
-        if controller.scheduler.raise_on_failure:   # FailureConfig(fail_fast="raise")
+        if controller.scheduler.raise_on_failure:  # FailureConfig(fail_fast="raise")
             raise grid.errors[0]
         return grid
 
@@ -279,10 +359,18 @@ class Tuner:
                 f.write(self._settings_blob)
             tmp.replace(path / "tuner.pkl")
         elif self._settings_warning:
-            sys.stderr.write(f"warning: {self._settings_warning}; Tuner.restore will need them passed again\n")
-        return {"name": name, "exp_id": uuid.uuid4().hex[:5], "metric": self._metric,
-                **trainable_header(self._runner.name_prefix, self._runner.scaling_config), "mode": self._mode, "num_samples": self._tune_config.num_samples,
-                "search_finished": False}
+            sys.stderr.write(
+                f"warning: {self._settings_warning}; Tuner.restore will need them passed again\n"
+            )
+        return {
+            "name": name,
+            "exp_id": uuid.uuid4().hex[:5],
+            "metric": self._metric,
+            **trainable_header(self._runner.name_prefix, self._runner.scaling_config),
+            "mode": self._mode,
+            "num_samples": self._tune_config.num_samples,
+            "search_finished": False,
+        }
 
     def get_results(self) -> ResultGrid:
         """The ResultGrid of the last ``fit()`` (or of the restored experiment).
@@ -308,8 +396,16 @@ class Tuner:
         return (Path(path).expanduser() / "experiment_state.json").exists()
 
     @classmethod
-    def restore(cls, path: str, trainable, *, resume_unfinished: bool = True, resume_errored: bool = False,
-                restart_errored: bool = False, param_space: dict | None = None) -> "Tuner":
+    def restore(
+        cls,
+        path: str,
+        trainable,
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: dict | None = None,
+    ) -> "Tuner":
         """A Tuner that continues the experiment in ``path`` (after an interrupt, a kernel
         restart or a crash); call ``.fit()`` on it.
 
@@ -334,7 +430,7 @@ class Tuner:
         path = str(Path(path).expanduser())
         header, trials = read_state(path)
         _, scaling, *_, name = _trainable_parts(trainable, None)
-        check_same_trainable(header, name, scaling)   # before the stored space meets another trainable
+        check_same_trainable(header, name, scaling)  # before the stored space meets another trainable
         settings = read_tuner_file(path) or {}
         if param_space is not None:
             settings["param_space"] = param_space
@@ -351,11 +447,15 @@ class Tuner:
                 t.extra.pop("errors", None)
                 _requeue(t, from_checkpoint=not restart_errored, wipe=False)
         tune_config = settings.get("tune_config") or TuneConfig(
-            metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1))
-        tuner = cls(trainable, param_space=settings.get("param_space"),
-                    tune_config=tune_config, run_config=settings.get("run_config"),
-                    _restored={"path": path, "trials": trials, "header": header, "fresh": True,
-                              "orphans": orphans})
+            metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1)
+        )
+        tuner = cls(
+            trainable,
+            param_space=settings.get("param_space"),
+            tune_config=tune_config,
+            run_config=settings.get("run_config"),
+            _restored={"path": path, "trials": trials, "header": header, "fresh": True, "orphans": orphans},
+        )
         tuner._replay(bool(header.get("search_finished")))
         return tuner
 
@@ -391,13 +491,12 @@ def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     ids = set(run_ids)
     while time.monotonic() < deadline:
-        live = [r for r in client.status().get("runs", []) if r["run_id"] in ids
-                and r["state"] not in TERMINAL]
+        live = [
+            r for r in client.status().get("runs", []) if r["run_id"] in ids and r["state"] not in TERMINAL
+        ]
         if not live:
             return
         time.sleep(0.05)
-
-
 
 
 __all__ = ["Tuner", "TuneConfig"]
@@ -414,14 +513,18 @@ def _plan_concurrency(status: dict, scaling_config, max_concurrent: int | None) 
     capacity = sum(n.get("max_workers", 0) for n in status["nodes"]) or total_workers
     per_trial = getattr(scaling_config, "min_workers", scaling_config.num_workers)  # an elastic trial's min
     if per_trial > capacity:
-        raise ValueError(f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
-                         "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)")
+        raise ValueError(
+            f"each trial needs {per_trial} workers but the cluster holds at most {capacity}; "
+            "lower ScalingConfig(num_workers=...) or add a node (`raynb node`)"
+        )
     concurrency = max(1, total_workers // per_trial)
     if scaling_config.use_gpu:  # one GPU per rank: GPUs may be the tighter limit
         gpus = sum(len(n.get("gpus") or []) for n in status["nodes"])
         if gpus < per_trial:
-            raise ValueError(f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
-                             f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node")
+            raise ValueError(
+                f"each trial needs {per_trial} GPU(s) (use_gpu=True, one per rank) and the "
+                f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node"
+            )
         concurrency = min(concurrency, gpus // per_trial)
     if max_concurrent:
         concurrency = min(concurrency, max_concurrent)

@@ -32,6 +32,7 @@ FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
 in a collective never returns by itself); at its deadline they are killed and
 their node replaces them, which counts as stopped.
 """
+
 from __future__ import annotations
 
 import enum
@@ -51,7 +52,14 @@ ACTIVE = (PENDING, RUNNING, FAILING, CANCELLING)
 
 # Events (the second column of the table above).
 PLACED, CANCEL, RANK_FAILED, ALL_STOPPED, HEAD_STOPPING, NO_ROOM, RESIZE = (
-    "placed", "cancel", "rank_failed", "all_stopped", "head_stopping", "no_room", "resize")
+    "placed",
+    "cancel",
+    "rank_failed",
+    "all_stopped",
+    "head_stopping",
+    "no_room",
+    "resize",
+)
 
 TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (PENDING, PLACED): (RUNNING,),
@@ -80,8 +88,8 @@ AUTO_FIELDS = ("training_iteration", "timestamp", "time_total_s", "time_this_ite
 
 
 class FailureDecision(enum.Enum):
-    RETRY = "RETRY"   # start the run again on warm workers, from its latest checkpoint
-    RAISE = "RAISE"   # the run FAILED
+    RETRY = "RETRY"  # start the run again on warm workers, from its latest checkpoint
+    RAISE = "RAISE"  # the run FAILED
 
 
 class FailurePolicy:
@@ -105,11 +113,11 @@ class Effects(Protocol):
     """What a controller asks of the head."""
 
     def cancel_rank(self, run: Run, rank: int) -> None: ...
-    def kill_rank(self, run: Run, rank: int) -> bool: ...   # False: its worker is already gone
-    def release(self, run: Run) -> None: ...                 # its workers and GPUs go back
-    def requeue(self, run: Run) -> None: ...                 # at the front of the queue
-    def emit(self, run: Run, event: dict) -> None: ...       # to the run's clients
-    def run_ended(self, run: Run) -> None: ...               # run_done to the run's clients
+    def kill_rank(self, run: Run, rank: int) -> bool: ...  # False: its worker is already gone
+    def release(self, run: Run) -> None: ...  # its workers and GPUs go back
+    def requeue(self, run: Run) -> None: ...  # at the front of the queue
+    def emit(self, run: Run, event: dict) -> None: ...  # to the run's clients
+    def run_ended(self, run: Run) -> None: ...  # run_done to the run's clients
 
 
 class RunStoreLike(Protocol):
@@ -133,9 +141,13 @@ class RunController:
         clock: ``time.monotonic`` (injectable for tests).
     """
 
-    def __init__(self, effects: Effects, store: RunStoreLike,
-                 failure_policy: Callable[[Run], FailurePolicy] = default_failure_policy,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        effects: Effects,
+        store: RunStoreLike,
+        failure_policy: Callable[[Run], FailurePolicy] = default_failure_policy,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.effects, self.store = effects, store
         self.failure_policy = failure_policy
         self.clock = clock
@@ -172,8 +184,9 @@ class RunController:
             self._move(run, CANCEL, CANCELLING)
             self._maybe_all_stopped(run)
 
-    def rank_returned(self, run: Run, rank: int, status: str, error: dict | None = None,
-                      value_frames: list | None = None) -> None:
+    def rank_returned(
+        self, run: Run, rank: int, status: str, error: dict | None = None, value_frames: list | None = None
+    ) -> None:
         """Rank ``rank``'s function ended: ``status`` ok | error | cancelled."""
         if run.state not in (RUNNING, FAILING, CANCELLING) or rank in run.done:
             return
@@ -185,8 +198,13 @@ class RunController:
             self._rank_failed(run, CANCEL_GRACE_S)
         elif status == "cancelled" and not run.finishing:
             # Nobody asked: the rank cannot go on alone (its peers would wait forever).
-            run.errors.append({"rank": rank, "message": f"rank {rank} stopped before the run was "
-                                                        "cancelled (an interrupt on the worker?)"})
+            run.errors.append(
+                {
+                    "rank": rank,
+                    "message": f"rank {rank} stopped before the run was "
+                    "cancelled (an interrupt on the worker?)",
+                }
+            )
             self._rank_failed(run, CANCEL_GRACE_S)
         self._maybe_all_stopped(run)
 
@@ -235,7 +253,7 @@ class RunController:
         if run.state == RUNNING and run.spec.get("_awaiting_uploads"):
             return self._maybe_all_stopped(run)  # every rank returned; its checkpoints upload
         if run.state == RUNNING and self.grow_monitor is not None:
-            self.grow_monitor(run)   # an elastic run with room to grow is resized (head/elastic.py)
+            self.grow_monitor(run)  # an elastic run with room to grow is resized (head/elastic.py)
         if not run.finishing or run.deadline is None or self.clock() < run.deadline:
             return
         run.deadline = None
@@ -330,8 +348,7 @@ class RunController:
                 # Name every failure (of this fit), the cause first: also with a single failure,
                 # where a peer's gloo error ("connection closed by peer") often arrives before
                 # the dead rank's exit and would otherwise be RunError.rank and lead the message.
-                run.errors = (run.failures[-this_fit:-1] + [cause]
-                              + [e for e in run.errors if e is not cause])
+                run.errors = run.failures[-this_fit:-1] + [cause] + [e for e in run.errors if e is not cause]
                 self._finish(run)
         else:
             self.store.commit_checkpoints(run, run_ended=True)
@@ -357,18 +374,25 @@ class RunController:
         self._new_attempt(run)
         latest = run.store.latest
         limit = "unlimited" if max_failures < 0 else max_failures
-        text = (f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
-                + (f"resuming from {latest['name']}" if latest else
-                   f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
-                   if not run.spec.get("resume_from_checkpoint")
-                   else "resuming from the checkpoint it started with") + unsaved)
+        text = (
+            f"restart {run.num_failures - run.failures_before}/{limit}: {describe_cause(cause)}; "
+            + (
+                f"resuming from {latest['name']}"
+                if latest
+                else f"no checkpoint {'saved ' if unsaved else ''}yet, starting over"
+                if not run.spec.get("resume_from_checkpoint")
+                else "resuming from the checkpoint it started with"
+            )
+            + unsaved
+        )
         log.info("run %s: %s", run.name, text)
         # Completed where the new attempt is placed (queue): "node n2 lost; restart 1/3 on n1
         # from checkpoint_000004".
-        run.spec["_restart"] = {"cause": describe_cause(cause) if not cause.get("node_id") else
-                                f"node {cause['node_id']} lost",
-                                "count": f"{run.num_failures - run.failures_before}/{limit}",
-                                "from": latest["name"] if latest else None}
+        run.spec["_restart"] = {
+            "cause": describe_cause(cause) if not cause.get("node_id") else f"node {cause['node_id']} lost",
+            "count": f"{run.num_failures - run.failures_before}/{limit}",
+            "from": latest["name"] if latest else None,
+        }
         self.effects.emit(run, {"kind": "note", "text": text, "restart": run.attempt, "cause": cause})
         self._requeue(run)
 

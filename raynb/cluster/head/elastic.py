@@ -14,6 +14,7 @@ An elastic run's spec holds ``num_workers`` = its max, ``min_workers`` and
 Each attempt's world size is the count placed (``Run.world_size``); ranks see it in
 ``get_context().get_world_size()`` and every report carries it as ``world_size``.
 """
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,7 @@ def problem(spec: dict) -> str | None:
         return None
     lo, hi = spec.get("min_workers"), spec.get("num_workers")
     if not isinstance(lo, int) or isinstance(lo, bool) or not 1 <= lo <= hi:
-        return (f"num_workers=({lo!r}, {hi!r}): min_workers must be an integer from 1 to "
-                f"max_workers={hi}")
+        return f"num_workers=({lo!r}, {hi!r}): min_workers must be an integer from 1 to max_workers={hi}"
     interval = spec.get("elastic_resize_monitor_interval_s", 60.0)
     if not isinstance(interval, (int, float)) or not interval >= 0:
         return f"elastic_resize_monitor_interval_s={interval!r} must be a number of seconds >= 0"
@@ -43,9 +43,13 @@ def problem(spec: dict) -> str | None:
 def request(spec: dict, now: bool = False) -> scheduler.Request:
     """The scheduler's request for a run (fixed or elastic). ``now``: an elastic restart
     after a failure, placed on the workers idle now."""
-    return scheduler.Request(int(spec["num_workers"]), bool(spec.get("use_gpu")),
-                             spec.get("placement_strategy") or "PACK",
-                             min_workers=spec.get("min_workers"), now=now)
+    return scheduler.Request(
+        int(spec["num_workers"]),
+        bool(spec.get("use_gpu")),
+        spec.get("placement_strategy") or "PACK",
+        min_workers=spec.get("min_workers"),
+        now=now,
+    )
 
 
 def submit_request(spec: dict) -> scheduler.Request:
@@ -61,16 +65,19 @@ def waiting_note(run: Run, decision: scheduler.Fork) -> str:
     """The pane's line for an elastic run below its min."""
     lo = int(run.spec["min_workers"])
     free = max(0, lo - decision.unplaceable)
-    return (f"{free} of min {lo} workers free; waiting for {decision.unplaceable} more "
-            f"(num_workers=({lo}, {run.spec['num_workers']}))")
+    return (
+        f"{free} of min {lo} workers free; waiting for {decision.unplaceable} more "
+        f"(num_workers=({lo}, {run.spec['num_workers']}))"
+    )
 
 
 def resize_note(run: Run, old: int, new: int, why: str, start_from: str | None) -> dict:
     """The note event of a resize: ``"shrank 4 -> 2 ranks (rank 1 died, SIGKILL); resumed
     from checkpoint_000003"``."""
     verb = "grew" if new > old else "shrank"
-    text = (f"{verb} {old} -> {new} ranks ({why}); "
-            + (f"resumed from {start_from}" if start_from else "started over (no checkpoint yet)"))
+    text = f"{verb} {old} -> {new} ranks ({why}); " + (
+        f"resumed from {start_from}" if start_from else "started over (no checkpoint yet)"
+    )
     return {"kind": "note", "text": text, "resize": {"from": old, "to": new}}
 
 
@@ -79,8 +86,10 @@ def capped_note(run: Run, placed: int, capacity: int) -> str | None:
     hi = int(run.spec["num_workers"])
     if run.attempt or hi <= capacity:
         return None
-    return (f"num_workers=({run.spec['min_workers']}, {hi}): this cluster holds at most {capacity} "
-            f"workers; started with {placed} (it grows when a node with room joins)")
+    return (
+        f"num_workers=({run.spec['min_workers']}, {hi}): this cluster holds at most {capacity} "
+        f"workers; started with {placed} (it grows when a node with room joins)"
+    )
 
 
 class GrowMonitor:
@@ -105,12 +114,17 @@ class GrowMonitor:
 
     def __call__(self, run: Run) -> None:
         spec = run.spec
-        if not is_elastic(spec) or run.finishing or not run.ranks or len(run.ranks) >= int(spec["num_workers"]):
+        if (
+            not is_elastic(spec)
+            or run.finishing
+            or not run.ranks
+            or len(run.ranks) >= int(spec["num_workers"])
+        ):
             return
         now = self._clock()
         interval = float(spec.get("elastic_resize_monitor_interval_s", 60.0))
         attempt, due = spec.get("_grow_due") or (None, 0.0)
-        if attempt != run.attempt:   # a new attempt: its first look one interval after its start
+        if attempt != run.attempt:  # a new attempt: its first look one interval after its start
             spec["_grow_due"] = (run.attempt, now + interval)
             spec.pop("_grow", None)
             return
@@ -119,7 +133,7 @@ class GrowMonitor:
             if _latest_index(run) != grow["latest"] or now >= grow["deadline"]:
                 if self._room(run) > len(run.ranks):
                     self._resize(run)
-                else:   # the room went to another run meanwhile: no restart for nothing
+                else:  # the room went to another run meanwhile: no restart for nothing
                     spec.pop("_grow")
             return
         if now < due:
@@ -128,10 +142,19 @@ class GrowMonitor:
         size = self._room(run)
         if size > len(run.ranks):
             more = size - len(run.ranks)
-            spec["_grow"] = {"to": size, "latest": _latest_index(run), "deadline": now + max(interval, 1.0),
-                             "why": f"room for {more} more rank{'s' if more > 1 else ''}"}
-            self._emit(run, {"kind": "note", "text": (
-                f"room for {size} ranks (now {len(run.ranks)}): growing at the next checkpoint")})
+            spec["_grow"] = {
+                "to": size,
+                "latest": _latest_index(run),
+                "deadline": now + max(interval, 1.0),
+                "why": f"room for {more} more rank{'s' if more > 1 else ''}",
+            }
+            self._emit(
+                run,
+                {
+                    "kind": "note",
+                    "text": (f"room for {size} ranks (now {len(run.ranks)}): growing at the next checkpoint"),
+                },
+            )
 
     def _room(self, run: Run) -> int:
         """How many ranks the run could have now, its own workers counted free."""

@@ -1,5 +1,6 @@
 """Describing a run's failures: the cause among its ranks' errors, and one-line texts
 for the restart notes and the final error (used by ``controller``)."""
+
 from __future__ import annotations
 
 from .run import Run
@@ -14,11 +15,15 @@ def unsaved_checkpoints(run: Run) -> str:
         return ""
     first = min(run.staged)
     behind = [r for r in range(run.world_size) if run.report_counts.get(r, 0) < first]
-    text = (f" ({len(run.staged)} reported checkpoint(s) were not saved: rank(s) "
-            f"{', '.join(map(str, behind))} had not made report {first}")
+    text = (
+        f" ({len(run.staged)} reported checkpoint(s) were not saved: rank(s) "
+        f"{', '.join(map(str, behind))} had not made report {first}"
+    )
     if any(run.report_counts.get(r, 0) == 0 for r in behind):
-        text += ("; a checkpoint is saved once every rank has made the report that carries it, "
-                 "so call report() on every rank, passing checkpoint=None where there is none")
+        text += (
+            "; a checkpoint is saved once every rank has made the report that carries it, "
+            "so call report() on every rank, passing checkpoint=None where there is none"
+        )
     return text + ")"
 
 
@@ -26,7 +31,7 @@ def primary_error(errors: list) -> dict:
     """The failure that caused the others: a dead rank before the exceptions its
     peers then raised (a collective with a dead peer fails on every rank)."""
     for e in errors:
-        if e.get("node_id"):   # a node lost: its ranks' deaths and their peers' errors follow
+        if e.get("node_id"):  # a node lost: its ranks' deaths and their peers' errors follow
             return e
     for e in errors:
         if e.get("signal") or e.get("exitcode") is not None:

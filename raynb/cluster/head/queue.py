@@ -5,6 +5,7 @@ front goes, then does what it said: start its ranks (a ``run_task`` to each
 worker, with its ranks and the process group to form), fork more workers on the
 nodes it names, or wait. FIFO: the first run that cannot start blocks the rest.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,15 +31,22 @@ def replacement_wait_s() -> float:
 
 class RunQueue:
     """Args:
-        registry: the head's nodes and workers.
-        runs: the head's runs by id (the store's dict).
-        send: ``send(identity, msg_type, content, buffers)`` on the head's socket.
-        emit: ``emit(run, event)`` to the run's clients.
-        controller: told when a run is placed.
+    registry: the head's nodes and workers.
+    runs: the head's runs by id (the store's dict).
+    send: ``send(identity, msg_type, content, buffers)`` on the head's socket.
+    emit: ``emit(run, event)`` to the run's clients.
+    controller: told when a run is placed.
     """
 
-    def __init__(self, registry: Registry, runs: dict, send: Callable, emit: Callable,
-                 controller: RunController, send_each: Callable):
+    def __init__(
+        self,
+        registry: Registry,
+        runs: dict,
+        send: Callable,
+        emit: Callable,
+        controller: RunController,
+        send_each: Callable,
+    ):
         self._registry, self._runs = registry, runs
         self._send, self._emit, self._controller = send, emit, controller
         # send_each(msg_type, [(identity, content)], buffers): a run's tasks, all signed
@@ -71,8 +79,9 @@ class RunQueue:
             if run is None or run.state != "PENDING":  # ended while queued (its files failed)
                 self._ids.pop(0)
                 continue
-            decision = scheduler.place(elastic.request(run.spec, now="_restart" in run.spec),
-                                       self._registry.snapshot())
+            decision = scheduler.place(
+                elastic.request(run.spec, now="_restart" in run.spec), self._registry.snapshot()
+            )
             if isinstance(decision, scheduler.Fork):
                 if not self._fork(run, decision):
                     continue  # it waited too long for room: failed, the next run's turn
@@ -90,17 +99,28 @@ class RunQueue:
             waited, limit = time.monotonic() - since, replacement_wait_s()
             if not run.spec.get("_no_room_noted"):
                 run.spec["_no_room_noted"] = True
-                self._emit(run, {"kind": "note", "text": (
-                    f"waiting up to {limit:.0f}s (RAYNB_REPLACEMENT_WAIT_S) for a node with room for "
-                    f"{decision.unplaceable} more worker(s): the remaining nodes cannot hold "
-                    f"{run.spec.get('min_workers') or run.world_size} ranks")})
+                self._emit(
+                    run,
+                    {
+                        "kind": "note",
+                        "text": (
+                            f"waiting up to {limit:.0f}s (RAYNB_REPLACEMENT_WAIT_S) for a node with room for "
+                            f"{decision.unplaceable} more worker(s): the remaining nodes cannot hold "
+                            f"{run.spec.get('min_workers') or run.world_size} ranks"
+                        ),
+                    },
+                )
             if waited >= limit:
                 self._ids.pop(0)
-                self._controller.no_room(run, (
-                    f"the restarted run needs {run.spec.get('min_workers') or run.world_size} workers; "
-                    f"the remaining nodes hold at most "
-                    f"{self._registry.capacity()} and no node with room joined within {limit:.0f}s "
-                    "(RAYNB_REPLACEMENT_WAIT_S); add a node with `raynb node --address ...`"))
+                self._controller.no_room(
+                    run,
+                    (
+                        f"the restarted run needs {run.spec.get('min_workers') or run.world_size} workers; "
+                        f"the remaining nodes hold at most "
+                        f"{self._registry.capacity()} and no node with room joined within {limit:.0f}s "
+                        "(RAYNB_REPLACEMENT_WAIT_S); add a node with `raynb node --address ...`"
+                    ),
+                )
                 return False
         else:
             run.spec.pop("_no_room_since", None)
@@ -110,16 +130,23 @@ class RunQueue:
             node.spawning += count
             self._send(node.identity, P.SPAWN_WORKERS, {"count": count})
         if decision.unplaceable > 0 and elastic.is_elastic(run.spec):
-            if run.spec.get("_wait_noted") != decision.unplaceable:   # a new count: a new line
+            if run.spec.get("_wait_noted") != decision.unplaceable:  # a new count: a new line
                 run.spec["_wait_noted"] = decision.unplaceable
                 self._emit(run, {"kind": "note", "text": elastic.waiting_note(run, decision)})
         elif decision.unplaceable > 0 and not run.spec.get("_wait_noted"):
             run.spec["_wait_noted"] = True
             busy = sum(1 for w in self._registry.workers.values() if w.busy)
             idle = len(self._registry.workers) - busy
-            self._emit(run, {"kind": "note", "text": (
-                f"waiting: the run needs {run.world_size} workers; {idle} idle, {busy} busy with "
-                f"other runs, and the cluster holds at most {self._registry.capacity()}")})
+            self._emit(
+                run,
+                {
+                    "kind": "note",
+                    "text": (
+                        f"waiting: the run needs {run.world_size} workers; {idle} idle, {busy} busy with "
+                        f"other runs, and the cluster holds at most {self._registry.capacity()}"
+                    ),
+                },
+            )
         return True
 
     def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool, timeout_s: float | None) -> dict:
@@ -133,10 +160,14 @@ class RunQueue:
             live = {g[1] for g in self._registry.groups.values()}
             self._ports = {k: p for k, p in self._ports.items() if k in live}
             self._ports[key] = port
-        group = {"key": key, "backend": backend, "master_addr": master.ip,
-                 "master_port": port,
-                 "store_port": master.store_port,
-                 "file_store": len({w.node_id for w in chosen}) == 1}
+        group = {
+            "key": key,
+            "backend": backend,
+            "master_addr": master.ip,
+            "master_port": port,
+            "store_port": master.store_port,
+            "file_store": len({w.node_id for w in chosen}) == 1,
+        }
         if timeout_s:
             group["timeout_s"] = timeout_s
         return group
@@ -151,7 +182,7 @@ class RunQueue:
         nodes = list(dict.fromkeys(w.node_id for w in chosen))
         local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
         seen: dict[str, int] = {}
-        before = len(run.ranks)   # the last attempt's world size (0: the first)
+        before = len(run.ranks)  # the last attempt's world size (0: the first)
         self._controller.placed(run, placement.worker_ids)
         for rank, w in enumerate(chosen):
             w.run_id, w.rank = run.run_id, rank
@@ -166,30 +197,63 @@ class RunQueue:
             if gpu_id is not None:
                 self._registry.take_gpu(w.node_id, gpu_id)
                 run.gpu_ids[rank] = (w.node_id, gpu_id)
-            tasks.append((w.identity, {
-                "run_id": run.run_id, "name": run.name, "path": str(run.rundir.path),
-                "rank": rank, "world_size": len(chosen), "local_rank": local_rank,
-                "local_world_size": local_counts[w.node_id], "node_rank": nodes.index(w.node_id),
-                "group": group, "use_gpu": bool(spec.get("use_gpu")), "gpu_id": gpu_id,
-                "cwd": spec.get("cwd"), "sys_path": spec.get("sys_path"),
-                "attempt": run.attempt, "checkpoint": checkpoint, "num_threads": threads[w.node_id],
-                "node_id": w.node_id, "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
-                **({"elastic": True} if elastic.is_elastic(spec) else {}),
-            }))
+            tasks.append(
+                (
+                    w.identity,
+                    {
+                        "run_id": run.run_id,
+                        "name": run.name,
+                        "path": str(run.rundir.path),
+                        "rank": rank,
+                        "world_size": len(chosen),
+                        "local_rank": local_rank,
+                        "local_world_size": local_counts[w.node_id],
+                        "node_rank": nodes.index(w.node_id),
+                        "group": group,
+                        "use_gpu": bool(spec.get("use_gpu")),
+                        "gpu_id": gpu_id,
+                        "cwd": spec.get("cwd"),
+                        "sys_path": spec.get("sys_path"),
+                        "attempt": run.attempt,
+                        "checkpoint": checkpoint,
+                        "num_threads": threads[w.node_id],
+                        "node_id": w.node_id,
+                        "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
+                        **({"elastic": True} if elastic.is_elastic(spec) else {}),
+                    },
+                )
+            )
         self._send_each(P.RUN_TASK, tasks, run.payload)
         restart = run.spec.pop("_restart", None)
         self._elastic_notes(run, before, len(chosen), restart, checkpoint)
         if restart:
             where = ", ".join(nodes)
-            self._emit(run, {"kind": "note", "text": (
-                f"{restart['cause']}; restart {restart['count']} on {where} "
-                + (f"from {restart['from']}" if restart["from"] else "from the start"))})
-        self._emit(run, {"kind": "state", "state": "RUNNING", "attempt": run.attempt,
-                        "ranks": [{"rank": r, "worker_id": w.worker_id, "pid": w.pid,
-                                   "hostname": w.hostname} for r, w in enumerate(chosen)]})
+            self._emit(
+                run,
+                {
+                    "kind": "note",
+                    "text": (
+                        f"{restart['cause']}; restart {restart['count']} on {where} "
+                        + (f"from {restart['from']}" if restart["from"] else "from the start")
+                    ),
+                },
+            )
+        self._emit(
+            run,
+            {
+                "kind": "state",
+                "state": "RUNNING",
+                "attempt": run.attempt,
+                "ranks": [
+                    {"rank": r, "worker_id": w.worker_id, "pid": w.pid, "hostname": w.hostname}
+                    for r, w in enumerate(chosen)
+                ],
+            },
+        )
 
-    def _elastic_notes(self, run: Run, before: int, size: int, restart: dict | None,
-                       checkpoint: str | None) -> None:
+    def _elastic_notes(
+        self, run: Run, before: int, size: int, restart: dict | None, checkpoint: str | None
+    ) -> None:
         """An elastic run's line per resize, and once that its max is beyond the cluster."""
         if not elastic.is_elastic(run.spec):
             return
@@ -199,8 +263,12 @@ class RunQueue:
         grow = run.spec.pop("_grow", None)
         if before and before != size:
             why = restart["cause"] if restart else (grow or {}).get("why", "room to grow")
-            self._emit(run, elastic.resize_note(run, before, size, why,
-                                                os.path.basename(checkpoint) if checkpoint else None))
+            self._emit(
+                run,
+                elastic.resize_note(
+                    run, before, size, why, os.path.basename(checkpoint) if checkpoint else None
+                ),
+            )
 
 
 def _free_port(host: str) -> int:

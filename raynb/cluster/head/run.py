@@ -3,13 +3,14 @@ how its current attempt goes (``done``, ``errors``, reports, staged checkpoints)
 its history (failures, timings). ``controller`` moves it between states; ``store``
 keeps its files; ``summary()`` is what ``run.json`` and ``raynb.runs()`` show.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from ..storage.checkpoints import CheckpointStore
 from ..protocol.run_states import RUN_TERMINAL
+from ..storage.checkpoints import CheckpointStore
 from ..storage.rundir import RunDirectory
 from ..storage.storage_uri import join_uri
 
@@ -28,38 +29,38 @@ class Run:
     payload: list
     rundir: RunDirectory
     state: str = "PENDING"
-    ranks: list = field(default_factory=list)         # worker_id by rank
-    done: dict = field(default_factory=dict)          # rank -> status
+    ranks: list = field(default_factory=list)  # worker_id by rank
+    done: dict = field(default_factory=dict)  # rank -> status
     errors: list = field(default_factory=list)
-    result: list = field(default_factory=list)        # rank 0's return value frames
+    result: list = field(default_factory=list)  # rank 0's return value frames
     submitted: float = field(default_factory=time.time)
     started: float | None = None
     ended: float | None = None
-    deadline: float | None = None                     # when unfinished ranks get killed
-    stopping_since: float | None = None               # when its ranks were asked to stop
-    gpu_ids: dict = field(default_factory=dict)       # rank -> (node_id, CUDA device index)
+    deadline: float | None = None  # when unfinished ranks get killed
+    stopping_since: float | None = None  # when its ranks were asked to stop
+    gpu_ids: dict = field(default_factory=dict)  # rank -> (node_id, CUDA device index)
     reports: int = 0
     last_metrics: dict = field(default_factory=dict)
     # fault tolerance and checkpoints
-    attempt: int = 0                                  # restarts so far
-    failures: list = field(default_factory=list)      # the cause of each failed attempt
+    attempt: int = 0  # restarts so far
+    failures: list = field(default_factory=list)  # the cause of each failed attempt
     # Failures of earlier fits of a resumed run (and the head's death under it): kept in
     # ``failures``, but not counted against this fit's FailureConfig(max_failures).
     failures_before: int = 0
     failures_dropped: int = 0  # left out of ``failures`` (see add_failure)
     store: CheckpointStore | None = None
     report_counts: dict = field(default_factory=dict)  # rank -> reports this attempt
-    staged: dict = field(default_factory=dict)        # report index -> {rank: staged dir}
+    staged: dict = field(default_factory=dict)  # report index -> {rank: staged dir}
     rank0_metrics: dict = field(default_factory=dict)  # report index -> rank 0's metrics
-    followers: set = field(default_factory=set)       # clients attached besides the submitter
-    archived: bool = False                            # read back from disk, not run by this head
-    peaks: dict = field(default_factory=dict)         # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
-    write_error: str | None = None                    # a file of it could not be written: it fails
-    stop_requested: bool = False                      # the cancel is a Tune STOP: it ends STOPPED
+    followers: set = field(default_factory=set)  # clients attached besides the submitter
+    archived: bool = False  # read back from disk, not run by this head
+    peaks: dict = field(default_factory=dict)  # rank -> {"rss", "gpu_mem_used"}: bytes, highest seen
+    write_error: str | None = None  # a file of it could not be written: it fails
+    stop_requested: bool = False  # the cancel is a Tune STOP: it ends STOPPED
     pending_progress: dict = field(default_factory=dict)  # str(rank) -> its counter, not sent yet
     progress_sent: float = 0.0  # monotonic time the last counters went out (progress_relay)
     rank_reports: dict = field(default_factory=dict)  # rank -> reports, all attempts (progress_relay)
-    blocked: set = field(default_factory=set)         # ranks still inside a call after their cancel
+    blocked: set = field(default_factory=set)  # ranks still inside a call after their cancel
 
     @property
     def world_size(self) -> int:
@@ -105,33 +106,53 @@ class Run:
     def summary(self) -> dict:
         """What ``raynb.runs()`` lists and ``run.json`` holds."""
         return {
-            "run_id": self.run_id, "name": self.name, "state": self.state,
-            "path": str(self.rundir.path), "world_size": self.world_size,
-            "use_gpu": bool(self.spec.get("use_gpu")), "submitted": self.submitted,
-            "started": self.started, "ended": self.ended, "attempt": self.attempt,
-            "max_failures": self.max_failures, "failures": self.failures,
+            "run_id": self.run_id,
+            "name": self.name,
+            "state": self.state,
+            "path": str(self.rundir.path),
+            "world_size": self.world_size,
+            "use_gpu": bool(self.spec.get("use_gpu")),
+            "submitted": self.submitted,
+            "started": self.started,
+            "ended": self.ended,
+            "attempt": self.attempt,
+            "max_failures": self.max_failures,
+            "failures": self.failures,
             "num_failures": self.num_failures,
             "errors": self.errors if self.state == "FAILED" else [],
-            "metrics": self.last_metrics, "num_reports": self.reports,
-            "checkpoints": [{k: c[k] for k in ("index", "name", "metrics")}
-                            for c in (self.store.records() if self.store else [])],
+            "metrics": self.last_metrics,
+            "num_reports": self.reports,
+            "checkpoints": [
+                {k: c[k] for k in ("index", "name", "metrics")}
+                for c in (self.store.records() if self.store else [])
+            ],
             "checkpoint_config": self.spec.get("checkpoint_config"),
-            "timeout_s": self.spec.get("timeout_s"), "kind": self.spec.get("name_prefix"),
+            "timeout_s": self.spec.get("timeout_s"),
+            "kind": self.spec.get("name_prefix"),
             "peak_resources": {str(r): p for r, p in sorted(self.peaks.items())},
-            "experiment": self.spec.get("experiment"), "storage_uri": self.spec.get("storage_uri"),
+            "experiment": self.spec.get("experiment"),
+            "storage_uri": self.spec.get("storage_uri"),
         }
 
     def done_content(self) -> dict:
         """The ``run_done`` message its clients get when it ends."""
         return {
-            "run_id": self.run_id, "name": self.name, "state": self.state, "errors": self.errors,
-            "path": str(self.rundir.path), "metrics": self.last_metrics,
+            "run_id": self.run_id,
+            "name": self.name,
+            "state": self.state,
+            "errors": self.errors,
+            "path": str(self.rundir.path),
+            "metrics": self.last_metrics,
             "time_total_s": (self.ended - (self.started or self.submitted)),
-            "failures": self.failures, "num_failures": self.num_failures, "attempt": self.attempt,
+            "failures": self.failures,
+            "num_failures": self.num_failures,
+            "attempt": self.attempt,
             "checkpoint": self.checkpoint_path(self.store.latest["name"]) if self.store.latest else None,
             "checkpoints": [{**c, "path": self.checkpoint_path(c["name"])} for c in self.store.records()],
             "checkpoint_config": self.spec.get("checkpoint_config"),
-            "started": self.started, "ended": self.ended, "num_reports": self.reports,
+            "started": self.started,
+            "ended": self.ended,
+            "num_reports": self.reports,
         }
 
     @property

@@ -14,6 +14,7 @@ first), and a set of idle workers that already form a process group of the right
 size is reused, which skips the rendezvous on a warm re-run. Runs are served in
 order (FIFO): a second concurrent run waits behind the first.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -26,10 +27,10 @@ STRATEGIES = ("PACK", "SPREAD")
 class NodeView:
     node_id: str
     max_workers: int
-    spawning: int                 # forks asked for, not yet ready
-    free_gpus: tuple = ()         # CUDA device indices not held by a run
-    num_workers: int = 0          # workers it has now (idle or busy)
-    gpus: int = 0                 # CUDA devices it has, held or free
+    spawning: int  # forks asked for, not yet ready
+    free_gpus: tuple = ()  # CUDA device indices not held by a run
+    num_workers: int = 0  # workers it has now (idle or busy)
+    gpus: int = 0  # CUDA devices it has, held or free
 
 
 @dataclass(frozen=True)
@@ -41,25 +42,26 @@ class WorkerView:
 
 @dataclass(frozen=True)
 class Snapshot:
-    nodes: tuple = ()             # NodeView, in registration order
-    workers: tuple = ()           # WorkerView, in registration order
-    groups: tuple = ()            # process groups that exist: worker ids in rank order
+    nodes: tuple = ()  # NodeView, in registration order
+    workers: tuple = ()  # WorkerView, in registration order
+    groups: tuple = ()  # process groups that exist: worker ids in rank order
 
 
 @dataclass(frozen=True)
 class Request:
     num_workers: int
-    use_gpu: bool = False         # one GPU per rank
-    strategy: str = "PACK"        # "PACK": fewest nodes; "SPREAD": most nodes (Ray's names)
+    use_gpu: bool = False  # one GPU per rank
+    strategy: str = "PACK"  # "PACK": fewest nodes; "SPREAD": most nodes (Ray's names)
     # Elastic (Ray Train v2's num_workers=(min, max)): num_workers is the max; any count
     # from min_workers up that can be placed will do (see place_elastic).
     min_workers: int | None = None
-    now: bool = False             # elastic: start on the idle workers now, forking none first
+    now: bool = False  # elastic: start on the idle workers now, forking none first
 
 
 @dataclass(frozen=True)
 class Placement:
     """Start the run: rank r on ``worker_ids[r]``, with CUDA device ``gpu_ids[r]`` (or None)."""
+
     worker_ids: tuple
     gpu_ids: tuple
 
@@ -69,6 +71,7 @@ class Fork:
     """Too few idle workers. ``forks``: node id -> workers to fork there now (may be
     empty when enough forks are in flight); ``unplaceable``: how many of the missing
     workers no node has room for (the run waits for others to end)."""
+
     forks: dict = field(default_factory=dict)
     unplaceable: int = 0
 
@@ -87,19 +90,28 @@ def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) 
     """
     n = request.num_workers
     if request.strategy not in STRATEGIES:
-        return (f"placement_strategy={request.strategy!r} is not one of {', '.join(STRATEGIES)}; "
-                "use PACK (fewest nodes) or SPREAD (most nodes)")
+        return (
+            f"placement_strategy={request.strategy!r} is not one of {', '.join(STRATEGIES)}; "
+            "use PACK (fewest nodes) or SPREAD (most nodes)"
+        )
     if n > capacity:
-        return (f"num_workers={n} is more than this cluster can hold ({capacity} workers "
-                f"over {len(snapshot.nodes)} node(s): {_per_node(snapshot, 'max_workers', 'at most')}); "
-                f"ask for at most {capacity}, or add a node with `raynb node --address ...`, or "
-                "restart with `raynb start --max-workers N`")
+        return (
+            f"num_workers={n} is more than this cluster can hold ({capacity} workers "
+            f"over {len(snapshot.nodes)} node(s): {_per_node(snapshot, 'max_workers', 'at most')}); "
+            f"ask for at most {capacity}, or add a node with `raynb node --address ...`, or "
+            "restart with `raynb start --max-workers N`"
+        )
     if request.use_gpu and n > total_gpus:
-        fix = (f"Ask for at most {total_gpus} workers, run on CPU (use_gpu=False)" if total_gpus
-               else "Run on CPU (use_gpu=False)")   # not "at most 0 workers"
-        return (f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
-                f"cluster has {total_gpus} ({_per_node(snapshot, 'gpus', 'GPUs:')}). {fix}, "
-                "or add a GPU node with `raynb node`")
+        fix = (
+            f"Ask for at most {total_gpus} workers, run on CPU (use_gpu=False)"
+            if total_gpus
+            else "Run on CPU (use_gpu=False)"
+        )  # not "at most 0 workers"
+        return (
+            f"use_gpu=True with num_workers={n} needs {n} GPUs (one per rank); this "
+            f"cluster has {total_gpus} ({_per_node(snapshot, 'gpus', 'GPUs:')}). {fix}, "
+            "or add a GPU node with `raynb node`"
+        )
     return None
 
 
@@ -123,7 +135,9 @@ def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
         idle = _gpu_eligible(idle, snapshot)
         if len(idle) < n:
             return Wait(f"the run needs {n} free GPUs; {len(idle)} are free with an idle worker")
-    chosen = _pick(idle, n, snapshot.groups) if request.strategy == "PACK" else _spread(idle, n, snapshot.groups)
+    chosen = (
+        _pick(idle, n, snapshot.groups) if request.strategy == "PACK" else _spread(idle, n, snapshot.groups)
+    )
     return Placement(tuple(w.worker_id for w in chosen), _assign_gpus(chosen, snapshot, request.use_gpu))
 
 
@@ -174,7 +188,7 @@ def _gpu_eligible(idle: list, snapshot: Snapshot) -> list:
     out = []
     for node in snapshot.nodes:
         on_node = [w for w in idle if w.node_id == node.node_id]
-        out += on_node[:len(node.free_gpus)]
+        out += on_node[: len(node.free_gpus)]
     return out
 
 
@@ -219,7 +233,7 @@ def _spread(idle: list, n: int, groups: tuple) -> list:
                 spread[by_id[m].node_id] = spread.get(by_id[m].node_id, 0) + 1
             if sorted(spread.values()) == want:
                 return [by_id[m] for m in members]
-    return [w for nid in order for w in sorted(per_node[nid], key=lambda w: w.worker_id)[:counts[nid]]]
+    return [w for nid in order for w in sorted(per_node[nid], key=lambda w: w.worker_id)[: counts[nid]]]
 
 
 def _assign_gpus(chosen: list, snapshot: Snapshot, use_gpu: bool) -> tuple:

@@ -7,6 +7,7 @@ registry, asks the scheduler where to start runs, and turns what happened to a
 run into an event of its controller. A tick every ``TICK_S`` enforces grace
 periods, flushes run files and watches the node agents.
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,24 +16,25 @@ import time
 
 import zmq
 
-from ..protocol import chunking, curve_auth as curve, event_batch, messages as P, signing
 from ..connection_file import remove_connection_file
-from . import elastic, progress_relay, scheduler
+from ..protocol import chunking, event_batch, signing
+from ..protocol import curve_auth as curve
+from ..protocol import messages as P
+from . import elastic, idle_stop, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
 from .controller import RunController
 from .data_gate import DataGate, send_if_connected
-from . import idle_stop
 from .idle_stop import IdleStop
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .loop_stall import LoopWatch, discount
 from .node_events import NODE_TIMEOUT_S, NodeEvents, RefusalLog  # noqa: F401 - NODE_TIMEOUT_S: its old home
+from .offloop import OffLoop
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
-from .offloop import OffLoop
 from .registry import Registry
-from .run_records import RunRecords
 from .run import TERMINAL, Run
+from .run_records import RunRecords
 from .store import RunRefused, RunStore
 from .tick_pacer import TickPacer
 from .transfers import Transfers
@@ -44,20 +46,27 @@ TICK_S = 0.1
 
 class Head(NodeEvents, ClientRequests, RunRecords):
     """Args:
-        key: the cluster's HMAC key.
-        bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
-        port: TCP port, 0 for a free one.
-        num_workers: workers the local node keeps warm.
-        max_workers: the most workers the local node may hold (None: its default).
-        idle_timeout_s: how long a worker beyond its node's warm count may stay idle
-            before it is retired (``pool.WorkerPool``).
-        curve_keys: ``curve.new_keys()``; made here when ``bind_host`` is not loopback
-            (every link off loopback is CurveZMQ), None on loopback.
+    key: the cluster's HMAC key.
+    bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
+    port: TCP port, 0 for a free one.
+    num_workers: workers the local node keeps warm.
+    max_workers: the most workers the local node may hold (None: its default).
+    idle_timeout_s: how long a worker beyond its node's warm count may stay idle
+        before it is retired (``pool.WorkerPool``).
+    curve_keys: ``curve.new_keys()``; made here when ``bind_host`` is not loopback
+        (every link off loopback is CurveZMQ), None on loopback.
     """
 
-    def __init__(self, key: bytes, bind_host: str = "127.0.0.1", port: int = 0,
-                 num_workers: int = 4, max_workers: int | None = None,
-                 idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S, curve_keys: dict | None = None):
+    def __init__(
+        self,
+        key: bytes,
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
+        num_workers: int = 4,
+        max_workers: int | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        curve_keys: dict | None = None,
+    ):
         self.key = key
         self.session = P.Session(key, validate=True)
         self.ctx = zmq.Context()
@@ -99,21 +108,36 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         self.outbox = ClientOutbox(self._send_now)  # a client's run messages: once per drain
         self.offloop, self.loop_watch = OffLoop(), LoopWatch()  # work that grows with user data; stalls
         self.handlers = {
-            P.HELLO: self.on_hello, P.PING: self.on_ping, P.STATUS_REQUEST: self.on_status_request,
-            P.SHUTDOWN: self.on_shutdown, P.LIST_RUNS: self.on_list_runs, P.GET_RUN: self.on_get_run,
-            P.ATTACH_RUN: self.on_attach_run, P.SUBMIT_RUN: self.on_submit_run, P.CANCEL_RUN: self.on_cancel_run,
-            P.NODE_REGISTER: self.on_node_register, P.WORKER_READY: self.on_worker_ready,
-            P.NODE_STATS: self.on_node_stats, P.WORKER_EXITED: self.on_worker_exited,
-            P.TASK_EVENT: self.on_task_event, P.TASK_EVENTS: self.on_task_events,
-            P.TASK_DONE: self.on_task_done, P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
+            P.HELLO: self.on_hello,
+            P.PING: self.on_ping,
+            P.STATUS_REQUEST: self.on_status_request,
+            P.SHUTDOWN: self.on_shutdown,
+            P.LIST_RUNS: self.on_list_runs,
+            P.GET_RUN: self.on_get_run,
+            P.ATTACH_RUN: self.on_attach_run,
+            P.SUBMIT_RUN: self.on_submit_run,
+            P.CANCEL_RUN: self.on_cancel_run,
+            P.NODE_REGISTER: self.on_node_register,
+            P.WORKER_READY: self.on_worker_ready,
+            P.NODE_STATS: self.on_node_stats,
+            P.WORKER_EXITED: self.on_worker_exited,
+            P.TASK_EVENT: self.on_task_event,
+            P.TASK_EVENTS: self.on_task_events,
+            P.TASK_DONE: self.on_task_done,
+            P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
             P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
         }
-        self.queue.gate = DataGate(self.registry, self.runs, send_if_connected(self.sock, self.session, self.outbox.flush),
-                                   lambda run, placement: self.queue._start(run, placement, gated=True),
-                                   self.requeue, self.controller.no_room)
+        self.queue.gate = DataGate(
+            self.registry,
+            self.runs,
+            send_if_connected(self.sock, self.session, self.outbox.flush),
+            lambda run, placement: self.queue._start(run, placement, gated=True),
+            self.requeue,
+            self.controller.no_room,
+        )
         self.handlers.update(self.queue.gate.handlers())
         self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
-        self.refusal_log = RefusalLog()   # head.log's lines for refused peers, rate-limited
+        self.refusal_log = RefusalLog()  # head.log's lines for refused peers, rate-limited
         self.handlers.update(self.transfers.handlers())
         self.store.load_archive()
 
@@ -138,8 +162,14 @@ class Head(NodeEvents, ClientRequests, RunRecords):
             log.warning("could not send %s to %r: %s", msg_type, identity, e)
 
     def start_local_node(self, on_start=lambda pid: None) -> None:
-        self.local_node = LocalNode(self.address, self.key, self.num_workers, self.max_workers, on_start,
-                                    curve.client_part(self.curve_keys))
+        self.local_node = LocalNode(
+            self.address,
+            self.key,
+            self.num_workers,
+            self.max_workers,
+            on_start,
+            curve.client_part(self.curve_keys),
+        )
         self.local_node.start()
 
     def serve(self) -> None:
@@ -149,16 +179,16 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         pacer = TickPacer(TICK_S)
         while not self._stop:
             wait_ms = pacer.poll_ms(now := time.monotonic())
-            busy = self.loop_watch.polling(now, wait_ms)   # a slow drain or tick: a stall of the head's
+            busy = self.loop_watch.polling(now, wait_ms)  # a slow drain or tick: a stall of the head's
             ready = poller.poll(wait_ms)
             if stall := self.loop_watch.polled(now := time.monotonic()) or busy:
-                discount(self.registry, stall, now)   # peers are not held to the head's own silence
-            if self.offloop.drain():   # replies of work done off the loop (run_records, jobs)
+                discount(self.registry, stall, now)  # peers are not held to the head's own silence
+            if self.offloop.drain():  # replies of work done off the loop (run_records, jobs)
                 self.outbox.flush()
             if ready:
                 for _ in range(1000):  # drain what is there, then tick
                     if self._stop:
-                        break   # stopping: what is left is not answered as if the head stayed
+                        break  # stopping: what is left is not answered as if the head stayed
                     try:
                         frames = P.recv_frames(self.sock, zmq.NOBLOCK)
                     except zmq.Again:
@@ -174,8 +204,11 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         if self.connection_info is not None:
             remove_connection_file()  # stopping: a client arriving now starts a fresh cluster
         for run in list(self.runs.values()):
-            self.controller.head_stopping(run, "the raynb cluster was stopped (`raynb stop`, or the "
-                                               "head got SIGTERM) while this run was active")
+            self.controller.head_stopping(
+                run,
+                "the raynb cluster was stopped (`raynb stop`, or the "
+                "head got SIGTERM) while this run was active",
+            )
         self.outbox.flush()
         self.shutdown_nodes()
 
@@ -204,8 +237,11 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         except Exception:  # noqa: BLE001 - one bad request must not take the cluster down
             log.exception("error handling %s from %r", msg.msg_type, identity)
             if identity.startswith(b"client:"):
-                self.send(identity, P.ERROR, {"message": f"the head failed to handle {msg.msg_type}; "
-                                                         "see head.log in RAYNB_HOME"})
+                self.send(
+                    identity,
+                    P.ERROR,
+                    {"message": f"the head failed to handle {msg.msg_type}; see head.log in RAYNB_HOME"},
+                )
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -226,25 +262,30 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         self.watch_nodes(now)
         if self.idle_stop.owners is None:
             self.idle_stop.forget_quiet(now)
-        elif self._in_use(now) is None:   # (which forgets the quiet clients too)
+        elif self._in_use(now) is None:  # (which forgets the quiet clients too)
             log.info("stopping: the stop asked when idle is due (no other client uses the cluster)")
             self._stop = True
 
     # -- clients (their requests: client_requests.py) ---------------------------
     def on_shutdown(self, msg: P.Message) -> None:
-        if msg.content.get("when_idle"):   # idle_stop.py: stop once no other client uses it
-            self.idle_stop.ask([msg.identity, *(o.encode() for o in msg.content.get("owners") or () if isinstance(o, str))])
+        if msg.content.get("when_idle"):  # idle_stop.py: stop once no other client uses it
+            self.idle_stop.ask(
+                [msg.identity, *(o.encode() for o in msg.content.get("owners") or () if isinstance(o, str))]
+            )
             busy = self._in_use(time.monotonic())
             if busy is not None:
                 log.info("a stop when idle is asked; waiting for %s", busy)
-                return self.send(msg.identity, P.STATUS_REPLY, {"stopping": False, "in_use": busy,
-                                                                "kept": self.idle_stop.kept})
+                return self.send(
+                    msg.identity,
+                    P.STATUS_REPLY,
+                    {"stopping": False, "in_use": busy, "kept": self.idle_stop.kept},
+                )
         log.info("shutdown requested")
         self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
         self._stop = True
 
     def _in_use(self, now: float) -> str | None:
-        jobs = getattr(self, "jobs", None)   # installed by main (addons.install)
+        jobs = getattr(self, "jobs", None)  # installed by main (addons.install)
         if jobs is not None:
             jobs.poll()
         return self.idle_stop.in_use(self.store.ticking(), len(jobs.procs) if jobs else 0, now)
@@ -258,21 +299,32 @@ class Head(NodeEvents, ClientRequests, RunRecords):
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
-        why = elastic.problem(spec) or self.with_cause(scheduler.check(
-            elastic.submit_request(spec), self.registry.snapshot(), self.registry.capacity(), self.registry.total_gpus()))
+        why = elastic.problem(spec) or self.with_cause(
+            scheduler.check(
+                elastic.submit_request(spec),
+                self.registry.snapshot(),
+                self.registry.capacity(),
+                self.registry.total_gpus(),
+            )
+        )
         if why:
             return refuse(why)
         if not msg.buffers:
             return refuse("submit_run carries no function")
         try:
-            run = self.store.create(spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0]))
+            run = self.store.create(
+                spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0])
+            )
         except RunRefused as e:
             return refuse(str(e))
         self.queue.add(run)
         # Queued (client_outbox): the client hears of it once the drain ends, after its
         # ranks got their tasks (schedule, below), which is what it waits for.
-        self.outbox.put(msg.identity, P.RUN_ACCEPTED, {"run_id": run.run_id, "name": run.name,
-                                                       "path": str(run.rundir.path)})
+        self.outbox.put(
+            msg.identity,
+            P.RUN_ACCEPTED,
+            {"run_id": run.run_id, "name": run.name, "path": str(run.rundir.path)},
+        )
         self.emit(run, {"kind": "state", "state": "PENDING"})
         self.schedule()
 
@@ -315,8 +367,9 @@ class Head(NodeEvents, ClientRequests, RunRecords):
             try:
                 self.on_task_event(event)
             except Exception:  # noqa: BLE001
-                log.exception("error handling an event of run %s's rank %s", msg.content["run_id"],
-                              msg.content["rank"])
+                log.exception(
+                    "error handling an event of run %s's rank %s", msg.content["run_id"], msg.content["rank"]
+                )
 
     def on_task_done(self, msg: P.Message) -> None:
         self.on_task_events(msg)  # its last events, sent with it
@@ -331,7 +384,7 @@ class Head(NodeEvents, ClientRequests, RunRecords):
                 self.registry.forget_groups_with(worker.worker_id)  # see Worker.execute
             self.controller.rank_returned(run, rank, c["status"], c.get("error"), list(msg.buffers))
             if run.state not in TERMINAL and run.rundir.unwritten:
-                self.store.flush(run)   # its rows while its other ranks end, not after the last
+                self.store.flush(run)  # its rows while its other ranks end, not after the last
         self.schedule()
 
     # -- what the controller asks of the head (controller.Effects) ---------------

@@ -42,14 +42,7 @@ from .data_server import DataServer
 from .fork_requests import ForkRequests
 from .gpu_stats import GpuSampler
 from .head_watch import DISCONNECTED_S, HeadWatch
-from .host import (
-    _local_ip_for,
-    _rendezvous_dir,
-    _workers_tmp_dir,
-    node_cpus,
-    parse_args,
-    visible_gpus,
-)
+from .host import _local_ip_for, _rendezvous_dir, _workers_tmp_dir, node_cpus, parse_args, visible_gpus
 
 log = logging.getLogger("raynb.node")
 
