@@ -380,8 +380,9 @@ def test_header_best_and_the_column_name_different_things_differently():
     p.add_trial("t0", {"lr": 0.1})
     for it, acc in enumerate((0.9722, 0.9694), start=1):
         p.add_result("t0", {"training_iteration": it, "val_accuracy": acc})
-    assert "best trial t0 by latest val_accuracy (max): 0.9694" in p.status_line()
-    assert "best trial <b>t0</b> by latest val_accuracy" in p.header_html()
+    line = "best trial t0 by last result: val_accuracy 0.9694 (max val_accuracy 0.9722)"
+    assert line in p.status_line()
+    assert "best trial <b>t0</b> by last result: val_accuracy 0.9694" in p.header_html()
     df = p.dataframe()
     assert list(df.columns[-2:]) == ["val_accuracy", "max val_accuracy"]
     assert (df.loc[0, "val_accuracy"], df.loc[0, "max val_accuracy"]) == (0.9694, 0.9722)
