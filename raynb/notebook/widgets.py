@@ -142,9 +142,7 @@ class ProgressPane:
             layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"),
         )
         # The curve's place is kept from the start: the pane does not grow when it appears.
-        self.plot_box = W.Box(
-            [self.plot], layout=W.Layout(min_height=f"{PLOT_HEIGHT_PX}px", min_width=f"{PLOT_WIDTH_PX}px")
-        )
+        self.plot_box = W.Box([self.plot], layout=W.Layout(min_height=f"{PLOT_HEIGHT_PX}px"))
         body = W.HBox([left, self.plot_box], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
         # Without widgets (jupyter console), the pane reads as the text view's status line.
         self.widget = TextVBox([self.header, body, self.notes_html], text=_text_view(progress).status_line)
