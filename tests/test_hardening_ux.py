@@ -229,7 +229,7 @@ def test_every_display_reads_as_text_without_widgets(kernel):
         text = c["data"].get("text/plain", "")
         assert re.match(r"\[ray_train_\S+\] (PENDING|RUNNING|FINISHED)", text), text
     final = shown[-1]["data"]["text/plain"].splitlines()
-    assert re.match(r"\[ray_train_\S+\] FINISHED in [\d.]+s \| epoch 3/3$", final[0]), final
+    assert re.match(r"\[ray_train_\S+\] FINISHED in [\d.]+s \| epochs done 3/3$", final[0]), final
     assert "  metrics: loss=0.3333" in final[1]
 
     msgs = kernel.run(TUNE_CELL)
@@ -257,7 +257,7 @@ def test_no_total_shows_a_counter_and_no_full_bar():
     for rank in (0, 1):  # step 10 of an unknown 240: not a full bar
         assert pane.bars[rank].value < pane.bars[rank].max
         assert pane._bar_labels[rank].value.startswith("10 steps (no total)")
-    assert "step 10" in pane.header.value
+    assert "steps done 10" in pane.header.value
     assert "width:0%" in p.summary_html(plot=False) and "10 steps (no total)" in p.summary_html(plot=False)
     pane.finish()
 
@@ -380,8 +380,9 @@ def test_header_best_and_the_column_name_different_things_differently():
     p.add_trial("t0", {"lr": 0.1})
     for it, acc in enumerate((0.9722, 0.9694), start=1):
         p.add_result("t0", {"training_iteration": it, "val_accuracy": acc})
-    assert "best trial t0 by latest val_accuracy (max): 0.9694" in p.status_line()
-    assert "best trial <b>t0</b> by latest val_accuracy" in p.header_html()
+    line = "best trial t0 by last result: val_accuracy 0.9694 (max val_accuracy 0.9722)"
+    assert line in p.status_line()
+    assert "best trial <b>t0</b> by last result: val_accuracy 0.9694" in p.header_html()
     df = p.dataframe()
     assert list(df.columns[-2:]) == ["val_accuracy", "max val_accuracy"]
     assert (df.loc[0, "val_accuracy"], df.loc[0, "max val_accuracy"]) == (0.9694, 0.9722)

@@ -90,7 +90,6 @@ LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/cluster/node/agent.py:serve": "the node agent's poll loop",
     "raynb/cluster/worker/task_loop.py:execute": "a task's life on the rank, in order, on the hot path",
     "raynb/notebook/magics.py:ray_train": "the %%ray_train cell, option by option",
-    "raynb/notebook/trial_table_render.py:plot_png": "one matplotlib figure, drawn in order",
     "raynb/notebook/tune_magic.py:ray_tune": "the %%ray_tune cell, option by option",
     "raynb/train/batch_inference.py:map_batches_on_workers": "one fan-out, step by step",
     "raynb/train/run.py:execute_run": "one fit, step by step",

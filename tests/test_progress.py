@@ -58,7 +58,7 @@ def test_epoch_progress_against_total_and_silent_rank():
     run_epochs(p, world=2, epochs=3)
     assert p.rank_progress == {0: (3, 10), 1: (3, 10), 2: (0, 10)}
     assert p.progress_unit == "epoch"
-    assert p.progress_text() == "epoch 0-3/10"  # rank 2 never reported
+    assert p.progress_text() == "epochs done 0-3/10"  # rank 2 never reported
     assert p.ranks == [0, 1, 2]
 
 
@@ -72,7 +72,7 @@ def test_step_and_iteration_progress_without_total():
     q = RunProgress("r", world_size=1)
     q.on_event(report(0, T0, epoch=4, training_iteration=9))
     assert q.rank_progress == {0: (5, None)}
-    assert q.progress_text() == "epoch 5"
+    assert q.progress_text() == "epochs done 5"
 
 
 def test_latest_metrics_are_rank0_and_ignore_late_old_reports():
@@ -207,7 +207,7 @@ def test_summary_html_is_static_escaped_and_has_the_plot():
     assert "data:image/png;base64," in out
     assert "data:image" not in p.summary_html(plot=False)
     lines = p.summary_lines()
-    assert lines[0].endswith("FINISHED in 4.0s | epoch 3/3")
+    assert lines[0].endswith("FINISHED in 4.0s | epochs done 3/3")
     assert "loss=0.3333" in lines[1] and "acc=0.7" in lines[1]
 
 
@@ -329,7 +329,7 @@ def test_pane_widgets_follow_the_model(shown):
     pane.handle(stats(T0 + 1, **{"0": {"pid": 7, "cpu_percent": 52.4, "rss": 180 * MiB}}))
     clock.t = 1.0  # past the throttle
     assert pane.refresh()
-    assert "RUNNING" in pane.header.value and "epoch 0-2/4" in pane.header.value
+    assert "RUNNING" in pane.header.value and "epochs done 0-2/4" in pane.header.value
     assert [(pane.bars[r].value, pane.bars[r].max) for r in range(3)] == [(2, 4), (2, 4), (0, 4)]
     assert "0.5" in pane.metrics_html.value and "acc" in pane.metrics_html.value
     assert bytes(pane.plot.value).startswith(PNG_MAGIC)
@@ -453,7 +453,9 @@ def test_pane_scrolls_many_ranks_instead_of_growing():
     assert all(row.layout.flex == "0 0 auto" for row in big.bars_box.children)
 
 
-def test_pane_forced_refresh_leaves_a_fresh_curve_to_the_trailing_one():
+def test_pane_forced_refresh_draws_the_reports_its_table_shows():
+    # A forced refresh (a note, a state) right after a render once left the curve to a
+    # trailing refresh while the table beside it moved on: curve and table disagreed.
     clock = FakeClock(0.0)
     p = RunProgress("r", world_size=1)
     pane = ProgressPane(p, min_interval_s=0.25, trailing=False, clock=clock)
@@ -465,9 +467,9 @@ def test_pane_forced_refresh_leaves_a_fresh_curve_to_the_trailing_one():
     clock.t = 1.05
     pane.handle({"kind": "note", "text": "checkpoint saved", "time": T0})  # forced
     assert "checkpoint saved" in pane.notes_html.value
-    assert pane.plot_renders == 1  # not a second render 50 ms later...
+    assert pane.plot_renders == 2 and bytes(pane.plot.value) == render_curve_png(*p.loss_series(), "loss")
     clock.t = 1.3
-    assert pane.refresh() and pane.plot_renders == 2  # ...the next refresh draws it
+    assert pane.refresh() and pane.plot_renders == 2  # nothing new: no second draw
 
 
 def test_pane_finish_renders_the_final_curve_once_for_pane_and_summary():
@@ -509,7 +511,9 @@ def test_text_progress_lines():
     assert lines[0] == "[txt] RUNNING"
     status = [line for line in lines if line.startswith("[txt] RUNNING 12.3s")]
     assert len(status) == 2, lines
-    assert status[-1] == "[txt] RUNNING 12.3s | epoch 3/10 | loss=0.231 val_acc=0.95 | rank0 52% 180 MiB"
+    assert (
+        status[-1] == "[txt] RUNNING 12.3s | epochs done 3/10 | loss=0.231 val_acc=0.95 | rank0 52% 180 MiB"
+    )
     assert "[txt] note: restart 1/3: rank 1 died" in lines
     # One FINISHED line: the summary's first (a terminal printed "FINISHED after" too).
     assert [line for line in lines if line.startswith("[txt] FINISHED")] == [p.summary_lines()[0]], lines
@@ -546,7 +550,7 @@ def test_text_status_line_stays_short_for_many_ranks():
     assert len(out.getvalue().splitlines()) == 1
     tp.handle(report(0, T0 + 1, epoch=0, loss=0.9, timestamp=T0))
     assert out.getvalue().splitlines()[-1] == (
-        "[big] RUNNING 3.0s | epoch 0-1/5 | loss=0.9 | 8 ranks 20-27% 250-257 MiB"
+        "[big] RUNNING 3.0s | epochs done 0-1/5 | loss=0.9 | 8 ranks 20-27% 250-257 MiB"
     )
 
 

@@ -32,4 +32,4 @@ def test_a_run_in_terminal_ipython_prints_one_finished_line(warm, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr
     finished = [line for line in r.stdout.splitlines() if re.match(r"\[ray_train_\S+\] FINISHED", line)]
-    assert len(finished) == 1 and " in " in finished[0] and "epoch 3/3" in finished[0], r.stdout
+    assert len(finished) == 1 and " in " in finished[0] and "epochs done 3/3" in finished[0], r.stdout

@@ -47,6 +47,7 @@ STATE_COLOURS = {
 BAR_COLOURS = {"FINISHED": "#43a047", "FAILED": "#e53935", "CANCELLED": "#fb8c00", "STOPPED": "#fb8c00"}
 MUTED = "color:#888"
 PLOT_WIDTH_PX = 360  # the loss curve is drawn at 2x this, for sharp high-DPI screens
+PLOT_HEIGHT_PX = 192  # its height at that width (the figure's 4.5 x 2.4 in)
 
 OUTPUT_TAIL_LINES = 20
 
@@ -116,8 +117,18 @@ def fmt_duration(seconds: float) -> str:
     return f"{h}h {m:02d}m {s:02d}s"
 
 
+def wants_log_y(ys: list) -> bool:
+    """True for a positive curve that falls over more than two decades (2.3 to 0.002)."""
+    return len(ys) > 1 and min(ys) > 0 and max(ys) / min(ys) > 100
+
+
 def render_curve_png(
-    xs: list, ys: list, label: str = "loss", size_in: tuple[float, float] = (4.5, 2.4), dpi: int = 160
+    xs: list,
+    ys: list,
+    label: str = "loss",
+    size_in: tuple[float, float] = (4.5, 2.4),
+    dpi: int = 160,
+    log_y: bool | None = None,
 ) -> bytes | None:
     """A line plot of ``ys`` against ``xs`` as PNG bytes, or None when there
     are fewer than two points or matplotlib is missing.
@@ -125,7 +136,9 @@ def render_curve_png(
     The default is drawn at twice the pixels it is shown at (`PLOT_WIDTH_PX`),
     so it stays sharp on high-DPI screens. A positive curve that falls over
     more than two decades (a loss from 2.3 to 0.002) gets a log y axis, where
-    the late, small improvements stay visible instead of hugging zero.
+    the late, small improvements stay visible instead of hugging zero; ``log_y``
+    True or False fixes the scale instead (a live view decides it once, so its
+    axis does not switch from linear to log in the middle of a run).
 
     Uses a bare ``Figure`` on the Agg canvas rather than pyplot, so the user's
     backend and pyplot's global figure list are left alone (and it is safe to
@@ -142,7 +155,7 @@ def render_curve_png(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     ax.plot(xs, ys, marker="." if len(xs) < 50 else None, linewidth=1.2, color="#1e88e5")
-    if len(ys) > 1 and min(ys) > 0 and max(ys) / min(ys) > 100:
+    if wants_log_y(ys) if log_y is None else (log_y and min(ys) > 0):
         ax.set_yscale("log")
     ax.set_xlabel("training_iteration")
     ax.set_ylabel(label)

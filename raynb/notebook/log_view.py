@@ -22,6 +22,7 @@ ALL = "all"
 TAIL_LINES = 200  # kept per rank, and for all ranks together
 MAX_LINE_CHARS = 2000  # a line never ended (progress dots) stops growing here
 _STDERR = "color:#c62828"
+LOG_HEIGHT_EM = 12  # fixed, not a max-height: the pane keeps its height as lines arrive
 
 
 class LogTail:
@@ -183,17 +184,27 @@ class LogView:
                 return False
             self._drawn = (which, self.model.version)
             self.redraws += 1
-            body = render_lines(self.model.lines(which), with_rank=which == ALL)
-            # column-reverse keeps the scroll at the newest line, as a terminal does
-            self.text.value = (
-                "<div style='display:flex;flex-direction:column-reverse;max-height:16em;"
-                "overflow:auto;border:1px solid #ddd;padding:2px 6px'>"
-                "<pre style='margin:0;font-size:12px;line-height:1.35;white-space:pre-wrap'>"
-                f"{body or '<i>no output yet</i>'}</pre></div>"
-            )
+            self.text.value = self._body_html(which)
             if self.model.version:
                 self.widget.layout.display = None
             return True
+
+    def _body_html(self, which) -> str:
+        """The selected tail as HTML in a box of fixed height (the pane must not grow
+        with each line). A rank that printed nothing while others did shows all ranks'
+        lines under a note: 'no output yet' above the cell's printed output misled."""
+        entries = self.model.lines(which)
+        note = ""
+        if not entries and which != ALL and self.model.lines(ALL):
+            entries, note = self.model.lines(ALL), f"<i>rank {which} printed nothing yet; all ranks:</i>\n"
+        body = render_lines(entries, with_rank=which == ALL or bool(note)) if entries else ""
+        # column-reverse keeps the scroll at the newest line, as a terminal does
+        return (
+            f"<div style='display:flex;flex-direction:column-reverse;height:{LOG_HEIGHT_EM}em;"
+            "overflow:auto;border:1px solid #ddd;padding:2px 6px'>"
+            "<pre style='margin:0;font-size:12px;line-height:1.35;white-space:pre-wrap'>"
+            f"{note}{body if entries else '<i>no output yet</i>'}</pre></div>"
+        )
 
     def _trailing_refresh(self) -> None:
         with self._lock:

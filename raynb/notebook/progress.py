@@ -365,7 +365,9 @@ class RunProgress:
         return [(k, m[k]) for k in keys if not (compact and k in BOOKKEEPING_KEYS)]
 
     def progress_text(self) -> str:
-        """E.g. 'epoch 3/10' or 'step 120' ('epoch 2-3/10' when ranks differ)."""
+        """E.g. 'epochs done 3/10' or 'steps done 120' ('epochs done 2-3/10' when ranks
+        differ). A count of what is done, not an index: the report's own ``epoch`` key
+        (0-based) next to 'epoch 3/10' read as a different epoch."""
         prog = self.rank_progress
         if not prog:
             return ""
@@ -373,7 +375,15 @@ class RunProgress:
         lo, hi = min(dones), max(dones)
         total = next((t for _, t in prog.values() if t), None)
         span = str(hi) if lo == hi else f"{lo}-{hi}"
-        return f"{self.progress_unit} {span}" + (f"/{total}" if total else "")
+        return f"{self.progress_unit}s done {span}" + (f"/{total}" if total else "")
+
+    def plot_frame(self) -> tuple[list, list, str, list[tuple[str, Any]], int]:
+        """(xs, ys, loss key, ordered_metrics(), report_count) read together under the
+        model's lock: the curve's last point and the metrics table beside it come from
+        the same reports, whatever the event thread adds meanwhile."""
+        with self._lock:
+            xs, ys = self.loss_series()
+            return xs, ys, self.loss_key() or "loss", self.ordered_metrics(), self.report_count
 
     # ------------------------------------------------------------- summaries
     def summary_lines(self) -> list[str]:

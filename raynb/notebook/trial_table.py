@@ -10,13 +10,14 @@ matplotlib (Agg canvas, no pyplot) draws the metric curves.
 Trials are ranked by the *latest* value of the metric, as Ray Tune's reporter
 and ``ResultGrid.get_best_result(scope="last")`` rank them, so the highlighted
 trial is the one `get_best_result()` returns: the header names it "best trial ...
-by latest <metric>". The best value a trial ever reported is the column named by
-what it is, ``max <metric>`` (``min <metric>`` for mode min): the header's 0.9694
-and that column's 0.9722 are different numbers and no longer share a name.
+by last result" and gives its two values under their columns' names, ``<metric>`` (the
+last) and ``max <metric>`` (``min <metric>`` for mode min: the best it ever reported), so
+a header value that goes down during a run is not read as the max beside it.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -210,6 +211,18 @@ class TuneProgress:
         return a > b if self.mode == "max" else a < b
 
     # ------------------------------------------------------------- reads
+    def frame(self) -> "TuneProgress":
+        """A copy whose trials, notes and counters are frozen as they are now (the
+        clock still runs, for the elapsed time): one frame's header, table and plot
+        drawn from it agree, whatever the driver adds meanwhile. Mid-run, the legend's
+        best trial was once not the table's ★ row, and the best curve lagged its iter."""
+        with self._lock:
+            frozen = copy.copy(self)
+            frozen._trials = {k: r.snapshot() for k, r in self._trials.items()}
+            frozen._notes = list(self._notes)
+        frozen._lock = threading.RLock()
+        return frozen
+
     def rows(self) -> list[TrialRow]:
         """Snapshots of every trial, best first: trials with a metric value by
         their latest value (ascending for min, descending for max), then the
@@ -313,7 +326,9 @@ class TuneProgress:
 
     def status_line(self) -> str:
         """E.g. ``16 trials: 4 RUNNING, 10 TERMINATED, 2 STOPPED | 12.3s | workers 4/4 |
-        best trial 3f2a_00004 by latest val_loss (min): 0.1234``."""
+        best trial 3f2a_00004 by last result: val_loss 0.1234 (min val_loss 0.1201)``: the
+        ranking's scope named (each trial's last result, as ``get_best_result()``), and each
+        value by its column's name (the last value; the best it ever reported)."""
         counts = self.counts
         n = self.num_trials
         parts = [
@@ -326,7 +341,10 @@ class TuneProgress:
         best = self.best_trial_id
         if best is not None:
             row = self._trials[best]
-            parts.append(f"best trial {best} by latest {self.metric} ({self.mode}): {fmt_value(row.latest)}")
+            parts.append(
+                f"best trial {best} by last result: {self.metric} {fmt_value(row.latest)}"
+                f" ({self.best_column} {fmt_value(row.best)})"
+            )
         return " | ".join(parts)
 
     @property

@@ -115,9 +115,10 @@ def header_html(p) -> str:
     parts.append(f"workers {in_use}/{total} in use")
     best = p.best_trial_id
     if best is not None:
+        row = p._trials[best]
         parts.append(
-            f'best trial <b>{e(best)}</b> by latest {e(p.metric)} <span style="{MUTED}">'
-            f"({e(p.mode)})</span>: {e(fmt_value(p._trials[best].latest))}"
+            f"best trial <b>{e(best)}</b> by last result: {e(p.metric)} {e(fmt_value(row.latest))}"
+            f' <span style="{MUTED}">({e(p.best_column)} {e(fmt_value(row.best))})</span>'
         )
     return " &middot; ".join(parts)
 
@@ -144,6 +145,16 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
 
     Uses a bare ``Figure`` on the Agg canvas (no pyplot, so the user's
     backend and figure list are untouched and any thread may call it)."""
+    fig = plot_figure(p, size_in, dpi)
+    if fig is None:
+        return None
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def plot_figure(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160):
+    """`plot_png`'s ``matplotlib.figure.Figure`` (laid out, not saved), or None."""
     if not p.metric:
         return None
     rows = [r for r in p.rows() if r.series]
@@ -151,7 +162,6 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
         return None
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.collections import LineCollection
         from matplotlib.figure import Figure
         from matplotlib.lines import Line2D
     except ImportError:
@@ -160,37 +170,7 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
     fig = Figure(figsize=size_in, dpi=dpi)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    cmap = fig.colormaps["tab10"] if hasattr(fig, "colormaps") else None
-    if cmap is None:
-        import matplotlib
-
-        cmap = matplotlib.colormaps["tab10"]
-    # One LineCollection per kind: hundreds of trials draw as fast as one line.
-    groups: dict[str, tuple[list, list]] = {"STOPPED": ([], []), "ERROR": ([], []), "other": ([], [])}
-    single = []  # one-point trials: a marker, not an invisible segment
-    for r in rows:
-        if r.trial_id == best:
-            continue
-        kind = "STOPPED" if r.early_stopped else r.status if r.status in ("STOPPED", "ERROR") else "other"
-        if len(r.series) == 1:
-            single.append((r, kind))
-            continue
-        segs, colours = groups[kind]
-        segs.append(r.series)
-        colours.append(
-            STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
-        )
-    styles = {
-        "STOPPED": dict(linewidths=1.0, alpha=0.9, zorder=1),
-        "ERROR": dict(linewidths=1.0, linestyles="dashed", zorder=1),
-        "other": dict(linewidths=1.2, alpha=0.85, zorder=2),
-    }
-    for kind, (segs, colours) in groups.items():
-        if segs:
-            ax.add_collection(LineCollection(segs, colors=colours, **styles[kind]))
-    for r, kind in single:
-        colour = STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
-        ax.plot(*zip(*r.series), linestyle="none", marker="o", markersize=3, color=colour, zorder=2)
+    stopped = _draw_others(fig, ax, [r for r in rows if r.trial_id != best])
     handles = []
     if best is not None:
         xs, ys = zip(*next(r.series for r in rows if r.trial_id == best))
@@ -204,7 +184,7 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
             markersize=3,
             label=f"best {best}",
         )
-    if groups["STOPPED"][0] or any(k == "STOPPED" for _, k in single):
+    if stopped:
         handles.append(Line2D([], [], color=STOPPED_LINE, linewidth=1.0, label="stopped"))
     ax.autoscale_view()
     ys_all = [y for r in rows for _, y in r.series]
@@ -214,12 +194,51 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
     ax.set_xlabel("training_iteration")
     ax.set_ylabel(p.metric)
     ax.grid(True, alpha=0.3)
-    if handles:
-        ax.legend(handles=handles, fontsize="small", loc="best", frameon=False)
+    if handles:  # above the axes, never over a curve
+        ax.legend(
+            handles=handles,
+            fontsize="small",
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncol=len(handles),
+            frameon=False,
+            borderaxespad=0.2,
+        )
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
+    return fig
+
+
+def _draw_others(fig, ax, rows) -> bool:
+    """Every trial but the best: one LineCollection per kind (hundreds of trials draw
+    as fast as one line), one-point trials as markers. True if a stopped one was drawn."""
+    from matplotlib.collections import LineCollection
+
+    cmap = fig.colormaps["tab10"] if hasattr(fig, "colormaps") else None
+    if cmap is None:
+        import matplotlib
+
+        cmap = matplotlib.colormaps["tab10"]
+    groups: dict[str, tuple[list, list]] = {"STOPPED": ([], []), "ERROR": ([], []), "other": ([], [])}
+    single = []  # one-point trials: a marker, not an invisible segment
+    for r in rows:
+        kind = "STOPPED" if r.early_stopped else r.status if r.status in ("STOPPED", "ERROR") else "other"
+        colour = STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
+        if len(r.series) == 1:
+            single.append((r, kind, colour))
+            continue
+        groups[kind][0].append(r.series)
+        groups[kind][1].append(colour)
+    styles = {
+        "STOPPED": dict(linewidths=1.0, alpha=0.9, zorder=1),
+        "ERROR": dict(linewidths=1.0, linestyles="dashed", zorder=1),
+        "other": dict(linewidths=1.2, alpha=0.85, zorder=2),
+    }
+    for kind, (segs, colours) in groups.items():
+        if segs:
+            ax.add_collection(LineCollection(segs, colors=colours, **styles[kind]))
+    for r, kind, colour in single:
+        ax.plot(*zip(*r.series), linestyle="none", marker="o", markersize=3, color=colour, zorder=2)
+    return bool(groups["STOPPED"][0]) or any(k == "STOPPED" for _, k, _ in single)
 
 
 # ------------------------------------------------------------- summaries

@@ -77,7 +77,7 @@ class TuneTableText:
             self._print(self.final_rows, final=True)
 
     def _print(self, max_rows: int | None, final: bool) -> None:
-        p = self.progress
+        p = self.progress.frame()  # the status line and the table from one read of the trials
         self._printed_version = p.version
         notes = p.notes
         lines = [f"note: {n}" for n in notes[self._printed_notes :]]  # each note once

@@ -2,7 +2,9 @@
 
 The table (HTML widget) is rewritten at most every ``min_interval_s``, the
 metric plot (PNG bytes from matplotlib's Agg canvas in an ``Image`` widget) at
-most every ``plot_interval_s``, and only when the model changed; a throttled
+most every ``plot_interval_s``, and only when the model changed; new results
+wait for the plot, so the table and the curves of one frame come from one
+`TuneProgress.frame` and agree (the ★ row is the legend's best); a throttled
 change is drawn by a trailing timer so the last one is never lost. When tuning
 ends, `finish` replaces the pane with static HTML (every trial's row and the
 final plot inline), which a saved notebook shows without a kernel.
@@ -66,6 +68,7 @@ class TuneTablePane:
         self._last_tick = -float("inf")
         self._drawn_version = -1
         self._plotted_version = -1
+        self._frame: TuneProgress | None = None  # the frozen copy the pane shows
         self._handle = None
         self.finished = False
         self.redraws = 0
@@ -126,8 +129,9 @@ class TuneTablePane:
                 self._timer.cancel()
                 self._timer = None
             self.progress.end()
-            self.summary = self.progress.summary_html(plot=True)
-            summary = TextHTML(self.summary, self.progress.summary_text())
+            final = self.progress.frame()  # the summary's table and plot from one read
+            self.summary = final.summary_html(plot=True)
+            summary = TextHTML(self.summary, final.summary_text())
             if self._handle is not None:
                 self._handle.update(summary)  # by display_id: in place, from any thread
             else:
@@ -136,35 +140,40 @@ class TuneTablePane:
 
     # ------------------------------------------------------------- parts
     def _redraw(self, now: float) -> None:
+        """One frame: header, table, plot and notes from one `TuneProgress.frame`. New
+        results wait until the plot may be drawn too (``plot_interval_s``): a table ahead
+        of its curve showed another best trial than the legend's, and an older iter."""
         p = self.progress
+        if p.results_version != self._plotted_version and now - self._last_plot < self.plot_interval_s:
+            self._schedule(self._last_plot + self.plot_interval_s - now)
+            return
+        frame = p.frame()
+        png = None
+        if frame.results_version != self._plotted_version:
+            # Rendered before any widget changes, so new numbers never sit beside an old curve.
+            png = frame.plot_png()
+            self._last_plot = now
+            self._plotted_version = frame.results_version
+            self.plot_renders += 1
+        self._frame = frame
         self._last_redraw = now
         self.redraws += 1
-        version, results_version = p.version, p.results_version
-        png = None
-        if results_version != self._plotted_version:
-            if now - self._last_plot >= self.plot_interval_s:
-                # Rendered before any widget changes, so new numbers never sit beside an old curve.
-                png = p.plot_png()
-                self._last_plot = now
-                self._plotted_version = results_version
-                self.plot_renders += 1
-            else:
-                self._schedule(self._last_plot + self.plot_interval_s - now)
-        self._drawn_version = version
+        self._drawn_version = frame.version
         self._last_tick = now
         self.header.value = self._header()
-        self.table.value = p.html_table(self.max_rows)
+        self.table.value = frame.html_table(self.max_rows)
         if png:
             self.plot.value = png
             self.plot.layout.display = None
-        self.notes.value = p.errors_html() + p.notes_html(last=5)
+        self.notes.value = frame.errors_html() + frame.notes_html(last=5)
 
     def _text(self) -> str:
-        p = self.progress
+        p = self._frame or self.progress.frame()
         return f"== Tune running: {p.status_line()} ==\n{p.text_table(self.max_rows)}"
 
     def _header(self) -> str:
-        return f"<div style='line-height:1.4'>{self.progress.header_html()}</div>"
+        """The header of the frame drawn last (its trials; the elapsed time runs on)."""
+        return f"<div style='line-height:1.4'>{(self._frame or self.progress).header_html()}</div>"
 
     def _schedule(self, delay: float) -> None:
         if not self.trailing or self._timer is not None or self.finished:

@@ -24,6 +24,7 @@ from IPython.display import display as ipy_display
 
 from .formatting import (
     MUTED,
+    PLOT_HEIGHT_PX,
     PLOT_WIDTH_PX,
     STATE_COLOURS,
     fmt_bytes,
@@ -31,6 +32,7 @@ from .formatting import (
     metrics_html,
     progress_label,
     render_curve_png,
+    wants_log_y,
 )
 from .log_view import LogView
 from .progress import RunProgress
@@ -115,8 +117,8 @@ class ProgressPane:
         self._lock = threading.RLock()  # handle() and the trailing timer may race
         self._timer: threading.Timer | None = None
         self._last_refresh = -float("inf")
-        self._last_render = -float("inf")
         self._plotted_reports = -1  # report_count when the plot was last drawn
+        self.log_y: bool | None = None  # the curve's scale, decided at its first draw
         self._handle = None  # IPython DisplayHandle, once displayed
         self.finished = False
         self._closing = False
@@ -139,7 +141,9 @@ class ProgressPane:
             [self.bars_box, self.metrics_html, self.stats_html],
             layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"),
         )
-        body = W.HBox([left, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
+        # The curve's place is kept from the start: the pane does not grow when it appears.
+        self.plot_box = W.Box([self.plot], layout=W.Layout(min_height=f"{PLOT_HEIGHT_PX}px"))
+        body = W.HBox([left, self.plot_box], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
         # Without widgets (jupyter console), the pane reads as the text view's status line.
         self.widget = TextVBox([self.header, body, self.notes_html], text=_text_view(progress).status_line)
         self.log_view = LogView(progress.world_size)  # each rank's recent output (log_view.py)
@@ -176,15 +180,17 @@ class ProgressPane:
             self._last_refresh = now
             self.refreshes += 1
             p = self.progress
-            # Render the plot (tens of ms) before touching any widget, so the
-            # browser does not show new numbers next to an old curve meanwhile.
-            png = self._render_plot(p, now, force)
+            # One read of the model feeds the curve and the table (the title's loss is
+            # the table's); the plot is rendered (tens of ms) before any widget changes,
+            # so the browser does not show new numbers next to an old curve meanwhile.
+            xs, ys, key, metrics, count = p.plot_frame()
+            png = self._render_plot(xs, ys, key, count)
             self._update_header(p)
             self._update_bars(p)
             self.metrics_html.value = (
                 f"<div style='line-height:1.4;margin:6px 0 2px 0'>"
-                f"{metrics_html(p.ordered_metrics(), limit=MAX_METRICS)}</div>"
-                if p.latest_metrics
+                f"{metrics_html(metrics, limit=MAX_METRICS)}</div>"
+                if metrics
                 else ""
             )
             self._update_stats(p)
@@ -212,7 +218,7 @@ class ProgressPane:
             # The last frame has every report: the final curve is drawn once, shown in the
             # pane's last refresh and reused by the summary that replaces it.
             xs, ys = self.progress.loss_series()
-            final_png = render_curve_png(xs, ys, self.progress.loss_key() or "loss")
+            final_png = render_curve_png(xs, ys, self.progress.loss_key() or "loss", log_y=self._scale(ys))
             self._closing = True  # the final refresh draws no curve of its own
             self.refresh(force=True)
             if final_png:
@@ -301,24 +307,26 @@ class ProgressPane:
                 )
             self._bar_labels[r].value = label
 
-    def _render_plot(self, p: RunProgress, now: float, force: bool) -> bytes | None:
+    def _render_plot(self, xs: list, ys: list, key: str, count: int) -> bytes | None:
         """The new loss-curve PNG, or None when there is nothing new to draw.
 
-        A throttled refresh is already spaced by ``min_interval_s``; a forced one
-        (state, note) that comes right after a render leaves the curve to a
-        trailing refresh instead of drawing twice in a row."""
-        if p.report_count == self._plotted_reports or self._closing:
+        Every refresh that shows new reports draws them, forced ones too: a state
+        change right after a render once left the last live frame's curve behind the
+        table beside it. Refreshes driven by reports are spaced by ``min_interval_s``."""
+        if count == self._plotted_reports or self._closing:
             return None  # nothing new to draw, or about to be replaced by the summary
-        if force and now - self._last_render < self.min_interval_s:
-            self._schedule(self.min_interval_s)
-            return None
-        xs, ys = p.loss_series()
-        self._plotted_reports = p.report_count
-        png = render_curve_png(xs, ys, p.loss_key() or "loss")
+        self._plotted_reports = count
+        png = render_curve_png(xs, ys, key, log_y=self._scale(ys))
         if png:
-            self._last_render = now
             self.plot_renders += 1
         return png
+
+    def _scale(self, ys: list) -> bool | None:
+        """The y scale (log or not), decided from the first curve drawn and kept: an
+        axis that switched from linear to log in the middle of a run read as a jump."""
+        if self.log_y is None and len(ys) > 1:
+            self.log_y = wants_log_y(ys)
+        return self.log_y
 
     def _update_stats(self, p: RunProgress) -> None:
         """One muted line with all workers together (each rank's own numbers are
