@@ -33,6 +33,25 @@ def drain_timeout_s() -> float:
         return DRAIN_TIMEOUT_S
 
 
+_SHOULD_CHECKPOINT_NOTED = []
+
+
+def _note_should_checkpoint(method: str, kwargs: dict) -> None:
+    """A callback set ``result["should_checkpoint"]`` (Ray's SHOULD_CHECKPOINT): in Ray the
+    trial then checkpoints; here the trial runs on a worker the driver's callbacks do not
+    reach, so say once that it checkpoints as its CheckpointConfig says."""
+    if method != "on_trial_result" or _SHOULD_CHECKPOINT_NOTED:
+        return
+    if (kwargs.get("result") or {}).get("should_checkpoint"):
+        _SHOULD_CHECKPOINT_NOTED.append(True)
+        print(
+            "raynb: a Callback set result['should_checkpoint'] (SHOULD_CHECKPOINT); on raynb a "
+            "driver callback cannot ask a running trial to checkpoint: trials checkpoint as "
+            "CheckpointConfig says, or when their own step() result sets should_checkpoint",
+            file=sys.stderr,
+        )
+
+
 class CallbackList:
     """An experiment's callbacks, run in order on a thread of their own.
 
@@ -137,6 +156,7 @@ class CallbackList:
                     method,
                     {"iteration": iteration, "trials": list(self._trials.values()), "trial": snap, **kwargs},
                 )
+                _note_should_checkpoint(method, kwargs)
             if self._queue.empty():
                 self._call("flush", {})
 

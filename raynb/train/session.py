@@ -63,6 +63,16 @@ class TrainContext:
         """The run directory, as Ray Train's trial directory (``get_storage_path()``)."""
         return self._task["path"]
 
+    def get_trial_resources(self):
+        """The trial's resources as a ``PlacementGroupFactory`` (Ray Tune's): one bundle per
+        rank of this run, each one CPU (a raynb worker is one process on one CPU slot) and,
+        where this worker was given CUDA devices, their count as ``GPU``."""
+        from .resources import PlacementGroupFactory
+
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        gpus = len([d for d in visible.split(",") if d.strip()])
+        return PlacementGroupFactory([{"CPU": 1, "GPU": gpus}] * self.get_world_size())
+
     def __repr__(self) -> str:
         return (
             f"TrainContext(world_rank={self.get_world_rank()}, local_rank={self.get_local_rank()}, "

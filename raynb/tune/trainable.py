@@ -103,7 +103,11 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
                     stopper is not None
                     and stopper("", {**result, "training_iteration": trainable._iteration})
                 )
-                due = (frequency and trainable._iteration % frequency == 0) or (ending and at_end)
+                due = (
+                    (frequency and trainable._iteration % frequency == 0)
+                    or (ending and at_end)
+                    or result.pop("should_checkpoint", False)  # ray.tune.result.SHOULD_CHECKPOINT
+                )
                 if due:
                     with tempfile.TemporaryDirectory(prefix="trainable_ckpt_") as d:
                         _save(trainable, d)

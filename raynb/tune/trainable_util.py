@@ -12,13 +12,13 @@ run at once).
 from __future__ import annotations
 
 import functools
-import numbers
 
 import cloudpickle
 
 from ..client import bulk
 from ..client.no_effect import accepted_no_effect
 from ..train.config import ScalingConfig
+from ..train.resources import PlacementGroupFactory
 
 # Objects that pickle to fewer bytes travel in each trial's payload (cheaper than a segment).
 SHARED_MIN_BYTES = 64 << 10
@@ -89,29 +89,6 @@ def _is_trainable_class(obj) -> bool:
     from .trainable import Trainable
 
     return isinstance(obj, type) and issubclass(obj, Trainable)
-
-
-class PlacementGroupFactory:
-    """Ray's per-trial resource request as bundles (``ray.tune.PlacementGroupFactory``):
-    ``PlacementGroupFactory([{"CPU": 1, "GPU": 1}])``. Read by :func:`with_resources`.
-
-    Raises:
-        ValueError: no bundles, or a bundle that is not a dict of amounts."""
-
-    def __init__(self, bundles: list, strategy: str = "PACK", *args, **kwargs):
-        if not bundles or not all(
-            isinstance(b, dict) and all(isinstance(v, numbers.Real) for v in b.values()) for b in bundles
-        ):
-            raise ValueError(f"PlacementGroupFactory({bundles!r}): give a list of dicts of resource amounts")
-        self.bundles, self.strategy = [dict(b) for b in bundles], strategy
-
-    @property
-    def required_resources(self) -> dict:
-        total: dict = {}
-        for b in self.bundles:
-            for k, v in b.items():
-                total[k] = total.get(k, 0) + v
-        return total
 
 
 def _scaling_of(resources) -> ScalingConfig:

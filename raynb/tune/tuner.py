@@ -193,8 +193,9 @@ class Tuner:
         scheduler.validate()
         self._search_alg = search_alg
         self._scheduler = scheduler
-        self._metric = tc.metric or search_alg.metric or scheduler.metric
-        self._mode = tc.mode or search_alg.mode or scheduler.mode
+        multi = isinstance(search_alg.metric, (list, tuple))  # multi-objective: no one best
+        self._metric = tc.metric or (None if multi else search_alg.metric) or scheduler.metric
+        self._mode = tc.mode or (None if multi else search_alg.mode) or scheduler.mode
         self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
         self._runner.name_creator, self._runner.dirname_creator = (
             tc.trial_name_creator,

@@ -1,1 +1,1 @@
-"""Framework callbacks that report to Tune (``ray.tune.integration``): ``xgboost``."""
+"""Framework callbacks that report to Tune (``ray.tune.integration``): ``xgboost``, ``lightgbm``."""

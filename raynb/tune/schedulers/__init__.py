@@ -1,10 +1,12 @@
-"""Trial schedulers (Ray Tune names): FIFO, ASHA, HyperBand, median stopping, PBT."""
+"""Trial schedulers (Ray Tune names): FIFO, ASHA, HyperBand, median stopping, PBT,
+and ResourceChangingScheduler (resources fixed on raynb)."""
 
 from .async_hyperband import ASHAScheduler, AsyncHyperBandScheduler
 from .fifo import FIFOScheduler
 from .hyperband import HyperBandScheduler
 from .median_stopping_rule import MedianStoppingRule
 from .pbt import PopulationBasedTraining
+from .resource_changing_scheduler import ResourceChangingScheduler
 from .trial_scheduler import CONTINUE, STOP, Exploit, TrialScheduler
 
 __all__ = [
@@ -18,4 +20,5 @@ __all__ = [
     "HyperBandScheduler",
     "MedianStoppingRule",
     "PopulationBasedTraining",
+    "ResourceChangingScheduler",
 ]

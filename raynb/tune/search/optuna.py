@@ -32,12 +32,17 @@ class OptunaSearch(Searcher):
     """Suggest configs with an Optuna sampler (TPE by default).
 
     Args:
-        space (dict | None): the search space; None takes the Tuner's ``param_space``.
+        space (dict | callable | None): the search space; None takes the Tuner's
+            ``param_space``. A define-by-run function ``f(optuna_trial) -> dict | None``
+            calls ``optuna_trial.suggest_*`` itself; the dict it returns (constants) joins
+            the config.
             Supported: uniform, quniform, loguniform, randint, qrandint, lograndint, choice
             and constants. Not supported (ValueError naming the key): grid_search,
             sample_from, randn, and quantized log ranges (qloguniform, qlograndint).
-        metric (str | None): the metric to optimize (or set in ``TuneConfig``).
-        mode ("min" | "max" | None): direction (or set in ``TuneConfig``).
+        metric (str | list[str] | None): the metric to optimize (or set in ``TuneConfig``);
+            a list: a multi-objective study (Pareto front), each trial told every value.
+        mode ("min" | "max" | list | None): direction (or set in ``TuneConfig``); a list,
+            one per metric, with a list of metrics.
         points_to_evaluate (list[dict] | None): configs to try first (enqueued in the study).
         sampler (optuna.samplers.BaseSampler | None): e.g. ``optuna.samplers.RandomSampler()``;
             None uses ``TPESampler(seed=seed)``.
@@ -58,12 +63,14 @@ class OptunaSearch(Searcher):
         sampler=None,
         seed: int | None = None,
     ):
-        if space is not None and not isinstance(space, dict):
+        if space is not None and not isinstance(space, dict) and not callable(space):
             raise TypeError(
-                f"OptunaSearch(space=...) takes a dict search space, got {type(space).__name__}; "
+                f"OptunaSearch(space=...) takes a dict search space or a define-by-run function "
+                f"f(optuna_trial) -> dict | None, got {type(space).__name__}; "
                 "pass metric= and mode= by keyword"
             )
         super().__init__(metric, mode)
+        self._define_by_run = space if callable(space) and not isinstance(space, dict) else None
         if sampler is not None and seed is not None:
             raise ValueError(
                 "OptunaSearch got both sampler= and seed=: seed the sampler you pass "
@@ -79,7 +86,7 @@ class OptunaSearch(Searcher):
         self._index_maps: dict[str, list] = {}
         self._study = None
         self._ot_trials: dict[str, Any] = {}
-        if space is not None:
+        if space is not None and self._define_by_run is None:
             self._set_space(space)
 
     @property
@@ -90,7 +97,7 @@ class OptunaSearch(Searcher):
         if not super().set_search_properties(metric, mode, config):
             return False
         if config and config is not self._space:  # the same space again: a cell re-run
-            if self._space is not None:
+            if self._space is not None or self._define_by_run is not None:
                 raise ValueError(
                     "the search space was given twice: to OptunaSearch(space=...) and to "
                     "Tuner(param_space=...); give it to one of them"
@@ -151,7 +158,7 @@ class OptunaSearch(Searcher):
 
     def _ensure_study(self):
         if self._study is None:
-            if not self._space:
+            if not self._space and self._define_by_run is None:
                 raise ValueError(
                     "OptunaSearch has no search space: pass Tuner(param_space=...) or OptunaSearch(space=...)"
                 )
@@ -160,8 +167,9 @@ class OptunaSearch(Searcher):
                     "OptunaSearch needs metric= and mode= ('min' or 'max'), given to "
                     "OptunaSearch or to TuneConfig"
                 )
-            direction = "minimize" if self._mode == "min" else "maximize"
-            self._study = self._optuna.create_study(sampler=self._sampler, direction=direction)
+            modes = self._mode if isinstance(self._mode, (list, tuple)) else [self._mode]
+            directions = ["minimize" if m == "min" else "maximize" for m in modes]
+            self._study = self._optuna.create_study(sampler=self._sampler, directions=directions)
             for point in self._points:
                 params = {}
                 for k, v in flatten(point).items():
@@ -171,6 +179,8 @@ class OptunaSearch(Searcher):
 
     def suggest(self, trial_id: str):
         study = self._ensure_study()
+        if self._define_by_run is not None:
+            return self._suggest_define_by_run(trial_id, study)
         ot_trial = study.ask(fixed_distributions=self._dists)
         self._ot_trials[trial_id] = ot_trial
         flat = dict(self._constants)
@@ -178,26 +188,56 @@ class OptunaSearch(Searcher):
             flat[k] = self._index_maps[k][v] if k in self._index_maps else v
         return unflatten(flat)
 
+    def _suggest_define_by_run(self, trial_id: str, study):
+        """Ray's define-by-run space: ``space(optuna_trial)`` calls ``trial.suggest_*`` and
+        returns None or a dict of constants added to the config."""
+        ot_trial = study.ask()
+        constants = self._define_by_run(ot_trial)
+        if constants is not None and not isinstance(constants, dict):
+            raise TypeError(
+                f"OptunaSearch(space={getattr(self._define_by_run, '__name__', 'f')}): a define-by-run "
+                f"function returns None or a dict of constants, got {type(constants).__name__}"
+            )
+        self._ot_trials[trial_id] = ot_trial
+        return unflatten({**flatten(constants or {}), **ot_trial.params})
+
+    @property
+    def _multi(self) -> bool:
+        return isinstance(self._metric, (list, tuple))
+
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         ot_trial = self._ot_trials.get(trial_id)
+        if self._multi or ot_trial is None:
+            return  # Optuna keeps intermediate values for single-objective studies only
         value = result.get(self._metric)
         step = result.get("training_iteration")
-        if ot_trial is not None and isinstance(value, (int, float)) and isinstance(step, int):
+        if isinstance(value, (int, float)) and isinstance(step, int):
             ot_trial.report(float(value), step)  # intermediate values, for Optuna's own tools
+
+    def _values(self, result: dict | None):
+        """The objective value(s) of ``result`` (a list when multi-objective); None if any is
+        missing or NaN."""
+        metrics = self._metric if self._multi else [self._metric]
+        values = [(result or {}).get(m) for m in metrics]
+        if not all(isinstance(v, (int, float)) and not math.isnan(v) for v in values):
+            return None
+        values = [float(v) for v in values]
+        return values if self._multi else values[0]
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         ot_trial = self._ot_trials.pop(trial_id, None)
         if ot_trial is None:
             return
-        TrialState = self._optuna.trial.TrialState
-        value = (result or {}).get(self._metric)
-        if error or not isinstance(value, (int, float)) or math.isnan(value):
-            self._study.tell(ot_trial, state=TrialState.FAIL)
+        values = None if error else self._values(result)
+        if values is None:
+            self._study.tell(ot_trial, state=self._optuna.trial.TrialState.FAIL)
         else:
-            self._study.tell(ot_trial, float(value))
+            self._study.tell(ot_trial, values)
 
     def add_evaluated_point(self, config: dict, result: dict | None, error: bool = False) -> None:
         """Tell the study about a trial run elsewhere (``Tuner.restore`` replays finished trials)."""
+        if self._define_by_run is not None:
+            return  # its distributions exist only inside the function's calls: nothing to replay
         optuna = self._optuna
         study = self._ensure_study()
         params = {}
@@ -206,13 +246,13 @@ class OptunaSearch(Searcher):
                 params[k] = self._index_maps[k].index(v) if k in self._index_maps else v
         if set(params) != set(self._dists):
             return  # not a point of this space
-        value = (result or {}).get(self._metric)
-        ok = not error and isinstance(value, (int, float)) and not math.isnan(value)
+        values = None if error else self._values(result)
+        ok = values is not None
         study.add_trial(
             optuna.trial.create_trial(
                 params=params,
                 distributions=self._dists,
-                value=float(value) if ok else None,
+                **({"values": values} if self._multi else {"value": values}),
                 state=optuna.trial.TrialState.COMPLETE if ok else optuna.trial.TrialState.FAIL,
             )
         )

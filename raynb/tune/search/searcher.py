@@ -12,15 +12,28 @@ from typing import Any
 _MODES = ("min", "max")
 
 
+def _check_metric_mode(owner: str, metric, mode) -> None:
+    """Ray's forms: one metric and mode, or (multi-objective) a list of each, as long."""
+    modes = mode if isinstance(mode, (list, tuple)) else [mode]
+    if any(m is not None and m not in _MODES for m in modes):
+        raise ValueError(f"{owner}(mode={mode!r}): use mode='min' or mode='max' (or a list of them)")
+    if isinstance(mode, (list, tuple)) != isinstance(metric, (list, tuple)) and None not in (metric, mode):
+        raise ValueError(f"{owner}(metric={metric!r}, mode={mode!r}): give both as lists, or neither")
+    if isinstance(mode, (list, tuple)) and isinstance(metric, (list, tuple)) and len(mode) != len(metric):
+        raise ValueError(f"{owner}(metric={metric!r}, mode={mode!r}): give one mode per metric")
+
+
 class Searcher:
     """Base class of search algorithms.
 
     Args:
         metric (str | None): the metric to optimize; may come later from ``TuneConfig``.
         mode ("min" | "max" | None): whether lower or higher is better.
+            Multi-objective searchers (``OptunaSearch``) take a list of metrics and a list
+            of modes, one each.
 
     Raises:
-        ValueError: ``mode`` is neither "min" nor "max".
+        ValueError: a ``mode`` neither "min" nor "max"; lists of different lengths.
     """
 
     #: ``suggest`` returns this when the algorithm will not suggest anything any more.
@@ -33,8 +46,7 @@ class Searcher:
     eager = False
 
     def __init__(self, metric: str | None = None, mode: str | None = None):
-        if mode is not None and mode not in _MODES:
-            raise ValueError(f"{type(self).__name__}(mode={mode!r}): use mode='min' or mode='max'")
+        _check_metric_mode(type(self).__name__, metric, mode)
         self._metric = metric
         self._mode = mode
 

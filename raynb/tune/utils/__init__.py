@@ -1,0 +1,1 @@
+"""Tune utilities (``ray.tune.utils``): ``mock_trainable.MyTrainableClass``."""
