@@ -57,3 +57,25 @@ def test_a_redraw_with_5000_trials_snapshots_only_the_rows_it_shows(monkeypatch)
     p.add_result("t00007", {"acc": 0.5})
     p.header_html(), p.html_table(30), p.text_table(20), p.status_line(), p.errors_html()
     assert len(taken) == 50, len(taken)  # 30 for the HTML table, 20 for the text one
+
+
+def test_the_plot_of_2000_one_report_trials_draws_them_as_one_scatter(monkeypatch):
+    from matplotlib.axes import Axes
+
+    p = TuneProgress("acc", "max", 2)
+    for i in range(2000):
+        p.add_trial(f"t{i}", {})
+        p.add_result(f"t{i}", {"acc": i / 2000})
+        p.set_status(f"t{i}", "TERMINATED")
+    calls = {"plot": 0, "scatter": 0}
+    for name in calls:
+        real = getattr(Axes, name)
+
+        def counted(self, *a, _name=name, _real=real, **k):
+            calls[_name] += 1
+            return _real(self, *a, **k)
+
+        monkeypatch.setattr(Axes, name, counted)
+    png = p.plot_png()
+    assert png and png.startswith(b"\x89PNG")
+    assert calls == {"plot": 1, "scatter": 1}, calls  # the best trial's line, everyone else's points

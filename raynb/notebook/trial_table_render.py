@@ -188,9 +188,13 @@ def plot_png(p, size_in: tuple[float, float] = (5.2, 3.0), dpi: int = 160) -> by
     for kind, (segs, colours) in groups.items():
         if segs:
             ax.add_collection(LineCollection(segs, colors=colours, **styles[kind]))
-    for r, kind in single:
-        colour = STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
-        ax.plot(*zip(*r.series), linestyle="none", marker="o", markersize=3, color=colour, zorder=2)
+    if single:  # one scatter for them all: a Line2D per trial made the plot grow with the sweep
+        colours = [
+            STOPPED_LINE if kind == "STOPPED" else "#e57373" if kind == "ERROR" else cmap(r.order % 10)
+            for r, kind in single
+        ]
+        xs, ys = zip(*(r.series[0] for r, _ in single))
+        ax.scatter(xs, ys, s=9, c=colours, marker="o", linewidths=0, zorder=2)
     handles = []
     if best is not None:
         xs, ys = zip(*next(r.series for r in rows if r.trial_id == best))
