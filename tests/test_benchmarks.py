@@ -163,3 +163,43 @@ def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
     assert out["every_flush"]["rewrites"] == 20 and out["bounded"]["rewrites"] < 20, out
     assert out["bounded"]["columns"] == out["every_flush"]["columns"] == 205  # none left out at 200
     assert out["ratio_total"] > 0 and out["machine"]["cpus"] >= 1
+
+
+def _run_quick(script: str, tmp_path, *extra: str, timeout: int = 300) -> dict:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-")] == []
+    return json.loads(proc.stdout)
+
+
+def test_scale_trials_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("scale_trials.py", tmp_path)
+    assert [s["trials"] for s in out["sweeps"]] == [10, 30]
+    for s in out["sweeps"]:
+        assert s["wall_s"] > 0 and s["per_trial_overhead_ms"] > 0, s
+        assert s["driver"]["rss_mib"] > 0 and s["head"]["rss_mib"] > 0 and s["head"]["cpu_s"] >= 0, s
+        assert s["experiment_dir"]["files"] >= s["trials"], s  # a directory per trial at least
+    assert [t["trials"] for t in out["table"]] == [10, 30] and all(t["update_us"] > 0 for t in out["table"])
+    assert out["overhead_ratio"] > 0 and out["table_ratio"] > 0
+    assert isinstance(out["machine"]["cpus"], int)
+
+
+def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("scale_data.py", tmp_path)
+    for kind in ("parquet", "in_memory"):
+        assert [m["mib"] for m in out[kind]] == [32, 64], out[kind]
+        for m in out[kind]:
+            assert m["rows"] == m["mib"] * 2**20 // 128, m  # every row once (128 bytes of features a row)
+            assert m["rows_s"] > 0 and m["mb_s"] > 0 and m["per_rank"]["peak_rss_mib"] > 0, m
+    assert out["ray_data"] == {"skipped": "not asked (--ray)"}

@@ -18,6 +18,7 @@ a header value that goes down during a run is not read as the max beside it.
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import Any, Callable, Iterable
 from ..train.callback import flatten as callback_flatten
 from . import trial_table_render as _render
 from .formatting import as_number, fmt_duration, fmt_value
+from .trial_table_index import TrialIndex
 from .trial_table_render import STATUS_COLOURS, STATUSES, _param_labels
 
 
@@ -117,6 +119,8 @@ class TuneProgress:
         self._clock = clock
         self._lock = threading.RLock()  # the driver writes while a timer thread may read
         self._trials: dict[str, TrialRow] = {}
+        self._index = TrialIndex(self.mode)  # order and counts, so a redraw reads only what it shows
+        self._seen_keys: dict[str, None] = {}  # every flattened config key, first seen first
         self._in_use = 0
         self._total = max(0, int(total_workers))
         self._notes: list[str] = []
@@ -132,9 +136,10 @@ class TuneProgress:
         with self._lock:
             row = self._trials.get(trial_id)
             if row is None:
-                self._trials[trial_id] = TrialRow(str(trial_id), flatten(config or {}), len(self._trials))
+                row = self._new_row(trial_id, flatten(config or {}))
             else:
                 row.config = flatten(config or {})
+            self._seen_keys.update(dict.fromkeys(row.config))
             self.version += 1
 
     def set_status(
@@ -151,7 +156,7 @@ class TuneProgress:
             raise ValueError(f"unknown trial status {status!r}; expected one of {', '.join(STATUSES)}")
         with self._lock:
             row = self._row(trial_id)
-            row.status = status
+            self._set_status(row, status)
             row.early_stopped = bool(early_stopped)
             row.error = str(error) if error is not None else (row.error if status == "ERROR" else None)
             self.version += 1
@@ -171,10 +176,11 @@ class TuneProgress:
             if t is not None:
                 row.time_total_s = float(t)
             if row.status == "PENDING":  # a report proves it runs
-                row.status = "RUNNING"
+                self._set_status(row, "RUNNING")
             value = as_number(metrics.get(self.metric)) if self.metric else None
             if value is not None:
-                row.latest = value
+                old, row.latest = row.latest, value
+                self._index.latest_changed(row, old)
                 row.series.append((row.iteration, value))
                 if row.best is None or self._better(value, row.best):
                     row.best = value
@@ -204,8 +210,17 @@ class TuneProgress:
     def _row(self, trial_id: str) -> TrialRow:
         row = self._trials.get(trial_id)
         if row is None:  # status or report before add_trial: show it rather than drop it
-            row = self._trials[trial_id] = TrialRow(str(trial_id), {}, len(self._trials))
+            row = self._new_row(trial_id, {})
         return row
+
+    def _new_row(self, trial_id: str, config: dict) -> TrialRow:
+        row = self._trials[trial_id] = TrialRow(str(trial_id), config, len(self._trials))
+        self._index.added(row)
+        return row
+
+    def _set_status(self, row: TrialRow, status: str) -> None:
+        old, row.status = row.status, status
+        self._index.status_changed(row, old)
 
     def _better(self, a: float, b: float) -> bool:
         return a > b if self.mode == "max" else a < b
@@ -228,32 +243,20 @@ class TuneProgress:
         their latest value (ascending for min, descending for max), then the
         rest in the order they were added. Without a mode: added order."""
         with self._lock:
-            rows = [r.snapshot() for r in self._trials.values()]
-        if self.mode is None:
-            return sorted(rows, key=lambda r: r.order)
-        sign = -1.0 if self.mode == "max" else 1.0
-        return sorted(
-            rows, key=lambda r: (r.latest is None, sign * r.latest if r.latest is not None else 0.0, r.order)
-        )
+            return [self._trials[t].snapshot() for t in self._index.in_table_order()]
 
     @property
     def best_trial_id(self) -> str | None:
         """The trial with the best latest metric value (None without metric/mode or values)."""
-        if self.mode is None:
-            return None
         with self._lock:
-            rows = [r for r in self._trials.values() if r.latest is not None]
-        if not rows:
-            return None
-        sign = -1.0 if self.mode == "max" else 1.0
-        return min(rows, key=lambda r: (sign * r.latest, r.order)).trial_id
+            return self._index.best_id()
 
     @property
     def counts(self) -> dict[str, int]:
         """status -> number of trials, for the statuses present, in `STATUSES` order."""
         with self._lock:
-            statuses = [r.status for r in self._trials.values()]
-        return {s: statuses.count(s) for s in STATUSES if s in statuses}
+            counts = self._index.counts
+            return {s: counts[s] for s in STATUSES if counts[s] > 0}
 
     @property
     def num_trials(self) -> int:
@@ -281,21 +284,15 @@ class TuneProgress:
     def errors(self) -> list[tuple[str, str]]:
         """(trial_id, error line) of the ERROR trials, in added order."""
         with self._lock:
-            return [
-                (r.trial_id, r.error or "failed")
-                for r in sorted(self._trials.values(), key=lambda r: r.order)
-                if r.status == "ERROR"
-            ]
+            rows = sorted((self._trials[t] for t in self._index.errors), key=lambda r: r.order)
+            return [(r.trial_id, r.error or "failed") for r in rows]
 
     def shown_param_keys(self) -> list[str]:
         """The config columns: `param_keys`, or every flattened key seen."""
         if self.param_keys:
             return list(self.param_keys)
-        seen: dict[str, None] = {}
         with self._lock:
-            for r in sorted(self._trials.values(), key=lambda r: r.order):
-                seen.update(dict.fromkeys(r.config))
-        return list(seen)
+            return list(self._seen_keys)
 
     # ------------------------------------------------------------- the table
     def dataframe(self, rows: list[TrialRow] | None = None):
@@ -356,20 +353,22 @@ class TuneProgress:
         """The rows a size-limited view shows, and the counts per status of the
         rest. The best trial and the RUNNING ones come first, then the best of
         the others; the shown rows keep the table's order."""
-        rows = self.rows()
-        if max_rows is None or len(rows) <= max_rows:
-            return rows, {}
-        best = self.best_trial_id
-        chosen: list[str] = [best] if best is not None else []
-        for want in (lambda r: r.status == "RUNNING", lambda r: True):
-            for r in rows:
+        with self._lock:
+            if max_rows is None or len(self._trials) <= max_rows:
+                return self.rows(), {}
+            index = self._index
+            best = index.best_id()
+            chosen: dict[str, None] = {best: None} if best is not None else {}
+            running = sorted((self._trials[t] for t in index.running), key=index.sort_key)
+            for tid in itertools.chain((r.trial_id for r in running), index.in_table_order()):
                 if len(chosen) >= max_rows:
                     break
-                if r.trial_id not in chosen and want(r):
-                    chosen.append(r.trial_id)
-        keep = set(chosen)
-        hidden = [r.status for r in rows if r.trial_id not in keep]
-        return [r for r in rows if r.trial_id in keep], {s: hidden.count(s) for s in STATUSES if s in hidden}
+                chosen[tid] = None
+            rows = sorted((self._trials[t].snapshot() for t in chosen), key=index.sort_key)
+            hidden = dict(index.counts)
+        for r in rows:
+            hidden[r.status] -= 1
+        return rows, {s: hidden[s] for s in STATUSES if hidden.get(s, 0) > 0}
 
     def text_table(self, max_rows: int | None = None) -> str:
         """The table as aligned text (pandas ``to_string``); the best trial's

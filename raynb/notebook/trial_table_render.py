@@ -236,8 +236,9 @@ def _draw_others(fig, ax, rows) -> bool:
     for kind, (segs, colours) in groups.items():
         if segs:
             ax.add_collection(LineCollection(segs, colors=colours, **styles[kind]))
-    for r, kind, colour in single:
-        ax.plot(*zip(*r.series), linestyle="none", marker="o", markersize=3, color=colour, zorder=2)
+    if single:  # one scatter for them all: a Line2D per trial made the plot grow with the sweep
+        xs, ys = zip(*(r.series[0] for r, _, _ in single))
+        ax.scatter(xs, ys, s=9, c=[colour for _, _, colour in single], marker="o", linewidths=0, zorder=2)
     return bool(groups["STOPPED"][0]) or any(k == "STOPPED" for _, k, _ in single)
 
 

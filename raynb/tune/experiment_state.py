@@ -28,6 +28,10 @@ from .trial import Trial
 STATE_FILE = "experiment_state.json"
 TUNER_FILE = "tuner.pkl"
 STATE_VERSION = 1
+# Rebuilding the file's text is one join over every trial; spacing the rebuilds by this many
+# times the last one's cost keeps them to 5% of the driver's time however many trials there are.
+REBUILD_SPACING = 19.0
+REBUILD_MAX_GAP_S = 5.0
 
 
 def experiment_dir(name: str, storage_path: str | None = None) -> Path:
@@ -72,7 +76,9 @@ class ExperimentState:
         header (dict): experiment-wide fields (name, metric, mode, num_samples, ...).
 
     Only trials marked with :meth:`mark` are serialized again, so building the file costs
-    one join of cached strings however many trials there are. The file itself is written
+    one join of cached strings; that join grows with the trials, so it is done at most once
+    every ``REBUILD_SPACING`` times its own cost (capped at ``REBUILD_MAX_GAP_S``), and always
+    at :meth:`close`. The file itself is written
     by a background thread (a rename on a busy disk can take milliseconds, which the driver
     loop should not wait for); if writes come faster than the disk takes them, only the
     latest state is written. :meth:`close` waits until it is on disk.
@@ -89,6 +95,9 @@ class ExperimentState:
         self._busy = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._next_build = 0.0  # time.monotonic() from which the next rebuild is due
+        self._unbuilt = False  # changes not yet in a rebuilt text
+        self.rebuilds = 0  # texts built so far (the test of the spacing reads it)
 
     def mark(self, trial: Trial) -> None:
         """``trial`` changed (status, config, checkpoint, error): serialize it at the next write."""
@@ -98,10 +107,13 @@ class ExperimentState:
 
     @property
     def dirty(self) -> bool:
-        return bool(self._dirty)
+        """Changes not yet in the file's text (marked trials, or a rebuild still due)."""
+        return bool(self._dirty) or self._unbuilt
 
-    def write(self, **header) -> None:
-        """Queue the state file for an atomic rewrite (tmp + rename) with ``header`` updated.
+    def write(self, force: bool = False, **header) -> None:
+        """Queue the state file for an atomic rewrite (tmp + rename) with ``header`` updated;
+        unless ``force``, a rewrite sooner than its spacing allows waits for a later call or
+        :meth:`close`.
 
         Raises:
             OSError: an earlier write failed (disk full, directory removed)."""
@@ -109,10 +121,18 @@ class ExperimentState:
         for tid, trial in self._dirty.items():
             self._entries[tid] = json.dumps(_trial_entry(trial), default=_json_default)
         self._dirty.clear()
+        self._unbuilt = True
+        t0 = time.monotonic()
+        if not force and t0 < self._next_build:
+            return
         head = json.dumps(
             {**self.header, "version": STATE_VERSION, "timestamp": time.time()}, default=_json_default
         )
         text = head[:-1] + ', "trials": [\n' + ",\n".join(self._entries[t] for t in self._order) + "\n]}\n"
+        now = time.monotonic()
+        self._next_build = now + min(REBUILD_MAX_GAP_S, (now - t0) * REBUILD_SPACING)
+        self._unbuilt = False
+        self.rebuilds += 1
         with self._cond:
             self._raise_error()
             self._pending_text = text
@@ -126,6 +146,8 @@ class ExperimentState:
 
         Raises:
             OSError: the last write failed."""
+        if self._unbuilt:
+            self.write(force=True)
         with self._cond:
             deadline = time.monotonic() + timeout
             while (self._pending_text is not None or self._busy) and self._error is None:

@@ -1,0 +1,166 @@
+"""How Tune's costs grow with the number of trials. Prints one JSON object.
+
+On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
+``RAYNB_STORAGE_PATH``; stopped at the end whatever happens), for each N of ``--trials``:
+
+- ``sweeps[i]``: ``Tuner(trivial, ...).fit()`` of N trivial trials (one report each) with
+  ``ASHAScheduler``, 2 at a time. ``wall_s``; ``per_trial_overhead_ms`` = wall / N (ms);
+  ``driver`` and ``head``: RSS after the sweep (MiB) and CPU seconds the sweep took
+  (user + system); ``experiment_dir``: bytes and file count of the sweep's directory.
+- ``table[i]``: the notebook's trial table model (`raynb.notebook.trial_table.TuneProgress`)
+  holding N trials, measured directly: ``update_us`` is one report (``add_result``) plus
+  what a live redraw reads (the header, the 30-row HTML table, errors and notes), median
+  of ``--updates`` updates, in microseconds.
+- ``overhead_ratio``, ``table_ratio``: the largest N's figure over the smallest's.
+
+Usage::
+
+    python benchmarks/scale_trials.py                   # 100 and 1000 trials
+    python benchmarks/scale_trials.py --trials 100,1000,10000
+    python benchmarks/scale_trials.py --quick           # 10 and 30 trials (the tests)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rerun_latency import machine_info, private_cluster  # noqa: E402
+
+WORKERS = 2
+
+
+def trivial(config):
+    """One report."""
+    from raynb.tune import report
+
+    report({"score": config["x"]})
+
+
+def _cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def _dir_size(path: str) -> tuple[int, int]:
+    size = files = 0
+    for root, _, names in os.walk(path):
+        for n in names:
+            try:
+                size += os.path.getsize(os.path.join(root, n))
+                files += 1
+            except OSError:
+                pass
+    return size, files
+
+
+def sweep(n: int, head: psutil.Process, storage: str) -> dict:
+    """One ASHA sweep of ``n`` trivial trials; its wall time, memory, CPU and directory."""
+    import raynb
+    from raynb import tune
+    from raynb.tune.schedulers import ASHAScheduler
+
+    me = psutil.Process()
+    cpu0, hcpu0 = _cpu_s(me), _cpu_s(head)
+    t0 = time.perf_counter()
+    grid = tune.Tuner(
+        trivial,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", num_samples=n, scheduler=ASHAScheduler(max_t=1, grace_period=1)
+        ),
+        run_config=raynb.RunConfig(name=f"scale-{n}", verbose=0),
+    ).fit()
+    wall = time.perf_counter() - t0
+    if grid.num_terminated != n:
+        raise RuntimeError(f"not every trial finished: {grid!r}")
+    size, files = _dir_size(os.path.join(storage, f"scale-{n}"))
+    return {
+        "trials": n,
+        "wall_s": round(wall, 3),
+        "per_trial_overhead_ms": round(wall / n * 1000, 3),
+        "driver": {"rss_mib": round(me.memory_info().rss / 2**20, 1), "cpu_s": round(_cpu_s(me) - cpu0, 2)},
+        "head": {
+            "rss_mib": round(head.memory_info().rss / 2**20, 1),
+            "cpu_s": round(_cpu_s(head) - hcpu0, 2),
+        },
+        "experiment_dir": {"bytes": size, "files": files},
+    }
+
+
+def table_update_us(n: int, updates: int) -> dict:
+    """One report into a `TuneProgress` of ``n`` trials and what a live redraw reads."""
+    from raynb.notebook.trial_table import TuneProgress
+
+    p = TuneProgress("score", "max", WORKERS)
+    for i in range(n):
+        p.add_trial(f"t_{i:05d}", {"lr": i * 1e-4, "width": i % 7})
+        p.set_status(f"t_{i:05d}", "TERMINATED")
+        p.add_result(f"t_{i:05d}", {"score": (i * 7919 % 1000) / 1000, "training_iteration": 1})
+    times = []
+    for k in range(updates):
+        tid = f"t_{(k * 31) % n:05d}"
+        t0 = time.perf_counter()
+        p.add_result(tid, {"score": (k % 997) / 997, "training_iteration": 2})
+        p.header_html(), p.html_table(30), p.errors_html(), p.notes_html(last=5)
+        times.append(time.perf_counter() - t0)
+    return {"trials": n, "update_us": round(statistics.median(times) * 1e6, 1), "updates": updates}
+
+
+def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:
+    import subprocess
+
+    from rerun_latency import _raynb_cli
+
+    import raynb
+    from raynb.cluster.connection_file import read_connection_file
+
+    subprocess.run(
+        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+    )
+    raynb.connect()
+    head = psutil.Process(read_connection_file()["pids"]["head"])
+    sweep(4, head, storage)  # warm-up: imports, process groups, the first directory
+    out: dict = {"sweeps": [], "table": []}
+    for n in sizes:
+        out["sweeps"].append(sweep(n, head, storage))
+        print(json.dumps(out["sweeps"][-1]), file=sys.stderr, flush=True)
+    raynb.disconnect()
+    out["table"] = [table_update_us(n, updates) for n in sizes]
+    first, last = out["sweeps"][0], out["sweeps"][-1]
+    out["overhead_ratio"] = round(last["per_trial_overhead_ms"] / first["per_trial_overhead_ms"], 2)
+    out["table_ratio"] = round(out["table"][-1]["update_us"] / out["table"][0]["update_us"], 2)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", default=None, help="trial counts, comma-separated (default 100,1000)")
+    ap.add_argument("--updates", type=int, default=None, help="table updates timed per size (default 200)")
+    ap.add_argument("--quick", action="store_true", help="10 and 30 trials, 20 table updates (seconds)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in (args.trials or ("10,30" if args.quick else "100,1000")).split(",")]
+    updates = args.updates or (20 if args.quick else 200)
+    if min(sizes) < 1 or updates < 1:
+        ap.error("--trials and --updates must be >= 1")
+    load0 = round(os.getloadavg()[0], 2)
+    with private_cluster() as (home, storage):
+        out = measure(sizes, updates, home, storage)
+    out["settings"] = {"trials": sizes, "updates": updates, "quick": args.quick, "workers": WORKERS}
+    out["machine"] = machine_info(load0, loadavg_at_end=open("/proc/loadavg").read().split()[:3])
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
