@@ -40,7 +40,7 @@ RUN = """
 import numpy as np
 import torch.distributed as dist
 from raynb import RunConfig, ScalingConfig, TorchTrainer
-from raynb.cluster import shm
+from raynb.cluster.node import shm
 from raynb.train import get_context, get_dataset_shard, report
 rows = (MIB << 20) // (64 * 4)
 x = np.random.default_rng(0).random((rows, 64), dtype=np.float32)

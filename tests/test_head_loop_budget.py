@@ -33,7 +33,7 @@ import sys, time
 from raynb.notebook.dashboard.gateway import ClusterGateway
 from raynb.cluster.connection_file import read_connection_file
 from raynb.cluster.protocol.control import Client
-from raynb.cluster import protocol as P
+from raynb.cluster.protocol import messages as P
 name, until = sys.argv[1], time.monotonic() + float(sys.argv[2])
 gw = ClusterGateway(timeout=30)
 info = read_connection_file()

@@ -19,8 +19,10 @@ def ok(shell, cell: str):
     return ok_cell(shell, cell)[1]
 
 
-def run_count(cluster) -> int:
-    return len(cluster.status()["runs"])
+def run_ids(cluster) -> set:
+    """The ids of the runs the head lists (its newest, up to its archive limit): a set
+    difference counts new runs where a length would stop growing at the limit."""
+    return {r["run_id"] for r in cluster.status()["runs"]}
 
 
 NOTEBOOK_DEFS = """
@@ -177,7 +179,7 @@ def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path)
         "lock = threading.Lock()\ngen = (i for i in range(3))\nfine = [1, 2]\n"
         "def helper():\n    with lock:\n        return 1\n",
     )
-    before = run_count(cluster)
+    before = run_ids(cluster)
     try:
         for body, name in [
             ("log_file.write('x')", "log_file"),
@@ -190,7 +192,7 @@ def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path)
             assert isinstance(err, raynb.UnpicklableError), (body, repr(err))
             assert err.name == name
             assert repr(name) in str(err)
-            assert run_count(cluster) == before, f"a run was submitted for {name}"
+            assert run_ids(cluster) == before, f"a run was submitted for {name}"
     finally:
         ip.user_ns["log_file"].close()
 
@@ -208,7 +210,7 @@ def test_unpicklable_variable_named_and_nothing_submitted(ip, cluster, tmp_path)
     ],
 )
 def test_bad_options_print_usage(ip, cluster, line, why):
-    before = run_count(cluster)
+    before = run_ids(cluster)
     with pytest.raises(UsageError) as ei:
         ip.run_cell_magic("ray_train", line, "x = 1\n")
     assert "usage: %%ray_train" in str(ei.value)
@@ -217,11 +219,11 @@ def test_bad_options_print_usage(ip, cluster, line, why):
     res, cap = run(ip, f"%%ray_train {line}\nx = 1\n")
     assert isinstance(res.error_in_exec, UsageError)
     assert "usage: %%ray_train" in cap.stdout + cap.stderr
-    assert run_count(cluster) == before
+    assert run_ids(cluster) == before
 
 
 def test_bad_out_and_config_are_usage_errors(ip, cluster):
-    before = run_count(cluster)
+    before = run_ids(cluster)
     with pytest.raises(UsageError, match="not a valid Python name"):
         ip.run_cell_magic("ray_train", "--out 1bad", "x = 1\n")
     with pytest.raises(UsageError, match="failed to evaluate"):
@@ -233,7 +235,7 @@ def test_bad_out_and_config_are_usage_errors(ip, cluster):
     assert "usage: %%ray_train" in str(res.error_in_exec) and "--all-ranks" in str(res.error_in_exec)
     shown = cap.stdout + cap.stderr
     assert shown.count("usage: %%ray_train") == 1, shown  # the help once (it was printed, then raised)
-    assert run_count(cluster) == before
+    assert run_ids(cluster) == before
 
 
 def test_ray_cluster_status_and_usage(ip, cluster):

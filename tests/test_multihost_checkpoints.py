@@ -110,7 +110,7 @@ def test_laptop_reads_a_checkpoint_on_the_heads_disk_through_the_head(hosts):
 
 
 TAMPERED = """
-    from raynb.cluster import protocol as P
+    from raynb.cluster.protocol import messages as P
     from raynb.cluster.storage.checkpoint_stream import TransferError, _Link, download_for_client
 
     c = raynb.connect(ADDRESS, key_file=KEY_FILE)
@@ -154,7 +154,7 @@ TAMPERED = """
     out["abs_path"] = refused(rid, good, path="/etc/passwd", offset=0)
     # a rank-style fetch (not a client) naming no rank or worker: refused, not a crash
     import zmq
-    from raynb.cluster import curve
+    from raynb.cluster.protocol import curve_auth as curve
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, P.routing_id("transfer", "w"))
     curve.secure_client(sock, c.info.get("curve"))

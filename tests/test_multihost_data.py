@@ -44,7 +44,7 @@ DATASET_RUN = (
     import torch
     import torch.distributed as dist
     from raynb import ScalingConfig, TorchTrainer, RunConfig
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
     from raynb.train import get_context, get_dataset_shard, report
 
     ROWS = %d
@@ -116,7 +116,7 @@ CAPTURED_RUN = (
     import numpy as np
     import torch.distributed as dist
     from raynb import ScalingConfig, TorchTrainer, RunConfig
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
     from raynb.train import get_context, report
 
     big = np.random.default_rng(1).random(%d, dtype=np.float32)
@@ -168,7 +168,7 @@ IDLE_NODE_RUN = """
     import numpy as np
     import torch.distributed as dist
     from raynb import ScalingConfig, TorchTrainer, RunConfig
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
     from raynb.train import get_dataset_shard, report
 
     ds = raynb.data.from_numpy({"x": np.zeros((%d, 64), dtype=np.float32)})
@@ -270,7 +270,7 @@ LOSES_ITS_HOST = """
     import torch
     import torch.distributed as dist
     from raynb import FailureConfig, RunConfig, ScalingConfig, TorchTrainer
-    from raynb.cluster import shm
+    from raynb.cluster.node import shm
     from raynb.train import get_context, get_dataset_shard, report
 
     x = np.zeros((%d, 64), dtype=np.float32)

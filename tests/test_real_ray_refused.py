@@ -83,14 +83,11 @@ def test_raynb_under_rays_names_and_ray_core_pass():
 
 
 def test_imports_inside_the_function_pass_while_raynb_serves_ray(monkeypatch):
-    class RaynbFinder:  # stands for raynb run's hook: an import finder of raynb's
-        def find_spec(self, *args):
-            return None
-
-    RaynbFinder.__module__ = "raynb.run_hook"
     import sys
 
-    monkeypatch.setattr(sys, "meta_path", [RaynbFinder(), *sys.meta_path])
+    from raynb.compat.ray_shim import RayFinder  # raynb run's hook, not installed: only listed
+
+    monkeypatch.setattr(sys, "meta_path", [RayFinder(), *sys.meta_path])
     fn, _ = _main_function("def fn(config):\n    import ray.train\n    return 1\n")
     dumps_payload(fn, {})
 

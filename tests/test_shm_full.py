@@ -21,7 +21,7 @@ DRIVER = r"""
 import json, os
 import numpy as np
 import raynb
-from raynb.cluster import shm
+from raynb.cluster.node import shm
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 

@@ -81,8 +81,9 @@ def _real_module_of(value) -> str | None:
 
 
 def _hook_active() -> bool:
-    """raynb serves ``ray.*`` in this process (an import finder of raynb's is installed)."""
-    return any(type(f).__module__.startswith("raynb") for f in sys.meta_path)
+    """raynb serves ``ray.*`` in this process: ``raynb.compat``'s finder is installed (other
+    finders of raynb's, such as the Lightning guard, serve other names)."""
+    return any(type(f).__module__ == "raynb.compat.ray_shim" for f in sys.meta_path)
 
 
 def _where(code: types.CodeType, lineno) -> str:
