@@ -184,6 +184,13 @@ def _train(config):
             open(config["flag"], "w").close()
             time.sleep(0.5)  # the peers' reports of the epoch before are in: it is committed
             os.kill(os.getpid(), signal.SIGKILL)
+        hold = config.get("hold_until")
+        if hold and epoch == 3 and ctx.get_world_size() < 4:
+            deadline = (
+                time.monotonic() + 120
+            )  # a node agent's start (its zygote imports torch) on a busy machine
+            while not os.path.exists(hold) and time.monotonic() < deadline:
+                time.sleep(0.05)
         time.sleep(config.get("sleep", 0.05))
         with tempfile.TemporaryDirectory() as d:
             if ctx.get_world_rank() == 0:
@@ -312,7 +319,10 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
             while not flag.exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
             node["proc"] = _start_node(info, "n2", 2)
+            _wait_node_ready("n2", 2)
+            ready.touch()  # the run, held at epoch 3 until now, goes on and sees the room
 
+        ready = tmp_path / "n2-ready"
         t = threading.Thread(target=join)
         t.start()
         try:
@@ -324,6 +334,7 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
                     "flag": str(flag),
                     "victim": -1,
                     "started": str(flag),
+                    "hold_until": str(ready),
                 },
                 scaling_config=ScalingConfig(num_workers=(1, 4), elastic_resize_monitor_interval_s=0.5),
                 run_config=RunConfig(verbose=1, storage_path=str(tmp_path / "r")),
@@ -363,6 +374,27 @@ def _wait_node_gone(info: dict, node_id: str, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while any(n["node_id"] == node_id for n in client.status()["nodes"]):
             assert time.monotonic() < deadline, f"the head still lists node {node_id}"
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+def _wait_node_ready(node_id: str, workers: int, timeout: float = 120.0) -> None:
+    """Until ``node_id`` has ``workers`` idle workers (asked on a connection of this thread's own)."""
+    from raynb.cluster.connection_file import read_connection_file
+    from raynb.cluster.protocol.control import Client
+
+    conn = read_connection_file()
+    client = Client(conn["address"], conn["key"].encode(), conn)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            idle = [
+                w for w in client.status()["workers"] if w.get("node_id") == node_id and w["state"] == "idle"
+            ]
+            if len(idle) >= workers:
+                return
+            assert time.monotonic() < deadline, f"node {node_id} has {len(idle)} idle workers"
             time.sleep(0.1)
     finally:
         client.close()

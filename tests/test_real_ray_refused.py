@@ -14,6 +14,8 @@ from raynb.client.real_ray import RealRayError
 from raynb.client.shipping import dumps_payload
 
 ray = pytest.importorskip("ray")
+import ray.train  # noqa: E402, F401 - real Ray, as a user's script imports it
+import ray.tune  # noqa: E402, F401
 
 
 def _main_function(source: str, name: str = "fn", **globals_):

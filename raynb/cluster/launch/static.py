@@ -16,8 +16,8 @@ import os
 from ...errors import ClusterError
 from ..connection_file import read_connection_file
 from ..netaddr import check_host, host_of, is_loopback
-from ..node.agent import RECONNECT_S, NodeAgent, default_max_workers, visible_gpus
-from ..node.host import check_worker_limit
+from ..node.agent import RECONNECT_S, NodeAgent, visible_gpus
+from ..node.host import check_worker_limit, default_max_workers
 from ..procutil import worker_sched_policy
 from ..protocol import messages as P
 from ..protocol.control import Client, KeyRefused
