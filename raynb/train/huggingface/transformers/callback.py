@@ -47,7 +47,10 @@ class RayTrainReportCallback(transformers.trainer_callback.TrainerCallback):
                 else None
             )
             checkpoint = None
-            if source is not None:
+            # Only the process that wrote it (``should_save``: world rank 0 by default) copies
+            # it: another rank would read the directory while rank 0 still writes into it. The
+            # other ranks report the same step without a checkpoint, as XGBoost's callback does.
+            if source is not None and args.should_save:
                 shutil.copytree(source, os.path.join(tmpdir, self.CHECKPOINT_NAME))
                 checkpoint = Checkpoint.from_directory(tmpdir)
             _session.report(metrics, checkpoint=checkpoint)
