@@ -166,6 +166,67 @@ def test_worker_death_resumes_from_checkpoint_without_losing_an_epoch(warm, tmp_
     assert dead not in {w["pid"] for w in st["workers"]}
 
 
+def _dies_right_after_its_report(config):
+    """Two epochs of reports, each on ``config['delay']`` s of work; rank 1 reports epoch 0 (without
+    a checkpoint: rank 0 writes it) and exits after a step's worth of Python, once.
+
+    (A process killed within a millisecond of a report may still take it along: zmq's own
+    I/O thread writes it to the connection. The epoch then runs again: at least once.)"""
+    import os
+    import tempfile
+    import time
+
+    import torch.distributed as dist
+
+    from raynb.train import Checkpoint, get_checkpoint, get_context, report
+
+    rank = get_context().get_world_rank()
+    ck = get_checkpoint()
+    start = 0 if ck is None else int(open(os.path.join(ck.path, "epoch")).read()) + 1
+    for epoch in range(start, 2):
+        time.sleep(config["delay"])
+        if rank == 0:
+            with tempfile.TemporaryDirectory() as d:
+                open(os.path.join(d, "epoch"), "w").write(str(epoch))
+                report({"epoch": epoch, "start": start}, checkpoint=Checkpoint.from_directory(d))
+            dist.barrier()
+        else:
+            dist.barrier()  # rank 0's report, with its checkpoint, is out
+            report({"epoch": epoch, "start": start})
+            if not os.path.exists(config["flag"]):
+                open(config["flag"], "w").close()
+                _busy_for(0.01)  # a step's worth of Python, holding the GIL
+                os._exit(3)
+
+
+def _busy_for(seconds: float) -> None:
+    import time
+
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2])
+def test_a_rank_killed_a_moment_after_its_report_does_not_take_the_report_along(warm, tmp_path, delay):
+    """The report that commits epoch 0's checkpoint is nearly rank 1's last act: the restart
+    resumes from that checkpoint rather than training epoch 0 again (``report`` returns once
+    its report is on the socket; the head fails a rank a moment after its node's word, so
+    that what it sent before it died is read first)."""
+    for i in range(3):  # a race, when the report waits in a queue the death empties
+        result = TorchTrainer(
+            _dies_right_after_its_report,
+            train_loop_config={"delay": delay, "flag": str(tmp_path / f"died{i}")},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=_quiet(max_failures=1),
+        ).fit()
+        assert len(result.failures) == 1, result.failures
+        rows = result.metrics_dataframe[["epoch", "start"]].values.tolist()
+        # Epoch 0 once (rank 0 may have reported epoch 1 too before the death stopped it);
+        # attempt 2 started at epoch 1, from epoch 0's checkpoint.
+        assert rows.count([0, 0]) == 1 and rows[-1] == [1, 1], rows
+
+
 def _dies_each_attempt(config):
     """Attempt n (counted by files in ``config['dir']``): rank deaths[n][0] dies its way."""
     import os

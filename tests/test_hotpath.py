@@ -463,6 +463,7 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
     head = P.Session(key, validate=True)
     for version, expected in (("2.2", ["task_done"]), ("2.1", ["task_events", "task_done"])):
         link.head_batches = event_batch.reads_batches(version)
+        link._sent = link._waiters = 0
         link._woken, link._outbox = (
             True,
             collections.deque(

@@ -143,13 +143,15 @@ def test_restored_run_resumes_from_the_lightning_checkpoint(warm, tmp_path):
 
 
 def _die_in_epoch_2(pl, marker):
-    """A callback that kills rank 1 at the start of epoch 2, once (``marker`` records it)."""
+    """A callback that kills rank 1 after the first batch of epoch 2, once (``marker``
+    records it): mid-epoch, as a preemption would, not the instant after the epoch's report
+    (which a death within a millisecond may take along: ``report`` is at least once)."""
     import os
 
     import raynb.train as train
 
     class Die(pl.Callback):
-        def on_train_epoch_start(self, trainer, pl_module):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             if (
                 trainer.current_epoch == 2
                 and train.get_context().get_world_rank() == 1

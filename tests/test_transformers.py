@@ -99,16 +99,18 @@ def _hf_train(config):
 
 
 def _die_in_epoch_1(transformers, marker):
-    """A callback that kills rank 1 as epoch 1 (the second) begins, once."""
+    """A callback that kills rank 1 after the first step of epoch 1 (the second), once:
+    mid-epoch, as a preemption would, not the instant after the epoch's report (which a
+    death within a millisecond may take along: ``report`` is at least once)."""
     import os
 
     import raynb.train as train
 
     class Die(transformers.TrainerCallback):
-        def on_epoch_begin(self, args, state, control, **kwargs):
+        def on_step_end(self, args, state, control, **kwargs):
             if (
                 state.epoch
-                and state.epoch >= 1
+                and state.epoch > 1
                 and train.get_context().get_world_rank() == 1
                 and not os.path.exists(marker)
             ):

@@ -20,6 +20,10 @@ from . import profiling
 from .checkpoint import Checkpoint
 from .report_metrics import plain_metrics
 
+# A report this long (s) after the rank's previous one is waited on until it is on the
+# socket (``report``): slower reports carry an epoch's worth of work, faster ones are steps.
+DURABLE_REPORT_GAP_S = 0.01
+
 
 class TrainContext:
     """Where this worker sits in the run (as ``ray.train.get_context()``)."""
@@ -180,6 +184,12 @@ def _require(what: str) -> dict:
     return task
 
 
+def _durable(state: dict, now: float, checkpoint) -> bool:
+    """Whether this report is waited on until it is on the socket (``report``)."""
+    last, state["last_report"] = state.get("last_report", 0.0), now
+    return checkpoint is not None or now - last >= DURABLE_REPORT_GAP_S
+
+
 def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None:
     """Report metrics for this step/epoch (``ray.train.report``).
 
@@ -198,8 +208,13 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
 
     Call it on every rank, the same number of times (as in Ray Train): a
     checkpoint is committed when all ranks reached the report that carries it.
-    Apart from copying a checkpoint, never blocks the training loop: the report
-    is queued to the worker's I/O thread.
+    The report is queued to the worker's I/O thread. One with a checkpoint, or one
+    ``DURABLE_REPORT_GAP_S`` (0.01 s) or more after this rank's previous report, returns
+    once it is handed to the socket (tens of microseconds), so that a rank killed soon
+    after (an epoch's report, then a preemption) does not take it along; per-step
+    reports and those in a task's first 0.02 s (``head_link.HANDOVER_S``) are not waited
+    on. A rank killed within a millisecond of its report may still lose it: the run
+    then resumes from the checkpoint before (at least once).
 
     Raises:
         TypeError: ``metrics`` is not a dict, or ``checkpoint`` is not a Checkpoint.
@@ -223,14 +238,16 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
         plain.setdefault("world_size", task["world_size"])
     state = task_context.state()
     index = state["reports"] = state.get("reports", 0) + 1  # this rank's reports in this attempt
-    event = {"kind": "report", "metrics": plain, "time": time.time(), "index": index}
+    now = time.time()
+    durable = _durable(state, now, checkpoint)
+    event = {"kind": "report", "metrics": plain, "time": now, "index": index}
     if checkpoint is not None:
         event["checkpoint"] = (
             _stream_checkpoint(task, checkpoint, index)
             if task.get("stream_checkpoints")
             else _stage_checkpoint(task, checkpoint, index)
         )
-    task_context.emit(event)
+    task_context.emit(event, wait=durable)
     profiling.step_on_report()  # one report, one step of a RunConfig(profile=...) window
 
 

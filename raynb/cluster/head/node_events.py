@@ -37,6 +37,10 @@ SUSPECT_S = 1.5
 MIN_STATS_GAP_S = 0.2
 # How often the head walks its nodes for silent ones (s): a small part of the timeouts above.
 NODE_SCAN_S = 0.25
+# A worker's exit, told by its node agent, fails its rank this long (s) after it arrives, not
+# at once: what the worker sent just before it died (its last report, which may commit a
+# checkpoint) comes on its own connection and may be read after the node's word.
+EXIT_GRACE_S = 0.05
 
 
 def remote_node_timeout_s() -> float:
@@ -176,10 +180,20 @@ class NodeEvents:
         w = self.registry.remove_worker(c["worker_id"])
         how = c.get("reason") or describe_exit(c.get("exitcode"), c.get("signal"))
         log.info("worker %s (pid %s) %s", c["worker_id"], c["pid"], how)
-        if w is not None:
-            self._rank_lost(w, how, signal=signal_name(c.get("signal")), exitcode=c.get("exitcode"))
+        if w is not None and w.run_id is not None:
+            fields = {"signal": signal_name(c.get("signal")), "exitcode": c.get("exitcode")}
+            self.__dict__.setdefault("_exits_due", []).append(
+                (time.monotonic() + EXIT_GRACE_S, w, how, fields)
+            )
         self.pool.refill(c.get("node_id"))
         self.schedule()
+
+    def lose_exited_ranks(self, now: float) -> None:
+        """(each tick) Fail the ranks whose workers exited ``EXIT_GRACE_S`` ago or more."""
+        due = self.__dict__.get("_exits_due")
+        while due and due[0][0] <= now:
+            _, w, how, fields = due.pop(0)
+            self._rank_lost(w, how, **fields)
 
     def _rank_lost(self, w: WorkerInfo, how: str, **fields) -> None:
         """A worker died or vanished: the rank it held fails its run."""

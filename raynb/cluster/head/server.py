@@ -247,6 +247,7 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         now = time.monotonic()
         self.session.rejects.flush(due_only=True)
         self.refusal_log.flush(now)
+        self.lose_exited_ranks(now)
         for run in self.store.ticking():  # not the ended runs kept for raynb.runs()
             self.controller.tick(run)
             progress_relay.flush(run, self.emit, due_only=True)

@@ -41,6 +41,9 @@ HEARTBEAT_S = 1.0
 # it, so the first events (a report) wait this long at most, or ride in the task's end
 # (one message, no wake-up) when the function returns first; so does a cancel.
 HANDOVER_S = 0.02
+# How long (s) a ``send(wait=True)`` waits for the I/O thread to have sent its message: past
+# it the message still goes, later (a training loop is never held longer than this).
+SENT_WAIT_S = 0.5
 
 MAIN, LENT, IO = "main", "lent", "io"
 
@@ -74,6 +77,11 @@ class HeadLink:
         self._poller.register(self._pull, zmq.POLLIN)
         self._outbox: collections.deque = collections.deque()  # (msg_type, content, buffers) to send
         self._woken = False  # a wake-up frame for the link's owner is on its way
+        self._append_lock = threading.Lock()  # an outbox entry and its number, in one order
+        self._queued = 0  # messages ever put in the outbox
+        self._sent = 0  # ... and ever taken out of it and handed to the socket
+        self._sent_cond = threading.Condition()
+        self._waiters = 0  # threads waiting in send(wait=True)
         self.head_batches = False  # the head reads a task_done's events (event_batch.reads_batches)
         self._main_ident = threading.get_ident()
         self.owner = MAIN
@@ -88,12 +96,18 @@ class HeadLink:
         threading.Thread(target=self._io_loop, name="raynb-io", daemon=True).start()
 
     # -- sending (any thread) -------------------------------------------------
-    def send(self, msg_type: str, content: dict, buffers=()) -> None:
+    def send(self, msg_type: str, content: dict, buffers=(), wait: bool = False) -> None:
         """Queue a message for the head; the link's owner signs and sends it, in order.
 
         Costs the calling thread (a training loop's ``report()``) an append and, when the
         I/O thread owns the link and is not already woken, one empty inproc frame: no
         pickling, signing or socket I/O (those took ~40 µs of every report).
+
+        ``wait``: once the I/O thread owns the link, return only when it has handed the
+        message to the socket (a report the head must have even if this process dies soon
+        after, as a rank killed after its epoch's report would otherwise lose it); at most
+        ``SENT_WAIT_S``. Earlier in a task (lent), it waits in the outbox as any message:
+        a short task's report rides in its end, costing no message of its own.
 
         Raises:
             ValueError: the buffers are over ``RAYNB_MAX_MESSAGE_BYTES``; the head would
@@ -105,7 +119,10 @@ class HeadLink:
                 f"raynb cannot send a {msg_type} message of {size / 2**20:.0f} MiB: over the "
                 f"{limit / 2**20:.0f} MiB limit (RAYNB_MAX_MESSAGE_BYTES)"
             )
-        self._outbox.append((msg_type, content, buffers))
+        with self._append_lock:
+            self._outbox.append((msg_type, content, buffers))
+            self._queued += 1
+            number = self._queued
         # Lent: the I/O thread sends it when it takes the link, or the main thread with the
         # task's end. Owned by the main thread: sent now, when the main thread sends it.
         owner = self.owner
@@ -114,6 +131,23 @@ class HeadLink:
                 self.send_queued()
             return
         self._wake()
+        if wait and owner == IO:
+            self._wait_sent(number)
+
+    def _wait_sent(self, number: int) -> None:
+        """Wait until the ``number``-th queued message is on the socket (``SENT_WAIT_S`` at most)."""
+        with self._sent_cond:
+            self._waiters += 1
+            try:
+                self._sent_cond.wait_for(lambda: self._sent >= number, SENT_WAIT_S)
+            finally:
+                self._waiters -= 1
+
+    def _count_sent(self, taken: int) -> None:
+        self._sent += taken
+        if self._waiters:
+            with self._sent_cond:
+                self._sent_cond.notify_all()
 
     def _wake(self, again: bool = False) -> None:
         """Send the owner a wake-up frame, unless one is on its way (``again``: anyway)."""
@@ -137,6 +171,7 @@ class HeadLink:
 
         while outbox:
             msg_type, content, buffers = outbox.popleft()
+            taken = 1
             if msg_type == P.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
                 size = event_batch.event_bytes(content["event"])
@@ -149,6 +184,7 @@ class HeadLink:
                 ):
                     events.append(outbox.popleft()[1]["event"])
                     size += event_batch.event_bytes(events[-1])
+                    taken += 1
                 if (
                     self.head_batches
                     and outbox
@@ -158,10 +194,12 @@ class HeadLink:
                 ):
                     msg_type, content, buffers = outbox.popleft()
                     content = {**content, "events": events}
+                    taken += 1
                 elif len(events) > 1:
                     msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
             for frames in session.messages(msg_type, content, buffers):
                 P.send_frames(dealer, frames)
+            self._count_sent(taken)
 
     # -- owning the link --------------------------------------------------------
     def serve(self, until: Callable[[P.Message | None], bool]) -> P.Message | None:

@@ -15,15 +15,15 @@ import types
 from typing import Any, Callable
 
 _task: dict | None = None
-_emit: Callable[[dict], None] | None = None
+_emit: Callable[..., None] | None = None
 _state: dict[str, Any] = {}
 _at_end: list[Callable[[str], None]] = []
 
 
-def start(task: dict, emit: Callable[[dict], None]) -> None:
+def start(task: dict, emit: Callable[..., None]) -> None:
     """Enter a task: ``task`` is the head's ``run_task`` content (rank, world_size,
-    local_rank, path, attempt, checkpoint, ...); ``emit(event)`` queues an event
-    for the head without blocking."""
+    local_rank, path, attempt, checkpoint, ...); ``emit(event, wait=False)`` queues an
+    event for the head without blocking (``wait``: until it is on the socket)."""
     global _task, _emit, _state
     _task, _emit, _state = task, emit, {}
 
@@ -55,11 +55,15 @@ def current() -> dict | None:
     return _task
 
 
-def emit(event: dict) -> None:
-    """Send ``event`` (a dict with ``kind``) to the head, queued on the worker's I/O thread."""
+def emit(event: dict, wait: bool = False) -> None:
+    """Send ``event`` (a dict with ``kind``) to the head, queued on the worker's I/O thread;
+    ``wait``: return once it is on the socket, so that it survives this process's death."""
     if _emit is None:
         raise RuntimeError("no task is running on this process")
-    _emit(event)
+    if wait:
+        _emit(event, wait=True)
+    else:
+        _emit(event)
 
 
 def state() -> dict[str, Any]:

@@ -112,19 +112,20 @@ class Worker:
         return os.getpid() != self.pid
 
     # -- outgoing (any thread) ------------------------------------------------
-    def send(self, msg_type: str, content: dict, buffers=()) -> None:
+    def send(self, msg_type: str, content: dict, buffers=(), wait: bool = False) -> None:
         """Queue a message for the head (``HeadLink.send``: no signing or I/O here)."""
-        self.link.send(msg_type, content, buffers)
+        self.link.send(msg_type, content, buffers, wait)
 
-    def emit(self, event: dict) -> None:
-        """Send a progress event (report, output) for the current task."""
+    def emit(self, event: dict, wait: bool = False) -> None:
+        """Send a progress event (report, output) for the current task; ``wait``: return
+        once it is on the socket (``HeadLink.send``)."""
         task = self.current_task
         if task is None or self.forked():
             return
         if event.get("kind") != "output":
             self._output.send()  # the lines printed before a report arrive before it
         event.setdefault("time", time.time())
-        self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event})
+        self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event}, wait=wait)
         if self.threads.pending and threading.get_ident() == self._main_ident:
             self.threads.apply()
 
