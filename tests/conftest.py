@@ -15,6 +15,14 @@ import pytest
 
 from raynb.cluster.procutil import alive  # noqa: F401 - the tests import it from here
 
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def import_paths(test_file: str) -> list[str]:
+    """What a child Python (a second client, a kernel) puts first on ``sys.path`` to import
+    ``test_file``'s module by name and, through it, this conftest's helpers."""
+    return [os.path.dirname(os.path.abspath(test_file)), TESTS]
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _sigint_raises_keyboardinterrupt():

@@ -2,7 +2,7 @@
 
 A variable is read through :func:`get` at the moment it matters (not at import), so a
 test or a launcher that sets it before starting a process changes that process only.
-``tests/test_settings.py`` fails on a ``RAYNB_*`` name used anywhere in ``raynb/`` that is
+``tests/cluster/test_settings.py`` fails on a ``RAYNB_*`` name used anywhere in ``raynb/`` that is
 not declared here, and ``docs/environment.md`` is generated from this table
 (``python -m raynb.cluster.settings --markdown``).
 

@@ -1,0 +1,205 @@
+"""The benchmark scripts run and print well-formed JSON (no timing thresholds: the
+machines that run the tests are too noisy for that)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _processes_with_home_under(prefix: str) -> list[int]:
+    """Pids of live processes whose RAYNB_HOME lies under ``prefix``."""
+    pids = []
+    for p in psutil.process_iter():
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("RAYNB_HOME", "").startswith(prefix):
+                pids.append(p.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
+    # TMPDIR puts the benchmark's private RAYNB_HOME and storage under tmp_path, so
+    # what it leaves behind (files, processes) can be told from anyone else's.
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "rerun_latency.py"),
+            "--quick",
+            "--skip-torchrun",
+            "--busy-loops",
+            "1",
+            "--idle-ms",
+            "20",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+
+    assert isinstance(out["cold_start_s"], float) and out["cold_start_s"] > 0
+    warm = out["warm_rerun_ms"]
+    assert set(warm) >= {"median", "p90", "min", "n"}
+    for k in ("median", "p90", "min"):
+        assert isinstance(warm[k], float), (k, warm)
+    assert warm["n"] == 5
+    assert warm["median"] > 0
+    assert warm["min"] <= warm["median"] <= warm["p90"]
+    assert all(isinstance(v, float) for v in out["warm_split_ms"].values()), out["warm_split_ms"]
+    assert out["torchrun_s"] is None and out["speedup_vs_torchrun"] is None
+    # Side by side: the floor, and the floor with a relay where the head is.
+    for key in ("floor_ms", "floor_relay_ms"):
+        assert out[key]["n"] == 5 and 0 < out[key]["min"] <= out[key]["median"] <= out[key]["p90"], (
+            key,
+            out[key],
+        )
+    assert out["ratio_to_floor_relay"] == round(warm["median"] / out["floor_relay_ms"]["median"], 2)
+    assert out["settings"]["busy_loops"] == 1 and out["settings"]["idle_ms"] == 20
+    m = out["machine"]
+    assert isinstance(m["cpus"], int) and m["cpus"] >= 1
+    assert isinstance(m["python"], str) and isinstance(m["torch"], str)
+
+    # Its cluster was stopped and its temporary directories removed.
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+
+    resume = out["resume_s"]
+    assert resume["n"] == 3 and len(resume["all"]) == 3
+    assert 0 < resume["min"] <= resume["median"] <= resume["max"]
+    assert all(isinstance(v, float) for v in out["resume_split_ms"].values()), out["resume_split_ms"]
+    assert isinstance(out["resume_median_under_target"], bool)
+    total = out["total_time_s"]
+    for side in ("no_failure", "one_failure"):
+        assert len(total[side]["all"]) == 1 and total[side]["median"] > 0
+        # Both runs trained the digits CNN to the end, the killed one after a restart.
+        assert all(a >= 0.9 for a in total["final_val_accuracy"][side]), total
+    assert abs(total["ratio"] - total["one_failure"]["median"] / total["no_failure"]["median"]) < 0.002
+    assert out["torch_import_s"]["n"] == 1 and out["torch_import_s"]["median"] > 0
+    assert isinstance(out["machine"]["cpus"], int)
+
+    # Its cluster was stopped and its temporary directories removed.
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "report_cost.py"), "--quick"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    for key in ("rank_report_us", "floor_rank_report_us"):
+        s = out[key]
+        assert s["n"] == 200 and 0 < s["p50"] <= s["p99"] <= s["max"], (key, s)
+    cpu = out["head_client_cpu_us_per_report"]
+    assert set(cpu) == {"head", "client", "total", "per_report_step"} and all(
+        isinstance(v, float) for v in cpu.values()
+    )
+    assert set(out["split_ms"]) == {
+        "submit_to_rank0_fn_start",
+        "rank0_fn_start_to_first_report",
+        "last_report_to_result",
+    }
+    assert out["ratio_to_floor"] > 0 and isinstance(out["machine"]["load_avg_1m_at_end"], float)
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
+
+
+def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "progress_csv.py"), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["reports"] == 200
+    for policy in ("bounded", "every_flush"):
+        assert {"total_s", "worst_write_ms", "rewrites", "columns"} <= set(out[policy]), out[policy]
+    # every flush brought a new metric: the old policy rewrote at each, the bounded one did not
+    assert out["every_flush"]["rewrites"] == 20 and out["bounded"]["rewrites"] < 20, out
+    assert out["bounded"]["columns"] == out["every_flush"]["columns"] == 205  # none left out at 200
+    assert out["ratio_total"] > 0 and out["machine"]["cpus"] >= 1
+
+
+def _run_quick(script: str, tmp_path, *extra: str, timeout: int = 300) -> dict:
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
+        env.pop(k, None)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _processes_with_home_under(str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-")] == []
+    return json.loads(proc.stdout)
+
+
+def test_scale_trials_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("scale_trials.py", tmp_path)
+    assert [s["trials"] for s in out["sweeps"]] == [10, 30]
+    for s in out["sweeps"]:
+        assert s["wall_s"] > 0 and s["per_trial_overhead_ms"] > 0, s
+        assert s["driver"]["rss_mib"] > 0 and s["head"]["rss_mib"] > 0 and s["head"]["cpu_s"] >= 0, s
+        assert s["experiment_dir"]["files"] >= s["trials"], s  # a directory per trial at least
+    assert [t["trials"] for t in out["table"]] == [10, 30] and all(t["update_us"] > 0 for t in out["table"])
+    assert out["overhead_ratio"] > 0 and out["table_ratio"] > 0
+    assert isinstance(out["machine"]["cpus"], int)
+
+
+def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("scale_data.py", tmp_path)
+    for kind in ("parquet", "in_memory"):
+        assert [m["mib"] for m in out[kind]] == [32, 64], out[kind]
+        for m in out[kind]:
+            assert m["rows"] == m["mib"] * 2**20 // 128, m  # every row once (128 bytes of features a row)
+            assert m["rows_s"] > 0 and m["mb_s"] > 0 and m["per_rank"]["peak_rss_mib"] > 0, m
+    assert out["ray_data"] == {"skipped": "not asked (--ray)"}
