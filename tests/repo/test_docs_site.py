@@ -43,6 +43,8 @@ def test_the_readme_is_a_front_page():
     assert "raynb demo" in blocks[0] and "pytest" in blocks[1], "the README opens with its two commands"
     ci = (ROOT / ".ci" / "run").read_text()
     assert blocks[1].strip() in ci, "CI runs the README's test command verbatim"
+    pictures = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", readme)
+    assert len(pictures) == 1 and (ROOT / pictures[0]).is_file(), f"one picture of the pane: {pictures}"
 
 
 def test_the_generated_pages_are_current():
