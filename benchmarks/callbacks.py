@@ -35,7 +35,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _quantile, _raynb_cli, _summary_ms, machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster, quantile, raynb_cli, summary_ms  # noqa: E402
 
 MODES = ("none", "tensorboard", "mlflow")
 REPORT_TARGET_US = 20.0
@@ -78,7 +78,7 @@ def _us(ns: list[int]) -> dict:
     return {
         "mean": round(statistics.fmean(us), 2),
         "p50": round(statistics.median(us), 2),
-        "p99": round(_quantile(us, 0.99), 2),
+        "p99": round(quantile(us, 0.99), 2),
         "max": round(max(us), 2),
     }
 
@@ -89,7 +89,7 @@ def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, s
     from raynb.train.run import execute_run
 
     subprocess.run(
-        _raynb_cli() + ["start", "--workers", str(workers)],
+        raynb_cli() + ["start", "--workers", str(workers)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,
@@ -124,7 +124,7 @@ def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, s
             b["loop"].append(ret["loop_s"])
             b["ns"] += ret["ns"]
     raynb.disconnect()
-    out = {"warm_rerun_ms": {m: _summary_ms(warm[m]) for m in MODES}, "reports_1000": {}}
+    out = {"warm_rerun_ms": {m: summary_ms(warm[m]) for m in MODES}, "reports_1000": {}}
     for mode in MODES:
         b = big[mode]
         out["reports_1000"][mode] = {

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _raynb_cli, _torchrun_cli, machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster, raynb_cli, torchrun_cli  # noqa: E402
 
 WORKERS = 2
 
@@ -203,7 +203,7 @@ def _fresh(name: str, repeats: int) -> float | None:
         cmd = (
             [sys.executable, script]
             if name == "lightgbm"
-            else _torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
+            else torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
         )
         env = dict(os.environ, OMP_NUM_THREADS="1")
         for _ in range(repeats):
@@ -243,7 +243,7 @@ def main() -> None:
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
         subprocess.run(
-            _raynb_cli() + ["start", "--workers", str(WORKERS)],
+            raynb_cli() + ["start", "--workers", str(WORKERS)],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=300,

@@ -35,7 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from rerun_latency import machine_info  # noqa: E402
+from _common import machine_info  # noqa: E402
 
 from raynb.cluster.storage import progress_table  # noqa: E402
 from raynb.cluster.storage.rundir import RunDirectory  # noqa: E402

@@ -42,7 +42,7 @@ import time
 from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _quantile, _raynb_cli, machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
 
 WORKERS = 4
 KILL_RANK = 2
@@ -246,7 +246,7 @@ def _killed_run(fn, config, name: str, storage: str, kill_after_checkpoint: int)
 def _summary_s(xs: list[float]) -> dict:
     return {
         "median": round(statistics.median(xs), 3),
-        "p90": round(_quantile(xs, 0.9), 3),
+        "p90": round(quantile(xs, 0.9), 3),
         "min": round(min(xs), 3),
         "max": round(max(xs), 3),
         "n": len(xs),
@@ -367,7 +367,7 @@ def main(argv=None) -> int:
         import raynb
 
         subprocess.run(
-            _raynb_cli() + ["start", "--workers", str(WORKERS)],
+            raynb_cli() + ["start", "--workers", str(WORKERS)],
             check=True,
             stdout=subprocess.DEVNULL,
             timeout=300,

@@ -85,8 +85,8 @@ def _us_summary(ns: list[int]) -> dict:
     us = sorted(x / 1000 for x in ns)
     return {
         "mean": round(statistics.fmean(us), 2),
-        "p50": round(R._quantile(us, 0.5), 2),
-        "p99": round(R._quantile(us, 0.99), 2),
+        "p50": round(R.quantile(us, 0.5), 2),
+        "p99": round(R.quantile(us, 0.99), 2),
         "max": round(us[-1], 1),
         "n": len(us),
     }
@@ -105,7 +105,7 @@ def measure(reports: int, rounds: int) -> dict:
         return execute_run(reporting_fn, {"n": n}, ScalingConfig(num_workers=WORKERS), RunConfig(verbose=0))
 
     subprocess.run(
-        R._raynb_cli() + ["start", "--workers", str(WORKERS)],
+        R.raynb_cli() + ["start", "--workers", str(WORKERS)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,

@@ -48,8 +48,6 @@ import argparse
 import contextlib
 import json
 import os
-import platform
-import shutil
 import signal
 import statistics
 import subprocess
@@ -57,6 +55,17 @@ import sys
 import tempfile
 import textwrap
 import time
+
+from _common import (  # noqa: F401 - re-exported for scripts that import them from here
+    inode_create_us,
+    machine_info,
+    private_cluster,
+    quantile,
+    raynb_cli,
+    stop_cluster,
+    summary_ms,
+    torchrun_cli,
+)
 
 WORKERS = 4
 
@@ -102,145 +111,6 @@ def trivial_train_fn():
 
 
 # -- helpers --------------------------------------------------------------------------
-def _quantile(xs: list[float], q: float) -> float:
-    """The q-quantile with linear interpolation (numpy's default)."""
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def _summary_ms(xs_s: list[float], digits: int = 2) -> dict:
-    ms = [x * 1000 for x in xs_s]
-    return {
-        "median": round(statistics.median(ms), digits),
-        "p90": round(_quantile(ms, 0.9), digits),
-        "min": round(min(ms), digits),
-        "n": len(ms),
-    }
-
-
-def _raynb_cli() -> list[str]:
-    """The installed ``raynb`` command of this interpreter, else ``python -m raynb``."""
-    exe = os.path.join(os.path.dirname(sys.executable), "raynb")
-    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "raynb"]
-
-
-def _torchrun_cli() -> list[str]:
-    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    return [exe] if os.access(exe, os.X_OK) else [sys.executable, "-m", "torch.distributed.run"]
-
-
-def _cluster_pids(home: str) -> list[int]:
-    """The pids of the cluster that lives in ``home``: those its connection file names
-    (and their descendants) and any other process started with that ``RAYNB_HOME``
-    (covers a head interrupted before it wrote its connection file)."""
-    import psutil
-
-    pids: list[int] = []
-    try:
-        from raynb.cluster.connection_file import read_connection_file
-        from raynb.cluster.launch import cluster_pids
-
-        info = read_connection_file()
-        pids += cluster_pids(info) if info else []
-    except Exception:  # noqa: BLE001 - best effort: the scan below still finds them
-        pass
-    for p in psutil.process_iter():
-        try:
-            if p.pid != os.getpid() and p.environ().get("RAYNB_HOME") == home:
-                pids.append(p.pid)
-        except psutil.Error:
-            continue
-    return list(dict.fromkeys(pids))
-
-
-def _kill_leftovers(pids: list[int], home: str) -> list[int]:
-    """SIGKILL the cluster processes that outlived ``raynb stop``; returns who was left.
-
-    A pid is only killed while it still runs with this benchmark's ``RAYNB_HOME``
-    (never a reused pid that now belongs to someone else)."""
-    import psutil
-
-    left = []
-    for pid in pids:
-        try:
-            p = psutil.Process(pid)
-            if p.status() == psutil.STATUS_ZOMBIE or p.environ().get("RAYNB_HOME") != home:
-                continue
-            left.append(pid)
-            p.kill()
-        except psutil.Error:
-            pass
-    return left
-
-
-def stop_cluster(home: str) -> None:
-    """``raynb stop``, then make sure nothing of the cluster in ``home`` is left."""
-    from raynb.cluster.procutil import alive
-
-    pids = _cluster_pids(home)
-    try:
-        subprocess.run(_raynb_cli() + ["stop"], stdout=subprocess.DEVNULL, timeout=60)
-    finally:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and alive(pids):
-            time.sleep(0.1)
-        left = _kill_leftovers(pids + [p for p in _cluster_pids(home) if p not in pids], home)
-        if left:
-            print(f"warning: killed raynb processes left after `raynb stop`: {left}", file=sys.stderr)
-
-
-# -- the measurements -----------------------------------------------------------------
-@contextlib.contextmanager
-def private_cluster(base: str | None = None):
-    """A temporary RAYNB_HOME and storage path for this benchmark's own cluster, in
-    ``base`` (None: the system's temporary directory, ``$TMPDIR``); on exit (also on
-    SIGTERM) the cluster started in it is stopped and both are removed.
-
-    Yields (home, storage)."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still run the cleanup below
-    home = tempfile.mkdtemp(prefix="raynb-bench-home-", dir=base)
-    storage = tempfile.mkdtemp(prefix="raynb-bench-results-", dir=base)
-    os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=storage, RAYNB_PROGRESS="none")
-    os.environ.pop("RAYNB_KEY", None)
-    try:
-        try:
-            yield home, storage
-        finally:
-            stop_cluster(home)
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(storage, ignore_errors=True)
-
-
-def inode_create_us(directory: str | None = None, files: int = 100) -> float:
-    """CPU µs to create one empty file in a new directory under ``directory``: a run's
-    files are new inodes, and on ext4 their cost depends on the directory's block group
-    (13 µs to 1 ms on the VM measured, in the same file system), so the run figures
-    are read with it."""
-    with tempfile.TemporaryDirectory(prefix="raynb-bench-inode-", dir=directory) as d:
-        t = time.thread_time()
-        for i in range(files):
-            os.close(os.open(os.path.join(d, str(i)), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        return round((time.thread_time() - t) / files * 1e6, 1)
-
-
-def machine_info(load_at_start: float, **extra) -> dict:
-    """The machine a benchmark ran on, with the 1-minute load average at its start."""
-    return {
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": _torch_version(),
-        "platform": platform.platform(),
-        "load_avg_1m_at_start": load_at_start,
-        **extra,
-    }
-
-
 def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idle_s: float = 0.0) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig, TorchTrainer
@@ -255,7 +125,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
     out: dict = {}
     t0 = time.perf_counter()
     subprocess.run(
-        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        raynb_cli() + ["start", "--workers", str(WORKERS)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,
@@ -284,7 +154,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
             out.update(_timed_runs(fit, runs, floors, floor_runs, relay_runs, idle_s))
     if floor_runs:
         secs = [r["seconds"] for r in floor_runs]
-        out["floor_ms"] = _summary_ms(secs)
+        out["floor_ms"] = summary_ms(secs)
         med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
         out["floor_split_ms"] = {
             "submit_to_rank0_fn_start": med([r["reports"][0]["fn_start"] - r["wall0"] for r in floor_runs]),
@@ -294,7 +164,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
             "report_to_result": med([r["wall1"] - r["reports"][0]["timestamp"] for r in floor_runs]),
         }
         out["ratio_to_floor"] = round(out["warm_rerun_ms"]["median"] / out["floor_ms"]["median"], 2)
-        out["floor_relay_ms"] = _summary_ms([r["seconds"] for r in relay_runs])
+        out["floor_relay_ms"] = summary_ms([r["seconds"] for r in relay_runs])
         out["ratio_to_floor_relay"] = round(
             out["warm_rerun_ms"]["median"] / out["floor_relay_ms"]["median"], 2
         )
@@ -359,7 +229,7 @@ def _timed_runs(fit, runs: int, floors, floor_runs: list, relay_runs: list, idle
             if r["reports"][0]["sum"] != sum(range(1, WORKERS + 1)):
                 raise RuntimeError(f"a floor run went wrong: {r!r}")
             into.append(r)
-    out["warm_rerun_ms"] = _summary_ms(total)
+    out["warm_rerun_ms"] = summary_ms(total)
     med = lambda xs: round(statistics.median(xs) * 1000, 3)  # noqa: E731
     out["warm_split_ms"] = {
         "submit_to_rank0_fn_start": med(dispatch),
@@ -377,7 +247,7 @@ def measure_torchrun(runs: int) -> dict:
         script = os.path.join(d, "allreduce.py")
         with open(script, "w") as f:
             f.write(TORCHRUN_SCRIPT)
-        cmd = _torchrun_cli() + ["--standalone", "--nproc_per_node", str(WORKERS), script]
+        cmd = torchrun_cli() + ["--standalone", "--nproc_per_node", str(WORKERS), script]
         for _ in range(runs):
             t = time.perf_counter()
             proc = subprocess.Popen(
@@ -477,15 +347,6 @@ def main(argv=None) -> int:
     }
     print(json.dumps(report, indent=1))
     return 0
-
-
-def _torch_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torch")
-    except PackageNotFoundError:
-        return "?"
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster  # noqa: E402
 
 RANKS = 2
 FILE_MIB = 32

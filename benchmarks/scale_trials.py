@@ -32,7 +32,7 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster  # noqa: E402
 
 WORKERS = 2
 
@@ -117,13 +117,13 @@ def table_update_us(n: int, updates: int) -> dict:
 def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:
     import subprocess
 
-    from rerun_latency import _raynb_cli
+    from _common import raynb_cli
 
     import raynb
     from raynb.cluster.connection_file import read_connection_file
 
     subprocess.run(
-        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        raynb_cli() + ["start", "--workers", str(WORKERS)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,

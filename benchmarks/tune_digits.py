@@ -30,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster  # noqa: E402
 
 WORKERS = 4
 

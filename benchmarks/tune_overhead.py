@@ -29,7 +29,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import _quantile, _raynb_cli, machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
 
 WORKERS = 2
 
@@ -73,7 +73,7 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
     from raynb import tune
 
     subprocess.run(
-        _raynb_cli() + ["start", "--workers", str(WORKERS)],
+        raynb_cli() + ["start", "--workers", str(WORKERS)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,
@@ -116,7 +116,7 @@ def measure(trials: int, stop_trials: int, work_ms: float) -> dict:
         "trials": stop_trials,
         "stop_to_next_start_ms": {
             "median": round(statistics.median(gaps) * 1000, 2),
-            "p90": round(_quantile(gaps, 0.9) * 1000, 2),
+            "p90": round(quantile(gaps, 0.9) * 1000, 2),
             "max": round(max(gaps) * 1000, 2),
             "n": len(gaps),
         },
