@@ -7,7 +7,7 @@ On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
   ``ASHAScheduler``, 2 at a time. ``wall_s``; ``per_trial_overhead_ms`` = wall / N (ms);
   ``driver`` and ``head``: RSS after the sweep (MiB) and CPU seconds the sweep took
   (user + system); ``experiment_dir``: bytes and file count of the sweep's directory.
-- ``table[i]``: the notebook's trial table model (`raynb.notebook.trial_table.TuneProgress`)
+- ``table[i]``: the notebook's trial table model (`raynb.notebook.trial_table.model.TuneProgress`)
   holding N trials, measured directly: ``update_us`` is one report (``add_result``) plus
   what a live redraw reads (the header, the 30-row HTML table, errors and notes), median
   of ``--updates`` updates, in microseconds.
@@ -97,7 +97,7 @@ def sweep(n: int, head: psutil.Process, storage: str) -> dict:
 
 def table_update_us(n: int, updates: int) -> dict:
     """One report into a `TuneProgress` of ``n`` trials and what a live redraw reads."""
-    from raynb.notebook.trial_table import TuneProgress
+    from raynb.notebook.trial_table.model import TuneProgress
 
     p = TuneProgress("score", "max", WORKERS)
     for i in range(n):

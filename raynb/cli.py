@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from .client.status import format_status
-from .notebook.magic_args import positive_int
+from .notebook.magics.arguments import positive_int
 
 
 def non_negative_int(text: str) -> int:

@@ -24,8 +24,8 @@ _views.register_show(_show)
 def load_ipython_extension(ipython) -> None:
     """``%load_ext raynb``: registers ``%%ray_train``, ``%%ray_tune``, ``%ray_cluster``
     and ``%ray_attach``."""
-    from .magics import RayNBMagics
-    from .tune_magic import RayTuneMagics
+    from .magics.ray_train import RayNBMagics
+    from .magics.ray_tune import RayTuneMagics
 
     ipython.register_magics(RayNBMagics)
     ipython.register_magics(RayTuneMagics)

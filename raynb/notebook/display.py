@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from .progress import RunProgress
+from .run_pane.model import RunProgress
 
 ENV_VAR = "RAYNB_PROGRESS"
 
@@ -72,12 +72,12 @@ def progress_display(progress: RunProgress, **kwargs):
         return NullProgress(progress)
     if kind == "widget":
         try:
-            from .widgets import ProgressPane
+            from .run_pane.widget import ProgressPane
         except ImportError:  # ipywidgets missing: text still works
             pass
         else:
             return ProgressPane(progress, **kwargs)
-    from .text_progress import TextProgress
+    from .run_pane.text import TextProgress
 
     return TextProgress(progress, **kwargs)
 
@@ -116,12 +116,12 @@ def tune_display(progress, verbose: int = 1, **kwargs):
         return NullTuneDisplay(progress)
     if kind == "widget":
         try:
-            from .trial_table_widget import TuneTablePane
+            from .trial_table.widget import TuneTablePane
         except ImportError:  # ipywidgets missing: text still works
             pass
         else:
             return TuneTablePane(progress, **kwargs)
-    from .trial_table_text import TuneTableText
+    from .trial_table.text import TuneTableText
 
     return TuneTableText(progress, **kwargs)
 
@@ -144,7 +144,7 @@ def make_run_view(
 
 def make_tune_view(metric, mode, total_workers: int, varying_keys, verbose: int = 1):
     """``raynb.client.views``' Tune factory: a `TuneProgress` in the view ``tune_display`` picks."""
-    from .trial_table import TuneProgress
+    from .trial_table.model import TuneProgress
 
     return tune_display(TuneProgress(metric, mode, total_workers, varying_keys), verbose)
 

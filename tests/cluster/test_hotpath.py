@@ -69,7 +69,7 @@ def test_only_rank0_reports_are_relayed_and_the_others_as_a_progress_counter(war
     end = next(i for i, e in enumerate(view.events) if e.get("kind") == "state" and e["state"] == "FINISHED")
     assert max(i for i, e in enumerate(view.events) if e.get("kind") == "progress") < end
     # The progress model shows every rank's bar from the counters.
-    from raynb.notebook.progress import RunProgress
+    from raynb.notebook.run_pane.model import RunProgress
 
     p = RunProgress("r", world_size=4, total_epochs=3)
     for e in view.events:

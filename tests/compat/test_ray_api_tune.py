@@ -264,7 +264,7 @@ def test_asha_stopped_trials_are_terminated_everywhere_and_stored_stopped_reads_
 
 
 def test_trial_table_draws_early_stopped_terminated_trials_as_stopped():
-    from raynb.notebook.trial_table import TuneProgress
+    from raynb.notebook.trial_table.model import TuneProgress
 
     p = TuneProgress("score", "max", total_workers=2, param_keys=["x"])
     for tid in ("a", "b"):

@@ -9,12 +9,12 @@ import time
 import pytest
 
 from raynb.notebook import display as display_mod
-from raynb.notebook import widgets as widgets_mod
 from raynb.notebook.display import NullProgress, progress_display
 from raynb.notebook.formatting import fmt_bytes, fmt_duration, fmt_range, fmt_value, render_curve_png
-from raynb.notebook.progress import RunProgress
-from raynb.notebook.text_progress import TextProgress
-from raynb.notebook.widgets import ProgressPane
+from raynb.notebook.run_pane import widget as widgets_mod
+from raynb.notebook.run_pane.model import RunProgress
+from raynb.notebook.run_pane.text import TextProgress
+from raynb.notebook.run_pane.widget import ProgressPane
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MiB = 2**20

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 
 from raynb.notebook.formatting import PLOT_HEIGHT_PX, fmt_value, render_curve_png
-from raynb.notebook.log_view import LogView
-from raynb.notebook.progress import RunProgress
-from raynb.notebook.widgets import ProgressPane
+from raynb.notebook.run_pane.log_view import LogView
+from raynb.notebook.run_pane.model import RunProgress
+from raynb.notebook.run_pane.widget import ProgressPane
 
 T0 = 1_700_000_000.0
 

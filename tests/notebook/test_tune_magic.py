@@ -216,7 +216,7 @@ def test_widget_view_leaves_the_static_table_in_the_output(ip, monkeypatch):
 
 
 def test_pbt_mutates_the_sampled_entries_of_the_space(ip):
-    from raynb.notebook.tune_magic import _mutations, eval_space, make_scheduler, parse_line
+    from raynb.notebook.magics.ray_tune import _mutations, eval_space, make_scheduler, parse_line
     from raynb.tune import schedulers
 
     space = eval_space(

@@ -23,8 +23,8 @@ import cloudpickle
 import pytest
 
 from raynb.client import run as client_run
-from raynb.notebook.progress import RunProgress
-from raynb.notebook.text_progress import TextProgress
+from raynb.notebook.run_pane.model import RunProgress
+from raynb.notebook.run_pane.text import TextProgress
 
 ROOT = Path(__file__).resolve().parents[2]
 RAYNB_ROOT = str(Path(client_run.__file__).resolve().parents[2])  # the raynb under test
@@ -245,7 +245,7 @@ def test_every_display_reads_as_text_without_widgets(kernel):
 
 # ---------------------------------------------------------------- 17. the progress pane
 def test_no_total_shows_a_counter_and_no_full_bar():
-    from raynb.notebook.widgets import ProgressPane
+    from raynb.notebook.run_pane.widget import ProgressPane
 
     p = RunProgress("r", world_size=2)
     pane = ProgressPane(p, trailing=False)
@@ -285,7 +285,7 @@ def test_final_frame_has_every_ranks_last_report_and_the_final_curve():
     import base64
 
     from raynb.notebook.formatting import render_curve_png
-    from raynb.notebook.widgets import ProgressPane
+    from raynb.notebook.run_pane.widget import ProgressPane
 
     now = [0.0]
     p = RunProgress("r", world_size=4, total_epochs=15)
@@ -374,7 +374,7 @@ def test_a_rank_error_is_named_once_in_the_cell(kernel):
 def test_header_best_and_the_column_name_different_things_differently():
     # "best ... 0.9694" in the header (the latest value that ranks) and a column "best
     # val_accuracy" of 0.9722 (the best a trial ever reported) used the same word.
-    from raynb.notebook.trial_table import TuneProgress
+    from raynb.notebook.trial_table.model import TuneProgress
 
     p = TuneProgress("val_accuracy", "max", 2, ["lr"])
     p.add_trial("t0", {"lr": 0.1})

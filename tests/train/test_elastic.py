@@ -14,7 +14,7 @@ from conftest import private_cluster
 
 from raynb.cluster.head import scheduler
 from raynb.cluster.head.scheduler import Fork, NodeView, Placement, Request, Snapshot, WorkerView
-from raynb.notebook.magic_args import workers_arg
+from raynb.notebook.magics.arguments import workers_arg
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
 

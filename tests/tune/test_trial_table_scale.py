@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from raynb.notebook import trial_table
-from raynb.notebook.trial_table import STATUSES, TuneProgress
+from raynb.notebook.trial_table import model as trial_table
+from raynb.notebook.trial_table.model import STATUSES, TuneProgress
 
 
 def _filled(n: int, seed: int = 0) -> TuneProgress:

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from raynb.notebook import trial_table_widget as widget_mod
 from raynb.notebook.display import NullTuneDisplay, tune_display
-from raynb.notebook.trial_table import TuneProgress, flatten
-from raynb.notebook.trial_table_text import TuneTableText
-from raynb.notebook.trial_table_widget import TuneTablePane
+from raynb.notebook.trial_table import widget as widget_mod
+from raynb.notebook.trial_table.model import TuneProgress, flatten
+from raynb.notebook.trial_table.text import TuneTableText
+from raynb.notebook.trial_table.widget import TuneTablePane
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -5,9 +5,9 @@ scope of its 'best'."""
 
 from __future__ import annotations
 
-from raynb.notebook.trial_table import TuneProgress
-from raynb.notebook.trial_table_render import plot_figure
-from raynb.notebook.trial_table_widget import TuneTablePane
+from raynb.notebook.trial_table.model import TuneProgress
+from raynb.notebook.trial_table.render import plot_figure
+from raynb.notebook.trial_table.widget import TuneTablePane
 
 
 class FakeClock:

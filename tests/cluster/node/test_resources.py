@@ -65,8 +65,8 @@ def test_pane_and_summary_show_gpu_use_only_where_nvml_saw_gpus():
     then (the CPU figures are unchanged either way)."""
     import time
 
-    from raynb.notebook.progress import RunProgress
-    from raynb.notebook.widgets import ProgressPane
+    from raynb.notebook.run_pane.model import RunProgress
+    from raynb.notebook.run_pane.widget import ProgressPane
 
     mib = 1 << 20
     t0 = time.time()

@@ -21,9 +21,9 @@ from conftest import alive, import_paths
 import raynb
 from raynb.cluster.storage import run_logs
 from raynb.cluster.storage.rundir import OUTPUT_TAIL_LINES, RunDirectory
-from raynb.notebook import widgets as widgets_mod
-from raynb.notebook.log_view import ALL, LogTail, LogView
-from raynb.notebook.progress import RunProgress
+from raynb.notebook.run_pane import widget as widgets_mod
+from raynb.notebook.run_pane.log_view import ALL, LogTail, LogView
+from raynb.notebook.run_pane.model import RunProgress
 from raynb.train import Result, RunConfig, ScalingConfig
 from raynb.train.logs import RunLogs
 from raynb.train.torch import TorchTrainer

@@ -10,7 +10,7 @@ import html
 import io
 from typing import Any
 
-from .formatting import _TABLE_STYLE, MUTED, _cell, as_number, fmt_duration, fmt_value
+from ..formatting import _TABLE_STYLE, MUTED, _cell, as_number, fmt_duration, fmt_value
 
 # Display order of the per-status counts.
 STATUSES = ("RUNNING", "PAUSED", "PENDING", "TERMINATED", "STOPPED", "ERROR")

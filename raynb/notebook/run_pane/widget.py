@@ -22,7 +22,7 @@ import ipywidgets as W
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
-from .formatting import (
+from ..formatting import (
     MUTED,
     PLOT_HEIGHT_PX,
     PLOT_WIDTH_PX,
@@ -35,7 +35,7 @@ from .formatting import (
     wants_log_y,
 )
 from .log_view import LogView
-from .progress import RunProgress
+from .model import RunProgress
 
 _BAR_STYLE = {"FINISHED": "success", "FAILED": "danger", "CANCELLED": "warning", "STOPPED": "warning"}
 MAX_METRICS = 12  # rows in the live metrics table; the rest is counted
@@ -74,7 +74,7 @@ class TextHTML(HTML):
 
 
 def _text_view(progress: RunProgress):
-    from .text_progress import TextProgress
+    from .text import TextProgress
 
     return TextProgress(progress)
 

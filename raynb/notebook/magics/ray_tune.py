@@ -24,10 +24,10 @@ import sys
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 
-from ..errors import TuneInterrupted
-from ..tune.search import sample as _sample
-from .cellfunc import build_cell_function
-from .magic_args import MagicParser, positive_int, split_expression
+from ...errors import TuneInterrupted
+from ...tune.search import sample as _sample
+from .arguments import MagicParser, positive_int, split_expression
+from .cell_function import build_cell_function
 
 # The search-space functions usable in --space without imports (they win over
 # notebook names: `from random import choice` must not turn a space into one draw).
@@ -222,7 +222,7 @@ def _mutations(space: dict) -> dict:
 def make_scheduler(args, space: dict):
     """The scheduler object for ``--scheduler`` (metric and mode come from TuneConfig),
     with ``training_iteration`` (one per ``report``) as the time unit."""
-    from ..tune import schedulers as S
+    from ...tune import schedulers as S
 
     if args.scheduler == "fifo":
         return None
@@ -250,7 +250,7 @@ def make_scheduler(args, space: dict):
 
 def make_search(args):
     """The search algorithm for ``--search`` (None: the Tuner's default random/grid search)."""
-    from ..tune import search
+    from ...tune import search
 
     if args.search == "optuna":
         try:
@@ -270,7 +270,7 @@ class RayTuneMagics(Magics):
         [--scheduler fifo|asha|hyperband|median|pbt] [--search random|optuna] [--space EXPR]
         [--workers-per-trial N] [--max-concurrent N] [--result NAME] [--name NAME [--resume]]:
         tune the cell body (``config`` holds each trial's sampled values)."""
-        from ..train.config import RunConfig, ScalingConfig
+        from ...train.config import RunConfig, ScalingConfig
 
         args = parse_line(line)
         ns = self.shell.user_ns
@@ -286,7 +286,7 @@ class RayTuneMagics(Magics):
         # so a trial's traceback shows the cell's lines.
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
         if args.workers_per_trial > 1 or args.gpu:
-            from ..train.torch import TorchTrainer
+            from ...train.torch import TorchTrainer
 
             trainable = TorchTrainer(
                 cf.fn, scaling_config=ScalingConfig(num_workers=args.workers_per_trial, use_gpu=args.gpu)
@@ -294,8 +294,8 @@ class RayTuneMagics(Magics):
             param_space = {"train_loop_config": space}
         else:
             trainable, param_space = cf.fn, space
-        from ..tune import TuneConfig, Tuner
-        from ..tune.experiment_state import experiment_dir
+        from ...tune import TuneConfig, Tuner
+        from ...tune.experiment_state import experiment_dir
 
         try:
             path = experiment_dir(args.name, args.storage_path) if args.name else None
@@ -356,7 +356,7 @@ def _check_resume_line(path, args) -> None:
 
     Raises:
         UsageError: they differ, naming the options to give."""
-    from ..tune.experiment_state import read_state
+    from ...tune.experiment_state import read_state
 
     header, _ = read_state(str(path))
     ran = header.get("num_workers"), bool(header.get("use_gpu"))

@@ -8,9 +8,9 @@ import os
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
-from ..errors import RunError
-from .cellfunc import build_cell_function
-from .magic_args import MagicParser, positive_int, split_expression, workers_arg
+from ...errors import RunError
+from .arguments import MagicParser, positive_int, split_expression, workers_arg
+from .cell_function import build_cell_function
 
 
 def _train_parser() -> MagicParser:
@@ -74,7 +74,7 @@ def _train_parser() -> MagicParser:
 
 
 def _profile(text: str) -> dict:
-    from ..train.profiling import parse_schedule
+    from ...train.profiling import parse_schedule
 
     try:
         return parse_schedule(text)
@@ -85,8 +85,8 @@ def _profile(text: str) -> dict:
 def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
     """``ns[name]``: the interrupted run's Result, read from its directory, once the run has
     ended there (a second interrupt may leave before the head confirmed the cancel)."""
-    from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
-    from ..train.config import Result
+    from ...cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
+    from ...train.config import Result
 
     try:
         result = Result.from_path(path) if path else None
@@ -98,7 +98,7 @@ def _bind_interrupted(ns: dict, name: str, path: str | None) -> None:
 
 def _resumed_record(storage_path: str | None, name: str) -> dict | None:
     """The run.json of the run ``%%ray_train --resume`` continues, or None if unreadable."""
-    from ..cluster.storage.rundir import default_storage_path, read_run_dir
+    from ...cluster.storage.rundir import default_storage_path, read_run_dir
 
     try:
         return read_run_dir(
@@ -121,8 +121,8 @@ def _max_failures(text: str) -> int:
 def _datasets(expr: str, ns: dict) -> dict:
     """``--data train=EXPR,val=EXPR`` evaluated in the notebook: name -> Dataset (numpy
     arrays or dicts of them, DataFrames and TensorDatasets are made into Datasets)."""
-    from .. import data as rd
-    from ..train.datasets import check_datasets
+    from ... import data as rd
+    from ...train.datasets import check_datasets
 
     try:
         given = eval(f"dict({expr})", ns)  # noqa: S307 - the user's own expression, in their kernel
@@ -156,8 +156,8 @@ class RayNBMagics(Magics):
     def ray_train(self, line: str, cell: str):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
-        from ..train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ..train.run import execute_run
+        from ...train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ...train.run import execute_run
 
         line_rest, config_expr = split_expression(line, "--config")
         line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
@@ -213,7 +213,7 @@ class RayNBMagics(Magics):
                 max_failures = max_failures if max_failures is not None else rec.get("max_failures")
                 if checkpoint_config is None and rec.get("checkpoint_config"):
                     checkpoint_config = CheckpointConfig(**rec["checkpoint_config"])
-        from ..train.datasets import with_datasets
+        from ...train.datasets import with_datasets
 
         try:
             result, ret = execute_run(
@@ -253,7 +253,7 @@ class RayNBMagics(Magics):
         """%ray_attach [NAME] [--result VAR]: follow a running run (started by another
         kernel, or before a restart) to its end with the live progress pane; without
         NAME, the newest active run."""
-        from ..train.run import attach
+        from ...train.run import attach
 
         p = MagicParser(prog="%ray_attach", description="Follow a run to its end.")
         p.add_argument("name", nargs="?", default=None)
@@ -271,9 +271,9 @@ class RayNBMagics(Magics):
     @line_magic
     def ray_cluster(self, line: str):
         """%ray_cluster [start|status|stop|dashboard] [--workers N]"""
-        from ..client.connection import connect, disconnect, get_client
-        from ..client.status import format_status
-        from ..cluster.launch.local import start_and_keep, stop_cluster
+        from ...client.connection import connect, disconnect, get_client
+        from ...client.status import format_status
+        from ...cluster.launch.local import start_and_keep, stop_cluster
 
         args = _cluster_parser().parse_line(line)
         if args.action == "start":
@@ -281,7 +281,7 @@ class RayNBMagics(Magics):
             connect()
             print(("started" if started else "already running") + f": {info['address']}")
         elif args.action == "dashboard":
-            from .dashboard.link import dashboard_message
+            from ..dashboard.link import dashboard_message
 
             print(dashboard_message())
         elif args.action == "stop":
@@ -290,7 +290,7 @@ class RayNBMagics(Magics):
         else:
             client = get_client(connect_if_needed=False)
             if client is None:
-                from ..cluster.launch.local import running_cluster
+                from ...cluster.launch.local import running_cluster
 
                 if running_cluster() is None:
                     print("no cluster running; `%ray_cluster start` or run a %%ray_train cell")

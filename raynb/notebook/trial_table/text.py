@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from .trial_table import TuneProgress
-from .trial_table_render import _one_line
+from .model import TuneProgress
+from .render import _one_line
 
 
 class TuneTableText:

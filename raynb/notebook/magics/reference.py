@@ -1,13 +1,13 @@
 """The magics' options as Markdown tables, generated from their argparse parsers, so the
 docs' reference (``docs/magics.md``) never disagrees with what the magics accept:
-``python -m raynb.notebook.magic_reference > docs/magics.md``."""
+``python -m raynb.notebook.magics.reference > docs/magics.md``."""
 
 from __future__ import annotations
 
 import argparse
 
-from .magics import _cluster_parser, _train_parser
-from .tune_magic import tune_parser
+from .ray_train import _cluster_parser, _train_parser
+from .ray_tune import tune_parser
 
 
 def _default(action: argparse.Action) -> str:
@@ -46,7 +46,7 @@ def markdown() -> str:
     parts = [
         "# Magics reference",
         "",
-        "Generated from the magics' parsers (`python -m raynb.notebook.magic_reference`). "
+        "Generated from the magics' parsers (`python -m raynb.notebook.magics.reference`). "
         "The guides ([the notebook](notebook.md), [Tune](tune.md)) show them in use.",
         "",
     ]

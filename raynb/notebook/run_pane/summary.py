@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import html
 
-from .formatting import (
+from ..formatting import (
     BAR_COLOURS,
     PLOT_WIDTH_PX,
     STATE_COLOURS,

@@ -15,8 +15,8 @@ import re
 import types
 from dataclasses import dataclass
 
-from ..train import session as _session
-from ..train import torch as _train_torch
+from ...train import session as _session
+from ...train import torch as _train_torch
 
 # Usable in a cell without imports.
 CELL_API = {

@@ -12,8 +12,8 @@ import threading
 import time
 from typing import Callable, TextIO
 
-from .formatting import fmt_bytes, fmt_duration, fmt_range, fmt_value
-from .progress import RunProgress
+from ..formatting import fmt_bytes, fmt_duration, fmt_range, fmt_value
+from .model import RunProgress
 
 MAX_METRICS = 6  # keep the status line to one terminal line, roughly
 

@@ -19,9 +19,9 @@ from typing import Callable
 import ipywidgets as W
 from IPython.display import display as ipy_display
 
-from .trial_table import TuneProgress
-from .trial_table_render import PLOT_WIDTH_PX
-from .widgets import TextHTML, TextVBox, close_tree
+from ..run_pane.widget import TextHTML, TextVBox, close_tree
+from .model import TuneProgress
+from .render import PLOT_WIDTH_PX
 
 HEADER_TICK_S = 1.0  # the elapsed time in the header advances this often without events
 

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from typing import Any, Callable, Iterable
 
-from .formatting import (
+from ..formatting import (
     BOOKKEEPING_KEYS,
     KNOWN_STATES,
     LOSS_KEYS,

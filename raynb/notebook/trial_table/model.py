@@ -24,11 +24,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..train.callback import flatten as callback_flatten
-from . import trial_table_render as _render
-from .formatting import as_number, fmt_duration, fmt_value
-from .trial_table_index import TrialIndex
-from .trial_table_render import STATUS_COLOURS, STATUSES, _param_labels
+from ...train.callback import flatten as callback_flatten
+from ..formatting import as_number, fmt_duration, fmt_value
+from . import render as _render
+from .index import TrialIndex
+from .render import STATUS_COLOURS, STATUSES, _param_labels
 
 
 def flatten(config: Any) -> dict[str, Any]:
