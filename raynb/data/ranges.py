@@ -95,8 +95,9 @@ def read_unit(dataset, unit: Unit, batch_size: int | None):
         yield batch
 
 
-def rank_rows(dataset, world_size: int, rank: int, batch_size: int | None = None):
-    """Rank ``rank``'s rows when every row is read exactly once: its units' batches, in order."""
+def rank_batches_read_once(dataset, world_size: int, rank: int, batch_size: int | None = None):
+    """Rank ``rank``'s batches when every row of ``dataset`` is read exactly once over the
+    ranks: its units' batches, in order (``sharding.rank_rows`` gives row indices instead)."""
     n = dataset._source.num_rows()
     if isinstance(dataset._source, InMemorySource):  # one exact slice: sizes differ by <= 1 row
         lo, hi = rank * n // world_size, (rank + 1) * n // world_size

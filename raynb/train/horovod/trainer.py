@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import inspect
 import sys
 import types
 from dataclasses import dataclass
 from typing import Callable
 
+from ...cluster.worker.task_context import takes_config
 from ..checkpoint import Checkpoint
 from ..config import RunConfig, ScalingConfig
 from ..torch import TorchTrainer
@@ -67,14 +67,6 @@ def served_horovod():
             sys.modules.pop(name, None)
 
 
-def _takes_config(fn) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
-
-
 class _WithHorovod:
     """The user's function, run with Horovod's API importable (what the ranks call)."""
 
@@ -84,7 +76,7 @@ class _WithHorovod:
 
     def __call__(self, config):
         with served_horovod():
-            return self.fn(config) if _takes_config(self.fn) else self.fn()
+            return self.fn(config) if takes_config(self.fn) else self.fn()
 
 
 class HorovodTrainer(TorchTrainer):

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Callable
 
+from ...cluster.worker.task_context import takes_config
 from .. import session as _session
 from ..checkpoint import Checkpoint
 from ..config import RunConfig, ScalingConfig
 from ..torch import TorchTrainer
 from .callback import RayTrainReportCallback
 from .network import free_network, network_params
-
-
-def _takes_config(fn) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
 
 
 class _InNetwork:
@@ -32,7 +24,7 @@ class _InNetwork:
     def __call__(self, config):
         with network_params():
             try:
-                return self.fn(config) if _takes_config(self.fn) else self.fn()
+                return self.fn(config) if takes_config(self.fn) else self.fn()
             finally:
                 free_network()
 

@@ -94,14 +94,14 @@ def shard_frame(name: str):
 
     from ...cluster.worker import task_context
     from ...data import block as B
-    from ...data.ranges import rank_rows
+    from ...data.ranges import rank_batches_read_once
     from ..datasets import STATE_KEY
 
     task = _session._require("shard_frame")
     datasets = task_context.state().get(STATE_KEY) or {}
     if name not in datasets:
         raise KeyError(f"no dataset {name!r} in this run; it has {sorted(datasets)}")
-    batches = list(rank_rows(datasets[name], task["world_size"], task["rank"]))
+    batches = list(rank_batches_read_once(datasets[name], task["world_size"], task["rank"]))
     return B.to_format(B.concat(batches), "pandas") if batches else pd.DataFrame()
 
 
