@@ -84,3 +84,14 @@ def test_run_done_declares_the_errors_the_head_sends():
     fields = {f.name for f in run_done.fields}
     assert "errors" in fields and "error" not in fields
     assert P.SCHEMAS[P.RUN_DONE].problem({"run_id": "r", "state": "FAILED", "errors": "x"}) is not None
+
+
+def test_a_head_answers_node_lost_and_list_jobs_through_its_table(cluster):
+    # node_lost and the jobs' messages were patched into the table by the head's main;
+    # a head's own table now holds them.
+    reply = cluster.request(
+        P.NODE_LOST, {"node_id": "no-such-node", "reason": "a test"}, reply_types=(P.NODE_LOST_REPLY,)
+    )
+    assert reply.msg_type == P.NODE_LOST_REPLY and reply.content == {"known": False}
+    reply = cluster.request(P.LIST_JOBS, {}, reply_types=(P.JOBS_REPLY,))
+    assert reply.msg_type == P.JOBS_REPLY and isinstance(reply.content["jobs"], list)
