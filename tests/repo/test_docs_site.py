@@ -49,10 +49,16 @@ def test_the_readme_is_a_front_page():
 
 def test_the_generated_pages_are_current():
     from raynb.cluster import settings
+    from raynb.cluster.protocol import reference as protocol_reference
     from raynb.notebook.magics import reference as magic_reference
 
     for page, text, command in (
         ("environment.md", settings.markdown(), "python -m raynb.cluster.settings --markdown"),
         ("magics.md", magic_reference.markdown(), "python -m raynb.notebook.magics.reference"),
+        (
+            "protocol.md",
+            protocol_reference.markdown(),
+            "python -m raynb.cluster.protocol.reference --markdown",
+        ),
     ):
         assert (ROOT / "docs" / page).read_text() == text, f"docs/{page} is stale: {command} > docs/{page}"

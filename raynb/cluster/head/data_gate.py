@@ -99,9 +99,6 @@ class DataGate:
         self._held: dict[tuple, set] = {}  # (node id, agent pid) -> {(key, block id)}
         self.waiting: dict[str, _Waiting] = {}  # run id -> the attempt held for its data
 
-    def handlers(self) -> dict:
-        return {P.DATA_READY: self.on_ready, P.DATA_FAILED: self.on_failed}
-
     def hold(self, run: Run, placement) -> bool:
         """True when ``run``'s placed attempt waits for data (its workers reserved, the
         client asked); False when it needs none or its nodes hold it all: start it now."""

@@ -99,12 +99,6 @@ class Jobs:
         self.jobs: dict[str, dict] = {}
         self.procs: dict[str, subprocess.Popen] = {}
         self._kill_at: dict[str, float] = {}
-        self.handlers = {
-            P.SUBMIT_JOB: self.on_submit_job,
-            P.LIST_JOBS: self.on_list_jobs,
-            P.JOB_LOGS: self.on_job_logs,
-            P.STOP_JOB: self.on_stop_job,
-        }
 
     def _dir(self, job_id: str) -> Path:
         return private_dir("jobs") / job_id

@@ -13,7 +13,6 @@ from ..connection_file import raynb_home, remove_connection_file, write_connecti
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
 from ..storage.made_ahead import spare_files
-from . import addons
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from .server import Head
 
@@ -62,7 +61,6 @@ def main(argv=None) -> int:
         idle_timeout,
         curve_keys=curve_keys if curve.needed(args.host) else None,
     )
-    head.jobs = addons.install(head)  # jobs (`raynb submit`) and launchers' node events (head/addons.py)
     stop = lambda *_: setattr(head, "_stop", True)  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

@@ -188,6 +188,23 @@ class NodeEvents:
         self.pool.refill(c.get("node_id"))
         self.schedule()
 
+    def on_node_lost(self, msg: P.Message) -> None:
+        """A launcher saw a node die (Ray reported its Ray node dead, or its agent actor
+        gone): the node's ranks fail their runs now, through the same path as a node that
+        stopped answering (:meth:`_lose_node`), instead of after ``NODE_TIMEOUT_S``.
+
+        Only a client (a key holder's launcher) may say so; replies ``node_lost_reply``
+        with whether the head knew the node."""
+        if not msg.identity.startswith(b"client:"):
+            log.warning(
+                "node_lost from %r ignored: only a launcher (a client) reports lost nodes", msg.identity
+            )
+            return
+        node = self.registry.nodes.get(msg.content["node_id"])
+        if node is not None:
+            self._lose_node(node, msg.content["reason"])
+        self.send(msg.identity, P.NODE_LOST_REPLY, {"known": node is not None})
+
     def lose_exited_ranks(self, now: float) -> None:
         """(each tick) Fail the ranks whose workers exited ``EXIT_GRACE_S`` ago or more."""
         due = self.__dict__.get("_exits_due")

@@ -20,12 +20,15 @@ from ..connection_file import remove_connection_file
 from ..protocol import chunking, event_batch, signing
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
+from ..protocol.dispatch import bind
 from . import elastic, idle_stop, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
 from .controller import RunController
 from .data_gate import DataGate, send_if_connected
+from .handlers import HANDLERS
 from .idle_stop import IdleStop
+from .jobs import Jobs
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .loop_stall import LoopWatch, discount
 from .node_events import NODE_TIMEOUT_S, NodeEvents, RefusalLog  # noqa: F401 - NODE_TIMEOUT_S: its old home
@@ -107,26 +110,6 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         self._next_schedule = 0.0
         self.outbox = ClientOutbox(self._send_now)  # a client's run messages: once per drain
         self.offloop, self.loop_watch = OffLoop(), LoopWatch()  # work that grows with user data; stalls
-        self.handlers = {
-            P.HELLO: self.on_hello,
-            P.PING: self.on_ping,
-            P.STATUS_REQUEST: self.on_status_request,
-            P.SHUTDOWN: self.on_shutdown,
-            P.LIST_RUNS: self.on_list_runs,
-            P.GET_RUN: self.on_get_run,
-            P.ATTACH_RUN: self.on_attach_run,
-            P.SUBMIT_RUN: self.on_submit_run,
-            P.CANCEL_RUN: self.on_cancel_run,
-            P.NODE_REGISTER: self.on_node_register,
-            P.WORKER_READY: self.on_worker_ready,
-            P.NODE_STATS: self.on_node_stats,
-            P.WORKER_EXITED: self.on_worker_exited,
-            P.TASK_EVENT: self.on_task_event,
-            P.TASK_EVENTS: self.on_task_events,
-            P.TASK_DONE: self.on_task_done,
-            P.WORKER_ALIVE: lambda msg: None,  # seen in _receive
-            P.RELEASE_DATA: lambda msg: self.free_data(msg.content["key"]),
-        }
         self.queue.gate = DataGate(
             self.registry,
             self.runs,
@@ -135,10 +118,10 @@ class Head(NodeEvents, ClientRequests, RunRecords):
             self.requeue,
             self.controller.no_room,
         )
-        self.handlers.update(self.queue.gate.handlers())
         self.transfers = Transfers(self)  # checkpoints streamed from nodes without the storage
         self.refusal_log = RefusalLog()  # head.log's lines for refused peers, rate-limited
-        self.handlers.update(self.transfers.handlers())
+        self.jobs = Jobs(self.send, self.offloop)  # `raynb submit` drivers, unpacked off the loop
+        self.handlers = bind(self, HANDLERS)  # the head's one table (head/handlers.py)
         self.store.load_archive()
 
     @property
@@ -286,10 +269,8 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         self._stop = True
 
     def _in_use(self, now: float) -> str | None:
-        jobs = getattr(self, "jobs", None)  # installed by main (addons.install)
-        if jobs is not None:
-            jobs.poll()
-        return self.idle_stop.in_use(self.store.ticking(), len(jobs.procs) if jobs else 0, now)
+        self.jobs.poll()
+        return self.idle_stop.in_use(self.store.ticking(), len(self.jobs.procs), now)
 
     def on_submit_run(self, msg: P.Message) -> None:
         spec = dict(msg.content)
@@ -453,6 +434,13 @@ class Head(NodeEvents, ClientRequests, RunRecords):
             self.free_data(run.run_id)
         run.result = []
         self.store.prune()
+
+    def on_release_data(self, msg: P.Message) -> None:
+        """A Tune experiment's shared-memory data is done with: every node frees it."""
+        self.free_data(msg.content["key"])
+
+    def on_worker_alive(self, msg: P.Message) -> None:
+        """A worker's heartbeat: ``_receive`` noted it was heard; nothing more to do."""
 
     def free_data(self, key: str) -> None:
         """Every node removes its shared-memory segments of ``key`` (a run, an experiment)."""

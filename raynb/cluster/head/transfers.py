@@ -42,13 +42,6 @@ class Transfers:
         self._open: dict[str, dict] = {}  # transfer id -> {"dir", "hashes": {rel: sha256}, "sizes"}
         self.bytes_in = self.bytes_out = self.files_in = 0
 
-    def handlers(self) -> dict:
-        return {
-            P.CHECKPOINT_FILE: self.on_file,
-            P.CHECKPOINT_DONE: self.on_done,
-            P.CHECKPOINT_FETCH: self.on_fetch,
-        }
-
     def _run_of(self, msg: P.Message) -> Run | None:
         """The run, if the message's worker holds its rank in its current attempt."""
         c = msg.content

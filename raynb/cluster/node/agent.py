@@ -36,6 +36,7 @@ from ..connection_file import private_dir
 from ..procutil import ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group, python_env
 from ..protocol import curve_auth as curve
 from ..protocol import messages as P
+from ..protocol.dispatch import bind
 from ..protocol.rejects import refusal
 from . import shm
 from .data_server import DataServer
@@ -46,6 +47,19 @@ from .host import _local_ip_for, _rendezvous_dir, _workers_tmp_dir, node_cpus, p
 
 log = logging.getLogger("raynb.node")
 
+# The node agent's one handler table: each message a node agent receives -> its method
+# (``protocol/dispatch.py``; the catalog says which messages reach a node agent). Those of
+# DATA_SOCKET_TYPES come on the data socket (data_server), all others from the head.
+HANDLERS: dict[str, str] = {
+    P.SPAWN_WORKERS: "on_spawn_workers",
+    P.KILL_WORKER: "on_kill_worker",
+    P.RETIRE_WORKER: "on_retire_worker",
+    P.SHUTDOWN: "on_shutdown",
+    P.FREE_DATA: "on_free_data",
+    P.PONG: "on_pong",
+    P.DATA_PUT: "data.on_put",
+}
+DATA_SOCKET_TYPES = frozenset({P.DATA_PUT})
 STATS_INTERVAL_S = 1.0
 # The head answers every stats message. Once it is gone (``head_watch``: its process ended,
 # its connection closed, or silent past RAYNB_HEAD_GRACE_S and not known alive) this node
@@ -115,6 +129,8 @@ class NodeAgent:
         self.data = DataServer(
             self.ctx, self.key, self.ip, self.node_id, curve_keys
         )  # segments from other hosts
+        self.handlers = bind(self, HANDLERS)
+        self.head_forgot = False  # a pong said the head does not know this node
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -310,20 +326,43 @@ class NodeAgent:
         self._register()
 
     def _on_head(self, msg: P.Message) -> None:
-        if msg.msg_type == P.SPAWN_WORKERS:
-            self.spawn(int(msg.content.get("count", 1)))
-        elif msg.msg_type == P.KILL_WORKER:
-            for pid in self._pids_of(msg.content["worker_id"]):
-                kill_group(pid, int(msg.content.get("signal", signal.SIGKILL)))
-        elif msg.msg_type == P.RETIRE_WORKER:
-            for pid in self._pids_of(msg.content["worker_id"]):
-                kill_group(pid, signal.SIGTERM)  # an idle worker exits at once (Worker._on_sigterm)
-                self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
-        elif msg.msg_type == P.SHUTDOWN:
-            self._stop = True
-        elif msg.msg_type == P.FREE_DATA:
-            self.data.drop_key(msg.content["key"])
-            shm.free_key(self.node_id, os.getpid(), msg.content["key"])
+        """Act on a verified message from the head, through the node's handler table
+        (``HANDLERS``); a data-socket message is not taken from the head's."""
+        handler = self.handlers.get(msg.msg_type)
+        if handler is not None and msg.msg_type not in DATA_SOCKET_TYPES:
+            handler(msg)
+
+    def _on_data(self) -> None:
+        """Take one message from the data socket: a client's ``data_put`` (data_server)."""
+        msg = self.data.receive()
+        if msg is not None and msg.msg_type in DATA_SOCKET_TYPES:
+            self.handlers[msg.msg_type](msg)
+
+    def on_spawn_workers(self, msg: P.Message) -> None:
+        self.spawn(int(msg.content.get("count", 1)))
+
+    def on_kill_worker(self, msg: P.Message) -> None:
+        for pid in self._pids_of(msg.content["worker_id"]):
+            kill_group(pid, int(msg.content.get("signal", signal.SIGKILL)))
+
+    def on_retire_worker(self, msg: P.Message) -> None:
+        for pid in self._pids_of(msg.content["worker_id"]):
+            kill_group(pid, signal.SIGTERM)  # an idle worker exits at once (Worker._on_sigterm)
+            self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
+
+    def on_shutdown(self, msg: P.Message) -> None:
+        self._stop = True
+
+    def on_free_data(self, msg: P.Message) -> None:
+        self.data.drop_key(msg.content["key"])
+        shm.free_key(self.node_id, os.getpid(), msg.content["key"])
+
+    def on_pong(self, msg: P.Message) -> None:
+        """The head's answer to this node's stats: ``registered`` False means a head that
+        does not know this node (it restarted at the same address with the same keys);
+        ``serve`` starts over with it."""
+        if msg.content.get("registered") is False:
+            self.head_forgot = True
 
     def _pids_of(self, worker_id: str) -> list[int]:
         return [pid for pid, wid in self.workers.items() if wid == worker_id]
@@ -398,9 +437,9 @@ class NodeAgent:
                                 )
                                 lost_at = None
                                 self.spawn(self.num_workers)
-                            if msg.msg_type == P.PONG and msg.content.get("registered") is False:
-                                # A head that does not know this node (it restarted at the same
-                                # address with the same keys): start over with it.
+                            self._on_head(msg)
+                            if self.head_forgot:  # on_pong: start over with this head
+                                self.head_forgot = False
                                 log.warning(
                                     "the head at %s does not know this node (it restarted?): "
                                     "ending this node's workers and registering again",
@@ -409,9 +448,8 @@ class NodeAgent:
                                 lost_at = time.monotonic()
                                 self._reconnect(poller)
                                 break
-                            self._on_head(msg)
                     elif sock is self.data.sock:
-                        self.data.handle()
+                        self._on_data()
                     elif not self._read_zygote():
                         if not self._zygote_died():
                             return 1

@@ -66,13 +66,21 @@ class DataServer:
         self._mine = re.compile(rf"^{re.escape(shm.PREFIX + node_id)}-{self.pid}-[A-Za-z0-9_]+-[0-9a-f]+$")
 
     def handle(self) -> None:
-        """Take one message from the socket (never raises: a peer's fault is its own)."""
+        """Take one message from the socket and act on a ``data_put`` (never raises: a
+        peer's fault is its own); a node agent dispatches :meth:`receive`'s through its
+        handler table instead."""
+        msg = self.receive()
+        if msg is not None and msg.msg_type == P.DATA_PUT:
+            self.on_put(msg)
+
+    def receive(self) -> P.Message | None:
+        """The socket's next verified message (None: rejected, counted, or a chunk)."""
         frames = self.sock.recv_multipart(copy=False)
-        identity = frames[0].bytes
-        msg = self.session.accept(frames[1:], identity)
-        if msg is None or msg.msg_type != P.DATA_PUT:
-            return
-        c = msg.content
+        return self.session.accept(frames[1:], frames[0].bytes)
+
+    def on_put(self, msg: P.Message) -> None:
+        """Write a ``data_put``'s piece and answer ``data_ack`` (with the error, if any)."""
+        identity, c = msg.identity, msg.content
         try:
             self._put(c, msg.buffers)
             reply = {"name": c["name"], "offset": c["offset"]}

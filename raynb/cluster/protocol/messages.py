@@ -25,8 +25,10 @@ No socket accepts a frame over ``chunking.FRAME_BYTES``: a bigger one is sent as
 train of signed ``chunk`` messages, each verified before it is kept (see
 ``chunking``), so no big frame is ever buffered before it is authenticated.
 
-A verified message's content is checked against its type's entry in ``SCHEMAS``
-(``schema``) before any handler sees it: a key holder's malformed message is
+Every message type is declared once, in ``catalog`` (fields, direction, version); its
+constants here, ``MESSAGE_TYPES`` and ``SCHEMAS`` are derived from it. A verified
+message's content is checked against its type's entry in ``SCHEMAS`` (``schema``)
+before any handler sees it: a key holder's malformed message is
 dropped and counted as a forged one is.
 """
 
@@ -44,278 +46,29 @@ from dataclasses import dataclass, field
 
 import zmq
 
-from . import chunking, signing
+from . import catalog, chunking, signing
+from .catalog import PROTOCOL_VERSION
+from .declaration import constants, schemas
 from .framing import recv_frames, send_frames
 from .rejects import RejectLog
-from .schema import Int, ListOf, MapOf, Record
-
-PROTOCOL_VERSION = "2.3"
+from .schema import Record
 
 log = logging.getLogger("raynb.protocol")
 
-# Message types, by direction. Any type not listed here is rejected on receipt.
-# client -> head
-HELLO = "hello"  # {"role": "client"|"node"|"worker", ...}
-SUBMIT_RUN = "submit_run"  # run spec; buffers[0] = cloudpickled (fn, config)
-CANCEL_RUN = "cancel_run"  # {"run_id", "reason"?: "stop" (a Tune STOP: the run ends STOPPED)}
-STATUS_REQUEST = "status_request"
-SHUTDOWN = "shutdown"  # stop the whole cluster
-PING = "ping"
-LIST_RUNS = "list_runs"  # {}: every run the head knows (live and from disk)
-GET_RUN = "get_run"  # {"name"}: one run's record
-ATTACH_RUN = "attach_run"  # {"name"}: its record now, then its events until it ends
-RELEASE_DATA = "release_data"  # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
-# head -> client
-HELLO_REPLY = "hello_reply"
-RUN_ACCEPTED = "run_accepted"  # {"run_id", "name", "path", "events"?: the run events after it (2.3)}
-RUN_EVENT = "run_event"  # {"run_id", "event": {...}} (progress pane events)
-RUN_EVENTS = "run_events"  # {"events": [run_event content, ...]}: one drain's events (2.2)
-RUN_DONE = "run_done"  # {"run_id", "state", "error", "events"?, ...}; buffers[0] = rank 0 return value
-STATUS_REPLY = "status_reply"
-ERROR = "error"  # {"message"}: a request the head refused
-PONG = "pong"  # also the head's answer to a node's stats
-RUNS_REPLY = "runs_reply"  # {"runs": [summary, ...]}
-RUN_RECORD = "run_record"  # {"record": {...}}: answer to get_run / attach_run
-# node agent -> head
-NODE_REGISTER = "node_register"  # {"node_id", ..., "num_workers", "max_workers", "gpus", "cpus"}
-WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal", "reason"?}
-NODE_STATS = "node_stats"  # {"workers": {worker_id: {"pid", "cpu_percent", "rss", "status"}},
-#  "zygote_pid", "note"}
-# head -> node agent
-SPAWN_WORKERS = "spawn_workers"  # {"count"}
-KILL_WORKER = "kill_worker"  # {"worker_id", "signal"}: to the worker's whole process group
-RETIRE_WORKER = "retire_worker"  # {"worker_id"}: an idle worker beyond the warm count; SIGTERM
-FREE_DATA = "free_data"  # {"key"}: remove the node's shared-memory segments of a run/experiment
-# worker -> head
-WORKER_READY = "worker_ready"  # {"worker_id", "pid", "node_id", "hostname", "cpu_percent", "rss"}
-WORKER_ALIVE = "worker_alive"  # {}: the I/O thread's heartbeat, every worker_link.HEARTBEAT_S
-TASK_EVENT = "task_event"  # {"run_id", "rank", "event"}: report / output
-TASK_EVENTS = "task_events"  # {"run_id", "rank", "events": [...]}: a burst of them, signed once
-TASK_DONE = "task_done"  # {"run_id", "rank", "status", "error", "events"?}; buffers[0] = return value
-# head -> worker
-RUN_TASK = "run_task"  # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
-CANCEL_TASK = "cancel_task"  # {"run_id"}
-SET_THREADS = "set_threads"  # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
-# any direction
-CHUNK = "chunk"  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
-
-# Jobs' and launchers' messages (client <-> head), in a module of their own: names and schemas.
-from .job_messages import (  # noqa: E402,F401  # noqa: E402,F401
-    JOB_LOGS,
-    JOB_LOGS_REPLY,
-    JOB_REPLY,
-    JOB_SCHEMAS,
-    JOBS_REPLY,
-    LIST_JOBS,
-    NODE_LOST,
-    NODE_LOST_REPLY,
-    STOP_JOB,
-    SUBMIT_JOB,
-)
-
-# Bulk transfers' messages (checkpoint files to and from the head, data to node agents).
-from .transfer_messages import (  # noqa: E402,F401  # noqa: E402,F401  # noqa: E402,F401
-    CHECKPOINT_ACK,
-    CHECKPOINT_DONE,
-    CHECKPOINT_FETCH,
-    CHECKPOINT_FILE,
-    CHECKPOINT_PIECE,
-    DATA_ACK,
-    DATA_FAILED,
-    DATA_NEEDED,
-    DATA_PUT,
-    DATA_READY,
-    TRANSFER_SCHEMAS,
-)
-
-MESSAGE_TYPES = frozenset(
-    v
-    for k, v in dict(globals()).items()
-    if k.isupper() and isinstance(v, str) and k not in ("PROTOCOL_VERSION",)
-)
+# Every message type, from its one declaration (``catalog``): ``HELLO = "hello"`` ... as
+# names of this module. Any type not declared there is rejected on receipt.
+_TYPES = constants(catalog.MESSAGES)
+globals().update(_TYPES)
+_CHUNK = _TYPES["CHUNK"]
+MESSAGE_TYPES = frozenset(_TYPES.values())
 
 # What each message's content holds (``schema``), checked on receipt before any handler.
-_STR, _NUM, _INT = (str, None), (float, None), (int, None)
-_COUNT, _PID, _RANK = Int(0, 1 << 20), Int(1), Int(0, 1 << 20)
-_ERROR = Record(
-    {
-        "rank?": _INT,
-        "pid?": _INT,
-        "hostname?": _STR,
-        "exc_type?": _STR,
-        "exc_module?": _STR,
-        "message?": str,
-        "traceback?": _STR,
-        "signal?": (str, int, None),
-        "exitcode?": _INT,
-    }
-)
-_EVENT = Record(
-    {
-        "kind": str,
-        "text?": str,
-        "stream?": str,
-        "metrics?": dict,
-        "time?": _NUM,
-        "index?": (Int(1), None),
-        "checkpoint?": _STR,
-    }
-)
-_CHECKPOINT_CONFIG = Record(
-    {"num_to_keep?": (Int(0), None), "checkpoint_score_attribute?": _STR, "checkpoint_score_order?": _STR}
-)
-_NAMED = Record(
-    {
-        "name?": _STR,
-        "run_id?": _STR,
-        "max_reports?": (Int(0, 1 << 24), None),  # head/run_records
-        "max_output_lines?": (Int(0, 1 << 20), None),
-    }
-)
-_ANY = Record()  # a dict, whatever its fields
-_RUN_EVENTS = ListOf(_RUN_EVENT := Record({"run_id": str, "event": dict}))
-SCHEMAS: dict[str, Record] = {
-    HELLO: Record({"role?": str, "keep?": bool}),
-    SUBMIT_RUN: Record(
-        {
-            "run_id?": _STR,
-            "name?": _STR,
-            "name_prefix?": _STR,
-            "num_workers": int,
-            "use_gpu?": (bool, None),
-            "timeout_s?": _NUM,
-            "storage_path?": _STR,
-            "storage_uri?": _STR,
-            "params?": object,
-            "cwd?": _STR,
-            "sys_path?": (ListOf(str), None),
-            "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
-            "max_failures?": _INT,
-            "resume?": (bool, None),
-            "resume_from_checkpoint?": _STR,
-            "experiment?": _STR,
-            "placement_strategy?": _STR,
-            "min_workers?": (Int(1), None),  # head/elastic.py
-            "shared_data?": Record(
-                {
-                    "key": str,
-                    "blocks": ListOf(str),
-                    "written?": ListOf(Record({"node_id": str, "pid": Int(1), "blocks": ListOf(str)})),
-                }
-            ),
-        }
-    ),  # head/data_gate.py
-    CANCEL_RUN: Record({"run_id": str, "reason?": _STR}),
-    GET_RUN: _NAMED,
-    ATTACH_RUN: _NAMED,
-    NODE_REGISTER: Record(
-        {
-            "node_id": str,
-            "hostname": str,
-            "ip": str,
-            "pid": _PID,
-            "num_workers": _COUNT,
-            "max_workers": _COUNT,
-            "gpus?": ListOf(Int(0)),
-            "cpus?": (_COUNT, None),
-            "shared_storage?": bool,
-            "data_port?": (Int(1, 65535), None),
-            "data_key?": _STR,
-            "labels?": MapOf(str),
-            "shm_id?": _STR,
-        }
-    ),
-    WORKER_EXITED: Record(
-        {"worker_id": str, "pid": _PID, "exitcode?": _INT, "signal?": _INT, "node_id?": _STR, "reason?": _STR}
-    ),
-    NODE_STATS: Record(
-        {
-            "node_id?": str,
-            "zygote_pid?": _INT,
-            "note?": _STR,
-            "load?": _NUM,
-            "workers": MapOf(
-                Record(
-                    {
-                        "pid?": _PID,
-                        "cpu_percent?": _NUM,
-                        "rss?": _INT,
-                        "frozen?": bool,
-                        "gpu?": _INT,
-                        "gpu_util?": _NUM,
-                        "gpu_mem_used?": _INT,
-                        "gpu_mem_total?": _INT,
-                    }
-                )
-            ),
-        }
-    ),
-    WORKER_READY: Record(
-        {
-            "worker_id": str,
-            "pid": _PID,
-            "node_id": str,
-            "hostname": str,
-            "ip": str,
-            "store_port?": (Int(1, 65535), None),
-            "cpu_percent?": _NUM,
-            "rss?": _INT,
-        }
-    ),
-    TASK_EVENT: Record({"run_id": str, "rank": _RANK, "event": _EVENT}),
-    TASK_EVENTS: Record({"run_id": str, "rank": _RANK, "events": ListOf(_EVENT)}),
-    TASK_DONE: Record(
-        {"run_id": str, "rank": _RANK, "status": str, "error?": (_ERROR, None), "events?": ListOf(_EVENT)}
-    ),  # the task's last events (2.2)
-    SPAWN_WORKERS: Record({"count": _COUNT}),
-    KILL_WORKER: Record({"worker_id": str, "signal": Int(1, 64)}),
-    RETIRE_WORKER: Record({"worker_id": str}),
-    FREE_DATA: Record({"key": str}),
-    RELEASE_DATA: Record({"key": str}),
-    SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
-    RUN_TASK: Record(
-        {
-            "run_id": str,
-            "name": str,
-            "path": str,
-            "rank": _RANK,
-            "world_size": Int(1),
-            "local_rank": _RANK,
-            "local_world_size": Int(1),
-            "node_rank": _RANK,
-            "attempt?": _RANK,
-            "checkpoint?": _STR,
-            "gpu_id?": _INT,
-            "cwd?": _STR,
-            "sys_path?": (ListOf(str), None),
-            "num_threads?": (Int(1, 1 << 16), None),
-            "stream_checkpoints?": bool,
-            "node_id?": str,
-            "elastic?": bool,
-            "group": Record(
-                {
-                    "key": str,
-                    "backend": str,
-                    "master_addr": str,
-                    "master_port": Int(1, 65535),
-                    "store_port?": _INT,
-                    "file_store?": bool,
-                    "timeout_s?": _NUM,
-                }
-            ),
-        }
-    ),
-    CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
-    RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str, "events?": _RUN_EVENTS}),
-    RUN_EVENT: _RUN_EVENT,
-    RUN_EVENTS: Record({"events": _RUN_EVENTS}),
-    RUN_DONE: Record({"run_id": str, "state": str, "errors?": ListOf(dict), "events?": _RUN_EVENTS}),
-    ERROR: Record({"message": str}),
-    RUNS_REPLY: Record({"runs": ListOf(dict)}),
-    RUN_RECORD: Record({"record": dict}),
-    **JOB_SCHEMAS,
-    **TRANSFER_SCHEMAS,
+SCHEMAS: dict[str, Record] = schemas(catalog.MESSAGES)
+JOB_SCHEMAS = {m.name: SCHEMAS[m.name] for m in catalog.MESSAGES if m.topic == catalog.JOBS and m.checked}
+TRANSFER_SCHEMAS = {
+    m.name: SCHEMAS[m.name] for m in catalog.MESSAGES if m.topic == catalog.TRANSFERS and m.checked
 }
+_ANY = Record()  # a dict, whatever its fields
 
 
 # The most one message may carry, all its frames together (bytes): what a receiver
@@ -433,7 +186,7 @@ class Session:
             else (lambda c, piece: None)
         )
         out = [
-            self._signed(CHUNK, pickle.dumps(c, protocol=5), [piece], known=known(c, piece))
+            self._signed(_CHUNK, pickle.dumps(c, protocol=5), [piece], known=known(c, piece))
             for c, piece in pieces
         ]
         out.append(self._signed(msg_type, frames[0], frames[1:], chunks))
@@ -507,7 +260,7 @@ class Session:
         self._remember(sig)
         self._last_seq[session] = seq
         try:
-            if msg_type == CHUNK:
+            if msg_type == _CHUNK:
                 self._chunks.add(
                     session,
                     pickle.loads(chunking.view(rest[1])),

@@ -29,6 +29,7 @@ import cloudpickle
 from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
 from ..protocol import chunking, event_batch
 from ..protocol import messages as P
+from ..protocol.dispatch import bind
 from . import task_context, warning_registry
 from .head_link import HeadLink
 from .module_reload import user_modules
@@ -46,6 +47,13 @@ log = logging.getLogger("raynb.worker")
 BLOCKED_AFTER_S = 0.03
 # After a task whose function came with more than this (bytes), the C heap is trimmed.
 TRIM_AFTER_BYTES = 16 << 20
+# The worker's one handler table: each message the head sends a worker -> its method
+# (``protocol/dispatch.py``; the catalog says which messages reach a worker).
+HANDLERS: dict[str, str] = {
+    P.RUN_TASK: "on_run_task",
+    P.CANCEL_TASK: "on_cancel_task",
+    P.SET_THREADS: "on_set_threads",
+}
 # What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -74,6 +82,7 @@ class Worker:
         os.umask(self._umask)
         self._env_left: tuple | None = None  # RANK_ENV's values as the last task left them
         self.rendezvous = Rendezvous(self.node_ip)
+        self.handlers = bind(self, HANDLERS)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
         self.link.send(
             P.WORKER_READY,
@@ -130,16 +139,22 @@ class Worker:
             self.threads.apply()
 
     def _dispatch(self, msg: P.Message) -> None:
-        """Act on a verified message from the head (either thread, as the link's owner)."""
-        if msg.msg_type == P.RUN_TASK:  # (I/O thread) the next task, come early
-            self.tasks.put(msg)
-        elif msg.msg_type == P.CANCEL_TASK:
-            self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
-        elif msg.msg_type == P.SET_THREADS:
-            c = msg.content
-            self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
-        elif msg.msg_type == P.SHUTDOWN:
-            os._exit(0)
+        """Act on a verified message from the head (either thread, as the link's owner),
+        through the worker's handler table (``HANDLERS``)."""
+        handler = self.handlers.get(msg.msg_type)
+        if handler is not None:
+            handler(msg)
+
+    def on_run_task(self, msg: P.Message) -> None:
+        """(I/O thread) the next task, come early: the main thread takes it."""
+        self.tasks.put(msg)
+
+    def on_cancel_task(self, msg: P.Message) -> None:
+        self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
+
+    def on_set_threads(self, msg: P.Message) -> None:
+        c = msg.content
+        self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
 
     def _cancel(self, run_id: str, attempt: int) -> None:
         # A restarted run keeps its run_id: the attempt tells a cancel of the failed
