@@ -121,9 +121,7 @@ def build_submission(
     run_id = uuid.uuid4().hex
     with bulk.active(data_key or run_id) as scope:
         try:
-            payload = dumps_payload(
-                runtime_env.wrap(fn), config, all_sources, captured
-            )  # raises before anything ships
+            payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
         except BaseException:
             if data_key is None:
                 bulk.forget(run_id)  # what this run's pickling wrote to shared memory

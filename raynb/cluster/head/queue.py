@@ -214,6 +214,7 @@ class RunQueue:
                         "gpu_id": gpu_id,
                         "cwd": spec.get("cwd"),
                         "sys_path": spec.get("sys_path"),
+                        **({"env": spec["env"]} if spec.get("env") else {}),
                         "attempt": run.attempt,
                         "checkpoint": checkpoint,
                         "num_threads": threads[w.node_id],

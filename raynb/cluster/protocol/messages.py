@@ -189,6 +189,7 @@ SCHEMAS: dict[str, Record] = {
             "params?": object,
             "cwd?": _STR,
             "sys_path?": (ListOf(str), None),
+            "env?": (MapOf(str), None),  # set on each rank for the run (worker/task_env.py)
             "checkpoint_config?": (_CHECKPOINT_CONFIG, None),
             "max_failures?": _INT,
             "resume?": (bool, None),
@@ -288,6 +289,7 @@ SCHEMAS: dict[str, Record] = {
             "gpu_id?": _INT,
             "cwd?": _STR,
             "sys_path?": (ListOf(str), None),
+            "env?": (MapOf(str), None),  # set on each rank for the run (worker/task_env.py)
             "num_threads?": (Int(1, 1 << 16), None),
             "stream_checkpoints?": bool,
             "node_id?": str,

@@ -36,6 +36,7 @@ from .notebook_main import load_payload, notebook_main
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
+from .task_env import TaskEnv
 from .thread_share import ThreadShare
 
 log = logging.getLogger("raynb.worker")
@@ -69,6 +70,7 @@ class Worker:
         self.pid = os.getpid()
         self._modules = user_modules()
         self.threads = ThreadShare()
+        self.task_env = TaskEnv()  # a run's env_vars, set from before its unpickling to its end
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
@@ -315,8 +317,11 @@ class Worker:
                 return fn(config) if task_context.takes_config(fn) else fn()
         finally:
             self._interruptible = False
+            self.task_env.restore()  # a warm worker serves other runs next
 
     def _prepare(self, task: dict) -> None:
+        # Before the payload is unpickled: a module the function imports reads them then.
+        self.task_env.set(task.get("env"))
         group = task["group"]
         values = tuple(
             map(
