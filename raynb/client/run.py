@@ -151,6 +151,9 @@ def build_submission(
         "cwd": os.getcwd(),
         "sys_path": sys_path_dirs(),
     }
+    cpus = getattr(scaling_config, "cpus_per_worker", None)
+    if cpus:  # resources_per_worker={"CPU": N}, tune.with_resources: N threads per rank
+        spec["cpus_per_worker"] = cpus
     if getattr(scaling_config, "elasticity_enabled", False):  # the head places min..max (head/elastic.py)
         spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
         spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)

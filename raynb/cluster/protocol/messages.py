@@ -197,6 +197,7 @@ SCHEMAS: dict[str, Record] = {
             "experiment?": _STR,
             "placement_strategy?": _STR,
             "min_workers?": (Int(1), None),  # head/elastic.py
+            "cpus_per_worker?": (Int(1, 1 << 16), None),  # each rank's torch threads (head/queue.py)
             "shared_data?": Record(
                 {
                     "key": str,
