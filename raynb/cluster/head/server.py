@@ -119,6 +119,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             P.ATTACH_RUN: self.on_attach_run,
             P.SUBMIT_RUN: self.on_submit_run,
             P.CANCEL_RUN: self.on_cancel_run,
+            P.REQUEST_CHECKPOINT: self.on_request_checkpoint,
             P.NODE_REGISTER: self.on_node_register,
             P.WORKER_READY: self.on_worker_ready,
             P.NODE_STATS: self.on_node_stats,

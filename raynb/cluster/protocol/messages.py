@@ -65,6 +65,8 @@ LIST_RUNS = "list_runs"  # {}: every run the head knows (live and from disk)
 GET_RUN = "get_run"  # {"name"}: one run's record
 ATTACH_RUN = "attach_run"  # {"name"}: its record now, then its events until it ends
 RELEASE_DATA = "release_data"  # {"key"}: a Tune experiment's shared-memory data is done (cluster.shm)
+# {"run_id"}: a driver Callback set SHOULD_CHECKPOINT: the run's ranks checkpoint at their next step
+REQUEST_CHECKPOINT = "request_checkpoint"
 # head -> client
 HELLO_REPLY = "hello_reply"
 RUN_ACCEPTED = "run_accepted"  # {"run_id", "name", "path", "events"?: the run events after it (2.3)}
@@ -96,6 +98,7 @@ TASK_DONE = "task_done"  # {"run_id", "rank", "status", "error", "events"?}; buf
 RUN_TASK = "run_task"  # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"  # {"run_id"}
 SET_THREADS = "set_threads"  # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+CHECKPOINT_REQUESTED = "checkpoint_requested"  # {"run_id", "attempt"}: see REQUEST_CHECKPOINT
 # any direction
 CHUNK = "chunk"  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
@@ -275,6 +278,8 @@ SCHEMAS: dict[str, Record] = {
     FREE_DATA: Record({"key": str}),
     RELEASE_DATA: Record({"key": str}),
     SET_THREADS: Record({"run_id": str, "attempt?": _RANK, "num_threads": Int(1, 1 << 16)}),
+    REQUEST_CHECKPOINT: Record({"run_id": str}),
+    CHECKPOINT_REQUESTED: Record({"run_id": str, "attempt?": _RANK}),
     RUN_TASK: Record(
         {
             "run_id": str,

@@ -137,6 +137,8 @@ class Worker:
             self.tasks.put(msg)
         elif msg.msg_type == P.CANCEL_TASK:
             self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
+        elif msg.msg_type == P.CHECKPOINT_REQUESTED:  # (I/O thread) read by the task's next step
+            task_context.request_checkpoint(msg.content["run_id"], msg.content.get("attempt", 0))
         elif msg.msg_type == P.SET_THREADS:
             c = msg.content
             self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
