@@ -121,9 +121,7 @@ def build_submission(
     run_id = uuid.uuid4().hex
     with bulk.active(data_key or run_id) as scope:
         try:
-            payload = dumps_payload(
-                runtime_env.wrap(fn), config, all_sources, captured
-            )  # raises before anything ships
+            payload = dumps_payload(fn, config, all_sources, captured)  # raises before anything ships
         except BaseException:
             if data_key is None:
                 bulk.forget(run_id)  # what this run's pickling wrote to shared memory
@@ -153,6 +151,9 @@ def build_submission(
         "cwd": os.getcwd(),
         "sys_path": sys_path_dirs(),
     }
+    cpus = getattr(scaling_config, "cpus_per_worker", None)
+    if cpus:  # resources_per_worker={"CPU": N}, tune.with_resources: N threads per rank
+        spec["cpus_per_worker"] = cpus
     if getattr(scaling_config, "elasticity_enabled", False):  # the head places min..max (head/elastic.py)
         spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
         spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)

@@ -1,8 +1,9 @@
 """``runtime_env`` of ``raynb.init`` (Ray's ``runtime_env={"env_vars": ..., "working_dir": ...}``).
 
 Set once per driver process; every run it submits afterwards carries it: ``env_vars`` are
-set on each rank for the run's duration (and put back after, since the warm workers serve
-other runs too), ``working_dir`` is each rank's working directory and first on its
+set on each rank for the run's duration, from before its function is unpickled (as Ray sets
+them at a worker's start), and put back after, since the warm workers serve other runs
+too; ``working_dir`` is each rank's working directory and first on its
 ``sys.path``. Ray uploads a working directory to the cluster; raynb's ranks read it where
 it is, so it must be on a file system every node sees (the local cluster: this machine).
 """
@@ -75,44 +76,24 @@ _py_modules: list[str] = []
 
 
 def apply(spec: dict) -> None:
-    """Point a run's ``submit_run`` spec at the working directory and ``py_modules``."""
+    """Point a run's ``submit_run`` spec at the working directory and ``py_modules``, and
+    give it the variables its ranks get (``env``: see :func:`run_env`)."""
     if _working_dir:
         spec["cwd"] = _working_dir
     extra = ([_working_dir] if _working_dir else []) + _py_modules
     if extra:
         spec["sys_path"] = extra + [p for p in spec.get("sys_path") or () if p not in extra]
+    env = run_env()
+    if env:
+        spec["env"] = env
 
 
-def wrap(fn):
-    """``fn`` setting ``env_vars`` on the rank while it runs (``fn`` itself when there are none)."""
-    if not _env_vars:
-        return fn
-    env, takes_config = dict(_env_vars), _takes_config(fn)
-
-    def with_runtime_env(*args):
-        import os as _os
-
-        saved = {k: _os.environ.get(k) for k in env}
-        _os.environ.update(env)
-        try:
-            return fn(*args) if takes_config else fn()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    _os.environ.pop(k, None)
-                else:
-                    _os.environ[k] = v
-
-    with_runtime_env.__name__ = getattr(fn, "__name__", "with_runtime_env")
-    return with_runtime_env
-
-
-def _takes_config(fn) -> bool:
-    """Whether the worker calls ``fn(config)`` rather than ``fn()`` (as ``cluster.worker`` decides)."""
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+def run_env() -> dict[str, str]:
+    """The environment variables a run's ranks get, set on each (``cluster/worker/task_env.py``)
+    from before its function is unpickled to its end: this driver's ``MLFLOW_*`` variables
+    (tracking URI, experiment name, ...: Ray's workers inherit its driver's environment, so
+    ``setup_mlflow`` and plain MLflow calls on a rank log to the driver's store), then
+    ``runtime_env["env_vars"]``, which win."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("MLFLOW_")}
+    env.update(_env_vars)
+    return env

@@ -36,20 +36,19 @@ def drain_timeout_s() -> float:
 _SHOULD_CHECKPOINT_NOTED = []
 
 
-def _note_should_checkpoint(method: str, kwargs: dict) -> None:
-    """A callback set ``result["should_checkpoint"]`` (Ray's SHOULD_CHECKPOINT): in Ray the
-    trial then checkpoints; here the trial runs on a worker the driver's callbacks do not
-    reach, so say once that it checkpoints as its CheckpointConfig says."""
-    if method != "on_trial_result" or _SHOULD_CHECKPOINT_NOTED:
+def note_function_should_checkpoint() -> None:
+    """Said once: a Callback set SHOULD_CHECKPOINT for a trial of a function trainable,
+    which (as in Ray) checkpoints only when it reports one."""
+    if _SHOULD_CHECKPOINT_NOTED:
         return
-    if (kwargs.get("result") or {}).get("should_checkpoint"):
-        _SHOULD_CHECKPOINT_NOTED.append(True)
-        print(
-            "raynb: a Callback set result['should_checkpoint'] (SHOULD_CHECKPOINT); on raynb a "
-            "driver callback cannot ask a running trial to checkpoint: trials checkpoint as "
-            "CheckpointConfig says, or when their own step() result sets should_checkpoint",
-            file=sys.stderr,
-        )
+    _SHOULD_CHECKPOINT_NOTED.append(True)
+    print(
+        "raynb: a Callback set result['should_checkpoint'] (SHOULD_CHECKPOINT) for a function "
+        "trainable; a function checkpoints when it calls report(..., checkpoint=...): check "
+        "raynb.train.session.checkpoint_requested() there to honour the request. A class "
+        "Trainable checkpoints after its next step",
+        file=sys.stderr,
+    )
 
 
 class CallbackList:
@@ -71,6 +70,9 @@ class CallbackList:
         self._fatal_raised = False
         self._skipped: set[int] = set()  # callbacks that raised: not called again
         self._trials: dict[str, TrialSnapshot] = {}  # the thread's: latest snapshot per trial
+        # Trials a callback set SHOULD_CHECKPOINT for (ids, from the callbacks' thread): the
+        # Tune controller asks each for a checkpoint (tune/controller.py).
+        self.checkpoint_requests: queue.SimpleQueue = queue.SimpleQueue()
 
     def __bool__(self) -> bool:
         return bool(self.callbacks)
@@ -156,7 +158,8 @@ class CallbackList:
                     method,
                     {"iteration": iteration, "trials": list(self._trials.values()), "trial": snap, **kwargs},
                 )
-                _note_should_checkpoint(method, kwargs)
+                if method == "on_trial_result" and kwargs["result"].get("should_checkpoint"):
+                    self.checkpoint_requests.put(snap.trial_id)  # the controller asks the trial
             if self._queue.empty():
                 self._call("flush", {})
 

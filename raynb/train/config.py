@@ -85,6 +85,15 @@ class ScalingConfig:
     def max_workers(self) -> int:
         return self.num_workers[1] if self.elasticity_enabled else self.num_workers
 
+    @property
+    def cpus_per_worker(self) -> int | None:
+        """The torch threads each rank gets: ``resources_per_worker["CPU"]`` (Ray reserves
+        that many CPUs for each worker and sets its ``OMP_NUM_THREADS`` to them), rounded
+        down, at least 1; None when it asks for none (each rank then gets its share of its
+        node's cores)."""
+        cpus = (self.resources_per_worker or {}).get("CPU")
+        return max(1, int(cpus)) if cpus else None
+
     def _check_resources(self) -> None:
         """``resources_per_worker`` as Ray's ScalingConfig checks it: names to amounts >= 0,
         and a GPU asked for there only with ``use_gpu=True`` (and not 0 with it)."""

@@ -174,6 +174,13 @@ def in_session() -> bool:
     return task_context.current() is not None
 
 
+def checkpoint_requested() -> bool:
+    """Whether the driver asked this trial for a checkpoint (a Tune ``Callback`` set Ray's
+    ``SHOULD_CHECKPOINT`` in ``on_trial_result``) since this was last asked; a class
+    ``Trainable`` then checkpoints after its next step. False outside a run."""
+    return task_context.checkpoint_requested()
+
+
 def _require(what: str) -> dict:
     task = task_context.current()
     if task is None:

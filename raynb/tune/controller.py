@@ -20,6 +20,7 @@ from ..cluster.storage.rundir import STATE_FILE as RUN_STATE_FILE
 from ..errors import ClusterError
 from ..train.config import RunConfig
 from ..train.run_callbacks import first_error_line
+from . import checkpoint_requests
 from .experiment_state import ExperimentState
 from .held_stops import HeldStops
 from .result_grid import AUTO_KEYS
@@ -469,6 +470,9 @@ class TuneController:
             self.state.mark(trial)
 
     def _flush(self) -> None:
+        checkpoint_requests.ask(
+            getattr(self.callbacks, "checkpoint_requests", None), self._by_run, self.runner, self.client
+        )
         if self.state.dirty:
             self.state.write(created=len(self.trials), search_finished=self.search_finished)
         self.display.update()

@@ -89,7 +89,7 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
 
     def run(config):
         from ..train.checkpoint import Checkpoint
-        from ..train.session import get_checkpoint, report
+        from ..train.session import checkpoint_requested, get_checkpoint, report
         from .stopper import DictStopper
 
         trainable = cls(config)
@@ -107,6 +107,7 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
                     (frequency and trainable._iteration % frequency == 0)
                     or (ending and at_end)
                     or result.pop("should_checkpoint", False)  # ray.tune.result.SHOULD_CHECKPOINT
+                    or checkpoint_requested()  # ... set by a driver Callback (on_trial_result)
                 )
                 if due:
                     with tempfile.TemporaryDirectory(prefix="trainable_ckpt_") as d:
@@ -121,6 +122,7 @@ def class_trainable(cls, frequency: int = 0, at_end: bool = False, stop: dict | 
 
     run.__name__ = run.__qualname__ = cls.__name__
     run._raynb_scaling = getattr(cls, "_raynb_scaling", None)  # with_resources
+    run._raynb_class_trainable = True  # a driver Callback's SHOULD_CHECKPOINT reaches it
     return run
 
 

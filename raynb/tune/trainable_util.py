@@ -4,9 +4,10 @@
 for the whole ``fit()`` (``client.bulk``, the data key every trial of a fit shares), as Ray
 puts it in its object store once: a trial's payload carries a small handle, and each trial
 unpickles the object from that node's copy. ``with_resources`` reads Ray's resource
-requests: a GPU gives each trial a worker with one CUDA device; CPU amounts have no effect
-(a trial runs on one warm worker; ``TuneConfig(max_concurrent_trials=...)`` limits how many
-run at once).
+requests: a GPU gives each trial a worker with one CUDA device; ``{"cpu": N}`` gives its rank
+N torch threads (Ray reserves N CPUs and sets ``OMP_NUM_THREADS`` to them) and lets no more
+trials run at once than the cluster's CPUs hold (``tuner._plan_concurrency``); memory amounts
+have no effect.
 """
 
 from __future__ import annotations
@@ -117,13 +118,14 @@ def _scaling_of(resources) -> ScalingConfig:
             f"with_resources({resources!r}): a trial of a function gets one worker with one GPU; "
             "for several, use a TorchTrainer with ScalingConfig(num_workers=N, use_gpu=True)"
         )
-    if amounts.get("CPU") or amounts.get("MEMORY"):
-        accepted_no_effect(
-            "with_resources(cpu=/memory=)",
-            "each trial runs on one warm worker; limit trials "
-            "running at once with TuneConfig(max_concurrent_trials=...)",
-        )
-    return ScalingConfig(num_workers=1, use_gpu=bool(gpus))
+    if amounts.get("MEMORY"):
+        accepted_no_effect("with_resources(memory=)", "raynb does not reserve memory for a trial")
+    cpus = amounts.get("CPU")
+    # Ray's meaning: each trial holds that many CPUs. Here: its rank runs that many torch
+    # threads, and no more trials run at once than the cluster's CPUs hold (tuner.py).
+    return ScalingConfig(
+        num_workers=1, use_gpu=bool(gpus), resources_per_worker={"CPU": cpus} if cpus else None
+    )
 
 
 def with_resources(trainable, resources):

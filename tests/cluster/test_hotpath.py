@@ -854,6 +854,7 @@ class _PrepareStub:
         self._modules = types.SimpleNamespace(reload_changed=lambda: None)
         self.threads = types.SimpleNamespace(start=lambda *a: None)
         self.rendezvous = types.SimpleNamespace(ensure=lambda *a: None)
+        self.task_env = types.SimpleNamespace(set=lambda env: None, restore=lambda: None)
 
 
 def _rank_task(rank: int, cwd=None) -> dict:

@@ -133,8 +133,8 @@ def test_client_without_the_right_curve_keys_is_refused_and_nothing_runs(three_h
     out, r = c.client(f"MODE = {mode!r}\n" + textwrap.dedent(BAD_CLIENT), timeout=60)
     assert out["outcome"] == "refused", r.stdout
     # A key the head does not know fails the CurveZMQ handshake, which the client names;
-    # a client without Curve gets no handshake to watch, only silence.
-    assert ("CurveZMQ handshake" if mode == "wrong_curve" else "does not answer") in out["message"]
+    # a client without Curve keys is told the head needs them, and where they are.
+    assert ("CurveZMQ handshake" if mode == "wrong_curve" else "no Curve keys") in out["message"]
     after = c.status()
     assert after["rejected_connections"] > before["rejected_connections"]  # counted by the head
     assert len(after["runs"]) == len(before["runs"])  # nothing ran

@@ -80,6 +80,17 @@ class ClientRequests:
             self.queue.discard(run)
         self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
+    def on_request_checkpoint(self, msg: P.Message) -> None:
+        """A driver Callback set SHOULD_CHECKPOINT for a trial: its running ranks are asked
+        to checkpoint at their next step (a class Trainable's loop reads it)."""
+        run = self.runs.get(msg.content["run_id"])
+        if run is None or run.state != "RUNNING":
+            return
+        for wid in run.ranks:
+            w = self.registry.workers.get(wid)
+            if w is not None:
+                self.send(w.identity, P.CHECKPOINT_REQUESTED, {"run_id": run.run_id, "attempt": run.attempt})
+
     def with_cause(self, why: str | None) -> str | None:
         """Why a run cannot be placed (``why``: the scheduler's reason, or None): the local
         node agent that keeps exiting is the cause to name, where it is (not the empty

@@ -19,6 +19,7 @@ HANDLERS: dict[str, str] = {
     P.ATTACH_RUN: "on_attach_run",
     P.SUBMIT_RUN: "on_submit_run",
     P.CANCEL_RUN: "on_cancel_run",
+    P.REQUEST_CHECKPOINT: "on_request_checkpoint",
     P.RELEASE_DATA: "on_release_data",
     # a run's in-memory data, written by its client where it is placed (data_gate.py)
     P.DATA_READY: "queue.gate.on_ready",

@@ -101,7 +101,7 @@ class WorkerPool:
                 w.idle_since = None
                 busy.setdefault(w.node_id, []).append(w)
             elif w.idle_since is None:
-                w.idle_since, w.threads = now, None
+                w.idle_since, w.threads, w.cpus = now, None, None
         for node_id, workers in busy.items():
             self._share_threads(node_id, workers)
         if runs_waiting:
@@ -112,6 +112,8 @@ class WorkerPool:
     def _share_threads(self, node_id: str, busy: list[WorkerInfo]) -> None:
         share = self.registry.thread_share(node_id)
         for w in busy:
+            if w.cpus:
+                continue  # its run asked for its CPUs: its threads stay as many
             if share is not None and w.threads is not None and w.threads != share:
                 w.threads = share
                 self._send(

@@ -184,14 +184,15 @@ class RunQueue:
         seen: dict[str, int] = {}
         before = len(run.ranks)  # the last attempt's world size (0: the first)
         self._controller.placed(run, placement.worker_ids)
+        cpus = spec.get("cpus_per_worker")
         for rank, w in enumerate(chosen):
-            w.run_id, w.rank = run.run_id, rank
+            w.run_id, w.rank, w.cpus = run.run_id, rank, cpus
         # Each rank's share of its node's cores, counting every rank busy there now (this
         # run's too): four one-rank trials on two cores get a thread each, not two.
         threads = {nid: self._registry.thread_share(nid) for nid in nodes}
         tasks = []
         for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
-            w.threads, w.attempt = threads[w.node_id], run.attempt
+            w.threads, w.attempt = cpus or threads[w.node_id], run.attempt
             local_rank = seen.get(w.node_id, 0)
             seen[w.node_id] = local_rank + 1
             if gpu_id is not None:
@@ -214,9 +215,10 @@ class RunQueue:
                         "gpu_id": gpu_id,
                         "cwd": spec.get("cwd"),
                         "sys_path": spec.get("sys_path"),
+                        **({"env": spec["env"]} if spec.get("env") else {}),
                         "attempt": run.attempt,
                         "checkpoint": checkpoint,
-                        "num_threads": threads[w.node_id],
+                        "num_threads": w.threads,
                         "node_id": w.node_id,
                         "stream_checkpoints": not self._registry.nodes[w.node_id].shared_storage,
                         **({"elastic": True} if elastic.is_elastic(spec) else {}),

@@ -31,6 +31,9 @@ class WorkerInfo:
     idle_since: float | None = None  # when it last became idle (monotonic), None while busy
     not_responding: str | None = None  # why it is shown as not responding, or None
     threads: int | None = None  # the torch threads its task was given (None: idle, or unknown)
+    # The CPUs its run asked per worker (ScalingConfig(resources_per_worker={"CPU": N}),
+    # tune.with_resources): its threads, fixed, and what it takes of its node's share.
+    cpus: int | None = None
     attempt: int = 0  # of the run whose rank it holds
 
     @property
@@ -144,8 +147,10 @@ class Registry:
         node = self.nodes.get(node_id)
         if node is None or not node.cpus:
             return None
-        busy = sum(1 for w in self.workers_of(node_id) if w.busy)
-        return max(1, node.cpus // max(1, busy))
+        busy = [w for w in self.workers_of(node_id) if w.busy]
+        reserved = sum(w.cpus for w in busy if w.cpus)  # ranks that asked for their CPUs
+        shared = sum(1 for w in busy if not w.cpus)
+        return max(1, (node.cpus - reserved) // max(1, shared))
 
     def capacity(self) -> int:
         """The most workers the cluster can hold (1 before any node registered)."""

@@ -38,6 +38,7 @@ from .queue import RunQueue
 from .registry import Registry
 from .run import TERMINAL, Run
 from .run_records import RunRecords
+from .run_resume import ResumedRuns
 from .store import RunRefused, RunStore
 from .tick_pacer import TickPacer
 from .transfers import Transfers
@@ -47,7 +48,7 @@ log = logging.getLogger("raynb.head")
 TICK_S = 0.1
 
 
-class Head(NodeEvents, ClientRequests, RunRecords):
+class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
     """Args:
     key: the cluster's HMAC key.
     bind_host: interface to listen on (127.0.0.1 unless nodes join from other hosts).
@@ -110,6 +111,7 @@ class Head(NodeEvents, ClientRequests, RunRecords):
         self._next_schedule = 0.0
         self.outbox = ClientOutbox(self._send_now)  # a client's run messages: once per drain
         self.offloop, self.loop_watch = OffLoop(), LoopWatch()  # work that grows with user data; stalls
+        self._resuming: set[str] = set()  # run directories being read to resume (run_resume)
         self.queue.gate = DataGate(
             self.registry,
             self.runs,
@@ -293,12 +295,19 @@ class Head(NodeEvents, ClientRequests, RunRecords):
             return refuse(why)
         if not msg.buffers:
             return refuse("submit_run carries no function")
+        if spec.get("resume"):
+            return self.submit_resumed(msg, spec)  # its files read off the loop (run_resume)
+        self.accept_run(msg, spec)
+
+    def accept_run(self, msg: P.Message, spec: dict, resumed=None) -> None:
+        """Create a submitted run (``resumed``: its directory as read, ``run_resume``),
+        queue it and answer its client; a refusal is the submit's ``error``."""
         try:
             run = self.store.create(
-                spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0])
+                spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0]), resumed
             )
         except RunRefused as e:
-            return refuse(str(e))
+            return self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"), "message": str(e)})
         self.queue.add(run)
         # Queued (client_outbox): the client hears of it once the drain ends, after its
         # ranks got their tasks (schedule, below), which is what it waits for.

@@ -26,6 +26,7 @@ from typing import Callable
 from ..connection_file import raynb_home
 from ..storage.checkpoints import CheckpointStore
 from ..storage.made_ahead.linked_files import LinkedFiles
+from ..storage.resume_files import read_for_resume
 from ..storage.rundir import (
     CorruptRunDirectory,
     RunDirectory,
@@ -218,14 +219,12 @@ class RunStore:
             log.warning("could not record storage path %s: %s", storage, e)
 
     # -- a run's life on disk ---------------------------------------------------
-    def create(self, spec: dict, client: bytes, payload: list, function_bytes: bytes) -> Run:
-        """The directory and record of a submitted run (or of a resumed one).
+    def target(self, spec: dict) -> tuple[str, str, str]:
+        """``(name, storage_path, run directory)`` of a submitted run (a run without a name
+        gets a new one).
 
         Raises:
-            RunRefused: the name is taken by a live run, or by a finished one that is not
-                being resumed, or the run to resume cannot be read. Nothing was changed.
-        """
-        run_id = spec.get("run_id") or uuid.uuid4().hex
+            RunRefused: a live run of this head has that name in that storage path."""
         name = spec.get("name") or make_run_name(spec.get("name_prefix", "TorchTrainer"))
         storage = os.path.expanduser(spec.get("storage_path") or default_storage_path())
         path = os.path.join(storage, name)
@@ -239,26 +238,41 @@ class RunStore:
                 f"run {name!r} is still {live[0].state.lower()}; attach to it with "
                 f"raynb.attach({name!r}), or cancel it first"
             )
-        previous = None
-        if spec.get("resume"):
+        return name, storage, path
+
+    def create(self, spec: dict, client: bytes, payload: list, function_bytes: bytes, resumed=None) -> Run:
+        """The directory and record of a submitted run (or of a resumed one).
+
+        Args:
+            resumed (resume_files.ResumedFiles | None): for a resumed run (``spec["resume"]``),
+                its directory as read off the loop (``run_resume``); None reads it here.
+
+        Raises:
+            RunRefused: the name is taken by a live run, or by a finished one that is not
+                being resumed, or the run to resume cannot be read. Nothing was changed.
+        """
+        run_id = spec.get("run_id") or uuid.uuid4().hex
+        name, storage, path = self.target(spec)
+        if spec.get("resume") and resumed is None:
             try:
-                previous = read_run_dir(path, with_reports=False)
+                resumed = read_for_resume(path)
             except (OSError, CorruptRunDirectory) as e:
                 raise RunRefused(f"cannot resume run {name!r}: {e}. Nothing was changed in {path}") from None
-        elif os.path.exists(os.path.join(path, "run.json")):
+        elif not spec.get("resume") and os.path.exists(os.path.join(path, "run.json")):
             raise RunRefused(
                 f"a run named {name!r} already exists in {storage}; continue it with "
                 f"TorchTrainer.restore({path!r}) or %%ray_train --name {name} --resume, or "
                 "choose another name"
             )
         try:
-            return self._create(spec, client, payload, function_bytes, run_id, name, storage, previous)
+            return self._create(spec, client, payload, function_bytes, run_id, name, storage, resumed)
         except OSError as e:
             if not isinstance(e, (RunFileError, PermissionError)):
                 e = RunFileError(e.filename or path, e)
             raise RunRefused(f"cannot create run {name!r}: {e}") from None
 
-    def _create(self, spec, client, payload, function_bytes, run_id, name, storage, previous) -> Run:
+    def _create(self, spec, client, payload, function_bytes, run_id, name, storage, resumed) -> Run:
+        previous = resumed.previous if resumed is not None else None
         rundir = RunDirectory(storage, name)
         path = str(rundir.path)
         self._remember_storage(storage)
@@ -269,7 +283,7 @@ class RunStore:
             path, spec.get("checkpoint_config"), previous.get("checkpoints") if previous else None
         )
         if previous is not None:
-            rundir.load_existing()
+            rundir.load_existing(resumed)
             run.reports = len(rundir.rows)
             run.last_metrics = rundir.rows[-1] if rundir.rows else {}
             run.store.discard_staging()

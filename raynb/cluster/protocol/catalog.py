@@ -14,7 +14,7 @@ from __future__ import annotations
 from .declaration import doc_only, message, opt, req, route
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.3"
+PROTOCOL_VERSION = "2.4"
 # What each version changed (the reference's history; a peer of another major version is refused).
 VERSIONS = (
     ("1.0", "the first: signed frames, every message type of 1.0 below"),
@@ -25,6 +25,11 @@ VERSIONS = (
     ),
     ("2.2", "``run_events``; a run's last events ride in ``run_done``, a task's in ``task_done``"),
     ("2.3", "a run's first states ride in its ``run_accepted``"),
+    (
+        "2.4",
+        "``request_checkpoint``, ``checkpoint_requested`` (a driver Callback's SHOULD_CHECKPOINT); a run's "
+        "``env`` and ``cpus_per_worker``",
+    ),
 )
 
 # Field types several messages share.
@@ -176,6 +181,8 @@ MESSAGES = (
         opt("experiment", _STR, "the Tune experiment the run is a trial of"),
         opt("placement_strategy", _STR, "PACK or SPREAD"),
         opt("min_workers", (Int(1), None), "elastic: the fewest ranks it may run on"),
+        opt("env", (MapOf(str), None), "environment variables set on each rank for the run (2.4)"),
+        opt("cpus_per_worker", (Int(1, 1 << 16), None), "each rank's torch threads (2.4)"),
         opt("shared_data", _SHARED_DATA, "the in-memory datasets' shared-memory blocks"),
         buffers="[0]: the cloudpickled (function, config)",
         topic=RUNS,
@@ -247,6 +254,14 @@ MESSAGES = (
         "A Tune experiment's shared-memory data is done with.",
         "1.0",
         req("key", str, "the experiment's data key"),
+        topic=RUNS,
+    ),
+    message(
+        "REQUEST_CHECKPOINT",
+        _CLIENT_HEAD,
+        "A driver Callback set SHOULD_CHECKPOINT: the run's ranks checkpoint at their next step.",
+        "2.4",
+        req("run_id", str, "the run"),
         topic=RUNS,
     ),
     message(
@@ -449,6 +464,7 @@ MESSAGES = (
         opt("gpu_id", _INT, "its GPU"),
         opt("cwd", _STR, "the working directory"),
         opt("sys_path", (ListOf(str), None), "the import path"),
+        opt("env", (MapOf(str), None), "environment variables set for the run (2.4)"),
         opt("num_threads", (Int(1, 1 << 16), None), "its share of the node's cores"),
         opt("stream_checkpoints", bool, "its node lacks the storage: stream checkpoints to the head"),
         opt("node_id", str, "its node"),
@@ -465,6 +481,15 @@ MESSAGES = (
         "1.0",
         req("run_id", str, "the run"),
         opt("attempt", _RANK, "the attempt it cancels (a restarted run keeps its id)"),
+        topic=TASKS,
+    ),
+    message(
+        "CHECKPOINT_REQUESTED",
+        route("head->worker"),
+        "Checkpoint at the task's next step (see ``request_checkpoint``).",
+        "2.4",
+        req("run_id", str, "the run"),
+        opt("attempt", _RANK, "its attempt"),
         topic=TASKS,
     ),
     message(

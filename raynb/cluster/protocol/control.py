@@ -64,7 +64,7 @@ class Client:
         self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
         self.sock.setsockopt(zmq.IDENTITY, _new_identity())
         curve.secure_client(self.sock, self.info.get("curve"))
-        self._watch = curve.HandshakeWatch(self.sock) if self.info.get("curve") else None
+        self._watch = self._new_watch()
         self.sock.connect(address)
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -108,12 +108,20 @@ class Client:
                     return self._backlog.popleft()
                 return msg
 
+    def _new_watch(self) -> curve.HandshakeWatch | None:
+        keys = self.info.get("curve")
+        if not curve.needs_watch(self.address, keys):
+            return None
+        return curve.HandshakeWatch(self.sock, has_keys=bool(keys))
+
     def _handshake_pending(self) -> bool:
         """True while no CurveZMQ handshake has succeeded yet (then watched no more).
 
         Raises:
             KeyRefused: the head refused this client's keys in the handshake."""
         why = self._watch.refused()
+        if why == curve.NO_KEYS:
+            raise KeyRefused(f"{why.replace('ADDRESS', repr(self.address))} (head {self.address})")
         if why is not None:
             raise KeyRefused(f"{why}; copy this head's connection file (head {self.address})")
         if self._watch.succeeded:
@@ -199,7 +207,7 @@ class Client:
             self.sock.setsockopt(zmq.RCVHWM, 0)
             self.sock.setsockopt(zmq.IDENTITY, _new_identity())
             curve.secure_client(self.sock, self.info.get("curve"))
-            self._watch = curve.HandshakeWatch(self.sock) if self.info.get("curve") else None
+            self._watch = self._new_watch()
             self.sock.connect(self.address)
 
     def close(self) -> None:

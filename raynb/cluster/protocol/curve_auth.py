@@ -33,6 +33,16 @@ ENV = {
     "client_public": "RAYNB_CURVE_PUBLIC",
     "client_secret": "RAYNB_CURVE_SECRET",
 }
+# A client with the HMAC key alone, at a head off loopback.
+NO_KEYS = (
+    "the head encrypts every connection with CurveZMQ (a head listening off loopback always "
+    "does) and this client has no Curve keys: the cluster key alone is not enough off "
+    "loopback. Connect with the head's connection file, which holds both: copy the head "
+    "machine's $RAYNB_HOME/cluster.json (or the cluster-keys.json of `raynb keygen`) here, "
+    "mode 0600, and pass it: raynb.connect(ADDRESS, key_file=PATH), or for a node agent "
+    "`raynb node --address ADDRESS --key-file PATH`"
+)
+
 _FAILED = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
@@ -143,20 +153,35 @@ def secure_client(sock: zmq.Socket, keys: dict | None) -> None:
     sock.curve_secretkey = keys["client_secret"].encode()
 
 
+def needs_watch(address: str, keys: dict | None) -> bool:
+    """Whether a client's handshakes with the head at ``address`` are worth watching
+    (:class:`HandshakeWatch`): it has Curve keys (the head may refuse them), or it has none
+    and the head is off loopback, where every head speaks CurveZMQ only (a client that
+    lacks the keys would otherwise hear nothing at all)."""
+    from ..netaddr import host_of
+
+    return bool(keys) or (address.startswith("tcp://") and not is_loopback(host_of(address)))
+
+
 class HandshakeWatch:
-    """A Curve client's handshakes with the head, watched until one succeeds: a key file
-    of another head fails them at once (the head's ZAP refuses an unknown client key,
+    """A client's handshakes with the head, watched until one succeeds: a key file of
+    another head fails them at once (the head's ZAP refuses an unknown client key,
     ``EVENT_HANDSHAKE_FAILED_AUTH``; a wrong server key makes the head drop the handshake,
-    ``..._NO_DETAIL``), and nothing else would say so: no message ever arrives.
+    ``..._NO_DETAIL``), and so does a client without Curve keys at a head off loopback (the
+    two sides' security mechanisms differ, ``..._FAILED_PROTOCOL``); nothing else would say
+    so: no message ever arrives.
 
     Args:
         sock: the client socket (already :func:`secure_client`), before or after ``connect``.
+        has_keys (bool): the client speaks CurveZMQ (it was given Curve keys).
     """
 
-    def __init__(self, sock: zmq.Socket):
+    def __init__(self, sock: zmq.Socket, has_keys: bool = True):
         self.monitor = sock.get_monitor_socket(_FAILED | zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self.succeeded = False
+        self.has_keys = has_keys
         self._failed: int | None = None
+        self._value = 0
 
     def refused(self) -> str | None:
         """Why the head refused this client's keys, once a handshake failed and none
@@ -164,13 +189,26 @@ class HandshakeWatch:
         from zmq.utils.monitor import parse_monitor_message
 
         while self.monitor.poll(0):
-            event = parse_monitor_message(self.monitor.recv_multipart())["event"]
-            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            event = parse_monitor_message(self.monitor.recv_multipart())
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.succeeded, self._failed = True, None
-            elif event & _FAILED:
-                self._failed = event
+            elif event["event"] & _FAILED:
+                self._failed, self._value = event["event"], event["value"]
         if self._failed is None:
             return None
+        if not self.has_keys:
+            # Off loopback, where every head speaks CurveZMQ only. The head sees the two
+            # mechanisms differ and may close the connection before this side does: a
+            # mechanism mismatch here, or a handshake cut short (EPIPE, ECONNRESET).
+            return NO_KEYS
+        if (
+            self._failed == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+            and self._value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+        ):
+            return (
+                "this client speaks CurveZMQ and the head does not (a head on loopback does not "
+                "encrypt): connect with the head's own connection file"
+            )
         if self._failed == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             return (
                 "the head refused this peer's key in the CurveZMQ handshake: its Curve client key "

@@ -53,6 +53,12 @@ class ProgressTable:
             self.columns += [k for k in row if k not in self.columns]
         self._stale = bool(rows)
 
+    def adopt(self, columns: list[str]) -> None:
+        """A resumed run's table, written again already (``resume_files``) with these
+        columns: later rows are appended to it."""
+        self.columns = list(columns)
+        self._stale = False
+
     def write(self, new_rows: list[dict], all_rows: list[dict], final: bool = False) -> None:
         """Add ``new_rows`` (the last of ``all_rows``, every row of the run).
 

@@ -188,10 +188,20 @@ class RunDirectory:
         self.time_offset = 0.0  # seconds trained by earlier attempts (a resumed run)
         self._prepared = False  # prepare_files made the report files
 
-    def load_existing(self) -> None:
-        """Continue a resumed run's files: later reports append after its rows."""
-        self._rows = read_reports(self.path)
-        self._progress.load(self._rows)
+    def load_existing(self, files=None) -> None:
+        """Continue a resumed run's files: later reports append after its rows.
+
+        Args:
+            files (resume_files.ResumedFiles | None): the directory as read (off the head's
+                loop) by ``resume_files.read_for_resume``, whose ``progress.csv`` it wrote
+                again; None reads ``result.json`` here, and ``progress.csv`` is written again
+                from its rows at the next write."""
+        if files is None:
+            self._rows = read_reports(self.path)
+            self._progress.load(self._rows)
+        else:
+            self._rows = files.rows
+            self._progress.adopt(files.columns)
         if self._rows:
             self.time_offset = float(self._rows[-1].get("time_total_s") or 0.0)
 

@@ -32,6 +32,8 @@ def end(status: str = "ok") -> None:
     """Leave the task: functions that need one raise again. First the functions given
     to :func:`at_end` run, newest first, with ``status`` ("ok", "error", "cancelled")."""
     global _task, _emit, _state
+    if _task is not None:  # a request that came too late for the task is not the next one's
+        _checkpoint_requests.discard((_task.get("run_id"), _task.get("attempt", 0)))
     while _at_end:
         fn = _at_end.pop()
         try:
@@ -48,6 +50,28 @@ def at_end(fn: Callable[[str], None]) -> None:
     if _task is None:
         raise RuntimeError("no task is running on this process")
     _at_end.append(fn)
+
+
+_checkpoint_requests: set = set()  # (run_id, attempt): added by the I/O thread
+
+
+def request_checkpoint(run_id: str, attempt: int) -> None:
+    """(the worker's I/O thread) The driver asked the run's ranks for a checkpoint (a
+    Callback set Ray's SHOULD_CHECKPOINT): :func:`checkpoint_requested` says so once."""
+    _checkpoint_requests.add((run_id, attempt))
+
+
+def checkpoint_requested() -> bool:
+    """Whether the driver asked the running task for a checkpoint since this was last
+    asked (True once per request)."""
+    task = _task
+    if task is None or not _checkpoint_requests:
+        return False
+    key = (task["run_id"], task.get("attempt", 0))
+    if key not in _checkpoint_requests:
+        return False
+    _checkpoint_requests.discard(key)
+    return True
 
 
 def current() -> dict | None:

@@ -37,6 +37,7 @@ from .notebook_main import load_payload, notebook_main
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
 from .rendezvous import Rendezvous
+from .task_env import TaskEnv
 from .thread_share import ThreadShare
 
 log = logging.getLogger("raynb.worker")
@@ -53,6 +54,7 @@ HANDLERS: dict[str, str] = {
     P.RUN_TASK: "on_run_task",
     P.CANCEL_TASK: "on_cancel_task",
     P.SET_THREADS: "on_set_threads",
+    P.CHECKPOINT_REQUESTED: "on_checkpoint_requested",
 }
 # What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -77,6 +79,7 @@ class Worker:
         self.pid = os.getpid()
         self._modules = user_modules()
         self.threads = ThreadShare()
+        self.task_env = TaskEnv()  # a run's env_vars, set from before its unpickling to its end
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
@@ -155,6 +158,10 @@ class Worker:
     def on_set_threads(self, msg: P.Message) -> None:
         c = msg.content
         self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
+
+    def on_checkpoint_requested(self, msg: P.Message) -> None:
+        """(I/O thread) a driver Callback's SHOULD_CHECKPOINT: read by the task's next step."""
+        task_context.request_checkpoint(msg.content["run_id"], msg.content.get("attempt", 0))
 
     def _cancel(self, run_id: str, attempt: int) -> None:
         # A restarted run keeps its run_id: the attempt tells a cancel of the failed
@@ -330,8 +337,11 @@ class Worker:
                 return fn(config) if task_context.takes_config(fn) else fn()
         finally:
             self._interruptible = False
+            self.task_env.restore()  # a warm worker serves other runs next
 
     def _prepare(self, task: dict) -> None:
+        # Before the payload is unpickled: a module the function imports reads them then.
+        self.task_env.set(task.get("env"))
         group = task["group"]
         values = tuple(
             map(

@@ -123,6 +123,7 @@ class TuneProgress:
         self._seen_keys: dict[str, None] = {}  # every flattened config key, first seen first
         self._in_use = 0
         self._total = max(0, int(total_workers))
+        self.cpus_per_worker: int | None = None  # set_trial_resources
         self._notes: list[str] = []
         self.started_at = clock()
         self.ended_at: float | None = None
@@ -193,6 +194,13 @@ class TuneProgress:
             if (in_use, total) != (self._in_use, self._total):
                 self._in_use, self._total = max(0, int(in_use)), max(0, int(total))
                 self.version += 1
+
+    def set_trial_resources(self, cpus_per_worker: int | None) -> None:
+        """The CPUs each trial's ranks asked for (``tune.with_resources({"cpu": N})``):
+        shown in the status line beside the workers in use; None: not asked."""
+        with self._lock:
+            self.cpus_per_worker = cpus_per_worker
+            self.version += 1
 
     def note(self, text: str) -> None:
         """A line shown under the table (e.g. 'PBT: trial 3 copies trial 1')."""
@@ -334,7 +342,7 @@ class TuneProgress:
             fmt_duration(self.elapsed_s),
         ]
         in_use, total = self.workers
-        parts.append(f"workers {in_use}/{total}")
+        parts.append(f"workers {in_use}/{total}" + self.cpus_text)
         best = self.best_trial_id
         if best is not None:
             row = self._trials[best]
@@ -343,6 +351,12 @@ class TuneProgress:
                 f" ({self.best_column} {fmt_value(row.best)})"
             )
         return " | ".join(parts)
+
+    @property
+    def cpus_text(self) -> str:
+        """`` (2 CPUs each)`` when the trials asked for CPUs, else empty."""
+        n = self.cpus_per_worker
+        return f" ({n} CPU{'s' if n != 1 else ''} each)" if n else ""
 
     @property
     def best_column(self) -> str:

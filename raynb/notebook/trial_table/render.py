@@ -112,7 +112,7 @@ def header_html(p) -> str:
         e(fmt_duration(p.elapsed_s)),
     ]
     in_use, total = p.workers
-    parts.append(f"workers {in_use}/{total} in use")
+    parts.append(f"workers {in_use}/{total} in use" + e(p.cpus_text))
     best = p.best_trial_id
     if best is not None:
         row = p._trials[best]
