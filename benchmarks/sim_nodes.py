@@ -5,8 +5,10 @@ Each simulated node has its own DEALER socket and routing id (``node:<name>:<ran
 a real agent's) and sends what a real agent sends (``raynb/cluster/node/agent.py``): a
 ``node_register`` (no workers, ``max_workers`` 0: it hosts no ranks, so the scheduler never
 places one there), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
-report: load average, zygote, workers' samples). Every reply is verified with the
-cluster's key (``protocol.Session``). The time from a heartbeat sent to the head's
+report: load average, zygote, workers' samples). As a real agent, a heartbeat asks for
+the head's ``pong`` (``"reply": True``) only when the node has not heard from the head for
+``reply_every_s`` (the agent's ``STATS_REPLY_S``). Every reply is verified with the
+cluster's key (``protocol.Session``). The time from an asking heartbeat sent to the head's
 ``pong`` received is the heartbeat-to-handled latency.
 
 ``SimNodes.flood(i, seconds)`` makes node ``i`` send heartbeats back to back, and
@@ -33,10 +35,16 @@ class SimNodes:
     address (str): the head's ``tcp://HOST:PORT``.
     key (bytes): the cluster's HMAC key.
     interval_s (float): seconds between one node's heartbeats (a real agent's: 1).
+    reply_every_s (float): a heartbeat asks for a pong when the node heard nothing from
+        the head for this long (a real agent's: ``agent.STATS_REPLY_S``; 0: every one asks).
     """
 
-    def __init__(self, address: str, key: bytes, interval_s: float = 1.0):
+    def __init__(self, address: str, key: bytes, interval_s: float = 1.0, reply_every_s: float | None = None):
+        from raynb.cluster.node import agent
+
         self.address, self.key, self.interval_s = address, key, interval_s
+        self.reply_every_s = getattr(agent, "STATS_REPLY_S", 0.0) if reply_every_s is None else reply_every_s
+        self._heard: dict[int, float] = {}  # node -> when it last heard from the head (monotonic s)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 8192)
         self.sessions: list[P.Session] = []  # one each, as a real agent's: the replay check is per sender
@@ -124,12 +132,21 @@ class SimNodes:
 
     # -- the loop -----------------------------------------------------------------
     def _heartbeat(self, i: int, now: float) -> None:
+        reply = now - self._heard.get(i, 0.0) >= self.reply_every_s
         self.sessions[i].send(
             self.socks[i],
             P.NODE_STATS,
-            {"node_id": self.names[i], "workers": {}, "zygote_pid": None, "note": None, "load": 0.0},
+            {
+                "node_id": self.names[i],
+                "workers": {},
+                "zygote_pid": None,
+                "note": None,
+                "load": 0.0,
+                "reply": reply,
+            },
         )
-        self._sent_at.setdefault(i, now)
+        if reply:
+            self._sent_at.setdefault(i, now)
         self.sent += 1
 
     def _drain(self, i: int, now: float) -> None:
@@ -140,7 +157,10 @@ class SimNodes:
             except zmq.Again:
                 return
             msg = self.sessions[i].accept(frames)
-            if msg is None or msg.msg_type != P.PONG:
+            if msg is None:
+                continue
+            self._heard[i] = now
+            if msg.msg_type != P.PONG:
                 continue
             if i not in self.registered:
                 if msg.content.get("registered"):

@@ -80,7 +80,7 @@ RUN_RECORD = "run_record"  # {"record": {...}}: answer to get_run / attach_run
 NODE_REGISTER = "node_register"  # {"node_id", ..., "num_workers", "max_workers", "gpus", "cpus"}
 WORKER_EXITED = "worker_exited"  # {"worker_id", "pid", "exitcode", "signal", "reason"?}
 NODE_STATS = "node_stats"  # {"workers": {worker_id: {"pid", "cpu_percent", "rss", "status"}},
-#  "zygote_pid", "note"}
+#  "zygote_pid", "note", "reply"?: False when the agent wants no pong back (2.3)}
 # head -> node agent
 SPAWN_WORKERS = "spawn_workers"  # {"count"}
 KILL_WORKER = "kill_worker"  # {"worker_id", "signal"}: to the worker's whole process group
@@ -234,6 +234,7 @@ SCHEMAS: dict[str, Record] = {
             "zygote_pid?": _INT,
             "note?": _STR,
             "load?": _NUM,
+            "reply?": bool,  # False: no pong wanted (the agent heard from the head lately)
             "workers": MapOf(
                 Record(
                     {
