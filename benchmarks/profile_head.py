@@ -62,16 +62,50 @@ def top_functions(prof: str, sort: str, n: int) -> list[dict]:
     return sorted(rows, key=lambda r: -r[key])[:n]
 
 
+def _place(info: dict, sim, args) -> tuple:
+    """Runs of ``--place-ranks`` ranks over the nodes' simulated workers (one each, as in
+    ``scale_nodes.py``'s placement): the seconds from the call to the last task's arrival."""
+    import scale_nodes
+    from sim_nodes import SimWorkers
+
+    from raynb import RunConfig, ScalingConfig, TorchTrainer
+    from raynb.cluster.protocol.control import Client
+
+    workers = SimWorkers(info["address"], info["key"].encode())
+    for name in sim.names:
+        workers.add(name, 1)
+    client = Client(info["address"], info["key"].encode(), info)
+    try:
+        while len(client.status(timeout=60)["workers"]) < args.nodes:
+            time.sleep(0.1)
+    finally:
+        client.close()
+    out = []
+    for _ in range(args.place_runs):
+        t0 = time.monotonic()
+        TorchTrainer(
+            scale_nodes.trivial_train_fn,
+            scaling_config=ScalingConfig(num_workers=args.place_ranks),
+            run_config=RunConfig(verbose=0),
+        ).fit()
+        runs = [r for r, ts in workers.tasks.items() if min(ts) >= t0]
+        out.append(max(workers.arrivals(runs[0])) - t0)
+    return workers, out
+
+
 def run(args, tmp: str) -> dict:
     import psutil
     from sim_nodes import SimNodes
 
     prof = None if args.no_cprofile else args.profile_out or os.path.join(tmp, "head.prof")
     proc, info = start_head(tmp, prof)
-    sim = None
+    sim = workers = None
+    place = []
     try:
-        sim = SimNodes(info["address"], info["key"].encode())
+        sim = SimNodes(info["address"], info["key"].encode(), workers_per_node=1 if args.place_ranks else 0)
         reg = sim.grow(args.nodes, timeout=max(60.0, args.nodes / 10))
+        if args.place_ranks:
+            workers, place = _place(info, sim, args)
         time.sleep(min(2.0, args.seconds))  # registrations settle; heartbeats steady
         head = psutil.Process(proc.pid)
         sim.take_rtts()
@@ -89,8 +123,9 @@ def run(args, tmp: str) -> dict:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-        if sim is not None:
-            sim.close()
+        for s in (workers, sim):
+            if s is not None:
+                s.close()
     return {
         "nodes": args.nodes,
         "register_s": round(reg, 3),
@@ -98,6 +133,7 @@ def run(args, tmp: str) -> dict:
         "thread_cpu_percent": threads,
         "heartbeat_ms_median": round(1000 * rtts[len(rtts) // 2], 3) if rtts else None,
         "heartbeats": len(rtts),
+        "place_ms": [round(1000 * t, 2) for t in place],
         "top": top_functions(prof, args.sort, args.top) if prof else [],
     }
 
@@ -110,6 +146,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sort", choices=("tottime", "cumulative"), default="tottime")
     ap.add_argument("--profile-out", default=None, help="keep the cProfile file here")
     ap.add_argument("--no-cprofile", action="store_true", help="the head's CPU without the profiler's")
+    ap.add_argument("--place-ranks", type=int, default=0, help="then place runs of this many ranks")
+    ap.add_argument("--place-runs", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="20 nodes, 2 s")
     args = ap.parse_args(argv)
     if args.quick:

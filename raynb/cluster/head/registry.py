@@ -114,8 +114,11 @@ class Registry:
         # busy or idle, and nodes whose count of busy workers changed (their thread shares).
         self._changed: dict[str, WorkerInfo] = {}
         self._share_nodes: dict[str, None] = {}
-        # Bumped by every change that can change which workers may be retired (pool.retirable).
+        # Bumped by every change of the workers (joined, left, busy or idle) or of the process
+        # groups: what can change which workers may be retired (pool.retirable), and the
+        # workers' and groups' part of a snapshot.
         self.version = 0
+        self._views: tuple | None = None  # (version, worker views, groups) of the last snapshot
 
     # -- nodes ------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> None:
@@ -265,6 +268,7 @@ class Registry:
         the one they already have if it matches, else a new one (a new rendezvous)."""
         for other in [m for m in self.groups if m != members and set(m) & set(members)]:
             del self.groups[other]  # these workers now leave that group
+            self.version += 1
         known = self.groups.get(members)
         # The collective timeout is fixed when a group forms: another one needs a new group.
         if known is None or known[0] != backend or known[2] != timeout_s:
@@ -274,21 +278,27 @@ class Registry:
 
     # -- views ------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """An immutable view for the scheduler."""
+        """An immutable view for the scheduler. The workers' and groups' views change only
+        with ``version``: kept from one snapshot to the next until it moves (a submit and
+        its placement take two)."""
+        if self._views is None or self._views[0] != self.version:
+            workers = tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values())
+            self._views = (self.version, workers, tuple(self.groups))
+        count = self.workers_on
         return Snapshot(
             nodes=tuple(
                 NodeView(
                     n.node_id,
                     n.max_workers,
                     n.spawning,
-                    tuple(n.free_gpus),
-                    self.workers_on(n.node_id),
+                    tuple(n.free_gpus) if n.gpus else (),
+                    count(n.node_id),
                     len(n.gpus),
                 )
                 for n in self.nodes.values()
             ),
-            workers=tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values()),
-            groups=tuple(self.groups),
+            workers=self._views[1],
+            groups=self._views[2],
         )
 
     def status_nodes(self) -> list[dict]:
