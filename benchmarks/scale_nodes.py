@@ -214,8 +214,7 @@ def run(args) -> dict:
             fit()  # the process group forms; what follows is warm
         out: dict = {"baseline": measure(head, client, None, fit, args), "sizes": []}
         base_rss = head.memory_info().rss
-        # --quick: every heartbeat asks for its pong, so its short windows see some.
-        sim = SimNodes(info["address"], info["key"].encode(), reply_every_s=0.0 if args.quick else None)
+        sim = SimNodes(info["address"], info["key"].encode(), reply_every_s=args.reply_every)
         for n in args.sizes:
             reg = sim.grow(n - len(sim.socks), timeout=max(60.0, n / 10))
             m = measure(head, client, sim, fit, args)
@@ -254,6 +253,14 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--place-ranks", type=int, default=None, help="ranks of each placed run (default 64)")
     ap.add_argument("--place-runs", type=int, default=None, help="runs placed at each size (default 11)")
+    ap.add_argument(
+        "--reply-every",
+        type=float,
+        default=None,
+        help="a simulated heartbeat asks for the head's pong after this many seconds without word "
+        "from it (default: a real agent's, 5; 0: every heartbeat asks, as an agent before protocol "
+        "2.3; --quick: 0, so its short windows see pongs)",
+    )
     ap.add_argument("--quick", action="store_true", help="5 and 20 nodes, short windows (seconds)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -263,6 +270,8 @@ def main(argv=None) -> int:
     args.place_sizes = [int(s) for s in places.split(",") if s]
     args.place_ranks = args.place_ranks or (8 if q else 64)
     args.place_runs = args.place_runs or (3 if q else 11)
+    if args.reply_every is None and q:
+        args.reply_every = 0.0
     args.window = args.window or (1.0 if q else 5.0)
     args.pings = args.pings or (10 if q else 50)
     args.runs = args.runs or (3 if q else 9)
@@ -287,6 +296,7 @@ def main(argv=None) -> int:
         "place_sizes": args.place_sizes,
         "place_ranks": args.place_ranks,
         "place_runs": args.place_runs,
+        "reply_every_s": args.reply_every,
         "quick": q,
     }
     out["machine"] = {
