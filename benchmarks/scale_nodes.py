@@ -8,15 +8,28 @@ up to each of ``--sizes``. At each size, while every node heartbeats:
 - ``head_cpu_percent``: the head process's CPU over ``--window`` s (100 = one core);
 - ``head_rss_mb`` and ``rss_per_node_kb``: its resident memory, and what each node added
   to it over the head with no simulated nodes;
-- ``heartbeat_ms``: a node's ``node_stats`` sent -> the head's ``pong`` received;
+- ``heartbeat_ms``: a node's ``node_stats`` sent -> the head's ``pong`` received, for the
+  heartbeats that ask for one (as a real agent, one that heard nothing from the head for
+  ``agent.STATS_REPLY_S``; with ``--quick``, every one);
 - ``ping_ms`` / ``status_ms``: a client's ``ping`` / ``status_request`` round trip (the
   status reply lists every node, so it grows with them by nature);
 - ``warm_rerun_ms``: a real client's ``TorchTrainer.fit()`` of a trivial function (one
   all-reduce, one report) on the 2 local workers, submit -> Result, which includes placing
-  it. The simulated nodes host no ranks (``max_workers`` 0): placing a 64-rank run over
-  them would need 64 simulated workers speaking the task protocol, which this does not
-  simulate; ``status_ms`` and ``warm_rerun_ms`` stand in for it.
+  it. The simulated nodes here host no ranks (``max_workers`` 0); ``placement`` below
+  places runs over simulated nodes that do.
 - ``register_s``: the time for the head to acknowledge that size's new nodes.
+
+``placement``: a second cluster, a head alone (``head_only``), and simulated nodes that
+each register one worker (``sim_nodes.SimWorkers``: a worker's socket and signed session,
+answering each ``run_task`` with a ``task_done`` at once, the function not run), up to
+each of ``--place-sizes``. At each size, ``--place-runs`` runs of ``--place-ranks`` ranks
+(64: one per node, 64 nodes, the most nodes a run of that size can span):
+
+- ``place_ms``: ``TorchTrainer.fit()`` called -> the last rank's ``run_task`` received
+  (the client's submit, the head's checks, run directory, placement and signed tasks),
+  ``first`` (a process group formed anew) and the ``median`` of the rest (the group
+  reused, as a warm re-run does);
+- ``fit_ms``: the same runs, call -> ``Result`` (every rank's ``task_done`` back).
 
 ``misbehaving``: with the largest size up, one node floods heartbeats back to back and
 another registers twice; the others' heartbeat latency and a client's ping are measured
@@ -26,6 +39,7 @@ Usage::
 
     python benchmarks/scale_nodes.py                     # 10, 100, 1000 nodes
     python benchmarks/scale_nodes.py --quick             # seconds, small sizes (the tests)
+    python benchmarks/scale_nodes.py --sizes 1000 --place-sizes 100,1000   # 64 ranks placed
 """
 
 from __future__ import annotations
@@ -118,6 +132,62 @@ def misbehaving(client, sim, args) -> dict:
     }
 
 
+def placement(args) -> list[dict]:
+    """Runs of ``args.place_ranks`` ranks placed over simulated nodes of one worker each."""
+    from sim_nodes import SimNodes, SimWorkers
+
+    from raynb import RunConfig, ScalingConfig, TorchTrainer
+    from raynb.cluster.launch.local import start_cluster, stop_cluster
+    from raynb.cluster.protocol.control import Client
+
+    info, _ = start_cluster(head_only=True)
+    client = Client(info["address"], info["key"].encode(), info)
+    sim = workers = None
+    out = []
+    try:
+        sim = SimNodes(info["address"], info["key"].encode(), workers_per_node=1)
+        workers = SimWorkers(info["address"], info["key"].encode())
+        for n in args.place_sizes:
+            first = len(sim.socks)
+            sim.grow(n - first, timeout=max(60.0, n / 10))
+            for name in sim.names[first:]:
+                workers.add(name, 1)
+            deadline = time.monotonic() + max(60.0, n / 10)
+            while len(client.status(timeout=60)["workers"]) < n:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the simulated workers of {n} nodes did not all join")
+                time.sleep(0.1)
+            place, fit = [], []
+            for _ in range(args.place_runs):
+                t0 = time.monotonic()
+                TorchTrainer(
+                    trivial_train_fn,
+                    scaling_config=ScalingConfig(num_workers=args.place_ranks),
+                    run_config=RunConfig(verbose=0),
+                ).fit()
+                fit.append(time.monotonic() - t0)
+                runs = [r for r, ts in workers.tasks.items() if min(ts) >= t0]
+                arrived = workers.arrivals(runs[0]) if len(runs) == 1 else []
+                if len(arrived) != args.place_ranks:
+                    raise RuntimeError(f"{len(arrived)} of {args.place_ranks} ranks got their task")
+                place.append(max(arrived) - t0)
+            m = {
+                "nodes": n,
+                "ranks": args.place_ranks,
+                "place_ms": {"first": round(place[0] * 1000, 2), **summary(place[1:])},
+                "fit_ms": {"first": round(fit[0] * 1000, 2), **summary(fit[1:])},
+            }
+            out.append(m)
+            print(json.dumps(m), file=sys.stderr, flush=True)
+        return out
+    finally:
+        client.close()
+        stop_cluster()
+        for s in (workers, sim):
+            if s is not None:
+                s.close()
+
+
 def run(args) -> dict:
     import psutil
     from sim_nodes import SimNodes
@@ -144,7 +214,7 @@ def run(args) -> dict:
             fit()  # the process group forms; what follows is warm
         out: dict = {"baseline": measure(head, client, None, fit, args), "sizes": []}
         base_rss = head.memory_info().rss
-        sim = SimNodes(info["address"], info["key"].encode())
+        sim = SimNodes(info["address"], info["key"].encode(), reply_every_s=args.reply_every)
         for n in args.sizes:
             reg = sim.grow(n - len(sim.socks), timeout=max(60.0, n / 10))
             m = measure(head, client, sim, fit, args)
@@ -178,10 +248,30 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--pings", type=int, default=None, help="pings timed at each size (default 50)")
     ap.add_argument("--runs", type=int, default=None, help="warm re-runs timed at each size (default 9)")
+    ap.add_argument(
+        "--place-sizes", default=None, help="node counts for placing runs, comma-separated (default 100,1000)"
+    )
+    ap.add_argument("--place-ranks", type=int, default=None, help="ranks of each placed run (default 64)")
+    ap.add_argument("--place-runs", type=int, default=None, help="runs placed at each size (default 11)")
+    ap.add_argument(
+        "--reply-every",
+        type=float,
+        default=None,
+        help="a simulated heartbeat asks for the head's pong after this many seconds without word "
+        "from it (default: a real agent's, 5; 0: every heartbeat asks, as an agent before protocol "
+        "2.3; --quick: 0, so its short windows see pongs)",
+    )
     ap.add_argument("--quick", action="store_true", help="5 and 20 nodes, short windows (seconds)")
     args = ap.parse_args(argv)
     q = args.quick
-    args.sizes = [int(s) for s in (args.sizes or ("5,20" if q else "10,100,1000")).split(",")]
+    sizes = args.sizes if args.sizes is not None else ("5,20" if q else "10,100,1000")
+    args.sizes = [int(s) for s in sizes.split(",") if s]
+    places = args.place_sizes if args.place_sizes is not None else ("12" if q else "100,1000")
+    args.place_sizes = [int(s) for s in places.split(",") if s]
+    args.place_ranks = args.place_ranks or (8 if q else 64)
+    args.place_runs = args.place_runs or (3 if q else 11)
+    if args.reply_every is None and q:
+        args.reply_every = 0.0
     args.window = args.window or (1.0 if q else 5.0)
     args.pings = args.pings or (10 if q else 50)
     args.runs = args.runs or (3 if q else 9)
@@ -192,7 +282,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     load0 = open("/proc/loadavg").read().split()[:3]
     try:
-        out = run(args)
+        out = run(args) if args.sizes else {}
+        if args.place_sizes:
+            out["placement"] = placement(args)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out["settings"] = {
@@ -201,6 +293,10 @@ def main(argv=None) -> int:
         "pings": args.pings,
         "runs": args.runs,
         "workers": WORKERS,
+        "place_sizes": args.place_sizes,
+        "place_ranks": args.place_ranks,
+        "place_runs": args.place_runs,
+        "reply_every_s": args.reply_every,
         "quick": q,
     }
     out["machine"] = {

@@ -10,7 +10,9 @@ On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
 - ``table[i]``: the notebook's trial table model (`raynb.notebook.trial_table.model.TuneProgress`)
   holding N trials, measured directly: ``update_us`` is one report (``add_result``) plus
   what a live redraw reads (the header, the 30-row HTML table, errors and notes), median
-  of ``--updates`` updates, in microseconds.
+  of ``--updates`` updates, in microseconds; ``summary_ms`` and ``summary_kb``: the HTML
+  summary the notebook's pane leaves when the sweep ends (the live table's 30 rows, the
+  rest counted; without its plot), its render time and size.
 - ``overhead_ratio``, ``table_ratio``: the largest N's figure over the smallest's.
 
 Usage::
@@ -111,7 +113,28 @@ def table_update_us(n: int, updates: int) -> dict:
         p.add_result(tid, {"score": (k % 997) / 997, "training_iteration": 2})
         p.header_html(), p.html_table(30), p.errors_html(), p.notes_html(last=5)
         times.append(time.perf_counter() - t0)
-    return {"trials": n, "update_us": round(statistics.median(times) * 1e6, 1), "updates": updates}
+    summary = _summary(p)
+    return {
+        "trials": n,
+        "update_us": round(statistics.median(times) * 1e6, 1),
+        "updates": updates,
+        "summary_ms": round(summary[0] * 1000, 2),
+        "summary_kb": round(summary[1] / 1024, 1),
+    }
+
+
+def _summary(p) -> tuple[float, int]:
+    """The end-of-sweep HTML summary a notebook pane leaves (its 30 rows; without the plot):
+    seconds to render (median of 3), and its size in bytes."""
+    import inspect
+
+    kw = {"max_rows": 30} if "max_rows" in inspect.signature(p.summary_html).parameters else {}
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        html = p.summary_html(plot=False, **kw)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), len(html)
 
 
 def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:

@@ -3,10 +3,13 @@ head from one process, for ``scale_nodes.py`` and the tests.
 
 Each simulated node has its own DEALER socket and routing id (``node:<name>:<random>``, as
 a real agent's) and sends what a real agent sends (``raynb/cluster/node/agent.py``): a
-``node_register`` (no workers, ``max_workers`` 0: it hosts no ranks, so the scheduler never
-places one there), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
-report: load average, zygote, workers' samples). Every reply is verified with the
-cluster's key (``protocol.Session``). The time from a heartbeat sent to the head's
+``node_register`` (by default no workers, ``max_workers`` 0: it hosts no ranks, so the
+scheduler never places one there; with ``workers_per_node``, as many, which ``SimWorkers``
+brings up), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
+report: load average, zygote, workers' samples). As a real agent, a heartbeat asks for
+the head's ``pong`` (``"reply": True``) only when the node has not heard from the head for
+``reply_every_s`` (the agent's ``STATS_REPLY_S``). Every reply is verified with the
+cluster's key (``protocol.Session``). The time from an asking heartbeat sent to the head's
 ``pong`` received is the heartbeat-to-handled latency.
 
 ``SimNodes.flood(i, seconds)`` makes node ``i`` send heartbeats back to back, and
@@ -33,10 +36,27 @@ class SimNodes:
     address (str): the head's ``tcp://HOST:PORT``.
     key (bytes): the cluster's HMAC key.
     interval_s (float): seconds between one node's heartbeats (a real agent's: 1).
+    workers_per_node (int): the warm and the most workers each node registers (``SimWorkers``
+        brings them up; 0: none, the node hosts no ranks).
+    reply_every_s (float): a heartbeat asks for a pong when the node heard nothing from
+        the head for this long (a real agent's: ``agent.STATS_REPLY_S``; 0: every one asks).
     """
 
-    def __init__(self, address: str, key: bytes, interval_s: float = 1.0):
+    def __init__(
+        self,
+        address: str,
+        key: bytes,
+        interval_s: float = 1.0,
+        reply_every_s: float | None = None,
+        workers_per_node: int = 0,
+    ):
+        from raynb.cluster.node import agent
+
+        self.workers_per_node = workers_per_node
+
         self.address, self.key, self.interval_s = address, key, interval_s
+        self.reply_every_s = getattr(agent, "STATS_REPLY_S", 0.0) if reply_every_s is None else reply_every_s
+        self._heard: dict[int, float] = {}  # node -> when it last heard from the head (monotonic s)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 8192)
         self.sessions: list[P.Session] = []  # one each, as a real agent's: the replay check is per sender
@@ -95,8 +115,8 @@ class SimNodes:
                 "hostname": f"{socket.gethostname()}-{self.names[i]}",
                 "ip": "127.0.0.1",
                 "pid": os.getpid(),
-                "num_workers": 0,
-                "max_workers": 0,
+                "num_workers": self.workers_per_node,
+                "max_workers": self.workers_per_node,
                 "gpus": [],
                 "cpus": 1,
                 "shared_storage": True,
@@ -124,12 +144,21 @@ class SimNodes:
 
     # -- the loop -----------------------------------------------------------------
     def _heartbeat(self, i: int, now: float) -> None:
+        reply = now - self._heard.get(i, 0.0) >= self.reply_every_s
         self.sessions[i].send(
             self.socks[i],
             P.NODE_STATS,
-            {"node_id": self.names[i], "workers": {}, "zygote_pid": None, "note": None, "load": 0.0},
+            {
+                "node_id": self.names[i],
+                "workers": {},
+                "zygote_pid": None,
+                "note": None,
+                "load": 0.0,
+                "reply": reply,
+            },
         )
-        self._sent_at.setdefault(i, now)
+        if reply:
+            self._sent_at.setdefault(i, now)
         self.sent += 1
 
     def _drain(self, i: int, now: float) -> None:
@@ -140,7 +169,10 @@ class SimNodes:
             except zmq.Again:
                 return
             msg = self.sessions[i].accept(frames)
-            if msg is None or msg.msg_type != P.PONG:
+            if msg is None:
+                continue
+            self._heard[i] = now
+            if msg.msg_type != P.PONG:
                 continue
             if i not in self.registered:
                 if msg.content.get("registered"):
@@ -206,5 +238,89 @@ class SimNodes:
         self._stop.set()
         self._thread.join(timeout=10)
         for s in self.socks:
+            s.close(0)
+        self.ctx.term()
+
+
+class SimWorkers:
+    """Simulated workers for simulated nodes: one DEALER socket and signed ``Session`` each,
+    as a real worker's (``worker_ready``, then a ``task_done`` for each ``run_task``, at
+    once: the function is not run). What it measures: when each run's tasks arrived.
+
+    Args:
+        address (str): the head's ``tcp://HOST:PORT``.
+        key (bytes): the cluster's HMAC key.
+    """
+
+    def __init__(self, address: str, key: bytes):
+        import queue
+
+        self.address, self.key = address, key
+        self.ctx = zmq.Context()
+        self.ctx.set(zmq.MAX_SOCKETS, 16384)
+        self.tasks: dict[str, list[float]] = {}  # run id -> monotonic s each run_task arrived
+        self._asks: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._socks: dict[zmq.Socket, tuple[str, P.Session]] = {}
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="sim-workers")
+        self._thread.start()
+
+    def add(self, node_id: str, count: int) -> list[str]:
+        """``count`` workers on simulated node ``node_id`` (registered first); their ids."""
+        ids = [f"{node_id}-w{j}" for j in range(count)]
+        self._asks.put((node_id, ids))
+        return ids
+
+    def arrivals(self, run_id: str) -> list[float]:
+        with self._lock:
+            return list(self.tasks.get(run_id, ()))
+
+    def _join(self, poller: zmq.Poller, node_id: str, ids: list[str]) -> None:
+        for wid in ids:
+            sock = self.ctx.socket(zmq.DEALER)
+            P.configure_socket(sock)
+            sock.setsockopt(zmq.IDENTITY, P.routing_id("worker", wid))
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(self.address)
+            session = P.Session(self.key, history_size=64)
+            session.send(
+                sock,
+                P.WORKER_READY,
+                {
+                    "worker_id": wid,
+                    "pid": os.getpid(),
+                    "node_id": node_id,
+                    "hostname": node_id,
+                    "ip": "127.0.0.1",
+                },
+            )
+            self._socks[sock] = (wid, session)
+            poller.register(sock, zmq.POLLIN)
+
+    def _answer(self, sock: zmq.Socket) -> None:
+        _, session = self._socks[sock]
+        msg = session.recv(sock)
+        if msg is None or msg.msg_type != P.RUN_TASK:
+            return  # set_threads, cancel_task: nothing to do for a function that is not run
+        c = msg.content
+        with self._lock:
+            self.tasks.setdefault(c["run_id"], []).append(time.monotonic())
+        session.send(sock, P.TASK_DONE, {"run_id": c["run_id"], "rank": c["rank"], "status": "ok"})
+
+    def _loop(self) -> None:
+        poller = zmq.Poller()
+        while not self._stop.is_set():
+            while not self._asks.empty():
+                self._join(poller, *self._asks.get())
+            for sock, _ in poller.poll(20) if self._socks else ():
+                self._answer(sock)
+            if not self._socks:
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for s in self._socks:
             s.close(0)
         self.ctx.term()

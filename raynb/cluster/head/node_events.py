@@ -161,9 +161,12 @@ class NodeEvents:
             return  # a flood (an agent sends one a second): it counted as a sign of life, no more
         if known:
             node.stats_at = now
-        # The node's sign of our life; "registered": False tells an agent whose connection
-        # came back to a restarted head (same address and keys) that it must register again.
-        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
+        # The node's sign of our life, when it asks (an agent that heard from the head lately
+        # does not: answering each of 1,000 nodes' heartbeats was most of an idle head's work);
+        # "registered": False tells an agent whose connection came back to a restarted head
+        # (same address and keys) that it must register again, asked or not.
+        if not known or msg.content.get("reply", True):
+            self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
         if not known:
             return
         node.load = msg.content.get("load")

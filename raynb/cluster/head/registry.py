@@ -41,6 +41,29 @@ class WorkerInfo:
         return self.run_id is not None
 
 
+class _BusyWatch:
+    """``WorkerInfo.run_id``: a worker that becomes busy or idle is told to its registry
+    (``Registry.take_changes``), whoever set it, so the pool's tick looks at those that
+    changed, not at every worker."""
+
+    def __get__(self, w, owner=None):
+        return self if w is None else w.__dict__.get("_run_id")
+
+    def __set__(self, w, value) -> None:
+        d = w.__dict__
+        was = d.get("_run_id")
+        d["_run_id"] = value
+        if (was is None) != (value is None):
+            if value is not None:
+                d["idle_since"] = None
+            hook = d.get("_on_busy")
+            if hook is not None:
+                hook(w)
+
+
+WorkerInfo.run_id = _BusyWatch()
+
+
 @dataclass
 class NodeInfo:
     node_id: str
@@ -90,6 +113,15 @@ class Registry:
         self._node_of_identity: dict[bytes, str] = {}
         self._workers_of_node: dict[str, dict[str, WorkerInfo]] = {}
         self._beyond_warm: dict[str, None] = {}  # nodes over their warm count, in order
+        # What changed since the pool's last tick (take_changes): workers that joined or became
+        # busy or idle, and nodes whose count of busy workers changed (their thread shares).
+        self._changed: dict[str, WorkerInfo] = {}
+        self._share_nodes: dict[str, None] = {}
+        # Bumped by every change of the workers (joined, left, busy or idle) or of the process
+        # groups: what can change which workers may be retired (pool.retirable), and the
+        # workers' and groups' part of a snapshot.
+        self.version = 0
+        self._views: tuple | None = None  # (version, worker views, groups) of the last snapshot
 
     # -- nodes ------------------------------------------------------------------
     def add_node(self, node: NodeInfo) -> None:
@@ -99,6 +131,7 @@ class Registry:
         self.nodes[node.node_id] = node
         self._node_of_identity[node.identity] = node.node_id
         self._recount(node.node_id)
+        self.version += 1
 
     def remove_node(self, node_id: str) -> list[WorkerInfo]:
         """Forget a node and its workers; returns the workers it had."""
@@ -107,9 +140,13 @@ class Registry:
             del self._node_of_identity[node.identity]
         lost = list(self._workers_of_node.pop(node_id, {}).values())
         self._beyond_warm.pop(node_id, None)
+        self._share_nodes.pop(node_id, None)
         for w in lost:
             del self.workers[w.worker_id]
+            self._changed.pop(w.worker_id, None)
+            w._on_busy = None
             self.forget_groups_with(w.worker_id)
+        self.version += 1
         return lost
 
     def seen(self, identity: bytes) -> None:
@@ -136,6 +173,19 @@ class Registry:
             self._beyond_warm[node_id] = None
         else:
             self._beyond_warm.pop(node_id, None)
+
+    def _busy_changed(self, w: WorkerInfo) -> None:
+        self._changed[w.worker_id] = w
+        self._share_nodes[w.node_id] = None
+        self.version += 1
+
+    def take_changes(self) -> tuple[list[WorkerInfo], list[str]]:
+        """What changed since the last call: (the workers that joined, or became busy or
+        idle; the nodes whose count of busy workers changed), each once."""
+        workers, nodes = list(self._changed.values()), list(self._share_nodes)
+        self._changed.clear()
+        self._share_nodes.clear()
+        return workers, nodes
 
     def workers_of(self, node_id: str) -> list[WorkerInfo]:
         """The workers of ``node_id``, in the order they joined."""
@@ -167,6 +217,8 @@ class Registry:
         self.workers[w.worker_id] = w
         self._workers_of_node.setdefault(w.node_id, {})[w.worker_id] = w
         self._recount(w.node_id)
+        w._on_busy = self._busy_changed
+        self._busy_changed(w)  # the pool notes when it became idle
         node = self.nodes.get(w.node_id)
         if node is not None:
             node.hosted = True
@@ -182,6 +234,11 @@ class Registry:
             if not mine:
                 self._workers_of_node.pop(w.node_id, None)
             self._recount(w.node_id)
+            self._changed.pop(worker_id, None)
+            w._on_busy = None
+            if w.busy:  # its node's other ranks get a bigger share
+                self._share_nodes[w.node_id] = None
+            self.version += 1
         return w
 
     def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
@@ -209,35 +266,44 @@ class Registry:
     def forget_groups_with(self, worker_id: str) -> None:
         for members in [m for m in self.groups if worker_id in m]:
             del self.groups[members]
+            self.version += 1
 
     def group_key(self, members: tuple, backend: str, timeout_s: float | None) -> str:
         """The key of the process group ``members`` (worker ids in rank order) form:
         the one they already have if it matches, else a new one (a new rendezvous)."""
         for other in [m for m in self.groups if m != members and set(m) & set(members)]:
             del self.groups[other]  # these workers now leave that group
+            self.version += 1
         known = self.groups.get(members)
         # The collective timeout is fixed when a group forms: another one needs a new group.
         if known is None or known[0] != backend or known[2] != timeout_s:
             known = self.groups[members] = (backend, uuid.uuid4().hex, timeout_s)
+            self.version += 1
         return known[1]
 
     # -- views ------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """An immutable view for the scheduler."""
+        """An immutable view for the scheduler. The workers' and groups' views change only
+        with ``version``: kept from one snapshot to the next until it moves (a submit and
+        its placement take two)."""
+        if self._views is None or self._views[0] != self.version:
+            workers = tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values())
+            self._views = (self.version, workers, tuple(self.groups))
+        count = self.workers_on
         return Snapshot(
             nodes=tuple(
                 NodeView(
                     n.node_id,
                     n.max_workers,
                     n.spawning,
-                    tuple(n.free_gpus),
-                    self.workers_on(n.node_id),
+                    tuple(n.free_gpus) if n.gpus else (),
+                    count(n.node_id),
                     len(n.gpus),
                 )
                 for n in self.nodes.values()
             ),
-            workers=tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values()),
-            groups=tuple(self.groups),
+            workers=self._views[1],
+            groups=self._views[2],
         )
 
     def status_nodes(self) -> list[dict]:

@@ -18,13 +18,15 @@ order (FIFO): a second concurrent run waits behind the first.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 LOCAL_NODE_ID = "local"
 STRATEGIES = ("PACK", "SPREAD")
 
 
-@dataclass(frozen=True)
-class NodeView:
+# The views are named tuples, not frozen dataclasses: the head builds one per node and per
+# worker for each placement, and a tuple is built several times faster.
+class NodeView(NamedTuple):
     node_id: str
     max_workers: int
     spawning: int  # forks asked for, not yet ready
@@ -33,8 +35,7 @@ class NodeView:
     gpus: int = 0  # CUDA devices it has, held or free
 
 
-@dataclass(frozen=True)
-class WorkerView:
+class WorkerView(NamedTuple):
     worker_id: str
     node_id: str
     busy: bool = False

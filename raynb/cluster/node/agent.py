@@ -61,6 +61,9 @@ HANDLERS: dict[str, str] = {
 }
 DATA_SOCKET_TYPES = frozenset({P.DATA_PUT})
 STATS_INTERVAL_S = 1.0
+# A node's stats ask the head for a pong (its sign of life) only when the agent has not heard
+# from it for this long (s), or a quarter of the grace it gives a silent head if less.
+STATS_REPLY_S = 5.0
 # The head answers every stats message. Once it is gone (``head_watch``: its process ended,
 # its connection closed, or silent past RAYNB_HEAD_GRACE_S and not known alive) this node
 # ends its workers and exits, or (a node on another host, ``reconnect_s`` > 0) registers
@@ -400,8 +403,16 @@ class NodeAgent:
                 "zygote_pid": self.zygote.pid,
                 "note": self.note,
                 "load": os.getloadavg()[0],
+                "reply": self._reply_wanted(time.monotonic()),
             },
         )
+
+    def _reply_wanted(self, now: float) -> bool:
+        """Whether this heartbeat asks the head for a pong: not while the head was heard
+        from lately (a pong to every heartbeat of every node costs the head in proportion
+        to its nodes; the grace on a silent head is many heartbeats long)."""
+        watch = self.head_watch
+        return now - watch.last_heard >= min(STATS_REPLY_S, watch.grace_s / 4)
 
     def serve(self) -> int:
         """Register, then serve the head until it says shutdown (0), refuses this node

@@ -28,7 +28,7 @@ VERSIONS = (
     (
         "2.4",
         "``request_checkpoint``, ``checkpoint_requested`` (a driver Callback's SHOULD_CHECKPOINT); a run's "
-        "``env`` and ``cpus_per_worker``",
+        "``env`` and ``cpus_per_worker``; ``node_stats``' ``reply``",
     ),
 )
 
@@ -386,6 +386,7 @@ MESSAGES = (
         opt("zygote_pid", _INT, "its zygote's pid"),
         opt("note", _STR, "a line for ``raynb status``"),
         opt("load", _NUM, "its 1-minute load average"),
+        opt("reply", bool, "False: no ``pong`` wanted, the agent heard from the head lately (2.4)"),
         req("workers", MapOf(_WORKER_STATS), "per worker id: pid, cpu_percent, rss, frozen, GPU use"),
         topic=CLUSTER,
     ),

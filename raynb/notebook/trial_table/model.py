@@ -30,6 +30,9 @@ from . import render as _render
 from .index import TrialIndex
 from .render import STATUS_COLOURS, STATUSES, _param_labels
 
+# Rows of the summary a finished sweep leaves in the notebook: the live table's.
+SUMMARY_ROWS = 30
+
 
 def flatten(config: Any) -> dict[str, Any]:
     """A trial's config as the table's columns: nested dicts as one level with ``/``-joined
@@ -416,11 +419,14 @@ class TuneProgress:
         backend and figure list are untouched and any thread may call it)."""
         return _render.plot_png(self, size_in, dpi)
 
-    def summary_html(self, plot: bool = True) -> str:
+    def summary_html(self, plot: bool = True, max_rows: int | None = SUMMARY_ROWS) -> str:
         """A self-contained HTML summary (no widgets, no scripts) for the
-        notebook's saved output: the status line, every trial's row, errors,
-        notes, and the curves as an inline base64 PNG when ``plot``."""
-        return _render.summary_html(self, plot)
+        notebook's saved output: the status line, the rows a live table of
+        ``max_rows`` shows (the best and RUNNING trials first, the rest counted
+        by status; None: every trial's row), errors, notes, and the curves as an
+        inline base64 PNG when ``plot``. Its size does not grow with the trials:
+        every trial's row is in ``ResultGrid.get_dataframe()``."""
+        return _render.summary_html(self, plot, max_rows)
 
     def summary_text(self, max_rows: int | None = 50) -> str:
         """The status line, the table (``max_rows`` at most), errors and notes."""

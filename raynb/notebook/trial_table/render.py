@@ -245,15 +245,16 @@ def _draw_others(fig, ax, rows) -> bool:
 # ------------------------------------------------------------- summaries
 
 
-def summary_html(p, plot: bool = True) -> str:
+def summary_html(p, plot: bool = True, max_rows: int | None = None) -> str:
     """A p-contained HTML summary (no widgets, no scripts) for the
-    notebook's saved output: the status line, every trial's row, errors,
-    notes, and the curves as an inline base64 PNG when ``plot``."""
+    notebook's saved output: the status line, the rows a live table of
+    ``max_rows`` shows (None: every trial's), errors, notes, and the curves as
+    an inline base64 PNG when ``plot``."""
     parts = [
         '<div class="raynb-tune-summary" style="font-family:sans-serif;font-size:13px;line-height:1.4">',
         f'<div style="margin:0 0 4px 0">{p.header_html()}</div>',
         '<div style="display:flex;flex-wrap:wrap;gap:8px 28px;align-items:flex-start">',
-        f'<div style="flex:0 1 auto;max-height:480px;overflow:auto">{p.html_table()}</div>',
+        f'<div style="flex:0 1 auto;max-height:480px;overflow:auto">{p.html_table(max_rows)}</div>',
     ]
     png = p.plot_png() if plot else None
     if png:

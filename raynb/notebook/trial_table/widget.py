@@ -34,8 +34,8 @@ class TuneTablePane:
         min_interval_s: least seconds between two table redraws (0.25: 4/s).
         plot_interval_s: least seconds between two plot renders (tens to
             hundreds of ms each with many trials).
-        max_rows: rows of the live table (best and RUNNING trials first; the
-            static summary left by `finish` has every row).
+        max_rows: rows of the live table and of the static summary left by
+            `finish` (best and RUNNING trials first; the rest counted by status).
         trailing: draw a throttled change later from a timer thread.
         clock: monotonic seconds, injectable for tests.
 
@@ -130,8 +130,10 @@ class TuneTablePane:
                 self._timer = None
             self.progress.end()
             final = self.progress.frame()  # the summary's table and plot from one read
-            self.summary = final.summary_html(plot=True)
-            summary = TextHTML(self.summary, final.summary_text())
+            # Only what the live table showed: a 10,000-row table made the saved output
+            # megabytes of HTML and took the end of the sweep half a second to render.
+            self.summary = final.summary_html(plot=True, max_rows=self.max_rows)
+            summary = TextHTML(self.summary, final.summary_text(self.max_rows))
             if self._handle is not None:
                 self._handle.update(summary)  # by display_id: in place, from any thread
             else:

@@ -115,13 +115,19 @@ def test_scale_nodes_quick_prints_json(tmp_path):
     bad = out["misbehaving"]
     assert bad["flood_heartbeats_sent"] > 0 and bad["nodes_in_status"] == bad["nodes_expected"] == 21
     assert bad["others_heartbeat_ms"]["n"] > 0  # the others were still answered
+    (placed,) = out["placement"]  # 8 ranks over 12 simulated nodes of a simulated worker each
+    assert placed["nodes"] == 12 and placed["place_ms"]["n"] == 2 and placed["place_ms"]["first"] > 0
 
 
 @pytest.mark.timeout(900)
 def test_head_stays_responsive_with_200_simulated_nodes(tmp_path):
     """A real client's warm re-run on the real local workers, with 200 simulated nodes
     heartbeating, within 2x its figure with none (medians of several runs)."""
-    out = _scale_nodes(tmp_path, "--sizes", "200", "--runs", "15", "--pings", "20", "--window", "2")
+    out = _scale_nodes(
+        tmp_path,
+        *("--sizes", "200", "--runs", "15", "--pings", "20", "--window", "2"),
+        *("--reply-every", "0", "--place-sizes", ""),  # every heartbeat answered: the heavier load
+    )
     m = out["sizes"][0]
     assert m["nodes_in_status"] == 201 and m["heartbeat_ms"]["n"] >= 200, m
     assert out["rerun_ratio_to_baseline"]["200"] < 2.0, out
