@@ -23,11 +23,18 @@ failure, forms a new one), so when ``deepspeed`` is imported in a worker (an imp
   disagreement on list contents between rank0 and rank2``). Between two new groups every
   rank of a group runs the same tasks, so their counts agree, as in fresh processes.
 
+And for the warm re-run: ZeRO-3's ``initialize`` runs a full ``gc.collect()``, which on a warm
+worker walks every object of torch and DeepSpeed each time (most of a warm re-run's time), so
+the first import inside a training function moves what is alive then (modules, classes,
+functions: they live as long as the worker) out of the collector's reach (``gc.freeze()``),
+as :mod:`raynb.train.huggingface.transformers` does for the Trainer's collection.
+
 Nothing here imports DeepSpeed; outside a worker process nothing changes.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib.abc
 import os
 import sys
@@ -89,8 +96,21 @@ def new_group_coming() -> None:
     restart_zero3_numbering()
 
 
+_FROZEN = [False]
+
+
+def freeze_imported_objects() -> None:
+    """Once a process, inside a training function: ``gc.freeze()`` what is alive now."""
+    if _FROZEN[0] or task_context.current() is None:
+        return
+    gc.collect()  # what is garbage now is freed, not frozen
+    gc.freeze()
+    _FROZEN[0] = True
+
+
 def fit_to_warm_ranks(deepspeed) -> None:
     """What a worker does once ``deepspeed`` is imported (see the module's docstring). Idempotent."""
+    freeze_imported_objects()
     ops = getattr(deepspeed, "ops", None)
     compatible = getattr(ops, "__compatible_ops__", None)
     if isinstance(compatible, dict):
