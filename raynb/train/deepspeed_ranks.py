@@ -25,7 +25,7 @@ failure, forms a new one), so when ``deepspeed`` is imported in a worker (an imp
 
 And for the warm re-run: ZeRO-3's ``initialize`` runs a full ``gc.collect()``, which on a warm
 worker walks every object of torch and DeepSpeed each time (most of a warm re-run's time), so
-the first import inside a training function moves what is alive then (modules, classes,
+the first import in a worker moves what is alive then (modules, classes,
 functions: they live as long as the worker) out of the collector's reach (``gc.freeze()``),
 as :mod:`raynb.train.huggingface.transformers` does for the Trainer's collection.
 
@@ -53,13 +53,27 @@ def _in_worker() -> bool:
     return bool(os.environ.get("RAYNB_WORKER_ID"))
 
 
-def choose_accelerator() -> None:
-    """Set ``DS_ACCELERATOR`` from the running task's device, unless set (before DeepSpeed's import)."""
+def _run_on_gpu() -> bool | None:
+    """Whether this worker's run uses GPUs: the running task says so; while its function is
+    unpickled (a ``deepspeed`` imported at the top of a notebook or script is imported then,
+    before the task starts) its group, formed already, does (NCCL: GPUs). None: unknown."""
     task = task_context.current()
-    if task is None or os.environ.get("DS_ACCELERATOR"):
+    if task is not None:
+        return bool(task.get("use_gpu")) and task.get("gpu_id") is not None
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_backend() == "nccl"
+    return None
+
+
+def choose_accelerator() -> None:
+    """Set ``DS_ACCELERATOR`` from the run's device, unless set (before DeepSpeed's import)."""
+    if os.environ.get("DS_ACCELERATOR"):
         return
-    on_gpu = bool(task.get("use_gpu")) and task.get("gpu_id") is not None
-    os.environ["DS_ACCELERATOR"] = "cuda" if on_gpu else "cpu"
+    on_gpu = _run_on_gpu()
+    if on_gpu is not None:
+        os.environ["DS_ACCELERATOR"] = "cuda" if on_gpu else "cpu"
 
 
 def forget_groups() -> None:
@@ -100,8 +114,8 @@ _FROZEN = [False]
 
 
 def freeze_imported_objects() -> None:
-    """Once a process, inside a training function: ``gc.freeze()`` what is alive now."""
-    if _FROZEN[0] or task_context.current() is None:
+    """Once a worker process: ``gc.freeze()`` what is alive now."""
+    if _FROZEN[0] or not _in_worker():
         return
     gc.collect()  # what is garbage now is freed, not frozen
     gc.freeze()
