@@ -243,3 +243,15 @@ def test_lightning_deepspeed_strategy_on_cpu_ranks_names_the_fix(warm, tmp_path)
         _run(tmp_path, fn=_lightning_deepspeed)
     message = str(info.value)
     assert "RayDeepSpeedStrategy needs GPU ranks" in message and "deepspeed.initialize" in message, message
+
+
+def test_lightning_deepspeed_strategy_without_deepspeed_names_the_extra():
+    import subprocess
+
+    pytest.importorskip("lightning")
+    code = (
+        "import sys; sys.modules['deepspeed'] = None\n"
+        "from raynb.train.lightning import RayDeepSpeedStrategy\nRayDeepSpeedStrategy()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and 'pip install "raynb[deepspeed]"' in out.stderr, out.stderr[-800:]
