@@ -240,7 +240,7 @@ def test_lightning_deepspeed_strategy_on_cpu_ranks_names_the_fix(warm, tmp_path)
     from raynb.errors import RunError
 
     with pytest.raises(RunError) as info:
-        _run(tmp_path, fn=_lightning_deepspeed)
+        _run(tmp_path, fn=_lightning_deepspeed, workers=1)  # one rank: the check is before any group use
     message = str(info.value)
     assert "RayDeepSpeedStrategy needs GPU ranks" in message and "deepspeed.initialize" in message, message
 
