@@ -12,7 +12,7 @@ failure, forms a new one), so when ``deepspeed`` is imported in a worker (an imp
   ``cpu`` on CPU ranks (on a machine with GPUs DeepSpeed would take CUDA and move the model
   there), ``cuda`` on GPU ranks. DeepSpeed keeps it for the life of the process;
 - turns off DeepSpeed's shared-memory all-reduce on CPU (the ``deepspeed_shm_comm`` op): a
-  C++ op that the first ``initialize`` compiles with g++ (minutes), whose shared memory is set
+  C++ op that the first ``initialize`` compiles with g++, whose shared memory is set
   up once a process for the ranks of that moment. It serves only inference's all-reduce;
   training's collectives go through the group;
 - whenever the worker forms a new group, has DeepSpeed forget the subgroups it cached (its
@@ -24,7 +24,7 @@ failure, forms a new one), so when ``deepspeed`` is imported in a worker (an imp
   rank of a group runs the same tasks, so their counts agree, as in fresh processes.
 
 And for the warm re-run: ZeRO-3's ``initialize`` runs a full ``gc.collect()``, which on a warm
-worker walks every object of torch and DeepSpeed each time (most of a warm re-run's time), so
+worker walks every object of torch and DeepSpeed each time, so
 the first import in a worker moves what is alive then (modules, classes,
 functions: they live as long as the worker) out of the collector's reach (``gc.freeze()``),
 as :mod:`raynb.train.huggingface.transformers` does for the Trainer's collection.
