@@ -6,7 +6,7 @@ the end), for each framework: ``first_fit_s`` (the cluster's first fit of it: th
 imported into the workers then), ``warm_rerun_s`` (median of ``--repeats`` re-runs of the same
 fit), and ``fresh_launch_s``: the same training launched fresh as its users do without raynb
 (``torchrun --nproc_per_node 2`` of a script for Lightning's ``strategy="ddp"``, Transformers'
-``Trainer`` and FSDP; one fresh ``python`` process for LightGBM), median of ``--repeats``.
+``Trainer``, FSDP and DeepSpeed; one fresh ``python`` process for LightGBM), median of ``--repeats``.
 ``speedup`` is fresh_launch_s / warm_rerun_s. Horovod has no launch to compare with here
 (it does not build against this torch): raynb's figures only.
 
@@ -71,7 +71,22 @@ opt = torch.optim.SGD(model.parameters(), lr=0.05); x = torch.randn(128, 16)
 for _ in range(5):
     loss = torch.nn.functional.mse_loss(model(x), x[:, :1]); opt.zero_grad(); loss.backward(); opt.step()
 """
+# ZeRO-3 with a torch optimizer (nothing compiled). The fresh launch turns off DeepSpeed's shm
+# all-reduce op as raynb's workers do (else its first launch compiles it with g++).
+DEEPSPEED_BODY = """
+import deepspeed, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=0.01),
+                                       config={"train_micro_batch_size_per_gpu": 16,
+                                               "zero_optimization": {"stage": 3}})
+x = torch.randn(128, 16)
+for i in range(0, 128, 16):
+    loss = torch.nn.functional.mse_loss(engine(x[i:i + 16]), x[i:i + 16, :1]); engine.backward(loss); engine.step()
+"""
 FRESH = {
+    "deepspeed": "import deepspeed.ops\ndeepspeed.ops.__compatible_ops__['deepspeed_shm_comm'] = False\n"
+    + DEEPSPEED_BODY,
     "lightning": LIGHTNING_BODY
     + "pl.Trainer(devices=2, strategy='ddp', **common).fit(Regression(), loader)\n",
     "transformers": TRANSFORMERS_BODY
@@ -119,6 +134,10 @@ def fsdp_fn():
 
     scope["model"] = prepare_model(scope["model"], parallel_strategy="fsdp")
     exec(FSDP_STEPS, scope)
+
+
+def deepspeed_fn():
+    exec(DEEPSPEED_BODY, {})
 
 
 def horovod_fn():
@@ -177,7 +196,12 @@ def _trainer(name: str):
 
         return HorovodTrainer(horovod_fn, scaling_config=sc, run_config=rc)
     return TorchTrainer(
-        {"lightning": lightning_fn, "transformers": transformers_fn, "fsdp": fsdp_fn}[name],
+        {
+            "lightning": lightning_fn,
+            "transformers": transformers_fn,
+            "fsdp": fsdp_fn,
+            "deepspeed": deepspeed_fn,
+        }[name],
         scaling_config=sc,
         run_config=rc,
     )
@@ -205,7 +229,7 @@ def _fresh(name: str, repeats: int) -> float | None:
             if name == "lightgbm"
             else torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
         )
-        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
         for _ in range(repeats):
             t0 = time.perf_counter()
             done = subprocess.run(
@@ -230,11 +254,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="1 repeat")
     ap.add_argument(
-        "--only", action="append", choices=["lightning", "transformers", "lightgbm", "fsdp", "horovod"]
+        "--only",
+        action="append",
+        choices=["lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "horovod"],
     )
     a = ap.parse_args()
     repeats = 1 if a.quick else a.repeats
-    names = a.only or ["lightning", "transformers", "lightgbm", "fsdp", "horovod"]
+    names = a.only or ["lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "horovod"]
     load = os.getloadavg()[0]
     out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
     # The ranks' output (forwarded to this process's stdout) goes to stderr: stdout is the JSON.

@@ -29,6 +29,7 @@ from datetime import timedelta
 import psutil
 
 from ..netaddr import is_loopback
+from . import task_context
 
 log = logging.getLogger("raynb.worker")
 
@@ -114,6 +115,7 @@ class Rendezvous:
         g = task["group"]
         if self.group_key == g["key"] and dist.is_initialized():
             return
+        task_context.new_group_coming()  # subgroups a library cached die with the old group
         if dist.is_initialized():
             dist.destroy_process_group()
         else:

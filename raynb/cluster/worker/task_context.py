@@ -18,6 +18,7 @@ _task: dict | None = None
 _emit: Callable[..., None] | None = None
 _state: dict[str, Any] = {}
 _at_end: list[Callable[[str], None]] = []
+_before_new_group: list[Callable[[], None]] = []
 
 
 def start(task: dict, emit: Callable[..., None]) -> None:
@@ -72,6 +73,24 @@ def checkpoint_requested() -> bool:
         return False
     _checkpoint_requests.discard(key)
     return True
+
+
+def before_new_group(fn: Callable[[], None]) -> None:
+    """Call ``fn()`` each time this worker is about to form a new process group (its old one
+    destroyed, or gone), for the life of the process: how a library that caches subgroups
+    of the group it first saw (DeepSpeed) forgets them, as a warm worker outlives its group."""
+    if fn not in _before_new_group:
+        _before_new_group.append(fn)
+
+
+def new_group_coming() -> None:
+    """Run the :func:`before_new_group` functions (the worker's rendezvous calls it)."""
+    for fn in list(_before_new_group):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - a library's cleanup must not keep the group from forming
+            sys.stderr.write("raynb: a before_new_group function raised:\n" + traceback.format_exc())
+            sys.stderr.flush()
 
 
 def current() -> dict | None:

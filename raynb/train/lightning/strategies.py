@@ -103,10 +103,14 @@ except AttributeError:  # pragma: no cover - a Lightning without it
 
 class RayDeepSpeedStrategy(_RayStrategyMixin, _DeepSpeedBase):
     """Lightning's ``DeepSpeedStrategy`` over raynb's existing process group
-    (``ray.train.lightning.RayDeepSpeedStrategy``).
+    (``ray.train.lightning.RayDeepSpeedStrategy``). Takes ``DeepSpeedStrategy``'s arguments
+    (``stage``, ``offload_optimizer``, ``config``, ...).
 
     Raises:
-        ImportError: deepspeed is not installed (``pip install deepspeed``).
+        ImportError: deepspeed is not installed (names the extra to install).
+        RuntimeError: (at ``fit``) the ranks have no GPU: Lightning's DeepSpeed strategy runs
+            only on CUDA (on CPU ranks use ``deepspeed.initialize`` in a plain training
+            function, where DeepSpeed's ZeRO runs on CPU, or ``RayDDPStrategy``).
     """
 
     def __init__(self, *args, **kwargs):
@@ -114,11 +118,21 @@ class RayDeepSpeedStrategy(_RayStrategyMixin, _DeepSpeedBase):
             import deepspeed  # noqa: F401
         except ImportError:
             raise ImportError(
-                "RayDeepSpeedStrategy needs DeepSpeed, which is not installed: "
-                "pip install deepspeed (with torch pinned: pip install deepspeed "
-                "torch==<your torch version>)"
+                'RayDeepSpeedStrategy needs DeepSpeed, which is not installed: pip install "raynb[deepspeed]"'
             ) from None
         super().__init__(*args, **kwargs)
+
+    def setup_environment(self) -> None:
+        if self.root_device.type == "cpu":
+            # Lightning's own check would say only "The DeepSpeed strategy is only supported
+            # on CUDA GPUs but `CPUAccelerator` is used."
+            raise RuntimeError(
+                "RayDeepSpeedStrategy needs GPU ranks (ScalingConfig(use_gpu=True)): Lightning's "
+                "DeepSpeedStrategy runs only on CUDA GPUs. On CPU ranks call deepspeed.initialize("
+                "model=..., optimizer=..., config=...) in a plain TorchTrainer function (DeepSpeed's "
+                "ZeRO trains on CPU there), or use RayDDPStrategy()"
+            )
+        super().setup_environment()
 
 
 RAY_STRATEGIES = (RayDDPStrategy, RayFSDPStrategy, RayDeepSpeedStrategy)
