@@ -36,7 +36,24 @@ def _gather_weights(model):
     return [t.tolist() for t in every]
 
 
+def _gather_pids() -> list:
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    every = [torch.zeros(1, dtype=torch.int64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, torch.tensor([os.getpid()]))
+    return [int(t.item()) for t in every]
+
+
+_TF_PIDS: list = []  # the workers the first test's fits ran TensorFlow in
+
+
 def _keras_fit(config):
+    import os
+
+    tf_was_loaded = "tensorflow" in sys.modules  # a warm rank imported it in an earlier run
     import numpy as np
     import tensorflow as tf
 
@@ -63,7 +80,13 @@ def _keras_fit(config):
         verbose=0,
         callbacks=[ReportCheckpointCallback()],
     )
-    return {"weights": _gather_weights(model), "keras": tf.keras.__name__}
+    return {
+        "weights": _gather_weights(model),
+        "keras": tf.keras.__name__,
+        "tf_was_loaded": tf_was_loaded,
+        "pid": os.getpid(),
+        "pids": _gather_pids(),
+    }
 
 
 def _fit(tmp_path, fn=_keras_fit, workers=2, **config):
@@ -94,6 +117,7 @@ def test_two_ranks_fit_identical_weights_and_a_warm_refit_is_much_faster(warm, t
     result, value = _value(_fit(tmp_path / "first"))
     first = time.perf_counter() - t0
     assert value["keras"].startswith("tf_keras"), value["keras"]
+    _TF_PIDS[:] = value["pids"]
     w0, w1 = value["weights"]
     assert max(abs(a - b) for a, b in zip(w0, w1)) < 1e-6
     df = result.metrics_dataframe
@@ -105,10 +129,12 @@ def test_two_ranks_fit_identical_weights_and_a_warm_refit_is_much_faster(warm, t
     warm_s = []
     for i in range(2):
         t0 = time.perf_counter()
-        again = _fit(tmp_path / f"warm{i}").fit()
+        again, warm_value = _value(_fit(tmp_path / f"warm{i}"))
         warm_s.append(time.perf_counter() - t0)
-        assert again.error is None and len(again.metrics_dataframe) == 3
-    assert statistics.median(warm_s) < first / 3, (first, warm_s)
+        assert len(again.metrics_dataframe) == 3
+        # The same process, TensorFlow already imported: no fresh worker, no import.
+        assert warm_value["tf_was_loaded"] and warm_value["pid"] == value["pid"], warm_value
+    assert statistics.median(warm_s) < 0.6 * first, (first, warm_s)
 
 
 def _torch_all_reduce():
@@ -167,3 +193,7 @@ def test_a_rank_set_up_for_another_cluster_is_replaced_not_failed(warm, tmp_path
     assert result.error is None
     assert len(value["cluster"]) == 3 and len(set(value["cluster"])) == 3
     assert all(a.startswith("127.0.0.1:") for a in value["cluster"])
+    import psutil
+
+    # At least one of them was placed among the 3 ranks (of the 4 idle workers): killed.
+    assert _TF_PIDS and not all(psutil.pid_exists(p) for p in _TF_PIDS), _TF_PIDS
