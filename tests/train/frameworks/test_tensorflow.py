@@ -155,6 +155,65 @@ def test_a_torch_run_after_tensorflow_still_works(warm, tmp_path):
     assert result.error is None
 
 
+def _fit_killed_once(config):
+    import os
+    import signal
+
+    import numpy as np
+    import tensorflow as tf
+
+    from raynb.train import get_checkpoint, get_context
+    from raynb.train.tensorflow import prepare_dataset_shard
+    from raynb.train.tensorflow.keras import ReportCheckpointCallback, load_model
+
+    rank, world = get_context().get_world_rank(), get_context().get_world_size()
+    ckpt, steps = get_checkpoint(), 128 // world // 16
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        if ckpt is not None:
+            model = load_model(ckpt)  # compiled, with its optimizer's step count
+        else:
+            model = tf.keras.Sequential(
+                [tf.keras.layers.Dense(8, input_shape=(4,)), tf.keras.layers.Dense(1)]
+            )
+            model.compile(optimizer="sgd", loss="mse")
+    done = int(model.optimizer.iterations.numpy()) // steps
+
+    class Preempt(tf.keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            if ckpt is None and rank == 1 and self.epoch == 1 and batch == 1:
+                os.kill(os.getpid(), signal.SIGKILL)  # mid-epoch, as a preemption would
+
+    x = np.random.default_rng(0).normal(size=(128, 4)).astype("float32")
+    shard = tf.data.Dataset.from_tensor_slices((x[rank::world], x[rank::world, :1])).batch(16)
+    model.fit(
+        prepare_dataset_shard(shard),
+        initial_epoch=done,
+        epochs=4,
+        verbose=0,
+        callbacks=[ReportCheckpointCallback(), Preempt()],
+    )
+
+
+def test_a_rank_killed_mid_epoch_restarts_from_the_checkpoint(warm, tmp_path):
+    from raynb.train import FailureConfig
+
+    result = TensorflowTrainer(
+        _fit_killed_once,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            verbose=0, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=1)
+        ),
+    ).fit()
+    assert result.error is None
+    epochs = list(result.metrics_dataframe["epoch"])
+    # Epoch 0 once (checkpointed before the kill), then on from epoch 1, not from scratch.
+    assert epochs.count(0) == 1 and epochs[-3:] == [1, 2, 3], epochs
+
+
 def _keras3_fit():
     import keras  # Keras 3, not tf.keras (tf-keras)
     import numpy as np
