@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from . import lightning_guard
+from . import lightning_guard, tensorflow_guard
 from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
@@ -18,6 +18,8 @@ from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a
 # A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
 # raynb.train.lightning (the zygote imports this module, so every worker has the hook).
 lightning_guard.install()
+# Likewise a MultiWorkerMirroredStrategy outside a TensorflowTrainer (no TF_CONFIG) is named.
+tensorflow_guard.install()
 
 
 def get_device():

@@ -25,6 +25,7 @@ import time
 
 from ...cluster.worker import task_context
 from .. import session as _session
+from ..tensorflow_guard import TF_TASK_KEY
 
 # This process's TensorFlow address and the cluster it configured (None: not yet).
 _port: int | None = None
@@ -89,6 +90,7 @@ def setup() -> dict:
     os.environ["TF_CONFIG"] = json.dumps(config)
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     _configured = addresses  # what MultiWorkerMirroredStrategy() will configure
+    task_context.state()[TF_TASK_KEY] = True
     return config
 
 

@@ -155,6 +155,21 @@ def test_a_torch_run_after_tensorflow_still_works(warm, tmp_path):
     assert result.error is None
 
 
+def _strategy_in_torch():
+    import tensorflow as tf
+
+    tf.distribute.MultiWorkerMirroredStrategy()
+
+
+def test_a_strategy_in_a_torch_function_names_tensorflow_trainer(warm, tmp_path):
+    with pytest.raises(RunError, match="TensorflowTrainer, which sets every rank's TF_CONFIG"):
+        TorchTrainer(
+            _strategy_in_torch,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
+        ).fit()
+
+
 def _fit_killed_once(config):
     import os
     import signal
