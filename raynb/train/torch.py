@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from . import deepspeed_ranks, lightning_guard
+from . import deepspeed_ranks, lightning_guard, tensorflow_guard
 from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
@@ -20,6 +20,8 @@ from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a
 lightning_guard.install()
 # deepspeed.initialize() in a training function trains on the warm ranks (see deepspeed_ranks).
 deepspeed_ranks.install()
+# Likewise a MultiWorkerMirroredStrategy outside a TensorflowTrainer (no TF_CONFIG) is named.
+tensorflow_guard.install()
 
 
 def get_device():

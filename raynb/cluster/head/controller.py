@@ -274,6 +274,21 @@ class RunController:
         self._begin_stopping(run, RESIZE, FAILING, CANCEL_GRACE_S)
         self._maybe_all_stopped(run)
 
+    def replace_ranks(self, run: Run, ranks: list, why: str) -> None:
+        """Ranks whose workers cannot take this run (a framework set up once per process for
+        other peers: TensorFlow's collectives, ``raynb.train.tensorflow``): they are killed,
+        their nodes fork fresh workers, and the run is queued again, as a resize: not a
+        failure (unless a rank fails on the way)."""
+        if run.state == RUNNING and not run.done and not run.spec.get("_awaiting_uploads"):
+            run.spec["_resizing"] = True
+            self.effects.emit(run, {"kind": "note", "text": why})
+            self._begin_stopping(run, RESIZE, FAILING, CANCEL_GRACE_S)
+        if run.state == FAILING and run.spec.get("_resizing"):
+            for rank in ranks:
+                if rank not in run.done and self.effects.kill_rank(run, rank):
+                    run.done[rank] = "killed"
+        self._maybe_all_stopped(run)
+
     def storage_failed(self, run: Run) -> None:
         """A file of the run could not be written (``run.write_error``: a full disk, a lost
         mount): it fails, and is not restarted (the next attempt would fail alike)."""

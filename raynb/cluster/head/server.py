@@ -340,6 +340,9 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         kind = event.get("kind")
         if kind == "blocked":  # its cancel did not stop it: stuck in a collective? (Worker._cancel)
             return self.controller.rank_blocked(run, rank)
+        if kind == "replace_workers":  # ranks set up for other peers (raynb.train.tensorflow)
+            ranks = [r for r in event.get("ranks") or () if isinstance(r, int) and 0 <= r < len(run.ranks)]
+            return self.controller.replace_ranks(run, ranks, str(event.get("text") or "workers replaced"))
         if kind == "output" and isinstance(event.get("text"), str):
             self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):

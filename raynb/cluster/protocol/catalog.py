@@ -57,6 +57,7 @@ _EVENT = Record(
         "time?": _NUM,
         "index?": (Int(1), None),
         "checkpoint?": _STR,
+        "ranks?": ListOf(_INT),  # replace_workers (raynb.train.tensorflow.cluster_spec)
     }
 )
 _CHECKPOINT_CONFIG = Record(

@@ -105,7 +105,16 @@ class UserModules:
             except OSError:
                 continue
             if now != mtime:
-                importlib.reload(mod)
+                try:
+                    importlib.reload(mod)
+                except ModuleNotFoundError as e:
+                    if e.name != name:
+                        raise
+                    # Loaded from a file no finder knows (TensorFlow's autograph writes its
+                    # converted functions to temporary files): not the user's, never reloaded.
+                    del self._mtimes[name]
+                    self._files[name] = False
+                    continue
                 self._mtimes[name] = now
 
 
