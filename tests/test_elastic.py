@@ -142,7 +142,8 @@ def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
     assert not notes
     clock.t += 6
     monitor(run)
-    assert notes == ["room for 4 ranks (now 2): growing at the next checkpoint"] and not resized
+    assert notes[0] == "room for 4 ranks (now 2): growing at the next checkpoint" and not resized
+    assert notes[1].startswith("warning: this elastic run has saved no checkpoint"), notes  # once
     run.store.latest = {"name": "checkpoint_000001", "index": 1}
     monitor(run)  # a checkpoint was committed since: grow now
     assert resized == [run]
@@ -353,7 +354,7 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
     grown = [r for r in rows if r["world_size"] == 4]
     start = int(grown[0]["resumed_from"])
     assert start >= 0 and [int(r["epoch"]) for r in grown] == list(range(start + 1, 40)), rows
-    assert "grew 2 -> 4 ranks (room for 2 more ranks); resumed from checkpoint_" in out, out
+    assert "grew 2 -> 4 ranks (node n2 joined); resumed from checkpoint_" in out, out
 
 
 def _wait_workers(client, n: int, timeout: float = 60.0) -> None:

@@ -96,6 +96,7 @@ TASK_DONE = "task_done"  # {"run_id", "rank", "status", "error", "events"?}; buf
 RUN_TASK = "run_task"  # {"run_id", "rank", ..., "group", "num_threads"}; buffers[0] = the function
 CANCEL_TASK = "cancel_task"  # {"run_id"}
 SET_THREADS = "set_threads"  # {"run_id", "attempt", "num_threads"}: a new share of the node's cores
+REPORT_GATE = "report_gate"  # {"run_id", "attempt", "gate", "index"?, "stop"?}: hold at report() (elastic)
 # any direction
 CHUNK = "chunk"  # {"transfer", "frame", "offset", "size"}; buffers[0] = a piece (chunking)
 
@@ -306,6 +307,7 @@ SCHEMAS: dict[str, Record] = {
         }
     ),
     CANCEL_TASK: Record({"run_id": str, "attempt?": _RANK}),
+    REPORT_GATE: Record({"run_id": str, "attempt?": _RANK, "gate": bool, "index?": Int(1), "stop?": bool}),
     RUN_ACCEPTED: Record({"run_id": str, "name": str, "path": str, "events?": _RUN_EVENTS}),
     RUN_EVENT: _RUN_EVENT,
     RUN_EVENTS: Record({"events": _RUN_EVENTS}),

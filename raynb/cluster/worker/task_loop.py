@@ -135,6 +135,13 @@ class Worker:
             self.tasks.put(msg)
         elif msg.msg_type == P.CANCEL_TASK:
             self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
+        elif msg.msg_type == P.REPORT_GATE:  # an elastic run about to grow (task_context.set_gate)
+            task, c = self.current_task, msg.content
+            if task is not None and (task["run_id"], task.get("attempt", 0)) == (
+                c["run_id"],
+                c.get("attempt", 0),
+            ):
+                task_context.set_gate(c)
         elif msg.msg_type == P.SET_THREADS:
             c = msg.content
             self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
@@ -234,6 +241,8 @@ class Worker:
             shipped_bytes = len(chunking.view(msg.buffers[0])) if msg.buffers else 0
             try:
                 ret = self._call(task, msg)
+            except task_context.StopAttempt:  # the head stopped the attempt at a report (elastic grow)
+                status = "cancelled"
             except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"
                 if status == "error":  # raised by the user's code itself: keep its message and traceback
