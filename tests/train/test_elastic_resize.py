@@ -212,9 +212,10 @@ def test_grow_stops_the_ranks_at_a_report_and_says_what_and_how_long(tmp_path, m
 
 
 def test_a_run_without_checkpoints_is_warned_once(tmp_path, monkeypatch, capsys):
-    """(1, 3) on 3 workers, no checkpoints; rank 2 exits mid-run: the run shrinks to the 2
-    left, starting over, and is warned once that each resize restarts it from the start."""
-    with private_cluster(tmp_path, monkeypatch, workers=3, max_workers=3):
+    """(1, 3) on 2 warm workers with room for 3 (it starts on 3), no checkpoints; rank 2
+    exits mid-run and, the node back at its warm count, is not replaced: the run shrinks to
+    the 2 left, starting over, and is warned once that each resize restarts it."""
+    with private_cluster(tmp_path, monkeypatch, workers=2, max_workers=3):
         result = TorchTrainer(
             _train,
             train_loop_config={
