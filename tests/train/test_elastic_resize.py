@@ -236,7 +236,9 @@ def test_a_run_without_checkpoints_is_warned_once(tmp_path, monkeypatch, capsys)
     live = out.split("] FINISHED")[0]
     assert live.count("warning: this elastic run has saved no checkpoint") == 1, out
     assert "report one (report(metrics, checkpoint=" in live, out
-    assert re.search(r"shrank 3 -> 2 ranks \(rank 2 exited with code 3\); started over in \d+\.\d s", live), out
+    assert re.search(r"shrank 3 -> 2 ranks \(rank 2 exited with code 3\); started over in \d+\.\d s", live), (
+        out
+    )
     rows = result.metrics_dataframe.to_dict("records")
     assert [int(r["epoch"]) for r in rows if r["world_size"] == 2] == [0, 1, 2, 3], rows
 

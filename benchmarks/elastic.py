@@ -1,0 +1,227 @@
+"""Elastic resize times: how long an elastic run (``num_workers=(2, 4)``) takes to grow when
+a node joins and to shrink when one is lost. Prints one JSON object.
+
+On a private cluster (its own temporary ``RAYNB_HOME`` and storage) whose local node holds
+2 workers, one elastic run trains epochs of ``--epoch-ms`` ms, a checkpoint each, until
+told to stop. ``--cycles`` times, this process:
+
+- **grow**: starts a second node agent ``n2`` (``raynb node``, 2 workers, as on another
+  host) and waits until its workers are idle; timed from then (the host has joined, its
+  workers are warm) to the first report at 4 ranks (the report's own time, in
+  ``result.json``). It includes the wait for the run's next resize check
+  (``elastic_resize_monitor_interval_s``, ``--interval``), the stop at the next
+  checkpoint, the new process group and the checkpoint's load, and one epoch.
+- **shrink**: SIGKILLs n2's node agent and its workers (its whole process group, as a host
+  that dies); timed from the kill to the first report at 2 ranks.
+
+Medians and the spread of each, with the machine and its load. The cluster and every node
+agent started are always stopped, whatever happened.
+
+Ray Train v2's elastic resize (``RAY_TRAIN_V2_ENABLED=1``, ``num_workers=(2, 4)``) is not
+measured here: growing a Ray cluster needs ``ray start`` nodes added and removed, which
+this script does not do (see docs/elastic.md).
+
+Usage::
+
+    python benchmarks/elastic.py            # 5 grows and 5 shrinks
+    python benchmarks/elastic.py --quick    # smoke test: 1 of each
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rerun_latency import machine_info, private_cluster  # noqa: E402
+
+
+def epochs_fn(config):
+    """Epochs of ``epoch_s`` s (an all_reduce each), a checkpoint each from rank 0, resumed
+    from ``get_checkpoint()``; ends when the file ``stop`` exists (agreed on by all ranks)."""
+    import json as _json
+    import os as _os
+    import tempfile as _tempfile
+    import time as _time
+
+    import torch
+    import torch.distributed as dist
+
+    from raynb.train import Checkpoint, get_checkpoint, get_context, report
+
+    rank = get_context().get_world_rank()
+    start = 0
+    ck = get_checkpoint()
+    if ck is not None:
+        with ck.as_directory() as d, open(_os.path.join(d, "s.json")) as f:
+            start = _json.load(f)["epoch"] + 1
+    for epoch in range(start, 1_000_000):
+        t = torch.tensor([float(_os.path.exists(config["stop"]))])
+        dist.all_reduce(t)
+        if t.item() > 0:
+            return
+        _time.sleep(config["epoch_s"])
+        with _tempfile.TemporaryDirectory() as d:
+            if rank == 0:
+                with open(_os.path.join(d, "s.json"), "w") as f:
+                    _json.dump({"epoch": epoch}, f)
+            report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(d) if rank == 0 else None)
+
+
+def _rows(run_dir: str) -> list[dict]:
+    try:
+        with open(os.path.join(run_dir, "result.json")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            break  # a line being written
+    return rows
+
+
+def _first_report_at(run_dir: str, world: int, since: float, timeout: float = 180.0) -> float:
+    """Seconds from ``since`` (wall clock) to the first report at ``world`` ranks made after it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for r in _rows(run_dir):
+            if r.get("world_size") == world and r["timestamp"] >= since:
+                return r["timestamp"] - since
+        time.sleep(0.02)
+    raise TimeoutError(f"no report at {world} ranks within {timeout:.0f}s")
+
+
+def _start_node(node_id: str) -> subprocess.Popen:
+    from raynb.cluster.connection_file import connection_file_path, read_connection_file
+
+    info = read_connection_file()
+    return subprocess.Popen(
+        [sys.executable, "-m", "raynb.cli", "node", "--address", info["address"], "--key-file",
+         str(connection_file_path()), "--workers", "2", "--max-workers", "2", "--node-id", node_id,
+         "--shared-storage"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: killed whole, as a host that dies
+    )  # fmt: skip
+
+
+def _wait_idle(client, node_id: str, n: int, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        idle = [w for w in client.status()["workers"] if w.get("node_id") == node_id and w["state"] == "idle"]
+        if len(idle) >= n:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"node {node_id}: {len(idle)} of {n} workers idle")
+        time.sleep(0.05)
+
+
+def _wait_gone(client, node_id: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(n["node_id"] == node_id for n in client.status()["nodes"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
+
+
+def _cycles(args, client, run_dir: str, started: list) -> dict:
+    grow, shrink = [], []
+    for i in range(args.cycles):
+        node = _start_node(f"n{i + 2}")
+        started.append(node)
+        _wait_idle(client, f"n{i + 2}", 2)
+        grow.append(_first_report_at(run_dir, 4, time.time()))
+        time.sleep(3 * args.epoch_ms / 1000)  # a few epochs at 4
+        killed_at = time.time()
+        _kill_group(node)
+        shrink.append(_first_report_at(run_dir, 2, killed_at))
+        _wait_gone(client, f"n{i + 2}")  # its loss seen: the next cycle's node is a new one
+    return {"grow_s": grow, "shrink_s": shrink}
+
+
+def _summary(xs: list) -> dict:
+    return {
+        "median": round(statistics.median(xs), 3),
+        "min": round(min(xs), 3),
+        "max": round(max(xs), 3),
+        "n": len(xs),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1 grow and 1 shrink")
+    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--epoch-ms", type=float, default=200.0)
+    ap.add_argument("--interval", type=float, default=0.5, help="elastic_resize_monitor_interval_s")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.cycles = 1
+    load = os.getloadavg()[0]
+    import raynb
+    from raynb.train import FailureConfig, RunConfig, ScalingConfig
+    from raynb.train.torch import TorchTrainer
+
+    started: list[subprocess.Popen] = []
+    with private_cluster() as (home, storage):
+        from raynb.cluster.launch import start_cluster
+
+        start_cluster(num_workers=2, max_workers=2)
+        client = raynb.connect()
+        stop = os.path.join(storage, "stop")
+        run_dir = os.path.join(storage, "elastic-bench")
+        out: dict = {}
+        trainer = TorchTrainer(
+            epochs_fn,
+            train_loop_config={"epoch_s": args.epoch_ms / 1000, "stop": stop},
+            scaling_config=ScalingConfig(num_workers=(2, 4), elastic_resize_monitor_interval_s=args.interval),
+            run_config=RunConfig(
+                name="elastic-bench", verbose=0, failure_config=FailureConfig(max_failures=-1)
+            ),
+        )
+        fit = threading.Thread(target=lambda: out.setdefault("result", trainer.fit()), daemon=True)
+        fit.start()
+        try:
+            _first_report_at(run_dir, 2, 0.0)
+            times = _cycles(args, client, run_dir, started)
+        finally:
+            open(stop, "w").close()
+            fit.join(120)
+            for node in started:
+                if node.poll() is None:
+                    _kill_group(node)
+        result = out.get("result")
+    print(
+        json.dumps(
+            {
+                "grow_s": _summary(times["grow_s"]),
+                "shrink_s": _summary(times["shrink_s"]),
+                "samples": times,
+                "run_state": getattr(result, "state", None),
+                "settings": {"cycles": args.cycles, "epoch_ms": args.epoch_ms, "interval_s": args.interval},
+                "ray_train_v2": None,
+                "machine": machine_info(load),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
