@@ -29,7 +29,7 @@ ELASTIC_RUN = """
         if ckpt is not None:
             with ckpt.as_directory() as d:
                 start = torch.load(os.path.join(d, "state.pt"))["epoch"] + 1
-        for epoch in range(start, 400):
+        for epoch in range(start, 100_000):
             # One collective an epoch, which also says whether the test asked to stop.
             t = torch.tensor([1.0, float(os.path.exists(STOP))])
             dist.all_reduce(t)
@@ -76,7 +76,9 @@ def test_elastic_run_grows_when_a_host_joins_and_shrinks_when_it_dies(tmp_path):
     if why:
         pytest.skip(why)
     name, stop = "elastic-hosts", tmp_path / "stop"
-    with hosts_up(tmp_path / "c", nodes=(("h1", "n1", 2),), tag="el") as c:
+    with hosts_up(tmp_path, nodes=(), tag="el") as c:
+        c.start_node("h1", "n1", 2, "--max-workers", "2")  # holds 2, forks no more
+        c.wait_workers(2)
         run_dir = c.storage / name
         code = f"EPOCH_S, NAME, STOP = 0.3, {name!r}, {str(stop)!r}\n" + textwrap.dedent(ELASTIC_RUN)
         client = c.net.popen(
@@ -89,8 +91,11 @@ def test_elastic_run_grows_when_a_host_joins_and_shrinks_when_it_dies(tmp_path):
         )
         try:
             _wait_reports(run_dir, client, lambda rs: len(rs) >= 3)
-            c.start_node("h2", "n2", 2)  # a second host's node agent joins mid-run
-            grown = _wait_reports(run_dir, client, lambda rs: any(r["world_size"] == 4 for r in rs))
+            c.start_node("h2", "n2", 2, "--max-workers", "2")  # a second host's node agent joins mid-run
+            # (n2's zygote imports torch: tens of seconds on a busy machine)
+            grown = _wait_reports(
+                run_dir, client, lambda rs: any(r["world_size"] == 4 for r in rs), timeout=240
+            )
             _wait_reports(run_dir, client, lambda rs: len(rs) >= len(grown) + 2)
             killed = c.net.kill_all("h2")  # the host dies: its agent, zygote and workers at once
             assert killed and not c.net.wait_empty("h2")
@@ -121,7 +126,6 @@ def test_elastic_run_grows_when_a_host_joins_and_shrinks_when_it_dies(tmp_path):
     assert all(e == list(range(s, s + len(e))) for s, e in attempts.items()), attempts
     assert sorted({r["epoch"] for r in reports}) == list(range(reports[-1]["epoch"] + 1)), attempts
     assert reports[first4]["start"] == reports[first4 - 1]["epoch"] + 1, reports
-    assert {r["host"] for r in reports[first4 : last4 + 1]} == {"198.18.0.2", "198.18.0.3"}
-    assert {r["host"] for r in reports[last4 + 1 :]} == {"198.18.0.2"}
+    assert {r["host"] for r in reports} == {"198.18.0.2"}  # rank 0's reports: n1 holds rank 0
     assert "grew 2 -> 4 ranks (node n2 joined); resumed from checkpoint_" in out, out
     assert "shrank 4 -> 2 ranks (node n2 lost" in out, out
