@@ -6,8 +6,8 @@ On a private cluster (its own temporary ``RAYNB_HOME`` and storage) whose local 
 told to stop. ``--cycles`` times, this process:
 
 - **grow**: starts a second node agent ``n2`` (``raynb node``, 2 workers, as on another
-  host) and waits until its workers are idle; timed from then (the host has joined, its
-  workers are warm) to the first report at 4 ranks (the report's own time, in
+  host) and waits until the head lists its 2 workers (polled every 20 ms); timed from
+  then (the host has joined, its workers are warm) to the first report at 4 ranks (the report's own time, in
   ``result.json``). It includes the wait for the run's next resize check
   (``elastic_resize_monitor_interval_s``, ``--interval``), the stop at the next
   checkpoint, the new process group and the checkpoint's load, and one epoch.
@@ -115,15 +115,16 @@ def _start_node(node_id: str) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def _wait_idle(client, node_id: str, n: int, timeout: float = 120.0) -> None:
+def _wait_ready(client, node_id: str, n: int, timeout: float = 300.0) -> None:
+    """Until ``n`` workers of ``node_id`` are up (idle, or already taken by the run)."""
     deadline = time.monotonic() + timeout
     while True:
-        idle = [w for w in client.status()["workers"] if w.get("node_id") == node_id and w["state"] == "idle"]
-        if len(idle) >= n:
+        up = [w for w in client.status()["workers"] if w.get("node_id") == node_id]
+        if len(up) >= n:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"node {node_id}: {len(idle)} of {n} workers idle")
-        time.sleep(0.05)
+            raise TimeoutError(f"node {node_id}: {len(up)} of {n} workers up")
+        time.sleep(0.02)
 
 
 def _wait_gone(client, node_id: str, timeout: float = 60.0) -> None:
@@ -133,11 +134,31 @@ def _wait_gone(client, node_id: str, timeout: float = 60.0) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a node agent's process group, and remove the workers' temp dir that it, so
+    killed, cannot remove itself."""
+    import shutil
+    import tempfile
+
+    from raynb.cluster.node.host import WORKERS_TMP_PREFIX
+
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     proc.wait(30)
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        if name.startswith(f"{WORKERS_TMP_PREFIX}{proc.pid}-"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _control_client():
+    """A connection to the head of this thread's own (the run's client is another thread's)."""
+    from raynb.cluster.connection_file import read_connection_file
+    from raynb.cluster.protocol.control import Client
+
+    conn = read_connection_file()
+    return Client(conn["address"], conn["key"].encode(), conn)
 
 
 def _cycles(args, client, run_dir: str, started: list) -> dict:
@@ -145,7 +166,7 @@ def _cycles(args, client, run_dir: str, started: list) -> dict:
     for i in range(args.cycles):
         node = _start_node(f"n{i + 2}")
         started.append(node)
-        _wait_idle(client, f"n{i + 2}", 2)
+        _wait_ready(client, f"n{i + 2}", 2)
         grow.append(_first_report_at(run_dir, 4, time.time()))
         time.sleep(3 * args.epoch_ms / 1000)  # a few epochs at 4
         killed_at = time.time()
@@ -183,7 +204,8 @@ def main(argv=None) -> int:
         from raynb.cluster.launch import start_cluster
 
         start_cluster(num_workers=2, max_workers=2)
-        client = raynb.connect()
+        raynb.connect()
+        client = _control_client()
         stop = os.path.join(storage, "stop")
         run_dir = os.path.join(storage, "elastic-bench")
         out: dict = {}
@@ -204,8 +226,9 @@ def main(argv=None) -> int:
             open(stop, "w").close()
             fit.join(120)
             for node in started:
-                if node.poll() is None:
-                    _kill_group(node)
+                _kill_group(node)
+            client.close()
+            raynb.disconnect()
         result = out.get("result")
     print(
         json.dumps(
