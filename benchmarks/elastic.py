@@ -17,14 +17,19 @@ told to stop. ``--cycles`` times, this process:
 Medians and the spread of each, with the machine and its load. The cluster and every node
 agent started are always stopped, whatever happened.
 
-Ray Train v2's elastic resize (``RAY_TRAIN_V2_ENABLED=1``, ``num_workers=(2, 4)``) is not
-measured here: growing a Ray cluster needs ``ray start`` nodes added and removed, which
-this script does not do (see docs/elastic.md).
+With ``--ray``, the same on Ray Train v2 (``RAY_TRAIN_V2_ENABLED=1``, Ray 2.60's elastic
+``TorchTrainer``, ``num_workers=(2, 4)``), once each, in a child process: a Ray cluster of
+2-CPU raylets on this machine (``ray.cluster_utils.Cluster``, which starts and ends its own
+processes by pid), one more raylet added (timed from ``add_node`` returning to the first
+report at 4 ranks) and removed without grace (to the first report at 2). Ray's elastic
+policy waits for ready resources and starts a new worker group (new actor processes that
+import torch) at each resize.
 
 Usage::
 
     python benchmarks/elastic.py            # 5 grows and 5 shrinks
     python benchmarks/elastic.py --quick    # smoke test: 1 of each
+    python benchmarks/elastic.py --ray      # and Ray Train v2's resize beside it (minutes)
 """
 
 from __future__ import annotations
@@ -185,13 +190,128 @@ def _summary(xs: list) -> dict:
     }
 
 
+def _ray_child(log: str) -> None:
+    """(``--ray-child LOG``, a process of its own) Ray Train v2's grow and shrink: prints JSON."""
+    os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+    import tempfile
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    stop = log + ".stop"
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    storage = tempfile.mkdtemp(prefix="raynb-bench-ray-")
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        from ray.train import FailureConfig, RunConfig, ScalingConfig
+        from ray.train.torch import TorchTrainer
+
+        trainer = TorchTrainer(
+            _ray_fn,
+            train_loop_config={"stop": stop, "log": log},
+            scaling_config=ScalingConfig(num_workers=(2, 4), elastic_resize_monitor_interval_s=0.5),
+            run_config=RunConfig(
+                storage_path=storage, name="ray-elastic", failure_config=FailureConfig(max_failures=-1)
+            ),
+        )
+        fit = threading.Thread(target=trainer.fit, daemon=True)
+        fit.start()
+        _first_line_at(log, 2, 0.0)
+        node = cluster.add_node(num_cpus=2)
+        grow = _first_line_at(log, 4, time.time())
+        time.sleep(1.0)
+        removed_at = time.time()
+        cluster.remove_node(node, allow_graceful=False)
+        shrink = _first_line_at(log, 2, removed_at)
+        open(stop, "w").close()
+        fit.join(120)
+        print(json.dumps({"grow_s": round(grow, 3), "shrink_s": round(shrink, 3), "ray": ray.__version__}))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        import shutil
+
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+def _ray_fn(config):
+    """Ray's side of :func:`epochs_fn`: rank 0 logs each report's time and world size."""
+    import json as _json
+    import os as _os
+    import tempfile as _tempfile
+    import time as _time
+
+    import ray.train as rt
+    import torch
+    import torch.distributed as dist
+
+    ctx = rt.get_context()
+    start = 0
+    ck = rt.get_checkpoint()
+    if ck is not None:
+        with ck.as_directory() as d, open(_os.path.join(d, "s.json")) as f:
+            start = _json.load(f)["epoch"] + 1
+    for epoch in range(start, 1_000_000):
+        t = torch.tensor([float(_os.path.exists(config["stop"]))])
+        dist.all_reduce(t)
+        if t.item() > 0:
+            return
+        _time.sleep(0.2)
+        with _tempfile.TemporaryDirectory() as d:
+            if ctx.get_world_rank() == 0:
+                with open(_os.path.join(d, "s.json"), "w") as f:
+                    _json.dump({"epoch": epoch}, f)
+                with open(config["log"], "a") as f:
+                    f.write(_json.dumps({"t": _time.time(), "world": ctx.get_world_size()}) + "\n")
+            ck = rt.Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None
+            rt.report({"epoch": epoch}, checkpoint=ck)
+
+
+def _first_line_at(log: str, world: int, since: float, timeout: float = 600.0) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(log):
+            with open(log) as f:
+                for line in f.read().splitlines():
+                    try:
+                        r = json.loads(line)
+                    except ValueError:
+                        break
+                    if r["world"] == world and r["t"] >= since:
+                        return r["t"] - since
+        time.sleep(0.05)
+    raise TimeoutError(f"Ray: no report at {world} ranks within {timeout:.0f}s")
+
+
+def _ray_resize() -> dict:
+    """Ray Train v2's grow and shrink, measured by a child process (``_ray_child``)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="raynb-bench-raylog-") as d:
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--ray-child", os.path.join(d, "log.jsonl")],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": (proc.stderr or proc.stdout)[-2000:]}
+    return json.loads(lines[-1])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 grow and 1 shrink")
     ap.add_argument("--cycles", type=int, default=5)
     ap.add_argument("--epoch-ms", type=float, default=200.0)
     ap.add_argument("--interval", type=float, default=0.5, help="elastic_resize_monitor_interval_s")
+    ap.add_argument("--ray", action="store_true", help="Ray Train v2's resize too (minutes)")
+    ap.add_argument("--ray-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.ray_child:
+        _ray_child(args.ray_child)
+        return 0
     if args.quick:
         args.cycles = 1
     load = os.getloadavg()[0]
@@ -230,6 +350,7 @@ def main(argv=None) -> int:
             client.close()
             raynb.disconnect()
         result = out.get("result")
+    ray_side = _ray_resize() if args.ray else {"skipped": "not asked (--ray)"}
     print(
         json.dumps(
             {
@@ -238,7 +359,7 @@ def main(argv=None) -> int:
                 "samples": times,
                 "run_state": getattr(result, "state", None),
                 "settings": {"cycles": args.cycles, "epoch_ms": args.epoch_ms, "interval_s": args.interval},
-                "ray_train_v2": None,
+                "ray_train_v2": ray_side,
                 "machine": machine_info(load),
             }
         )
