@@ -162,10 +162,11 @@ class GrowMonitor:
         grow = spec.get("_grow")
         if grow is not None:
             gated = self._gate is not None
-            if (not gated and _latest_index(run) != grow["latest"]) or now >= grow["deadline"] + gated * grow[
-                "wait"
-            ]:
-                self._grow_now(run)  # no gate, or no report came: a cancel stops the ranks
+            # Without a gate: at the next checkpoint, by a cancel. With one, on_report stops the
+            # ranks at a report; a run that makes none for another interval: by a cancel.
+            due_by = grow["deadline"] + (grow["wait"] if gated else 0.0)
+            if (not gated and _latest_index(run) != grow["latest"]) or now >= due_by:
+                self._grow_now(run)
             return
         if now < due:
             return
@@ -182,7 +183,6 @@ class GrowMonitor:
             "deadline": now + max(interval, 1.0),
             "wait": max(interval, 1.0),
             "why": f"room for {more} more rank{'s' if more > 1 else ''}",
-            "marked": now,
         }
         self._emit(
             run,
