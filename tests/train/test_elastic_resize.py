@@ -262,3 +262,24 @@ def test_a_restored_elastic_run_stays_elastic(tmp_path, warm):
     assert again.state == "FINISHED", again.error
     rows = again.metrics_dataframe.to_dict("records")
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2] and rows[-1]["world_size"] >= 1, rows
+
+
+def test_ray_train_resume_of_an_elastic_run_stays_elastic(ip):
+    """``%%ray_train --resume`` of a ``--workers 1-4`` run runs it elastic again: its reports
+    carry world_size, and run.json keeps (1, 4)."""
+    import json
+    import os
+    import uuid
+
+    from conftest import ok_cell
+
+    name = f"elastic_{uuid.uuid4().hex[:6]}"
+    cell = "report({'x': 1})\n"
+    ok_cell(ip, f"%%ray_train --workers 1-4 --quiet --name {name}\n{cell}")
+    ok_cell(ip, f"%%ray_train --resume --quiet --name {name}\n{cell}")
+    result = ip.user_ns["_ray_result"]
+    assert result.state == "FINISHED", result.error
+    assert list(result.metrics_dataframe["world_size"]) == [4, 4]  # both runs' reports, elastic
+    with open(os.path.join(result.path, "run.json")) as f:
+        record = json.load(f)
+    assert (record["min_workers"], record["max_workers"]) == (1, 4), record
