@@ -216,7 +216,11 @@ def hosts_up(
     namespaces deleted (and ``base`` removed, with ``remove_base``). For the tests and the
     benchmarks alike; the caller checks ``netns.available()`` first."""
     net = netns.Net(HOSTS, tag=tag)
-    c = Cluster(net, base)
+    try:
+        c = Cluster(net, base)
+    except BaseException:  # (a base that cannot hold the homes): no namespace left behind
+        net.close()
+        raise
     try:
         c.start()
         for host, node_id, workers in nodes:

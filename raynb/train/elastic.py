@@ -37,3 +37,19 @@ def check_num_workers(n):
             "or a (min_workers, max_workers) pair for an elastic run"
         )
     return n
+
+
+def recorded_num_workers(record: dict):
+    """The ``num_workers`` a restore of a run gives it again, from its ``run.json``: an
+    elastic run's ``(min_workers, max_workers)`` (it stays elastic), else its world size."""
+    if record.get("min_workers") is not None and record.get("max_workers") is not None:
+        return (int(record["min_workers"]), int(record["max_workers"]))
+    return record.get("world_size") or 1
+
+
+def elastic_interval(record: dict) -> dict:
+    """``elastic_resize_monitor_interval_s`` of a restored elastic run, as a keyword (or none)."""
+    t = record.get("elastic_resize_monitor_interval_s")
+    if t is None or record.get("min_workers") is None:
+        return {}
+    return {"elastic_resize_monitor_interval_s": float(t)}

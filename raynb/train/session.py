@@ -254,8 +254,20 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
             if task.get("stream_checkpoints")
             else _stage_checkpoint(task, checkpoint, index)
         )
-    task_context.emit(event, wait=durable)
+    _send_report(task, event, durable, index)
     profiling.step_on_report()  # one report, one step of a RunConfig(profile=...) window
+
+
+def _send_report(task: dict, event: dict, durable: bool, index: int) -> None:
+    """Send the report event. An elastic run about to grow holds here until the head has
+    every rank's report of this index, and stops here (``StopAttempt``) at one that
+    committed a checkpoint (head/elastic.py)."""
+    gated = bool(task.get("elastic")) and task_context.gated()
+    if gated:
+        event["gated"] = True
+    task_context.emit(event, wait=durable or gated)
+    if gated and task_context.await_verdict(index):
+        raise task_context.StopAttempt(f"the run grows: stopped at report {index}, its checkpoint saved")
 
 
 def get_context() -> TrainContext:

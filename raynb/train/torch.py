@@ -13,6 +13,7 @@ from . import deepspeed_ranks, lightning_guard, tensorflow_guard
 from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
+from .elastic import elastic_interval, recorded_num_workers
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
 
 # A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
@@ -368,9 +369,10 @@ class TorchTrainer:
         )
         run_config.name, run_config.storage_path = os.path.basename(path), os.path.dirname(path)
         scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
-            num_workers=record.get("world_size") or 1,
+            num_workers=recorded_num_workers(record),
             use_gpu=bool(record.get("use_gpu")),
             timeout_s=record.get("timeout_s"),
+            **elastic_interval(record),
         )
         datasets = kwargs.pop("datasets", None)
         if kwargs:

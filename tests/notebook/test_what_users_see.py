@@ -390,10 +390,7 @@ def test_header_best_and_the_column_name_different_things_differently():
 
 
 def test_a_tune_stop_ends_the_run_stopped(tmp_path):
-    import sys as _sys
-
-    _sys.path.insert(0, str(Path(__file__).parents[1] / "cluster" / "head"))
-    from test_run_controller import Harness
+    from support.controller_harness import Harness
 
     h = Harness(tmp_path)
     run = h.running()

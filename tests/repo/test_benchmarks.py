@@ -203,3 +203,12 @@ def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
             assert m["rows"] == m["mib"] * 2**20 // 128, m  # every row once (128 bytes of features a row)
             assert m["rows_s"] > 0 and m["mb_s"] > 0 and m["per_rank"]["peak_rss_mib"] > 0, m
     assert out["ray_data"] == {"skipped": "not asked (--ray)"}
+
+
+def test_elastic_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("elastic.py", tmp_path)
+    for kind in ("grow_s", "shrink_s"):
+        s = out[kind]
+        assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"], (kind, s)
+    assert out["run_state"] == "FINISHED" and out["settings"]["cycles"] == 1
+    assert isinstance(out["machine"]["cpus"], int)

@@ -99,7 +99,7 @@ def test_fixed_request_is_placed_as_before():
 
 # -- the controller's resize and the grow monitor (no process) ------------------------
 def test_resize_is_not_a_failure_and_requeues(tmp_path):
-    from test_run_controller import Harness
+    from support.controller_harness import Harness
 
     h = Harness(tmp_path)
     run = h.running(world_size=4, min_workers=1)
@@ -113,7 +113,7 @@ def test_resize_is_not_a_failure_and_requeues(tmp_path):
 
 
 def test_a_rank_error_during_a_resize_is_a_failure(tmp_path):
-    from test_run_controller import Harness
+    from support.controller_harness import Harness
 
     h = Harness(tmp_path)
     run = h.running(world_size=2, min_workers=1, max_failures=0)
@@ -124,7 +124,7 @@ def test_a_rank_error_during_a_resize_is_a_failure(tmp_path):
 
 
 def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
-    from test_run_controller import Clock, Harness
+    from support.controller_harness import Clock, Harness
 
     from raynb.cluster.head.elastic import GrowMonitor
 
@@ -142,7 +142,8 @@ def test_grow_monitor_waits_an_interval_then_for_the_next_checkpoint(tmp_path):
     assert not notes
     clock.t += 6
     monitor(run)
-    assert notes == ["room for 4 ranks (now 2): growing at the next checkpoint"] and not resized
+    assert notes[0] == "room for 4 ranks (now 2): growing at the next checkpoint" and not resized
+    assert notes[1].startswith("warning: this elastic run has saved no checkpoint"), notes  # once
     run.store.latest = {"name": "checkpoint_000001", "index": 1}
     monitor(run)  # a checkpoint was committed since: grow now
     assert resized == [run]
@@ -353,7 +354,7 @@ def test_elastic_run_grows_when_a_node_joins(tmp_path, monkeypatch, capsys):
     grown = [r for r in rows if r["world_size"] == 4]
     start = int(grown[0]["resumed_from"])
     assert start >= 0 and [int(r["epoch"]) for r in grown] == list(range(start + 1, 40)), rows
-    assert "grew 2 -> 4 ranks (room for 2 more ranks); resumed from checkpoint_" in out, out
+    assert "grew 2 -> 4 ranks (node n2 joined); resumed from checkpoint_" in out, out
 
 
 def _wait_workers(client, n: int, timeout: float = 60.0) -> None:

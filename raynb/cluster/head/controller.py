@@ -83,6 +83,9 @@ CANCEL_GRACE_S = 1.0
 # When a rank died, its peers are most likely blocked inside a collective, where no
 # interrupt reaches them: they are replaced from the zygote sooner (a restart waits on them).
 DEAD_PEER_GRACE_S = 0.3
+# Ranks an elastic grow stopped inside report() return by themselves; past this they are
+# killed as any rank that does not stop.
+RESIZE_AT_REPORT_GRACE_S = 5.0
 # Fields added to every report (not the user's metrics).
 AUTO_FIELDS = ("training_iteration", "timestamp", "time_total_s", "time_this_iter_s")
 
@@ -263,15 +266,17 @@ class RunController:
                 run.done[rank] = "killed"
         self._maybe_all_stopped(run)
 
-    def resize(self, run: Run) -> None:
+    def resize(self, run: Run, at_report: bool = False) -> None:
         """An elastic run has room for more ranks (``head/elastic.GrowMonitor``): its ranks
         are stopped and it is queued again, to start on more from its latest checkpoint. A
         planned resize, not a failure: FailureConfig does not count it (unless a rank
-        fails on the way)."""
+        fails on the way). ``at_report``: the ranks were told to stop inside ``report()``
+        (they return by themselves: no cancel interrupts their cleanup)."""
         if run.state != RUNNING or run.done or run.spec.get("_awaiting_uploads"):
             return  # a rank already returned: the run is ending anyway
         run.spec["_resizing"] = True
-        self._begin_stopping(run, RESIZE, FAILING, CANCEL_GRACE_S)
+        grace = RESIZE_AT_REPORT_GRACE_S if at_report else CANCEL_GRACE_S
+        self._begin_stopping(run, RESIZE, FAILING, grace, cancel=not at_report)
         self._maybe_all_stopped(run)
 
     def replace_ranks(self, run: Run, ranks: list, why: str) -> None:
@@ -332,12 +337,12 @@ class RunController:
         if run.state == RUNNING:
             self._begin_stopping(run, RANK_FAILED, FAILING, grace_s)
 
-    def _begin_stopping(self, run: Run, event: str, state: str, grace_s: float) -> None:
+    def _begin_stopping(self, run: Run, event: str, state: str, grace_s: float, cancel: bool = True) -> None:
         self._move(run, event, state)
         run.stopping_since = self.clock()
         run.deadline = run.stopping_since + grace_s
         for rank in range(len(run.ranks)):
-            if rank not in run.done:
+            if cancel and rank not in run.done:
                 self.effects.cancel_rank(run, rank)
 
     def _maybe_all_stopped(self, run: Run) -> None:
@@ -405,6 +410,7 @@ class RunController:
         # from checkpoint_000004".
         run.spec["_restart"] = {
             "cause": describe_cause(cause) if not cause.get("node_id") else f"node {cause['node_id']} lost",
+            "why": cause.get("why") if cause.get("node_id") else None,  # (an elastic resize note's)
             "count": f"{run.num_failures - run.failures_before}/{limit}",
             "from": latest["name"] if latest else None,
         }

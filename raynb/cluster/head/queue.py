@@ -56,7 +56,15 @@ class RunQueue:
         self._ports: dict[str, int] = {}  # group key -> the master port it was given
         self.gate = None  # head/data_gate.DataGate: a placed attempt waits for its shared data
         # Elastic runs grow at the controller's tick when room appears (head/elastic.py).
-        controller.grow_monitor = elastic.GrowMonitor(registry, controller.resize, emit)
+        controller.grow_monitor = elastic.GrowMonitor(registry, controller.resize, emit, gate=self._gate)
+
+    def _gate(self, run: Run, content: dict) -> None:
+        """A ``report_gate`` to each rank of the run's attempt (head/elastic.GrowMonitor)."""
+        content = {"run_id": run.run_id, "attempt": run.attempt, **content}
+        for wid in run.ranks:
+            w = self._registry.workers.get(wid)
+            if w is not None:
+                self._send(w.identity, P.REPORT_GATE, content)
 
     def add(self, run: Run, front: bool = False) -> None:
         """Queue a run (``front``: a restart goes before the runs that came after it)."""
@@ -227,7 +235,7 @@ class RunQueue:
             )
         self._send_each(P.RUN_TASK, tasks, run.payload)
         restart = run.spec.pop("_restart", None)
-        self._elastic_notes(run, before, len(chosen), restart, checkpoint)
+        self._elastic_notes(run, before, nodes, restart, checkpoint)
         if restart:
             where = ", ".join(nodes)
             self._emit(
@@ -254,21 +262,36 @@ class RunQueue:
         )
 
     def _elastic_notes(
-        self, run: Run, before: int, size: int, restart: dict | None, checkpoint: str | None
+        self, run: Run, before: int, nodes: list, restart: dict | None, checkpoint: str | None
     ) -> None:
         """An elastic run's line per resize, and once that its max is beyond the cluster."""
         if not elastic.is_elastic(run.spec):
             return
+        size = len(run.ranks)
         capped = elastic.capped_note(run, size, self._registry.capacity())
         if capped:
             self._emit(run, {"kind": "note", "text": capped})
         grow = run.spec.pop("_grow", None)
+        known = run.spec.get("_nodes_known", ())
+        run.spec["_nodes_known"] = tuple(self._registry.nodes)  # for the next resize's "joined"
         if before and before != size:
-            why = restart["cause"] if restart else (grow or {}).get("why", "room to grow")
+            if restart:
+                why = restart["cause"] + (f": {restart['why']}" if restart.get("why") else "")
+            else:
+                joined = [n for n in nodes if n not in known]
+                why = (
+                    "node" + "s" * (len(joined) > 1) + f" {', '.join(joined)} joined"
+                    if joined
+                    else (grow or {}).get("why", "room to grow")
+                )
+            warning = None if checkpoint else elastic.no_checkpoint_warning(run)
+            if warning:
+                self._emit(run, warning)
+            took = time.monotonic() - run.stopping_since if run.stopping_since is not None else None
             self._emit(
                 run,
                 elastic.resize_note(
-                    run, before, size, why, os.path.basename(checkpoint) if checkpoint else None
+                    run, before, size, why, os.path.basename(checkpoint) if checkpoint else None, took
                 ),
             )
 

@@ -111,6 +111,7 @@ class Run:
             "state": self.state,
             "path": str(self.rundir.path),
             "world_size": self.world_size,
+            **self._elastic_sizes(),
             "use_gpu": bool(self.spec.get("use_gpu")),
             "submitted": self.submitted,
             "started": self.started,
@@ -132,6 +133,17 @@ class Run:
             "peak_resources": {str(r): p for r, p in sorted(self.peaks.items())},
             "experiment": self.spec.get("experiment"),
             "storage_uri": self.spec.get("storage_uri"),
+        }
+
+    def _elastic_sizes(self) -> dict:
+        """An elastic run's (min, max) and resize interval, so that a restore of it is elastic
+        too (``TorchTrainer.restore``, ``%%ray_train --resume``); nothing for a fixed run."""
+        if self.spec.get("min_workers") is None:
+            return {}
+        return {
+            "min_workers": self.spec["min_workers"],
+            "max_workers": int(self.spec["num_workers"]),
+            "elastic_resize_monitor_interval_s": self.spec.get("elastic_resize_monitor_interval_s", 60.0),
         }
 
     def done_content(self) -> dict:

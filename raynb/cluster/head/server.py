@@ -346,10 +346,17 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         if kind == "output" and isinstance(event.get("text"), str):
             self.store.output(run, rank, event["text"], event.get("stream"))
         elif kind == "report" and isinstance(event.get("metrics"), dict):
+            gated = event.pop("gated", None)  # the rank holds in report() for the head's word
+            if gated and self.controller.grow_monitor is not None:
+                self.controller.grow_monitor.held(run, rank, event.get("index") or 0)
             self.store.report(run, rank, event)
             progress_relay.relay(run, rank, event, self.emit)  # rank 0's whole, the others' counted
+            index = run.report_counts.get(rank, 0)
+            staged = index in run.staged
             if run.staged:
                 self.store.commit_checkpoints(run)
+            if "_grow" in run.spec and self.controller.grow_monitor is not None:  # head/elastic.py
+                self.controller.grow_monitor.on_report(run, index, staged and index not in run.staged)
             return
         self.emit(run, event)
 

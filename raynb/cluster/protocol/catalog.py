@@ -28,7 +28,8 @@ VERSIONS = (
     (
         "2.4",
         "``request_checkpoint``, ``checkpoint_requested`` (a driver Callback's SHOULD_CHECKPOINT); a run's "
-        "``env`` and ``cpus_per_worker``; ``node_stats``' ``reply``",
+        "``env`` and ``cpus_per_worker``; ``node_stats``' ``reply``; ``report_gate`` (an elastic grow stops "
+        "the ranks inside ``report()``)",
     ),
 )
 
@@ -483,6 +484,18 @@ MESSAGES = (
         "1.0",
         req("run_id", str, "the run"),
         opt("attempt", _RANK, "the attempt it cancels (a restarted run keeps its id)"),
+        topic=TASKS,
+    ),
+    message(
+        "REPORT_GATE",
+        route("head->worker"),
+        "An elastic run about to grow: hold at ``report()`` for the head's word, or stop there.",
+        "2.4",
+        req("run_id", str, "the run"),
+        opt("attempt", _RANK, "its attempt"),
+        req("gate", bool, "whether reports hold for the head's word"),
+        opt("index", Int(1), "the report (this rank's count) whose checkpoint the grow waits for"),
+        opt("stop", bool, "stop the attempt inside that report"),
         topic=TASKS,
     ),
     message(

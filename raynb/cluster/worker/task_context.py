@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import threading
 import traceback
 import types
 from typing import Any, Callable
@@ -19,6 +20,17 @@ _emit: Callable[..., None] | None = None
 _state: dict[str, Any] = {}
 _at_end: list[Callable[[str], None]] = []
 _before_new_group: list[Callable[[], None]] = []
+# An elastic run about to grow: its reports hold for the head's word (``report_gate``).
+_gate = threading.Condition()
+_gate_state: dict[str, Any] = {"on": False, "verdicts": {}}
+# How long (s) a held report waits for the head's word before it goes on by itself.
+GATE_WAIT_S = 30.0
+
+
+class StopAttempt(BaseException):
+    """Raised out of ``report()`` when the head stops the attempt there (an elastic run
+    growing at a checkpoint): the worker ends the task as cancelled. A BaseException, so
+    that the user's ``except Exception`` does not swallow it."""
 
 
 def start(task: dict, emit: Callable[..., None]) -> None:
@@ -27,6 +39,7 @@ def start(task: dict, emit: Callable[..., None]) -> None:
     event for the head without blocking (``wait``: until it is on the socket)."""
     global _task, _emit, _state
     _task, _emit, _state = task, emit, {}
+    _reset_gate()
 
 
 def end(status: str = "ok") -> None:
@@ -43,6 +56,38 @@ def end(status: str = "ok") -> None:
             sys.stderr.write("raynb: a task's at_end function raised:\n" + traceback.format_exc())
             sys.stderr.flush()
     _task, _emit, _state = None, None, {}
+    _reset_gate()
+
+
+def _reset_gate() -> None:
+    with _gate:
+        _gate_state["on"], _gate_state["verdicts"] = False, {}
+        _gate.notify_all()
+
+
+def set_gate(content: dict) -> None:
+    """(the worker's I/O thread) The head's ``report_gate``: ``{"gate": True}`` holds each
+    report from now on; ``{"index": i, "stop": bool}`` is its word on report ``i``;
+    ``{"gate": False}`` lets every held report go on."""
+    with _gate:
+        if "index" in content:
+            _gate_state["verdicts"][int(content["index"])] = bool(content.get("stop"))
+        else:
+            _gate_state["on"] = bool(content["gate"])
+        _gate.notify_all()
+
+
+def gated() -> bool:
+    """Whether reports hold for the head's word now."""
+    return _gate_state["on"]
+
+
+def await_verdict(index: int, timeout: float = GATE_WAIT_S) -> bool:
+    """(the task's thread, after sending report ``index``) Wait for the head's word on it:
+    True to stop the attempt there. The gate lifted, or no word within ``timeout``: False."""
+    with _gate:
+        _gate.wait_for(lambda: index in _gate_state["verdicts"] or not _gate_state["on"], timeout)
+        return _gate_state["verdicts"].pop(index, False)
 
 
 def at_end(fn: Callable[[str], None]) -> None:

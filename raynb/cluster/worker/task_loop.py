@@ -55,6 +55,7 @@ HANDLERS: dict[str, str] = {
     P.CANCEL_TASK: "on_cancel_task",
     P.SET_THREADS: "on_set_threads",
     P.CHECKPOINT_REQUESTED: "on_checkpoint_requested",
+    P.REPORT_GATE: "on_report_gate",
 }
 # What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -163,6 +164,15 @@ class Worker:
         """(I/O thread) a driver Callback's SHOULD_CHECKPOINT: read by the task's next step."""
         task_context.request_checkpoint(msg.content["run_id"], msg.content.get("attempt", 0))
 
+    def on_report_gate(self, msg: P.Message) -> None:
+        """An elastic run about to grow: its reports hold for the head's word (task_context.set_gate)."""
+        task, c = self.current_task, msg.content
+        if task is not None and (task["run_id"], task.get("attempt", 0)) == (
+            c["run_id"],
+            c.get("attempt", 0),
+        ):
+            task_context.set_gate(c)
+
     def _cancel(self, run_id: str, attempt: int) -> None:
         # A restarted run keeps its run_id: the attempt tells a cancel of the failed
         # attempt from the new one, which must not be cancelled by it.
@@ -256,6 +266,8 @@ class Worker:
             shipped_bytes = len(chunking.view(msg.buffers[0])) if msg.buffers else 0
             try:
                 ret = self._call(task, msg)
+            except task_context.StopAttempt:  # the head stopped the attempt at a report (elastic grow)
+                status = "cancelled"
             except KeyboardInterrupt as exc:
                 status = "cancelled" if self._cancel_requested else "error"
                 if status == "error":  # raised by the user's code itself: keep its message and traceback

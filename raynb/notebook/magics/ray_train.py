@@ -199,6 +199,7 @@ class RayNBMagics(Magics):
 
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
         workers, gpu, timeout, max_failures = args.workers, args.gpu, args.timeout, args.max_failures
+        interval: dict = {}  # a resumed elastic run's resize interval
         checkpoint_config = CheckpointConfig(num_to_keep=args.keep) if args.keep else None
         if args.resume:
             # As TorchTrainer.restore: the run's own world size, restarts and checkpoint settings
@@ -206,8 +207,11 @@ class RayNBMagics(Magics):
             # checkpoint's 2 ranks notwithstanding, with no restarts and no pruning.) A run
             # that cannot be read is left to the head, which refuses it naming the file.
             rec = _resumed_record(args.storage_path, args.name)
+            from ...train.elastic import elastic_interval, recorded_num_workers
+
             if rec is not None:
-                workers = workers or rec.get("world_size")
+                interval = {} if workers else elastic_interval(rec)
+                workers = workers or recorded_num_workers(rec)  # an elastic run's (min, max) again
                 gpu = gpu or bool(rec.get("use_gpu"))
                 timeout = timeout if timeout is not None else rec.get("timeout_s")
                 max_failures = max_failures if max_failures is not None else rec.get("max_failures")
@@ -219,7 +223,7 @@ class RayNBMagics(Magics):
             result, ret = execute_run(
                 with_datasets(cf.fn, datasets),
                 config,
-                ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout),
+                ScalingConfig(num_workers=workers or 4, use_gpu=gpu, timeout_s=timeout, **interval),
                 RunConfig(
                     name=args.name,
                     storage_path=args.storage_path,

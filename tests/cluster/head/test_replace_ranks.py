@@ -4,7 +4,7 @@ resize, not a failure. No processes: the fakes of tests/test_run_controller.py."
 
 from __future__ import annotations
 
-from test_run_controller import Harness
+from support.controller_harness import Harness
 
 
 def test_named_ranks_are_killed_the_others_cancelled_and_the_run_queued_again(tmp_path):

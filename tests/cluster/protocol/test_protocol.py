@@ -21,6 +21,7 @@ from contextlib import contextmanager
 import pytest
 import zmq
 from conftest import wait_idle_workers
+from support.zmtp import zmtp_greeting, zmtp_ready
 
 import raynb
 from raynb.client.shipping import dumps_payload
@@ -472,19 +473,6 @@ def head_still_works(client):
     assert result.metrics["rank"] == 0 and result.metrics["world"] == 4
 
 
-def zmtp_greeting() -> bytes:
-    """A ZMTP 3.0 greeting, NULL mechanism, as a client."""
-    return b"\xff" + b"\x00" * 8 + b"\x7f" + b"\x03\x00" + b"NULL".ljust(20, b"\x00") + b"\x00" + b"\x00" * 31
-
-
-def zmtp_ready(socket_type=b"DEALER", identity=b"") -> bytes:
-    def prop(name: bytes, value: bytes) -> bytes:
-        return bytes([len(name)]) + name + struct.pack(">I", len(value)) + value
-
-    body = b"\x05READY" + prop(b"Socket-Type", socket_type) + prop(b"Identity", identity)
-    return bytes([0x04, len(body)]) + body
-
-
 def head_port(client) -> tuple[str, int]:
     host, port = client.info["address"].removeprefix("tcp://").rsplit(":", 1)
     return host, int(port)
@@ -562,7 +550,7 @@ def test_truncated_and_huge_messages_are_rejected(warm, zctx):
     assert rejected_count(warm) - before == 4
     # A frame over the frame limit never reaches the head to be counted: ZeroMQ drops
     # the connection at its header (ZMQ_MAXMSGSIZE), before buffering any of it (the
-    # head's memory under such frames: tests/cluster/test_security.py). The peer's socket
+    # head's memory under such frames: tests/cluster/protocol/test_security.py). The peer's socket
     # connects again, and what it sends next is answered.
     with dealer(zctx, address) as s:
         s.send_multipart([huge])

@@ -360,7 +360,7 @@ def _stream_frame(address, claimed: int, send: int, more: bool = False):
     import socket
     import struct
 
-    from test_protocol import zmtp_greeting, zmtp_ready
+    from support.zmtp import zmtp_greeting, zmtp_ready
 
     host, port = address.removeprefix("tcp://").rsplit(":", 1)
     s = socket.create_connection((host, int(port)))
@@ -632,7 +632,7 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
 
 @pytest.fixture
 def ctl(tmp_path):
-    from test_run_controller import Harness
+    from support.controller_harness import Harness
 
     return Harness(tmp_path)
 
