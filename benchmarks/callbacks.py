@@ -86,7 +86,7 @@ def _us(ns: list[int]) -> dict:
 def measure(workers: int, runs: int, warmup: int, big_runs: int, reports: int, store: str) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     subprocess.run(
         raynb_cli() + ["start", "--workers", str(workers)],

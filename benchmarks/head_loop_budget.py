@@ -19,7 +19,7 @@ home, store = tempfile.mkdtemp(), tempfile.mkdtemp()
 os.environ.update(RAYNB_HOME=home, RAYNB_STORAGE_PATH=store, RAYNB_PROGRESS="text")
 import raynb
 from raynb.cluster.launch import start_cluster, stop_cluster
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 from raynb.cluster.protocol.control import Client
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
@@ -61,7 +61,7 @@ try:
     end = time.monotonic() + 15
     while time.monotonic() < end:
         t = time.perf_counter()
-        c.request(P.STATUS_REQUEST, {}, reply_types=(P.STATUS_REPLY,), timeout=60)
+        c.request(messages.STATUS_REQUEST, {}, reply_types=(messages.STATUS_REPLY,), timeout=60)
         lat.append(time.perf_counter() - t)
         time.sleep(0.05)
     stop = True

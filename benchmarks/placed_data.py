@@ -68,13 +68,12 @@ def main(argv=None) -> int:
     import raynb
     import raynb.data as rd
     from raynb.cluster.launch import start_cluster, stop_cluster
-    from raynb.cluster.protocol import control
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import control, messages
     from raynb.train import RunConfig, ScalingConfig
     from raynb.train.torch import TorchTrainer
 
     hook_s: list[float] = []
-    hook = getattr(control, "MESSAGE_HOOKS", {}).get(getattr(P, "DATA_NEEDED", None))
+    hook = getattr(control, "MESSAGE_HOOKS", {}).get(getattr(messages, "DATA_NEEDED", None))
     if hook is not None:
 
         def timed(client, msg):
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
             hook(client, msg)
             hook_s.append(time.perf_counter() - t0)
 
-        control.MESSAGE_HOOKS[P.DATA_NEEDED] = timed
+        control.MESSAGE_HOOKS[messages.DATA_NEEDED] = timed
     load_before = os.getloadavg()
     start_cluster(num_workers=1)
     out: dict = {}

@@ -31,9 +31,9 @@ import time
 def start_head(tmp: str, prof: str) -> tuple[subprocess.Popen, dict]:
     """A head alone under cProfile; returns its process and connection info."""
     from raynb.cluster.connection_file import read_connection_file
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
-    env = dict(os.environ, RAYNB_KEY=P.new_key().decode())
+    env = dict(os.environ, RAYNB_KEY=messages.new_key().decode())
     cmd = [sys.executable, *(["-m", "cProfile", "-o", prof] if prof else []), "-m", "raynb.cluster.head"]
     cmd += ["--workers", "0"]
     log = open(os.path.join(tmp, "head.out"), "wb")

@@ -40,7 +40,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import rerun_latency as R  # noqa: E402  (the private cluster and machine helpers)
+import rerun_latency  # noqa: E402  (the private cluster and machine helpers)
 
 WORKERS = 4
 
@@ -85,8 +85,8 @@ def _us_summary(ns: list[int]) -> dict:
     us = sorted(x / 1000 for x in ns)
     return {
         "mean": round(statistics.fmean(us), 2),
-        "p50": round(R.quantile(us, 0.5), 2),
-        "p99": round(R.quantile(us, 0.99), 2),
+        "p50": round(rerun_latency.quantile(us, 0.5), 2),
+        "p99": round(rerun_latency.quantile(us, 0.99), 2),
         "max": round(us[-1], 1),
         "n": len(us),
     }
@@ -99,13 +99,13 @@ def measure(reports: int, rounds: int) -> dict:
     import raynb
     from raynb import RunConfig, ScalingConfig
     from raynb.cluster.connection_file import read_connection_file
-    from raynb.train.run import execute_run  # what TorchTrainer.fit() runs, with rank 0's value
+    from raynb.train.fit_run import execute_run  # what TorchTrainer.fit() runs, with rank 0's value
 
     def fit(n):
         return execute_run(reporting_fn, {"n": n}, ScalingConfig(num_workers=WORKERS), RunConfig(verbose=0))
 
     subprocess.run(
-        R.raynb_cli() + ["start", "--workers", str(WORKERS)],
+        rerun_latency.raynb_cli() + ["start", "--workers", str(WORKERS)],
         check=True,
         stdout=subprocess.DEVNULL,
         timeout=300,
@@ -170,10 +170,12 @@ def main(argv=None) -> int:
     if args.quick:
         args.reports, args.rounds = min(args.reports, 200), 1
     load_at_start = round(os.getloadavg()[0], 2)
-    with R.private_cluster():
+    with rerun_latency.private_cluster():
         out = measure(args.reports, args.rounds)
     out["target"] = {"rank_report_us": 20, "head_client_cpu_us_per_report": 50}
-    out["machine"] = R.machine_info(load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2))
+    out["machine"] = rerun_latency.machine_info(
+        load_at_start, load_avg_1m_at_end=round(os.getloadavg()[0], 2)
+    )
     out["settings"] = {"workers": WORKERS, "reports": args.reports, "rounds": args.rounds}
     print(json.dumps(out, indent=1))
     return 0

@@ -28,7 +28,7 @@ import time
 
 import zmq
 
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 
 
 class SimNodes:
@@ -59,7 +59,9 @@ class SimNodes:
         self._heard: dict[int, float] = {}  # node -> when it last heard from the head (monotonic s)
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 8192)
-        self.sessions: list[P.Session] = []  # one each, as a real agent's: the replay check is per sender
+        self.sessions: list[
+            messages.Session
+        ] = []  # one each, as a real agent's: the replay check is per sender
         self.socks: list[zmq.Socket] = []
         self.names: list[str] = []
         self.registered: set[int] = set()
@@ -87,14 +89,14 @@ class SimNodes:
             for _ in range(count):
                 i = len(self.socks)
                 sock = self.ctx.socket(zmq.DEALER)
-                P.configure_socket(sock)
+                messages.configure_socket(sock)
                 name = f"sim-{os.getpid()}-{i}"
-                sock.setsockopt(zmq.IDENTITY, P.routing_id("node", name))
+                sock.setsockopt(zmq.IDENTITY, messages.routing_id("node", name))
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.connect(self.address)
                 self.socks.append(sock)
                 self.names.append(name)
-                self.sessions.append(P.Session(self.key, history_size=64))
+                self.sessions.append(messages.Session(self.key, history_size=64))
                 self._pending.add(i)
                 self._register(i)
         target = len(self.socks)
@@ -109,7 +111,7 @@ class SimNodes:
     def _register(self, i: int) -> None:
         self.sessions[i].send(
             self.socks[i],
-            P.NODE_REGISTER,
+            messages.NODE_REGISTER,
             {
                 "node_id": self.names[i],
                 "hostname": f"{socket.gethostname()}-{self.names[i]}",
@@ -147,7 +149,7 @@ class SimNodes:
         reply = now - self._heard.get(i, 0.0) >= self.reply_every_s
         self.sessions[i].send(
             self.socks[i],
-            P.NODE_STATS,
+            messages.NODE_STATS,
             {
                 "node_id": self.names[i],
                 "workers": {},
@@ -172,7 +174,7 @@ class SimNodes:
             if msg is None:
                 continue
             self._heard[i] = now
-            if msg.msg_type != P.PONG:
+            if msg.msg_type != messages.PONG:
                 continue
             if i not in self.registered:
                 if msg.content.get("registered"):
@@ -199,7 +201,7 @@ class SimNodes:
                 for _ in range(50):
                     self.sessions[i].send(
                         self.socks[i],
-                        P.NODE_STATS,
+                        messages.NODE_STATS,
                         {
                             "node_id": self.names[i],
                             "workers": {},
@@ -262,7 +264,7 @@ class SimWorkers:
         self._asks: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._socks: dict[zmq.Socket, tuple[str, P.Session]] = {}
+        self._socks: dict[zmq.Socket, tuple[str, messages.Session]] = {}
         self._thread = threading.Thread(target=self._loop, daemon=True, name="sim-workers")
         self._thread.start()
 
@@ -279,14 +281,14 @@ class SimWorkers:
     def _join(self, poller: zmq.Poller, node_id: str, ids: list[str]) -> None:
         for wid in ids:
             sock = self.ctx.socket(zmq.DEALER)
-            P.configure_socket(sock)
-            sock.setsockopt(zmq.IDENTITY, P.routing_id("worker", wid))
+            messages.configure_socket(sock)
+            sock.setsockopt(zmq.IDENTITY, messages.routing_id("worker", wid))
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect(self.address)
-            session = P.Session(self.key, history_size=64)
+            session = messages.Session(self.key, history_size=64)
             session.send(
                 sock,
-                P.WORKER_READY,
+                messages.WORKER_READY,
                 {
                     "worker_id": wid,
                     "pid": os.getpid(),
@@ -301,12 +303,12 @@ class SimWorkers:
     def _answer(self, sock: zmq.Socket) -> None:
         _, session = self._socks[sock]
         msg = session.recv(sock)
-        if msg is None or msg.msg_type != P.RUN_TASK:
+        if msg is None or msg.msg_type != messages.RUN_TASK:
             return  # set_threads, cancel_task: nothing to do for a function that is not run
         c = msg.content
         with self._lock:
             self.tasks.setdefault(c["run_id"], []).append(time.monotonic())
-        session.send(sock, P.TASK_DONE, {"run_id": c["run_id"], "rank": c["rank"], "status": "ok"})
+        session.send(sock, messages.TASK_DONE, {"run_id": c["run_id"], "rank": c["rank"], "status": "ok"})
 
     def _loop(self) -> None:
         poller = zmq.Poller()

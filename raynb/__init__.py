@@ -31,7 +31,7 @@ from .train import (
     get_dataset_shard,
     report,
 )
-from .train.run import attach, get_run
+from .train.fit_run import attach, get_run
 from .train.torch import TorchTrainer, get_device, prepare_data_loader, prepare_model
 
 __version__ = "0.1.0"

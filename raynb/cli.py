@@ -358,29 +358,29 @@ def _job_client(address):
     return Client(info["address"], info["key"].encode(), info)
 
 
-def _driver_status(J, client, job_id: str, state: str) -> int:
+def _driver_status(jobs_client, client, job_id: str, state: str) -> int:
     """The exit status ``raynb submit`` ends with: the driver's own (128 + N when signal N
     ended it), as a shell gives; 1 when the head kept none."""
-    code = next((j.get("returncode") for j in J.list_jobs(client) if j["job_id"] == job_id), None)
+    code = next((j.get("returncode") for j in jobs_client.list_jobs(client) if j["job_id"] == job_id), None)
     if isinstance(code, int):
         return min(code, 255) if code >= 0 else 128 + min(-code, 127)
     return 0 if state == "SUCCEEDED" else 1
 
 
 def _job_command(args) -> int:
-    from .client import jobs as J
+    from .client import jobs as jobs_client
 
     if args.cmd == "submit":
         entry = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
         if not entry:
             raise ValueError("raynb submit needs a command after --, e.g. raynb submit -- python train.py")
-        J.check_submit(entry, None, args.job_id)  # a bad command or id: refused before connecting
+        jobs_client.check_submit(entry, None, args.job_id)  # a bad command or id: refused before connecting
         archive_dir = args.working_dir
         if archive_dir is not None:
-            J.pack_working_dir(archive_dir)  # over the limit: refused before connecting
+            jobs_client.pack_working_dir(archive_dir)  # over the limit: refused before connecting
         client = _job_client(args.address)
         try:
-            job = J.submit_job(client, entry, working_dir=archive_dir, job_id=args.job_id)
+            job = jobs_client.submit_job(client, entry, working_dir=archive_dir, job_id=args.job_id)
             print(
                 f"raynb: job {job['job_id']} submitted (pid {job['pid']}); `raynb jobs logs "
                 f"{job['job_id']} --follow` shows its output, `raynb jobs stop {job['job_id']}` ends it",
@@ -391,7 +391,7 @@ def _job_command(args) -> int:
                 print(job["job_id"])
                 return 0
             try:
-                state = J.job_logs(
+                state = jobs_client.job_logs(
                     client,
                     job["job_id"],
                     follow=True,
@@ -401,16 +401,16 @@ def _job_command(args) -> int:
                 print(f"\nraynb: job {job['job_id']} keeps running", file=sys.stderr)
                 return 130
             print(f"raynb: job {job['job_id']} {state}", file=sys.stderr)
-            return _driver_status(J, client, job["job_id"], state)
+            return _driver_status(jobs_client, client, job["job_id"], state)
         finally:
             client.close()
     client = _job_client(args.address)
     try:
         if args.jobs_cmd == "list":
-            for job in J.list_jobs(client):
+            for job in jobs_client.list_jobs(client):
                 print(f"{job['job_id']:<18} {job['state']:<10} {' '.join(job['entrypoint'])}")
         elif args.jobs_cmd == "logs":
-            state = J.job_logs(
+            state = jobs_client.job_logs(
                 client,
                 args.job_id,
                 follow=args.follow,
@@ -419,7 +419,7 @@ def _job_command(args) -> int:
             if args.follow:
                 print(f"raynb: job {args.job_id} {state}", file=sys.stderr)
         else:
-            job = J.stop_job(client, args.job_id)
+            job = jobs_client.stop_job(client, args.job_id)
             print(f"raynb: job {job['job_id']} {job['state']}")
     finally:
         client.close()

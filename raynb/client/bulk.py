@@ -30,8 +30,7 @@ import uuid
 from contextlib import contextmanager
 
 from ..cluster.node import shm
-from ..cluster.protocol import control
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import control, messages
 
 DEFAULT_THRESHOLD = 16 << 20
 
@@ -195,7 +194,7 @@ def on_data_needed(client, msg) -> None:
             scope.write(node)
         except Exception as e:  # noqa: BLE001 - the run fails with it, the notebook goes on
             client.send(
-                P.DATA_FAILED,
+                messages.DATA_FAILED,
                 {
                     **reply,
                     "message": (
@@ -205,10 +204,10 @@ def on_data_needed(client, msg) -> None:
                 },
             )
             return
-    client.send(P.DATA_READY, reply)
+    client.send(messages.DATA_READY, reply)
 
 
-control.MESSAGE_HOOKS[P.DATA_NEEDED] = on_data_needed
+control.MESSAGE_HOOKS[messages.DATA_NEEDED] = on_data_needed
 
 
 def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:
@@ -292,7 +291,7 @@ def _send_release(key: str) -> None:
     try:
         from .connection import get_client
 
-        get_client().send(P.RELEASE_DATA, {"key": key})
+        get_client().send(messages.RELEASE_DATA, {"key": key})
     except Exception:  # noqa: BLE001 - no head: its nodes removed everything when it stopped
         pass
 

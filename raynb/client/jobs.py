@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..cluster import settings
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import messages
 from ..cluster.protocol.control import Client
 from ..cluster.protocol.job_messages import check_submit
 from ..cluster.protocol.run_states import JOB_TERMINAL as TERMINAL
@@ -123,12 +123,14 @@ def submit_job(
     check_submit(content["entrypoint"], content["env"], job_id)  # before anything is packed or sent
     buffers = [pack_working_dir(working_dir)] if working_dir is not None else []
     return _reply(
-        client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60.0, buffers=buffers)
+        client.request(
+            messages.SUBMIT_JOB, content, reply_types=(messages.JOB_REPLY,), timeout=60.0, buffers=buffers
+        )
     )["job"]
 
 
 def list_jobs(client: Client) -> list[dict]:
-    return _reply(client.request(P.LIST_JOBS, {}, reply_types=(P.JOBS_REPLY,)))["jobs"]
+    return _reply(client.request(messages.LIST_JOBS, {}, reply_types=(messages.JOBS_REPLY,)))["jobs"]
 
 
 def stop_job(client: Client, job_id: str, timeout: float = 10.0) -> dict:
@@ -136,7 +138,9 @@ def stop_job(client: Client, job_id: str, timeout: float = 10.0) -> dict:
     ended, up to ``timeout`` seconds. Returns its record."""
     deadline = time.monotonic() + timeout
     while True:
-        job = _reply(client.request(P.STOP_JOB, {"job_id": job_id}, reply_types=(P.JOB_REPLY,)))["job"]
+        job = _reply(
+            client.request(messages.STOP_JOB, {"job_id": job_id}, reply_types=(messages.JOB_REPLY,))
+        )["job"]
         if job["state"] in TERMINAL or time.monotonic() > deadline:
             return job
         time.sleep(0.1)
@@ -155,7 +159,11 @@ def job_logs(
     offset = 0
     while True:
         c = _reply(
-            client.request(P.JOB_LOGS, {"job_id": job_id, "offset": offset}, reply_types=(P.JOB_LOGS_REPLY,))
+            client.request(
+                messages.JOB_LOGS,
+                {"job_id": job_id, "offset": offset},
+                reply_types=(messages.JOB_LOGS_REPLY,),
+            )
         )
         if c["text"]:
             write(c["text"])
@@ -166,7 +174,7 @@ def job_logs(
             time.sleep(poll_s)
 
 
-def _reply(msg: P.Message) -> dict:
-    if msg.msg_type == P.ERROR:
+def _reply(msg: messages.Message) -> dict:
+    if msg.msg_type == messages.ERROR:
         raise ClusterError(msg.content["message"])
     return msg.content

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 
 
@@ -29,10 +29,10 @@ def reconnect_s() -> float:
 def reattach(client, run_id: str) -> None:
     """A fresh socket for ``client``, and an ``attach_run`` for ``run_id`` on it."""
     client.reconnect()
-    client.send(P.ATTACH_RUN, {"run_id": run_id})
+    client.send(messages.ATTACH_RUN, {"run_id": run_id})
 
 
-def on_record(msg: P.Message, reports: list) -> P.Message | None:
+def on_record(msg: messages.Message, reports: list) -> messages.Message | None:
     """The head's record of the re-attached run: its reports replace ``reports``; for a
     run that ended, the ``run_done`` it stands for, else None."""
     rec = msg.content.get("record") or {}
@@ -68,4 +68,4 @@ def on_record(msg: P.Message, reports: list) -> P.Message | None:
         "ended": rec.get("ended"),
         "time_total_s": rec.get("time_total_s"),
     }
-    return P.Message(P.RUN_DONE, done)
+    return messages.Message(messages.RUN_DONE, done)

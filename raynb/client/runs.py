@@ -3,7 +3,7 @@
 The head keeps every run's record (and reads finished ones back from their
 directories when it restarts), so a new kernel, or another process, sees the
 runs an earlier one started: ``runs()`` here; ``raynb.get_run(name)`` and
-``raynb.attach(name)`` (in ``raynb.train.run``) build on :func:`fetch_record`.
+``raynb.attach(name)`` (in ``raynb.train.fit_run``) build on :func:`fetch_record`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import datetime as _dt
 import time
 from pathlib import Path
 
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..cluster.storage.rundir import read_reports
 from .connection import get_client
@@ -48,7 +48,7 @@ def runs(experiment: str | None = None, kind: str | None = None, trials: bool = 
     import pandas as pd
 
     client = get_client()
-    reply = client.request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
+    reply = client.request(messages.LIST_RUNS, {}, reply_types=(messages.RUNS_REPLY,))
     rows = []
     now = time.time()
     for r in reply.content.get("runs", []):
@@ -102,8 +102,8 @@ def fetch_record(msg_type: str, name: str) -> dict:
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"give a run's name (a str), got {name!r}; raynb.runs() lists them")
-    reply = get_client().request(msg_type, {"name": name}, reply_types=(P.RUN_RECORD,))
-    if reply.msg_type == P.ERROR:
+    reply = get_client().request(msg_type, {"name": name}, reply_types=(messages.RUN_RECORD,))
+    if reply.msg_type == messages.ERROR:
         raise KeyError(reply.content.get("message", f"no run named {name!r}"))
     record = reply.content["record"]
     if record.get("reports_dropped") and record.get("path"):
@@ -120,7 +120,7 @@ def fetch_record(msg_type: str, name: str) -> dict:
 
 def latest_live_run() -> str:
     """The name of the newest active run. Raises KeyError when none is active."""
-    reply = get_client().request(P.LIST_RUNS, {}, reply_types=(P.RUNS_REPLY,))
+    reply = get_client().request(messages.LIST_RUNS, {}, reply_types=(messages.RUNS_REPLY,))
     live = [r for r in reply.content.get("runs", []) if r.get("state") not in TERMINAL]
     if not live:
         raise KeyError(

@@ -6,7 +6,7 @@ left the run it followed going on the cluster with nobody following it, and the 
 it had started (``launch.local.ensure_local_cluster``) running. ``ray.init()`` installs
 a handler that exits instead (``sys.exit(signum)`` in ``ray/_private/worker.py``); raynb
 does the same in a plain script: the ``SystemExit`` cancels the run being followed
-(``client/run.py``; a Tune experiment's trials end PAUSED, as after an interrupt), and the
+(``client/submit_and_follow.py``; a Tune experiment's trials end PAUSED, as after an interrupt), and the
 exit runs the stop that ``ensure_local_cluster`` registered.
 """
 

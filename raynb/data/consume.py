@@ -8,7 +8,7 @@ one would (epoch 0 of a shuffle).
 
 from __future__ import annotations
 
-from . import block as B
+from . import block
 
 
 class ConsumeMixin:
@@ -23,21 +23,21 @@ class ConsumeMixin:
         """Every row (or the first ``limit``) as one numpy batch ({} for none)."""
         parts, have = [], 0
         for batch in self.iter_batches(batch_size=None, prefetch_batches=0):
-            n = B.num_rows(batch)
+            n = block.num_rows(batch)
             if limit is not None and have + n > limit:
-                batch, n = B.take_rows(batch, slice(0, limit - have)), limit - have
+                batch, n = block.take_rows(batch, slice(0, limit - have)), limit - have
             if n:
                 parts.append(batch)
             have += n
             if limit is not None and have >= limit:
                 break
-        return B.concat(parts) if parts else {}
+        return block.concat(parts) if parts else {}
 
     def count(self) -> int:
         """Rows in the dataset (running its steps when there are any)."""
         if not self._ops:
             return self._source.num_rows()
-        return sum(B.num_rows(b) for b in self.iter_batches(batch_size=None, prefetch_batches=0))
+        return sum(block.num_rows(b) for b in self.iter_batches(batch_size=None, prefetch_batches=0))
 
     def schema(self, fetch_if_missing: bool = True):
         """Column names and types (a ``Schema``; with steps, of the first batch)."""
@@ -60,15 +60,15 @@ class ConsumeMixin:
         Raises:
             ValueError: the dataset has no rows (as Ray).
         """
-        fmt = B.check_batch_format(batch_format)
+        fmt = block.check_batch_format(batch_format)
         batch = self._collect(batch_size)
         if not batch:
             raise ValueError("take_batch(): the dataset has no rows")
-        return B.to_format(batch, fmt)
+        return block.to_format(batch, fmt)
 
     def take(self, limit: int = 20) -> list:
         """The first ``limit`` rows, as a list of dicts of column -> value."""
-        return B.rows_of(self._collect(limit)) if limit > 0 else []
+        return block.rows_of(self._collect(limit)) if limit > 0 else []
 
     def take_all(self, limit: int | None = None) -> list:
         """Every row, as a list of dicts.
@@ -76,7 +76,7 @@ class ConsumeMixin:
         Raises:
             ValueError: more rows than ``limit`` (as Ray).
         """
-        rows = B.rows_of(self._collect(None if limit is None else limit + 1))
+        rows = block.rows_of(self._collect(None if limit is None else limit + 1))
         if limit is not None and len(rows) > limit:
             raise ValueError(f"take_all(limit={limit}): the dataset has more than {limit} rows")
         return rows
@@ -102,12 +102,12 @@ class ConsumeMixin:
         if limit is not None and limit < 0:
             raise ValueError(f"to_pandas(limit={limit!r}): give a number of rows >= 0, or None for all")
         batch = self._collect(None if limit is None else limit + 1)
-        if limit is not None and B.num_rows(batch) > limit:
+        if limit is not None and block.num_rows(batch) > limit:
             raise ValueError(
                 f"to_pandas(limit={limit}): the dataset has more than {limit} rows; take the "
                 "first ones with ds.limit(n).to_pandas()"
             )
-        return B.to_format(batch, "pandas") if batch else pd.DataFrame()
+        return block.to_format(batch, "pandas") if batch else pd.DataFrame()
 
     def write_parquet(self, path: str, **kwargs) -> list:
         """Stream the rows, in order, to parquet files in the directory ``path``

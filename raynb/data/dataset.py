@@ -18,8 +18,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from . import block as B
-from . import transforms as T
+from . import block, transforms
 from .compute import check_compute, check_remote_args, note_once
 from .consume import ConsumeMixin
 from .global_ops import GlobalOpsMixin
@@ -119,7 +118,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             TypeError: ``fn`` not callable; constructor arguments for a function; an unknown argument.
             NotImplementedError: ``num_workers`` given and no executor is registered.
         """
-        fmt = B.check_batch_format(batch_format)
+        fmt = block.check_batch_format(batch_format)
         if num_workers is not None:
             return self._map_batches_on_workers(
                 fn,
@@ -148,7 +147,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             fn_constructor_args,
             fn_constructor_kwargs,
         )
-        return self._add(T.MapBatches(udf, fmt, batch_size))
+        return self._add(transforms.MapBatches(udf, fmt, batch_size))
 
     def _map_batches_on_workers(
         self, fn, fmt, batch_size, fn_args, fn_kwargs, ctor_args, ctor_kwargs, num_workers, kwargs
@@ -173,7 +172,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
     @staticmethod
     def _udf(
         what, fn, compute, concurrency, kwargs, fn_args=None, fn_kwargs=None, ctor_args=None, ctor_kwargs=None
-    ) -> T.UDF:
+    ) -> transforms.UDF:
         check_compute(what, fn, compute, concurrency)
         check_remote_args(what, kwargs)
         if compute is not None or concurrency is not None:
@@ -182,7 +181,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
                 "reads the dataset (the notebook, or each rank of a run), a class constructed once "
                 "there; map_batches(fn, num_workers=N) runs it over the whole dataset on N workers"
             )
-        return T.UDF(what, fn, fn_args, fn_kwargs, ctor_args, ctor_kwargs)
+        return transforms.UDF(what, fn, fn_args, fn_kwargs, ctor_args, ctor_kwargs)
 
     def map(
         self,
@@ -209,7 +208,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             fn_constructor_args,
             fn_constructor_kwargs,
         )
-        return self._add(T.RowStep("map", udf))
+        return self._add(transforms.RowStep("map", udf))
 
     def flat_map(
         self,
@@ -235,7 +234,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             fn_constructor_args,
             fn_constructor_kwargs,
         )
-        return self._add(T.RowStep("flat_map", udf))
+        return self._add(transforms.RowStep("flat_map", udf))
 
     def filter(
         self,
@@ -274,7 +273,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             fn_constructor_args,
             fn_constructor_kwargs,
         )
-        return self._add(T.RowStep("filter", udf))
+        return self._add(transforms.RowStep("filter", udf))
 
     def add_column(
         self,
@@ -288,9 +287,9 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
     ) -> "Dataset":
         """A new column ``col`` (or a replaced one): ``fn(batch)`` in ``batch_format``
         ("pandas" by default, as Ray) returns its values for the batch's rows."""
-        fmt = B.check_batch_format(batch_format)
+        fmt = block.check_batch_format(batch_format)
         self._udf("add_column", fn, compute, concurrency, kwargs)
-        return self._add(T.AddColumn(col, fn, fmt))
+        return self._add(transforms.AddColumn(col, fn, fmt))
 
     def drop_columns(self, cols, *, compute=None, concurrency=None, **kwargs) -> "Dataset":
         """The dataset without the columns ``cols`` (a name or a list).
@@ -299,7 +298,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             ValueError: no names, or a name twice; reading: a column the dataset lacks.
         """
         check_remote_args("drop_columns", kwargs)
-        return self._add(T.Columns("drop_columns", cols))
+        return self._add(transforms.Columns("drop_columns", cols))
 
     def select_columns(self, cols, *, compute=None, concurrency=None, **kwargs) -> "Dataset":
         """Only the columns ``cols`` (a name or a list), in that order.
@@ -308,7 +307,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             ValueError: no names, or a name twice; reading: a column the dataset lacks.
         """
         check_remote_args("select_columns", kwargs)
-        return self._add(T.Columns("select_columns", cols))
+        return self._add(transforms.Columns("select_columns", cols))
 
     def rename_columns(self, names, *, concurrency=None, **kwargs) -> "Dataset":
         """The columns renamed: ``names`` a dict old -> new, or a list of every new name.
@@ -317,7 +316,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             TypeError: neither a dict nor a list. Reading: a column the dataset lacks.
         """
         check_remote_args("rename_columns", kwargs)
-        return self._add(T.RenameColumns(names))
+        return self._add(transforms.RenameColumns(names))
 
     def random_sample(self, fraction: float, *, seed: int | None = None) -> "Dataset":
         """About ``fraction`` of the rows, each kept with that probability (lazily).
@@ -325,7 +324,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         Raises:
             ValueError: ``fraction`` outside [0, 1].
         """
-        return self._add(T.RandomSample(fraction, seed))
+        return self._add(transforms.RandomSample(fraction, seed))
 
     def random_shuffle(
         self, *, seed: int | None = None, num_blocks: int | None = None, **ray_remote_args
@@ -365,7 +364,7 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
 
         if self._ops or not isinstance(self._source, InMemorySource):
             return None
-        return B.torch_unsupported(self._source.columns(), objects=False)
+        return block.torch_unsupported(self._source.columns(), objects=False)
 
     def __repr__(self) -> str:
         kind = type(self._source).__name__.replace("Source", "")

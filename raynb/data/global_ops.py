@@ -10,7 +10,7 @@ it. A mixin of ``Dataset``.
 
 from __future__ import annotations
 
-from . import block as B
+from . import block
 
 
 class GlobalOpsMixin:
@@ -36,7 +36,7 @@ class GlobalOpsMixin:
         for o in other:
             if not isinstance(o, GlobalOpsMixin):
                 raise TypeError(f"union() takes raynb.data.Dataset objects, got {type(o).__name__}")
-        return self._materialized(B.concat([self._collect()] + [o._collect() for o in other]))
+        return self._materialized(block.concat([self._collect()] + [o._collect() for o in other]))
 
     def repartition(
         self,
@@ -86,18 +86,18 @@ class GlobalOpsMixin:
         missing = [k for k in keys if k not in cols]
         if missing:
             raise ValueError(f"sort(key={key!r}): no column {missing} (the dataset has {list(cols)})")
-        order = np.arange(B.num_rows(cols))
+        order = np.arange(block.num_rows(cols))
         for k, d in reversed(list(zip(keys, desc))):  # last key first: stable sorts compose
             values = cols[k][order]
             step = _stable_argsort(values, d)
             order = order[step]
-        return self._materialized(B.take_rows(cols, order))
+        return self._materialized(block.take_rows(cols, order))
 
     def _split_at(self, cols: dict, indices: list) -> list:
-        n = B.num_rows(cols)
+        n = block.num_rows(cols)
         bounds = [0] + [min(max(int(i), 0), n) for i in indices] + [n]
         return [
-            self._materialized(B.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])
+            self._materialized(block.take_rows(cols, slice(a, max(a, b)))) for a, b in zip(bounds, bounds[1:])
         ]
 
     def split_at_indices(self, indices: list) -> list:
@@ -120,10 +120,10 @@ class GlobalOpsMixin:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"split({n!r}): give a number of pieces >= 1")
         cols = self._collect()
-        total = B.num_rows(cols)
+        total = block.num_rows(cols)
         if equal:
             per = total // n
-            kept = B.take_rows(cols, slice(0, per * n)) if cols else cols
+            kept = block.take_rows(cols, slice(0, per * n)) if cols else cols
             return self._split_at(kept, [per * i for i in range(1, n)])
         return self._split_at(cols, [total * i // n for i in range(1, n)])
 
@@ -141,7 +141,7 @@ class GlobalOpsMixin:
                 f"split_proportionately({proportions}): give fractions > 0 summing to less than 1"
             )
         cols = self._collect()
-        n = B.num_rows(cols)
+        n = block.num_rows(cols)
         idx = [int(n * p) for p in np.cumsum(proportions)]
         sub = 0
         for i in range(len(idx) - 2, -1, -1):
@@ -175,7 +175,7 @@ class GlobalOpsMixin:
                 raise ValueError(f"train_test_split(test_size={test_size}): a fraction must be in (0, 1)")
             return tuple(ds.split_proportionately([1 - test_size]))
         cols = ds._collect()
-        n = B.num_rows(cols)
+        n = block.num_rows(cols)
         if not 0 < test_size < n:
             raise ValueError(f"train_test_split(test_size={test_size}): a count must be in (0, {n})")
         return tuple(ds._split_at(cols, [n - test_size]))

@@ -66,11 +66,11 @@ class GroupedData:
         return df
 
     def _result(self, out):
-        from . import block as B
+        from . import block
 
         out = out.reset_index().sort_values(self._keys, kind="stable")
         return self._ds._materialized(
-            B.columns_from({str(c): out[c].to_numpy() for c in out.columns}, "groupby")
+            block.columns_from({str(c): out[c].to_numpy() for c in out.columns}, "groupby")
         )
 
     def count(self):
@@ -112,14 +112,14 @@ class GroupedData:
         Raises:
             MapBatchesError: ``fn`` raised (the group's index named).
         """
-        from . import block as B
+        from . import block
         from .transforms import UDF, MapBatches
 
-        fmt = B.check_batch_format(batch_format)
+        fmt = block.check_batch_format(batch_format)
         step = MapBatches(UDF("map_groups", fn, fn_args, fn_kwargs), fmt)
         df = self._frame()
         outs = []
         for i, (_, group) in enumerate(df.groupby(self._keys, sort=True)):
-            cols = B.columns_from({str(c): group[c].to_numpy() for c in group.columns}, "map_groups")
+            cols = block.columns_from({str(c): group[c].to_numpy() for c in group.columns}, "map_groups")
             outs.append(step(cols, i, 0))
-        return self._ds._materialized(B.concat(outs) if outs else {})
+        return self._ds._materialized(block.concat(outs) if outs else {})

@@ -12,7 +12,7 @@ import queue
 import threading
 import warnings
 
-from . import block as B
+from . import block
 
 _END = object()
 
@@ -77,11 +77,11 @@ def rebatch(stream, batch_size: int | None, drop_last: bool):
     """Numpy batches of exactly ``batch_size`` rows from a stream of any sizes (the last
     one shorter, or dropped with ``drop_last``); ``batch_size=None`` passes them on."""
     if batch_size is None:
-        yield from (b for b in stream if B.num_rows(b))
+        yield from (b for b in stream if block.num_rows(b))
         return
     held, have = [], 0
     for b in stream:
-        n = B.num_rows(b)
+        n = block.num_rows(b)
         if not n:
             continue
         if not have and n == batch_size:
@@ -90,13 +90,13 @@ def rebatch(stream, batch_size: int | None, drop_last: bool):
         held.append(b)
         have += n
         while have >= batch_size:
-            joined = B.concat(held)
-            yield B.take_rows(joined, slice(0, batch_size))
-            rest = B.take_rows(joined, slice(batch_size, have))
+            joined = block.concat(held)
+            yield block.take_rows(joined, slice(0, batch_size))
+            rest = block.take_rows(joined, slice(batch_size, have))
             have -= batch_size
             held = [rest] if have else []
     if have and not drop_last:
-        yield B.concat(held)
+        yield block.concat(held)
 
 
 def local_shuffle(stream, buffer_rows: int, rng):
@@ -105,14 +105,14 @@ def local_shuffle(stream, buffer_rows: int, rng):
     held, have = [], 0
     for b in stream:
         held.append(b)
-        have += B.num_rows(b)
+        have += block.num_rows(b)
         if have >= buffer_rows:
-            joined = B.concat(held)
-            yield B.take_rows(joined, rng.permutation(have))
+            joined = block.concat(held)
+            yield block.take_rows(joined, rng.permutation(have))
             held, have = [], 0
     if have:
-        joined = B.concat(held)
-        yield B.take_rows(joined, rng.permutation(have))
+        joined = block.concat(held)
+        yield block.take_rows(joined, rng.permutation(have))
 
 
 class DataIterator:
@@ -199,11 +199,11 @@ class DataIterator:
         Raises:
             MapBatchesError: a ``map_batches`` function raised (its batch index named).
         """
-        fmt = B.check_batch_format(batch_format)
+        fmt = block.check_batch_format(batch_format)
         for b in self._batches(
             batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed, prefetch_batches
         ):
-            yield B.to_format(b, fmt)
+            yield block.to_format(b, fmt)
 
     def iter_torch_batches(
         self,
@@ -251,12 +251,12 @@ class DataIterator:
     def iter_rows(self, *, prefetch_batches: int = 1):
         """This shard's rows for one epoch, each a dict of column -> value."""
         for b in self._batches(None, False, None, None, prefetch_batches):
-            yield from B.rows_of(b)
+            yield from block.rows_of(b)
 
     def _collect(self) -> dict:
         """This shard's rows of one epoch as one numpy batch ({} for none)."""
         parts = list(self._batches(None, False, None, None, 0))
-        return B.concat(parts) if parts else {}
+        return block.concat(parts) if parts else {}
 
     def materialize(self):
         """This shard's rows of one epoch, computed now and held in memory (a
@@ -287,7 +287,7 @@ class DataIterator:
 
 def _to_tensor(torch, name, a, dtypes, device):
     if a.dtype.kind not in "biufc":
-        raise ValueError(B.torch_unsupported({name: a}))
+        raise ValueError(block.torch_unsupported({name: a}))
     if not a.flags.writeable:
         _ignore_not_writable()
     t = torch.from_numpy(a)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import block as B
+from . import block
 from .sources import FileSource, InMemorySource
 
 
@@ -85,7 +85,8 @@ def read_unit(dataset, unit: Unit, batch_size: int | None):
     if isinstance(src, InMemorySource):
         cols = src.columns()
         stream = (
-            B.take_rows(cols, slice(s, min(s + chunk, unit.end))) for s in range(unit.first, unit.end, chunk)
+            block.take_rows(cols, slice(s, min(s + chunk, unit.end)))
+            for s in range(unit.first, unit.end, chunk)
         )
     else:
         stream = src._read_unit(unit.piece, unit.first, unit.end, chunk)

@@ -21,7 +21,7 @@ import shutil
 import threading
 import uuid
 
-from . import block as B
+from . import block
 from .sources import Schema
 
 
@@ -109,7 +109,7 @@ class RaySplitSource:
             cols = {name: table.column(name).to_numpy() for name in table.column_names}
             n = table.num_rows
             for s in range(0, n, chunk):
-                yield B.take_rows(cols, slice(s, min(s + chunk, n)))
+                yield block.take_rows(cols, slice(s, min(s + chunk, n)))
 
 
 def split_ray_datasets(datasets: dict, world_size: int, storage_path: str) -> tuple[dict, list[str]]:

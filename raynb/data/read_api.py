@@ -6,7 +6,7 @@ import builtins
 import glob
 import os
 
-from . import block as B
+from . import block
 from .dataset import Dataset
 from .sources import FileSource, InMemorySource
 
@@ -22,11 +22,11 @@ def from_numpy(data, override_num_blocks: int | None = None) -> Dataset:
     import numpy as np
 
     if isinstance(data, dict):
-        return Dataset(InMemorySource(B.columns_from(data, "from_numpy")))
+        return Dataset(InMemorySource(block.columns_from(data, "from_numpy")))
     if isinstance(data, list) and data and all(isinstance(a, np.ndarray) for a in data):
         data = np.concatenate(data)  # Ray: a list of arrays, joined along the rows
     if isinstance(data, np.ndarray):
-        return Dataset(InMemorySource(B.columns_from({"data": data}, "from_numpy")))
+        return Dataset(InMemorySource(block.columns_from({"data": data}, "from_numpy")))
     raise TypeError(f"from_numpy() takes a numpy array or a dict of them, got {type(data).__name__}")
 
 
@@ -56,7 +56,7 @@ def from_items(
         return Dataset(InMemorySource(from_rows(list(items), "from_items")))
     if any(isinstance(r, dict) for r in items):
         raise ValueError("from_items(): rows are all dicts (columns) or all plain values, not a mix")
-    return Dataset(InMemorySource(B.columns_from({"item": B.as_column(list(items))}, "from_items")))
+    return Dataset(InMemorySource(block.columns_from({"item": block.as_column(list(items))}, "from_items")))
 
 
 def range(n: int, *, override_num_blocks: int | None = None, parallelism: int = -1) -> Dataset:  # noqa: A001
@@ -86,7 +86,7 @@ def from_pandas(df, override_num_blocks: int | None = None) -> Dataset:
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"from_pandas() takes a pandas DataFrame, got {type(df).__name__}")
     return Dataset(
-        InMemorySource(B.columns_from({str(c): df[c].to_numpy() for c in df.columns}, "from_pandas"))
+        InMemorySource(block.columns_from({str(c): df[c].to_numpy() for c in df.columns}, "from_pandas"))
     )
 
 
@@ -124,7 +124,7 @@ def from_torch(dataset, column_names: list | None = None) -> Dataset:
     )
     if len(names) != len(parts):
         raise ValueError(f"from_torch(column_names={names}): the dataset has {len(parts)} tensors")
-    return Dataset(InMemorySource(B.columns_from(dict(zip(names, parts)), "from_torch")))
+    return Dataset(InMemorySource(block.columns_from(dict(zip(names, parts)), "from_torch")))
 
 
 def _resolve(paths, what: str):

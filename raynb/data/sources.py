@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from . import block as B
+from . import block as block_ops
 from . import sharding
 
 
@@ -82,11 +82,11 @@ class InMemorySource:
             for s in range(start, stop, chunk):
                 e = min(s + chunk, stop)
                 rows = slice(s % n, (e - 1) % n + 1) if s // n == (e - 1) // n else np.arange(s, e) % n
-                yield B.take_rows(cols, rows)
+                yield block_ops.take_rows(cols, rows)
             return
         rows = sharding.rank_rows(n, world_size, rank, order, pad)
         for s in range(0, len(rows), chunk):
-            yield B.take_rows(cols, rows[s : s + chunk])
+            yield block_ops.take_rows(cols, rows[s : s + chunk])
 
     def __reduce__(self):
         from ..client import bulk
@@ -215,7 +215,7 @@ class FileSource:
             frag = self.fmt.make_fragment(path, self.filesystem, row_groups=[rg])
             table = frag.to_table(columns=self.columns, memory_pool=pool).slice(first, end - first)
             for s in range(0, table.num_rows, chunk):
-                yield B.table_to_numpy(table.slice(s, chunk))
+                yield block_ops.table_to_numpy(table.slice(s, chunk))
             return
         pos = 0
         csv = ds.dataset(path, format=self.fmt, filesystem=self.filesystem)
@@ -223,7 +223,7 @@ class FileSource:
             lo, hi = max(first - pos, 0), min(end - pos, rb.num_rows)
             pos += rb.num_rows
             if hi > lo:
-                yield B.table_to_numpy(rb.slice(lo, hi - lo))
+                yield block_ops.table_to_numpy(rb.slice(lo, hi - lo))
             if pos >= end:
                 return
 

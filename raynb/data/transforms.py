@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from . import block as B
+from . import block
 from .iterator import MapBatchesError, rebatch
 
 
@@ -102,10 +102,10 @@ class MapBatches(Step):
 
     def __call__(self, batch: dict, index: int, rank: int) -> dict:
         try:
-            out = self.udf(B.to_format(batch, self.batch_format))
+            out = self.udf(block.to_format(batch, self.batch_format))
         except Exception as e:
             raise self._fail(self.name, index, rank, e) from e
-        return B.to_numpy_batch(out, f"map_batches({self.name}) on batch {index}")
+        return block.to_numpy_batch(out, f"map_batches({self.name}) on batch {index}")
 
 
 def from_rows(rows: list, what: str) -> dict:
@@ -125,7 +125,7 @@ def from_rows(rows: list, what: str) -> dict:
             names = list(r)
         elif r.keys() != set(names):
             raise ValueError(f"{what} returned rows of different columns: {names} and {list(r)}")
-    return B.columns_from({k: [r[k] for r in rows] for k in names}, what)
+    return block.columns_from({k: [r[k] for r in rows] for k in names}, what)
 
 
 class RowStep(Step):
@@ -143,10 +143,10 @@ class RowStep(Step):
 
         what = f"{self.label}({self.name})"
         try:
-            rows = B.rows_of(batch)
+            rows = block.rows_of(batch)
             if self.label == "filter":
                 keep = np.fromiter((bool(self.udf(r)) for r in rows), dtype=bool, count=len(rows))
-                return B.take_rows(batch, keep)
+                return block.take_rows(batch, keep)
             if self.label == "map":
                 out = [self.udf(r) for r in rows]
             else:
@@ -185,12 +185,12 @@ class AddColumn(Step):
 
     def __call__(self, batch: dict, index: int, rank: int) -> dict:
         try:
-            value = self.udf(B.to_format(batch, self.batch_format))
+            value = self.udf(block.to_format(batch, self.batch_format))
         except Exception as e:
             raise self._fail(self.udf.name, index, rank, e) from e
         out = dict(batch)
-        out[self.col] = B.as_column(value)
-        return B.columns_from(out, f"add_column({self.col!r})") if out else out
+        out[self.col] = block.as_column(value)
+        return block.columns_from(out, f"add_column({self.col!r})") if out else out
 
 
 class Columns(Step):
@@ -265,4 +265,4 @@ class RandomSample(Step):
         import numpy as np
 
         rng = np.random.default_rng(None if self.seed is None else [self.seed, rank, index])
-        return B.take_rows(batch, rng.random(B.num_rows(batch)) < self.fraction)
+        return block.take_rows(batch, rng.random(block.num_rows(batch)) < self.fraction)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from . import block as B
+from . import block
 from .block import batch_to_table  # noqa: F401 - its old home; batch inference imports it here
 
 
@@ -22,10 +22,10 @@ def to_pandas(dataset, limit: int | None = None):
         raise ValueError(f"to_pandas(limit={limit!r}): give a number of rows >= 0, or None for all")
     parts, have = [], 0
     for batch in dataset.iter_batches(batch_size=None, prefetch_batches=1):
-        if limit is not None and have + B.num_rows(batch) > limit:
-            batch = B.take_rows(batch, slice(0, limit - have))
-        parts.append(B.to_format(batch, "pandas"))
-        have += B.num_rows(batch)
+        if limit is not None and have + block.num_rows(batch) > limit:
+            batch = block.take_rows(batch, slice(0, limit - have))
+        parts.append(block.to_format(batch, "pandas"))
+        have += block.num_rows(batch)
         if limit is not None and have >= limit:
             break
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..train.callback import flatten
+from ..train.experiment_callback import flatten
 
 
 def ray_result(

@@ -20,8 +20,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..data import block as B
-from ..data import ranges
+from ..data import block, ranges
 from ..data.dataset import register_map_batches_executor
 from . import session as _session
 from .config import RunConfig, ScalingConfig
@@ -75,10 +74,10 @@ class _MapTask:
             writer = None
             try:
                 for k, batch in enumerate(ranges.read_unit(dataset, unit, o["batch_size"])):
-                    index, rows = first_batch[unit.index] + k, B.num_rows(batch)
-                    out = call(B.to_format(batch, o["batch_format"]), *o["fn_args"], **o["fn_kwargs"])
-                    out = B.to_numpy_batch(out, f"map_batches({name}) on batch {index}")
-                    got = B.num_rows(out)
+                    index, rows = first_batch[unit.index] + k, block.num_rows(batch)
+                    out = call(block.to_format(batch, o["batch_format"]), *o["fn_args"], **o["fn_kwargs"])
+                    out = block.to_numpy_batch(out, f"map_batches({name}) on batch {index}")
+                    got = block.num_rows(out)
                     if o["preserve_order"] and got != rows:
                         raise ValueError(
                             f"map_batches({name}): batch {index} has {rows} rows but the function returned "
@@ -160,7 +159,7 @@ def map_batches_on_workers(
     """
     from ..data import read_parquet
     from .datasets import with_datasets
-    from .run import execute_run
+    from .fit_run import execute_run
 
     if not callable(fn):
         raise TypeError(f"map_batches() takes a function or a callable class, got {type(fn).__name__}")

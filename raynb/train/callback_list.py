@@ -15,8 +15,8 @@ import sys
 import threading
 import traceback
 
-from .callback import CallbackError, TrialSnapshot, check_callbacks
 from .checkpoint import Checkpoint
+from .experiment_callback import CallbackError, TrialSnapshot, check_callbacks
 
 # How long fit() waits, at the end, for the callbacks to handle the events still queued (s).
 DRAIN_TIMEOUT_S = 30.0

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .callback import check_callbacks
 from .elastic import check_num_workers
+from .experiment_callback import check_callbacks
 from .logs import RunLogs
 from .profiling import profile_options
 

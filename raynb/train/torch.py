@@ -407,7 +407,7 @@ class TorchTrainer:
             UnpicklableError: the function reads something that cannot be shipped.
             ValueError: ``RunConfig(stop=...)`` outside a Tuner (Ray 2.60's trainers refuse it too).
         """
-        from .run import execute_run
+        from .fit_run import execute_run
 
         if self.run_config.stop is not None:
             raise ValueError(

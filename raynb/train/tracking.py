@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..cluster.worker import task_context
 from . import mlflow_store, session
-from .callback import flatten
+from .experiment_callback import flatten
 
 # MLflow's own limit on a parameter's value (characters).
 PARAM_VALUE_MAX = 6000

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import messages
 from ..train.callback_list import note_function_should_checkpoint
 
 
@@ -43,5 +43,5 @@ def ask(requests: queue.SimpleQueue | None, by_run: dict, runner, client) -> int
         running = running or {t.trial_id: t for t in by_run.values()}
         trial = running.get(trial_id)
         if trial is not None and trial.run_id:
-            client.send(P.REQUEST_CHECKPOINT, {"run_id": trial.run_id})
+            client.send(messages.REQUEST_CHECKPOINT, {"run_id": trial.run_id})
             sent += 1

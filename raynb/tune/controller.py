@@ -14,12 +14,12 @@ import time
 from pathlib import Path
 
 from ..client.interrupts import NotedInterrupts
-from ..client.run import HEAD_SILENCE_S, PING_EVERY_S, build_submission
-from ..cluster.protocol import messages as P
+from ..client.submit_and_follow import HEAD_SILENCE_S, PING_EVERY_S, build_submission
+from ..cluster.protocol import messages
 from ..cluster.storage.rundir import STATE_FILE as RUN_STATE_FILE
 from ..errors import ClusterError
 from ..train.config import RunConfig
-from ..train.run_callbacks import first_error_line
+from ..train.fit_with_callbacks import first_error_line
 from . import checkpoint_requests
 from .experiment_state import ExperimentState
 from .held_stops import HeldStops
@@ -28,7 +28,7 @@ from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
 from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial, pause
 from .trial_output import relay_output
-from .trial_runner import TrialRunner, adopt_first_checkpoint, newest_checkpoint, write_params
+from .trial_setup import TrialSetup, adopt_first_checkpoint, newest_checkpoint, write_params
 
 # After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
 # The head kills ranks that ignore the cancel after 1 s, so this is rarely reached.
@@ -48,7 +48,7 @@ class TuneController:
         self,
         *,
         client,
-        runner: TrialRunner,
+        runner: TrialSetup,
         trials: list[Trial],
         search_alg: Searcher,
         scheduler,
@@ -81,7 +81,8 @@ class TuneController:
         self._last_heard = time.monotonic()
         self._budget_hit = False
         self._held_stops = HeldStops(
-            lambda run_id: client.send(P.CANCEL_RUN, {"run_id": run_id, "reason": "stop"}), progress.note
+            lambda run_id: client.send(messages.CANCEL_RUN, {"run_id": run_id, "reason": "stop"}),
+            progress.note,
         )
 
     # -- public ---------------------------------------------------------------------------
@@ -237,7 +238,7 @@ class TuneController:
         if self._stop_freed:
             trial.extra["freed_by_stop_at"] = self._stop_freed.pop(0)
         self._by_run[trial.run_id] = trial
-        self.client.send(P.SUBMIT_RUN, spec, buffers=[payload])
+        self.client.send(messages.SUBMIT_RUN, spec, buffers=[payload])
         self.progress.set_status(trial.trial_id, RUNNING)
         self.state.mark(trial)
         self._workers_changed()
@@ -250,12 +251,12 @@ class TuneController:
         )
 
     # -- events ---------------------------------------------------------------------------
-    def _handle(self, msg: P.Message) -> None:
+    def _handle(self, msg: messages.Message) -> None:
         self._last_heard = time.monotonic()
         trial = self._by_run.get(msg.content.get("run_id"))
         if trial is None:
             return
-        if msg.msg_type == P.RUN_EVENT:
+        if msg.msg_type == messages.RUN_EVENT:
             event = msg.content["event"]
             kind = event.get("kind")
             if kind == "report":
@@ -279,9 +280,9 @@ class TuneController:
                     self._held_stops.release(trial.run_id)
                 if event.get("text"):
                     self.progress.note(f"{trial.trial_id}: {event['text']}")
-        elif msg.msg_type == P.RUN_DONE:
+        elif msg.msg_type == messages.RUN_DONE:
             self._on_done(trial, msg.content)
-        elif msg.msg_type == P.ERROR:  # the head refused the run
+        elif msg.msg_type == messages.ERROR:  # the head refused the run
             self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
 
     def _on_report(self, trial: Trial, metrics: dict, checkpoint_staged: bool = False) -> None:
@@ -319,7 +320,7 @@ class TuneController:
             self._held_stops.hold(trial.run_id, trial.trial_id, metrics.get("training_iteration", 0))
             return
         self.client.send(
-            P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None}
+            messages.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop" if decision == STOP else None}
         )
 
     def _missing_metric(self, trial: Trial, metrics: dict) -> None:
@@ -426,7 +427,7 @@ class TuneController:
                 f"{now - self._last_heard:.0f}s while trials were running; check `raynb status`"
             )
         if now - self._last_heard >= PING_EVERY_S:
-            self.client.send(P.PING)
+            self.client.send(messages.PING)
 
     def _end_reason(self, deadline: float | None) -> str | None:
         """Why the experiment ends now (the time budget, a stopper's stop_all(), fail_fast), or None."""
@@ -444,7 +445,7 @@ class TuneController:
         for trial in list(self._by_run.values()):
             if not trial.extra.get("_ending"):
                 trial.extra["_ending"] = "budget"
-                self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop"})
+                self.client.send(messages.CANCEL_RUN, {"run_id": trial.run_id, "reason": "stop"})
 
     def _cancel_all(self, status_after: str) -> None:
         """Cancel every running trial and wait (at most INTERRUPT_WAIT_S) for the head to
@@ -453,7 +454,7 @@ class TuneController:
         for trial in list(self._by_run.values()):
             if trial.extra.get("_ending") not in ("stop", "budget"):
                 trial.extra["_ending"] = "interrupt"
-            self.client.send(P.CANCEL_RUN, {"run_id": trial.run_id})
+            self.client.send(messages.CANCEL_RUN, {"run_id": trial.run_id})
         deadline = time.monotonic() + INTERRUPT_WAIT_S
         try:
             while self._by_run and time.monotonic() < deadline:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 
-from ..train.callback import Callback, flatten
+from ..train.experiment_callback import Callback, flatten
 
 # Report fields that are no metric of their own (Ray's TBXLogger leaves them out too).
 NOT_SCALARS = (

@@ -40,7 +40,7 @@ from .trainable import Trainable, class_trainable
 from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial
 from .trial import requeue as _requeue
 from .trial_catch_up import catch_up as _catch_up
-from .trial_runner import TrialRunner
+from .trial_setup import TrialSetup
 from .tune_config import TuneConfig
 
 
@@ -196,7 +196,7 @@ class Tuner:
         multi = isinstance(search_alg.metric, (list, tuple))  # multi-objective: no one best
         self._metric = tc.metric or (None if multi else search_alg.metric) or scheduler.metric
         self._mode = tc.mode or (None if multi else search_alg.mode) or scheduler.mode
-        self._runner = TrialRunner(fn, scaling, base, nested, self._run_config, name)
+        self._runner = TrialSetup(fn, scaling, base, nested, self._run_config, name)
         self._runner.name_creator, self._runner.dirname_creator = (
             tc.trial_name_creator,
             tc.trial_dirname_creator,
@@ -486,10 +486,10 @@ class Tuner:
 def _cancel_orphans(client, run_ids: list[str], timeout: float = 5.0) -> None:
     """Cancel the runs of trials a dead kernel left running, and wait until the head has
     ended them (a trial's run cannot be resumed while it is live)."""
-    from ..cluster.protocol import messages as P
+    from ..cluster.protocol import messages
 
     for run_id in run_ids:
-        client.send(P.CANCEL_RUN, {"run_id": run_id})
+        client.send(messages.CANCEL_RUN, {"run_id": run_id})
     deadline = time.monotonic() + timeout
     ids = set(run_ids)
     while time.monotonic() < deadline:

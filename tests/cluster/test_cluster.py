@@ -17,7 +17,7 @@ from conftest import alive, wait_idle_workers
 import raynb
 from raynb.cluster.connection_file import read_connection_file
 from raynb.cluster.launch import cluster_pids
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.

@@ -16,7 +16,7 @@ import pytest
 import raynb
 from raynb import RunConfig, ScalingConfig
 from raynb.client.connection import get_client
-from raynb.client.run import build_submission, follow_run, submit_run_accepted
+from raynb.client.submit_and_follow import build_submission, follow_run, submit_run_accepted
 
 QUIET = RunConfig(verbose=0)
 
@@ -98,7 +98,7 @@ def _burst_then_read_own_files(config):
 
 
 def test_batched_run_files_are_written_on_a_timer_and_complete_when_the_run_ends(warm, tmp_path):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     result, seen_mid_run = execute_run(
         _burst_then_read_own_files,
@@ -126,7 +126,7 @@ def _rss(pids) -> dict:
 
 
 def test_worker_rss_returns_to_idle_after_a_run_that_shipped_256_mib(warm):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     st = warm.status()
     pids = [w["pid"] for w in st["workers"] if w["state"] == "idle"]
@@ -283,7 +283,7 @@ def test_an_unchanged_rerun_links_its_function_and_params_and_an_edited_file_is_
     import pickle
     import stat
 
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     runs = RunConfig(verbose=0, storage_path=str(tmp_path))
     first, _ = execute_run(_same_every_time, {"x": 1}, ScalingConfig(num_workers=2), runs)
@@ -311,7 +311,7 @@ def test_an_unchanged_rerun_links_its_function_and_params_and_an_edited_file_is_
 
 def test_a_new_run_has_all_its_files_when_fit_returns_and_no_temporary_left(warm, tmp_path):
     from raynb.cluster.storage.rundir import read_run_dir
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     def quiet():
         return 7
@@ -407,11 +407,11 @@ def test_a_runs_client_messages_are_batched_per_drain_in_order(warm, monkeypatch
 def test_a_22_client_gets_the_first_states_after_the_accepted(warm, monkeypatch):
     """A 2.2 client (run_events, but no events inside run_accepted) gets the submit's
     states in a run_events message after the accepted, as before 2.3."""
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
     from raynb.cluster.protocol.control import Client
 
     info = get_client().info
-    monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.2")
+    monkeypatch.setattr(messages, "PROTOCOL_VERSION", "2.2")
     old = Client(info["address"], info["key"].encode(), info)
     try:
         received, events = _run_recording_messages(monkeypatch, old)
@@ -425,11 +425,11 @@ def test_a_22_client_gets_the_first_states_after_the_accepted(warm, monkeypatch)
 
 def test_a_client_of_the_older_protocol_gets_each_message_alone(warm, monkeypatch):
     """A 2.1 client (no run_events) is sent each event as its own run_event, as before."""
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
     from raynb.cluster.protocol.control import Client
 
     info = get_client().info
-    monkeypatch.setattr(P, "PROTOCOL_VERSION", "2.1")  # what this client's messages say
+    monkeypatch.setattr(messages, "PROTOCOL_VERSION", "2.1")  # what this client's messages say
     old = Client(info["address"], info["key"].encode(), info)
     try:
         received, events = _run_recording_messages(monkeypatch, old)
@@ -447,8 +447,7 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
     head gets them as before. Order and content are the same either way."""
     import collections
 
-    from raynb.cluster.protocol import event_batch
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import event_batch, messages
     from raynb.cluster.worker.head_link import HeadLink
 
     class Dealer:  # where the I/O thread's frames go: kept, then verified as the head does
@@ -460,7 +459,7 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
 
     key = b"k" * 64
     link = HeadLink.__new__(HeadLink)  # its sending loop only: no sockets, no threads
-    head = P.Session(key, validate=True)
+    head = messages.Session(key, validate=True)
     for version, expected in (("2.2", ["task_done"]), ("2.1", ["task_events", "task_done"])):
         link.head_batches = event_batch.reads_batches(version)
         link._sent = link._waiters = 0
@@ -469,17 +468,17 @@ def test_a_tasks_last_events_ride_in_its_task_done_to_a_head_that_reads_them():
             collections.deque(
                 [
                     (
-                        P.TASK_EVENT,
+                        messages.TASK_EVENT,
                         {"run_id": "r", "rank": 1, "event": {"kind": "report", "metrics": {"i": i}}},
                         (),
                     )
                     for i in range(2)
                 ]
-                + [(P.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])]
+                + [(messages.TASK_DONE, {"run_id": "r", "rank": 1, "status": "ok", "error": None}, [b"ret"])]
             ),
         )
         dealer = Dealer()
-        link.send_queued(P.Session(key), dealer)
+        link.send_queued(messages.Session(key), dealer)
         msgs = [head.deserialize(frames) for frames in dealer.sent]
         assert [m.msg_type for m in msgs] == expected
         events = [e for m in msgs for e in event_batch.unbatch(m)]
@@ -524,7 +523,7 @@ def test_a_long_tasks_reports_reach_the_client_while_it_runs_and_a_short_ones_ri
     delay = seen[0] - reports[0]["t"]
     assert delay < worker_link.HANDOVER_S + 0.5 < 1.0, delay
     # A short function: its report is in the Result and the events kept their order.
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     result, _ = execute_run(_report_then_wait, {"wait": 0.0}, ScalingConfig(num_workers=2), QUIET)
     assert result.metrics["step"] == 1 and len(result.metrics_dataframe) == 2
@@ -563,8 +562,7 @@ def test_the_compiled_schema_checks_agree_with_the_described_problems():
     import copy
     import random
 
-    from raynb.cluster.protocol import messages as P
-    from raynb.cluster.protocol import schema
+    from raynb.cluster.protocol import messages, schema
 
     odd = [None, True, 0, -1, 3, 2.5, "x", "", [], [1], ["a"], {}, {"k": 1}, {1: 2}, b"b", 1 << 70]
     rng = random.Random(15)
@@ -596,7 +594,7 @@ def test_the_compiled_schema_checks_agree_with_the_described_problems():
         return rng.choice(odd)
 
     checked = refused = 0
-    for msg_type, record in P.SCHEMAS.items():
+    for msg_type, record in messages.SCHEMAS.items():
         ok = schema.valid_for(record)
         for _ in range(60):
             value = sample(record)
@@ -631,7 +629,7 @@ def test_params_json_cannot_hold_refuse_the_run_and_the_head_runs_on(warm, tmp_p
     the head goes on (its files written after the tasks are sent never see such a run)."""
     import pytest
 
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     spec, payload = build_submission(
         _report_then_wait,
@@ -913,16 +911,19 @@ def test_a_run_accepted_carries_its_own_first_states_only():
     """The states after a run_accepted ride in it (2.3); another run's events, and a big
     event, go in run_events after it, in order."""
     from raynb.cluster.head.client_outbox import ClientOutbox
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
     from raynb.cluster.protocol.event_batch import MAX_BATCH_BYTES
 
     sent = []
     outbox = ClientOutbox(lambda ident, t, c, b: sent.append((t, c)))
     outbox.heard(b"c", "2.3")
-    state = lambda run, s: (P.RUN_EVENT, {"run_id": run, "event": {"kind": "state", "state": s}})  # noqa: E731
-    big = (P.RUN_EVENT, {"run_id": "A", "event": {"kind": "output", "rank": 0, "text": "x" * (200 << 10)}})
+    state = lambda run, s: (messages.RUN_EVENT, {"run_id": run, "event": {"kind": "state", "state": s}})  # noqa: E731
+    big = (
+        messages.RUN_EVENT,
+        {"run_id": "A", "event": {"kind": "output", "rank": 0, "text": "x" * (200 << 10)}},
+    )
     items = [
-        (P.RUN_ACCEPTED, {"run_id": "B", "name": "b", "path": "/p"}),
+        (messages.RUN_ACCEPTED, {"run_id": "B", "name": "b", "path": "/p"}),
         state("B", "PENDING"),
         state("B", "RUNNING"),
         *[big] * 16,
@@ -931,16 +932,16 @@ def test_a_run_accepted_carries_its_own_first_states_only():
     for t, c in items:
         outbox.put(b"c", t, c)
     outbox.flush()
-    assert sent[0][0] == P.RUN_ACCEPTED
+    assert sent[0][0] == messages.RUN_ACCEPTED
     assert [e["event"]["state"] for e in sent[0][1]["events"]] == ["PENDING", "RUNNING"]
-    rest = [e for t, c in sent[1:] for e in (c["events"] if t == P.RUN_EVENTS else [c])]
+    rest = [e for t, c in sent[1:] for e in (c["events"] if t == messages.RUN_EVENTS else [c])]
     assert [e["event"].get("state", "output") for e in rest] == ["output"] * 16 + ["late"]
-    assert all(t in (P.RUN_EVENTS, P.RUN_EVENT) for t, _ in sent[1:])
+    assert all(t in (messages.RUN_EVENTS, messages.RUN_EVENT) for t, _ in sent[1:])
     assert (
         max(
             sum(len(e["event"].get("text", "")) for e in c["events"])
             for t, c in sent[1:]
-            if t == P.RUN_EVENTS
+            if t == messages.RUN_EVENTS
         )
         <= MAX_BATCH_BYTES
     )

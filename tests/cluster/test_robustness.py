@@ -23,9 +23,9 @@ import raynb
 import raynb.client
 import raynb.client.connection
 import raynb.client.output_relay
-import raynb.client.run
+import raynb.client.submit_and_follow
 from raynb.cluster.launch import start_cluster, stop_cluster
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 
 # Functions and classes defined here travel by value, as a notebook's do.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -345,8 +345,8 @@ def test_head_killed_mid_run_fails_the_cell_and_cleans_up(tmp_path, monkeypatch)
         with pytest.raises(raynb.RunError, match="pickles to 16 MiB"):
             execute_run(_big_return, {"size": 16 << 20}, _sc(1), QUIET)
 
-        monkeypatch.setattr(raynb.client.run, "PING_EVERY_S", 0.3)
-        monkeypatch.setattr(raynb.client.run, "HEAD_SILENCE_S", 2.0)
+        monkeypatch.setattr(raynb.client.submit_and_follow, "PING_EVERY_S", 0.3)
+        monkeypatch.setattr(raynb.client.submit_and_follow, "HEAD_SILENCE_S", 2.0)
         killed: list = []
         t = _when_busy(info, 1, lambda: os.kill(info["pids"]["head"], signal.SIGKILL), killed)
         with pytest.raises(raynb.ClusterError, match="lost contact with the raynb head"):
@@ -504,7 +504,7 @@ def test_an_interrupt_before_the_run_is_followed_cancels_it(warm, monkeypatch, e
     # its whole half minute, followed by nobody.
     from raynb.client import views
     from raynb.client.runs import fetch_record
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
     from raynb.errors import RunInterrupted
 
     class Interrupted:
@@ -522,7 +522,7 @@ def test_an_interrupt_before_the_run_is_followed_cancels_it(warm, monkeypatch, e
         assert isinstance(info.value, RunInterrupted) and "it was cancelled" in str(info.value), info.value
         assert info.value.run_path and info.value.run_path.endswith(name)  # %%ray_train binds its Result
     deadline = time.monotonic() + 10
-    while (record := fetch_record(P.GET_RUN, name))["state"] not in (
+    while (record := fetch_record(messages.GET_RUN, name))["state"] not in (
         "CANCELLED",
         "FINISHED",
         "FAILED",
@@ -575,7 +575,7 @@ def test_a_ctrl_c_swallowed_in_a_deallocator_still_cancels(warm, monkeypatch, wh
     from raynb import tune
     from raynb.client import views
     from raynb.client.runs import fetch_record
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
     from raynb.errors import RunInterrupted
 
     view = _SwallowingView()
@@ -586,7 +586,7 @@ def test_a_ctrl_c_swallowed_in_a_deallocator_still_cancels(warm, monkeypatch, wh
     if where == "fit":
         with pytest.raises(RunInterrupted, match="cancelled on every rank"):
             execute_run(_sleeps_reporting, {}, _sc(2), raynb.RunConfig(name=name, verbose=0))
-        assert fetch_record(P.GET_RUN, name)["state"] == "CANCELLED"
+        assert fetch_record(messages.GET_RUN, name)["state"] == "CANCELLED"
     else:
         grid = tune.Tuner(
             _sleeps_reporting,

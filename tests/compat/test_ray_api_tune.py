@@ -11,7 +11,7 @@ import pytest
 
 from raynb import tune
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
-from raynb.tune import stopper as S
+from raynb.tune import stopper
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -47,13 +47,15 @@ def _iters(grid):
         ({"training_iteration": 4}, [4, 4]),
         ({"score": 10}, [5, 10]),  # x=1 reaches 10 at it 10, x=2 at 5
         (lambda trial_id, result: result["it"] >= 3, [3, 3]),
-        (S.MaximumIterationStopper(max_iter=6), [6, 6]),
-        (S.FunctionStopper(lambda trial_id, result: result["score"] >= 8), [4, 8]),
+        (stopper.MaximumIterationStopper(max_iter=6), [6, 6]),
+        (stopper.FunctionStopper(lambda trial_id, result: result["score"] >= 8), [4, 8]),
         (
-            S.CombinedStopper(S.MaximumIterationStopper(7), S.FunctionStopper(lambda t, r: r["score"] >= 8)),
+            stopper.CombinedStopper(
+                stopper.MaximumIterationStopper(7), stopper.FunctionStopper(lambda t, r: r["score"] >= 8)
+            ),
             [4, 7],
         ),
-        (S.TrialPlateauStopper(metric="flat", std=0.01, num_results=3, grace_period=5), [5, 5]),
+        (stopper.TrialPlateauStopper(metric="flat", std=0.01, num_results=3, grace_period=5), [5, 5]),
     ],
     ids=["dict-iteration", "dict-metric", "callable", "max-iter", "function", "combined", "trial-plateau"],
 )
@@ -67,13 +69,13 @@ def test_stop_ends_each_trial_at_its_iteration_terminated(cluster, stop, expecte
 def test_experiment_stoppers_end_every_trial(cluster):
     # Every report of "flat" is 1.0: the top 3 of all trials plateau after 3 reports.
     grid = _fit(
-        S.ExperimentPlateauStopper(metric="flat", std=0.001, top=3, mode="min"),
+        stopper.ExperimentPlateauStopper(metric="flat", std=0.001, top=3, mode="min"),
         xs=(1, 2, 3, 4),
         max_concurrent_trials=2,
     )
     assert all(r.status in ("TERMINATED", "PENDING") for r in grid)
     assert max(_iters([r for r in grid if r.metrics])) < 30
-    grid = _fit(S.TimeoutStopper(0.3))  # 30 reports take at least 0.6 s
+    grid = _fit(stopper.TimeoutStopper(0.3))  # 30 reports take at least 0.6 s
     assert all(r.status == "TERMINATED" for r in grid) and max(_iters(grid)) < 30
 
 
@@ -81,7 +83,7 @@ def test_bad_stop_is_a_clear_error():
     with pytest.raises(TypeError, match="stop"):
         RunConfig(stop=3)
     with pytest.raises(TypeError, match="bounds of \\['score'\\]"):
-        S.as_stopper({"score": "high"})
+        stopper.as_stopper({"score": "high"})
 
 
 def failing(config):
@@ -147,7 +149,7 @@ BIG = {"rows": [bytes(1000) for _ in range(500)]}  # about 0.5 MB pickled: share
 
 def test_with_parameters_object_arrives_once_through_shared_memory(cluster):
     from raynb.client import bulk
-    from raynb.client.run import build_submission
+    from raynb.client.submit_and_follow import build_submission
     from raynb.train import ScalingConfig
 
     fn = tune.with_parameters(legacy, data=BIG)

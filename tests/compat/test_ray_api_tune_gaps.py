@@ -20,11 +20,15 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def test_result_keys_are_rays():
-    from raynb.tune import result as R
+    from raynb.tune import result as tune_result
 
-    assert (R.TRAINING_ITERATION, R.TIME_TOTAL_S, R.DONE) == ("training_iteration", "time_total_s", "done")
-    assert R.SHOULD_CHECKPOINT == "should_checkpoint"
-    assert R.EPISODE_REWARD_MEAN == "episode_reward_mean" and R.MEAN_LOSS == "mean_loss"
+    assert (tune_result.TRAINING_ITERATION, tune_result.TIME_TOTAL_S, tune_result.DONE) == (
+        "training_iteration",
+        "time_total_s",
+        "done",
+    )
+    assert tune_result.SHOULD_CHECKPOINT == "should_checkpoint"
+    assert tune_result.EPISODE_REWARD_MEAN == "episode_reward_mean" and tune_result.MEAN_LOSS == "mean_loss"
 
 
 class _CheckpointsOnAsk(tune.Trainable):

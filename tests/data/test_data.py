@@ -89,7 +89,7 @@ def test_shards_disjoint_equal_one_copy_per_node_freed_after(warm):
         run_config=QUIET,
     )
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     _, ranks = execute_run(
         with_datasets(trainer.train_loop_per_worker, trainer.datasets), None, trainer.scaling_config, QUIET
@@ -126,7 +126,7 @@ def _shuffled_ids():
 def test_global_shuffle_moves_rows_between_ranks_reproducibly(warm):
     ds = rd.from_numpy({"id": np.arange(400)}).random_shuffle(seed=7)
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     runs = [
         execute_run(
@@ -173,7 +173,7 @@ def test_2gib_captured_array_goes_through_shared_memory_head_flat(warm):
     t = threading.Thread(target=watch, daemon=True)
     t.start()
     try:
-        from raynb.train.run import execute_run
+        from raynb.train.fit_run import execute_run
 
         result, value = execute_run(_every_rank(big_captured_sum), None, ScalingConfig(num_workers=2), QUIET)
     finally:
@@ -473,7 +473,7 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
     import zmq
 
     from raynb.cluster.node import data_server
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     monkeypatch.setenv("RAYNB_DATA_VIA_SOCKET", "1")
     sent = []
@@ -494,7 +494,7 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
         return float(batch["x"][0, 0])
 
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     agent_before = _agent(warm)
     result, firsts = execute_run(
@@ -529,7 +529,7 @@ def test_data_socket_path_signed_chunked_one_copy(warm, monkeypatch):
             *shm.layout_of({"a": x[:10]}),
         )
     assert not _segments(warm) and not shm.segments("elsewhere")
-    assert P.DATA_PUT in P.MESSAGE_TYPES
+    assert messages.DATA_PUT in messages.MESSAGE_TYPES
 
 
 def test_data_socket_is_curve_encrypted_off_loopback():
@@ -686,17 +686,19 @@ def test_data_socket_unfinished_segment_is_dropped_with_its_key():
     import zmq
 
     from raynb.cluster.node import data_server
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     ctx, key = zmq.Context(), b"k" * 64
     server = data_server.DataServer(ctx, key, "127.0.0.1", "droptest")
     sock = ctx.socket(zmq.DEALER)
-    P.configure_socket(sock, limit=data_server.FRAME_LIMIT + (64 << 10))
+    messages.configure_socket(sock, limit=data_server.FRAME_LIMIT + (64 << 10))
     sock.connect(f"tcp://127.0.0.1:{server.port}")
-    session = P.Session(key, validate=True, frame_bytes=data_server.FRAME_LIMIT)
+    session = messages.Session(key, validate=True, frame_bytes=data_server.FRAME_LIMIT)
     name = shm.segment_name("droptest", os.getpid(), "dropkey")
     try:
-        session.send(sock, P.DATA_PUT, {"name": name, "offset": 0, "nbytes": 1 << 20}, buffers=[b"x" * 1000])
+        session.send(
+            sock, messages.DATA_PUT, {"name": name, "offset": 0, "nbytes": 1 << 20}, buffers=[b"x" * 1000]
+        )
         assert server.sock.poll(5000)
         server.handle()  # the first piece: created, then the sender goes quiet
         assert shm.segments("droptest") == {name: 1 << 20} and name in server._open
@@ -729,9 +731,8 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
     data_failed, fails the run with the reason and gives its workers back; a run without
     in-memory data is never held."""
     from raynb.client import bulk
-    from raynb.client.run import build_submission, follow_run, submit_run_accepted
-    from raynb.cluster.protocol import control
-    from raynb.cluster.protocol import messages as P
+    from raynb.client.submit_and_follow import build_submission, follow_run, submit_run_accepted
+    from raynb.cluster.protocol import control, messages
     from raynb.train.datasets import with_datasets
 
     ds = rd.from_numpy({"x": np.arange(4000, dtype=np.float32).reshape(-1, 4) + 7})
@@ -752,12 +753,16 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 msg = client.recv(1.0)
-                if msg is not None and msg.msg_type == P.DATA_NEEDED and msg.content["run_id"] == run_id:
+                if (
+                    msg is not None
+                    and msg.msg_type == messages.DATA_NEEDED
+                    and msg.content["run_id"] == run_id
+                ):
                     return msg.content
             raise AssertionError("no data_needed from the head")
 
         with monkeypatch.context() as m:
-            m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            m.delitem(control.MESSAGE_HOOKS, messages.DATA_NEEDED)
             m.setenv("RAYNB_DATA_VIA_SOCKET", "1")  # else one local node is written while pickling
             spec = submit(with_datasets(_first_row, {"train": ds}))
             ask = needed(spec["run_id"])
@@ -776,7 +781,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             spec = submit(with_datasets(_first_row, {"train": ds}))
             ask = needed(spec["run_id"])
             client.send(
-                P.DATA_FAILED,
+                messages.DATA_FAILED,
                 {
                     "run_id": spec["run_id"],
                     "attempt": ask["attempt"],
@@ -798,7 +803,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             deadline = time.monotonic() + 10
             while True:
                 rec = client.request(
-                    P.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(P.RUN_RECORD,)
+                    messages.GET_RUN, {"run_id": spec["run_id"]}, reply_types=(messages.RUN_RECORD,)
                 ).content["record"]
                 if rec["state"] != "PENDING" or time.monotonic() > deadline:
                     break
@@ -807,7 +812,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             bulk.forget(spec["run_id"])
         # the workers were given back; one local node is written while pickling: no ask at all
         with monkeypatch.context() as m:
-            m.delitem(control.MESSAGE_HOOKS, P.DATA_NEEDED)
+            m.delitem(control.MESSAGE_HOOKS, messages.DATA_NEEDED)
             assert (
                 TorchTrainer(
                     lambda: report({"v": _first_row()}),

@@ -172,7 +172,7 @@ import os, sys, tempfile
 import torch
 import raynb
 from raynb.train import Checkpoint, RunConfig, ScalingConfig, get_context, report
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 from raynb.train.torch import TorchTrainer
 
 class Net(torch.nn.Module):
@@ -275,7 +275,7 @@ def _draws(config):
 
 @pytest.mark.parametrize("batch_sampler", [False, True], ids=["sampler", "batch_sampler"])
 def test_custom_sampler_is_sharded_not_dropped(warm, batch_sampler):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     runs = [execute_run(_draws, {"batch_sampler": batch_sampler}, FOUR, QUIET)[1] for _ in range(2)]
     first, again = runs

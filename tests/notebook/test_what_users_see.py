@@ -22,7 +22,7 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from raynb.client import run as client_run
+from raynb.client import submit_and_follow as client_run
 from raynb.notebook.run_pane.model import RunProgress
 from raynb.notebook.run_pane.text import TextProgress
 

@@ -274,7 +274,7 @@ def test_fail_on_error_cancels_the_run_and_fit_raises(warm):
 
 
 def test_a_slow_or_raising_callback_never_slows_a_rank(warm, capsys, monkeypatch):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     monkeypatch.setenv("RAYNB_CALLBACK_DRAIN_S", "0.5")
     _release.clear()
@@ -462,7 +462,7 @@ def logs_with_setup_mlflow(config):
 
 
 def test_setup_mlflow_logs_from_rank_zero_only_and_ends_the_run(warm, tmp_path):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     result, ret = execute_run(

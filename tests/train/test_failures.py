@@ -13,7 +13,7 @@ import pytest
 from conftest import alive, wait_idle_workers
 
 import raynb
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.

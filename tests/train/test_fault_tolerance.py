@@ -80,9 +80,9 @@ def _train_epochs(config):
                 state = json.load(f)
     resumed_from = state["epoch"]
     for epoch in range(state["epoch"] + 1, config["epochs"]):
-        t = torch.ones(1)
-        dist.all_reduce(t)
-        assert t.item() == ctx.get_world_size()
+        test_fault_tolerance = torch.ones(1)
+        dist.all_reduce(test_fault_tolerance)
+        assert test_fault_tolerance.item() == ctx.get_world_size()
         if rank == config.get("victim") and epoch == config["kill_at"] and not os.path.exists(config["flag"]):
             open(config["flag"], "w").close()
             time.sleep(0.3)  # this rank's report of the epoch before reaches the head first
@@ -713,14 +713,14 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
     import zmq
 
     from raynb.cluster.node.agent import NodeAgent
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     monkeypatch.setenv("RAYNB_HOME", str(tmp_path / "home"))
-    key = P.new_key()
+    key = messages.new_key()
     ctx = zmq.Context()
     head = ctx.socket(zmq.ROUTER)
     port = head.bind_to_random_port("tcp://127.0.0.1")
-    session = P.Session(key, validate=True)
+    session = messages.Session(key, validate=True)
     agent = NodeAgent(f"tcp://127.0.0.1:{port}", key, num_workers=2, max_workers=2, node_id="t1")
     serving = threading.Thread(target=agent.serve, daemon=True)
     serving.start()
@@ -736,13 +736,15 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
             msg = session.recv(head, router=True)
             if msg is None:
                 continue
-            if msg.msg_type == P.NODE_REGISTER:
+            if msg.msg_type == messages.NODE_REGISTER:
                 node_identity = msg.identity
             if msg.identity == node_identity:
-                session.send(head, P.PONG, {"time": time.time(), "registered": True}, identity=node_identity)
-            if msg.msg_type == P.WORKER_READY:
+                session.send(
+                    head, messages.PONG, {"time": time.time(), "registered": True}, identity=node_identity
+                )
+            if msg.msg_type == messages.WORKER_READY:
                 ready.append(msg.content["worker_id"])
-            elif msg.msg_type == P.WORKER_EXITED:
+            elif msg.msg_type == messages.WORKER_EXITED:
                 exited.append(msg.content["worker_id"])
 
     pids = []
@@ -751,15 +753,18 @@ def test_a_replacement_asked_for_before_the_killed_workers_exit_is_forked_once_i
         pids = list(agent.workers) + [agent.zygote.pid]
         victim = ready[0]
         session.send(
-            head, P.KILL_WORKER, {"worker_id": victim, "signal": int(signal.SIGKILL)}, identity=node_identity
+            head,
+            messages.KILL_WORKER,
+            {"worker_id": victim, "signal": int(signal.SIGKILL)},
+            identity=node_identity,
         )
-        session.send(head, P.SPAWN_WORKERS, {"count": 1}, identity=node_identity)
+        session.send(head, messages.SPAWN_WORKERS, {"count": 1}, identity=node_identity)
         pump(lambda: victim in exited and len(ready) == 3)
         assert len(agent.workers) == 2 and agent.forks.wanted == 0 and agent.forks.in_flight == 0
         pids += list(agent.workers)
     finally:
         if node_identity is not None:
-            session.send(head, P.SHUTDOWN, {}, identity=node_identity)
+            session.send(head, messages.SHUTDOWN, {}, identity=node_identity)
         serving.join(15)
         head.close(0)
         ctx.term()

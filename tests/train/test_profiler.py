@@ -16,8 +16,8 @@ from IPython.core.error import UsageError
 
 import raynb
 from raynb.train import RunConfig, ScalingConfig
+from raynb.train.fit_run import execute_run
 from raynb.train.profile_result import RunProfile
-from raynb.train.run import execute_run
 from raynb.train.torch import TorchTrainer
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -12,7 +12,7 @@ import pytest
 
 import raynb
 from raynb.train.config import ScalingConfig
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.

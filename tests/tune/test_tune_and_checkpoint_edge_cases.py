@@ -14,8 +14,8 @@ import pytest
 from conftest import import_paths, wait_idle_workers
 
 import raynb
-from raynb.client.run import build_submission
-from raynb.cluster.protocol import messages as P
+from raynb.client.submit_and_follow import build_submission
+from raynb.cluster.protocol import messages
 from raynb.train import FailureConfig, RunConfig, ScalingConfig
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -25,8 +25,8 @@ def _submit(client, fn, config=None, workers=2, **rc):
     spec, payload = build_submission(
         fn, config, ScalingConfig(num_workers=workers), RunConfig(verbose=0, **rc)
     )
-    reply = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
-    assert reply.msg_type == P.RUN_ACCEPTED, reply.content
+    reply = client.request(messages.SUBMIT_RUN, spec, reply_types=(messages.RUN_ACCEPTED,), buffers=[payload])
+    assert reply.msg_type == messages.RUN_ACCEPTED, reply.content
     return spec["run_id"], reply.content
 
 
@@ -70,19 +70,22 @@ def test_cancel_while_failing_is_not_lost(warm):
     client = warm
     run_id, _ = _submit(client, _fails_then_runs_long, failure_config=FailureConfig(2))
     first_error = _wait_for(
-        client, run_id, lambda m: m.msg_type == P.RUN_EVENT and m.content["event"].get("kind") == "state", 5
+        client,
+        run_id,
+        lambda m: m.msg_type == messages.RUN_EVENT and m.content["event"].get("kind") == "state",
+        5,
     )
     assert first_error is not None
     # rank 1 raises at ~0.2 s; rank 0 holds the run in FAILING for the 1 s grace.
     time.sleep(0.5)
     st = {r["run_id"]: r["state"] for r in client.status()["runs"]}
     assert st[run_id] == "FAILING", st[run_id]
-    client.send(P.CANCEL_RUN, {"run_id": run_id})
-    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 5)
+    client.send(messages.CANCEL_RUN, {"run_id": run_id})
+    done = _wait_for(client, run_id, lambda m: m.msg_type == messages.RUN_DONE, 5)
     st = {r["run_id"]: r["state"] for r in client.status()["runs"]}
     if done is None:
-        client.send(P.CANCEL_RUN, {"run_id": run_id})  # clean up the restarted run
-        _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 5)
+        client.send(messages.CANCEL_RUN, {"run_id": run_id})  # clean up the restarted run
+        _wait_for(client, run_id, lambda m: m.msg_type == messages.RUN_DONE, 5)
     assert done is not None, f"the cancel was dropped: the run is {st[run_id]} again"
     assert done.content["state"] == "CANCELLED"
     wait_idle_workers(client, 4)
@@ -186,7 +189,7 @@ def test_restart_note_tells_why_reported_checkpoints_were_not_saved(warm, tmp_pa
         client,
         run_id,
         lambda m: (
-            m.msg_type == P.RUN_DONE
+            m.msg_type == messages.RUN_DONE
             or (m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"]))
         ),
         20,
@@ -621,7 +624,7 @@ def test_checkpoint_score_attribute_never_reported_is_said(warm, tmp_path):
         client,
         run_id,
         lambda m: (
-            m.msg_type == P.RUN_DONE
+            m.msg_type == messages.RUN_DONE
             or (m.content["event"].get("kind") == "note" and notes.append(m.content["event"]["text"]))
         ),
         20,
@@ -712,7 +715,7 @@ def test_runs_lists_a_failing_run_with_its_duration(warm):
         _wait_for(
             client,
             run_id,
-            lambda m: m.msg_type == P.RUN_EVENT and m.content["event"].get("state") == "RUNNING",
+            lambda m: m.msg_type == messages.RUN_EVENT and m.content["event"].get("state") == "RUNNING",
             5,
         )
         is not None
@@ -722,7 +725,7 @@ def test_runs_lists_a_failing_run_with_its_duration(warm):
     row = df[df["name"] == accepted["name"]].iloc[0]
     assert row["state"] == "FAILING"
     assert row["duration_s"] == row["duration_s"] and row["duration_s"] > 0.3, row.to_dict()
-    _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 10)
+    _wait_for(client, run_id, lambda m: m.msg_type == messages.RUN_DONE, 10)
     wait_idle_workers(client, 4)
 
 
@@ -744,15 +747,15 @@ def test_unlimited_restarts_keep_a_bounded_record(warm, tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         msg = client.recv(0.1)
-        if msg is not None and msg.content.get("run_id") == run_id and msg.msg_type == P.RUN_EVENT:
+        if msg is not None and msg.content.get("run_id") == run_id and msg.msg_type == messages.RUN_EVENT:
             ev = msg.content["event"]
             if ev.get("kind") == "note" and ev.get("text", "").startswith("restart "):
                 last = ev["text"]
                 if int(last.split()[1].split("/")[0]) >= 250:
                     break
     assert last is not None and last.startswith("restart 25") and "/unlimited:" in last, last
-    client.send(P.CANCEL_RUN, {"run_id": run_id})
-    done = _wait_for(client, run_id, lambda m: m.msg_type == P.RUN_DONE, 10)
+    client.send(messages.CANCEL_RUN, {"run_id": run_id})
+    done = _wait_for(client, run_id, lambda m: m.msg_type == messages.RUN_DONE, 10)
     assert done is not None and done.content["state"] == "CANCELLED"
     record = json.loads((tmp_path / accepted["name"] / "run.json").read_text())
     assert len(record["failures"]) <= 100, len(record["failures"])

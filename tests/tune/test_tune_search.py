@@ -208,7 +208,7 @@ def test_choice_and_grid_take_lists():
 
 
 def test_optuna_translates_the_space_to_distributions():
-    import optuna.distributions as D
+    import optuna.distributions as distributions
 
     from raynb.tune.search.optuna import OptunaSearch
 
@@ -225,12 +225,12 @@ def test_optuna_translates_the_space_to_distributions():
     s = OptunaSearch(metric="loss", mode="min", seed=0)
     assert s.set_search_properties(None, None, space)
     d = s._dists
-    assert d["lr"] == D.FloatDistribution(1e-4, 1e-1, log=True)
-    assert d["m/width"] == D.IntDistribution(8, 64, step=8)
-    assert d["drop"] == D.FloatDistribution(0.0, 0.5, step=0.1)
-    assert d["n"] == D.IntDistribution(1, 4)  # randint's upper bound is exclusive
-    assert d["k"] == D.IntDistribution(1, 99, log=True)
-    assert d["act"] == D.CategoricalDistribution(["relu", "tanh"])
+    assert d["lr"] == distributions.FloatDistribution(1e-4, 1e-1, log=True)
+    assert d["m/width"] == distributions.IntDistribution(8, 64, step=8)
+    assert d["drop"] == distributions.FloatDistribution(0.0, 0.5, step=0.1)
+    assert d["n"] == distributions.IntDistribution(1, 4)  # randint's upper bound is exclusive
+    assert d["k"] == distributions.IntDistribution(1, 99, log=True)
+    assert d["act"] == distributions.CategoricalDistribution(["relu", "tanh"])
     for i in range(20):
         c = s.suggest(f"t{i}")
         assert c["fixed"] == 3 and c["shape"] in [(1, 2), (3, 4)] and c["m"]["width"] % 8 == 0

@@ -24,7 +24,7 @@ import logging
 from collections import OrderedDict
 from typing import Callable
 
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.event_batch import (
     MAX_BATCH_BYTES,
     event_bytes,
@@ -88,7 +88,7 @@ class ClientOutbox:
         events: list[dict] = []
         accepted = None  # a run_accepted waiting for the events after it
         for msg_type, content, buffers in items:
-            if msg_type == P.RUN_EVENT:
+            if msg_type == messages.RUN_EVENT:
                 # Only the accepted run's own first events (its states), while none went past
                 # them (the order kept), and small ones: never a burst of another run's output.
                 if (
@@ -105,7 +105,7 @@ class ClientOutbox:
             if accepted is not None:
                 self._send_accepted(identity, accepted)
                 accepted = None
-            if msg_type == P.RUN_DONE and events:
+            if msg_type == messages.RUN_DONE and events:
                 parts = split_batches(events)
                 last = parts.pop()
                 if sum(event_bytes(e["event"]) for e in last) > MAX_BATCH_BYTES // 4:
@@ -119,7 +119,7 @@ class ClientOutbox:
             elif events:
                 self._send_events(identity, events)
                 events = []
-            if msg_type == P.RUN_ACCEPTED and accepted_events and not buffers:
+            if msg_type == messages.RUN_ACCEPTED and accepted_events and not buffers:
                 accepted = (msg_type, {**content, "events": []}, buffers)  # sent with the states after it
             else:
                 self._send(identity, msg_type, content, buffers)
@@ -140,6 +140,6 @@ class ClientOutbox:
 
     def _send_part(self, identity: bytes, part: list[dict]) -> None:
         if len(part) == 1:
-            self._send(identity, P.RUN_EVENT, part[0], ())
+            self._send(identity, messages.RUN_EVENT, part[0], ())
         else:
-            self._send(identity, P.RUN_EVENTS, {"events": part}, ())
+            self._send(identity, messages.RUN_EVENTS, {"events": part}, ())

@@ -10,34 +10,34 @@ from __future__ import annotations
 import os
 import time
 
-from ..protocol import messages as P
+from ..protocol import messages
 from ..storage.made_ahead import spare_files
 from .local_node import LOCAL_NODE_ID
 
 
 class ClientRequests:
-    def on_hello(self, msg: P.Message) -> None:
+    def on_hello(self, msg: messages.Message) -> None:
         if msg.content.get("keep") is True and not self._stop:  # `raynb start` found it running
             self.idle_stop.keep()
         self.send(
             msg.identity,
-            P.HELLO_REPLY,
+            messages.HELLO_REPLY,
             {
                 "address": self.address,
                 "pid": os.getpid(),
-                "version": P.PROTOCOL_VERSION,
+                "version": messages.PROTOCOL_VERSION,
                 "kept": self.idle_stop.kept,
             },
         )
 
-    def on_ping(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.PONG, {"time": time.time()})
+    def on_ping(self, msg: messages.Message) -> None:
+        self.send(msg.identity, messages.PONG, {"time": time.time()})
 
-    def on_list_runs(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.RUNS_REPLY, {"runs": self.store.summaries()})
+    def on_list_runs(self, msg: messages.Message) -> None:
+        self.send(msg.identity, messages.RUNS_REPLY, {"runs": self.store.summaries()})
 
-    def on_status_request(self, msg: P.Message) -> None:
-        self.send(msg.identity, P.STATUS_REPLY, self.status())
+    def on_status_request(self, msg: messages.Message) -> None:
+        self.send(msg.identity, messages.STATUS_REPLY, self.status())
 
     def status(self) -> dict:
         return {
@@ -72,7 +72,7 @@ class ClientRequests:
             ],
         }
 
-    def on_cancel_run(self, msg: P.Message) -> None:
+    def on_cancel_run(self, msg: messages.Message) -> None:
         run = self.runs.get(msg.content.get("run_id"))
         if run is None:
             return
@@ -80,7 +80,7 @@ class ClientRequests:
             self.queue.discard(run)
         self.controller.cancel(run, stop=msg.content.get("reason") == "stop")
 
-    def on_request_checkpoint(self, msg: P.Message) -> None:
+    def on_request_checkpoint(self, msg: messages.Message) -> None:
         """A driver Callback set SHOULD_CHECKPOINT for a trial: its running ranks are asked
         to checkpoint at their next step (a class Trainable's loop reads it)."""
         run = self.runs.get(msg.content["run_id"])
@@ -89,7 +89,9 @@ class ClientRequests:
         for wid in run.ranks:
             w = self.registry.workers.get(wid)
             if w is not None:
-                self.send(w.identity, P.CHECKPOINT_REQUESTED, {"run_id": run.run_id, "attempt": run.attempt})
+                self.send(
+                    w.identity, messages.CHECKPOINT_REQUESTED, {"run_id": run.run_id, "attempt": run.attempt}
+                )
 
     def with_cause(self, why: str | None) -> str | None:
         """Why a run cannot be placed (``why``: the scheduler's reason, or None): the local

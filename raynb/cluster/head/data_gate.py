@@ -28,7 +28,7 @@ from typing import Callable
 
 import zmq
 
-from ..protocol import messages as P
+from ..protocol import messages
 from .registry import Registry
 from .run import Run
 
@@ -52,7 +52,7 @@ class _Waiting:
 
 
 def send_if_connected(
-    sock: zmq.Socket, session: P.Session, before: Callable[[bytes], None] = lambda identity: None
+    sock: zmq.Socket, session: messages.Session, before: Callable[[bytes], None] = lambda identity: None
 ) -> Callable:
     """``send(identity, msg_type, content) -> bool`` on the head's ROUTER ``sock``: False,
     and nothing sent, when no peer of that identity is connected (``ROUTER_MANDATORY`` for
@@ -132,7 +132,7 @@ class DataGate:
         names = ", ".join(n["node_id"] for n in needs)
         if not run.client or not self._send(
             run.client,
-            P.DATA_NEEDED,
+            messages.DATA_NEEDED,
             {"run_id": run.run_id, "attempt": run.attempt, "key": key, "nodes": needs},
         ):
             self._fail(
@@ -160,7 +160,7 @@ class DataGate:
             if worker is not None and gpu_id is not None:
                 self._registry.give_back_gpu(worker.node_id, gpu_id)
 
-    def _take(self, msg: P.Message) -> _Waiting | None:
+    def _take(self, msg: messages.Message) -> _Waiting | None:
         w = self.waiting.get(msg.content["run_id"])
         if w is None or w.attempt != msg.content["attempt"] or msg.identity != w.run.client:
             return None  # late, for an earlier attempt, or not from the run's client
@@ -168,7 +168,7 @@ class DataGate:
         self._unreserve(w)
         return w
 
-    def on_ready(self, msg: P.Message) -> None:
+    def on_ready(self, msg: messages.Message) -> None:
         w = self._take(msg)
         if w is None:
             return
@@ -185,7 +185,7 @@ class DataGate:
         else:  # a reserved worker died meanwhile: place it again (its nodes keep the data)
             self._requeue(w.run)
 
-    def on_failed(self, msg: P.Message) -> None:
+    def on_failed(self, msg: messages.Message) -> None:
         w = self._take(msg)
         if w is not None and w.run.state == "PENDING":
             self._fail(w.run, msg.content["message"])

@@ -24,12 +24,14 @@ as a ``ray start`` cluster outlives its drivers; ``raynb stop`` still ends it.
 
 from __future__ import annotations
 
-from ..protocol import messages as P
+from ..protocol import messages
 from .run import TERMINAL
 
 # What a client sends when it uses the cluster: ``connect()``'s hello, and what it asks of
 # runs and jobs (a client following a run is counted by the run being active).
-USE = frozenset({P.HELLO, P.SUBMIT_RUN, P.ATTACH_RUN, P.CANCEL_RUN, P.SUBMIT_JOB})
+USE = frozenset(
+    {messages.HELLO, messages.SUBMIT_RUN, messages.ATTACH_RUN, messages.CANCEL_RUN, messages.SUBMIT_JOB}
+)
 
 # A client submits right after it says hello; 10 s also covers a busy machine.
 CLIENT_GRACE_S = 10.0

@@ -34,7 +34,7 @@ from pathlib import Path
 from .. import settings
 from ..connection_file import open_private, private_dir
 from ..procutil import die_with_parent, kill_group
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.job_messages import check_submit
 from ..protocol.run_states import JOB_TERMINAL
 from . import job_archive, job_supervisor
@@ -104,7 +104,7 @@ class Jobs:
         return private_dir("jobs") / job_id
 
     # -- requests ---------------------------------------------------------------
-    def on_submit_job(self, msg: P.Message) -> None:
+    def on_submit_job(self, msg: messages.Message) -> None:
         """Checked and its directory made here; its working directory unpacked off the loop
         (``job_archive``), then started and answered (``_unpacked``)."""
         archive = msg.buffers[0] if msg.buffers else None
@@ -112,22 +112,24 @@ class Jobs:
             job_id, work = self.prepare(msg.content)
             if archive is not None:
                 self.offloop.submit(
-                    lambda: job_archive.unpack_in_child(P.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES),
+                    lambda: job_archive.unpack_in_child(
+                        messages.buffer_bytes(archive), work, MAX_WORKING_DIR_BYTES
+                    ),
                     lambda _, error: self._unpacked(msg, job_id, error),
                 )
                 return self._unpacking.add(job_id)
             job = self.launch(msg.content, job_id, work)
         except (JobRefused, Busy) as e:
-            return self.send(msg.identity, P.ERROR, {"message": str(e)})
-        self.send(msg.identity, P.JOB_REPLY, {"job": job})
+            return self.send(msg.identity, messages.ERROR, {"message": str(e)})
+        self.send(msg.identity, messages.JOB_REPLY, {"job": job})
 
-    def _unpacked(self, msg: P.Message, job_id: str, error: BaseException | None) -> None:
+    def _unpacked(self, msg: messages.Message, job_id: str, error: BaseException | None) -> None:
         """(the loop) The job's working directory is unpacked, or was refused."""
         self._unpacking.discard(job_id)
         if error is None:
             return self.send(
                 msg.identity,
-                P.JOB_REPLY,
+                messages.JOB_REPLY,
                 {"job": self.launch(msg.content, job_id, self._dir(job_id) / "work")},
             )
         shutil.rmtree(self._dir(job_id), ignore_errors=True)  # a refused submit leaves nothing
@@ -136,17 +138,17 @@ class Jobs:
             if isinstance(error, job_archive.ArchiveRefused)
             else f"the working directory archive cannot be unpacked: {type(error).__name__}: {error}"
         )
-        self.send(msg.identity, P.ERROR, {"message": text})
+        self.send(msg.identity, messages.ERROR, {"message": text})
 
-    def on_list_jobs(self, msg: P.Message) -> None:
+    def on_list_jobs(self, msg: messages.Message) -> None:
         self.poll()
-        self.send(msg.identity, P.JOBS_REPLY, {"jobs": [dict(j) for j in self.jobs.values()]})
+        self.send(msg.identity, messages.JOBS_REPLY, {"jobs": [dict(j) for j in self.jobs.values()]})
 
-    def on_job_logs(self, msg: P.Message) -> None:
+    def on_job_logs(self, msg: messages.Message) -> None:
         job_id, offset = msg.content["job_id"], msg.content["offset"]
         job = self.jobs.get(job_id)
         if job is None:
-            return self.send(msg.identity, P.ERROR, {"message": self._unknown(job_id)})
+            return self.send(msg.identity, messages.ERROR, {"message": self._unknown(job_id)})
         self.poll()
         state = job["state"]  # read before the log: a job that ended has all its output there
         with os.fdopen(open_private(self._dir(job_id) / "output.log", os.O_RDONLY, create=False), "rb") as f:
@@ -156,7 +158,7 @@ class Jobs:
             state = "RUNNING" if state in TERMINAL else state  # more to read: ask again
         self.send(
             msg.identity,
-            P.JOB_LOGS_REPLY,
+            messages.JOB_LOGS_REPLY,
             {
                 "job_id": job_id,
                 "offset": offset + len(data),
@@ -165,12 +167,12 @@ class Jobs:
             },
         )
 
-    def on_stop_job(self, msg: P.Message) -> None:
+    def on_stop_job(self, msg: messages.Message) -> None:
         job_id = msg.content["job_id"]
         if job_id not in self.jobs:
-            return self.send(msg.identity, P.ERROR, {"message": self._unknown(job_id)})
+            return self.send(msg.identity, messages.ERROR, {"message": self._unknown(job_id)})
         self.stop(job_id)
-        self.send(msg.identity, P.JOB_REPLY, {"job": dict(self.jobs[job_id])})
+        self.send(msg.identity, messages.JOB_REPLY, {"job": dict(self.jobs[job_id])})
 
     def _unknown(self, job_id: str) -> str:
         known = ", ".join(sorted(self.jobs)[-5:]) or "none"
@@ -184,7 +186,7 @@ class Jobs:
         job_id, work = self.prepare(content)
         if archive is not None:
             try:
-                unpack(P.buffer_bytes(archive), work)
+                unpack(messages.buffer_bytes(archive), work)
             except BaseException:
                 shutil.rmtree(self._dir(job_id), ignore_errors=True)  # a refused job burns no id
                 raise

@@ -11,7 +11,7 @@ import time
 
 from ..connection_file import raynb_home, remove_connection_file, write_connection_file
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
+from ..protocol import messages
 from ..storage.made_ahead import spare_files
 from .pool import IDLE_TIMEOUT_ENV, idle_timeout_s
 from .server import Head
@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     if args.daemon and os.fork() > 0:
         os._exit(0)  # the launcher exits; the head is adopted by init and outlives its starter
     logging.basicConfig(level=logging.INFO, format="%(asctime)s head %(levelname)s %(message)s")
-    key, curve_keys = P.key_from_env() if not args.key_file else b"", None
+    key, curve_keys = messages.key_from_env() if not args.key_file else b"", None
     if args.key_file:
         seed = curve.read_head_keys(args.key_file)
         key, curve_keys = seed["key"].encode(), seed["curve"]
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         "workers": args.workers,
         "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
         "created": time.time(),
-        "version": P.PROTOCOL_VERSION,
+        "version": messages.PROTOCOL_VERSION,
         "token": args.token,
     }
     if head.curve_keys:  # the server's public key and the client keypair; never its secret

@@ -18,7 +18,7 @@ import os
 import time
 
 from ..procutil import describe_exit, signal_name
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.rejects import REFUSED
 from .local_node import LOCAL_NODE_ID
 from .registry import NodeInfo, WorkerInfo
@@ -67,11 +67,13 @@ class NodeEvents:
     """Node registration, stats, worker readiness and exits, losing a node."""
 
     # -- nodes and workers ------------------------------------------------------
-    def on_node_register(self, msg: P.Message) -> None:
+    def on_node_register(self, msg: messages.Message) -> None:
         c = msg.content
         old = self.registry.nodes.get(c["node_id"])
         if old is not None and old.identity == msg.identity:
-            return self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})  # a repeat
+            return self.send(
+                msg.identity, messages.PONG, {"time": time.time(), "registered": True}
+            )  # a repeat
         if (
             old is not None
             and not _same_agent(old, c)
@@ -109,7 +111,7 @@ class NodeEvents:
             c["num_workers"],
             len(c.get("gpus", [])),
         )
-        self.send(msg.identity, P.PONG, {"time": time.time(), "registered": True})
+        self.send(msg.identity, messages.PONG, {"time": time.time(), "registered": True})
 
     def _refuse_duplicate(self, identity: bytes, old: NodeInfo, c: dict) -> None:
         """Another live agent holds this node id: it keeps it (its runs go on), and the
@@ -135,7 +137,7 @@ class NodeEvents:
         except Exception:  # noqa: BLE001 - best effort
             pass
 
-    def on_worker_ready(self, msg: P.Message) -> None:
+    def on_worker_ready(self, msg: messages.Message) -> None:
         c = msg.content
         if c["node_id"] not in self.registry.nodes:
             return  # a worker of a node that was lost (its agent ends it)
@@ -153,7 +155,7 @@ class NodeEvents:
         )
         self.schedule()
 
-    def on_node_stats(self, msg: P.Message) -> None:
+    def on_node_stats(self, msg: messages.Message) -> None:
         node = self.registry.nodes.get(msg.content.get("node_id"))
         known = node is not None and node.identity == msg.identity
         now = time.monotonic()
@@ -166,7 +168,7 @@ class NodeEvents:
         # "registered": False tells an agent whose connection came back to a restarted head
         # (same address and keys) that it must register again, asked or not.
         if not known or msg.content.get("reply", True):
-            self.send(msg.identity, P.PONG, {"time": time.time(), "registered": known})
+            self.send(msg.identity, messages.PONG, {"time": time.time(), "registered": known})
         if not known:
             return
         node.load = msg.content.get("load")
@@ -178,7 +180,7 @@ class NodeEvents:
                     run.observe(rank, stats)
                 self.emit(run, {"kind": "stats", "workers": workers})
 
-    def on_worker_exited(self, msg: P.Message) -> None:
+    def on_worker_exited(self, msg: messages.Message) -> None:
         c = msg.content
         w = self.registry.remove_worker(c["worker_id"])
         how = c.get("reason") or describe_exit(c.get("exitcode"), c.get("signal"))
@@ -191,7 +193,7 @@ class NodeEvents:
         self.pool.refill(c.get("node_id"))
         self.schedule()
 
-    def on_node_lost(self, msg: P.Message) -> None:
+    def on_node_lost(self, msg: messages.Message) -> None:
         """A launcher saw a node die (Ray reported its Ray node dead, or its agent actor
         gone): the node's ranks fail their runs now, through the same path as a node that
         stopped answering (:meth:`_lose_node`), instead of after ``NODE_TIMEOUT_S``.
@@ -206,7 +208,7 @@ class NodeEvents:
         node = self.registry.nodes.get(msg.content["node_id"])
         if node is not None:
             self._lose_node(node, msg.content["reason"])
-        self.send(msg.identity, P.NODE_LOST_REPLY, {"known": node is not None})
+        self.send(msg.identity, messages.NODE_LOST_REPLY, {"known": node is not None})
 
     def lose_exited_ranks(self, now: float) -> None:
         """(each tick) Fail the ranks whose workers exited ``EXIT_GRACE_S`` ago or more."""

@@ -25,7 +25,7 @@ import logging
 import os
 from typing import Callable
 
-from ..protocol import messages as P
+from ..protocol import messages
 from .registry import Registry, WorkerInfo
 
 log = logging.getLogger("raynb.head")
@@ -93,7 +93,7 @@ class WorkerPool:
         if missing:
             node = self.registry.nodes[node_id]
             node.spawning += missing
-            self._send(node.identity, P.SPAWN_WORKERS, {"count": missing})
+            self._send(node.identity, messages.SPAWN_WORKERS, {"count": missing})
 
     def tick(self, now: float, runs_waiting: bool) -> None:
         """Note when the workers that became idle since the last tick did, update the thread
@@ -123,7 +123,7 @@ class WorkerPool:
                 w.threads = share
                 self._send(
                     w.identity,
-                    P.SET_THREADS,
+                    messages.SET_THREADS,
                     {"run_id": w.run_id, "attempt": w.attempt, "num_threads": share},
                 )
 
@@ -165,7 +165,7 @@ class WorkerPool:
             node.num_workers,
         )
         self.registry.remove_worker(w.worker_id)  # never scheduled again; its exit comes later
-        self._send(node.identity, P.RETIRE_WORKER, {"worker_id": w.worker_id})
+        self._send(node.identity, messages.RETIRE_WORKER, {"worker_id": w.worker_id})
 
     def free_data(self, key: str) -> None:
         """Every node removes its shared-memory segments of ``key`` (a run's id when the run
@@ -175,7 +175,7 @@ class WorkerPool:
         cost the head in proportion to the cluster's size."""
         for node in self.registry.nodes.values():
             if node.hosted:
-                self._send(node.identity, P.FREE_DATA, {"key": key})
+                self._send(node.identity, messages.FREE_DATA, {"key": key})
 
     # -- the node agents' samples -------------------------------------------------
     def observe(self, content: dict, now: float) -> dict[str, dict]:

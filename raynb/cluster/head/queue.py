@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Callable
 
-from ..protocol import messages as P
+from ..protocol import messages
 from . import elastic, scheduler
 from .controller import RunController
 from .registry import Registry, WorkerInfo
@@ -64,7 +64,7 @@ class RunQueue:
         for wid in run.ranks:
             w = self._registry.workers.get(wid)
             if w is not None:
-                self._send(w.identity, P.REPORT_GATE, content)
+                self._send(w.identity, messages.REPORT_GATE, content)
 
     def add(self, run: Run, front: bool = False) -> None:
         """Queue a run (``front``: a restart goes before the runs that came after it)."""
@@ -136,7 +136,7 @@ class RunQueue:
         for node_id, count in decision.forks.items():
             node = self._registry.nodes[node_id]
             node.spawning += count
-            self._send(node.identity, P.SPAWN_WORKERS, {"count": count})
+            self._send(node.identity, messages.SPAWN_WORKERS, {"count": count})
         if decision.unplaceable > 0 and elastic.is_elastic(run.spec):
             if run.spec.get("_wait_noted") != decision.unplaceable:  # a new count: a new line
                 run.spec["_wait_noted"] = decision.unplaceable
@@ -233,7 +233,7 @@ class RunQueue:
                     },
                 )
             )
-        self._send_each(P.RUN_TASK, tasks, run.payload)
+        self._send_each(messages.RUN_TASK, tasks, run.payload)
         restart = run.spec.pop("_restart", None)
         self._elastic_notes(run, before, nodes, restart, checkpoint)
         if restart:

@@ -16,7 +16,7 @@ not sent; at least 1 when the file holds more than was read).
 from __future__ import annotations
 
 from .. import settings
-from ..protocol import messages as P
+from ..protocol import messages
 from ..storage.record_tail import tail_output, tail_reports
 from ..storage.rundir import OUTPUT_TAIL_LINES, CorruptRunDirectory, read_run_dir
 from .offloop import Busy
@@ -50,17 +50,17 @@ class RunRecords:
     """A mixin of :class:`~raynb.cluster.head.server.Head`: ``get_run`` and ``attach_run``
     (its ``store``, ``registry``, ``offloop``, ``send``)."""
 
-    def on_get_run(self, msg: P.Message) -> None:
+    def on_get_run(self, msg: messages.Message) -> None:
         self._send_record(msg, attach=False)
 
-    def on_attach_run(self, msg: P.Message) -> None:
+    def on_attach_run(self, msg: messages.Message) -> None:
         self._send_record(msg, attach=True)
 
-    def _send_record(self, msg: P.Message, attach: bool) -> None:
+    def _send_record(self, msg: messages.Message, attach: bool) -> None:
         run = self.store.find(msg.content.get("name"), msg.content.get("run_id"))
         if run is None:
             return self.send(
-                msg.identity, P.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))}
+                msg.identity, messages.ERROR, {"message": self.store.no_such_run(msg.content.get("name"))}
             )
         max_reports, max_lines = limits(msg.content)
         self.store.before_record(run)
@@ -71,7 +71,7 @@ class RunRecords:
                 lambda rec, error: self._record_read(msg.identity, run, attach, max_reports, rec, error),
             )
         except Busy as e:
-            self.send(msg.identity, P.ERROR, {"message": str(e)})
+            self.send(msg.identity, messages.ERROR, {"message": str(e)})
 
     def _record_read(self, identity: bytes, run: Run, attach: bool, max_reports: int, rec, error) -> None:
         """(the loop) The read is done: the record as of now, sent."""
@@ -94,4 +94,4 @@ class RunRecords:
                 for r, wid in enumerate(run.ranks)
                 if wid in workers
             ]
-        self.send(identity, P.RUN_RECORD, {"record": rec})
+        self.send(identity, messages.RUN_RECORD, {"record": rec})

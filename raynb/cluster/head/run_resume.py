@@ -11,7 +11,7 @@ queued on the loop once the read is done (``Head.accept_run``), as any other sub
 
 from __future__ import annotations
 
-from ..protocol import messages as P
+from ..protocol import messages
 from ..storage.resume_files import read_for_resume
 from ..storage.rundir import CorruptRunDirectory
 from .offloop import Busy
@@ -21,7 +21,7 @@ from .store import RunRefused
 class ResumedRuns:
     """A ``Head`` mixin (its ``store``, ``offloop``, ``send``, ``accept_run``)."""
 
-    def submit_resumed(self, msg: P.Message, spec: dict) -> None:
+    def submit_resumed(self, msg: messages.Message, spec: dict) -> None:
         """Read the run directory ``spec`` resumes off the loop, then accept the run; a
         refusal (a live run of that name, a second resume of it under way, a directory
         that cannot be read, too much work queued) is sent as the submit's ``error``."""
@@ -44,7 +44,7 @@ class ResumedRuns:
             return self._refuse_resume(msg, spec, str(e))
         resuming.add(path)
 
-    def _resume_read(self, msg: P.Message, spec: dict, path: str, files, error) -> None:
+    def _resume_read(self, msg: messages.Message, spec: dict, path: str, files, error) -> None:
         """(the loop) The directory is read: the run is created and queued, or refused."""
         self._resuming.discard(path)
         if error is not None:
@@ -55,5 +55,5 @@ class ResumedRuns:
             )
         self.accept_run(msg, spec, files)
 
-    def _refuse_resume(self, msg: P.Message, spec: dict, message: str) -> None:
-        self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"), "message": message})
+    def _refuse_resume(self, msg: messages.Message, spec: dict, message: str) -> None:
+        self.send(msg.identity, messages.ERROR, {"run_id": spec.get("run_id"), "message": message})

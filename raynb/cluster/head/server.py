@@ -17,9 +17,8 @@ import time
 import zmq
 
 from ..connection_file import remove_connection_file
-from ..protocol import chunking, event_batch, signing
+from ..protocol import chunking, event_batch, messages, signing
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
 from ..protocol.dispatch import bind
 from . import elastic, idle_stop, progress_relay, scheduler
 from .client_outbox import ClientOutbox
@@ -72,10 +71,10 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         curve_keys: dict | None = None,
     ):
         self.key = key
-        self.session = P.Session(key, validate=True)
+        self.session = messages.Session(key, validate=True)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.ROUTER)
-        P.configure_socket(self.sock)
+        messages.configure_socket(self.sock)
         # No ROUTER_HANDOVER: routing ids are guessable (worker:local-w1), and with
         # handover anyone who can connect, key or not, would take over a worker's or
         # node's route and receive its tasks. A peer with an id already in use is
@@ -175,7 +174,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
                     if self._stop:
                         break  # stopping: what is left is not answered as if the head stayed
                     try:
-                        frames = P.recv_frames(self.sock, zmq.NOBLOCK)
+                        frames = messages.recv_frames(self.sock, zmq.NOBLOCK)
                     except zmq.Again:
                         break
                     self._receive(frames)
@@ -208,7 +207,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
         elif identity.startswith(b"worker:"):
-            self.registry.worker_seen(P.routing_name(identity), identity, time.monotonic())
+            self.registry.worker_seen(messages.routing_name(identity), identity, time.monotonic())
         elif identity.startswith(b"client:"):
             self.outbox.heard(identity, msg.header.get("version"))
             if msg.msg_type in idle_stop.USE:
@@ -224,7 +223,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             if identity.startswith(b"client:"):
                 self.send(
                     identity,
-                    P.ERROR,
+                    messages.ERROR,
                     {"message": f"the head failed to handle {msg.msg_type}; see head.log in RAYNB_HOME"},
                 )
 
@@ -253,7 +252,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             self._stop = True
 
     # -- clients (their requests: client_requests.py) ---------------------------
-    def on_shutdown(self, msg: P.Message) -> None:
+    def on_shutdown(self, msg: messages.Message) -> None:
         if msg.content.get("when_idle"):  # idle_stop.py: stop once no other client uses it
             self.idle_stop.ask(
                 [msg.identity, *(o.encode() for o in msg.content.get("owners") or () if isinstance(o, str))]
@@ -263,23 +262,23 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
                 log.info("a stop when idle is asked; waiting for %s", busy)
                 return self.send(
                     msg.identity,
-                    P.STATUS_REPLY,
+                    messages.STATUS_REPLY,
                     {"stopping": False, "in_use": busy, "kept": self.idle_stop.kept},
                 )
         log.info("shutdown requested")
-        self.send(msg.identity, P.STATUS_REPLY, {"stopping": True})
+        self.send(msg.identity, messages.STATUS_REPLY, {"stopping": True})
         self._stop = True
 
     def _in_use(self, now: float) -> str | None:
         self.jobs.poll()
         return self.idle_stop.in_use(self.store.ticking(), len(self.jobs.procs), now)
 
-    def on_submit_run(self, msg: P.Message) -> None:
+    def on_submit_run(self, msg: messages.Message) -> None:
         spec = dict(msg.content)
         n = spec.get("num_workers")
 
         def refuse(message: str) -> None:
-            self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"), "message": message})
+            self.send(msg.identity, messages.ERROR, {"run_id": spec.get("run_id"), "message": message})
 
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             return refuse(f"num_workers must be a positive integer, got {n!r}")
@@ -299,7 +298,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             return self.submit_resumed(msg, spec)  # its files read off the loop (run_resume)
         self.accept_run(msg, spec)
 
-    def accept_run(self, msg: P.Message, spec: dict, resumed=None) -> None:
+    def accept_run(self, msg: messages.Message, spec: dict, resumed=None) -> None:
         """Create a submitted run (``resumed``: its directory as read, ``run_resume``),
         queue it and answer its client; a refusal is the submit's ``error``."""
         try:
@@ -307,27 +306,27 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
                 spec, msg.identity, signing.Payload(msg.buffers), chunking.view(msg.buffers[0]), resumed
             )
         except RunRefused as e:
-            return self.send(msg.identity, P.ERROR, {"run_id": spec.get("run_id"), "message": str(e)})
+            return self.send(msg.identity, messages.ERROR, {"run_id": spec.get("run_id"), "message": str(e)})
         self.queue.add(run)
         # Queued (client_outbox): the client hears of it once the drain ends, after its
         # ranks got their tasks (schedule, below), which is what it waits for.
         self.outbox.put(
             msg.identity,
-            P.RUN_ACCEPTED,
+            messages.RUN_ACCEPTED,
             {"run_id": run.run_id, "name": run.name, "path": str(run.rundir.path)},
         )
         self.emit(run, {"kind": "state", "state": "PENDING"})
         self.schedule()
 
     # -- run events -------------------------------------------------------------
-    def _rank_of(self, msg: P.Message, run: Run) -> int | None:
+    def _rank_of(self, msg: messages.Message, run: Run) -> int | None:
         """The rank a worker's message speaks for, if the sender holds it in this attempt."""
         rank = msg.content["rank"]
-        if not (0 <= rank < len(run.ranks)) or run.ranks[rank] != P.routing_name(msg.identity):
+        if not (0 <= rank < len(run.ranks)) or run.ranks[rank] != messages.routing_name(msg.identity):
             return None  # a late message from a rank of an earlier attempt
         return rank
 
-    def on_task_event(self, msg: P.Message) -> None:
+    def on_task_event(self, msg: messages.Message) -> None:
         c = msg.content
         run = self.runs.get(c["run_id"])
         if run is None or run.state not in ("RUNNING", "CANCELLING", "FAILING"):
@@ -360,7 +359,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             return
         self.emit(run, event)
 
-    def on_task_events(self, msg: P.Message) -> None:
+    def on_task_events(self, msg: messages.Message) -> None:
         """A burst of a rank's events (``task_events``), or those riding in its ``task_done``
         (worker_link), each handled as if it came alone: one that fails is logged and the
         others, and the rank's end, still count."""
@@ -372,11 +371,11 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
                     "error handling an event of run %s's rank %s", msg.content["run_id"], msg.content["rank"]
                 )
 
-    def on_task_done(self, msg: P.Message) -> None:
+    def on_task_done(self, msg: messages.Message) -> None:
         self.on_task_events(msg)  # its last events, sent with it
         c = msg.content
         run = self.runs.get(c["run_id"])
-        worker = self.registry.workers.get(P.routing_name(msg.identity))
+        worker = self.registry.workers.get(messages.routing_name(msg.identity))
         if worker is not None and worker.run_id == c["run_id"]:
             worker.run_id = worker.rank = None
         rank = self._rank_of(msg, run) if run is not None else None
@@ -392,7 +391,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
     def emit(self, run: Run, event: dict) -> None:
         progress_relay.flush(run, self.emit)  # the ranks' progress goes before what follows it
         event.setdefault("time", time.time())
-        self._to_clients(run, P.RUN_EVENT, {"run_id": run.run_id, "event": event})
+        self._to_clients(run, messages.RUN_EVENT, {"run_id": run.run_id, "event": event})
 
     def _note(self, run_id: str, text: str) -> None:
         run = self.runs.get(run_id)
@@ -407,7 +406,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
     def cancel_rank(self, run: Run, rank: int) -> None:
         w = self.registry.workers.get(run.ranks[rank])
         if w is not None:
-            self.send(w.identity, P.CANCEL_TASK, {"run_id": run.run_id, "attempt": run.attempt})
+            self.send(w.identity, messages.CANCEL_TASK, {"run_id": run.run_id, "attempt": run.attempt})
 
     def kill_rank(self, run: Run, rank: int) -> bool:
         wid = run.ranks[rank]
@@ -418,13 +417,13 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         if node is not None and node.node_id != LOCAL_NODE_ID and self.node_suspect(node, run.stopping_since):
             # Its host may be gone (a peer's gloo error came first): the rank ends with its
             # exit report if the node lives, else with the node's loss, which names it.
-            self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+            self.send(node.identity, messages.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
             return False
         log.info("run %s: rank %d (pid %d) did not stop in time; killing it", run.name, rank, w.pid)
         w.run_id = w.rank = None
         self.registry.remove_worker(wid)  # gone for scheduling; its exit is reported later
         if node is not None:
-            self.send(node.identity, P.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
+            self.send(node.identity, messages.KILL_WORKER, {"worker_id": wid, "signal": signal.SIGKILL})
         return True
 
     def release(self, run: Run) -> None:
@@ -445,7 +444,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         self.queue.schedule()
 
     def run_ended(self, run: Run) -> None:  # after the end's state event (progress went before it)
-        self._to_clients(run, P.RUN_DONE, run.done_content(), run.result)
+        self._to_clients(run, messages.RUN_DONE, run.done_content(), run.result)
         run.followers.clear()
         run.payload = []  # the function is not needed any more
         self.queue.gate.drop(run)  # a held attempt's reserved workers
@@ -454,11 +453,11 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         run.result = []
         self.store.prune()
 
-    def on_release_data(self, msg: P.Message) -> None:
+    def on_release_data(self, msg: messages.Message) -> None:
         """A Tune experiment's shared-memory data is done with: every node frees it."""
         self.free_data(msg.content["key"])
 
-    def on_worker_alive(self, msg: P.Message) -> None:
+    def on_worker_alive(self, msg: messages.Message) -> None:
         """A worker's heartbeat: ``_receive`` noted it was heard; nothing more to do."""
 
     def free_data(self, key: str) -> None:
@@ -469,7 +468,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
     # -- shutting down ----------------------------------------------------------
     def shutdown_nodes(self) -> None:
         for node in self.registry.nodes.values():
-            self.send(node.identity, P.SHUTDOWN, {})
+            self.send(node.identity, messages.SHUTDOWN, {})
         if self.local_node is not None:
             self.local_node.wait(timeout=5)
 

@@ -17,7 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
-from ..protocol import messages as P
+from ..protocol import messages
 from ..storage.checkpoint_stream import PIECE_BYTES
 from .offloop import Busy
 from .run import Run
@@ -42,7 +42,7 @@ class Transfers:
         self._open: dict[str, dict] = {}  # transfer id -> {"dir", "hashes": {rel: sha256}, "sizes"}
         self.bytes_in = self.bytes_out = self.files_in = 0
 
-    def _run_of(self, msg: P.Message) -> Run | None:
+    def _run_of(self, msg: messages.Message) -> Run | None:
         """The run, if the message's worker holds its rank in its current attempt."""
         c = msg.content
         run = self.head.runs.get(c["run_id"])
@@ -59,14 +59,14 @@ class Transfers:
             return None
         return run
 
-    def _refuse(self, msg: P.Message, text: str) -> None:
-        self.head.send(msg.identity, P.ERROR, {"message": text})
+    def _refuse(self, msg: messages.Message, text: str) -> None:
+        self.head.send(msg.identity, messages.ERROR, {"message": text})
 
     # -- uploads ----------------------------------------------------------------
     def _stage(self, run: Run, c: dict) -> Path:
         return run.rundir.path / ".staging" / f"{c.get('attempt', 0)}_{c['report']}"
 
-    def on_file(self, msg: P.Message) -> None:
+    def on_file(self, msg: messages.Message) -> None:
         c = msg.content
         run = self._run_of(msg)
         t = self._open.get(c["transfer"])
@@ -86,7 +86,7 @@ class Transfers:
         if c["offset"] != h[1]:
             t["bad"] = f"piece of {c['path']} at offset {c['offset']} out of order (expected {h[1]})"
             return
-        piece = P.buffer_bytes(msg.buffers[0]) if msg.buffers else b""
+        piece = messages.buffer_bytes(msg.buffers[0]) if msg.buffers else b""
         path = t["dir"] / c["path"]
         try:
             if t.get("file") != c["path"]:  # the transfer's next file: one fd per file
@@ -113,7 +113,7 @@ class Transfers:
                 _close(self._open.pop(tid))
                 shutil.rmtree(t["dir"], ignore_errors=True)
 
-    def on_done(self, msg: P.Message) -> None:
+    def on_done(self, msg: messages.Message) -> None:
         c = msg.content
         t = self._open.pop(c["transfer"], None)
         if t is not None:
@@ -148,10 +148,10 @@ class Transfers:
             log.warning("run %s: rank %d's checkpoint upload failed: %s", run.name, c["rank"], t["bad"])
             return self._refuse(msg, t["bad"])
         self.files_in += len(got)
-        self.head.send(msg.identity, P.CHECKPOINT_ACK, {"path": str(final)})
+        self.head.send(msg.identity, messages.CHECKPOINT_ACK, {"path": str(final)})
 
     # -- downloads --------------------------------------------------------------
-    def _committed(self, msg: P.Message) -> Path | None:
+    def _committed(self, msg: messages.Message) -> Path | None:
         """The checkpoint directory a fetch names, when its sender may read it: a rank of the
         run's current attempt, or a client (a key holder, which reads every run through
         the head) asking for a committed checkpoint of any run the head knows, live or
@@ -169,7 +169,7 @@ class Transfers:
             return None
         return root
 
-    def on_fetch(self, msg: P.Message) -> None:
+    def on_fetch(self, msg: messages.Message) -> None:
         c = msg.content
         root = self._committed(msg)
         if root is None:
@@ -193,12 +193,14 @@ class Transfers:
         except (OSError, Busy) as e:
             return self._refuse(msg, f"the head cannot read checkpoint {root}: {e}")
         self.bytes_out += len(piece)
-        self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": {}}, [piece])
+        self.head.send(msg.identity, messages.CHECKPOINT_PIECE, {"files": {}}, [piece])
 
-    def _listed(self, msg: P.Message, root: Path, files: dict | None, error: BaseException | None) -> None:
+    def _listed(
+        self, msg: messages.Message, root: Path, files: dict | None, error: BaseException | None
+    ) -> None:
         if error is not None:
             return self._refuse(msg, f"the head cannot read checkpoint {root}: {error}")
-        self.head.send(msg.identity, P.CHECKPOINT_PIECE, {"files": files})
+        self.head.send(msg.identity, messages.CHECKPOINT_PIECE, {"files": files})
 
     def status(self) -> dict:
         return {"bytes_in": self.bytes_in, "files_in": self.files_in, "bytes_out": self.bytes_out}

@@ -33,7 +33,7 @@ from ..head.pool import idle_timeout_s as _idle_timeout_s
 from ..netaddr import check_host, is_loopback
 from ..node.host import check_worker_limit
 from ..procutil import HEAD_MODULE, NODE_MODULE, running, worker_sched_policy
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.control import Client
 
 
@@ -210,7 +210,7 @@ def start_cluster(
             cmd += ["--idle-timeout", str(float(idle_timeout_s))]
         if key_file:
             cmd += ["--key-file", os.path.abspath(key_file)]
-        env = dict(os.environ, RAYNB_KEY=P.new_key().decode(), RAYNB_HOME=str(raynb_home()))
+        env = dict(os.environ, RAYNB_KEY=messages.new_key().decode(), RAYNB_HOME=str(raynb_home()))
         with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
             launcher = subprocess.Popen(
                 cmd,
@@ -402,9 +402,9 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
             # A stop when idle is not a kill: a head slow to answer (a busy machine) gets
             # longer, so another client's run is not killed with it by mistake.
             reply = c.request(
-                P.SHUTDOWN,
+                messages.SHUTDOWN,
                 {"when_idle": True, "owners": list(owners)} if when_idle else {},
-                reply_types=(P.STATUS_REPLY,),
+                reply_types=(messages.STATUS_REPLY,),
                 timeout=15.0 if when_idle else 3.0,
             )
             if reply.content.get("stopping") is False and reply.content.get("kept"):

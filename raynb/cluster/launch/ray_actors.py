@@ -52,7 +52,7 @@ from ...errors import ClusterError
 from ..connection_file import open_private, private_dir, read_connection_file
 from ..procutil import HEAD_MODULE, NODE_MODULE, die_with_parent, python_env
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.control import Client
 
 log = logging.getLogger("raynb.ray")
@@ -177,7 +177,7 @@ class HeadActor:
         Returns the connection info (address, key, pids, ray, workers)."""
         if self.info_ is not None:
             return self.info()
-        key, token = P.new_key(), uuid.uuid4().hex
+        key, token = messages.new_key(), uuid.uuid4().hex
         host = ray.util.get_node_ip_address()
         cmd = [
             sys.executable,
@@ -292,9 +292,9 @@ class HeadActor:
         log.warning("raynb node %s on Ray node %s lost: %s", agent["node_id"], nid, why)
         try:
             self.client.request(
-                P.NODE_LOST,
+                messages.NODE_LOST,
                 {"node_id": agent["node_id"], "reason": f"on Ray node {nid}: {why}"},
-                reply_types=(P.NODE_LOST_REPLY,),
+                reply_types=(messages.NODE_LOST_REPLY,),
                 timeout=5.0,
             )
         except ClusterError as e:
@@ -360,7 +360,7 @@ class HeadActor:
             pids = [a["pid"] for a in self.agents.values()] + ([self.head.pid] if self.head else [])
             if self.client is not None:
                 try:
-                    self.client.request(P.SHUTDOWN, reply_types=(P.STATUS_REPLY,), timeout=5.0)
+                    self.client.request(messages.SHUTDOWN, reply_types=(messages.STATUS_REPLY,), timeout=5.0)
                 except ClusterError:
                     pass
                 self.client.close()

@@ -19,7 +19,7 @@ from ..netaddr import check_host, host_of, is_loopback
 from ..node.agent import RECONNECT_S, NodeAgent, visible_gpus
 from ..node.host import check_worker_limit, default_max_workers
 from ..procutil import worker_sched_policy
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.control import Client, KeyRefused
 
 log = logging.getLogger("raynb.node")
@@ -131,7 +131,7 @@ def refused_by_head(address: str, key: bytes, curve_keys: dict | None, timeout: 
     them or does not answer in ``timeout`` s (not up yet: the agent keeps trying)."""
     client = Client(address, key, {"address": address, "curve": curve_keys})
     try:
-        client.request(P.PING, reply_types=(P.PONG,), timeout=timeout)
+        client.request(messages.PING, reply_types=(messages.PONG,), timeout=timeout)
     except KeyRefused as e:
         return str(e)
     except ClusterError:

@@ -35,7 +35,7 @@ import zmq
 from ..connection_file import private_dir
 from ..procutil import ZYGOTE_MODULE, describe_exit, die_with_parent, end_groups, kill_group, python_env
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
+from ..protocol import messages
 from ..protocol.dispatch import bind
 from ..protocol.rejects import refusal
 from . import shm
@@ -51,15 +51,15 @@ log = logging.getLogger("raynb.node")
 # (``protocol/dispatch.py``; the catalog says which messages reach a node agent). Those of
 # DATA_SOCKET_TYPES come on the data socket (data_server), all others from the head.
 HANDLERS: dict[str, str] = {
-    P.SPAWN_WORKERS: "on_spawn_workers",
-    P.KILL_WORKER: "on_kill_worker",
-    P.RETIRE_WORKER: "on_retire_worker",
-    P.SHUTDOWN: "on_shutdown",
-    P.FREE_DATA: "on_free_data",
-    P.PONG: "on_pong",
-    P.DATA_PUT: "data.on_put",
+    messages.SPAWN_WORKERS: "on_spawn_workers",
+    messages.KILL_WORKER: "on_kill_worker",
+    messages.RETIRE_WORKER: "on_retire_worker",
+    messages.SHUTDOWN: "on_shutdown",
+    messages.FREE_DATA: "on_free_data",
+    messages.PONG: "on_pong",
+    messages.DATA_PUT: "data.on_put",
 }
-DATA_SOCKET_TYPES = frozenset({P.DATA_PUT})
+DATA_SOCKET_TYPES = frozenset({messages.DATA_PUT})
 STATS_INTERVAL_S = 1.0
 # A node's stats ask the head for a pong (its sign of life) only when the agent has not heard
 # from it for this long (s), or a quarter of the grace it gives a silent head if less.
@@ -126,7 +126,7 @@ class NodeAgent:
         self.shared_storage, self.reconnect_s = shared_storage, reconnect_s
         self.refused: str | None = None  # the head's refusal notice, if it sent one
         self.head_watch = HeadWatch(head_pid)  # a head gone, not one busy
-        self.session = P.Session(key, validate=True)
+        self.session = messages.Session(key, validate=True)
         self.ctx = zmq.Context()
         self._connect()
         self.data = DataServer(
@@ -194,7 +194,7 @@ class NodeAgent:
         for wpid, wid in self.workers.items():
             self.session.send(
                 self.sock,
-                P.WORKER_EXITED,
+                messages.WORKER_EXITED,
                 {
                     "worker_id": wid,
                     "pid": wpid,
@@ -258,7 +258,7 @@ class NodeAgent:
                 shutil.rmtree(os.path.join(self.tmp_dir, wid), ignore_errors=True)
                 self.session.send(
                     self.sock,
-                    P.WORKER_EXITED,
+                    messages.WORKER_EXITED,
                     {
                         "worker_id": wid,
                         "pid": pid,
@@ -284,15 +284,15 @@ class NodeAgent:
         """A DEALER to the head (a fresh one, with a new routing id, after losing it:
         what the old one had queued is stale)."""
         self.sock = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.sock)
+        messages.configure_socket(self.sock)
         curve.secure_client(self.sock, self.curve_keys)
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("node", self.node_id))
+        self.sock.setsockopt(zmq.IDENTITY, messages.routing_id("node", self.node_id))
         self.sock.connect(self.address)
 
     def _register(self) -> None:
         self.session.send(
             self.sock,
-            P.NODE_REGISTER,
+            messages.NODE_REGISTER,
             {
                 "node_id": self.node_id,
                 "hostname": self.hostname,
@@ -310,10 +310,10 @@ class NodeAgent:
             },
         )
 
-    def _recv_head(self) -> P.Message | None:
+    def _recv_head(self) -> messages.Message | None:
         """The head's next verified message; None for a rejected one or a chunk. A refusal
         notice (wrong key, other protocol version) is kept in ``refused``."""
-        frames = P.recv_frames(self.sock)
+        frames = messages.recv_frames(self.sock)
         why = refusal(frames)
         if why is not None:
             self.refused = why
@@ -328,7 +328,7 @@ class NodeAgent:
         self._connect()
         self._register()
 
-    def _on_head(self, msg: P.Message) -> None:
+    def _on_head(self, msg: messages.Message) -> None:
         """Act on a verified message from the head, through the node's handler table
         (``HANDLERS``); a data-socket message is not taken from the head's."""
         handler = self.handlers.get(msg.msg_type)
@@ -341,26 +341,26 @@ class NodeAgent:
         if msg is not None and msg.msg_type in DATA_SOCKET_TYPES:
             self.handlers[msg.msg_type](msg)
 
-    def on_spawn_workers(self, msg: P.Message) -> None:
+    def on_spawn_workers(self, msg: messages.Message) -> None:
         self.spawn(int(msg.content.get("count", 1)))
 
-    def on_kill_worker(self, msg: P.Message) -> None:
+    def on_kill_worker(self, msg: messages.Message) -> None:
         for pid in self._pids_of(msg.content["worker_id"]):
             kill_group(pid, int(msg.content.get("signal", signal.SIGKILL)))
 
-    def on_retire_worker(self, msg: P.Message) -> None:
+    def on_retire_worker(self, msg: messages.Message) -> None:
         for pid in self._pids_of(msg.content["worker_id"]):
             kill_group(pid, signal.SIGTERM)  # an idle worker exits at once (Worker._on_sigterm)
             self._retiring[pid] = time.monotonic() + RETIRE_GRACE_S
 
-    def on_shutdown(self, msg: P.Message) -> None:
+    def on_shutdown(self, msg: messages.Message) -> None:
         self._stop = True
 
-    def on_free_data(self, msg: P.Message) -> None:
+    def on_free_data(self, msg: messages.Message) -> None:
         self.data.drop_key(msg.content["key"])
         shm.free_key(self.node_id, os.getpid(), msg.content["key"])
 
-    def on_pong(self, msg: P.Message) -> None:
+    def on_pong(self, msg: messages.Message) -> None:
         """The head's answer to this node's stats: ``registered`` False means a head that
         does not know this node (it restarted at the same address with the same keys);
         ``serve`` starts over with it."""
@@ -396,7 +396,7 @@ class NodeAgent:
                 continue
         self.session.send(
             self.sock,
-            P.NODE_STATS,
+            messages.NODE_STATS,
             {
                 "node_id": self.node_id,
                 "workers": stats,
@@ -538,7 +538,7 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     agent = NodeAgent(
         args.address,
-        P.key_from_env(),
+        messages.key_from_env(),
         args.workers,
         args.max_workers,
         args.node_id,

@@ -28,7 +28,7 @@ import re
 import zmq
 
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
+from ..protocol import messages
 from . import shm
 
 log = logging.getLogger("raynb.node")
@@ -45,9 +45,9 @@ class DataServer:
 
     def __init__(self, ctx: zmq.Context, key: bytes, ip: str, node_id: str, curve_keys: dict | None = None):
         self.node_id, self.pid = node_id, os.getpid()
-        self.session = P.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
+        self.session = messages.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
         self.sock = ctx.socket(zmq.ROUTER)
-        P.configure_socket(self.sock, limit=FRAME_LIMIT + (64 << 10))
+        messages.configure_socket(self.sock, limit=FRAME_LIMIT + (64 << 10))
         self.public_key, self._gate = None, None
         if curve_keys:
             public, secret = zmq.curve_keypair()
@@ -70,15 +70,15 @@ class DataServer:
         peer's fault is its own); a node agent dispatches :meth:`receive`'s through its
         handler table instead."""
         msg = self.receive()
-        if msg is not None and msg.msg_type == P.DATA_PUT:
+        if msg is not None and msg.msg_type == messages.DATA_PUT:
             self.on_put(msg)
 
-    def receive(self) -> P.Message | None:
+    def receive(self) -> messages.Message | None:
         """The socket's next verified message (None: rejected, counted, or a chunk)."""
         frames = self.sock.recv_multipart(copy=False)
         return self.session.accept(frames[1:], frames[0].bytes)
 
-    def on_put(self, msg: P.Message) -> None:
+    def on_put(self, msg: messages.Message) -> None:
         """Write a ``data_put``'s piece and answer ``data_ack`` (with the error, if any)."""
         identity, c = msg.identity, msg.content
         try:
@@ -87,7 +87,7 @@ class DataServer:
         except Exception as e:  # noqa: BLE001 - reported to the sender, the agent goes on
             self._drop(c.get("name"))
             reply = {"name": c["name"], "offset": c["offset"], "error": f"{type(e).__name__}: {e}"}
-        self.session.send(self.sock, P.DATA_ACK, reply, identity=identity)
+        self.session.send(self.sock, messages.DATA_ACK, reply, identity=identity)
 
     def _put(self, c: dict, buffers: list) -> None:
         name, offset, nbytes = c["name"], c["offset"], c["nbytes"]
@@ -107,7 +107,7 @@ class DataServer:
         fd = self._open.get(name)
         if fd is None:
             raise ValueError(f"segment {name!r} is not being written (its first piece was refused?)")
-        data = P.buffer_bytes(buffers[0]) if buffers else b""
+        data = messages.buffer_bytes(buffers[0]) if buffers else b""
         if offset + len(data) > nbytes:
             raise ValueError(
                 f"a piece at {offset} of {len(data)} bytes overruns the segment's {nbytes} bytes"
@@ -160,9 +160,9 @@ def send_segment(
     """
     import numpy as np
 
-    session = P.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
+    session = messages.Session(key, validate=True, frame_bytes=FRAME_LIMIT)
     sock = ctx.socket(zmq.DEALER)
-    P.configure_socket(sock, limit=FRAME_LIMIT + (64 << 10))
+    messages.configure_socket(sock, limit=FRAME_LIMIT + (64 << 10))
     # A DEALER with no peer blocks in send: a refused Curve handshake (or no agent at the
     # address) drops the pipe, and the first send waited forever instead of timing out.
     sock.setsockopt(zmq.SNDTIMEO, max(1, int(timeout_s * 1000)))
@@ -181,7 +181,7 @@ def send_segment(
         for i, (offset, piece) in enumerate(pieces):
             content = {"name": name, "offset": offset, "nbytes": nbytes, "done": i == len(pieces) - 1}
             try:
-                session.send(sock, P.DATA_PUT, content, buffers=[piece])
+                session.send(sock, messages.DATA_PUT, content, buffers=[piece])
             except zmq.Again:
                 raise TimeoutError(
                     f"the node agent's data socket at {address} took no data within "

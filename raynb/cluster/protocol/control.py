@@ -15,8 +15,7 @@ import zmq
 
 from ...errors import ClusterError
 from . import curve_auth as curve
-from . import event_batch
-from . import messages as P
+from . import event_batch, messages
 from .rejects import refusal
 
 # Messages a head sends unasked that the client answers itself, wherever it waits
@@ -37,7 +36,7 @@ class KeyRefused(ClusterError):
 
 
 def _new_identity() -> bytes:
-    identity = P.routing_id("client")
+    identity = messages.routing_id("client")
     OWN_IDENTITIES.append(identity)
     return identity
 
@@ -64,10 +63,10 @@ class Client:
         # A client hears from one head, whose session's sequence numbers already refuse a
         # replay: a short digest history, not the head's 65,536 (a 10,000-trial sweep's
         # driver held some 20 MB of digests of messages long handled).
-        self.session = P.Session(key, validate=True, history_size=CLIENT_HISTORY)
+        self.session = messages.Session(key, validate=True, history_size=CLIENT_HISTORY)
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.sock)
+        messages.configure_socket(self.sock)
         self.sock.setsockopt(zmq.RCVHWM, 0)  # see Head: a run's events must never be dropped
         self.sock.setsockopt(zmq.IDENTITY, _new_identity())
         curve.secure_client(self.sock, self.info.get("curve"))
@@ -87,7 +86,7 @@ class Client:
     def send(self, msg_type: str, content: dict | None = None, buffers=()) -> None:
         self.session.send(self.sock, msg_type, content, buffers)
 
-    def recv(self, timeout: float | None) -> P.Message | None:
+    def recv(self, timeout: float | None) -> messages.Message | None:
         """The next verified message, or None after ``timeout`` seconds (None: wait forever).
         A message that carries several (``run_events``) is returned as them, one per call."""
         if self._backlog:
@@ -101,7 +100,7 @@ class Client:
                 if deadline is None or time.monotonic() < deadline:
                     continue
                 return None
-            frames = P.recv_frames(self.sock)
+            frames = messages.recv_frames(self.sock)
             why = refusal(frames)
             if why is not None:
                 raise KeyRefused(f"{why} (head {self.address})")
@@ -110,7 +109,7 @@ class Client:
                 hook = MESSAGE_HOOKS.get(msg.msg_type)
                 if hook is not None:
                     hook(self, msg)  # answered; still returned: the head was heard from
-                if msg.msg_type in (P.RUN_EVENTS, P.RUN_DONE, P.RUN_ACCEPTED):
+                if msg.msg_type in (messages.RUN_EVENTS, messages.RUN_DONE, messages.RUN_ACCEPTED):
                     self._backlog.extend(event_batch.expand(msg))
                     return self._backlog.popleft()
                 return msg
@@ -143,7 +142,7 @@ class Client:
 
     def request(
         self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0, buffers=()
-    ) -> P.Message:
+    ) -> messages.Message:
         """Send a request and wait for its reply, skipping stale run events.
 
         Raises:
@@ -165,7 +164,7 @@ class Client:
                             else ""
                         )
                     )
-                if msg.msg_type in reply_types or msg.msg_type == P.ERROR:
+                if msg.msg_type in reply_types or msg.msg_type == messages.ERROR:
                     return msg
 
     def hello(self, timeout: float = 5.0, keep: bool = False, raise_refused: bool = False) -> bool:
@@ -179,9 +178,9 @@ class Client:
         """
         try:
             reply = self.request(
-                P.HELLO,
+                messages.HELLO,
                 {"role": "client", **({"keep": True} if keep else {})},
-                reply_types=(P.HELLO_REPLY,),
+                reply_types=(messages.HELLO_REPLY,),
                 timeout=timeout,
             )
         except KeyRefused:
@@ -190,17 +189,19 @@ class Client:
             return False
         except ClusterError:
             return False
-        return reply.msg_type == P.HELLO_REPLY and (not keep or reply.content.get("kept") is True)
+        return reply.msg_type == messages.HELLO_REPLY and (not keep or reply.content.get("kept") is True)
 
     def ping(self, timeout: float = 2.0) -> bool:
         try:
-            self.request(P.PING, reply_types=(P.PONG,), timeout=timeout)
+            self.request(messages.PING, reply_types=(messages.PONG,), timeout=timeout)
             return True
         except ClusterError:
             return False
 
     def status(self, timeout: float = 10.0) -> dict:
-        return self.request(P.STATUS_REQUEST, reply_types=(P.STATUS_REPLY,), timeout=timeout).content
+        return self.request(
+            messages.STATUS_REQUEST, reply_types=(messages.STATUS_REPLY,), timeout=timeout
+        ).content
 
     def reconnect(self) -> None:
         """A fresh socket with a new routing id (after a silence: the head's ROUTER ignores
@@ -210,7 +211,7 @@ class Client:
             self.sock.close(0)
             self._backlog.clear()
             self.sock = self.ctx.socket(zmq.DEALER)
-            P.configure_socket(self.sock)
+            messages.configure_socket(self.sock)
             self.sock.setsockopt(zmq.RCVHWM, 0)
             self.sock.setsockopt(zmq.IDENTITY, _new_identity())
             curve.secure_client(self.sock, self.info.get("curve"))

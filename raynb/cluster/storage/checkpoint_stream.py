@@ -27,7 +27,7 @@ import uuid
 import zmq
 
 from ..protocol import curve_auth as curve
-from ..protocol import messages as P
+from ..protocol import messages
 
 PIECE_BYTES = 192 << 10  # under chunking.FRAME_BYTES with the message's other frames
 TRANSFER_TIMEOUT_S = 60.0
@@ -43,26 +43,26 @@ class _Link:
     def __init__(self, worker_id: str, info: dict | None = None):
         """``info``: a client's connection info (``address``, ``key``, ``curve``); None for a
         rank, whose environment carries them."""
-        key = info["key"].encode() if info else P.key_from_env()
-        self.session = P.Session(key, validate=True)
+        key = info["key"].encode() if info else messages.key_from_env()
+        self.session = messages.Session(key, validate=True)
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.sock)
+        messages.configure_socket(self.sock)
         self.sock.setsockopt(zmq.SNDHWM, 8)  # a few pieces in flight: TCP's pace, not memory
-        self.sock.setsockopt(zmq.IDENTITY, P.routing_id("client" if info else "transfer", worker_id))
+        self.sock.setsockopt(zmq.IDENTITY, messages.routing_id("client" if info else "transfer", worker_id))
         curve.secure_client(self.sock, info.get("curve") if info else curve.from_env())
         self.sock.connect(info["address"] if info else os.environ["RAYNB_ADDRESS"])
 
     def send(self, msg_type: str, content: dict, buffers=()) -> None:
         self.session.send(self.sock, msg_type, content, buffers)
 
-    def reply(self, what: str) -> P.Message:
+    def reply(self, what: str) -> messages.Message:
         deadline = time.monotonic() + TRANSFER_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.sock.poll(max(0.0, deadline - time.monotonic()) * 1000):
                 msg = self.session.recv(self.sock)
                 if msg is not None:
-                    if msg.msg_type == P.ERROR:
+                    if msg.msg_type == messages.ERROR:
                         raise TransferError(msg.content["message"])
                     return msg
         raise TransferError(f"the head did not answer {what} within {TRANSFER_TIMEOUT_S:.0f}s")
@@ -105,12 +105,12 @@ def upload(task: dict, src: str, report_index: int) -> str:
                 while True:
                     piece = f.read(PIECE_BYTES)
                     h.update(piece)
-                    link.send(P.CHECKPOINT_FILE, {**ident, "path": rel, "offset": offset}, [piece])
+                    link.send(messages.CHECKPOINT_FILE, {**ident, "path": rel, "offset": offset}, [piece])
                     offset += len(piece)
                     if len(piece) < PIECE_BYTES:
                         break
             digests[rel] = h.hexdigest()
-        link.send(P.CHECKPOINT_DONE, {**ident, "files": digests})
+        link.send(messages.CHECKPOINT_DONE, {**ident, "files": digests})
         return link.reply("checkpoint_done").content["path"]
     finally:
         link.close()
@@ -149,7 +149,7 @@ def download_for_client(info: dict, run_id: str, checkpoint: str, dest: str) -> 
 def _pull(link: _Link, ident: dict, dest: str) -> str:
     """The file list, then every piece in turn, each file's SHA-256 checked."""
     try:
-        link.send(P.CHECKPOINT_FETCH, ident)
+        link.send(messages.CHECKPOINT_FETCH, ident)
         listing = link.reply("checkpoint_fetch").content["files"]
         os.makedirs(dest, mode=0o700, exist_ok=True)
         for rel, (size, digest) in sorted(listing.items()):
@@ -161,8 +161,8 @@ def _pull(link: _Link, ident: dict, dest: str) -> str:
             with open(path, "wb") as f:
                 offset = 0
                 while offset < size or (size == 0 and offset == 0):
-                    link.send(P.CHECKPOINT_FETCH, {**ident, "path": rel, "offset": offset})
-                    piece = P.buffer_bytes(link.reply("a checkpoint piece").buffers[0])
+                    link.send(messages.CHECKPOINT_FETCH, {**ident, "path": rel, "offset": offset})
+                    piece = messages.buffer_bytes(link.reply("a checkpoint piece").buffers[0])
                     if not piece:
                         break
                     f.write(piece)

@@ -28,8 +28,7 @@ from typing import Callable
 import zmq
 
 from ..protocol import curve_auth as curve
-from ..protocol import event_batch
-from ..protocol import messages as P
+from ..protocol import event_batch, messages
 from .wake_timer import WakeTimer
 
 log = logging.getLogger("raynb.worker")
@@ -56,13 +55,15 @@ class HeadLink:
     thread is the main thread and owns the link first.
     """
 
-    def __init__(self, worker_id: str, address: str, key: bytes, dispatch: Callable[[P.Message], None]):
+    def __init__(
+        self, worker_id: str, address: str, key: bytes, dispatch: Callable[[messages.Message], None]
+    ):
         self.dispatch = dispatch
         self.ctx = zmq.Context()
-        self.session = P.Session(key, validate=True)
+        self.session = messages.Session(key, validate=True)
         self.dealer = self.ctx.socket(zmq.DEALER)
-        P.configure_socket(self.dealer)
-        self.dealer.setsockopt(zmq.IDENTITY, P.routing_id("worker", worker_id))
+        messages.configure_socket(self.dealer)
+        self.dealer.setsockopt(zmq.IDENTITY, messages.routing_id("worker", worker_id))
         curve.secure_client(self.dealer, curve.from_env())  # off loopback: CurveZMQ, as every link
         self.dealer.connect(address)
         self._pull = self.ctx.socket(zmq.PULL)  # wake-up frames: what to send is in the outbox
@@ -156,7 +157,7 @@ class HeadLink:
             with self._push_lock:  # a zmq socket is not thread-safe: any thread may send
                 self._push.send(b"", copy=True)
 
-    def send_queued(self, session: P.Session | None = None, dealer=None) -> None:
+    def send_queued(self, session: messages.Session | None = None, dealer=None) -> None:
         """(The link's owner) Sign and send what :meth:`send` queued, oldest first, on the
         link's socket (or ``dealer``, signed by ``session``: a test's). Events of
         one task queued back to back (a burst of reports) go as one ``task_events`` message:
@@ -172,12 +173,12 @@ class HeadLink:
         while outbox:
             msg_type, content, buffers = outbox.popleft()
             taken = 1
-            if msg_type == P.TASK_EVENT:
+            if msg_type == messages.TASK_EVENT:
                 events, key = [content["event"]], (content["run_id"], content["rank"])
                 size = event_batch.event_bytes(content["event"])
                 while (
                     outbox
-                    and outbox[0][0] == P.TASK_EVENT
+                    and outbox[0][0] == messages.TASK_EVENT
                     and len(events) < event_batch.MAX_BATCH_EVENTS
                     and same_task(outbox[0], key)
                     and size < event_batch.MAX_BATCH_BYTES
@@ -188,7 +189,7 @@ class HeadLink:
                 if (
                     self.head_batches
                     and outbox
-                    and outbox[0][0] == P.TASK_DONE
+                    and outbox[0][0] == messages.TASK_DONE
                     and same_task(outbox[0], key)
                     and size + sum(len(b) for b in outbox[0][2]) < session.max_bytes // 2
                 ):
@@ -196,20 +197,23 @@ class HeadLink:
                     content = {**content, "events": events}
                     taken += 1
                 elif len(events) > 1:
-                    msg_type, content = P.TASK_EVENTS, {"run_id": key[0], "rank": key[1], "events": events}
+                    msg_type, content = (
+                        messages.TASK_EVENTS,
+                        {"run_id": key[0], "rank": key[1], "events": events},
+                    )
             for frames in session.messages(msg_type, content, buffers):
-                P.send_frames(dealer, frames)
+                messages.send_frames(dealer, frames)
             self._count_sent(taken)
 
     # -- owning the link --------------------------------------------------------
-    def serve(self, until: Callable[[P.Message | None], bool]) -> P.Message | None:
+    def serve(self, until: Callable[[messages.Message | None], bool]) -> messages.Message | None:
         """Poll the link as its owner: send the heartbeats and what is queued, act on the
         head's messages (``dispatch``); return when ``until(msg)`` (msg: the message just
         read, or None after sending) says so, with that message."""
         while True:
             now = time.monotonic()
             if now >= self._next_beat:
-                self.session.send(self.dealer, P.WORKER_ALIVE, {})
+                self.session.send(self.dealer, messages.WORKER_ALIVE, {})
                 self._next_beat = now + HEARTBEAT_S
             # Whole ms, rounded up: pyzmq truncates, and a 0 ms poll would spin until the beat.
             for sock, _ in self._poller.poll(math.ceil(max(0.0, self._next_beat - time.monotonic()) * 1000)):

@@ -27,8 +27,7 @@ import time
 import cloudpickle
 
 from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim_heap
-from ..protocol import chunking, event_batch
-from ..protocol import messages as P
+from ..protocol import chunking, event_batch, messages
 from ..protocol.dispatch import bind
 from . import task_context, warning_registry
 from .head_link import HeadLink
@@ -51,11 +50,11 @@ TRIM_AFTER_BYTES = 16 << 20
 # The worker's one handler table: each message the head sends a worker -> its method
 # (``protocol/dispatch.py``; the catalog says which messages reach a worker).
 HANDLERS: dict[str, str] = {
-    P.RUN_TASK: "on_run_task",
-    P.CANCEL_TASK: "on_cancel_task",
-    P.SET_THREADS: "on_set_threads",
-    P.CHECKPOINT_REQUESTED: "on_checkpoint_requested",
-    P.REPORT_GATE: "on_report_gate",
+    messages.RUN_TASK: "on_run_task",
+    messages.CANCEL_TASK: "on_cancel_task",
+    messages.SET_THREADS: "on_set_threads",
+    messages.CHECKPOINT_REQUESTED: "on_checkpoint_requested",
+    messages.REPORT_GATE: "on_report_gate",
 }
 # What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
@@ -89,7 +88,7 @@ class Worker:
         self.handlers = bind(self, HANDLERS)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
         self.link.send(
-            P.WORKER_READY,
+            messages.WORKER_READY,
             {  # sent now: the main thread owns the link
                 "worker_id": self.worker_id,
                 "pid": os.getpid(),
@@ -138,33 +137,35 @@ class Worker:
         if event.get("kind") != "output":
             self._output.send()  # the lines printed before a report arrive before it
         event.setdefault("time", time.time())
-        self.send(P.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event}, wait=wait)
+        self.send(
+            messages.TASK_EVENT, {"run_id": task["run_id"], "rank": task["rank"], "event": event}, wait=wait
+        )
         if self.threads.pending and threading.get_ident() == self._main_ident:
             self.threads.apply()
 
-    def _dispatch(self, msg: P.Message) -> None:
+    def _dispatch(self, msg: messages.Message) -> None:
         """Act on a verified message from the head (either thread, as the link's owner),
         through the worker's handler table (``HANDLERS``)."""
         handler = self.handlers.get(msg.msg_type)
         if handler is not None:
             handler(msg)
 
-    def on_run_task(self, msg: P.Message) -> None:
+    def on_run_task(self, msg: messages.Message) -> None:
         """(I/O thread) the next task, come early: the main thread takes it."""
         self.tasks.put(msg)
 
-    def on_cancel_task(self, msg: P.Message) -> None:
+    def on_cancel_task(self, msg: messages.Message) -> None:
         self._cancel(msg.content["run_id"], msg.content.get("attempt", 0))
 
-    def on_set_threads(self, msg: P.Message) -> None:
+    def on_set_threads(self, msg: messages.Message) -> None:
         c = msg.content
         self.threads.want((c["run_id"], c.get("attempt", 0)), int(c["num_threads"]))
 
-    def on_checkpoint_requested(self, msg: P.Message) -> None:
+    def on_checkpoint_requested(self, msg: messages.Message) -> None:
         """(I/O thread) a driver Callback's SHOULD_CHECKPOINT: read by the task's next step."""
         task_context.request_checkpoint(msg.content["run_id"], msg.content.get("attempt", 0))
 
-    def on_report_gate(self, msg: P.Message) -> None:
+    def on_report_gate(self, msg: messages.Message) -> None:
         """An elastic run about to grow: its reports hold for the head's word (task_context.set_gate)."""
         task, c = self.current_task, msg.content
         if task is not None and (task["run_id"], task.get("attempt", 0)) == (
@@ -195,7 +196,7 @@ class Worker:
         is stopping, and the head would kill it as blocked when a peer died)."""
         if self.current_task is task and self._interruptible:
             self.send(
-                P.TASK_EVENT,
+                messages.TASK_EVENT,
                 {
                     "run_id": task["run_id"],
                     "rank": task["rank"],
@@ -237,16 +238,16 @@ class Worker:
                 self.link.send_queued()  # what the task queued, if it did not get to its end
             del msg
 
-    def _next_task(self) -> P.Message:
+    def _next_task(self) -> messages.Message:
         """(main thread, owning the link) Wait for the head's next ``run_task``."""
         try:
             msg = self.tasks.get_nowait()  # come while the last task ran (the I/O thread's)
         except queue.Empty:
-            msg = self.link.serve(lambda m: m is not None and m.msg_type == P.RUN_TASK)
+            msg = self.link.serve(lambda m: m is not None and m.msg_type == messages.RUN_TASK)
         self.link.head_batches = event_batch.reads_batches(msg.header.get("version"))
         return msg
 
-    def execute(self, msg: P.Message) -> None:
+    def execute(self, msg: messages.Message) -> None:
         task = msg.content
         run_id, rank = task["run_id"], task["rank"]
         status, error, ret = "ok", None, None
@@ -291,7 +292,7 @@ class Worker:
         if status == "ok" and ret is not None and rank == 0:
             try:
                 buffers = [cloudpickle.dumps(ret, protocol=5)]
-                size, limit = len(buffers[0]), P.max_message_bytes() - (1 << 20)
+                size, limit = len(buffers[0]), messages.max_message_bytes() - (1 << 20)
                 if size > limit:
                     buffers = []
                     raise ValueError(
@@ -312,7 +313,9 @@ class Worker:
             # new group for the worker's next trial).
             self.rendezvous.group_key = None
         self.link.take_back()  # the end goes from this thread, with the events before it
-        self.send(P.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status, "error": error}, buffers)
+        self.send(
+            messages.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status, "error": error}, buffers
+        )
         del buffers, ret
         if shipped_bytes > TRIM_AFTER_BYTES:
             trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
@@ -320,7 +323,7 @@ class Worker:
         # Read now, the task's end sent: the next task's start compares one tuple with it.
         self._env_left = tuple(map(os.environ.get, RANK_ENV))
 
-    def _call(self, task: dict, msg: P.Message):
+    def _call(self, task: dict, msg: messages.Message):
         """Run the task's function; what it returned. Only while inside may a cancel's
         SIGINT interrupt it: one landing while its error was formatted (a peer's death,
         then the head's cancel) raised out of execute() and lost the task's end."""
@@ -423,5 +426,5 @@ def main(worker_id: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     become_subreaper()  # what a task starts stays below the worker, see end_descendants
     batch_scheduling()  # before any thread starts: they inherit it (see procutil)
-    worker = Worker(worker_id, os.environ["RAYNB_ADDRESS"], P.key_from_env())
+    worker = Worker(worker_id, os.environ["RAYNB_ADDRESS"], messages.key_from_env())
     return worker.serve()

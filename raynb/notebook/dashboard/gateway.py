@@ -16,7 +16,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 
 from ...cluster.connection_file import connection_file_path, read_connection_file
-from ...cluster.protocol import messages as P
+from ...cluster.protocol import messages
 from ...cluster.protocol.control import Client
 from ...cluster.storage.run_logs import OUTPUT_FILE, check_selection, tail_output
 from ...errors import ClusterError
@@ -98,7 +98,7 @@ class ClusterGateway:
             self._client.close()
             self._client = None
 
-    def _request(self, msg_type: str, content: dict, reply: str) -> P.Message:
+    def _request(self, msg_type: str, content: dict, reply: str) -> messages.Message:
         client = self._connection()
         try:
             return client.request(msg_type, content, reply_types=(reply,), timeout=self.timeout)
@@ -109,11 +109,11 @@ class ClusterGateway:
     # -- queries (gateway thread only) ---------------------------------------------------
     def status(self) -> dict:
         """The head's status: ``nodes``, ``workers``, ``runs`` and the head's own fields."""
-        return json_safe(self._request(P.STATUS_REQUEST, {}, P.STATUS_REPLY).content)
+        return json_safe(self._request(messages.STATUS_REQUEST, {}, messages.STATUS_REPLY).content)
 
     def runs(self) -> list[dict]:
         """Every run's summary (``raynb.runs()``'s source), oldest first."""
-        return json_safe(self._request(P.LIST_RUNS, {}, P.RUNS_REPLY).content.get("runs", []))
+        return json_safe(self._request(messages.LIST_RUNS, {}, messages.RUNS_REPLY).content.get("runs", []))
 
     def run_list(self) -> dict:
         """``{"runs": [summary, ...]}`` (the API's answer)."""
@@ -132,9 +132,11 @@ class ClusterGateway:
         ``MAX_REPORTS`` rank-0 reports (``reports``), without output (see :meth:`logs`)."""
         # What the page shows, no more: the head reads it from the files' ends, off its loop.
         msg = self._request(
-            P.GET_RUN, {"name": name, "max_reports": MAX_REPORTS, "max_output_lines": 0}, P.RUN_RECORD
+            messages.GET_RUN,
+            {"name": name, "max_reports": MAX_REPORTS, "max_output_lines": 0},
+            messages.RUN_RECORD,
         )
-        if msg.msg_type == P.ERROR:
+        if msg.msg_type == messages.ERROR:
             if "no run named" not in msg.content.get("message", "no run named"):
                 raise NoCluster(msg.content["message"])  # the head is busy: the page asks again
             raise NoSuchRun(name, [r.get("name") for r in self.runs()])
@@ -178,7 +180,7 @@ class ClusterGateway:
         if run.get("state") in TERMINAL:
             raise RunEnded(f"run {name!r} already ended ({run['state']}); there is nothing to cancel")
         try:
-            self._connection().send(P.CANCEL_RUN, {"run_id": run["run_id"]})
+            self._connection().send(messages.CANCEL_RUN, {"run_id": run["run_id"]})
         except Exception as e:  # noqa: BLE001 - a closed or broken socket: report, reconnect next time
             self._drop()
             raise NoCluster(f"could not reach the raynb head to cancel {name!r}: {e}") from None

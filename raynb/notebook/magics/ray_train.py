@@ -157,7 +157,7 @@ class RayNBMagics(Magics):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
         from ...train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-        from ...train.run import execute_run
+        from ...train.fit_run import execute_run
 
         line_rest, config_expr = split_expression(line, "--config")
         line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
@@ -257,7 +257,7 @@ class RayNBMagics(Magics):
         """%ray_attach [NAME] [--result VAR]: follow a running run (started by another
         kernel, or before a restart) to its end with the live progress pane; without
         NAME, the newest active run."""
-        from ...train.run import attach
+        from ...train.fit_run import attach
 
         p = MagicParser(prog="%ray_attach", description="Follow a run to its end.")
         p.add_argument("name", nargs="?", default=None)

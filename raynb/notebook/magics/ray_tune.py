@@ -222,25 +222,27 @@ def _mutations(space: dict) -> dict:
 def make_scheduler(args, space: dict):
     """The scheduler object for ``--scheduler`` (metric and mode come from TuneConfig),
     with ``training_iteration`` (one per ``report``) as the time unit."""
-    from ...tune import schedulers as S
+    from ...tune import schedulers
 
     if args.scheduler == "fifo":
         return None
     if args.scheduler == "asha":
-        return S.ASHAScheduler(
+        return schedulers.ASHAScheduler(
             time_attr="training_iteration", max_t=args.max_t or 100, grace_period=args.grace_period or 1
         )
     if args.scheduler == "hyperband":
-        return S.HyperBandScheduler(time_attr="training_iteration", max_t=args.max_t or 81)
+        return schedulers.HyperBandScheduler(time_attr="training_iteration", max_t=args.max_t or 81)
     if args.scheduler == "median":
-        return S.MedianStoppingRule(time_attr="training_iteration", grace_period=args.grace_period or 1)
+        return schedulers.MedianStoppingRule(
+            time_attr="training_iteration", grace_period=args.grace_period or 1
+        )
     mutations = _mutations(space)
     if not mutations:
         raise UsageError(
             "--scheduler pbt mutates the sampled hyperparameters of --space, and there are "
             "none: give --space entries such as {'lr': loguniform(1e-4, 1e-1)}"
         )
-    return S.PopulationBasedTraining(
+    return schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
         perturbation_interval=args.perturbation_interval,
         hyperparam_mutations=mutations,

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import Callable
 
-import ipywidgets as W
+import ipywidgets as widgets
 
 ALL = "all"
 TAIL_LINES = 200  # kept per rank, and for all ranks together
@@ -137,15 +137,17 @@ class LogView:
         self._setting_options = False
         self.redraws = 0
         self.closed = False
-        self.selector = W.Dropdown(
+        self.selector = widgets.Dropdown(
             options=self._options(),
             value=0,
             description="logs",
             style={"description_width": "36px"},
-            layout=W.Layout(width="170px"),
+            layout=widgets.Layout(width="170px"),
         )
-        self.text = W.HTML()
-        self.widget = W.VBox([self.selector, self.text], layout=W.Layout(display="none", margin="6px 0 0 0"))
+        self.text = widgets.HTML()
+        self.widget = widgets.VBox(
+            [self.selector, self.text], layout=widgets.Layout(display="none", margin="6px 0 0 0")
+        )
         self.selector.observe(lambda change: self.refresh(force=True), "value")
 
     def _options(self) -> list[tuple[str, object]]:

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-import ipywidgets as W
+import ipywidgets as widgets
 from IPython.display import HTML
 from IPython.display import display as ipy_display
 
@@ -43,7 +43,7 @@ SCROLL_RANKS = 8  # more ranks than this: the bars scroll in a box of this many 
 _ROW_PX = 32  # an IntProgress row: 28px high plus its margins
 
 
-class TextVBox(W.VBox):
+class TextVBox(widgets.VBox):
     """A ``VBox`` whose ``text/plain`` form is ``text()``, not ``VBox(children=(HTML(...``:
     what a front-end that renders no widgets (jupyter console, nbconvert to text, a
     plain-text log of the kernel's outputs) shows in the widget's place."""
@@ -126,24 +126,28 @@ class ProgressPane:
         self.plot_renders = 0
         self.summary: str | None = None
 
-        self.header = W.HTML()
-        self.bars: dict[int, W.IntProgress] = {}
-        self._bar_labels: dict[int, W.HTML] = {}
-        self.bars_box = W.VBox()
-        self.metrics_html = W.HTML()
-        self.stats_html = W.HTML()
-        self.plot = W.Image(
+        self.header = widgets.HTML()
+        self.bars: dict[int, widgets.IntProgress] = {}
+        self._bar_labels: dict[int, widgets.HTML] = {}
+        self.bars_box = widgets.VBox()
+        self.metrics_html = widgets.HTML()
+        self.stats_html = widgets.HTML()
+        self.plot = widgets.Image(
             format="png",
-            layout=W.Layout(display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"),
+            layout=widgets.Layout(
+                display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"
+            ),
         )
-        self.notes_html = W.HTML()
-        left = W.VBox(
+        self.notes_html = widgets.HTML()
+        left = widgets.VBox(
             [self.bars_box, self.metrics_html, self.stats_html],
-            layout=W.Layout(margin="0 16px 0 0", flex="0 1 auto"),
+            layout=widgets.Layout(margin="0 16px 0 0", flex="0 1 auto"),
         )
         # The curve's place is kept from the start: the pane does not grow when it appears.
-        self.plot_box = W.Box([self.plot], layout=W.Layout(min_height=f"{PLOT_HEIGHT_PX}px"))
-        body = W.HBox([left, self.plot_box], layout=W.Layout(flex_flow="row wrap", align_items="flex-start"))
+        self.plot_box = widgets.Box([self.plot], layout=widgets.Layout(min_height=f"{PLOT_HEIGHT_PX}px"))
+        body = widgets.HBox(
+            [left, self.plot_box], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")
+        )
         # Without widgets (jupyter console), the pane reads as the text view's status line.
         self.widget = TextVBox([self.header, body, self.notes_html], text=_text_view(progress).status_line)
         self.log_view = LogView(progress.world_size)  # each rank's recent output (log_view.py)
@@ -270,19 +274,21 @@ class ProgressPane:
         if set(prog) != set(self.bars):  # a rank beyond world_size showed up
             for r in prog:
                 if r not in self.bars:
-                    self.bars[r] = W.IntProgress(
+                    self.bars[r] = widgets.IntProgress(
                         min=0,
                         max=1,
                         value=0,
                         description=f"rank {r}",
                         style={"description_width": "56px"},
-                        layout=W.Layout(width="210px"),
+                        layout=widgets.Layout(width="210px"),
                     )
                     # width auto: as wide as the text, not ipywidgets' 300px default
-                    self._bar_labels[r] = W.HTML(layout=W.Layout(margin="0 0 0 6px", width="auto"))
+                    self._bar_labels[r] = widgets.HTML(
+                        layout=widgets.Layout(margin="0 0 0 6px", width="auto")
+                    )
             # flex 0 0 auto: past SCROLL_RANKS the box scrolls; rows must not shrink instead
             self.bars_box.children = [
-                W.HBox([self.bars[r], self._bar_labels[r]], layout=W.Layout(flex="0 0 auto"))
+                widgets.HBox([self.bars[r], self._bar_labels[r]], layout=widgets.Layout(flex="0 0 auto"))
                 for r in sorted(prog)
             ]
             if len(prog) > SCROLL_RANKS:  # 64 ranks must not push the metrics off the screen
@@ -358,7 +364,7 @@ def _cpu(s: dict) -> str:
     return "?" if s["cpu_percent"] is None else f"{s['cpu_percent']:.0f}%"
 
 
-def close_tree(w: W.Widget) -> None:
+def close_tree(w: widgets.Widget) -> None:
     """Close a widget and all its children (each holds a comm of its own)."""
     for child in getattr(w, "children", ()):
         close_tree(child)

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ...train.callback import flatten as callback_flatten
+from ...train.experiment_callback import flatten as callback_flatten
 from ..formatting import as_number, fmt_duration, fmt_value
 from . import render as _render
 from .index import TrialIndex
@@ -36,7 +36,7 @@ SUMMARY_ROWS = 30
 
 def flatten(config: Any) -> dict[str, Any]:
     """A trial's config as the table's columns: nested dicts as one level with ``/``-joined
-    keys (:func:`raynb.train.callback.flatten`); a config that is not a dict is one column."""
+    keys (:func:`raynb.train.experiment_callback.flatten`); a config that is not a dict is one column."""
     return callback_flatten(config) if isinstance(config, dict) else {"config": config}
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-import ipywidgets as W
+import ipywidgets as widgets
 from IPython.display import display as ipy_display
 
 from ..run_pane.widget import TextHTML, TextVBox, close_tree
@@ -75,17 +75,19 @@ class TuneTablePane:
         self.plot_renders = 0
         self.summary: str | None = None
 
-        self.header = W.HTML()
-        self.table = W.HTML(
-            layout=W.Layout(max_height="420px", overflow="auto", flex="0 1 auto", margin="0 16px 0 0")
+        self.header = widgets.HTML()
+        self.table = widgets.HTML(
+            layout=widgets.Layout(max_height="420px", overflow="auto", flex="0 1 auto", margin="0 16px 0 0")
         )
-        self.plot = W.Image(
+        self.plot = widgets.Image(
             format="png",
-            layout=W.Layout(display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"),
+            layout=widgets.Layout(
+                display="none", width=f"{PLOT_WIDTH_PX}px", height="auto", max_width="100%"
+            ),
         )
-        self.notes = W.HTML()
-        body = W.HBox(
-            [self.table, self.plot], layout=W.Layout(flex_flow="row wrap", align_items="flex-start")
+        self.notes = widgets.HTML()
+        body = widgets.HBox(
+            [self.table, self.plot], layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start")
         )
         # Without widgets (jupyter console), the pane reads as the text view's table.
         self.widget = TextVBox([self.header, body, self.notes], text=self._text)

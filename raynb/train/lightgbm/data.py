@@ -43,7 +43,7 @@ def shard_frame(name: str):
     import pandas as pd
 
     from ...cluster.worker import task_context
-    from ...data import block as B
+    from ...data import block
     from ...data.ranges import rank_batches_read_once
     from ..datasets import STATE_KEY
 
@@ -52,7 +52,7 @@ def shard_frame(name: str):
     if name not in datasets:
         raise KeyError(f"no dataset {name!r} in this run; it has {sorted(datasets)}")
     batches = list(rank_batches_read_once(datasets[name], task["world_size"], task["rank"]))
-    return B.to_format(B.concat(batches), "pandas") if batches else pd.DataFrame()
+    return block.to_format(block.concat(batches), "pandas") if batches else pd.DataFrame()
 
 
 def build_datasets(names: list[str], label_column: str):

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ...train.callback import flatten  # noqa: F401  (one implementation; optuna and result_grid import it from here)
+from ...train.experiment_callback import flatten  # noqa: F401  (one implementation; optuna and result_grid import it from here)
 from .sample import Domain, Function
 
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import private_cluster
 
 import raynb
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 from raynb.cluster.protocol.control import Client
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
@@ -89,7 +89,7 @@ def _status_latencies(client: Client, seconds: float) -> list[float]:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         t = time.perf_counter()
-        client.request(P.STATUS_REQUEST, {}, reply_types=(P.STATUS_REPLY,), timeout=10)
+        client.request(messages.STATUS_REQUEST, {}, reply_types=(messages.STATUS_REPLY,), timeout=10)
         out.append(time.perf_counter() - t)
         time.sleep(0.05)
     return out
@@ -116,9 +116,9 @@ def test_status_is_answered_within_budget_under_a_huge_record_and_a_60000_file_j
         submit = threading.Thread(
             target=lambda: job_reply.update(
                 msg=jobs.request(
-                    P.SUBMIT_JOB,
+                    messages.SUBMIT_JOB,
                     {"entrypoint": [sys.executable, "-c", "import os; print(len(os.listdir('d7')))"]},
-                    reply_types=(P.JOB_REPLY,),
+                    reply_types=(messages.JOB_REPLY,),
                     timeout=120,
                     buffers=[archive],
                 )
@@ -145,7 +145,7 @@ def test_status_is_answered_within_budget_under_a_huge_record_and_a_60000_file_j
         assert result.state == "FINISHED" and result.error is None, result.error
         assert poller.returncode == 0 and "polls" in out, err[-2000:]
         assert int(out.split()[-1]) >= 2, out
-        assert job_reply["msg"].msg_type == P.JOB_REPLY, job_reply["msg"].content
+        assert job_reply["msg"].msg_type == messages.JOB_REPLY, job_reply["msg"].content
         latencies.sort()
         assert latencies[-1] < BUDGET_S, f"status latencies (s), slowest last: {latencies[-5:]}"
         # The run's own record is whole: the client reads every row where it sees the files.
@@ -197,14 +197,20 @@ def test_a_gzip_bomb_is_refused_before_much_is_written(tmp_path, monkeypatch):
         c = Client(info["address"], info["key"].encode(), info)
         try:
             reply = c.request(
-                P.SUBMIT_JOB,
+                messages.SUBMIT_JOB,
                 {"entrypoint": ["true"], "job_id": "bomb"},
-                reply_types=(P.JOB_REPLY,),
+                reply_types=(messages.JOB_REPLY,),
                 timeout=60,
                 buffers=[bomb],
             )
-            assert reply.msg_type == P.ERROR and "bytes unpacked, over the limit" in reply.content["message"]
+            assert (
+                reply.msg_type == messages.ERROR
+                and "bytes unpacked, over the limit" in reply.content["message"]
+            )
             assert not (tmp_path / "home" / "jobs" / "bomb").exists()
-            assert c.request(P.PING, {}, reply_types=(P.PONG,), timeout=5).msg_type == P.PONG
+            assert (
+                c.request(messages.PING, {}, reply_types=(messages.PONG,), timeout=5).msg_type
+                == messages.PONG
+            )
         finally:
             c.close()

@@ -12,13 +12,13 @@ import zmq
 
 from raynb.cluster.head.server import Head
 from raynb.cluster.node.agent import STATS_REPLY_S, NodeAgent
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 
 
 def _node(ctx, address: str, name: str) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
-    P.configure_socket(sock)
-    sock.setsockopt(zmq.IDENTITY, P.routing_id("node", name))
+    messages.configure_socket(sock)
+    sock.setsockopt(zmq.IDENTITY, messages.routing_id("node", name))
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(address)
     return sock
@@ -39,17 +39,17 @@ def _stats(name: str, **extra) -> dict:
 
 
 def test_the_head_answers_a_heartbeat_only_when_asked_or_when_it_does_not_know_the_node(raynb_home):
-    key = P.new_key()
+    key = messages.new_key()
     head = Head(key)
     serving = threading.Thread(target=head.serve, daemon=True)
     serving.start()
     ctx = zmq.Context()
     a, stranger = _node(ctx, head.address, "a"), _node(ctx, head.address, "stranger")
-    sa, ss = P.Session(key), P.Session(key)
+    sa, ss = messages.Session(key), messages.Session(key)
     try:
         sa.send(
             a,
-            P.NODE_REGISTER,
+            messages.NODE_REGISTER,
             {
                 "node_id": "a",
                 "hostname": "ha",
@@ -61,18 +61,18 @@ def test_the_head_answers_a_heartbeat_only_when_asked_or_when_it_does_not_know_t
                 "cpus": 1,
             },
         )
-        assert _replies(a, sa, 10) == [(P.PONG, True)]
-        sa.send(a, P.NODE_STATS, _stats("a", reply=False))
+        assert _replies(a, sa, 10) == [(messages.PONG, True)]
+        sa.send(a, messages.NODE_STATS, _stats("a", reply=False))
         assert _replies(a, sa, 0.5) == []  # heard lately: no pong
         assert head.registry.nodes["a"].stats_at > 0  # but taken
         time.sleep(0.25)  # past the flood limit
-        sa.send(a, P.NODE_STATS, _stats("a", reply=True))
-        assert _replies(a, sa, 10) == [(P.PONG, True)]
+        sa.send(a, messages.NODE_STATS, _stats("a", reply=True))
+        assert _replies(a, sa, 10) == [(messages.PONG, True)]
         time.sleep(0.25)
-        sa.send(a, P.NODE_STATS, _stats("a"))  # an agent of before 2.3 asks for every one
-        assert _replies(a, sa, 10) == [(P.PONG, True)]
-        ss.send(stranger, P.NODE_STATS, _stats("stranger", reply=False))  # a restarted head's
-        assert _replies(stranger, ss, 10) == [(P.PONG, False)]
+        sa.send(a, messages.NODE_STATS, _stats("a"))  # an agent of before 2.3 asks for every one
+        assert _replies(a, sa, 10) == [(messages.PONG, True)]
+        ss.send(stranger, messages.NODE_STATS, _stats("stranger", reply=False))  # a restarted head's
+        assert _replies(stranger, ss, 10) == [(messages.PONG, False)]
     finally:
         head._stop = True
         serving.join(timeout=10)

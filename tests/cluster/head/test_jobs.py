@@ -16,7 +16,7 @@ import psutil
 import pytest
 from conftest import alive, private_cluster
 
-from raynb.client import jobs as J
+from raynb.client import jobs as jobs_client
 from raynb.cluster.head.jobs import JobRefused, unpack
 
 JOB = """
@@ -58,11 +58,11 @@ def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monk
         assert first.startswith("line 0 hello"), first + sub.stderr.read()
         sub.kill()  # the client goes away mid-job
         sub.wait()
-        jobs = J.list_jobs(client)
+        jobs = jobs_client.list_jobs(client)
         assert len(jobs) == 1 and jobs[0]["state"] == "RUNNING"
         job_id = jobs[0]["job_id"]
         out = []
-        state = J.job_logs(client, job_id, follow=True, write=out.append)
+        state = jobs_client.job_logs(client, job_id, follow=True, write=out.append)
         text = "".join(out)
         assert state == "SUCCEEDED", text
         assert [f"line {i} hello" for i in range(20)] == text.splitlines()[:20]
@@ -84,7 +84,7 @@ def test_job_outlives_its_killed_client_and_its_logs_are_complete(tmp_path, monk
 
 def test_job_stop_ends_its_processes(tmp_path, monkeypatch):
     with private_cluster(tmp_path, monkeypatch, workers=1) as (info, client, pids):
-        job = J.submit_job(
+        job = jobs_client.submit_job(
             client,
             [
                 sys.executable,
@@ -103,7 +103,7 @@ def test_job_stop_ends_its_processes(tmp_path, monkeypatch):
         assert "STOPPED" in stop.communicate(timeout=60)[0]
         assert not alive(group)
         with pytest.raises(Exception, match="no job 'nope'"):
-            J.stop_job(client, "nope")
+            jobs_client.stop_job(client, "nope")
 
 
 def _pgid(pid):
@@ -115,7 +115,7 @@ def _pgid(pid):
 
 def _collect(client, job_id):
     out = []
-    J.job_logs(client, job_id, write=out.append)
+    jobs_client.job_logs(client, job_id, write=out.append)
     return out
 
 
@@ -124,7 +124,7 @@ def test_working_dir_over_the_limit_is_refused_before_anything_is_sent(tmp_path)
     big.mkdir()
     (big / "data.bin").write_bytes(b"x" * 5000)
     with pytest.raises(ValueError, match=r"holds 5000 bytes, over the limit of 1000 bytes .*data\.bin"):
-        J.pack_working_dir(big, limit=1000)
+        jobs_client.pack_working_dir(big, limit=1000)
     # The CLI refuses it before it looks for a cluster (there is none in this RAYNB_HOME).
     sub = _cli(
         "submit",
@@ -153,7 +153,7 @@ def test_head_refuses_an_archive_that_escapes_its_directory(tmp_path):
         unpack(buf.getvalue(), dest)
     assert not (tmp_path / "escaped.txt").exists()
     with pytest.raises(JobRefused, match="over the limit"):
-        unpack(J.pack_working_dir(_one_file(tmp_path, 2000)), dest, limit=100)
+        unpack(jobs_client.pack_working_dir(_one_file(tmp_path, 2000)), dest, limit=100)
 
 
 def _one_file(tmp_path, size):

@@ -18,8 +18,8 @@ import psutil
 import pytest
 from conftest import alive, private_cluster
 
-from raynb.client import jobs as J
-from raynb.cluster.protocol import messages as P
+from raynb.client import jobs
+from raynb.cluster.protocol import messages
 from raynb.errors import ClusterError
 
 # A driver that starts a grandchild in a new session (out of the job's process group),
@@ -36,7 +36,9 @@ time.sleep(float(sys.argv[1]))
 
 def _raw_submit(client, content, buffers=()):
     """A submit_job as any client could send it, past the client library's own checks."""
-    return client.request(P.SUBMIT_JOB, content, reply_types=(P.JOB_REPLY,), timeout=60, buffers=buffers)
+    return client.request(
+        messages.SUBMIT_JOB, content, reply_types=(messages.JOB_REPLY,), timeout=60, buffers=buffers
+    )
 
 
 def _jobs_dir():
@@ -60,17 +62,17 @@ def test_bad_ids_arguments_and_variables_are_refused_before_anything_is_made(tmp
         for extra, why in cases:
             content = {"entrypoint": cmd, **extra}
             reply = _raw_submit(client, content)
-            assert reply.msg_type == P.ERROR, (extra, reply.content)
+            assert reply.msg_type == messages.ERROR, (extra, reply.content)
             assert re.search(why, reply.content["message"]), (why, reply.content)
             with pytest.raises(ValueError, match=why):  # the client refuses it before sending
-                J.submit_job(
+                jobs.submit_job(
                     client, content["entrypoint"], env=content.get("env"), job_id=content.get("job_id")
                 )
         assert not os.path.exists(_jobs_dir()) or os.listdir(_jobs_dir()) == []
-        assert J.list_jobs(client) == []
+        assert jobs.list_jobs(client) == []
         # A submit refused for its archive burns no id: the same id is accepted next.
         reply = _raw_submit(client, {"entrypoint": cmd, "job_id": "again"}, buffers=[b"not a tar.gz"])
-        assert reply.msg_type == P.ERROR and "cannot be unpacked" in reply.content["message"]
+        assert reply.msg_type == messages.ERROR and "cannot be unpacked" in reply.content["message"]
         assert not os.path.exists(os.path.join(_jobs_dir(), "again"))
         # A link out of the tree, in an archive made by hand: refused by the head, no id burnt.
         buf = io.BytesIO()
@@ -79,13 +81,15 @@ def test_bad_ids_arguments_and_variables_are_refused_before_anything_is_made(tmp
             link.type, link.linkname = tarfile.SYMTYPE, "/etc"
             tar.addfile(link)
         reply = _raw_submit(client, {"entrypoint": cmd, "job_id": "again"}, buffers=[buf.getvalue()])
-        assert reply.msg_type == P.ERROR and "cannot be unpacked" in reply.content["message"], reply.content
+        assert reply.msg_type == messages.ERROR and "cannot be unpacked" in reply.content["message"], (
+            reply.content
+        )
         assert not os.path.exists(os.path.join(_jobs_dir(), "again"))
-        job = J.submit_job(client, cmd, job_id="again")
+        job = jobs.submit_job(client, cmd, job_id="again")
         assert job["job_id"] == "again"
-        assert J.job_logs(client, "again", follow=True, write=lambda t: None) == "SUCCEEDED"
+        assert jobs.job_logs(client, "again", follow=True, write=lambda t: None) == "SUCCEEDED"
         with pytest.raises(ClusterError, match="exists already"):
-            J.submit_job(client, cmd, job_id="again")
+            jobs.submit_job(client, cmd, job_id="again")
 
 
 def test_links_in_the_working_directory_are_kept_inside_and_refused_outside(tmp_path, monkeypatch):
@@ -102,14 +106,14 @@ def test_links_in_the_working_directory_are_kept_inside_and_refused_outside(tmp_
     outside = tmp_path / "outside"
     outside.mkdir()
     with private_cluster(tmp_path, monkeypatch, workers=1, head_only=True) as (info, client, pids):
-        job = J.submit_job(client, [sys.executable, "-c", script], working_dir=work)
+        job = jobs.submit_job(client, [sys.executable, "-c", script], working_dir=work)
         out = []
-        assert J.job_logs(client, job["job_id"], follow=True, write=out.append) == "SUCCEEDED", out
+        assert jobs.job_logs(client, job["job_id"], follow=True, write=out.append) == "SUCCEEDED", out
         assert "".join(out).strip() == "True in the tree in the tree in the tree"
         (work / "escape").symlink_to(outside, target_is_directory=True)
         with pytest.raises(ValueError, match=r"symbolic link 'escape' -> .* points outside it"):
-            J.submit_job(client, [sys.executable, "-c", "pass"], working_dir=work)
-        assert len(J.list_jobs(client)) == 1
+            jobs.submit_job(client, [sys.executable, "-c", "pass"], working_dir=work)
+        assert len(jobs.list_jobs(client)) == 1
 
 
 def _started(client, job_id, timeout=60.0):
@@ -131,7 +135,7 @@ def _started(client, job_id, timeout=60.0):
 
 def _logs(client, job_id):
     out = []
-    J.job_logs(client, job_id, write=out.append)
+    jobs.job_logs(client, job_id, write=out.append)
     return out
 
 
@@ -149,18 +153,18 @@ def test_every_process_a_job_starts_ends_with_it(tmp_path, monkeypatch):
     (tmp_path / "w" / "escaper.py").write_text(ESCAPER)
     with private_cluster(tmp_path, monkeypatch, workers=1, head_only=True) as (info, client, pids):
         # 1. raynb jobs stop
-        stopped = J.submit_job(client, [sys.executable, "escaper.py", "300"], working_dir=tmp_path / "w")
+        stopped = jobs.submit_job(client, [sys.executable, "escaper.py", "300"], working_dir=tmp_path / "w")
         left = _escapers_of(stopped, _started(client, stopped["job_id"]))
-        assert J.stop_job(client, stopped["job_id"])["state"] == "STOPPED"
+        assert jobs.stop_job(client, stopped["job_id"])["state"] == "STOPPED"
         assert not alive(left), left
         # 2. the driver exits on its own
-        done = J.submit_job(client, [sys.executable, "escaper.py", "3"], working_dir=tmp_path / "w")
+        done = jobs.submit_job(client, [sys.executable, "escaper.py", "3"], working_dir=tmp_path / "w")
         left = _escapers_of(done, _started(client, done["job_id"]))
-        assert J.job_logs(client, done["job_id"], follow=True, write=lambda t: None) == "SUCCEEDED"
+        assert jobs.job_logs(client, done["job_id"], follow=True, write=lambda t: None) == "SUCCEEDED"
         _wait_gone(left)
         assert not alive(left), left
         # 3. raynb stop, with the job running
-        last = J.submit_job(client, [sys.executable, "escaper.py", "300"], working_dir=tmp_path / "w")
+        last = jobs.submit_job(client, [sys.executable, "escaper.py", "300"], working_dir=tmp_path / "w")
         left = _escapers_of(last, _started(client, last["job_id"]))
         stop = subprocess.run(
             [sys.executable, "-m", "raynb.cli", "stop"], capture_output=True, text=True, timeout=60

@@ -14,7 +14,7 @@ from pathlib import Path
 from conftest import private_cluster
 
 import raynb
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 from raynb.cluster.protocol.control import Client
 from raynb.train import Checkpoint, RunConfig, ScalingConfig
 from raynb.train.torch import TorchTrainer
@@ -64,7 +64,7 @@ def _grow(path: Path) -> None:
 def _watch(client: Client, stop: threading.Event, out: list) -> None:
     while not stop.is_set():
         t = time.perf_counter()
-        client.request(P.STATUS_REQUEST, {}, reply_types=(P.STATUS_REPLY,), timeout=10)
+        client.request(messages.STATUS_REQUEST, {}, reply_types=(messages.STATUS_REPLY,), timeout=10)
         out.append(time.perf_counter() - t)
         time.sleep(0.02)
 

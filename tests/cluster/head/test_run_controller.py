@@ -14,7 +14,7 @@ import re
 import pytest
 from support.controller_harness import Clock, FakeCheckpoints, FakeEffects, FakeStore, Harness, _raised  # noqa: F401
 
-from raynb.cluster.head import controller as C
+from raynb.cluster.head import controller
 from raynb.cluster.head.controller import (
     CANCEL_GRACE_S,
     DEAD_PEER_GRACE_S,
@@ -66,26 +66,26 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
     row ("any active" expands to every active state), they are the same pairs and targets."""
     table: dict[tuple, set] = {}
     rows = 0
-    for line in C.__doc__.splitlines():
+    for line in controller.__doc__.splitlines():
         m = _ROW.match(line)
         if not m:
             continue
         rows += 1
         state, event, to = m.groups()
-        for s in C.ACTIVE if state == "any active" else (state,):
+        for s in controller.ACTIVE if state == "any active" else (state,):
             table.setdefault((s, event), set()).add(to)
     assert rows == 16  # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic)
-    assert table == {pair: set(targets) for pair, targets in C.TRANSITIONS.items()}
-    states = set(C.ACTIVE) | set(C.TERMINAL)
+    assert table == {pair: set(targets) for pair, targets in controller.TRANSITIONS.items()}
+    states = set(controller.ACTIVE) | set(controller.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)
     assert {e for _, e in table} == {
-        C.PLACED,
-        C.CANCEL,
-        C.RANK_FAILED,
-        C.ALL_STOPPED,
-        C.HEAD_STOPPING,
-        C.NO_ROOM,
-        C.RESIZE,
+        controller.PLACED,
+        controller.CANCEL,
+        controller.RANK_FAILED,
+        controller.ALL_STOPPED,
+        controller.HEAD_STOPPING,
+        controller.NO_ROOM,
+        controller.RESIZE,
     }
 
 
@@ -657,7 +657,7 @@ def test_a_restart_with_no_room_fails_naming_the_wait(tmp_path):
     run = h.run(world_size=4, max_failures=2)
     run.attempt = 1
     h.ctl.no_room(run, "no node with room joined within 300s")
-    assert run.state == C.FAILED
+    assert run.state == controller.FAILED
     assert run.errors[0]["message"] == "no node with room joined within 300s"
     assert h.effects.named("run_ended")
 

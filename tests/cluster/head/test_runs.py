@@ -26,7 +26,7 @@ from conftest import import_paths, wait_idle_workers
 import raynb
 from raynb.cluster.storage.rundir import CorruptRunDirectory
 from raynb.train import FailureConfig, Result, RunConfig, ScalingConfig
-from raynb.train.run import execute_run
+from raynb.train.fit_run import execute_run
 from raynb.train.torch import TorchTrainer
 
 # Functions defined here travel by value, as a notebook's do.

@@ -28,14 +28,14 @@ from conftest import alive, private_cluster, wait_idle_workers
 
 import raynb
 import raynb.client.connection
-from raynb.client.run import build_submission, follow_run, submit_run
 from raynb.client.status import format_status
+from raynb.client.submit_and_follow import build_submission, follow_run, submit_run
 from raynb.cluster.connection_file import read_connection_file
 from raynb.cluster.head.pool import WorkerPool, idle_timeout_s
 from raynb.cluster.head.registry import NodeInfo, Registry, WorkerInfo
 from raynb.cluster.launch import start_cluster, stop_cluster
 from raynb.cluster.procutil import ZYGOTE_MODULE
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages as protocol_messages
 from raynb.cluster.protocol.control import Client
 
 # Functions defined here travel by value, as a notebook's do.
@@ -176,7 +176,7 @@ def test_processes_a_run_starts_end_with_the_run_and_on_cancel(warm, tmp_path):
     t, out = _in_thread(_start_children, {"pid_file": pid_file, "sleep": 60})
     procs = _wait_pid_file(pid_file, out)
     try:
-        warm.send(P.CANCEL_RUN, {"run_id": _active_run_id(warm)})
+        warm.send(protocol_messages.CANCEL_RUN, {"run_id": _active_run_id(warm)})
         t.join(15)
         assert out["outcome"].state == "CANCELLED", out
         _wait(lambda: _gone(procs), 3, f"the cancelled run's processes to end: {[p.pid for p in procs]}")
@@ -604,7 +604,7 @@ def test_ranks_run_under_sched_batch_and_the_head_and_notebook_do_not(warm):
     """procutil.batch_scheduling: a rank waking up no longer preempts the head mid-way
     through sending a run's tasks (nor the notebook's kernel); what the rank starts, a
     thread or a process, inherits it."""
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     _, policies = execute_run(_policies, None, raynb.ScalingConfig(num_workers=2), raynb.RunConfig(verbose=0))
     assert policies == {"main": os.SCHED_BATCH, "thread": os.SCHED_BATCH, "child": os.SCHED_BATCH}
@@ -687,7 +687,7 @@ def test_a_sys_path_directory_missing_at_a_workers_first_look_is_added_once_it_e
 ):
     """The client sends a sys.path directory it saw once (shipping.sys_path_dirs); a worker
     that found it missing must look again at its next task, not remember the list as done."""
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     late = tmp_path / "late_dir"
     late.mkdir()

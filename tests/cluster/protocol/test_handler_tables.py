@@ -9,8 +9,7 @@ import pytest
 
 from raynb.cluster.head.handlers import HANDLERS as HEAD_HANDLERS
 from raynb.cluster.node import agent
-from raynb.cluster.protocol import catalog
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import catalog, messages
 from raynb.cluster.protocol.declaration import CLIENT, HEAD, NODE, ROLES, WORKER, received_by
 from raynb.cluster.worker import task_loop
 
@@ -27,10 +26,14 @@ def test_a_process_has_one_handler_for_each_message_it_receives_and_none_other(r
 
 def test_every_handler_table_names_declared_messages_only():
     for role, table in TABLES.items():
-        assert set(table) <= P.MESSAGE_TYPES, (role, set(table) - P.MESSAGE_TYPES)
+        assert set(table) <= messages.MESSAGE_TYPES, (role, set(table) - messages.MESSAGE_TYPES)
     # a client reads what it gets where it waits for it (control.request, the follow loops):
     # every message to a client is declared, a reply or pushed.
-    assert received_by(catalog.MESSAGES, CLIENT, dispatched=False) >= {P.RUN_DONE, P.RUN_EVENT, P.DATA_NEEDED}
+    assert received_by(catalog.MESSAGES, CLIENT, dispatched=False) >= {
+        messages.RUN_DONE,
+        messages.RUN_EVENT,
+        messages.DATA_NEEDED,
+    }
 
 
 def test_the_node_agent_takes_from_its_data_socket_exactly_what_the_catalog_sends_there():
@@ -49,14 +52,14 @@ def test_the_node_and_worker_tables_name_real_methods():
             )
     from raynb.cluster.node.data_server import DataServer
 
-    assert callable(DataServer.on_put) and agent.HANDLERS[P.DATA_PUT] == "data.on_put"
+    assert callable(DataServer.on_put) and agent.HANDLERS[messages.DATA_PUT] == "data.on_put"
 
 
 @pytest.mark.cluster
 def test_a_head_binds_every_entry_of_its_table_to_a_method():
     from raynb.cluster.head.server import Head
 
-    head = Head(P.new_key(), "127.0.0.1", 0, num_workers=0)
+    head = Head(messages.new_key(), "127.0.0.1", 0, num_workers=0)
     try:
         assert set(head.handlers) == set(HEAD_HANDLERS)
         assert all(callable(h) for h in head.handlers.values())
@@ -67,7 +70,7 @@ def test_a_head_binds_every_entry_of_its_table_to_a_method():
 def test_each_message_is_declared_once_with_a_doc_a_version_and_known_roles():
     versions = [v for v, _ in catalog.VERSIONS]
     names = [m.name for m in catalog.MESSAGES]
-    assert len(names) == len(set(names)) == len(P.MESSAGE_TYPES)
+    assert len(names) == len(set(names)) == len(messages.MESSAGE_TYPES)
     for m in catalog.MESSAGES:
         assert m.doc and m.routes and m.topic, m.name
         assert m.since in versions and all(v in versions for v, _ in m.changes), m.name
@@ -75,23 +78,28 @@ def test_each_message_is_declared_once_with_a_doc_a_version_and_known_roles():
         fields = [f.name for f in m.fields]
         assert len(fields) == len(set(fields)), (m.name, fields)
         assert all(f.doc for f in m.fields), m.name
-        assert getattr(P, m.constant) == m.name
-        assert (m.name in P.SCHEMAS) == m.checked, m.name
+        assert getattr(messages, m.constant) == m.name
+        assert (m.name in messages.SCHEMAS) == m.checked, m.name
 
 
 def test_run_done_declares_the_errors_the_head_sends():
-    run_done = next(m for m in catalog.MESSAGES if m.name == P.RUN_DONE)
+    run_done = next(m for m in catalog.MESSAGES if m.name == messages.RUN_DONE)
     fields = {f.name for f in run_done.fields}
     assert "errors" in fields and "error" not in fields
-    assert P.SCHEMAS[P.RUN_DONE].problem({"run_id": "r", "state": "FAILED", "errors": "x"}) is not None
+    assert (
+        messages.SCHEMAS[messages.RUN_DONE].problem({"run_id": "r", "state": "FAILED", "errors": "x"})
+        is not None
+    )
 
 
 def test_a_head_answers_node_lost_and_list_jobs_through_its_table(cluster):
     # node_lost and the jobs' messages were patched into the table by the head's main;
     # a head's own table now holds them.
     reply = cluster.request(
-        P.NODE_LOST, {"node_id": "no-such-node", "reason": "a test"}, reply_types=(P.NODE_LOST_REPLY,)
+        messages.NODE_LOST,
+        {"node_id": "no-such-node", "reason": "a test"},
+        reply_types=(messages.NODE_LOST_REPLY,),
     )
-    assert reply.msg_type == P.NODE_LOST_REPLY and reply.content == {"known": False}
-    reply = cluster.request(P.LIST_JOBS, {}, reply_types=(P.JOBS_REPLY,))
-    assert reply.msg_type == P.JOBS_REPLY and isinstance(reply.content["jobs"], list)
+    assert reply.msg_type == messages.NODE_LOST_REPLY and reply.content == {"known": False}
+    reply = cluster.request(messages.LIST_JOBS, {}, reply_types=(messages.JOBS_REPLY,))
+    assert reply.msg_type == messages.JOBS_REPLY and isinstance(reply.content["jobs"], list)

@@ -25,7 +25,7 @@ from support.zmtp import zmtp_greeting, zmtp_ready
 
 import raynb
 from raynb.client.shipping import dumps_payload
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 
 KEY = b"k" * 64
 
@@ -47,7 +47,7 @@ def sign(key: bytes, header: dict, content, buffers=()) -> list[bytes]:
     return [h.hexdigest().encode(), *frames]
 
 
-def header(msg_type=P.PING, *, seq=1, t=None, session=None, version=P.PROTOCOL_VERSION) -> dict:
+def header(msg_type=messages.PING, *, seq=1, t=None, session=None, version=messages.PROTOCOL_VERSION) -> dict:
     return {
         "version": version,
         "msg_type": msg_type,
@@ -58,43 +58,43 @@ def header(msg_type=P.PING, *, seq=1, t=None, session=None, version=P.PROTOCOL_V
     }
 
 
-def rejected_by(receiver: P.Session, frames) -> str:
-    with pytest.raises(P.ProtocolError) as ei:
+def rejected_by(receiver: messages.Session, frames) -> str:
+    with pytest.raises(messages.ProtocolError) as ei:
         receiver.deserialize(list(frames))
     return str(ei.value)
 
 
 # -- Session unit tests -----------------------------------------------------------------
 def test_round_trip_with_buffers_and_documented_signature():
-    sender, receiver = P.Session(KEY), P.Session(KEY)
+    sender, receiver = messages.Session(KEY), messages.Session(KEY)
     bufs = [b"\x00" * 10, os.urandom(1000), b""]
-    frames = raw(sender.serialize(P.SUBMIT_RUN, {"num_workers": 2, "name": "x"}, bufs))
+    frames = raw(sender.serialize(messages.SUBMIT_RUN, {"num_workers": 2, "name": "x"}, bufs))
     assert len(frames) == 3 + len(bufs)
     # The signature is exactly the documented construction.
     hdr = json.loads(frames[1])
     assert frames == sign(KEY, hdr, pickle.loads(frames[2]), bufs)
     msg = receiver.deserialize(frames, identity=b"client:abc")
-    assert msg.msg_type == P.SUBMIT_RUN
+    assert msg.msg_type == messages.SUBMIT_RUN
     assert msg.content == {"num_workers": 2, "name": "x"}
     assert raw(msg.buffers) == bufs
     assert msg.identity == b"client:abc"
     assert msg.header["session"] == sender.session_id and msg.header["seq"] == 1
     # Sequence numbers grow per message.
-    msg2 = receiver.deserialize(raw(sender.serialize(P.PING)))
+    msg2 = receiver.deserialize(raw(sender.serialize(messages.PING)))
     assert msg2.header["seq"] == 2 and msg2.content == {}
 
 
 def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_messages(monkeypatch):
     from raynb.cluster.protocol import signing
 
-    sender = P.Session(KEY, frame_bytes=256 << 10)
+    sender = messages.Session(KEY, frame_bytes=256 << 10)
     big = os.urandom(300 << 10)  # over 64 KiB, under the chunk size: signed by digest
-    frames = raw(sender.serialize(P.SUBMIT_RUN, {"name": "x"}, [big]))
+    frames = raw(sender.serialize(messages.SUBMIT_RUN, {"name": "x"}, [big]))
     assert frames == sign(KEY, json.loads(frames[1]), {"name": "x"}, [big])
-    assert raw(P.Session(KEY).deserialize(list(frames)).buffers) == [big]
+    assert raw(messages.Session(KEY).deserialize(list(frames)).buffers) == [big]
     tampered = list(frames)
     tampered[3] = big[:-1] + bytes([big[-1] ^ 1])  # one bit of the big frame
-    assert "bad or missing signature" in rejected_by(P.Session(KEY), tampered)
+    assert "bad or missing signature" in rejected_by(messages.Session(KEY), tampered)
 
     # A Payload cut into pieces for four ranks: each piece hashed once, not once per rank.
     hashed = []
@@ -107,16 +107,16 @@ def test_big_frames_signed_by_their_digest_and_a_payload_hashed_once_for_many_me
 
     payload = signing.Payload([os.urandom(3 << 20)])  # 3 MiB: 12 pieces of 256 KiB
     monkeypatch.setattr(signing.hashlib, "sha256", counting_sha)
-    trains = [sender.messages(P.RUN_TASK, {"rank": r}, payload) for r in range(4)]
+    trains = [sender.messages(messages.RUN_TASK, {"rank": r}, payload) for r in range(4)]
     monkeypatch.setattr(signing.hashlib, "sha256", real_sha)
     assert sum(hashed) == 3 << 20 and len(hashed) == 12
     for train in trains:  # and every rank verifies and reassembles it
-        receiver = P.Session(KEY)
+        receiver = messages.Session(KEY)
         got = [receiver.deserialize(raw(m)) for m in train]
         assert got[:-1] == [None] * 12 and raw(got[-1].buffers) == [bytes(payload[0])]
     piece = raw(trains[1][5])
     piece[3] = bytes(len(piece[3]))  # a piece replaced by zeros
-    assert "bad or missing signature" in rejected_by(P.Session(KEY), piece)
+    assert "bad or missing signature" in rejected_by(messages.Session(KEY), piece)
 
 
 def test_round_trip_over_real_sockets_and_rejected_count():
@@ -125,15 +125,15 @@ def test_round_trip_over_real_sockets_and_rejected_count():
     try:
         b.bind("inproc://proto-test")
         a.connect("inproc://proto-test")
-        sender, receiver = P.Session(KEY), P.Session(KEY)
+        sender, receiver = messages.Session(KEY), messages.Session(KEY)
         big = os.urandom(1 << 20)
-        sender.send(a, P.TASK_DONE, {"rank": 0, "status": "ok"}, [big])
+        sender.send(a, messages.TASK_DONE, {"rank": 0, "status": "ok"}, [big])
         msg = receiver.recv(b)
         assert msg is not None and msg.content["status"] == "ok"
-        assert P.buffer_bytes(msg.buffers[0]) == big
+        assert messages.buffer_bytes(msg.buffers[0]) == big
         assert receiver.rejected == 0
 
-        good = raw(sender.serialize(P.TASK_EVENT, {"x": 1}, [b"payload"]))
+        good = raw(sender.serialize(messages.TASK_EVENT, {"x": 1}, [b"payload"]))
         bad = [
             [good[0], good[1].replace(b'"task_event"', b'"run_task"'), *good[2:]],  # header
             [good[0], good[1], pickle.dumps({"x": 2}, protocol=5), *good[3:]],  # content
@@ -159,7 +159,7 @@ def test_round_trip_over_real_sockets_and_rejected_count():
             ctx2_a.setsockopt(zmq.IDENTITY, b"client:me")
             ctx2_b.bind("inproc://proto-test-router")
             ctx2_a.connect("inproc://proto-test-router")
-            sender.send(ctx2_a, P.PING, {"n": 1})
+            sender.send(ctx2_a, messages.PING, {"n": 1})
             msg = receiver.recv(ctx2_b, router=True)
             assert msg.identity == b"client:me" and msg.content == {"n": 1}
         finally:
@@ -172,11 +172,11 @@ def test_round_trip_over_real_sockets_and_rejected_count():
 
 
 def test_tampering_is_rejected():
-    sender = P.Session(KEY)
-    good = raw(sender.serialize(P.SUBMIT_RUN, {"num_workers": 1}, [b"fn-bytes", b"more"]))
+    sender = messages.Session(KEY)
+    good = raw(sender.serialize(messages.SUBMIT_RUN, {"num_workers": 1}, [b"fn-bytes", b"more"]))
 
     def check(frames, why):
-        receiver = P.Session(KEY)
+        receiver = messages.Session(KEY)
         assert "signature" in rejected_by(receiver, frames), why
         assert receiver.deserialize(good).content == {"num_workers": 1}  # the original is fine
 
@@ -196,61 +196,61 @@ def test_tampering_is_rejected():
     check([good[0].upper(), *good[1:]], "signature case changed")
 
     # Whole message signed with the wrong key.
-    forged = raw(P.Session(b"w" * 64).serialize(P.SUBMIT_RUN, {"num_workers": 1}, [b"fn"]))
-    assert "signature" in rejected_by(P.Session(KEY), forged)
+    forged = raw(messages.Session(b"w" * 64).serialize(messages.SUBMIT_RUN, {"num_workers": 1}, [b"fn"]))
+    assert "signature" in rejected_by(messages.Session(KEY), forged)
     # No signature frame at all: the header is taken as the signature and fails.
-    assert "signature" in rejected_by(P.Session(KEY), good[1:])
+    assert "signature" in rejected_by(messages.Session(KEY), good[1:])
     # Fewer than three frames.
     for n in (0, 1, 2):
-        assert "truncated" in rejected_by(P.Session(KEY), good[:n])
+        assert "truncated" in rejected_by(messages.Session(KEY), good[:n])
 
     with pytest.raises(ValueError):
-        P.Session(b"")
+        messages.Session(b"")
 
 
 def test_replay_rejected_by_digest_history():
-    sender, receiver = P.Session(KEY), P.Session(KEY)
-    frames = raw(sender.serialize(P.SUBMIT_RUN, {"num_workers": 1}, [b"fn"]))
+    sender, receiver = messages.Session(KEY), messages.Session(KEY)
+    frames = raw(sender.serialize(messages.SUBMIT_RUN, {"num_workers": 1}, [b"fn"]))
     receiver.deserialize(frames)
     assert "digest seen before" in rejected_by(receiver, frames)
     # The rejection did not disturb later messages from the same sender.
-    assert receiver.deserialize(raw(sender.serialize(P.PING))).msg_type == P.PING
+    assert receiver.deserialize(raw(sender.serialize(messages.PING))).msg_type == messages.PING
 
 
 def test_replay_after_digest_aged_out_rejected_by_sequence():
-    sender, receiver = P.Session(KEY), P.Session(KEY, history_size=2)
-    first = raw(sender.serialize(P.SUBMIT_RUN, {"n": 1}, [b"fn"]))
-    for frames in (first, raw(sender.serialize(P.PING)), raw(sender.serialize(P.PING))):
+    sender, receiver = messages.Session(KEY), messages.Session(KEY, history_size=2)
+    first = raw(sender.serialize(messages.SUBMIT_RUN, {"n": 1}, [b"fn"]))
+    for frames in (first, raw(sender.serialize(messages.PING)), raw(sender.serialize(messages.PING))):
         receiver.deserialize(frames)
     assert first[0] not in receiver._history  # aged out of the 2-digest history
     assert "sequence number" in rejected_by(receiver, first)
     # A captured message replayed *before* a later one was delivered: still refused
     # once the later one arrived, and an equal seq from the same session is refused.
-    later = raw(sender.serialize(P.PING))
+    later = raw(sender.serialize(messages.PING))
     receiver.deserialize(later)
     same_seq = sign(KEY, {**json.loads(later[1]), "msg_id": "other"}, {})
     assert "sequence number" in rejected_by(receiver, same_seq)
     # Another sender's sequence is independent.
-    assert receiver.deserialize(raw(P.Session(KEY).serialize(P.PING))).msg_type == P.PING
+    assert receiver.deserialize(raw(messages.Session(KEY).serialize(messages.PING))).msg_type == messages.PING
 
 
 def test_old_and_future_timestamps_rejected():
-    receiver = P.Session(KEY)
+    receiver = messages.Session(KEY)
     now = time.time()
-    old = sign(KEY, header(t=now - P.MAX_MESSAGE_AGE_S - 60), {})
+    old = sign(KEY, header(t=now - messages.MAX_MESSAGE_AGE_S - 60), {})
     assert "timestamp" in rejected_by(receiver, old)
-    future = sign(KEY, header(t=now + P.MAX_MESSAGE_AGE_S + 60), {})
+    future = sign(KEY, header(t=now + messages.MAX_MESSAGE_AGE_S + 60), {})
     assert "timestamp" in rejected_by(receiver, future)
     recent = sign(KEY, header(t=now - 5), {"ok": True})
     assert receiver.deserialize(recent).content == {"ok": True}
 
 
 def test_signed_but_malformed_messages_rejected():
-    receiver = P.Session(KEY)
+    receiver = messages.Session(KEY)
     assert "unknown message type" in rejected_by(receiver, sign(KEY, header("exec_code"), {}))
-    other = f"{int(P.PROTOCOL_VERSION.split('.')[0]) + 1}.0"  # another major version
+    other = f"{int(messages.PROTOCOL_VERSION.split('.')[0]) + 1}.0"  # another major version
     assert "version" in rejected_by(receiver, sign(KEY, header(version=other), {}))
-    for bad in ({"msg_type": P.PING}, {**header(), "seq": "many"}, {**header(), "time": None}):
+    for bad in ({"msg_type": messages.PING}, {**header(), "seq": "many"}, {**header(), "time": None}):
         assert "malformed header" in rejected_by(receiver, sign(KEY, bad, {}))
     not_json = [
         b"",
@@ -273,9 +273,9 @@ def test_content_never_unpickled_before_the_signature_checks_out(tmp_path):
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    good = raw(P.Session(KEY).serialize(P.PING))
+    good = raw(messages.Session(KEY).serialize(messages.PING))
     forged = [good[0], good[1], pickle.dumps(Evil()), *good[3:]]
-    receiver = P.Session(KEY)
+    receiver = messages.Session(KEY)
     rejected_by(receiver, forged)
     # ... and through recv() too, where the failure is only counted.
     ctx = zmq.Context()
@@ -283,7 +283,7 @@ def test_content_never_unpickled_before_the_signature_checks_out(tmp_path):
     try:
         b.bind("inproc://evil")
         a.connect("inproc://evil")
-        a.send_multipart(raw(P.Session(b"w" * 64).serialize(P.PING)))
+        a.send_multipart(raw(messages.Session(b"w" * 64).serialize(messages.PING)))
         a.send_multipart(forged)
         assert receiver.recv(b) is None and receiver.recv(b) is None
         assert receiver.rejected == 2
@@ -314,12 +314,12 @@ def dealer(ctx, address, identity: bytes | None = None):
         s.close(0)
 
 
-def sync(sock, session: P.Session, timeout: float = 10.0) -> list[P.Message]:
+def sync(sock, session: messages.Session, timeout: float = 10.0) -> list[messages.Message]:
     """Ping the head over ``sock`` and wait for the pong: everything sent before it on
     this connection has then been handled. Returns the other messages that came back."""
     from raynb.cluster.protocol.rejects import refusal
 
-    session.send(sock, P.PING)
+    session.send(sock, messages.PING)
     others = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -333,7 +333,7 @@ def sync(sock, session: P.Session, timeout: float = 10.0) -> list[P.Message]:
                 continue
             msg = session.accept(frames)
             assert msg is not None, "the head sent a message that does not verify"
-            if msg.msg_type == P.PONG:
+            if msg.msg_type == messages.PONG:
                 return others
             others.append(msg)
     raise AssertionError("the head did not answer a ping")
@@ -367,9 +367,9 @@ def submit_spec(run_id: str, num_workers: int = 1) -> dict:
     }
 
 
-def submit_frames(session: P.Session, marker: str, run_id: str) -> list[bytes]:
+def submit_frames(session: messages.Session, marker: str, run_id: str) -> list[bytes]:
     payload = dumps_payload(marker_fn(marker), None, {})
-    return raw(session.serialize(P.SUBMIT_RUN, submit_spec(run_id), [payload]))
+    return raw(session.serialize(messages.SUBMIT_RUN, submit_spec(run_id), [payload]))
 
 
 def run_ids(client) -> set:
@@ -382,7 +382,7 @@ def assert_never_runs(marker, client, run_id, wait: float = 1.0):
     assert run_id not in run_ids(client), "the head recorded a run from a rejected message"
 
 
-def wait_done(sock, session, run_id, timeout=30.0) -> list[P.Message]:
+def wait_done(sock, session, run_id, timeout=30.0) -> list[messages.Message]:
     msgs = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -390,9 +390,9 @@ def wait_done(sock, session, run_id, timeout=30.0) -> list[P.Message]:
             msg = session.recv(sock)
             assert msg is not None
             msgs.append(msg)
-            if msg.msg_type == P.RUN_DONE and msg.content["run_id"] == run_id:
+            if msg.msg_type == messages.RUN_DONE and msg.content["run_id"] == run_id:
                 return msgs
-            assert msg.msg_type != P.ERROR, msg.content
+            assert msg.msg_type != messages.ERROR, msg.content
     raise AssertionError(f"run {run_id} did not finish: {[m.msg_type for m in msgs]}")
 
 
@@ -401,12 +401,12 @@ def test_forged_and_unsigned_submit_never_run(warm, zctx, tmp_path):
     before = rejected_count(warm)
     marker = str(tmp_path / "forged")
     forged_id, unsigned_id, swapped_id = (uuid.uuid4().hex for _ in range(3))
-    forged = submit_frames(P.Session(b"0" * 64), marker, forged_id)  # the wrong key
-    genuine = submit_frames(P.Session(key), marker, unsigned_id)
+    forged = submit_frames(messages.Session(b"0" * 64), marker, forged_id)  # the wrong key
+    genuine = submit_frames(messages.Session(key), marker, unsigned_id)
     # A genuinely signed submit whose function frame was swapped for the marker writer.
     benign = raw(
-        P.Session(key).serialize(
-            P.SUBMIT_RUN, submit_spec(swapped_id), [dumps_payload(lambda: None, None, {})]
+        messages.Session(key).serialize(
+            messages.SUBMIT_RUN, submit_spec(swapped_id), [dumps_payload(lambda: None, None, {})]
         )
     )
     swapped = [*benign[:3], forged[3]]
@@ -415,7 +415,7 @@ def test_forged_and_unsigned_submit_never_run(warm, zctx, tmp_path):
         s.send_multipart([b"", *genuine[1:]])  # empty signature
         s.send_multipart(genuine[1:])  # no signature frame at all
         s.send_multipart(swapped)
-        replies = sync(s, P.Session(key))
+        replies = sync(s, messages.Session(key))
     assert replies == [], [m.msg_type for m in replies]
     assert rejected_count(warm) - before == 4
     for run_id in (forged_id, unsigned_id, swapped_id):
@@ -426,12 +426,12 @@ def test_replayed_submit_rejected(warm, zctx, tmp_path):
     address, key = warm.info["address"], warm.info["key"].encode()
     marker = str(tmp_path / "replayed")
     run_id = uuid.uuid4().hex
-    session = P.Session(key)
+    session = messages.Session(key)
     frames = submit_frames(session, marker, run_id)
     with dealer(zctx, address) as s:
         s.send_multipart(frames)
         msgs = wait_done(s, session, run_id)
-    assert msgs[0].msg_type == P.RUN_ACCEPTED and msgs[0].content["run_id"] == run_id
+    assert msgs[0].msg_type == messages.RUN_ACCEPTED and msgs[0].content["run_id"] == run_id
     assert msgs[-1].content["state"] == "FINISHED", msgs[-1].content
     assert open(marker).read() == "ran\n"
     os.remove(marker)
@@ -445,7 +445,7 @@ def test_replayed_submit_rejected(warm, zctx, tmp_path):
         assert sync(s, session) == []
     with dealer(zctx, address) as s:
         s.send_multipart(frames)
-        assert sync(s, P.Session(key)) == []
+        assert sync(s, messages.Session(key)) == []
     assert rejected_count(warm) - before == 2
     time.sleep(1.0)
     assert not os.path.exists(marker), "a replayed submit_run ran again"
@@ -523,7 +523,7 @@ def test_garbage_on_the_tcp_port_does_not_hurt_the_head(warm):
     head_still_works(warm)
 
 
-@pytest.mark.parametrize("claimed", [P.DEFAULT_MAX_MESSAGE_BYTES + 1, 8 << 30, (1 << 63) - 1])
+@pytest.mark.parametrize("claimed", [messages.DEFAULT_MAX_MESSAGE_BYTES + 1, 8 << 30, (1 << 63) - 1])
 def test_frame_claiming_more_than_the_limit_is_refused(warm, claimed):
     """A raw ZMTP frame header announcing a huge frame: ZeroMQ drops the connection
     at once (ZMQ_MAXMSGSIZE) instead of allocating and waiting for the bytes."""
@@ -538,14 +538,14 @@ def test_frame_claiming_more_than_the_limit_is_refused(warm, claimed):
 def test_truncated_and_huge_messages_are_rejected(warm, zctx):
     address, key = warm.info["address"], warm.info["key"].encode()
     before = rejected_count(warm)
-    good = raw(P.Session(key).serialize(P.STATUS_REQUEST))
+    good = raw(messages.Session(key).serialize(messages.STATUS_REQUEST))
     huge = os.urandom(1 << 16) * 1025  # 64 MiB + 64 KiB, one frame
     with dealer(zctx, address) as s:
         s.send_multipart([b"x"])
         s.send_multipart([b"a", b"b"])
         s.send_multipart(good[:2])  # a genuine message, cut short
         s.send_multipart([b""])
-        replies = sync(s, P.Session(key), timeout=30.0)
+        replies = sync(s, messages.Session(key), timeout=30.0)
     assert replies == [], [m.msg_type for m in replies]
     assert rejected_count(warm) - before == 4
     # A frame over the frame limit never reaches the head to be counted: ZeroMQ drops
@@ -555,7 +555,7 @@ def test_truncated_and_huge_messages_are_rejected(warm, zctx):
     with dealer(zctx, address) as s:
         s.send_multipart([huge])
         s.send_multipart([good[0], good[1], good[2], huge])  # genuine, plus an unsigned frame
-        replies = sync(s, P.Session(key), timeout=30.0)
+        replies = sync(s, messages.Session(key), timeout=30.0)
     del huge
     assert replies == [], [m.msg_type for m in replies]
     assert rejected_count(warm) - before == 4

@@ -19,7 +19,7 @@ import cloudpickle
 import pytest
 
 import raynb
-from raynb.cluster.protocol import messages as P
+from raynb.cluster.protocol import messages
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -66,7 +66,7 @@ def fake_head(tmp_path):
             "workers": 1,
             "pids": {"head": proc.pid, "node": proc.pid},
             "created": time.time(),
-            "version": P.PROTOCOL_VERSION,
+            "version": messages.PROTOCOL_VERSION,
             "token": "planted",
         }
         yield info, received
@@ -265,7 +265,7 @@ def _all_reduce(config):
 
 
 def test_a_local_run_listens_on_loopback_only_and_opens_no_tcp_store(warm):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     _, (total, pid) = execute_run(_all_reduce, None, raynb.ScalingConfig(num_workers=2), QUIET)
     assert total == 3.0
@@ -292,7 +292,7 @@ def test_a_run_across_nodes_meets_at_a_store_bound_to_the_node_ip(tmp_path, monk
     each worker's store listens from its start, on its node's IP only."""
     from conftest import alive
 
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     with private_cluster(tmp_path, monkeypatch, 1, max_workers=1, host=host) as (info, client):
         from raynb.cluster.protocol import curve_auth as curve
@@ -404,7 +404,7 @@ def test_large_payloads_travel_in_signed_chunks(warm):
     """A function with 20 MiB of captured data and a 3 MiB return value: both over the
     frame limit, so both travel as trains of signed chunks, and the run works."""
     from raynb.cluster.protocol import chunking
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     blob = os.urandom(20 << 20)
     assert len(blob) > 10 * chunking.FRAME_BYTES
@@ -422,7 +422,7 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
     from test_protocol import dealer, head_still_works, rejected_count, submit_spec, sync
 
     from raynb.cluster.head.server import NODE_TIMEOUT_S
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     address, key = warm.info["address"], warm.info["key"].encode()
     node = {
@@ -435,33 +435,41 @@ def test_a_key_holders_malformed_messages_are_rejected_and_counted(warm):
     }
     ready = {"worker_id": "evil-w1", "pid": 2, "node_id": "evil", "hostname": "h", "ip": "127.0.0.1"}
     bad = [
-        ("node", P.NODE_REGISTER, {**node, "max_workers": "x"}),
-        ("node", P.NODE_REGISTER, {**node, "num_workers": True}),
-        ("node", P.NODE_REGISTER, {k: v for k, v in node.items() if k != "ip"}),
-        ("node", P.NODE_STATS, {"workers": [1, 2]}),
-        ("node", P.NODE_STATS, {"workers": {"local-w1": {"pid": 1, "cpu_percent": "hot"}}}),
-        ("node", P.WORKER_EXITED, {"worker_id": "local-w1", "pid": 1, "signal": "KILL"}),
-        ("worker", P.WORKER_READY, {**ready, "pid": "p"}),
-        ("worker", P.TASK_DONE, {"run_id": "r", "rank": "0", "status": "ok"}),
-        ("worker", P.TASK_DONE, {"run_id": "r", "rank": 0, "status": "error", "error": {"message": 5}}),
-        ("worker", P.TASK_EVENT, {"run_id": "r", "rank": 0, "event": {"kind": "report", "index": "x"}}),
-        ("client", P.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "num_workers": "2"}),
+        ("node", messages.NODE_REGISTER, {**node, "max_workers": "x"}),
+        ("node", messages.NODE_REGISTER, {**node, "num_workers": True}),
+        ("node", messages.NODE_REGISTER, {k: v for k, v in node.items() if k != "ip"}),
+        ("node", messages.NODE_STATS, {"workers": [1, 2]}),
+        ("node", messages.NODE_STATS, {"workers": {"local-w1": {"pid": 1, "cpu_percent": "hot"}}}),
+        ("node", messages.WORKER_EXITED, {"worker_id": "local-w1", "pid": 1, "signal": "KILL"}),
+        ("worker", messages.WORKER_READY, {**ready, "pid": "p"}),
+        ("worker", messages.TASK_DONE, {"run_id": "r", "rank": "0", "status": "ok"}),
+        (
+            "worker",
+            messages.TASK_DONE,
+            {"run_id": "r", "rank": 0, "status": "error", "error": {"message": 5}},
+        ),
+        (
+            "worker",
+            messages.TASK_EVENT,
+            {"run_id": "r", "rank": 0, "event": {"kind": "report", "index": "x"}},
+        ),
+        ("client", messages.SUBMIT_RUN, {**submit_spec(uuid.uuid4().hex), "num_workers": "2"}),
         (
             "client",
-            P.SUBMIT_RUN,
+            messages.SUBMIT_RUN,
             {**submit_spec(uuid.uuid4().hex), "checkpoint_config": {"num_to_keep": "all"}},
         ),
-        ("client", P.CANCEL_RUN, {"run_id": 5}),
-        ("client", P.GET_RUN, {"name": ["x"]}),
-        ("client", P.PING, ["not", "a", "dict"]),
+        ("client", messages.CANCEL_RUN, {"run_id": 5}),
+        ("client", messages.GET_RUN, {"name": ["x"]}),
+        ("client", messages.PING, ["not", "a", "dict"]),
     ]
     before = rejected_count(warm)
-    session = P.Session(key)
+    session = messages.Session(key)
     ctx = zmq.Context()
     try:
         for role, msg_type, content in bad:
-            with dealer(ctx, address, P.routing_id(role, "evil")) as s:
-                session.send(s, msg_type, content, [b"fn"] if msg_type == P.SUBMIT_RUN else ())
+            with dealer(ctx, address, messages.routing_id(role, "evil")) as s:
+                session.send(s, msg_type, content, [b"fn"] if msg_type == messages.SUBMIT_RUN else ())
                 sync(s, session)
     finally:
         ctx.destroy(linger=0)
@@ -503,7 +511,7 @@ def _chatty(config):
 def test_a_full_disk_fails_the_run_not_the_head(warm, small_disk):
     """A rank's output filled the storage path: RunDirectory.flush() raised in the head's
     tick and the whole cluster died. Now the run fails naming the file and ENOSPC."""
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     head = warm.info["pids"]["head"]
     for sleep in (0, 5):  # output still running when it fails (cancelled), or all sent already
@@ -549,7 +557,7 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
     import zmq
     from test_protocol import dealer, rejected_count, sync
 
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
     size = os.path.getsize(log_path)
@@ -559,7 +567,7 @@ def test_rejected_messages_are_logged_as_a_summary_not_one_line_each(warm):
         with dealer(ctx, warm.info["address"]) as s:
             for i in range(5000):
                 s.send_multipart([b"%05d" % i + b"g" * 95])
-            sync(s, P.Session(warm.info["key"].encode()), timeout=60)
+            sync(s, messages.Session(warm.info["key"].encode()), timeout=60)
     finally:
         ctx.destroy(linger=0)
     assert rejected_count(warm) - before == 5000
@@ -584,21 +592,21 @@ def test_refused_peers_are_logged_once_every_few_seconds_whatever_their_routing_
     from test_protocol import dealer, sync
 
     from raynb.cluster.head.node_events import REFUSALS_LOGGED_EVERY_S
-    from raynb.cluster.protocol import messages as P
+    from raynb.cluster.protocol import messages
 
     log_path = os.path.join(os.environ["RAYNB_HOME"], "logs", "head.log")
     size = os.path.getsize(log_path)
-    wrong = P.Session(b"not-the-cluster-key-" * 3)
+    wrong = messages.Session(b"not-the-cluster-key-" * 3)
     tag = uuid.uuid4().hex[:8].encode()
     ctx = zmq.Context()
 
     def burst(count: int) -> None:
         for i in range(count):
             with dealer(ctx, warm.info["address"], identity=b"node:%s-%d:x" % (tag, i)) as s:
-                wrong.send(s, P.PING)
+                wrong.send(s, messages.PING)
                 assert s.poll(5000), "no refusal notice came back"  # each peer is still told why
         with dealer(ctx, warm.info["address"]) as s:
-            sync(s, P.Session(warm.info["key"].encode()))
+            sync(s, messages.Session(warm.info["key"].encode()))
 
     def logged() -> list[str]:
         with open(log_path, errors="replace") as f:
@@ -679,8 +687,8 @@ def test_what_raynb_submits_fits_the_submit_schema(tmp_path):
     raynb builds passes the head's check (else the head drops it and fit() waits)."""
     import numpy as np
 
-    from raynb.client.run import build_submission
-    from raynb.cluster.protocol import messages as P
+    from raynb.client.submit_and_follow import build_submission
+    from raynb.cluster.protocol import messages
 
     for config in (None, "a string", [1, 2], {"lr": np.float32(0.1), "n": np.int64(3)}):
         spec, _ = build_submission(
@@ -694,4 +702,7 @@ def test_what_raynb_submits_fits_the_submit_schema(tmp_path):
             ),
             extra={"resume": True},
         )
-        assert P.SCHEMAS[P.SUBMIT_RUN].problem(spec) is None, (config, P.SCHEMAS[P.SUBMIT_RUN].problem(spec))
+        assert messages.SCHEMAS[messages.SUBMIT_RUN].problem(spec) is None, (
+            config,
+            messages.SCHEMAS[messages.SUBMIT_RUN].problem(spec),
+        )

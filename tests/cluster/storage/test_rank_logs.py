@@ -77,7 +77,9 @@ def test_tail_reads_from_the_end_across_blocks(tmp_path, monkeypatch, block):
     with open(rd.path / "output.log", "a") as f:
         f.write("(rank 0) torn, being writ")  # no newline: not a line yet
     entries, more = run_logs.tail_output(rd.path, rank=0, lines=5)
-    assert [t for _, _, t in entries] == [f"line {i}" for i in (285, 288, 291, 294, 297)] and more
+    assert [test_rank_logs for _, _, test_rank_logs in entries] == [
+        f"line {i}" for i in (285, 288, 291, 294, 297)
+    ] and more
     assert run_logs.tail_output(rd.path, rank=0, stream="stderr", lines=2)[0] == [
         (0, "stderr", "line 240"),
         (0, "stderr", "line 270"),
@@ -228,14 +230,14 @@ def test_rank3_logs_after_a_head_restart(tmp_path, monkeypatch):
 
 # -- the pane's log view: model and widget -------------------------------------------------
 def test_log_tail_keeps_bounded_per_rank_tails_with_streams():
-    t = LogTail(world_size=2, lines=3)
+    test_rank_logs = LogTail(world_size=2, lines=3)
     for i in range(5):
-        t.on_event(out(0, f"a{i}\n"))
-    t.on_event(out(1, "err\n", "stderr"))
-    t.on_event(out(1, "pro"))  # continued by the next text of rank 1's stdout
-    t.on_event(out(0, "x\n"))
-    t.on_event(out(1, "gress\n"))
-    t.on_event(out(5, "late rank\n"))  # a rank past world_size is offered too
+        test_rank_logs.on_event(out(0, f"a{i}\n"))
+    test_rank_logs.on_event(out(1, "err\n", "stderr"))
+    test_rank_logs.on_event(out(1, "pro"))  # continued by the next text of rank 1's stdout
+    test_rank_logs.on_event(out(0, "x\n"))
+    test_rank_logs.on_event(out(1, "gress\n"))
+    test_rank_logs.on_event(out(5, "late rank\n"))  # a rank past world_size is offered too
     for junk in (
         None,
         {"kind": "report"},
@@ -245,12 +247,16 @@ def test_log_tail_keeps_bounded_per_rank_tails_with_streams():
         out(True, "x"),
         out(0, ""),
     ):
-        assert not t.on_event(junk)
-    assert t.lines(0) == [(0, "stdout", "a3"), (0, "stdout", "a4"), (0, "stdout", "x")]
-    assert t.lines(1) == [(1, "stderr", "err"), (1, "stdout", "progress")]
+        assert not test_rank_logs.on_event(junk)
+    assert test_rank_logs.lines(0) == [(0, "stdout", "a3"), (0, "stdout", "a4"), (0, "stdout", "x")]
+    assert test_rank_logs.lines(1) == [(1, "stderr", "err"), (1, "stdout", "progress")]
     # All ranks in arrival order; a continued line stays where it started.
-    assert t.lines(ALL) == [(1, "stdout", "progress"), (0, "stdout", "x"), (5, "stdout", "late rank")]
-    assert t.ranks == [0, 1, 5] and t.lines(7) == []
+    assert test_rank_logs.lines(ALL) == [
+        (1, "stdout", "progress"),
+        (0, "stdout", "x"),
+        (5, "stdout", "late rank"),
+    ]
+    assert test_rank_logs.ranks == [0, 1, 5] and test_rank_logs.lines(7) == []
 
 
 class FakeClock:

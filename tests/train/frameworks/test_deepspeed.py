@@ -139,7 +139,7 @@ def _private_extensions_dir(fn):
 
 
 def _run(tmp_path, stage=2, epochs=3, workers=2, fn=_ds_loop, **run):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     trainer = TorchTrainer(
         _private_extensions_dir(fn),

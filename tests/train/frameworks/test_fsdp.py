@@ -75,7 +75,7 @@ def _fsdp_loop(config):
 
 def _run(tmp_path, epochs=3, workers=2, resume=None):
     from raynb.train import Checkpoint
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     trainer = TorchTrainer(
         _fsdp_loop,

@@ -93,7 +93,7 @@ def _single(steps):
 
 
 def _run(tmp_path, fn=_horovod_script, workers=2, **config):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     cfg = {"compression": "none", "passes": 1, "steps": 20, **config}
     trainer = HorovodTrainer(
@@ -169,7 +169,7 @@ def test_horovod_is_not_left_importable_after_the_run(warm, tmp_path):
     from raynb.train.torch import TorchTrainer
 
     _run(tmp_path / "a", steps=1)
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     t = TorchTrainer(
         probe,

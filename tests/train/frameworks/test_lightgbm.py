@@ -126,7 +126,7 @@ def _hash_every_rank(config):
 
 def test_every_rank_ends_with_the_same_model_over_the_node_ip(warm, tmp_path):
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     train, _ = _frames()
     trainer = LightGBMTrainer(

@@ -90,7 +90,7 @@ def _fit(config):
 
 
 def _run(tmp_path, epochs=4, workers=2, fn=_fit, fsdp=False, **run):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     trainer = TorchTrainer(
         fn,

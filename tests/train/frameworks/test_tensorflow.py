@@ -101,7 +101,7 @@ def _fit(tmp_path, fn=_keras_fit, workers=2, **config):
 def _value(trainer):
     """(Result, rank 0's return value) of a fit."""
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     return execute_run(
         with_datasets(trainer.train_loop_per_worker, trainer.datasets),

@@ -121,7 +121,7 @@ def _die_in_epoch_1(transformers, marker):
 
 
 def _run(tmp_path, fn=_hf_train, workers=2, epochs=2, **run):
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     cfg = {"out": str(tmp_path / "hf_out"), "epochs": epochs, **run.pop("config", {})}
     trainer = TorchTrainer(

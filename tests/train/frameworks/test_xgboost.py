@@ -135,7 +135,7 @@ def test_every_rank_ends_with_the_same_booster(warm, tmp_path):
         run_config=RunConfig(verbose=0, storage_path=str(tmp_path)),
     )
     from raynb.train.datasets import with_datasets
-    from raynb.train.run import execute_run
+    from raynb.train.fit_run import execute_run
 
     result, value = execute_run(
         with_datasets(trainer.train_loop_per_worker, trainer.datasets),

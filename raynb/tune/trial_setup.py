@@ -1,5 +1,5 @@
 """What a trial is made of besides its config: the trainable and its scaling
-(:class:`TrialRunner`), and its run directory (the params it ran with, and a
+(:class:`TrialSetup`), and its run directory (the params it ran with, and a
 checkpoint adopted from another trial by PBT's exploit)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ..cluster.storage.rundir import read_run_dir, write_json_atomic
 from ..train.config import RunConfig, ScalingConfig
 
 
-class TrialRunner:
+class TrialSetup:
     """Everything one ``fit()`` needs to run trials: the function, how many workers each
     trial takes, and how a trial's config becomes the function's config."""
 
@@ -153,6 +153,6 @@ def newest_checkpoint(run_path: str | None) -> str | None:
 
 def write_params(run_path: str, config) -> None:
     """Rewrite the run's params.json (a resumed run keeps the one it started with)."""
-    from ..client.run import _json_safe
+    from ..client.submit_and_follow import _json_safe
 
     write_json_atomic(Path(run_path) / "params.json", _json_safe(config if config is not None else {}))

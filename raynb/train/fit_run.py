@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from ..client import bulk, views
 from ..client.connection import get_client
-from ..client.run import RunOutcome, build_submission, cancel_unfollowed, follow_run, submit_run_accepted
 from ..client.runs import fetch_record, latest_live_run
-from ..cluster.protocol import messages as P
+from ..client.submit_and_follow import (
+    RunOutcome,
+    build_submission,
+    cancel_unfollowed,
+    follow_run,
+    submit_run_accepted,
+)
+from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..errors import RunError
 from .callback_list import CallbackList
 from .config import Result, RunConfig, ScalingConfig, result_from_record
+from .fit_with_callbacks import follow_with_callbacks
 from .profiling import Profiled, profile_options
-from .run_callbacks import follow_with_callbacks
 
 
 def _total_epochs(config, epochs):
@@ -161,7 +167,7 @@ def get_run(name: str) -> Result:
         KeyError: the cluster knows no run of that name (the message lists recent ones).
         ClusterError: no cluster can be reached or started.
     """
-    return result_from_record(fetch_record(P.GET_RUN, name))
+    return result_from_record(fetch_record(messages.GET_RUN, name))
 
 
 def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -> Result:
@@ -183,7 +189,7 @@ def attach(name: str | None = None, verbose: int = 1, all_ranks: bool = False) -
     """
     if name is None:
         name = latest_live_run()
-    record = fetch_record(P.ATTACH_RUN, name)
+    record = fetch_record(messages.ATTACH_RUN, name)
     if record["state"] in TERMINAL:
         return result_from_record(record)
     history = []

@@ -4,7 +4,7 @@ Shared by ``TorchTrainer.fit()``, ``%%ray_train``, Tune and ``attach``: build th
 ``submit_run`` message (the function shipped with cloudpickle), relay the event
 stream to a view (``views.run_view``) and to the cell's output, and turn an
 interrupt into a cancel on every rank (unless the interrupt is a kernel restart's:
-``kernel_shutdown``). What comes back is a :class:`RunOutcome`; ``raynb.train.run``
+``kernel_shutdown``). What comes back is a :class:`RunOutcome`; ``raynb.train.fit_run``
 makes the ``Result`` of it.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import cloudpickle
 
-from ..cluster.protocol import messages as P
+from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as RUN_END_STATES
 from ..cluster.storage.rundir import read_reports
 from ..cluster.storage.storage_uri import is_storage_uri, split_storage_path
@@ -70,7 +70,7 @@ class RunOutcome:
     def value(self):
         """Rank 0's return value (None unless the run FINISHED)."""
         if self.state == "FINISHED" and self.value_frames:
-            return cloudpickle.loads(P.buffer_bytes(self.value_frames[0]))
+            return cloudpickle.loads(messages.buffer_bytes(self.value_frames[0]))
         return None
 
 
@@ -126,7 +126,7 @@ def build_submission(
             if data_key is None:
                 bulk.forget(run_id)  # what this run's pickling wrote to shared memory
             raise
-    limit = P.max_message_bytes() - (1 << 20)
+    limit = messages.max_message_bytes() - (1 << 20)
     if len(payload) > limit:
         if data_key is None:
             bulk.forget(run_id)
@@ -190,13 +190,15 @@ def submit_run_accepted(client, spec: dict, payload: bytes) -> dict:
             was accepted, is cancelled by id.
     """
     try:
-        accepted = client.request(P.SUBMIT_RUN, spec, reply_types=(P.RUN_ACCEPTED,), buffers=[payload])
+        accepted = client.request(
+            messages.SUBMIT_RUN, spec, reply_types=(messages.RUN_ACCEPTED,), buffers=[payload]
+        )
     except (KeyboardInterrupt, SystemExit) as e:  # before the head's answer: the run may exist already
         cancel_unfollowed(client, spec["run_id"], e, "while submitting the run")
     except ClusterError:
         disconnect()  # the head is gone: the next run attaches afresh, as connect() does
         raise
-    if accepted.msg_type == P.ERROR:
+    if accepted.msg_type == messages.ERROR:
         raise ValueError(accepted.content.get("message", "the head refused the run"))
     return accepted.content
 
@@ -209,7 +211,7 @@ def cancel_unfollowed(client, run_id: str, exc: BaseException, when: str) -> Non
         RunInterrupted: for a ``KeyboardInterrupt`` (the run was cancelled); ``exc`` itself else."""
     if isinstance(exc, KeyboardInterrupt) and interrupt_is_shutdown():
         raise exc
-    client.send(P.CANCEL_RUN, {"run_id": run_id})
+    client.send(messages.CANCEL_RUN, {"run_id": run_id})
     if isinstance(exc, SystemExit):
         raise exc  # the script is ending, and its run with it
     raise RunInterrupted(f"interrupted {when}; it was cancelled") from None
@@ -249,7 +251,7 @@ def follow_run(
         )
     except SystemExit:  # the script is ending (script_exit.py): a run it started ends too
         if cancel_on_interrupt:
-            client.send(P.CANCEL_RUN, {"run_id": run_id})
+            client.send(messages.CANCEL_RUN, {"run_id": run_id})
         raise
     except ClusterError:
         display.finish()  # leave the pane's last state, not a frozen live widget
@@ -270,7 +272,7 @@ def follow_run(
     return RunOutcome(c, reports, list(done.buffers))
 
 
-def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True, name=None) -> P.Message:
+def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True, name=None) -> messages.Message:
     """Relay the run's events until it ends; an interrupt cancels it on every rank."""
     with NotedInterrupts() as interrupts:
         return _follow_loop(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts)
@@ -278,7 +280,7 @@ def _follow(client, run_id, display, reports, relay, cancel_on_interrupt=True, n
 
 def _follow_loop(
     client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts: NotedInterrupts
-) -> P.Message:
+) -> messages.Message:
     """Follow run ``run_id`` to its ``run_done`` (returned): events to ``display``, rank 0's
     reports to ``reports``, output through ``relay``; a Ctrl-C cancels the run on every rank
     (``cancel_on_interrupt``) and raises :class:`RunInterrupted` once the head confirms."""
@@ -304,7 +306,7 @@ class _Follow:
         self.last_heard = self.last_reattach = time.monotonic()
         self.wait_until = None
 
-    def run(self) -> P.Message:
+    def run(self) -> messages.Message:
         while True:
             try:
                 if self.wait_until is None:
@@ -353,7 +355,7 @@ class _Follow:
             if now - self.last_reattach >= HEAD_SILENCE_S:  # a remote head: attach again
                 refollow.reattach(client, self.run_id)
                 self.last_reattach = now
-            client.send(P.PING)
+            client.send(messages.PING)
             return
         if silent >= HEAD_SILENCE_S:
             raise ClusterError(
@@ -361,17 +363,17 @@ class _Follow:
                 f"{silent:.0f}s while this run was active (was the cluster killed "
                 "or its machine lost?); check `raynb status`"
             )
-        client.send(P.PING)
+        client.send(messages.PING)
 
-    def _on_message(self, msg: P.Message) -> P.Message | None:
+    def _on_message(self, msg: messages.Message) -> messages.Message | None:
         """One message from the head: the run's ``run_done`` is returned, an event shown."""
-        if msg.msg_type == P.RUN_RECORD and msg.content.get("record", {}).get("run_id") == self.run_id:
+        if msg.msg_type == messages.RUN_RECORD and msg.content.get("record", {}).get("run_id") == self.run_id:
             msg = refollow.on_record(msg, self.reports)  # re-attached after a silence
             if msg is None:
                 return None
         if msg.content.get("run_id") != self.run_id:
             return None
-        if msg.msg_type == P.RUN_DONE:
+        if msg.msg_type == messages.RUN_DONE:
             self.relay.end(msg.content.get("path"))
             if self.cancel_sent_at is not None:
                 state = msg.content["state"]
@@ -383,7 +385,7 @@ class _Follow:
                     else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted"
                 )
             return msg
-        if msg.msg_type == P.RUN_EVENT:
+        if msg.msg_type == messages.RUN_EVENT:
             event = msg.content["event"]
             if event.get("kind") == "output":
                 self.relay.write(event)
@@ -419,6 +421,6 @@ class _Follow:
             raise RunInterrupted(
                 f"the kernel is shutting down; {what} keeps running on the cluster ({call} follows it again)"
             ) from None
-        self.client.send(P.CANCEL_RUN, {"run_id": self.run_id})
+        self.client.send(messages.CANCEL_RUN, {"run_id": self.run_id})
         self.cancel_sent_at = time.monotonic()
         self.interrupts.handled()  # a second one caught meanwhile (interrupt_is_shutdown's wait) is this one

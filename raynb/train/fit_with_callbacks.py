@@ -8,10 +8,10 @@ through a wrapper of the run's view: the callbacks see a trial whose ``trial_id`
 
 from __future__ import annotations
 
-from ..client.run import RunOutcome, follow_run
-from ..cluster.protocol import messages as P
-from .callback import CallbackError, TrialSnapshot
+from ..client.submit_and_follow import RunOutcome, follow_run
+from ..cluster.protocol import messages
 from .callback_list import INTERRUPTED_DRAIN_S, CallbackList, drain_timeout_s
+from .experiment_callback import CallbackError, TrialSnapshot
 
 
 class _RelayView:
@@ -35,7 +35,7 @@ class _RelayView:
         except CallbackError as e:
             if self.error is None:
                 self.error = e
-                self._client.send(P.CANCEL_RUN, {"run_id": self._trial.run_id})
+                self._client.send(messages.CANCEL_RUN, {"run_id": self._trial.run_id})
 
     def __getattr__(self, name):
         return getattr(self._view, name)
