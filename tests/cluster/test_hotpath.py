@@ -844,10 +844,16 @@ def test_a_payload_carries_the_cells_of_its_code_only():
 class _PrepareStub:
     """What Worker._prepare reads of a worker, without its sockets and process group."""
 
-    _umask, _sys_path_seen, _env_left, worker_id = 0o077, (), None, "w"
+    _sys_path_seen, _env_left, worker_id = (), None, "w"
 
     def __init__(self):
+        import os
         import types
+
+        # The umask _prepare sets: this process's own, so the test leaves it as it was (a
+        # worker's 077 here made every later test's files private to root).
+        self._umask = os.umask(0o077)
+        os.umask(self._umask)
 
         self._modules = types.SimpleNamespace(reload_changed=lambda: None)
         self.threads = types.SimpleNamespace(start=lambda *a: None)

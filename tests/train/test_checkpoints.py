@@ -92,7 +92,8 @@ def test_from_directory_unreadable():
     try:
         os.chmod(top, 0o755)
         locked = os.path.join(top, "locked")
-        os.mkdir(locked, 0o755)
+        os.mkdir(locked)
+        os.chmod(locked, 0o755)  # whatever this process's umask
         open(os.path.join(locked, "model.pt"), "w").close()
         assert _from_directory_as_nobody(locked) == "no error"  # the child can read it when allowed
         os.chmod(locked, 0)

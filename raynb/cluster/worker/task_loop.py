@@ -79,7 +79,8 @@ class Worker:
         self.pid = os.getpid()
         self._modules = user_modules()
         self.threads = ThreadShare()
-        self.task_env = TaskEnv()  # a run's env_vars, set from before its unpickling to its end
+        # A run's env_vars, set from before its unpickling to its end; the environment as it was after.
+        self.task_env = TaskEnv(keep=RANK_ENV)
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
@@ -282,6 +283,9 @@ class Worker:
                     self.current_task = None
                     self._cancel_requested = False
                 task_context.end(status)
+                # After the task's at_end functions (an MLflow run's end sets its variables back):
+                # a warm worker serves other runs next, in the environment it had before.
+                self.task_env.restore()
                 self.threads.end()
                 # What the task started (a subprocess, a fork, a DataLoader's workers) ends
                 # with it, as on cancel: nothing of a run outlives it.
@@ -352,7 +356,6 @@ class Worker:
                 return fn(config) if task_context.takes_config(fn) else fn()
         finally:
             self._interruptible = False
-            self.task_env.restore()  # a warm worker serves other runs next
 
     def _prepare(self, task: dict) -> None:
         # Before the payload is unpickled: a module the function imports reads them then.
