@@ -44,9 +44,9 @@ def get_client(connect_if_needed: bool = True) -> Client | None:
 def _connection_file_changed(client: Client) -> bool:
     """Whether the local connection file may name another cluster than when last read:
     it is replaced by rename, so an unchanged inode, size and mtime is the same file
-    (a stat, where reading and checking it cost each fit() about 0.1 ms; RAYNB_HOME's
-    checks, 60 µs more, are left to that read: nothing is read or trusted here, and a
-    file replaced, re-owned or re-moded is read again)."""
+    (a stat, where reading and checking it on every fit() cost more than the rest of the
+    client's work; RAYNB_HOME's checks are left to that read: nothing is read or trusted
+    here, and a file replaced, re-owned or re-moded is read again)."""
     from ..cluster.connection_file import connection_file_name
 
     try:

@@ -18,7 +18,7 @@ import signal
 import threading
 
 try:  # signal's own C functions: its wrappers convert every handler to and from an enum
-    from _signal import getsignal as _getsignal  # (10 -> 0.7 µs a fit)
+    from _signal import getsignal as _getsignal
     from _signal import signal as _setsignal
 except ImportError:  # another Python than CPython
     _getsignal, _setsignal = signal.getsignal, signal.signal

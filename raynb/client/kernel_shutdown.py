@@ -19,7 +19,7 @@ import sys
 import threading
 
 # How long an interrupt waits for a kernel's shutdown_request before it cancels (s).
-# jupyter_client sends it right after the interrupt: it arrives about 1 ms later.
+# jupyter_client sends it right after the interrupt: it arrives well within this.
 SHUTDOWN_GRACE_S = 0.2
 
 _shutdown_requested = threading.Event()

@@ -207,7 +207,7 @@ def process_alive(pid: int | None, marker: str) -> bool:
     The marker guards against pid reuse: a stale file's pid may now belong to an
     unrelated process, which must never be taken for the head (or killed). On Linux one
     read of ``/proc/<pid>/cmdline`` (a zombie's is empty): ``fit()`` asks at every run, and
-    psutil's checks cost about 40 µs more.
+    psutil's checks cost several times more.
     """
     if not pid:
         return False

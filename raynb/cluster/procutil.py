@@ -79,10 +79,10 @@ def batch_scheduling() -> bool:
     kernel docs name "well suited for batch jobs" (``sched-design-CFS.rst``). For a
     warm worker that is the cluster's interactive processes keeping their CPU: with 4
     ranks on 2 cores the head was preempted by the first rank it woke, between sending
-    that rank's task and the next rank's (1 ms in a median re-run), and the notebook's
+    that rank's task and the next rank's, and the notebook's
     kernel stays responsive while ranks train. Batch tasks take turns among themselves
     when one blocks or at the scheduler's tick, not at every wake-up: the ranks of a DDP
-    run sharing cores (the digits CNN, 4 ranks on 2 cores) train in 0.63x the time.
+    run sharing cores (the digits CNN, 4 ranks on 2 cores) train faster.
     Unprivileged; a no-op where the policy does not exist (not Linux). A bad
     ``RAYNB_WORKER_SCHED`` is refused by ``raynb start`` and ``raynb node``; a worker
     that meets one anyway keeps the default.

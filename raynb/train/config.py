@@ -311,7 +311,7 @@ FROM_REPORTS = _FromReports()
 
 class _ReportsFrame:
     """``Result.metrics_dataframe``: a pandas DataFrame of the rank-0 reports, built when
-    first read (building one took 0.45 ms of every warm re-run's 7 ms, mostly unread)."""
+    first read (building one on every fit was a large part of a warm re-run, mostly unread)."""
 
     def __set_name__(self, owner, name):
         self._slot = "_" + name

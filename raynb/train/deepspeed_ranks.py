@@ -34,12 +34,11 @@ Nothing here imports DeepSpeed; outside a worker process nothing changes.
 
 from __future__ import annotations
 
-import gc
-import importlib.abc
 import os
 import sys
 
 from ..cluster.worker import task_context
+from . import library_imports
 
 MODULE = "deepspeed"
 SHM_OP = "deepspeed_shm_comm"
@@ -47,10 +46,6 @@ SHM_OP = "deepspeed_shm_comm"
 # _release_process_group_references (the function DeepSpeed's own destroy_process_group calls).
 _GROUP_GLOBALS = ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP", "mesh_device")
 _GROUP_MAPS = ("_EXPERT_PARALLEL_GROUP", "_EXPERT_DATA_PARALLEL_GROUP", "_ALL_TO_ALL_GROUP")
-
-
-def _in_worker() -> bool:
-    return bool(os.environ.get("RAYNB_WORKER_ID"))
 
 
 def _run_on_gpu() -> bool | None:
@@ -110,21 +105,9 @@ def new_group_coming() -> None:
     restart_zero3_numbering()
 
 
-_FROZEN = [False]
-
-
-def freeze_imported_objects() -> None:
-    """Once a worker process: ``gc.freeze()`` what is alive now."""
-    if _FROZEN[0] or not _in_worker():
-        return
-    gc.collect()  # what is garbage now is freed, not frozen
-    gc.freeze()
-    _FROZEN[0] = True
-
-
 def fit_to_warm_ranks(deepspeed) -> None:
     """What a worker does once ``deepspeed`` is imported (see the module's docstring). Idempotent."""
-    freeze_imported_objects()
+    library_imports.freeze_imported_objects()
     ops = getattr(deepspeed, "ops", None)
     compatible = getattr(ops, "__compatible_ops__", None)
     if isinstance(compatible, dict):
@@ -132,40 +115,18 @@ def fit_to_warm_ranks(deepspeed) -> None:
     task_context.before_new_group(new_group_coming)
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of the ``deepspeed`` package in a worker process."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != MODULE or not _in_worker():
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _Loader(spec.loader)
-                return spec
-        return None
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
+def _before_import() -> None:
+    if library_imports.in_worker():
         choose_accelerator()
-        self.loader.exec_module(module)
+
+
+def _after_import(module) -> None:
+    if library_imports.in_worker():
         fit_to_warm_ranks(module)
 
 
 def install() -> None:
     """Fit a ``deepspeed`` imported already, and any imported later, to a worker's warm
-    ranks. Only a raynb worker process is changed; the finder is installed everywhere (the
-    zygote installs it before it forks the workers), and looks at one name. Idempotent."""
-    if MODULE in sys.modules and _in_worker():
-        fit_to_warm_ranks(sys.modules[MODULE])
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    ranks. Only a raynb worker process is changed (the hook is installed everywhere: the
+    zygote installs it before it forks the workers). Idempotent."""
+    library_imports.when_imported(MODULE, _after_import, before=_before_import)

@@ -11,9 +11,8 @@ and acts only inside a training function. Lightning itself is never imported her
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import sys
 
+from . import library_imports
 from . import session as _session
 
 FIX = (
@@ -67,40 +66,12 @@ def wrap_trainer(trainer_cls) -> None:
     trainer_cls.__init__ = __init__
 
 
-class _TrainerModuleFinder(importlib.abc.MetaPathFinder):
-    """Wraps ``Trainer`` right after Lightning's trainer module is executed."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname not in TRAINER_MODULES:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _WrappingLoader(spec.loader)
-                return spec
-        return None
-
-
-class _WrappingLoader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        if hasattr(module, "Trainer"):
-            wrap_trainer(module.Trainer)
+def _wrap_module_trainer(module) -> None:
+    if hasattr(module, "Trainer"):
+        wrap_trainer(module.Trainer)
 
 
 def install() -> None:
     """Wrap the Trainers imported already, and any imported later. Idempotent."""
     for name in TRAINER_MODULES:
-        trainer_cls = getattr(sys.modules.get(name), "Trainer", None)
-        if trainer_cls is not None:
-            wrap_trainer(trainer_cls)
-    if not any(isinstance(f, _TrainerModuleFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TrainerModuleFinder())
+        library_imports.when_imported(name, _wrap_module_trainer)

@@ -10,9 +10,8 @@ training function with more than one rank. TensorFlow itself is never imported h
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import sys
 
+from . import library_imports
 from . import session as _session
 
 STRATEGY_MODULE = "tensorflow.python.distribute.collective_all_reduce_strategy"
@@ -55,39 +54,11 @@ def wrap_strategy(strategy_cls) -> None:
     strategy_cls.__init__ = __init__
 
 
-class _StrategyModuleFinder(importlib.abc.MetaPathFinder):
-    """Wraps the strategy right after TensorFlow's module defining it is executed."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != STRATEGY_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                spec.loader = _WrappingLoader(spec.loader)
-                return spec
-        return None
-
-
-class _WrappingLoader(importlib.abc.Loader):
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        if hasattr(module, "CollectiveAllReduceStrategy"):
-            wrap_strategy(module.CollectiveAllReduceStrategy)
+def _wrap_module_strategy(module) -> None:
+    if hasattr(module, "CollectiveAllReduceStrategy"):
+        wrap_strategy(module.CollectiveAllReduceStrategy)
 
 
 def install() -> None:
     """Wrap the strategy if TensorFlow is imported already, and when it is later. Idempotent."""
-    strategy_cls = getattr(sys.modules.get(STRATEGY_MODULE), "CollectiveAllReduceStrategy", None)
-    if strategy_cls is not None:
-        wrap_strategy(strategy_cls)
-    if not any(isinstance(f, _StrategyModuleFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _StrategyModuleFinder())
+    library_imports.when_imported(STRATEGY_MODULE, _wrap_module_strategy)

@@ -212,3 +212,10 @@ def test_elastic_quick_prints_json_and_cleans_up(tmp_path):
         assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"], (kind, s)
     assert out["run_state"] == "FINISHED" and out["settings"]["cycles"] == 1
     assert isinstance(out["machine"]["cpus"], int)
+
+
+def test_trial_threads_quick_prints_json_and_cleans_up(tmp_path):
+    out = _run_quick("trial_threads.py", tmp_path)
+    assert len(out["default_s"]["all"]) == len(out["one_thread_s"]["all"]) == 1
+    assert out["ratio"] > 0 and out["settings"]["trials"] == 4
+    assert out["threads_seen"] and all(t >= 1 for t in out["threads_seen"]), out

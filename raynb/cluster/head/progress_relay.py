@@ -4,7 +4,7 @@ The client shows rank 0's metrics (the progress pane's latest values and history
 ``Result.metrics``, the callbacks) and, for every rank, only how far it got (its
 progress bar: reports made, and the ``epoch`` / ``step`` of its last report). Relaying
 every rank's whole report (each re-signed, sent and verified again) cost the head and
-the client 150-290 µs of CPU per report for values nobody displays. So a report of a
+the client CPU on every report for values nobody displays. So a report of a
 rank other than 0 is folded into a compact ``progress`` event::
 
     {"kind": "progress", "ranks": {"1": {"reports": 12, "epoch": 2}, "2": {...}}}

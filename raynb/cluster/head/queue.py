@@ -162,7 +162,7 @@ class RunQueue:
         key = self._registry.group_key(tuple(w.worker_id for w in chosen), backend, timeout_s)
         master = chosen[0]
         # A group kept across re-runs keeps its port (MASTER_PORT stays; no socket bound
-        # and closed per run to find a free one, ~0.1 ms of the head's).
+        # and closed per run to find a free one).
         port = master.store_port or self._ports.get(key) or _free_port(master.ip)
         if key not in self._ports:
             live = {g[1] for g in self._registry.groups.values()}

@@ -37,7 +37,7 @@ from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
-# The same, when installed: xgboost's import is 1-1.5 s of CPU per fresh worker otherwise.
+# The same, when installed: otherwise every fresh worker pays xgboost's slow import.
 # It brings in scipy's OpenBLAS (threads, as numpy's already are) and pyarrow's jemalloc
 # background thread; both libraries take their locks across fork (pthread_atfork).
 OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
@@ -50,8 +50,8 @@ def _preload() -> None:
     import psutil  # noqa: F401
     import torch  # noqa: F401
 
-    # DistributedDataParallel(...) imports torch._dynamo on first use: ~1 s of CPU
-    # in every fresh worker (4 at once on a small machine: seconds) unless done here.
+    # DistributedDataParallel(...) imports torch._dynamo on first use: a slow import in
+    # every fresh worker (several at once on a small machine) unless done here.
     import torch._dynamo  # noqa: F401
     import torch.distributed  # noqa: F401
     import torch.nn  # noqa: F401

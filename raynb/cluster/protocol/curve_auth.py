@@ -240,7 +240,7 @@ class Gatekeeper:
     """
 
     def __init__(self, ctx: zmq.Context, sock: zmq.Socket, keys: dict):
-        import zmq.auth.thread  # only a head off loopback needs it (19 ms to import)
+        import zmq.auth.thread  # only a head off loopback needs it (a slow import)
 
         self.rejected = 0
         self.allowed_key = keys["client_public"].encode()
@@ -262,7 +262,7 @@ class Gatekeeper:
         return ok
 
     def _watch(self) -> None:
-        from zmq.utils.monitor import recv_monitor_message  # it imports asyncio (19 ms)
+        from zmq.utils.monitor import recv_monitor_message  # it imports asyncio: a slow import
 
         try:
             while True:

@@ -5,9 +5,8 @@ socket's Python-level ``send`` / ``recv`` for every frame, combine ``IntFlag`` e
 for each (``SNDMORE | flags``) and ask the socket for ``RCVMORE`` after each frame
 received. raynb's messages have four to six frames and every re-run moves a dozen of
 them through the head: the same calls made on the Cython socket directly, with plain
-int flags and each received frame's own ``more`` bit, take a third of the time
-(4.8 -> 1.5 µs to send four frames, 5.6 -> 2.2 µs to receive them, measured on an
-inproc pair).
+int flags and each received frame's own ``more`` bit, take a fraction of the time
+(``benchmarks/report_cost.py`` measures the path).
 
 Same semantics as pyzmq's: ``copy=False`` throughout, so a frame under the socket's
 ``copy_threshold`` is copied and a bigger one is sent zero-copy; received frames are

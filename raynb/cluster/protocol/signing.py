@@ -29,8 +29,7 @@ def frame_view(frame) -> memoryview:
 # One keyed HMAC per key (a process has one or two), copied for each message: keying
 # anew makes OpenSSL 3 look the digest up again on every message. Where the stdlib's
 # ``hmac.HMAC`` wraps OpenSSL's object (``_hmac``), that object is kept: its copy,
-# update and hexdigest are C calls, without the wrapper's Python frame around each
-# (2.6 -> 1.4 µs to sign a three-frame message).
+# update and hexdigest are C calls, without the wrapper's Python frame around each.
 _KEYED: dict[bytes, object] = {}
 _LENGTH = struct.Struct("<Q").pack
 

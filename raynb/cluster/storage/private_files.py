@@ -71,8 +71,8 @@ def write_json_atomic(path: Path | str, data) -> None:
 
 def rewrite(path, data: bytes) -> None:
     """``path`` (created 0600 if missing) holding just ``data``. Not opened with O_TRUNC:
-    ext4 flushes a file truncated to zero when it is closed (``auto_da_alloc``, 25 µs
-    here); a longer old content is cut after the write instead."""
+    ext4 flushes a file truncated to zero when it is closed (``auto_da_alloc``); a longer
+    old content is cut after the write instead."""
     fd = private_opener(path, os.O_WRONLY | os.O_CREAT)
     try:
         view = memoryview(data)

@@ -3,9 +3,9 @@
 A CSV's header comes first, so a metric first reported after the first row means the file
 is written again, whole, with the wider header. Rewriting it at every such report made a
 run whose reports each bring a new key (``report({f"loss_{epoch}": ...})``) cost the head
-time cubic in its reports: 2,000 of them took 24 s of the head's one thread, 5,000 took
-6 minutes, a single write up to 2.3 s, long enough for node agents to take the head for
-dead. So, bounded:
+time cubic in its reports: thousands of them held the head's one thread for minutes, a
+single write long enough for node agents to take the head for dead
+(``benchmarks/progress_csv.py`` measures it). So, bounded:
 
 - a rewrite happens at most once every ``REWRITE_EVERY_S`` (and never more often than ten
   times its own duration); the rows reported meanwhile wait for it, and the run's end
@@ -30,7 +30,7 @@ REWRITE_EVERY_S = 1.0
 # ... and after a rewrite, the next waits this many times as long as it took (at most a
 # tenth of the head's time goes to rewriting, however big the table).
 REWRITE_GAP_FACTOR = 10
-# About 0.1 s of csv writing on a 2-core machine (10M cells/s measured).
+# A rewrite of at most this many cells is short next to the head's budget (progress_csv.py).
 MAX_REWRITE_CELLS = 1_000_000
 
 

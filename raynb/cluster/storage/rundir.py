@@ -218,7 +218,8 @@ class RunDirectory:
         """Create the files a run's reports and end write (``result.json`` and
         ``progress.csv`` empty, as Ray Tune's loggers do at a trial's start, and the
         aside file of ``run.json``), so that its end, which the client waits for, only
-        writes into them: a new inode costs 10-1000 µs on ext4 (see ``spare_files``)."""
+        writes into them: a new inode can cost ext4 more than the rest of a re-run (see
+        ``spare_files``)."""
         if self._result is None:
             with writing(self._result_path):
                 self._result = open(self._result_path, "a", opener=private_opener)

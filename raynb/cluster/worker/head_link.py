@@ -102,7 +102,7 @@ class HeadLink:
 
         Costs the calling thread (a training loop's ``report()``) an append and, when the
         I/O thread owns the link and is not already woken, one empty inproc frame: no
-        pickling, signing or socket I/O (those took ~40 µs of every report).
+        pickling, signing or socket I/O (most of a report's cost).
 
         ``wait``: once the I/O thread owns the link, return only when it has handed the
         message to the socket (a report the head must have even if this process dies soon

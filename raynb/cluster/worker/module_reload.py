@@ -72,7 +72,7 @@ class UserModules:
         modules = sys.modules
         newest = next(reversed(modules), None)  # dicts keep insertion order: the last import
         if len(modules) == self._count and newest == self._newest:
-            return  # nothing imported since the last look (the usual case: about 1 µs)
+            return  # nothing imported since the last look (the usual case)
         self._count, self._newest = len(modules), newest
         new = modules.keys() - self._seen
         if not new:

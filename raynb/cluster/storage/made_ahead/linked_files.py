@@ -2,9 +2,9 @@
 
 A warm re-run of an unchanged cell ships the same function with the same config: its
 ``function.pkl`` and ``params.json`` hold the bytes of the previous run's. Making an
-inode costs ext4 13 µs to 1 ms of CPU on the VM measured (it depends on the block group
-of the directory: /tmp's was the slow one), a hard link about 7 µs, so such a file is
-linked to the earlier one, as ``rsync --link-dest`` and ccache's hard-link mode do.
+inode can cost ext4 far more CPU than a hard link (it depends on the block group of the
+directory; see ``spare_files``), so such a file is linked to the earlier one, as
+``rsync --link-dest`` and ccache's hard-link mode do.
 
 It is safe because raynb never writes into these files again (``RunDirectory`` replaces
 a file by rename), and an earlier file is only linked while it is the one raynb wrote

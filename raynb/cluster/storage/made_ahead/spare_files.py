@@ -4,21 +4,22 @@ On ext4 without a journal (the 2-core VM raynb is measured on), a new inode is n
 taken from those deleted in the last one to six minutes (``recently_deleted()`` in
 ``fs/ext4/ialloc.c``), and each new file's search starts at the first inode of its
 directory's block group: in a group where a test suite or a benchmark just deleted
-thousands of files, every new file costs 100-1,000 µs of CPU, in the kernel, where
-this kernel (``PREEMPT_NONE``) lets nothing else run on that CPU. A warm re-run makes
-its directory and three to five files there: up to 5 ms, more than the rest of a re-run
-of a trivial function. A process of lower priority making them ahead of time did not
-help: its system calls took the CPUs from the ranks all the same.
+thousands of files, every new file costs CPU in the kernel, where this kernel
+(``PREEMPT_NONE``) lets nothing else run on that CPU. A warm re-run makes its directory
+and three to five files there: more than the rest of a re-run of a trivial function
+(the figures are in ``benchmarks/LOG.md``, with the command that measures them). A
+process of lower priority making them ahead of time did not help: its system calls took
+the CPUs from the ranks all the same.
 
 What does help is where the directory is. ext4's Orlov allocator spreads the
 subdirectories of a directory flagged "top of a hierarchy" (``chattr +T``) over block
 groups with many free inodes, which mostly saw no deletions: a file in such a
-directory costs about 10 µs. So the head keeps spare empty directories (0700) in a
+directory is cheap again. So the head keeps spare empty directories (0700) in a
 private one of its own so flagged (``$RAYNB_HOME/spare/<pid>-<random>``), made by a process at the
 lowest CPU priority (``spare_maker.py``), and a run's directory is one of them,
-renamed into place (:func:`take`, 16 µs); its files, created in it, land in its group.
-(Making a directory in the flagged one costs ~250 µs, for Orlov's search: the maker
-pays it once per batch.)
+renamed into place (:func:`take`); its files, created in it, land in its group.
+(Making a directory in the flagged one is dear, for Orlov's search: the maker pays it
+once per batch.)
 
 Elsewhere nothing changes: on another file system the flag is not set (a rename still
 costs no more than a ``mkdir``), and for a run directory on another file system than

@@ -15,8 +15,9 @@ Raises:
         (``pip install "raynb[transformers]"``).
 """
 
+from ...library_imports import freeze_imported_objects
 from .callback import RayTrainReportCallback
-from .prepare import freeze_imported_objects, prepare_trainer
+from .prepare import prepare_trainer
 
 freeze_imported_objects()
 

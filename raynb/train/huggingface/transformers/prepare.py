@@ -9,28 +9,6 @@ from ._compat import import_transformers
 transformers = import_transformers()
 
 
-_FROZEN = [False]
-
-
-def freeze_imported_objects() -> None:
-    """On a worker (inside a training function), once per process: move the objects alive
-    now (transformers' and torch's modules, classes, functions: they live as long as the
-    warm worker) out of the garbage collector's reach (``gc.freeze()``).
-
-    ``Trainer.train()`` runs a full ``gc.collect()`` at its start (Accelerate's
-    ``free_memory``); on a warm worker that has imported transformers, that collection
-    walks every one of those objects on every fit, most of a warm re-run's time. Outside a
-    training function (the notebook itself) nothing is done.
-    """
-    import gc
-
-    if _FROZEN[0] or not _session.in_session():
-        return
-    gc.collect()  # what is garbage now is freed, not frozen
-    gc.freeze()
-    _FROZEN[0] = True
-
-
 def _is_plain_iterable(dataset) -> bool:
     """An iterable of ready batches (``iter_torch_batches()`` of a dataset shard), not a
     torch / datasets Dataset that the Trainer batches itself."""
