@@ -23,11 +23,12 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster  # noqa: E402
+from _common import machine_info, private_cluster, raynb_cli  # noqa: E402
 
 WORKERS = 4
 
@@ -74,7 +75,9 @@ def main(argv=None) -> int:
     with private_cluster():
         import raynb
 
-        raynb.connect(num_workers=WORKERS)
+        cmd = raynb_cli() + ["start", "--workers", str(WORKERS)]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=300)
+        raynb.connect()
         fit_once(False, 5)  # warm: torch imported, the pool formed
         default, single, seen = [], [], set()
         for _ in range(rounds):
