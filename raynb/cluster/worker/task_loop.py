@@ -35,7 +35,7 @@ from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
 from .rank_output import OutputBatch, RankStream
 from .remote_error import format_remote_error
-from .rendezvous import Rendezvous
+from .rendezvous import IFNAME_VARS, Rendezvous
 from .task_env import TaskEnv
 from .thread_share import ThreadShare
 
@@ -58,6 +58,10 @@ HANDLERS: dict[str, str] = {
 }
 # What torch.distributed's env:// init reads, set for every task (in this order, _prepare).
 RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
+# Set for the life of the process, not put back after a task (task_env): the rank's variables,
+# the interfaces its process groups use (rendezvous), and a library's choice made once at its
+# import (DeepSpeed's accelerator, tf-keras, the profiler's log level).
+PROCESS_ENV = RANK_ENV + IFNAME_VARS + ("DS_ACCELERATOR", "TF_USE_LEGACY_KERAS", "KINETO_LOG_LEVEL")
 
 
 class Worker:
@@ -80,7 +84,7 @@ class Worker:
         self._modules = user_modules()
         self.threads = ThreadShare()
         # A run's env_vars, set from before its unpickling to its end; the environment as it was after.
-        self.task_env = TaskEnv(keep=RANK_ENV)
+        self.task_env = TaskEnv(keep=PROCESS_ENV)
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
