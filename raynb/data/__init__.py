@@ -3,6 +3,7 @@ through shared memory, files streamed per rank, lazy per-row and per-batch trans
 whole-dataset operations computed in the notebook. See docs/data.md."""
 
 from .compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
+from .context import DataContext, DatasetContext, ExecutionOptions, ExecutionResources
 from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
 from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
@@ -21,8 +22,12 @@ from .sources import Schema
 __all__ = [
     "ActorPoolStrategy",
     "ComputeStrategy",
+    "DataContext",
     "DataIterator",
+    "DatasetContext",
     "Dataset",
+    "ExecutionOptions",
+    "ExecutionResources",
     "GroupedData",
     "MapBatchesError",
     "MaterializedDataset",

@@ -11,6 +11,9 @@ from __future__ import annotations
 from . import block
 
 
+_ROWS_PER_FILE = ("rows_per_file", "num_rows_per_file", "min_rows_per_file", "max_rows_per_file")
+
+
 class ConsumeMixin:
     """The consumption methods of ``Dataset`` (see the module's docstring)."""
 
@@ -111,10 +114,35 @@ class ConsumeMixin:
 
     def write_parquet(self, path: str, **kwargs) -> list:
         """Stream the rows, in order, to parquet files in the directory ``path``
-        (``raynb.data.write.write_parquet``: one batch in memory at a time)."""
-        from .write import write_parquet
+        (``raynb.data.write.write_files``: one batch in memory at a time; a file per
+        block after ``repartition(n)``; ``num_rows_per_file`` / ``min_rows_per_file`` /
+        ``max_rows_per_file``: rows per file).
 
-        return write_parquet(self, path, **kwargs)
+        Raises:
+            TypeError: an argument other than those (named).
+        """
+        return self._write(path, "parquet", kwargs)
+
+    def write_csv(self, path: str, **kwargs) -> list:
+        """As ``write_parquet``, to CSV files with a header row."""
+        return self._write(path, "csv", kwargs)
+
+    def write_json(self, path: str, **kwargs) -> list:
+        """As ``write_parquet``, to JSON Lines files (one object per row, as Ray's)."""
+        return self._write(path, "json", kwargs)
+
+    def _write(self, path: str, file_format: str, kwargs: dict) -> list:
+        from .write import write_files
+
+        per_file = [kwargs.pop(k) for k in _ROWS_PER_FILE if kwargs.get(k) is not None]
+        for k in _ROWS_PER_FILE:
+            kwargs.pop(k, None)
+        if kwargs:
+            raise TypeError(
+                f"write_{file_format}() got unexpected arguments {sorted(kwargs)}; raynb writes "
+                "local files (path) and takes num_rows_per_file / min_rows_per_file / max_rows_per_file"
+            )
+        return write_files(self, path, file_format, rows_per_file=per_file[0] if per_file else None)
 
     def iter_batches(self, **kwargs):
         """All rows' batches in this process (one epoch, as a single rank would read them):

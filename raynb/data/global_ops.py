@@ -65,7 +65,16 @@ class GlobalOpsMixin:
                 "repartition(keys=..., sort=...) (hash partitioning) is not served by "
                 "raynb; see docs/coming-from-ray.md"
             )
-        return (self.random_shuffle() if shuffle else self).materialize()
+        out = (self.random_shuffle() if shuffle else self).materialize()
+        # Rows are not held in blocks here; the count is kept for what Ray ties to blocks
+        # (num_blocks(), one written file per block).
+        out._num_blocks = num_blocks or max(1, -(-out.count() // target_num_rows_per_block))
+        return out
+
+    def num_blocks(self) -> int:
+        """The block count ``repartition`` gave this dataset, else 1 (raynb does not keep
+        rows in blocks: a rank reads row ranges)."""
+        return getattr(self, "_num_blocks", None) or 1
 
     def sort(self, key, descending=False, boundaries=None):
         """The rows ordered by the column(s) ``key`` (stable; ``descending`` one bool or one

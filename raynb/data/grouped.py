@@ -112,14 +112,24 @@ class GroupedData:
         Raises:
             MapBatchesError: ``fn`` raised (the group's index named).
         """
+        import numpy as np
+        import pandas as pd
+
         from . import block
         from .transforms import UDF, MapBatches
 
         fmt = block.check_batch_format(batch_format)
         step = MapBatches(UDF("map_groups", fn, fn_args, fn_kwargs), fmt)
-        df = self._frame()
+        batch = self._ds._collect()
+        missing = [k for k in self._keys if batch and k not in batch]
+        if missing:
+            raise ValueError(f"groupby({self._keys}): no column {missing} (the dataset has {list(batch)})")
         outs = []
-        for i, (_, group) in enumerate(df.groupby(self._keys, sort=True)):
-            cols = block.columns_from({str(c): group[c].to_numpy() for c in group.columns}, "map_groups")
-            outs.append(step(cols, i, 0))
+        if batch:
+            # Groups are found on the key columns alone and cut from the numpy batch, so a
+            # tensor column (images) stays an n-d array in each group, as in Ray.
+            keys = pd.DataFrame({k: batch[k] for k in self._keys})
+            groups = keys.groupby(self._keys, sort=True).indices
+            for i, idx in enumerate(groups.values()):
+                outs.append(step(block.take_rows(batch, np.sort(idx)), i, 0))
         return self._ds._materialized(block.concat(outs) if outs else {})

@@ -9,6 +9,7 @@ reads the dataset runs them (see ``compute``). A step is also callable on one ba
 from __future__ import annotations
 
 import threading
+import types
 
 from . import block
 from .iterator import MapBatchesError, rebatch
@@ -101,11 +102,16 @@ class MapBatches(Step):
         yield from Step.apply(self, stream, rank)
 
     def __call__(self, batch: dict, index: int, rank: int) -> dict:
+        what = f"map_batches({self.name}) on batch {index}"
         try:
             out = self.udf(block.to_format(batch, self.batch_format))
+            if isinstance(out, types.GeneratorType):
+                # Ray takes a generator function: each yielded batch is output, in order.
+                parts = [block.to_numpy_batch(part, what) for part in out]
+                return block.concat(parts) if parts else {}
         except Exception as e:
             raise self._fail(self.name, index, rank, e) from e
-        return block.to_numpy_batch(out, f"map_batches({self.name}) on batch {index}")
+        return block.to_numpy_batch(out, what)
 
 
 def from_rows(rows: list, what: str) -> dict:

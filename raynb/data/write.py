@@ -31,38 +31,81 @@ def to_pandas(dataset, limit: int | None = None):
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
-def write_parquet(dataset, path: str, *, rows_per_file: int | None = None) -> list[str]:
-    """Write the rows, in order, as parquet files ``part-000000.parquet``, ... in the
-    directory ``path`` (made if missing, 0700), streaming: one batch in memory at a time,
-    each a row group; a new file every ``rows_per_file`` rows (None: one file).
+_SUFFIX = {"parquet": ".parquet", "csv": ".csv", "json": ".json"}
+
+
+def write_files(
+    dataset, path: str, file_format: str = "parquet", *, rows_per_file: int | None = None
+) -> list[str]:
+    """Write the rows, in order, as ``part-000000.<format>``, ... in the directory
+    ``path`` (made if missing, 0700), streaming one batch at a time: parquet (a row
+    group per batch), csv (with a header) or json (JSON Lines, as Ray writes). A new file
+    every ``rows_per_file`` rows; without it, one file per block of a dataset given a
+    block count by ``repartition(n)`` (as Ray writes a file per block), else one file.
 
     Returns:
         list[str]: the files written.
 
     Raises:
-        FileExistsError: ``path`` holds parquet files already (they would mix with these).
+        FileExistsError: ``path`` holds files of that format already (they would mix).
+        ValueError: an unknown format.
     """
-    import pyarrow.parquet as pq
-
+    if file_format not in _SUFFIX:
+        raise ValueError(f"write_files(file_format={file_format!r}): use one of {sorted(_SUFFIX)}")
+    suffix = _SUFFIX[file_format]
     os.makedirs(path, mode=0o700, exist_ok=True)
-    if any(n.endswith(".parquet") for n in os.listdir(path)):
+    if any(n.endswith(suffix) for n in os.listdir(path)):
         raise FileExistsError(
-            f"write_parquet({path!r}): the directory already holds parquet files; "
+            f"write_{file_format}({path!r}): the directory already holds {suffix} files; "
             "write to a new directory (or remove them first)"
         )
+    blocks = getattr(dataset, "_num_blocks", None)
+    if rows_per_file is None and blocks:
+        rows_per_file = max(1, -(-dataset.count() // blocks))
     files, writer, in_file = [], None, 0
     try:
-        for batch in dataset.iter_batches(batch_size=None, prefetch_batches=1):
+        for batch in dataset.iter_batches(batch_size=rows_per_file, prefetch_batches=1):
             table = batch_to_table(batch)
             if writer is not None and rows_per_file and in_file >= rows_per_file:
                 writer.close()
                 writer = None
             if writer is None:
-                files.append(os.path.join(path, f"part-{len(files):06d}.parquet"))
-                writer, in_file = pq.ParquetWriter(files[-1], table.schema), 0
-            writer.write_table(table)
+                files.append(os.path.join(path, f"part-{len(files):06d}{suffix}"))
+                writer, in_file = _Writer(files[-1], file_format, table.schema), 0
+            writer.write(table)
             in_file += table.num_rows
     finally:
         if writer is not None:
             writer.close()
     return files
+
+
+def write_parquet(dataset, path: str, *, rows_per_file: int | None = None) -> list[str]:
+    """``write_files(dataset, path, "parquet", rows_per_file=...)``."""
+    return write_files(dataset, path, "parquet", rows_per_file=rows_per_file)
+
+
+class _Writer:
+    """One output file of ``file_format``, written a table at a time."""
+
+    def __init__(self, path: str, file_format: str, schema):
+        self.format = file_format
+        if file_format == "parquet":
+            import pyarrow.parquet as pq
+
+            self._w = pq.ParquetWriter(path, schema)
+        elif file_format == "csv":
+            import pyarrow.csv as pc
+
+            self._w = pc.CSVWriter(path, schema)
+        else:
+            self._f = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def write(self, table) -> None:
+        if self.format == "json":
+            table.to_pandas().to_json(self._f, orient="records", lines=True)
+        else:
+            self._w.write_table(table)
+
+    def close(self) -> None:
+        (self._f if self.format == "json" else self._w).close()
