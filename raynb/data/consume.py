@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from . import block
 
-
 _ROWS_PER_FILE = ("rows_per_file", "num_rows_per_file", "min_rows_per_file", "max_rows_per_file")
 
 

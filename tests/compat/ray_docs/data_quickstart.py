@@ -10,9 +10,8 @@ import tempfile
 from typing import Dict
 
 import numpy as np
-from sklearn.datasets import load_iris
-
 import ray
+from sklearn.datasets import load_iris
 
 tmp = tempfile.mkdtemp()
 iris = load_iris(as_frame=True).frame

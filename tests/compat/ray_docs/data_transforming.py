@@ -12,11 +12,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pac
-import torch
-from sklearn.datasets import load_iris
-
 import ray
+import torch
 from ray.data import ActorPoolStrategy
+from sklearn.datasets import load_iris
 
 iris = ray.data.from_pandas(load_iris(as_frame=True).frame)
 images = ray.data.from_items(
