@@ -346,6 +346,16 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             raise TypeError(f"random_shuffle(seed={seed!r}): give an int, or None for a random one")
         return self._with(seed=int(seed))
 
+    def randomize_block_order(self, *, seed: int | None = None) -> "Dataset":
+        """Ray's shuffle of block order: the same dataset here (rows are not held in
+        blocks; each rank reads its row range), said once on stderr. Use
+        ``random_shuffle()`` or ``iter_batches(local_shuffle_buffer_size=)`` to shuffle rows."""
+        note_once(
+            "raynb.data: randomize_block_order() has no effect: rows are not held in blocks "
+            "(random_shuffle() or local_shuffle_buffer_size= shuffle rows)"
+        )
+        return self
+
     def shard(self, world_size: int, rank: int, pad: bool = True) -> DataIterator:
         """Rank ``rank``'s part when ``world_size`` ranks read it (what ``get_dataset_shard``
         returns on the ranks)."""

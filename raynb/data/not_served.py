@@ -26,7 +26,6 @@ NOT_SERVED = {
         "mix",
         "name",
         "random_sample",
-        "randomize_block_order",
         "rename_columns",
         "serialize_lineage",
         "set_name",

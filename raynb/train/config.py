@@ -375,6 +375,21 @@ class Result:
         elif self.logs.path is None:
             self.logs.path = self.path
 
+    def get_best_checkpoint(self, metric: str, mode: str):
+        """The kept checkpoint whose reported ``metric`` is best (``mode`` "min" or "max"),
+        as Ray's ``Result.get_best_checkpoint``; None when no kept checkpoint reported it.
+
+        Raises:
+            ValueError: ``mode`` neither "min" nor "max".
+        """
+        if mode not in ("min", "max"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}): use 'min' or 'max'")
+        scored = [(m[metric], c) for c, m in self.best_checkpoints if isinstance(m, dict) and metric in m]
+        if not scored:
+            return None
+        pick = min if mode == "min" else max
+        return pick(scored, key=lambda vc: vc[0])[1]
+
     @property
     def config(self) -> dict | None:
         """The run's ``train_loop_config`` as recorded in ``params.json``."""

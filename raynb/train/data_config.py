@@ -35,6 +35,14 @@ class DataConfig:
         self.datasets_to_split = datasets_to_split if datasets_to_split == "all" else list(datasets_to_split)
         self.execution_options, self.enable_shard_locality = execution_options, enable_shard_locality
 
+    @staticmethod
+    def default_ingest_options():
+        """Ray's default execution options for training ingest (``ExecutionOptions``, to
+        change and pass as ``execution_options``; no effect here, as that argument)."""
+        from ..data.context import ExecutionOptions
+
+        return ExecutionOptions(locality_with_output=True, preserve_order=False)
+
     def unsplit(self, names) -> list[str]:
         """The names among ``names`` each rank reads whole."""
         return (
