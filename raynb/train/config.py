@@ -94,6 +94,13 @@ class ScalingConfig:
         cpus = (self.resources_per_worker or {}).get("CPU")
         return max(1, int(cpus)) if cpus else None
 
+    @property
+    def cpus_requested(self) -> float | None:
+        """``resources_per_worker["CPU"]`` as given (fractions kept: Ray packs trials of
+        ``{"cpu": 0.5}`` two to a CPU); None when it asks for none."""
+        cpus = (self.resources_per_worker or {}).get("CPU")
+        return float(cpus) if cpus else None
+
     def _check_resources(self) -> None:
         """``resources_per_worker`` as Ray's ScalingConfig checks it: names to amounts >= 0,
         and a GPU asked for there only with ``use_gpu=True`` (and not 0 with it)."""

@@ -528,10 +528,10 @@ def _plan_concurrency(status: dict, scaling_config, max_concurrent: int | None) 
                 f"cluster has {gpus}; use fewer workers per trial, use_gpu=False, or add a GPU node"
             )
         concurrency = min(concurrency, gpus // per_trial)
-    cpus = getattr(scaling_config, "cpus_per_worker", None)
+    cpus = getattr(scaling_config, "cpus_requested", None)
     node_cpus = sum(n.get("cpus") or 0 for n in status["nodes"])
-    if cpus and node_cpus:  # Ray's: as many trials at once as the cluster's CPUs hold
-        concurrency = min(concurrency, max(1, node_cpus // (cpus * per_trial)))
+    if cpus and node_cpus:  # Ray's: as many trials at once as the cluster's CPUs hold (fractions too)
+        concurrency = min(concurrency, max(1, int(node_cpus // (cpus * per_trial))))
     if max_concurrent:
         concurrency = min(concurrency, max_concurrent)
     return total_workers, concurrency
