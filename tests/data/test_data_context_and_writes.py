@@ -1,0 +1,71 @@
+"""Ray Data names a guide script uses that need no cluster: ``DataContext``, generator
+functions in ``map_batches``, ``map_groups`` on n-d columns, ``write_csv`` /
+``write_json`` / a file per block after ``repartition(n)``, ``randomize_block_order``."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import raynb.data as rd
+from raynb.train import DataConfig
+
+
+def test_data_context_is_one_per_process_with_ray_fields():
+    rd.DataContext._set_current(rd.DataContext())  # a fresh context, whatever ran before
+    ctx = rd.DataContext.get_current()
+    assert ctx is rd.DataContext.get_current()
+    assert ctx.execution_options.preserve_order is False and ctx.target_max_block_size == 128 * 1024 * 1024
+    ctx.execution_options.preserve_order = True
+    ctx.execution_options.resource_limits.object_store_memory = 1e9
+    ctx.set_config("k", 1)
+    assert rd.DataContext.get_current().get_config("k") == 1
+    assert ctx.copy() is not ctx and ctx.copy().execution_options.preserve_order
+    opts = DataConfig.default_ingest_options()
+    assert isinstance(opts, rd.ExecutionOptions) and opts.locality_with_output is True
+    rd.DataContext._set_current(rd.DataContext())
+
+
+def test_generator_functions_and_groups_of_nd_columns():
+    ds = rd.from_items([{"a": i} for i in range(6)])
+
+    def twice(df):
+        for k in range(2):
+            yield df.assign(k=k)
+
+    out = ds.map_batches(twice, batch_format="pandas", batch_size=3).to_pandas()
+    assert len(out) == 12 and sorted(out["k"].unique()) == [0, 1]
+
+    def nothing(batch):
+        yield from ()
+
+    assert ds.map_batches(nothing).count() == 0
+    items = [{"img": np.full((2, 3), label, dtype=np.float32), "label": label} for label in (1, 0, 1)]
+    seen = []
+
+    def norm(group):
+        seen.append(group["img"].shape)
+        return {"img": group["img"] - group["img"].mean(), "label": group["label"]}
+
+    assert rd.from_items(items).groupby("label").map_groups(norm).count() == 3
+    assert seen == [(1, 2, 3), (2, 2, 3)]
+
+
+def test_writes_one_file_per_block_in_each_format(tmp_path):
+    ds = rd.from_pandas(pd.DataFrame({"x": np.arange(10), "s": [f"r{i}" for i in range(10)]}))
+    assert ds.num_blocks() == 1 and ds.repartition(3).num_blocks() == 3
+    files = ds.repartition(3).write_csv(str(tmp_path / "csv"))
+    assert len(files) == 3 and sorted(os.listdir(tmp_path / "csv")) == [os.path.basename(f) for f in files]
+    assert rd.read_csv(str(tmp_path / "csv")).to_pandas()["x"].tolist() == list(range(10))
+    ds.write_json(str(tmp_path / "json"), num_rows_per_file=4)
+    assert len(os.listdir(tmp_path / "json")) == 3
+    assert sorted(rd.read_json(str(tmp_path / "json")).to_pandas()["s"]) == sorted(f"r{i}" for i in range(10))
+    assert len(ds.write_parquet(str(tmp_path / "pq"))) == 1
+    with pytest.raises(FileExistsError, match="already holds .parquet"):
+        ds.write_parquet(str(tmp_path / "pq"))
+    with pytest.raises(TypeError, match="filesystem"):
+        ds.write_csv(str(tmp_path / "x"), filesystem=None)
+    assert ds.randomize_block_order() is ds
