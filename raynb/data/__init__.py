@@ -7,6 +7,7 @@ from .context import DataContext, DatasetContext, ExecutionOptions, ExecutionRes
 from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
 from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
+from .more_sources import from_arrow, range_tensor, read_numpy, read_text
 from .read_api import (
     from_items,
     from_numpy,
@@ -33,14 +34,18 @@ __all__ = [
     "MaterializedDataset",
     "Schema",
     "TaskPoolStrategy",
+    "from_arrow",
     "from_items",
     "from_numpy",
     "from_pandas",
     "from_torch",
     "range",
+    "range_tensor",
     "read_csv",
     "read_json",
+    "read_numpy",
     "read_parquet",
+    "read_text",
     "register_map_batches_executor",
 ]
 

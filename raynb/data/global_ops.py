@@ -196,6 +196,24 @@ class GlobalOpsMixin:
 
         return GroupedData(self, key)
 
+    def aggregate(self, *aggs):
+        """``{name: value}`` of each aggregation over every row (``Count()``, ``Mean("x")``,
+        ``Std("x", ddof=0)``, ``Quantile("x", q=0.9)``, ``AggregateFn(...)``, from
+        ``raynb.data.aggregate``), as Ray's ``Dataset.aggregate``.
+
+        Raises:
+            TypeError: an argument that is not an aggregation.
+            ValueError: an aggregation's column is missing.
+        """
+        from .grouped import aggregate_dataset
+
+        return aggregate_dataset(self, aggs)
+
+    def stats(self) -> str:
+        """A short description of the dataset and its transforms (Ray's execution
+        statistics have no counterpart: there is no streaming executor)."""
+        return f"{self!r}: transforms run in the process that reads the rows; no execution statistics"
+
     def unique(self, column: str, ignore_nulls: bool = False) -> list:
         """The distinct values of ``column``."""
         df = self.select_columns([column]).to_pandas()

@@ -37,6 +37,13 @@ def aggregate_all(ds, how: str, on, ignore_nulls: bool = True, ddof: int = 1):
     return next(iter(out.values())) if isinstance(on, str) else out
 
 
+def aggregate_dataset(ds, aggs) -> dict:
+    """``ds.aggregate(*aggs)``: ``{name: value}`` over every row (Ray's dict)."""
+    from .aggregate import aggregate_frame
+
+    return aggregate_frame(ds.to_pandas(), aggs)
+
+
 def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
@@ -105,6 +112,23 @@ class GroupedData:
     def std(self, on=None, ddof: int = 1, ignore_nulls: bool = True):
         """A dataset of the keys and ``std(col)`` per group (``ddof`` 1, as Ray)."""
         return self._aggregate("std", on, ignore_nulls, ddof)
+
+    def aggregate(self, *aggs):
+        """A dataset of the keys and one column per aggregation (``Count()``,
+        ``Mean("x")``, ... from ``raynb.data.aggregate``), one row per group, sorted by key."""
+        from . import block
+        from .aggregate import aggregate_frame
+
+        df = self._frame()
+        rows = []
+        for key, group in df.groupby(self._keys, sort=True):
+            key = key if isinstance(key, tuple) else (key,)
+            rows.append({**dict(zip(self._keys, key)), **aggregate_frame(group, aggs, key)})
+        if not rows:
+            return self._ds._materialized({})
+        return self._ds._materialized(
+            block.columns_from({k: [r[k] for r in rows] for k in rows[0]}, "groupby().aggregate")
+        )
 
     def map_groups(self, fn, *, batch_format: str | None = "default", fn_args=None, fn_kwargs=None, **kwargs):
         """``fn(group batch) -> batch`` on each group (sorted by key); the outputs joined.

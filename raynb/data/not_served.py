@@ -8,7 +8,6 @@ DOCS = "docs/coming-from-ray.md (and docs/data.md for what raynb's Dataset serve
 # Ray 2.60's Dataset / DataIterator methods and ray.data functions without a raynb form.
 NOT_SERVED = {
     "Dataset": {
-        "aggregate",
         "context",
         "copy",
         "deserialize_lineage",
@@ -29,7 +28,6 @@ NOT_SERVED = {
         "rename_columns",
         "serialize_lineage",
         "set_name",
-        "stats",
         "streaming_split",
         "streaming_train_test_split",
         "summary",
@@ -65,7 +63,6 @@ NOT_SERVED = {
     },
     "DataIterator": {"get_context", "iter_jax_batches", "iter_tf_batches", "stats", "to_tf", "to_torch"},
     "ray.data": {
-        "from_arrow",
         "from_arrow_refs",
         "from_blocks",
         "from_daft",
@@ -77,7 +74,6 @@ NOT_SERVED = {
         "from_pandas_refs",
         "from_spark",
         "from_tf",
-        "range_tensor",
         "read_audio",
         "read_avro",
         "read_bigquery",
@@ -95,11 +91,9 @@ NOT_SERVED = {
         "read_lerobot",
         "read_mcap",
         "read_mongo",
-        "read_numpy",
         "read_orc",
         "read_snowflake",
         "read_sql",
-        "read_text",
         "read_tfrecords",
         "read_unity_catalog",
         "read_videos",

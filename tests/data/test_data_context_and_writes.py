@@ -69,3 +69,34 @@ def test_writes_one_file_per_block_in_each_format(tmp_path):
     with pytest.raises(TypeError, match="filesystem"):
         ds.write_csv(str(tmp_path / "x"), filesystem=None)
     assert ds.randomize_block_order() is ds
+
+
+def test_aggregations_and_more_constructors(tmp_path):
+    from raynb.data.aggregate import AggregateFn, Count, Mean, Quantile, Std, Sum, Unique
+
+    ds = rd.from_items([{"A": x % 3, "B": 2 * x} for x in range(10)])
+    got = ds.aggregate(Count(), Mean("B"), Std("B", ddof=0), Quantile("B", q=0.5), Unique("A"))
+    assert got == {
+        "count()": 10,
+        "mean(B)": 9.0,
+        "std(B)": pytest.approx(5.744562646538029),
+        "quantile(B)": 9.0,
+        "unique(A)": [0, 1, 2],
+    }
+    assert ds.groupby("A").aggregate(Count(), Sum("B", alias_name="b")).take_all()[0] == {
+        "A": 0,
+        "count()": 4,
+        "b": 36,
+    }
+    total = AggregateFn(init=lambda k: 0, accumulate_row=lambda a, r: a + r["B"], merge=None, name="t")
+    assert ds.aggregate(total) == {"t": 90}
+    with pytest.raises(TypeError, match="aggregate"):
+        ds.aggregate("count")
+    assert rd.range_tensor(3, shape=(2, 2)).take_batch(3)["data"][2].tolist() == [[2, 2], [2, 2]]
+    (tmp_path / "t.txt").write_text("a\n\nb\n")
+    np.save(tmp_path / "x.npy", np.ones((3, 2)))
+    assert rd.read_text(str(tmp_path / "t.txt")).take_all() == [{"text": "a"}, {"text": "b"}]
+    assert rd.read_numpy(str(tmp_path / "x.npy")).take_batch(3)["data"].shape == (3, 2)
+    import pyarrow as pa
+
+    assert rd.from_arrow(pa.table({"a": [1, 2]})).take_all() == [{"a": 1}, {"a": 2}]
