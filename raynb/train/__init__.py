@@ -6,11 +6,13 @@ from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .data_config import DataConfig
 from .datasets import get_dataset_shard
+from .report_options import CheckpointUploadMode
 from .session import TrainContext, get_checkpoint, get_context, report
 from .sync_config import SyncConfig
 from .tracking import setup_mlflow
 
 __all__ = [
+    "CheckpointUploadMode",
     "Checkpoint",
     "CheckpointConfig",
     "DataConfig",

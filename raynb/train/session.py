@@ -19,6 +19,7 @@ from ..cluster.worker import task_context
 from . import profiling
 from .checkpoint import Checkpoint
 from .report_metrics import plain_metrics
+from .report_options import take_ray_keywords
 
 # A report this long (s) after the rank's previous one is waited on until it is on the
 # socket (``report``): slower reports carry an epoch's worth of work, faster ones are steps.
@@ -230,6 +231,7 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
         RuntimeError: called outside a training function.
     """
     task = _require("report")
+    take_ray_keywords(more_metrics)  # Ray 2.60's checkpoint_upload_mode=, ...: not metrics
     if more_metrics or metrics is None:  # Ray's older tune.report(loss=..., acc=...)
         metrics = {**(metrics if isinstance(metrics, dict) else {}), **more_metrics}
     if not isinstance(metrics, dict):

@@ -15,6 +15,12 @@ from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .elastic import elastic_interval, recorded_num_workers
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
+from .torch_utils import (  # noqa: F401 - Ray's names at ray.train.torch
+    TorchConfig,
+    backward,
+    enable_reproducibility,
+    prepare_optimizer,
+)
 
 # A pl.Trainer(strategy="ddp") in a training function is named, whether or not it imported
 # raynb.train.lightning (the zygote imports this module, so every worker has the hook).
@@ -37,6 +43,11 @@ def get_device():
 
 
 GRADIENT_COMPRESSION = ("fp16", "bf16")
+
+
+def get_devices() -> list:
+    """This rank's devices, a list of one ``torch.device`` (``get_device()``), as Ray's."""
+    return [get_device()]
 
 
 def prepare_model(
@@ -273,7 +284,12 @@ class TorchTrainer:
         resume_from_checkpoint: Checkpoint | None = None,
         dataset_config=None,
         metadata: dict | None = None,
+        torch_config: TorchConfig | None = None,
     ):
+        if torch_config is not None:
+            if not isinstance(torch_config, TorchConfig):
+                raise TypeError(f"torch_config must be a TorchConfig, got {type(torch_config).__name__}")
+            torch_config.note()
         if not callable(train_loop_per_worker):
             raise TypeError(
                 "train_loop_per_worker must be a function f() or f(config), got "

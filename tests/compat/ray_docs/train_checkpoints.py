@@ -131,6 +131,34 @@ with result.checkpoint.as_directory() as checkpoint_dir:
         checkpoint_dir
     )
 
+
+# Checkpoint upload modes (SYNC: before report returns; ASYNC: in the background).
+def train_fn_upload(config):
+    with tempfile.TemporaryDirectory() as tmpdir:
+        torch.save({"w": 1}, os.path.join(tmpdir, "model.pt"))
+        train.report(
+            {"loss": 1.0},
+            checkpoint=Checkpoint.from_directory(tmpdir),
+            checkpoint_upload_mode=train.CheckpointUploadMode.SYNC,
+        )
+    tmpdir = tempfile.mkdtemp()
+    torch.save({"w": 2}, os.path.join(tmpdir, "model.pt"))
+    train.report(
+        {"loss": 0.5},
+        checkpoint=Checkpoint.from_directory(tmpdir),
+        checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC,
+    )
+
+
+result = TorchTrainer(
+    train_fn_upload,
+    scaling_config=ScalingConfig(num_workers=2),
+    run_config=train.RunConfig(storage_path=storage),
+).fit()
+assert result.metrics["loss"] == 0.5 and "checkpoint_upload_mode" not in result.metrics
+with result.checkpoint.as_directory() as checkpoint_dir:
+    assert torch.load(os.path.join(checkpoint_dir, "model.pt"))["w"] == 2
+
 # Inspect a checkpoint.
 example_checkpoint_dir = Path(tempfile.mkdtemp()) / "test-checkpoint"
 example_checkpoint_dir.mkdir()
