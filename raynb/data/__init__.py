@@ -7,7 +7,7 @@ from .context import DataContext, DatasetContext, ExecutionOptions, ExecutionRes
 from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
 from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
-from .more_sources import from_arrow, range_tensor, read_numpy, read_text
+from .more_sources import from_arrow, range_tensor, read_binary_files, read_images, read_numpy, read_text
 from .read_api import (
     from_items,
     from_numpy,
@@ -41,7 +41,9 @@ __all__ = [
     "from_torch",
     "range",
     "range_tensor",
+    "read_binary_files",
     "read_csv",
+    "read_images",
     "read_json",
     "read_numpy",
     "read_parquet",

@@ -252,14 +252,15 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
         """The rows for which ``fn(row)`` is true, lazily (``ray.data.Dataset.filter``).
 
         Raises:
-            NotImplementedError: ``expr=`` (Ray's expression filter is not served: pass a function).
-            TypeError: no ``fn``.
+            TypeError: no ``fn`` nor ``expr``; ``expr`` not a string.
+            ValueError: ``expr`` not a Python expression.
+
+        ``expr="id > 5"``: Ray's string predicate, evaluated per batch (``expr_filter``).
         """
         if expr is not None:
-            raise NotImplementedError(
-                "Dataset.filter(expr=...) is Ray Data's expression filter, which raynb "
-                "does not serve; pass a function of a row (see docs/coming-from-ray.md)"
-            )
+            from .expr_filter import ExprFilter
+
+            return self.map_batches(ExprFilter(expr), batch_format="numpy")
         if fn is None:
             raise TypeError("filter() needs fn, a function of a row returning True to keep it")
         udf = self._udf(
@@ -355,6 +356,22 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             "(random_shuffle() or local_shuffle_buffer_size= shuffle rows)"
         )
         return self
+
+    def streaming_split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
+        """``n`` iterators over disjoint parts of the rows (Ray's ``streaming_split``, for
+        ``n`` consumers): with ``equal``, each the same size (the few rows left over are
+        dropped, as Ray's). Read in this process; in a run use ``get_dataset_shard``.
+
+        Raises:
+            ValueError: ``n`` below 1.
+        """
+        if n < 1:
+            raise ValueError(f"streaming_split({n!r}): n must be >= 1")
+        return [part.iterator() for part in self.split(n, equal=equal)]
+
+    def iterator(self) -> DataIterator:
+        """A ``DataIterator`` over every row (Ray's ``Dataset.iterator``)."""
+        return DataIterator(self, 1, 0, False)
 
     def shard(self, world_size: int, rank: int, pad: bool = True) -> DataIterator:
         """Rank ``rank``'s part when ``world_size`` ranks read it (what ``get_dataset_shard``

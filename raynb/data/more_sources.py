@@ -88,4 +88,47 @@ def read_numpy(paths, *, include_paths: bool = False, **kw) -> Dataset:
     return Dataset(InMemorySource(block.columns_from(cols, "read_numpy")))
 
 
-__all__ = ["from_arrow", "range_tensor", "read_numpy", "read_text"]
+_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp")
+
+
+def read_images(
+    paths, *, size: tuple | None = None, mode: str | None = None, include_paths: bool = False, **kw
+) -> Dataset:
+    """The image files ``paths`` (directories, globs) as rows of column ``"image"`` (a
+    uint8 array H x W x C, or H x W for one channel; ``"path"`` too with
+    ``include_paths``), decoded with Pillow, resized to ``size`` (height, width) and
+    converted to ``mode`` ("RGB", "L", ...) when given, as Ray's ``read_images``.
+
+    Raises:
+        ImportError: Pillow is not installed (pip install pillow).
+    """
+    import numpy as np
+    from PIL import Image
+
+    images, where = [], []
+    for f, data in _read_files(paths, "read_images", _IMAGE_SUFFIXES):
+        img = Image.open(io.BytesIO(data))
+        if mode is not None:
+            img = img.convert(mode)
+        if size is not None:
+            img = img.resize((size[1], size[0]))
+        images.append(np.asarray(img))
+        where.append(f)
+    cols = {"image": images if len({a.shape for a in images}) != 1 else np.stack(images)}
+    if include_paths:
+        cols["path"] = where
+    return Dataset(InMemorySource(block.columns_from(cols, "read_images")))
+
+
+def read_binary_files(paths, *, include_paths: bool = False, **kw) -> Dataset:
+    """Each file ``paths`` names as one row of column ``"bytes"`` (``"path"`` too with
+    ``include_paths``), as Ray's ``read_binary_files``."""
+    data, where = [], []
+    for f, raw in _read_files(paths, "read_binary_files"):
+        data.append(raw)
+        where.append(f)
+    cols = {"bytes": block.object_column(data), **({"path": where} if include_paths else {})}
+    return Dataset(InMemorySource(block.columns_from(cols, "read_binary_files")))
+
+
+__all__ = ["from_arrow", "range_tensor", "read_binary_files", "read_images", "read_numpy", "read_text"]

@@ -100,3 +100,23 @@ def test_aggregations_and_more_constructors(tmp_path):
     import pyarrow as pa
 
     assert rd.from_arrow(pa.table({"a": [1, 2]})).take_all() == [{"a": 1}, {"a": 2}]
+
+
+def test_expression_filter_streaming_split_images(tmp_path):
+    ds = rd.from_items([{"id": i, "s": "ab"[i % 2]} for i in range(10)])
+    assert ds.filter(expr="id > 5").count() == 4
+    assert ds.filter(expr="id < 4 and s == 'a'").take_all() == [{"id": 0, "s": "a"}, {"id": 2, "s": "a"}]
+    with pytest.raises(ValueError, match="not a Python expression"):
+        ds.filter(expr="id >")
+    with pytest.raises(rd.MapBatchesError, match=r"no column \[.zz.\]"):
+        ds.filter(expr="zz > 1").count()
+    parts = ds.streaming_split(3, equal=True)
+    assert [p.count() for p in parts] == [3, 3, 3]
+    assert sum(1 for _ in ds.iterator().iter_rows()) == 10
+    pil = pytest.importorskip("PIL.Image")
+    for i in range(3):
+        pil.fromarray(np.full((8, 6, 3), i * 40, np.uint8)).save(tmp_path / f"im{i}.png")
+    batch = rd.read_images(str(tmp_path), include_paths=True).take_batch(3)
+    assert batch["image"].shape == (3, 8, 6, 3) and batch["path"][2].endswith("im2.png")
+    assert rd.read_images(str(tmp_path), size=(4, 4), mode="L").take_batch(1)["image"].shape == (1, 4, 4)
+    assert rd.read_binary_files(str(tmp_path)).count() == 3
