@@ -176,7 +176,8 @@ def test_resource_changing_scheduler_says_once_that_resources_are_fixed():
 
     code = "from raynb.tune.schedulers import ResourceChangingScheduler as R\nR(); R()\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stderr.count("resources do not change on raynb") == 1
+    assert out.stderr.count("resources_allocation_function is not called") == 1
+    assert "pauses the trial at its checkpoint" in out.stderr
 
 
 def objective(config):

@@ -48,8 +48,11 @@ class ResourceChangingScheduler(TrialScheduler):
         if not _NOTED:
             _NOTED.append(True)
             print(
-                "raynb: ResourceChangingScheduler runs each trial with the resources it starts with "
-                "(trial resources do not change on raynb); its base scheduler decides as usual",
+                "raynb: ResourceChangingScheduler: resources_allocation_function is not called. Ray calls "
+                "it after each result and, when it returns other resources, pauses the trial at its "
+                "checkpoint and restarts it with them; here each trial keeps its one warm worker and its "
+                "torch threads (with_resources' CPUs, else its share of the node's cores) to its end. "
+                "Every scheduling decision is the base scheduler's, as in Ray",
                 file=sys.stderr,
             )
 
