@@ -209,6 +209,32 @@ class GlobalOpsMixin:
 
         return aggregate_dataset(self, aggs)
 
+    def zip(self, *others):
+        """The columns of this dataset and of each of ``others`` side by side, row by row
+        (Ray's ``zip``; a repeated column name gets ``_1``, ``_2``, ... as in Ray).
+
+        Raises:
+            ValueError: the datasets differ in row count.
+        """
+        out = dict(self._collect())
+        n = len(next(iter(out.values()))) if out else 0
+        for i, other in enumerate(others, 1):
+            cols = other._collect()
+            m = len(next(iter(cols.values()))) if cols else 0
+            if m != n:
+                raise ValueError(f"zip(): the datasets have {n} and {m} rows; zip needs equal row counts")
+            for name, col in cols.items():
+                out[name if name not in out else f"{name}_{i}"] = col
+        return self._materialized(out)
+
+    def explain(self) -> None:
+        """Print the dataset's plan: its source and lazy transforms (Ray's ``explain``)."""
+        print(repr(self))
+
+    def input_files(self) -> list:
+        """The files a read dataset comes from ([] for one made in memory)."""
+        return list(getattr(self._source, "files", None) or [])
+
     def stats(self) -> str:
         """A short description of the dataset and its transforms (Ray's execution
         statistics have no counterpart: there is no streaming executor)."""

@@ -120,3 +120,16 @@ def test_expression_filter_streaming_split_images(tmp_path):
     assert batch["image"].shape == (3, 8, 6, 3) and batch["path"][2].endswith("im2.png")
     assert rd.read_images(str(tmp_path), size=(4, 4), mode="L").take_batch(1)["image"].shape == (1, 4, 4)
     assert rd.read_binary_files(str(tmp_path)).count() == 3
+
+
+def test_zip_explain_input_files(tmp_path, capsys):
+    a = rd.range(3)
+    b = rd.range(3).map(lambda r: {"id": r["id"] * 10, "y": 1})
+    assert a.zip(b).take_all()[2] == {"id": 2, "id_1": 20, "y": 1}
+    with pytest.raises(ValueError, match="equal row counts"):
+        a.zip(rd.range(4))
+    a.map(lambda r: r).explain()
+    assert "map(" in capsys.readouterr().out
+    pd.DataFrame({"x": [1]}).to_csv(tmp_path / "f.csv", index=False)
+    assert rd.read_csv(str(tmp_path / "f.csv")).input_files() == [str(tmp_path / "f.csv")]
+    assert a.input_files() == []

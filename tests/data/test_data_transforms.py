@@ -218,7 +218,7 @@ def test_a_shard_iter_rows_materialize_to_pandas():
 
 def test_names_raynb_does_not_serve_raise_naming_them():
     ds = rd.range(3)
-    for name in ("zip", "join", "write_numpy", "iter_tf_batches"):
+    for name in ("join", "mix", "write_numpy", "iter_tf_batches"):
         with pytest.raises(AttributeError, match=rf"Dataset\.{name} is Ray Data's.*coming-from-ray\.md"):
             getattr(ds, name)
     with pytest.raises(AttributeError, match=r"ray\.data\.read_sql is Ray Data's.*coming-from-ray"):
