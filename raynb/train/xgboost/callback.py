@@ -62,6 +62,8 @@ class RayTrainReportCallback(TrainingCallback):
     restarts), which drives the progress pane.
     """
 
+    CHECKPOINT_NAME = CHECKPOINT_NAME  # Ray's: the model file in each checkpoint
+
     def __init__(
         self,
         metrics=None,
