@@ -8,6 +8,7 @@ from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
 from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
 from .more_sources import from_arrow, range_tensor, read_binary_files, read_images, read_numpy, read_text
+from .preprocessors import Preprocessor
 from .read_api import (
     from_items,
     from_numpy,
@@ -32,6 +33,7 @@ __all__ = [
     "GroupedData",
     "MapBatchesError",
     "MaterializedDataset",
+    "Preprocessor",
     "Schema",
     "TaskPoolStrategy",
     "from_arrow",

@@ -95,7 +95,6 @@ NOT_SERVED = {
         "Datasource",
         "Datasink",
         "ReadTask",
-        "Preprocessor",
     },
 }
 

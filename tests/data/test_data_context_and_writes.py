@@ -133,3 +133,41 @@ def test_zip_explain_input_files(tmp_path, capsys):
     pd.DataFrame({"x": [1]}).to_csv(tmp_path / "f.csv", index=False)
     assert rd.read_csv(str(tmp_path / "f.csv")).input_files() == [str(tmp_path / "f.csv")]
     assert a.input_files() == []
+
+
+def test_preprocessors_fit_and_transform_lazily():
+    from raynb.data.preprocessors import (
+        Concatenator,
+        LabelEncoder,
+        MinMaxScaler,
+        OneHotEncoder,
+        PreprocessorNotFittedException,
+        SimpleImputer,
+        StandardScaler,
+    )
+
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0, np.nan], "b": [0.0, 10.0, 20.0, 30.0], "y": ["x", "z", "x", "w"]})
+    ds = rd.from_pandas(df)
+    with pytest.raises(PreprocessorNotFittedException, match="fit"):
+        StandardScaler(columns=["b"]).transform(ds)
+    out = StandardScaler(columns=["b"]).fit_transform(ds).to_pandas()
+    assert out["b"].mean() == pytest.approx(0) and out["b"].std(ddof=0) == pytest.approx(1)
+    assert MinMaxScaler(columns=["b"], output_columns=["b01"]).fit_transform(ds).to_pandas()[
+        "b01"
+    ].tolist() == [
+        0,
+        1 / 3,
+        2 / 3,
+        1,
+    ]
+    assert SimpleImputer(columns=["a"]).fit_transform(ds).to_pandas()["a"].tolist() == [1, 2, 3, 2]
+    assert LabelEncoder("y").fit_transform(ds).to_pandas()["y"].tolist() == [1, 2, 1, 0]
+    onehot = OneHotEncoder(columns=["y"]).fit_transform(ds).take_batch(4)["y"]
+    assert onehot.tolist()[0] == [0, 1, 0]
+    filled = SimpleImputer(columns=["a"], strategy="constant", fill_value=0).transform(ds)
+    batch = (
+        Concatenator(columns=["a", "b"], output_column_name="features", dtype=np.float32)
+        .transform(filled)
+        .take_batch(4)
+    )
+    assert batch["features"].shape == (4, 2) and batch["features"].dtype == np.float32 and "a" not in batch
