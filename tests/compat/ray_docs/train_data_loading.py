@@ -107,3 +107,31 @@ my_trainer = TorchTrainer(
 )
 result = my_trainer.fit()
 assert result.metrics["rows"] == 150, result.metrics  # 75 rows a worker, 2 epochs
+
+
+# Preprocessing structured data: fit a scaler on the training data, concatenate the
+# features into one tensor column, read it as torch batches on each worker.
+from ray.data.preprocessors import Concatenator, StandardScaler  # noqa: E402
+
+frame = load_iris(as_frame=True).frame
+train_dataset = ray.data.from_pandas(frame)
+feature_columns = [c for c in frame.columns if c != "target"]
+preprocessor = StandardScaler(columns=feature_columns)
+train_dataset = preprocessor.fit_transform(train_dataset)
+concatenator = Concatenator(columns=feature_columns, output_column_name="features", dtype=np.float32)
+train_dataset = concatenator.transform(train_dataset)
+
+
+def train_loop_features():
+    shard = train.get_dataset_shard("train")
+    for batch in shard.iter_torch_batches(
+        batch_size=25, dtypes={"features": torch.float32, "target": torch.int64}
+    ):
+        assert batch["features"].shape[1] == 4 and batch["features"].dtype == torch.float32
+    train.report({"mean": float(batch["features"].mean())})
+
+
+result = TorchTrainer(
+    train_loop_features, scaling_config=ScalingConfig(num_workers=2), datasets={"train": train_dataset}
+).fit()
+assert abs(result.metrics["mean"]) < 2.0, result.metrics
