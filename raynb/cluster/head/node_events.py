@@ -5,10 +5,12 @@ A mixin of :class:`~raynb.cluster.head.server.Head` (its ``registry``, ``pool``,
 the run side that ``server.py`` keeps.
 
 Losing a node: the local node agent is the head's child (its exit is seen at once), and
-any other agent on this machine is watched (``node_exits``); a node on another host sends
-stats every second (``node.STATS_INTERVAL_S``), and one silent ``REMOTE_NODE_TIMEOUT_S``
-(5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail their runs naming the node, and a
-run with ``FailureConfig(max_failures=...)`` restarts on the nodes that remain.
+any other agent on this machine is watched (``node_exits``); a node whose connection to the
+head closed and that stays silent is lost after a short grace (``disconnects``); a node on
+another host sends stats every second (``node.STATS_INTERVAL_S``), and one silent
+``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail their
+runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on the
+nodes that remain.
 """
 
 from __future__ import annotations
@@ -266,6 +268,9 @@ class NodeEvents:
         self._next_node_scan = now + NODE_SCAN_S
         for node, why in self._node_exits().exited(list(self.registry.nodes.values())):
             self._lose_node(node, why)  # on this machine, its agent's exit is seen: no need to wait
+        remote = [n for n in self.registry.nodes.values() if n.node_id != LOCAL_NODE_ID]
+        for node, why in self.disconnects.lost(remote, now):
+            self._lose_node(node, why)  # its connection closed and it stayed silent
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:
