@@ -4,11 +4,13 @@ A mixin of :class:`~raynb.cluster.head.server.Head` (its ``registry``, ``pool``,
 ``controller``, ``send``, ``schedule``): the node side of the socket loop, apart from
 the run side that ``server.py`` keeps.
 
-Losing a node: the local node agent is the head's child (its exit is seen at once);
-a node on another host sends stats every second (``node.STATS_INTERVAL_S``), and one
-silent ``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail
-their runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on
-the nodes that remain.
+Losing a node: the local node agent is the head's child (its exit is seen at once), and
+any other agent on this machine is watched (``node_exits``); a node whose connection to the
+head closed and that stays silent is lost after a short grace (``disconnects``); a node on
+another host sends stats every second (``node.STATS_INTERVAL_S``), and one silent
+``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail their
+runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on the
+nodes that remain.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from ..procutil import describe_exit, signal_name
 from ..protocol import messages
 from ..protocol.rejects import REFUSED
 from .local_node import LOCAL_NODE_ID
+from .node_exits import NodeExits
 from .registry import NodeInfo, WorkerInfo
 
 log = logging.getLogger("raynb.head")
@@ -103,6 +106,8 @@ class NodeEvents:
                 labels=dict(c.get("labels") or {}),
             )
         )
+        if c["node_id"] != LOCAL_NODE_ID:  # (the local agent is the head's child: its exit is seen)
+            self._node_exits().watch(self.registry.nodes[c["node_id"]])
         log.info(
             "node %s joined (%s, %s, %d workers, %d GPUs)",
             c["node_id"],
@@ -261,6 +266,11 @@ class NodeEvents:
         if now < self.__dict__.get("_next_node_scan", 0.0):
             return
         self._next_node_scan = now + NODE_SCAN_S
+        for node, why in self._node_exits().exited(list(self.registry.nodes.values())):
+            self._lose_node(node, why)  # on this machine, its agent's exit is seen: no need to wait
+        remote = [n for n in self.registry.nodes.values() if n.node_id != LOCAL_NODE_ID]
+        for node, why in self.disconnects.lost(remote, now):
+            self._lose_node(node, why)  # its connection closed and it stayed silent
         remote_timeout = remote_node_timeout_s()
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:
@@ -273,6 +283,12 @@ class NodeEvents:
                     f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
                     "or the network to it is down)",
                 )
+
+    def _node_exits(self) -> NodeExits:
+        """The node agents on this machine whose exit the head watches (made at first use)."""
+        if "_node_exits_watch" not in self.__dict__:
+            self._node_exits_watch = NodeExits()
+        return self._node_exits_watch
 
     @staticmethod
     def node_suspect(node: NodeInfo, since: float | None = None) -> bool:

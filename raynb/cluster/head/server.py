@@ -20,7 +20,7 @@ from ..connection_file import remove_connection_file
 from ..protocol import chunking, event_batch, messages, signing
 from ..protocol import curve_auth as curve
 from ..protocol.dispatch import bind
-from . import elastic, idle_stop, progress_relay, scheduler
+from . import disconnects, elastic, idle_stop, progress_relay, scheduler
 from .client_outbox import ClientOutbox
 from .client_requests import ClientRequests
 from .controller import RunController
@@ -88,7 +88,11 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         if curve_keys is None and curve.needed(bind_host):
             curve_keys = curve.new_keys()
         self.curve_keys = curve_keys
-        self.gatekeeper = curve.Gatekeeper(self.ctx, self.sock, curve_keys) if curve_keys else None
+        self.disconnects = disconnects.Disconnects()  # a node's closed connection: lost sooner
+        closed = self.disconnects.fd_closed
+        self.gatekeeper = curve.Gatekeeper(self.ctx, self.sock, curve_keys, closed) if curve_keys else None
+        if self.gatekeeper is None:
+            self.disconnects.watch(self.sock)
         if port:
             self.sock.bind(f"tcp://{bind_host}:{port}")
         else:
@@ -206,6 +210,8 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
             return  # rejected (counted, logged), or a piece of a chunked message (kept)
         if identity.startswith(b"node:"):
             self.registry.seen(identity)
+            if (node := self.registry.node_of(identity)) is not None:
+                self.disconnects.heard(node.node_id, frames[0])
         elif identity.startswith(b"worker:"):
             self.registry.worker_seen(messages.routing_name(identity), identity, time.monotonic())
         elif identity.startswith(b"client:"):
@@ -476,5 +482,6 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         self.offloop.close()
         if self.gatekeeper is not None:
             self.gatekeeper.close(self.sock)
+        self.disconnects.close(self.sock)
         self.sock.close(linger=500)  # let the last run_done messages reach their clients
         self.ctx.term()

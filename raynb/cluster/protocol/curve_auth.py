@@ -239,8 +239,11 @@ class Gatekeeper:
         keys: :func:`new_keys`' dict.
     """
 
-    def __init__(self, ctx: zmq.Context, sock: zmq.Socket, keys: dict):
+    def __init__(self, ctx: zmq.Context, sock: zmq.Socket, keys: dict, on_disconnect=None):
         import zmq.auth.thread  # only a head off loopback needs it (a slow import)
+
+        # A socket has one monitor: this one also tells the head of closed connections.
+        self.on_disconnect = on_disconnect
 
         self.rejected = 0
         self.allowed_key = keys["client_public"].encode()
@@ -250,7 +253,9 @@ class Gatekeeper:
         sock.curve_server = True
         sock.curve_secretkey = keys["server_secret"].encode()
         sock.curve_publickey = keys["server_public"].encode()
-        self._monitor = sock.get_monitor_socket(_FAILED)
+        # MONITOR_STOPPED: the event that ends the watching thread at close().
+        events = _FAILED | zmq.EVENT_MONITOR_STOPPED | (zmq.EVENT_DISCONNECTED if on_disconnect else 0)
+        self._monitor = sock.get_monitor_socket(events)
         self._thread = threading.Thread(target=self._watch, name="raynb-curve-monitor", daemon=True)
         self._thread.start()
 
@@ -269,6 +274,9 @@ class Gatekeeper:
                 event = recv_monitor_message(self._monitor)
                 if event["event"] == zmq.EVENT_MONITOR_STOPPED:
                     break
+                if event["event"] == zmq.EVENT_DISCONNECTED:
+                    self.on_disconnect(int(event["value"]))
+                    continue
                 self.rejected += 1
                 if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
                     log.warning(
