@@ -73,7 +73,9 @@ def main(argv=None) -> int:
     from raynb.train.torch import TorchTrainer
 
     hook_s: list[float] = []
-    hook = getattr(control, "MESSAGE_HOOKS", {}).get(getattr(messages, "DATA_NEEDED", None))
+    # the client's handler table (older trees: control.MESSAGE_HOOKS)
+    table = getattr(control, "MESSAGE_HOOKS", None) or getattr(control.Client, "handlers", {})
+    hook = table.get(getattr(messages, "DATA_NEEDED", None))
     if hook is not None:
 
         def timed(client, msg):
@@ -81,7 +83,7 @@ def main(argv=None) -> int:
             hook(client, msg)
             hook_s.append(time.perf_counter() - t0)
 
-        control.MESSAGE_HOOKS[messages.DATA_NEEDED] = timed
+        table[messages.DATA_NEEDED] = timed
     load_before = os.getloadavg()
     start_cluster(num_workers=1)
     out: dict = {}
