@@ -36,9 +36,9 @@ def processes_with_home_under(prefix: str) -> list[int]:
 def run_benchmark(
     script: str, tmp_path: Path | None, *args: str, quick: bool = True, timeout: float = 300
 ) -> dict:
-    """Run ``benchmarks/<script>`` (with ``--quick`` unless ``quick`` is False, then
-    ``args``) from the repository's root with this checkout first on ``PYTHONPATH``, and
-    return the JSON it printed.
+    """Run ``benchmarks/<script>`` as the docs do, ``python -m benchmarks.<name>`` from the
+    repository's root (with ``--quick`` unless ``quick`` is False, then ``args``), this
+    checkout first on ``PYTHONPATH``, and return the JSON it printed.
 
     Raises:
         AssertionError: it exited non-zero (with the end of its stderr), or left a process
@@ -52,7 +52,7 @@ def run_benchmark(
     for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
         env.pop(k, None)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), *(["--quick"] if quick else []), *args],
+        [sys.executable, "-m", f"benchmarks.{Path(script).stem}", *(["--quick"] if quick else []), *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
