@@ -1,8 +1,8 @@
 """What the benchmarks share: a private cluster (its own ``RAYNB_HOME`` and storage,
 stopped and removed after), the machine's description, and the statistics each prints.
 
-Imported by the scripts beside it (``from _common import private_cluster``): a script run
-as ``python benchmarks/NAME.py`` has this folder first on ``sys.path``.
+Imported by the scripts beside it (``from benchmarks._common import private_cluster``): each
+runs from the repository's root as ``python -m benchmarks.NAME``.
 """
 
 from __future__ import annotations

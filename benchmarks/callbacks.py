@@ -18,8 +18,8 @@ temporary directory) is timed in turn, round-robin, so load drift hits them alik
 
 Usage::
 
-    python benchmarks/callbacks.py
-    python benchmarks/callbacks.py --quick        # smoke test
+    python -m benchmarks.callbacks
+    python -m benchmarks.callbacks --quick        # smoke test
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster, quantile, raynb_cli, summary_ms  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, quantile, raynb_cli, summary_ms  # noqa: E402
 
 MODES = ("none", "tensorboard", "mlflow")
 REPORT_TARGET_US = 20.0

@@ -26,8 +26,8 @@ On a private cluster of 4 workers (its own temporary ``RAYNB_HOME`` and
 
 Usage::
 
-    python benchmarks/data_ingest.py                 # 1 GiB, 512 MiB parquet (~1-2 min)
-    python benchmarks/data_ingest.py --quick         # small sizes, a smoke test
+    python -m benchmarks.data_ingest                 # 1 GiB, 512 MiB parquet (~1-2 min)
+    python -m benchmarks.data_ingest --quick         # small sizes, a smoke test
 """
 
 from __future__ import annotations
@@ -44,8 +44,6 @@ import time
 
 import numpy as np
 import psutil
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class NodeMemory:

@@ -1,4 +1,4 @@
-"""Datasets across hosts: network namespaces on this machine (``tests/netns.py``), a head
+"""Datasets across hosts: network namespaces on this machine (``tests/support/netns.py``), a head
 on 198.18.0.1, node agents on .2 and .3 (2 workers each), a notebook client on .4 with a
 ``/dev/shm`` of its own (so every byte goes to each node agent's CurveZMQ data socket,
 ``cluster.data_server``). Prints one JSON object; for each dataset size (float32 rows of
@@ -15,7 +15,7 @@ on 198.18.0.1, node agents on .2 and .3 (2 workers each), a notebook client on .
 - ``head_rss_mib``: the head's RSS before and its peak during the run (the bytes never
   pass through it).
 
-Needs root (namespaces). Usage: ``python benchmarks/data_multihost.py [--quick]``.
+Needs root (namespaces). Usage: ``python -m benchmarks.data_multihost [--quick]``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,8 @@ from pathlib import Path
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-from multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
+from tests.support.multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
 
 RUN = """
 import numpy as np

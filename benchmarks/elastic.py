@@ -27,9 +27,9 @@ import torch) at each resize.
 
 Usage::
 
-    python benchmarks/elastic.py            # 5 grows and 5 shrinks
-    python benchmarks/elastic.py --quick    # smoke test: 1 of each
-    python benchmarks/elastic.py --ray      # and Ray Train v2's resize beside it (minutes)
+    python -m benchmarks.elastic            # 5 grows and 5 shrinks
+    python -m benchmarks.elastic --quick    # smoke test: 1 of each
+    python -m benchmarks.elastic --ray      # and Ray Train v2's resize beside it (minutes)
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rerun_latency import machine_info, private_cluster  # noqa: E402
+from benchmarks.rerun_latency import machine_info, private_cluster  # noqa: E402
 
 
 def epochs_fn(config):
@@ -289,7 +288,10 @@ def _ray_resize() -> dict:
 
     with tempfile.TemporaryDirectory(prefix="raynb-bench-raylog-") as d:
         proc = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--ray-child", os.path.join(d, "log.jsonl")],
+            [sys.executable, "-m", "benchmarks.elastic", "--ray-child", os.path.join(d, "log.jsonl")],
+            cwd=os.path.dirname(
+                os.path.dirname(os.path.abspath(__file__))
+            ),  # where `benchmarks` imports from
             capture_output=True,
             text=True,
             timeout=900,

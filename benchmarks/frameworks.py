@@ -12,9 +12,9 @@ fit), and ``fresh_launch_s``: the same training launched fresh as its users do w
 
 Usage::
 
-    python benchmarks/frameworks.py                 # 3 repeats
-    python benchmarks/frameworks.py --quick         # 1 repeat
-    python benchmarks/frameworks.py --only lightning
+    python -m benchmarks.frameworks                 # 3 repeats
+    python -m benchmarks.frameworks --quick         # 1 repeat
+    python -m benchmarks.frameworks --only lightning
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster, raynb_cli, torchrun_cli  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, raynb_cli, torchrun_cli  # noqa: E402
 
 WORKERS = 2
 

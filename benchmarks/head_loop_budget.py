@@ -2,7 +2,7 @@
 record (400,000 reports, 1,000,000 output lines, written into a real run's directory),
 as JSON: the dashboard's poll time and the status latencies (median, max).
 
-    PYTHONPATH=<tree> python benchmarks/head_loop_budget.py
+    PYTHONPATH=<tree> python -m benchmarks.head_loop_budget
 
 Runs a 1-worker cluster of its own in temporary directories, removed after.
 """

@@ -1,4 +1,4 @@
-"""raynb across hosts: network namespaces on this machine (``tests/netns.py``), a head on
+"""raynb across hosts: network namespaces on this machine (``tests/support/netns.py``), a head on
 198.18.0.1 and node agents n1 (4 workers) and n2 (2 workers) on .2 and .3, a notebook
 client on .4, CurveZMQ on every ZeroMQ link. Prints one JSON object:
 
@@ -14,7 +14,7 @@ client on .4, CurveZMQ on every ZeroMQ link. Prints one JSON object:
 - ``host_loss_to_first_report_s``: every process of n2's host killed mid-run to the first
   report of the attempt restarted on n1, from its latest checkpoint.
 
-Needs root (namespaces). Usage: ``python benchmarks/multihost.py [--quick]``.
+Needs root (namespaces). Usage: ``python -m benchmarks.multihost [--quick]``.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
-from multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
+from tests.support.multihost_fixture import Cluster, bench_args, hosts_up  # noqa: E402
 
 TRIVIAL = """
 import torch, torch.distributed as dist
@@ -133,8 +132,7 @@ def _socket_copy_s(c: Cluster, mib: int) -> float:
 def _host_loss(c: Cluster) -> float:
     import subprocess
 
-    sys.path.insert(0, str(ROOT / "tests"))
-    from test_multihost import LONG_RUN
+    from tests.support.multihost_fixture import LONG_RUN
 
     name = "bench-lose"
     code = f"EPOCHS, EPOCH_S, NAME = 10, 0.5, {name!r}\n" + textwrap.dedent(LONG_RUN)

@@ -18,12 +18,12 @@ warm up:
   the data on its socket, as another host's would, and so every first attempt asks.
 
 Medians in seconds, with the load average before and after. Run it once per code base
-to compare (``RAYNB_CODE=/path/to/other/checkout python benchmarks/placed_data.py``
+to compare (``RAYNB_CODE=/path/to/other/checkout python -m benchmarks.placed_data``
 puts that checkout first on ``sys.path``).
 
 Usage::
 
-    python benchmarks/placed_data.py            # 30 runs of each kind (~1 min)
+    python -m benchmarks.placed_data            # 30 runs of each kind (~1 min)
 """
 
 from __future__ import annotations
@@ -37,9 +37,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(
-    0, os.environ.get("RAYNB_CODE") or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
+if os.environ.get("RAYNB_CODE"):  # another checkout's raynb, measured by this script
+    sys.path.insert(0, os.environ["RAYNB_CODE"])
 
 
 def _plain():
@@ -73,7 +72,9 @@ def main(argv=None) -> int:
     from raynb.train.torch import TorchTrainer
 
     hook_s: list[float] = []
-    hook = getattr(control, "MESSAGE_HOOKS", {}).get(getattr(messages, "DATA_NEEDED", None))
+    # the client's handler table (older trees: control.MESSAGE_HOOKS)
+    table = getattr(control, "MESSAGE_HOOKS", None) or getattr(control.Client, "handlers", {})
+    hook = table.get(getattr(messages, "DATA_NEEDED", None))
     if hook is not None:
 
         def timed(client, msg):
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
             hook(client, msg)
             hook_s.append(time.perf_counter() - t0)
 
-        control.MESSAGE_HOOKS[messages.DATA_NEEDED] = timed
+        table[messages.DATA_NEEDED] = timed
     load_before = os.getloadavg()
     start_cluster(num_workers=1)
     out: dict = {}

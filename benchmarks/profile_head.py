@@ -5,9 +5,9 @@ clean exit that writes the profile) and its top functions printed.
 
 Usage::
 
-    python benchmarks/profile_head.py --nodes 1000 --seconds 20
-    python benchmarks/profile_head.py --nodes 1000 --top 40 --sort cumulative
-    python benchmarks/profile_head.py --quick            # 20 nodes, 2 s (a smoke test)
+    python -m benchmarks.profile_head --nodes 1000 --seconds 20
+    python -m benchmarks.profile_head --nodes 1000 --top 40 --sort cumulative
+    python -m benchmarks.profile_head --quick            # 20 nodes, 2 s (a smoke test)
 
 Prints one JSON object (head CPU %, heartbeat latency, the top functions by own time);
 ``--profile-out FILE`` keeps the cProfile file for ``python -m pstats``.
@@ -65,9 +65,8 @@ def top_functions(prof: str, sort: str, n: int) -> list[dict]:
 def _place(info: dict, sim, args) -> tuple:
     """Runs of ``--place-ranks`` ranks over the nodes' simulated workers (one each, as in
     ``scale_nodes.py``'s placement): the seconds from the call to the last task's arrival."""
-    import scale_nodes
-    from sim_nodes import SimWorkers
-
+    from benchmarks import scale_nodes
+    from benchmarks.sim_nodes import SimWorkers
     from raynb import RunConfig, ScalingConfig, TorchTrainer
     from raynb.cluster.protocol.control import Client
 
@@ -95,7 +94,8 @@ def _place(info: dict, sim, args) -> tuple:
 
 def run(args, tmp: str) -> dict:
     import psutil
-    from sim_nodes import SimNodes
+
+    from benchmarks.sim_nodes import SimNodes
 
     prof = None if args.no_cprofile else args.profile_out or os.path.join(tmp, "head.prof")
     proc, info = start_head(tmp, prof)
@@ -155,7 +155,6 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="raynb-profile-head-")
     os.makedirs(os.path.join(tmp, "home"), mode=0o700)
     os.environ.update(RAYNB_HOME=os.path.join(tmp, "home"), RAYNB_STORAGE_PATH=os.path.join(tmp, "results"))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     load0 = open("/proc/loadavg").read().split()[:3]
     try:
         out = run(args, tmp)

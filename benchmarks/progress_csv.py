@@ -17,8 +17,8 @@ held), ``rewrites``, ``columns``; ``ratio_total`` (every_flush / bounded); ``mac
 
 Usage::
 
-    python benchmarks/progress_csv.py              # 3 rounds of 2,000 reports
-    python benchmarks/progress_csv.py --quick      # smoke test
+    python -m benchmarks.progress_csv              # 3 rounds of 2,000 reports
+    python -m benchmarks.progress_csv --quick      # smoke test
 """
 
 from __future__ import annotations
@@ -28,15 +28,10 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _common import machine_info  # noqa: E402
-
+from benchmarks._common import machine_info  # noqa: E402
 from raynb.cluster.storage import progress_table  # noqa: E402
 from raynb.cluster.storage.rundir import RunDirectory  # noqa: E402
 

@@ -17,8 +17,8 @@ Load averages are taken before and after; everything started is stopped by pid.
 
 Usage::
 
-    python benchmarks/ray_engine.py                     # 1+3 Ray Train fits, 30 warm re-runs
-    python benchmarks/ray_engine.py --quick --skip-ray-train   # smoke test
+    python -m benchmarks.ray_engine                     # 1+3 Ray Train fits, 30 warm re-runs
+    python -m benchmarks.ray_engine --quick --skip-ray-train   # smoke test
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ import statistics
 import sys
 import tempfile
 import time
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def raynb_fn():

@@ -10,11 +10,11 @@ Run: each script as ``raynb run SCRIPT --smoke-test`` (the flag where the script
 as a copy with its imports changed (the name ``ray`` rewritten to ``raynb``); per script a
 status (pass / fail / timeout), the seconds and, for a failure, the error line.
 
-    python benchmarks/ray_examples.py --list              # the collected scripts, JSON
-    python benchmarks/ray_examples.py --conformance       # run them all, JSON per script
+    python -m benchmarks.ray_examples --list              # the collected scripts, JSON
+    python -m benchmarks.ray_examples --conformance       # run them all, JSON per script
         (--markdown: the tables of docs/coming-from-ray.md; --expected: the passing lists of
         tests/ray_examples_expected.json; start a cluster first, `raynb start`, to share it)
-    python benchmarks/ray_examples.py [--scripts a.py,b.py] [--timeout S]
+    python -m benchmarks.ray_examples [--scripts a.py,b.py] [--timeout S]
         # the benchmark: wall seconds of each script on Ray 2.60 (ray.init included), on raynb
         # (cluster start included) and again on a warm raynb cluster, and the ratios, JSON
 """

@@ -24,8 +24,8 @@ killed, whatever happened.
 
 Usage::
 
-    python benchmarks/recovery.py            # 12 kills, 5 pairs of digits runs (~1 min)
-    python benchmarks/recovery.py --quick    # smoke test: 3 kills, 1 pair
+    python -m benchmarks.recovery            # 12 kills, 5 pairs of digits runs (~1 min)
+    python -m benchmarks.recovery --quick    # smoke test: 3 kills, 1 pair
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ import threading
 import time
 from functools import partial
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
 
 WORKERS = 4
 KILL_RANK = 2

@@ -25,8 +25,8 @@ Keys:
 
 Usage::
 
-    python benchmarks/report_cost.py               # 3 rounds of 2,000 reports per rank
-    python benchmarks/report_cost.py --quick       # smoke test
+    python -m benchmarks.report_cost               # 3 rounds of 2,000 reports per rank
+    python -m benchmarks.report_cost --quick       # smoke test
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import rerun_latency  # noqa: E402  (the private cluster and machine helpers)
+from benchmarks import rerun_latency  # noqa: E402  (the private cluster and machine helpers)
 
 WORKERS = 4
 
@@ -94,9 +93,9 @@ def _us_summary(ns: list[int]) -> dict:
 
 def measure(reports: int, rounds: int) -> dict:
     import psutil
-    from floor import Floor
 
     import raynb
+    from benchmarks.floor import Floor
     from raynb import RunConfig, ScalingConfig
     from raynb.cluster.connection_file import read_connection_file
     from raynb.train.fit_run import execute_run  # what TorchTrainer.fit() runs, with rank 0's value

@@ -38,8 +38,8 @@ killed, whatever happened.
 
 Usage::
 
-    python benchmarks/rerun_latency.py                 # 50 warm runs, 3 torchruns
-    python benchmarks/rerun_latency.py --quick --skip-torchrun   # smoke test
+    python -m benchmarks.rerun_latency                 # 50 warm runs, 3 torchruns
+    python -m benchmarks.rerun_latency --quick --skip-torchrun   # smoke test
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import tempfile
 import textwrap
 import time
 
-from _common import (  # noqa: F401 - re-exported for scripts that import them from here
+from benchmarks._common import (  # noqa: F401 - re-exported for scripts that import them from here
     inode_create_us,
     machine_info,
     private_cluster,
@@ -178,8 +178,7 @@ def measure_raynb(runs: int, warmup: int, floor: bool = True, busy: int = 0, idl
 @contextlib.contextmanager
 def _floors():
     """(the floor, the relay floor), both up."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from floor import Floor, RelayFloor
+    from benchmarks.floor import Floor, RelayFloor
 
     with Floor(WORKERS) as fl, RelayFloor(WORKERS) as relay:
         yield fl, relay

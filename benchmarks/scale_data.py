@@ -20,9 +20,9 @@ of ``--sizes`` (MiB):
 
 Usage::
 
-    python benchmarks/scale_data.py                    # 64 and 256 MiB
-    python benchmarks/scale_data.py --sizes 1024,4096,16384 --ray
-    python benchmarks/scale_data.py --quick            # 32 and 64 MiB (the tests)
+    python -m benchmarks.scale_data                    # 64 and 256 MiB
+    python -m benchmarks.scale_data --sizes 1024,4096,16384 --ray
+    python -m benchmarks.scale_data --quick            # 32 and 64 MiB (the tests)
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster  # noqa: E402
+from benchmarks._common import machine_info, private_cluster  # noqa: E402
 
 RANKS = 2
 FILE_MIB = 32

@@ -37,9 +37,9 @@ meanwhile, and the head's node count checked after.
 
 Usage::
 
-    python benchmarks/scale_nodes.py                     # 10, 100, 1000 nodes
-    python benchmarks/scale_nodes.py --quick             # seconds, small sizes (the tests)
-    python benchmarks/scale_nodes.py --sizes 1000 --place-sizes 100,1000   # 64 ranks placed
+    python -m benchmarks.scale_nodes                     # 10, 100, 1000 nodes
+    python -m benchmarks.scale_nodes --quick             # seconds, small sizes (the tests)
+    python -m benchmarks.scale_nodes --sizes 1000 --place-sizes 100,1000   # 64 ranks placed
 """
 
 from __future__ import annotations
@@ -134,8 +134,7 @@ def misbehaving(client, sim, args) -> dict:
 
 def placement(args) -> list[dict]:
     """Runs of ``args.place_ranks`` ranks placed over simulated nodes of one worker each."""
-    from sim_nodes import SimNodes, SimWorkers
-
+    from benchmarks.sim_nodes import SimNodes, SimWorkers
     from raynb import RunConfig, ScalingConfig, TorchTrainer
     from raynb.cluster.launch.local import start_cluster, stop_cluster
     from raynb.cluster.protocol.control import Client
@@ -190,8 +189,8 @@ def placement(args) -> list[dict]:
 
 def run(args) -> dict:
     import psutil
-    from sim_nodes import SimNodes
 
+    from benchmarks.sim_nodes import SimNodes
     from raynb import RunConfig, ScalingConfig, TorchTrainer
     from raynb.cluster.launch.local import start_cluster, stop_cluster
     from raynb.cluster.protocol.control import Client
@@ -279,7 +278,6 @@ def main(argv=None) -> int:
     os.makedirs(os.path.join(tmp, "home"), mode=0o700)
     os.environ.update(RAYNB_HOME=os.path.join(tmp, "home"), RAYNB_STORAGE_PATH=os.path.join(tmp, "results"))
     os.environ.pop("RAYNB_KEY", None)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     load0 = open("/proc/loadavg").read().split()[:3]
     try:
         out = run(args) if args.sizes else {}

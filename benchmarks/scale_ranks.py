@@ -10,8 +10,8 @@ the side-by-side torchrun / Ray Train figures are not part of this script.
 
 Usage::
 
-    python benchmarks/scale_ranks.py                  # 1, 2, 4, 8, 16 ranks
-    python benchmarks/scale_ranks.py --quick          # 1 and 2 ranks, 3 runs (the tests)
+    python -m benchmarks.scale_ranks                  # 1, 2, 4, 8, 16 ranks
+    python -m benchmarks.scale_ranks --quick          # 1 and 2 ranks, 3 runs (the tests)
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scale_nodes import summary, timed  # noqa: E402
+from benchmarks.scale_nodes import summary, timed  # noqa: E402
 
 
 def trivial_train_fn():

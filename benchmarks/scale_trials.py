@@ -17,9 +17,9 @@ On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
 
 Usage::
 
-    python benchmarks/scale_trials.py                   # 100 and 1000 trials
-    python benchmarks/scale_trials.py --trials 100,1000,10000
-    python benchmarks/scale_trials.py --quick           # 10 and 30 trials (the tests)
+    python -m benchmarks.scale_trials                   # 100 and 1000 trials
+    python -m benchmarks.scale_trials --trials 100,1000,10000
+    python -m benchmarks.scale_trials --quick           # 10 and 30 trials (the tests)
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ import time
 
 import psutil
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster  # noqa: E402
+from benchmarks._common import machine_info, private_cluster  # noqa: E402
 
 WORKERS = 2
 
@@ -140,9 +139,8 @@ def _summary(p) -> tuple[float, int]:
 def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:
     import subprocess
 
-    from _common import raynb_cli
-
     import raynb
+    from benchmarks._common import raynb_cli
     from raynb.cluster.connection_file import read_connection_file
 
     subprocess.run(

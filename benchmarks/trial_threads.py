@@ -13,8 +13,8 @@ times in turn (default 3), each variant's ``Tuner.fit()`` of 4 trials with
 
 Usage::
 
-    python benchmarks/trial_threads.py
-    python benchmarks/trial_threads.py --quick      # smoke test
+    python -m benchmarks.trial_threads
+    python -m benchmarks.trial_threads --quick      # smoke test
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster, raynb_cli  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, raynb_cli  # noqa: E402
 
 WORKERS = 4
 

@@ -16,9 +16,9 @@ average at the start and the end.
 
 Usage::
 
-    python benchmarks/tune_digits.py                      # the example (16 samples)
-    python benchmarks/tune_digits.py --trial-threads 1    # with the notebook's set_num_threads(1)
-    python benchmarks/tune_digits.py --quick              # smoke test: 4 samples, max_t 2
+    python -m benchmarks.tune_digits                      # the example (16 samples)
+    python -m benchmarks.tune_digits --trial-threads 1    # with the notebook's set_num_threads(1)
+    python -m benchmarks.tune_digits --quick              # smoke test: 4 samples, max_t 2
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster  # noqa: E402
+from benchmarks._common import machine_info, private_cluster  # noqa: E402
 
 WORKERS = 4
 

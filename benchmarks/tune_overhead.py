@@ -14,8 +14,8 @@ On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
 
 Usage::
 
-    python benchmarks/tune_overhead.py
-    python benchmarks/tune_overhead.py --quick        # smoke test (~5 s)
+    python -m benchmarks.tune_overhead
+    python -m benchmarks.tune_overhead --quick        # smoke test (~5 s)
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, quantile, raynb_cli  # noqa: E402
 
 WORKERS = 2
 

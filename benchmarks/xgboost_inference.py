@@ -20,9 +20,9 @@ Measured side by side in one run, on a private cluster of 2 warm workers (its ow
 
 Usage::
 
-    python benchmarks/xgboost_inference.py            # 200k rows, 3 repeats
-    python benchmarks/xgboost_inference.py --quick    # smoke test (20k rows, 1 repeat)
-    python benchmarks/xgboost_inference.py --skip-ray
+    python -m benchmarks.xgboost_inference            # 200k rows, 3 repeats
+    python -m benchmarks.xgboost_inference --quick    # smoke test (20k rows, 1 repeat)
+    python -m benchmarks.xgboost_inference --skip-ray
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine_info, private_cluster  # noqa: E402
+from benchmarks._common import machine_info, private_cluster  # noqa: E402
 
 PARAMS = {
     "objective": "binary:logistic",

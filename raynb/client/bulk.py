@@ -30,7 +30,7 @@ import uuid
 from contextlib import contextmanager
 
 from ..cluster.node import shm
-from ..cluster.protocol import control, messages
+from ..cluster.protocol import messages
 
 DEFAULT_THRESHOLD = 16 << 20
 
@@ -180,7 +180,8 @@ class Scope:
 def on_data_needed(client, msg) -> None:
     """The head placed an attempt of a run whose payload holds shared-memory data: write
     the segments its nodes lack, then answer ``data_ready`` (or ``data_failed`` naming the
-    node and the error; the head fails the run with it). A ``control.MESSAGE_HOOKS`` hook."""
+    node and the error; the head fails the run with it). In the client's handler table
+    (``handlers.py``)."""
     c = msg.content
     reply = {"run_id": c["run_id"], "attempt": c["attempt"]}
     scope = _scopes.get(c["key"])
@@ -205,9 +206,6 @@ def on_data_needed(client, msg) -> None:
             )
             return
     client.send(messages.DATA_READY, reply)
-
-
-control.MESSAGE_HOOKS[messages.DATA_NEEDED] = on_data_needed
 
 
 def _send(address: str, server_key: str | None, name: str, arrays: dict, layout: dict, nbytes: int) -> None:

@@ -24,7 +24,7 @@ from ..cluster.protocol.run_states import RUN_TERMINAL as RUN_END_STATES
 from ..cluster.storage.rundir import read_reports
 from ..cluster.storage.storage_uri import is_storage_uri, split_storage_path
 from ..errors import ClusterError, RunInterrupted
-from . import bulk, refollow, runtime_env
+from . import bulk, followers, refollow, runtime_env
 from .connection import check_head_alive, disconnect, local_head_gone
 from .interrupts import CHECK_S, NotedInterrupts
 from .kernel_shutdown import interrupt_is_shutdown, watch_kernel_shutdown
@@ -284,14 +284,15 @@ def _follow_loop(
     """Follow run ``run_id`` to its ``run_done`` (returned): events to ``display``, rank 0's
     reports to ``reports``, output through ``relay``; a Ctrl-C cancels the run on every rank
     (``cancel_on_interrupt``) and raises :class:`RunInterrupted` once the head confirms."""
-    return _Follow(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts).run()
+    return RunFollower(client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts).run()
 
 
-class _Follow:
+class RunFollower:
     """The state of one run being followed: its three clocks (when the head was last heard
     from, when a remote head was last re-attached, when a cancel was sent) and the end of
     the current wait, which is polled in slices (interrupts.CHECK_S) so a swallowed Ctrl-C
-    is still seen."""
+    is still seen. The connection's follower while it runs (``followers.py``): the client's
+    handler table hands it the run's messages."""
 
     def __init__(self, client, run_id, display, reports, relay, cancel_on_interrupt, name, interrupts):
         self.client, self.run_id, self.display, self.reports, self.relay = (
@@ -305,29 +306,35 @@ class _Follow:
         self.cancel_sent_at = None
         self.last_heard = self.last_reattach = time.monotonic()
         self.wait_until = None
+        self.done: messages.Message | None = None
 
     def run(self) -> messages.Message:
-        while True:
-            try:
-                if self.wait_until is None:
-                    self.wait_until = time.monotonic() + self._timeout()
-                # A Ctrl-C that pyzmq swallowed, noted while the last message was received: raised
-                # once that message was handled (a run_done in hand is never dropped for it).
-                self.interrupts.raise_noted()
-                msg = self.client.recv(max(0.0, min(self.wait_until - time.monotonic(), CHECK_S)))
-                now = time.monotonic()
-                if msg is None and now < self.wait_until:
-                    continue
-                self.wait_until = None
-                if msg is None:
-                    self._on_silence(now)
-                    continue
-                self.last_heard = now
-                done = self._on_message(msg)
-                if done is not None:
-                    return done
-            except KeyboardInterrupt as e:
-                self._on_interrupt(e)
+        """Wait until the run's ``run_done`` was handled; returns it."""
+        with followers.following(self.client, self):
+            while self.done is None:
+                try:
+                    self._wait()
+                except KeyboardInterrupt as e:
+                    self._on_interrupt(e)
+        return self.done
+
+    def _wait(self) -> None:
+        """One slice of the wait: a message (handled in ``recv``, through the client's
+        table), the silence of a whole wait, or neither yet."""
+        if self.wait_until is None:
+            self.wait_until = time.monotonic() + self._timeout()
+        # A Ctrl-C that pyzmq swallowed, noted while the last message was received: raised
+        # once that message was handled (a run_done in hand is never dropped for it).
+        self.interrupts.raise_noted()
+        msg = self.client.recv(max(0.0, min(self.wait_until - time.monotonic(), CHECK_S)))
+        now = time.monotonic()
+        if msg is None and now < self.wait_until:
+            return
+        self.wait_until = None
+        if msg is None:
+            self._on_silence(now)
+        else:
+            self.last_heard = now
 
     def _timeout(self) -> float:
         timeout = (
@@ -365,38 +372,45 @@ class _Follow:
             )
         client.send(messages.PING)
 
-    def _on_message(self, msg: messages.Message) -> messages.Message | None:
-        """One message from the head: the run's ``run_done`` is returned, an event shown."""
-        if msg.msg_type == messages.RUN_RECORD and msg.content.get("record", {}).get("run_id") == self.run_id:
-            msg = refollow.on_record(msg, self.reports)  # re-attached after a silence
-            if msg is None:
-                return None
+    # -- the run's messages (the client's handler table, followers.py) -----------------
+    def on_run_record(self, msg: messages.Message) -> None:
+        """The run's record, re-attached after a silence: a run that ended meanwhile ends here."""
+        if msg.content.get("record", {}).get("run_id") != self.run_id:
+            return
+        done = refollow.on_record(msg, self.reports)
+        if done is not None:
+            self.on_run_done(done)
+
+    def on_run_done(self, msg: messages.Message) -> None:
+        """The run ended: it is done (or, after a cancel, interrupted)."""
         if msg.content.get("run_id") != self.run_id:
-            return None
-        if msg.msg_type == messages.RUN_DONE:
-            self.relay.end(msg.content.get("path"))
-            if self.cancel_sent_at is not None:
-                state = msg.content["state"]
-                self.display.handle({"kind": "state", "state": state, "time": time.time()})
-                self.display.finish()
-                raise RunInterrupted(
-                    f"run {msg.content['name']!r} cancelled on every rank"
-                    if state == "CANCELLED"
-                    else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted"
-                )
-            return msg
-        if msg.msg_type == messages.RUN_EVENT:
-            event = msg.content["event"]
-            if event.get("kind") == "output":
-                self.relay.write(event)
-            elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
-                self.relay.end()  # the last lines (and what was not shown) before the end's line
-            else:
-                self.relay.flush()  # the output printed before a report or state shows before it
-                if event.get("kind") == "report" and event.get("rank") == 0:
-                    self.reports.append(event["metrics"])
-            self.display.handle(event)
-        return None
+            return
+        self.relay.end(msg.content.get("path"))
+        if self.cancel_sent_at is not None:
+            state = msg.content["state"]
+            self.display.handle({"kind": "state", "state": state, "time": time.time()})
+            self.display.finish()
+            raise RunInterrupted(
+                f"run {msg.content['name']!r} cancelled on every rank"
+                if state == "CANCELLED"
+                else f"run {msg.content['name']!r} had ended ({state}) when it was interrupted"
+            )
+        self.done = msg
+
+    def on_run_event(self, msg: messages.Message) -> None:
+        """One event of the run: output to the relay, rank 0's reports kept, all shown."""
+        if msg.content.get("run_id") != self.run_id:
+            return
+        event = msg.content["event"]
+        if event.get("kind") == "output":
+            self.relay.write(event)
+        elif event.get("kind") == "state" and event.get("state") in RUN_END_STATES:
+            self.relay.end()  # the last lines (and what was not shown) before the end's line
+        else:
+            self.relay.flush()  # the output printed before a report or state shows before it
+            if event.get("kind") == "report" and event.get("rank") == 0:
+                self.reports.append(event["metrics"])
+        self.display.handle(event)
 
     def _on_interrupt(self, e: KeyboardInterrupt) -> None:
         """A Ctrl-C: the first sends the cancel; what else it means depends on the moment."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..client import followers
 from ..client.interrupts import NotedInterrupts
 from ..client.submit_and_follow import HEAD_SILENCE_S, PING_EVERY_S, build_submission
 from ..cluster.protocol import messages
@@ -99,7 +100,9 @@ class TuneController:
             Exception: whatever a scheduler or searcher raised; running trials are cancelled first.
         """
         deadline = time.monotonic() + self.time_budget_s if self.time_budget_s else None
-        with NotedInterrupts(self.interrupt):  # a Ctrl-C that pyzmq swallowed ends the loop too
+        # A Ctrl-C that pyzmq swallowed ends the loop too; the client's handler table hands
+        # this controller its trials' run messages wherever it waits (followers.py).
+        with NotedInterrupts(self.interrupt), followers.following(self.client, self):
             try:
                 self._create_trials()
                 self._fill()
@@ -145,12 +148,12 @@ class TuneController:
                     if msg is None:
                         self._quiet()
                     else:
-                        self._handle(msg)
+                        self._heard(msg)
                         for _ in range(BATCH):
                             msg = self.client.recv(0)
                             if msg is None:
                                 break
-                            self._handle(msg)
+                            self._heard(msg)
                     if not self._budget_hit:
                         self._fill()
                     self._flush()
@@ -251,39 +254,52 @@ class TuneController:
         )
 
     # -- events ---------------------------------------------------------------------------
-    def _handle(self, msg: messages.Message) -> None:
+    def _heard(self, msg: messages.Message) -> None:
+        """A message from the head, its trials' run messages already handled (``on_run_*``,
+        through the client's handler table): the head is alive; an ``error`` is the answer to
+        a trial's ``submit_run``: the head refused the run."""
         self._last_heard = time.monotonic()
+        if msg.msg_type == messages.ERROR:
+            trial = self._by_run.get(msg.content.get("run_id"))
+            if trial is not None:
+                self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
+
+    def on_run_done(self, msg: messages.Message) -> None:
+        """A trial's run ended."""
+        trial = self._by_run.get(msg.content.get("run_id"))
+        if trial is not None:
+            self._on_done(trial, msg.content)
+
+    def on_run_record(self, msg: messages.Message) -> None:
+        """A run's record: Tune never re-attaches, its trials' records are not read here."""
+
+    def on_run_event(self, msg: messages.Message) -> None:
+        """One event of a trial's run: rank 0's report decided on, a checkpoint kept, output
+        relayed, a note shown."""
         trial = self._by_run.get(msg.content.get("run_id"))
         if trial is None:
             return
-        if msg.msg_type == messages.RUN_EVENT:
-            event = msg.content["event"]
-            kind = event.get("kind")
-            if kind == "report":
-                if event.get("rank") == 0:
-                    self._on_report(trial, event["metrics"], bool(event.get("checkpoint_staged")))
-            elif kind == "state":
-                if event.get("state") == "RUNNING":
-                    trial.extra["started_at"] = event.get("time")
-            elif kind == "checkpoint":
-                trial.checkpoint = event.get("path")
-                self._held_stops.committed(
-                    trial.run_id, (event.get("metrics") or {}).get("training_iteration")
-                )
-                self.state.mark(trial)
-                self.callbacks.on_checkpoint(trial, trial.checkpoint)
-            elif kind == "output":
-                if event.get("rank") == 0 and self.verbose:
-                    relay_output(trial.trial_id, event)
-            elif kind == "note":
-                if event.get("restart") is not None:  # a held STOP's checkpoint went with the failed attempt
-                    self._held_stops.release(trial.run_id)
-                if event.get("text"):
-                    self.progress.note(f"{trial.trial_id}: {event['text']}")
-        elif msg.msg_type == messages.RUN_DONE:
-            self._on_done(trial, msg.content)
-        elif msg.msg_type == messages.ERROR:  # the head refused the run
-            self._on_done(trial, {"state": "FAILED", "errors": [{"message": msg.content.get("message")}]})
+        event = msg.content["event"]
+        kind = event.get("kind")
+        if kind == "report":
+            if event.get("rank") == 0:
+                self._on_report(trial, event["metrics"], bool(event.get("checkpoint_staged")))
+        elif kind == "state":
+            if event.get("state") == "RUNNING":
+                trial.extra["started_at"] = event.get("time")
+        elif kind == "checkpoint":
+            trial.checkpoint = event.get("path")
+            self._held_stops.committed(trial.run_id, (event.get("metrics") or {}).get("training_iteration"))
+            self.state.mark(trial)
+            self.callbacks.on_checkpoint(trial, trial.checkpoint)
+        elif kind == "output":
+            if event.get("rank") == 0 and self.verbose:
+                relay_output(trial.trial_id, event)
+        elif kind == "note":
+            if event.get("restart") is not None:  # a held STOP's checkpoint went with the failed attempt
+                self._held_stops.release(trial.run_id)
+            if event.get("text"):
+                self.progress.note(f"{trial.trial_id}: {event['text']}")
 
     def _on_report(self, trial: Trial, metrics: dict, checkpoint_staged: bool = False) -> None:
         ending = trial.extra.get("_ending")
@@ -459,8 +475,8 @@ class TuneController:
         try:
             while self._by_run and time.monotonic() < deadline:
                 msg = self.client.recv(max(0.0, deadline - time.monotonic()))
-                if msg is not None:
-                    self._handle(msg)  # reports still in flight too: the run's files hold them
+                if msg is not None:  # its reports still in flight are handled too: the run's files hold them
+                    self._heard(msg)
         except KeyboardInterrupt:
             pass  # a second Ctrl-C: stop waiting; the head still ends the runs
         for trial in list(self._by_run.values()):

@@ -2,7 +2,7 @@
 authentication on (``RAY_AUTH_MODE=token``, the token in ``~/.ray/auth_token``).
 
 The Ray cluster is a real ``ray start --head`` inside a network namespace of this test's
-own (tests/netns.py): its GCS on 198.18.0.1:6379 never meets another Ray on this machine,
+own (tests/support/netns.py): its GCS on 198.18.0.1:6379 never meets another Ray on this machine,
 and the namespace's processes (Ray's, and raynb's actors' children) are killed by pid
 when it closes. ``ray stop`` is never run. Each ``raynb`` command runs in that namespace
 with a HOME of its own, so what token it has is exactly the test's choice.
@@ -25,7 +25,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason='Ray is not installed: pip install "raynb[ray]"')
 
-import netns  # noqa: E402
+from support import netns  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # `ray start --head` alone takes minutes on a loaded machine (and is retried there).

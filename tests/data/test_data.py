@@ -762,7 +762,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             raise AssertionError("no data_needed from the head")
 
         with monkeypatch.context() as m:
-            m.delitem(control.MESSAGE_HOOKS, messages.DATA_NEEDED)
+            m.delitem(control.Client.handlers, messages.DATA_NEEDED)
             m.setenv("RAYNB_DATA_VIA_SOCKET", "1")  # else one local node is written while pickling
             spec = submit(with_datasets(_first_row, {"train": ds}))
             ask = needed(spec["run_id"])
@@ -812,7 +812,7 @@ def test_a_placed_run_waits_for_its_data_and_fails_naming_why(tmp_path, monkeypa
             bulk.forget(spec["run_id"])
         # the workers were given back; one local node is written while pickling: no ask at all
         with monkeypatch.context() as m:
-            m.delitem(control.MESSAGE_HOOKS, messages.DATA_NEEDED)
+            m.delitem(control.Client.handlers, messages.DATA_NEEDED)
             assert (
                 TorchTrainer(
                     lambda: report({"v": _first_row()}),

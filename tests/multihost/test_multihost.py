@@ -13,7 +13,7 @@ import textwrap
 import time
 
 import pytest
-from multihost_fixture import three_hosts  # noqa: F401 - the module's cluster fixture
+from support.multihost_fixture import LONG_RUN, three_hosts  # noqa: F401 - the module's cluster fixture
 
 TRAIN_4 = """
     import torch
@@ -176,39 +176,6 @@ def test_node_with_a_wrong_key_or_protocol_version_is_refused_naming_which(three
         time.sleep(0.2)
     assert "wrong cluster key" in head_log and "protocol version '9.0'" in head_log
     assert {n["node_id"] for n in c.status()["nodes"]} == {"n1", "n2"}
-
-
-LONG_RUN = """
-    import tempfile
-    import torch
-    import torch.distributed as dist
-    from raynb import Checkpoint, FailureConfig, RunConfig, ScalingConfig, TorchTrainer
-    from raynb.train import get_checkpoint, get_context, report
-
-    def loop():
-        ctx = get_context()
-        ckpt = get_checkpoint()
-        start = 0
-        if ckpt is not None:
-            with ckpt.as_directory() as d:
-                start = torch.load(os.path.join(d, "state.pt"))["epoch"] + 1
-        for epoch in range(start, EPOCHS):
-            t = torch.ones(1)
-            dist.all_reduce(t)
-            time.sleep(EPOCH_S)
-            with tempfile.TemporaryDirectory() as d:
-                if ctx.get_world_rank() == 0:
-                    torch.save({"epoch": epoch}, os.path.join(d, "state.pt"))
-                report({"epoch": epoch, "start": start, "world": t.item(),
-                        "host": os.environ.get("RAYNB_NODE_IP")},
-                       checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
-
-    raynb.connect(KEY_FILE)
-    r = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=4, placement_strategy="SPREAD"),
-                     run_config=RunConfig(name=NAME, failure_config=FailureConfig(max_failures=3))).fit()
-    print(json.dumps({"error": None if r.error is None else str(r.error), "path": r.path,
-                      "checkpoint": r.checkpoint.path if r.checkpoint else None}))
-"""
 
 
 def _reports(run_dir) -> list[dict]:

@@ -15,7 +15,7 @@ import sys
 import textwrap
 
 import pytest
-from multihost_fixture import cluster_up
+from support.multihost_fixture import cluster_up
 
 NODES = (f"xk{os.getpid()}a", f"xk{os.getpid()}b")
 

@@ -14,7 +14,7 @@ import os
 import time
 
 import pytest
-from multihost_fixture import cluster_up
+from support.multihost_fixture import cluster_up
 
 from raynb.cluster.node import shm
 

@@ -11,9 +11,9 @@ import sys
 import textwrap
 import time
 
-import netns
 import pytest
-from multihost_fixture import hosts_up
+from support import netns
+from support.multihost_fixture import hosts_up
 
 ELASTIC_RUN = """
     import tempfile

@@ -1,58 +1,16 @@
 """The benchmark scripts run and print well-formed JSON (no timing thresholds: the
-machines that run the tests are too noisy for that)."""
+machines that run the tests are too noisy for that), and leave nothing behind
+(``support/quick_benchmark.py``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import psutil
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _processes_with_home_under(prefix: str) -> list[int]:
-    """Pids of live processes whose RAYNB_HOME lies under ``prefix``."""
-    pids = []
-    for p in psutil.process_iter():
-        try:
-            if p.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if p.environ().get("RAYNB_HOME", "").startswith(prefix):
-                pids.append(p.pid)
-        except psutil.Error:
-            continue
-    return pids
+from support.quick_benchmark import run_benchmark
 
 
 def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
-    # TMPDIR puts the benchmark's private RAYNB_HOME and storage under tmp_path, so
-    # what it leaves behind (files, processes) can be told from anyone else's.
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "rerun_latency.py"),
-            "--quick",
-            "--skip-torchrun",
-            "--busy-loops",
-            "1",
-            "--idle-ms",
-            "20",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
+    out = run_benchmark(
+        "rerun_latency.py", tmp_path, "--skip-torchrun", "--busy-loops", "1", "--idle-ms", "20", timeout=240
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
 
     assert isinstance(out["cold_start_s"], float) and out["cold_start_s"] > 0
     warm = out["warm_rerun_ms"]
@@ -76,25 +34,9 @@ def test_rerun_latency_quick_prints_json_and_cleans_up(tmp_path):
     assert isinstance(m["cpus"], int) and m["cpus"] >= 1
     assert isinstance(m["python"], str) and isinstance(m["torch"], str)
 
-    # Its cluster was stopped and its temporary directories removed.
-    assert _processes_with_home_under(str(tmp_path)) == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
-
 
 def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "recovery.py"), "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("recovery.py", tmp_path, timeout=300)
 
     resume = out["resume_s"]
     assert resume["n"] == 3 and len(resume["all"]) == 3
@@ -110,25 +52,9 @@ def test_recovery_quick_prints_json_and_cleans_up(tmp_path):
     assert out["torch_import_s"]["n"] == 1 and out["torch_import_s"]["median"] > 0
     assert isinstance(out["machine"]["cpus"], int)
 
-    # Its cluster was stopped and its temporary directories removed.
-    assert _processes_with_home_under(str(tmp_path)) == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
-
 
 def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "report_cost.py"), "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("report_cost.py", tmp_path, timeout=240)
     for key in ("rank_report_us", "floor_rank_report_us"):
         s = out[key]
         assert s["n"] == 200 and 0 < s["p50"] <= s["p99"] <= s["max"], (key, s)
@@ -142,20 +68,10 @@ def test_report_cost_quick_prints_json_and_cleans_up(tmp_path):
         "last_report_to_result",
     }
     assert out["ratio_to_floor"] > 0 and isinstance(out["machine"]["load_avg_1m_at_end"], float)
-    assert _processes_with_home_under(str(tmp_path)) == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
 
 
 def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "progress_csv.py"), "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("progress_csv.py", None, timeout=120)
     assert out["reports"] == 200
     for policy in ("bounded", "every_flush"):
         assert {"total_s", "worst_write_ms", "rewrites", "columns"} <= set(out[policy]), out[policy]
@@ -165,26 +81,8 @@ def test_progress_csv_quick_prints_json_and_compares_the_two_policies():
     assert out["ratio_total"] > 0 and out["machine"]["cpus"] >= 1
 
 
-def _run_quick(script: str, tmp_path, *extra: str, timeout: int = 300) -> dict:
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", *extra],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _processes_with_home_under(str(tmp_path)) == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-")] == []
-    return json.loads(proc.stdout)
-
-
 def test_scale_trials_quick_prints_json_and_cleans_up(tmp_path):
-    out = _run_quick("scale_trials.py", tmp_path)
+    out = run_benchmark("scale_trials.py", tmp_path)
     assert [s["trials"] for s in out["sweeps"]] == [10, 30]
     for s in out["sweeps"]:
         assert s["wall_s"] > 0 and s["per_trial_overhead_ms"] > 0, s
@@ -196,7 +94,7 @@ def test_scale_trials_quick_prints_json_and_cleans_up(tmp_path):
 
 
 def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
-    out = _run_quick("scale_data.py", tmp_path)
+    out = run_benchmark("scale_data.py", tmp_path)
     for kind in ("parquet", "in_memory"):
         assert [m["mib"] for m in out[kind]] == [32, 64], out[kind]
         for m in out[kind]:
@@ -206,7 +104,7 @@ def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
 
 
 def test_elastic_quick_prints_json_and_cleans_up(tmp_path):
-    out = _run_quick("elastic.py", tmp_path)
+    out = run_benchmark("elastic.py", tmp_path)
     for kind in ("grow_s", "shrink_s"):
         s = out[kind]
         assert s["n"] == 1 and 0 < s["min"] <= s["median"] <= s["max"], (kind, s)
@@ -215,7 +113,7 @@ def test_elastic_quick_prints_json_and_cleans_up(tmp_path):
 
 
 def test_trial_threads_quick_prints_json_and_cleans_up(tmp_path):
-    out = _run_quick("trial_threads.py", tmp_path)
+    out = run_benchmark("trial_threads.py", tmp_path)
     assert len(out["default_s"]["all"]) == len(out["one_thread_s"]["all"]) == 1
     assert out["ratio"] > 0 and out["settings"]["trials"] == 4
     assert out["threads_seen"] and all(t >= 1 for t in out["threads_seen"]), out

@@ -14,6 +14,7 @@ import time
 import cloudpickle
 import pytest
 from conftest import wait_idle_workers
+from support.quick_benchmark import run_benchmark
 
 import raynb
 from raynb import tune
@@ -493,25 +494,7 @@ def test_setup_mlflow_logs_from_rank_zero_only_and_ends_the_run(warm, tmp_path):
 
 # -- the benchmark -----------------------------------------------------------------------------
 def test_callbacks_benchmark_quick_prints_json_side_by_side(tmp_path):
-    import json
-    import os
-    import subprocess
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "callbacks.py"), "--quick"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("callbacks.py", tmp_path, timeout=300)
     modes = ["none", "tensorboard", "mlflow"]
     assert list(out["warm_rerun_ms"]) == modes and list(out["reports_1000"]) == modes
     for m in modes:
@@ -520,4 +503,3 @@ def test_callbacks_benchmark_quick_prints_json_side_by_side(tmp_path):
         assert big["fit_wall_s"] > 0 and big["rank_report_us"]["p50"] > 0
     assert set(out["report_path"]) == {"target_us", "worst_mean_us", "over_target_us"}
     assert isinstance(out["machine"]["load_avg_1m_at_start"], float)
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []

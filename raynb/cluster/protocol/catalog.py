@@ -293,6 +293,7 @@ MESSAGES = (
         "2.2",
         req("events", _RUN_EVENTS, "``run_event`` contents, in order"),
         topic=RUNS,
+        dispatched=False,
     ),
     message(
         "RUN_DONE",

@@ -18,12 +18,6 @@ from . import curve_auth as curve
 from . import event_batch, messages
 from .rejects import refusal
 
-# Messages a head sends unasked that the client answers itself, wherever it waits
-# (a run's follow loop, Tune's, a request), before ``recv`` returns them (callers ignore
-# their type): type -> hook(client, message). E.g. the
-# ``data_needed`` of ``client.bulk``: the segments a placed run's nodes need.
-MESSAGE_HOOKS: dict = {}
-
 # The routing ids of this process's latest connections: a script that stops the cluster it
 # started when it exits names them, so the head tells its own clients from others'
 # (head/idle_stop.py). Only recent ones matter: the head forgets quiet clients.
@@ -57,6 +51,13 @@ class Client:
     Use it from one thread at a time (ZeroMQ sockets are not thread-safe).
     """
 
+    # The handler table of the process that owns the connection: each message type it
+    # receives unasked -> handler(client, message), called wherever the client waits (a
+    # request, a run's follow loop, Tune's) before ``recv`` returns the message. The
+    # kernel's client binds its table here (``raynb/client/handlers.py``); a launcher's
+    # connection has none.
+    handlers: dict = {}
+
     def __init__(self, address: str, key: bytes, info: dict | None = None):
         self.address = address
         self.info = info or {"address": address}
@@ -88,9 +89,17 @@ class Client:
 
     def recv(self, timeout: float | None) -> messages.Message | None:
         """The next verified message, or None after ``timeout`` seconds (None: wait forever).
-        A message that carries several (``run_events``) is returned as them, one per call."""
-        if self._backlog:
-            return self._backlog.popleft()
+        A message that carries several (``run_events``) is returned as them, one per call.
+        Each is first given to its handler in :attr:`handlers`, if it has one."""
+        msg = self._backlog.popleft() if self._backlog else self._receive(timeout)
+        if msg is not None:
+            handler = self.handlers.get(msg.msg_type)
+            if handler is not None:
+                handler(self, msg)  # handled; still returned: the head was heard from
+        return msg
+
+    def _receive(self, timeout: float | None) -> messages.Message | None:
+        """The next verified message off the socket (the first of those it stands for)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -106,9 +115,6 @@ class Client:
                 raise KeyRefused(f"{why} (head {self.address})")
             msg = self.session.accept(frames)
             if msg is not None:
-                hook = MESSAGE_HOOKS.get(msg.msg_type)
-                if hook is not None:
-                    hook(self, msg)  # answered; still returned: the head was heard from
                 if msg.msg_type in (messages.RUN_EVENTS, messages.RUN_DONE, messages.RUN_ACCEPTED):
                     self._backlog.extend(event_batch.expand(msg))
                     return self._backlog.popleft()
@@ -143,7 +149,8 @@ class Client:
     def request(
         self, msg_type: str, content: dict | None = None, reply_types=(), timeout: float = 10.0, buffers=()
     ) -> messages.Message:
-        """Send a request and wait for its reply, skipping stale run events.
+        """Send a request and wait for its reply; what else arrives meanwhile goes to its
+        handler (:attr:`handlers`: a run's events to the run's follower, if any).
 
         Raises:
             ClusterError: no reply within ``timeout`` seconds (the head is gone or busy).

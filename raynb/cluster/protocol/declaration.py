@@ -99,8 +99,9 @@ class MessageType:
         topic: the reference page's section.
         checked: whether its content is validated on receipt (a ``SCHEMAS`` entry).
         changes: ``(version, what changed)`` notes for the reference.
-        dispatched: False for a type the ``Session`` itself consumes (``chunk``): no
-            handler table has it.
+        dispatched: False for a type taken apart before any handler sees it: ``chunk``
+            (the ``Session`` joins the pieces), ``run_events`` (a client's connection hands
+            out its ``run_event`` messages, ``event_batch.expand``); no handler table has it.
     """
 
     constant: str

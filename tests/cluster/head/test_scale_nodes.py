@@ -4,18 +4,11 @@ protocol (benchmarks/sim_nodes.py) it stays responsive (real cluster, real proce
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from support.quick_benchmark import run_benchmark
 
 from raynb.cluster.head.pool import WorkerPool
 from raynb.cluster.head.registry import NodeInfo, Registry, WorkerInfo
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 class NoScan(dict):
@@ -86,25 +79,8 @@ def test_pool_looks_for_workers_to_retire_only_where_a_node_holds_extra_ones():
     assert [w.worker_id for w in pool.retirable(100.0)] == ["n3-w9"]
 
 
-def _scale_nodes(tmp_path, *args, timeout=400) -> dict:
-    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scale_nodes.py"), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not list(tmp_path.glob("raynb-scale-nodes-*")), "the benchmark left its directory"
-    return json.loads(proc.stdout)
-
-
 def test_scale_nodes_quick_prints_json(tmp_path):
-    out = _scale_nodes(tmp_path, "--quick")
+    out = run_benchmark("scale_nodes.py", tmp_path, timeout=400)
     assert [m["nodes"] for m in out["sizes"]] == [5, 20]
     for m in out["sizes"]:
         assert m["nodes_in_status"] == m["nodes"] + 1  # and the local node
@@ -123,10 +99,13 @@ def test_scale_nodes_quick_prints_json(tmp_path):
 def test_head_stays_responsive_with_200_simulated_nodes(tmp_path):
     """A real client's warm re-run on the real local workers, with 200 simulated nodes
     heartbeating, within 2x its figure with none (medians of several runs)."""
-    out = _scale_nodes(
+    out = run_benchmark(
+        "scale_nodes.py",
         tmp_path,
         *("--sizes", "200", "--runs", "15", "--pings", "20", "--window", "2"),
         *("--reply-every", "0", "--place-sizes", ""),  # every heartbeat answered: the heavier load
+        quick=False,
+        timeout=400,
     )
     m = out["sizes"][0]
     assert m["nodes_in_status"] == 201 and m["heartbeat_ms"]["n"] >= 200, m
@@ -134,22 +113,9 @@ def test_head_stays_responsive_with_200_simulated_nodes(tmp_path):
 
 
 def test_scale_ranks_quick_prints_json(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(ROOT))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "scale_ranks.py"), "--quick"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("scale_ranks.py", tmp_path, timeout=300)
     assert [m["ranks"] for m in out["sizes"]] == [1, 2] and out["ratio_to_smallest"]["1"] == 1.0
     for m in out["sizes"]:
         w = m["warm_rerun_ms"]
         assert w["n"] == 3 and 0 < w["min"] <= w["median"] <= w["p90"], m
         assert m["new_group_ms"] > 0
-    assert not list(tmp_path.glob("raynb-scale-ranks-*")), "the benchmark left its directory"

@@ -16,8 +16,8 @@ import shutil
 import sys
 from pathlib import Path
 
-import netns
 import pytest
+from support import netns
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"

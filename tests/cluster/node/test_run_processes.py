@@ -11,7 +11,6 @@ cluster; the others use the session's warm cluster.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
 import subprocess
@@ -19,12 +18,12 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from pathlib import Path
 
 import cloudpickle
 import psutil
 import pytest
 from conftest import alive, private_cluster, wait_idle_workers
+from support.quick_benchmark import run_benchmark
 
 import raynb
 import raynb.client.connection
@@ -505,33 +504,11 @@ def test_threads_are_the_nodes_cores_over_its_busy_ranks(warm, tmp_path):
 
 def test_tune_digits_benchmark_quick_prints_json_and_cleans_up(tmp_path):
     """benchmarks/tune_digits.py (the README's Tune example, timed) runs and leaves nothing."""
-    root = Path(__file__).resolve().parents[3]
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, str(root / "benchmarks" / "tune_digits.py"), "--quick"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("tune_digits.py", tmp_path, timeout=240)
     assert out["trials"] == 4 and out["errors"] == 0 and out["fit_s"] > 0
     assert out["best_val_accuracy"] > 0.5
     assert sum(out["first_epoch_threads"].values()) == 4
     assert out["machine"]["cpus"] >= 1 and "load_avg_1m_at_end" in out["machine"]
-    left = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("RAYNB_HOME", "").startswith(str(tmp_path)):
-                left.append(p.pid)
-        except psutil.Error:
-            continue
-    assert left == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
 
 
 def _leave_a_temp_dir(config):

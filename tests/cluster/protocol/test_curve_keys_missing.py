@@ -1,15 +1,15 @@
 """A client without the cluster's Curve keys, at a head off loopback (which speaks CurveZMQ
 only), is told at once what is wrong and how to fix it (the head's connection file, which
 file, which call), never "the head does not answer"; nothing of it reaches the head's loop.
-The head listens on 198.18.0.1 in a network namespace (``tests/netns.py``)."""
+The head listens on 198.18.0.1 in a network namespace (``tests/support/netns.py``)."""
 
 from __future__ import annotations
 
 import textwrap
 
-import netns
 import pytest
-from multihost_fixture import hosts_up
+from support import netns
+from support.multihost_fixture import hosts_up
 
 NO_CURVE_CLIENTS = """
     from raynb.cluster.connection_file import read_connection_file, write_connection_file

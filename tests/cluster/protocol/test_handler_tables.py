@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from raynb.client.handlers import HANDLERS as CLIENT_HANDLERS
 from raynb.cluster.head.handlers import HANDLERS as HEAD_HANDLERS
 from raynb.cluster.node import agent
 from raynb.cluster.protocol import catalog, messages
 from raynb.cluster.protocol.declaration import CLIENT, HEAD, NODE, ROLES, WORKER, received_by
 from raynb.cluster.worker import task_loop
 
-TABLES = {HEAD: HEAD_HANDLERS, NODE: agent.HANDLERS, WORKER: task_loop.HANDLERS}
+TABLES = {HEAD: HEAD_HANDLERS, NODE: agent.HANDLERS, WORKER: task_loop.HANDLERS, CLIENT: CLIENT_HANDLERS}
 
 
 @pytest.mark.parametrize("role", sorted(TABLES))
@@ -27,8 +28,8 @@ def test_a_process_has_one_handler_for_each_message_it_receives_and_none_other(r
 def test_every_handler_table_names_declared_messages_only():
     for role, table in TABLES.items():
         assert set(table) <= messages.MESSAGE_TYPES, (role, set(table) - messages.MESSAGE_TYPES)
-    # a client reads what it gets where it waits for it (control.request, the follow loops):
-    # every message to a client is declared, a reply or pushed.
+    # a client's replies are read where its request waits (control.request); what it gets
+    # unasked goes through its table (tests/client/test_client_handlers.py)
     assert received_by(catalog.MESSAGES, CLIENT, dispatched=False) >= {
         messages.RUN_DONE,
         messages.RUN_EVENT,

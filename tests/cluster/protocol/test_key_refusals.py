@@ -17,7 +17,7 @@ import time
 
 import pytest
 from conftest import private_cluster
-from multihost_fixture import cluster_up
+from support.multihost_fixture import cluster_up
 
 import raynb
 from raynb.cluster.connection_file import write_connection_file

@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from pathlib import Path
 
 import cloudpickle
 import numpy as np
 import pandas as pd
 import pytest
+from support.quick_benchmark import run_benchmark
 
 xgboost = pytest.importorskip("xgboost")
 
@@ -286,25 +286,7 @@ def test_tune_with_asha_stops_poor_xgboost_trials_early(warm, tmp_path):
 
 
 def test_benchmark_quick_prints_json_and_cleans_up(tmp_path):
-    import json
-    import subprocess
-
-    import psutil
-
-    root = str(Path(__file__).resolve().parents[3])
-    env = dict(os.environ, TMPDIR=str(tmp_path))
-    for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_KEY"):
-        env.pop(k, None)
-    proc = subprocess.run(
-        [sys.executable, os.path.join(root, "benchmarks", "xgboost_inference.py"), "--quick", "--skip-ray"],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
+    out = run_benchmark("xgboost_inference.py", tmp_path, "--skip-ray", timeout=300)
     train = out["train_per_round_ms"]
     assert all(train[k] > 0 for k in ("raynb_2_ranks", "single_process_2_threads", "single_process_1_thread"))
     first = out["first_round_s"]
@@ -313,18 +295,6 @@ def test_benchmark_quick_prints_json_and_cleans_up(tmp_path):
     inf = out["inference_rows_per_s"]
     assert inf["rows"] == 20_000 and inf["raynb_map_batches_2_workers"] > 0 and inf["single_process"] > 0
     assert out["ray"] == "skipped (--skip-ray)" and out["machine"]["cpus"] >= 1
-    left = []
-    for p in psutil.process_iter():
-        try:
-            if (
-                p.environ().get("RAYNB_HOME", "").startswith(str(tmp_path))
-                and p.status() != psutil.STATUS_ZOMBIE
-            ):
-                left.append(p.pid)
-        except psutil.Error:
-            continue
-    assert left == []
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("raynb-bench-")] == []
 
 
 def test_the_zygote_has_xgboost_loaded_before_any_fork(warm):

@@ -17,11 +17,47 @@ import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
-import netns
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from . import netns
+
+ROOT = Path(__file__).resolve().parents[2]
 HOSTS = ["head", "h1", "h2", "client"]
+
+# A 4-rank SPREAD run over the hosts, checkpointing each epoch and resuming from the latest
+# (FailureConfig(max_failures=3)), as the client's script (Cluster.client): the losing-a-host
+# test and benchmarks/multihost.py. Set EPOCHS, EPOCH_S and NAME before it.
+LONG_RUN = """
+    import tempfile
+    import torch
+    import torch.distributed as dist
+    from raynb import Checkpoint, FailureConfig, RunConfig, ScalingConfig, TorchTrainer
+    from raynb.train import get_checkpoint, get_context, report
+
+    def loop():
+        ctx = get_context()
+        ckpt = get_checkpoint()
+        start = 0
+        if ckpt is not None:
+            with ckpt.as_directory() as d:
+                start = torch.load(os.path.join(d, "state.pt"))["epoch"] + 1
+        for epoch in range(start, EPOCHS):
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            time.sleep(EPOCH_S)
+            with tempfile.TemporaryDirectory() as d:
+                if ctx.get_world_rank() == 0:
+                    torch.save({"epoch": epoch}, os.path.join(d, "state.pt"))
+                report({"epoch": epoch, "start": start, "world": t.item(),
+                        "host": os.environ.get("RAYNB_NODE_IP")},
+                       checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
+
+    raynb.connect(KEY_FILE)
+    r = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=4, placement_strategy="SPREAD"),
+                     run_config=RunConfig(name=NAME, failure_config=FailureConfig(max_failures=3))).fit()
+    print(json.dumps({"error": None if r.error is None else str(r.error), "path": r.path,
+                      "checkpoint": r.checkpoint.path if r.checkpoint else None}))
+"""
 
 
 def bench_args(argv=None):
