@@ -206,7 +206,9 @@ def test_losing_a_host_restarts_on_the_other_from_the_latest_checkpoint(three_ho
     out, err = client.communicate(timeout=120)
     result = json.loads([x for x in out.splitlines() if x.startswith("{")][-1])
     assert result["error"] is None, out + err
-    assert "node n2 lost; restart 1/3 on n1 from checkpoint_" in out, out
+    assert "restart 1/3: node n2 lost (rank " in out and "; resuming from checkpoint_" in out, out
+    live_notes = [x for x in out.splitlines() if "] note: " in x and "restart 1/3" in x]
+    assert len(live_notes) == 1, out  # one note per node loss
     reports = _reports(run_dir)
     epochs = [r["epoch"] for r in reports]
     restart = next(i for i, r in enumerate(reports) if r["start"] > 0)

@@ -357,3 +357,51 @@ def test_dashboard_renders_in_chromium_and_cancels_a_live_run(server, dash_run, 
     assert "ended: CANCELLED" in output, output[-2000:]
     assert not errors, errors
     wait_idle_workers(cluster, 4)
+
+
+def _trial_for_page(config):
+    from raynb import tune
+
+    tune.report({"loss": float(config["i"])})
+
+
+def test_dashboard_groups_trials_under_their_experiment(server, dash_run, cluster, tmp_path):
+    """A Tune experiment is one row (closed once it ended) with its trials under it, each in
+    the notebook's status (TERMINATED), not its run's (FINISHED); a plain run stays a row."""
+    from raynb import tune
+
+    sync_playwright = _playwright()
+    base, _ = server
+    wait_idle_workers(cluster, 4)
+    name = f"dash_exp_{uuid.uuid4().hex[:6]}"
+    grid = tune.Tuner(
+        _trial_for_page,
+        param_space={"i": tune.grid_search([0, 1, 2])},
+        run_config=RunConfig(name=name, storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    trials = sorted(os.path.basename(r.path) for r in grid)
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{base}raynb/?token={TOKEN}")
+            group = page.locator(f'#runs tr.experiment[data-experiment="{name}"]')
+            group.wait_for(state="visible", timeout=20_000)
+            assert "3 trials: 3 TERMINATED" in group.inner_text(), group.inner_text()
+            assert page.locator(f'#runs tr[data-run="{trials[0]}"]').count() == 0  # closed: it ended
+            group.click()
+            rows = page.locator("#runs tr.trial")
+            rows.first.wait_for(state="visible", timeout=10_000)
+            shown = {
+                rows.nth(i).get_attribute("data-run"): rows.nth(i).locator("td.state").inner_text()
+                for i in range(rows.count())
+            }
+            assert {n: shown.get(n) for n in trials} == dict.fromkeys(trials, "TERMINATED"), shown
+            page.locator(f'#runs tr.trial[data-run="{trials[0]}"]').click()
+            page.wait_for_function("document.getElementById('run-state').textContent === 'TERMINATED'")
+            assert page.locator(f'#runs tr[data-run="{RUN}"]:not(.trial)').count() == 1
+        finally:
+            browser.close()
+    assert not errors, errors

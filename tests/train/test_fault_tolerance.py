@@ -144,6 +144,8 @@ def test_worker_death_resumes_from_checkpoint_without_losing_an_epoch(warm, tmp_
     # The restart note, as the progress text shows it.
     cause = f"rank {victim} died, {how}" if how != "exit3" else f"rank {victim} exited with code 3"
     assert f"restart 1/1: {cause}; resuming from checkpoint_{kill_at - 1:06d}" in out, out
+    live_notes = [x for x in out.splitlines() if "] note: " in x and "restart 1/1" in x]
+    assert len(live_notes) == 1, out  # one note per restart, not another at placement
     # Attempt 1 ran epochs 0..kill_at (rank 0 reported kill_at; its checkpoint was never
     # committed, since the victim died before its report); attempt 2 resumed from the last
     # committed checkpoint (epoch kill_at - 1) and ran the rest: nothing lost, and the only

@@ -234,20 +234,10 @@ class RunQueue:
                 )
             )
         self._send_each(messages.RUN_TASK, tasks, run.payload)
+        # The restart's note went out when the attempt failed (controller._restart): one
+        # note per restart; where the new attempt runs is in the RUNNING event's ranks.
         restart = run.spec.pop("_restart", None)
         self._elastic_notes(run, before, nodes, restart, checkpoint)
-        if restart:
-            where = ", ".join(nodes)
-            self._emit(
-                run,
-                {
-                    "kind": "note",
-                    "text": (
-                        f"{restart['cause']}; restart {restart['count']} on {where} "
-                        + (f"from {restart['from']}" if restart["from"] else "from the start")
-                    ),
-                },
-            )
         self._emit(
             run,
             {

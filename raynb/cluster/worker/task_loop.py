@@ -117,6 +117,7 @@ class Worker:
         sys.stdout, sys.stderr = self.streams
         signal.signal(signal.SIGINT, self._on_sigint)
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        self.threads.install()  # a new share is taken between two lines of the function
 
     def forked(self) -> bool:
         """True in a process the user's code forked from this worker (a DataLoader worker).

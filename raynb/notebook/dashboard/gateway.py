@@ -20,8 +20,9 @@ from ...cluster.protocol import messages
 from ...cluster.protocol.control import Client
 from ...cluster.storage.run_logs import OUTPUT_FILE, check_selection, tail_output
 from ...errors import ClusterError
+from .trial_status import TrialStatuses
 
-TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
+TERMINAL = ("FINISHED", "FAILED", "CANCELLED", "STOPPED")
 # Reports of one run sent to the page (the newest); its plot needs no more.
 MAX_REPORTS = 2000
 MAX_LOG_LINES = 2000
@@ -65,6 +66,7 @@ class ClusterGateway:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raynb-dashboard")
         self._client: Client | None = None
         self._token = None
+        self._trials = TrialStatuses()
 
     async def call(self, fn, *args):
         """``fn(*args)`` on the gateway's thread (fn: one of the query methods below)."""
@@ -116,8 +118,9 @@ class ClusterGateway:
         return json_safe(self._request(messages.LIST_RUNS, {}, messages.RUNS_REPLY).content.get("runs", []))
 
     def run_list(self) -> dict:
-        """``{"runs": [summary, ...]}`` (the API's answer)."""
-        return {"runs": self.runs()}
+        """``{"runs": [summary, ...]}`` (the API's answer); a Tune trial's run also has
+        ``trial_status`` (the notebook's) and ``experiment_path`` (see ``trial_status``)."""
+        return {"runs": self._trials.annotate(self.runs())}
 
     def _summary(self, name: str) -> dict:
         runs = self.runs()

@@ -10,7 +10,7 @@
   const ACTIVE = ["PENDING", "RUNNING", "CANCELLING", "FAILING"];
   const AUTO = ["timestamp", "time_this_iter_s", "time_total_s", "training_iteration"];
   const ui = { selected: decodeURIComponent((location.hash.match(/^#run=(.+)$/) || [])[1] || "") || null,
-               metric: null, rankOptions: "" };
+               metric: null, rankOptions: "", toggled: new Map(), states: new Map() };
   const $ = (id) => document.getElementById(id);
 
   async function api(path, options = {}) {
@@ -93,23 +93,63 @@
     poll();
   }
 
+  // A trial's state is the notebook's (trial_status: TERMINATED, ERROR, PAUSED...), its
+  // run's state in the tooltip; a plain run's is its own.
+  const shownState = (r) => r.trial_status || r.state;
+
+  function runRow(r, now, cls) {
+    const start = r.started || r.submitted;
+    const end = r.ended || (ACTIVE.includes(r.state) ? now : null);
+    const actions = el("td");
+    if (ACTIVE.includes(r.state)) {
+      const b = el("button", { class: "cancel", type: "button", title: "cancel this run on every rank" }, "Cancel");
+      b.addEventListener("click", (ev) => { ev.stopPropagation(); cancel(r.name, b); });
+      actions.append(b);
+    }
+    const state = shownState(r);
+    return el("tr", { dataset: { run: r.name }, class: (cls + (r.name === ui.selected ? " selected" : "")).trim(), onclick: () => select(r.name) },
+      el("td", {}, r.name), el("td", { class: "state " + state, title: "run state: " + r.state }, state),
+      el("td", { class: "num" }, r.world_size),
+      el("td", {}, fmtTime(start)), el("td", { class: "num" }, start && end ? fmtDuration(end - start) : ""),
+      el("td", { class: "num" }, r.attempt || 0), el("td", { class: "num" }, r.num_reports || 0),
+      el("td", { class: "muted" }, shortMetrics(r.metrics)), actions);
+  }
+
+  // One row per experiment, its trials under it: open while a trial runs or is selected,
+  // else closed until clicked (ui.toggled keeps the user's choice per experiment).
+  function experimentRow(g, open) {
+    const counts = {};
+    for (const t of g.trials) counts[shownState(t)] = (counts[shownState(t)] || 0) + 1;
+    const text = Object.entries(counts).map(([k, n]) => `${n} ${k}`).join(", ");
+    const toggle = () => { ui.toggled.set(g.path, !open); poll(); };
+    return el("tr", { class: "experiment", dataset: { experiment: g.name }, onclick: toggle },
+      el("td", { colspan: "9" }, `${open ? "\u25be" : "\u25b8"} experiment ${g.name}`,
+        el("span", { class: "muted" }, ` \u00b7 ${g.trials.length} trial${g.trials.length === 1 ? "" : "s"}: ${text}`)));
+  }
+
   function renderRuns(runs) {
     const now = Date.now() / 1000;
-    const rows = runs.slice().reverse().map((r) => {
-      const start = r.started || r.submitted;
-      const end = r.ended || (ACTIVE.includes(r.state) ? now : null);
-      const actions = el("td");
-      if (ACTIVE.includes(r.state)) {
-        const b = el("button", { class: "cancel", type: "button", title: "cancel this run on every rank" }, "Cancel");
-        b.addEventListener("click", (ev) => { ev.stopPropagation(); cancel(r.name, b); });
-        actions.append(b);
+    const items = [], groups = new Map();
+    ui.states = new Map(runs.map((r) => [r.name, r]));
+    for (const r of runs.slice().reverse()) {  // newest first; an experiment where its newest trial is
+      if (!r.experiment_path) { items.push({ run: r }); continue; }
+      let g = groups.get(r.experiment_path);
+      if (!g) {
+        g = { path: r.experiment_path, name: r.experiment, trials: [] };
+        groups.set(g.path, g);
+        items.push({ group: g });
       }
-      return el("tr", { dataset: { run: r.name }, class: r.name === ui.selected ? "selected" : "", onclick: () => select(r.name) },
-        el("td", {}, r.name), el("td", { class: "state " + r.state }, r.state), el("td", { class: "num" }, r.world_size),
-        el("td", {}, fmtTime(start)), el("td", { class: "num" }, start && end ? fmtDuration(end - start) : ""),
-        el("td", { class: "num" }, r.attempt || 0), el("td", { class: "num" }, r.num_reports || 0),
-        el("td", { class: "muted" }, shortMetrics(r.metrics)), actions);
-    });
+      g.trials.unshift(r);  // its trials in the order they were submitted
+    }
+    const rows = [];
+    for (const it of items) {
+      if (it.run) { rows.push(runRow(it.run, now, "")); continue; }
+      const g = it.group;
+      const busy = g.trials.some((t) => ACTIVE.includes(t.state) || t.name === ui.selected);
+      const open = ui.toggled.has(g.path) ? ui.toggled.get(g.path) : busy;
+      rows.push(experimentRow(g, open));
+      if (open) rows.push(...g.trials.map((t) => runRow(t, now, "trial")));
+    }
     fill("runs", rows);
     $("runs-empty").hidden = runs.length > 0;
   }
@@ -148,8 +188,11 @@
   function renderRun(rec) {
     $("run").hidden = false;
     $("run-name").textContent = rec.name;
-    $("run-state").textContent = rec.state;
-    $("run-state").className = "state " + rec.state;
+    const listed = ui.states.get(rec.name);  // a trial: the notebook's status, as in the list
+    const state = (listed && listed.trial_status && !ACTIVE.includes(rec.state)) ? listed.trial_status : rec.state;
+    $("run-state").textContent = state;
+    $("run-state").className = "state " + state;
+    $("run-state").title = "run state: " + rec.state;
     $("run-path").textContent = rec.path + (rec.reports_dropped ? ` (plot: newest ${rec.reports.length} reports)` : "");
     const reports = rec.reports || [];
     const keys = numericKeys(reports);
