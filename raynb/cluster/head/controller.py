@@ -406,8 +406,8 @@ class RunController:
             + unsaved
         )
         log.info("run %s: %s", run.name, text)
-        # Completed where the new attempt is placed (queue): "node n2 lost; restart 1/3 on n1
-        # from checkpoint_000004".
+        # Read where the new attempt is placed (queue): an elastic run's resize line and
+        # whether it is placed at once rather than after waiting for room.
         run.spec["_restart"] = {
             "cause": describe_cause(cause) if not cause.get("node_id") else f"node {cause['node_id']} lost",
             "why": cause.get("why") if cause.get("node_id") else None,  # (an elastic resize note's)
