@@ -403,24 +403,9 @@ def measure_ray(names: list, repeats: int) -> dict:
     return out
 
 
-ALL = ("lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "tensorflow", "horovod")
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="1 repeat")
-    ap.add_argument(
-        "--only",
-        action="append",
-        choices=ALL,
-    )
-    ap.add_argument("--skip-ray", action="store_true", help="no Ray Train side (--quick skips it too)")
-    a = ap.parse_args()
-    repeats = 1 if a.quick else a.repeats
-    names = a.only or list(ALL)
-    load = os.getloadavg()[0]
-    out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
+def measure_raynb(names: list, repeats: int) -> dict:
+    """raynb's figures of each framework on a private 2-worker cluster (see the module doc)."""
+    figures: dict = {}
     # The ranks' output (forwarded to this process's stdout) goes to stderr: stdout is the JSON.
     with private_cluster(), contextlib.redirect_stdout(sys.stderr):
         import cloudpickle
@@ -440,18 +425,42 @@ def main() -> None:
             first = _timed_fit(_trainer(name), first_seen)
             warm = statistics.median(_timed_fit(_trainer(name), warm_seen) for _ in range(repeats))
             fresh = _fresh(name, repeats)
-            out["frameworks"][name] = {
+            figures[name] = {
                 "first_fit_s": round(first, 3),
                 "warm_rerun_s": round(warm, 3),
                 "fresh_launch_s": None if fresh is None else round(fresh, 3),
                 "speedup": None if fresh is None else round(fresh / warm, 1),
             }
             if "import_s" in first_seen:  # what importing the framework cost rank 0
-                out["frameworks"][name]["import_in_rank_s"] = {
+                figures[name]["import_in_rank_s"] = {
                     "first_fit": round(first_seen["import_s"], 3),
                     "warm_rerun": round(warm_seen["import_s"], 4),
                 }
         raynb.disconnect()
+    return figures
+
+
+ALL = ("lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "tensorflow", "horovod")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1 repeat")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=ALL,
+    )
+    ap.add_argument("--skip-ray", action="store_true", help="no Ray Train side (--quick skips it too)")
+    ap.add_argument("--ray-only", action="store_true", help="only Ray Train's side (no raynb cluster)")
+    a = ap.parse_args()
+    repeats = 1 if a.quick else a.repeats
+    names = a.only or list(ALL)
+    load = os.getloadavg()[0]
+    out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
+    if not a.ray_only:
+        out["frameworks"] = measure_raynb(names, repeats)
     print(json.dumps(out["frameworks"]), file=sys.stderr)  # raynb's figures, should Ray's side fail
     ray_names = [n for n in names if n in RAY_FRAMEWORKS]
     if ray_names and not (a.quick or a.skip_ray):
