@@ -234,6 +234,8 @@ def _cmd_start(args, ap) -> int:
         f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
         f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}"
     )
+    if args.preload and not started:
+        print("--preload applies when a cluster starts: `raynb stop`, then start it again with --preload")
     join = join_command(info, connection_file_path())
     if join:
         print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n  {join}")
