@@ -7,7 +7,13 @@ imported into the workers then), ``warm_rerun_s`` (median of ``--repeats`` re-ru
 fit), and ``fresh_launch_s``: the same training launched fresh as its users do without raynb
 (``torchrun --nproc_per_node 2`` of a script for Lightning's ``strategy="ddp"``, Transformers'
 ``Trainer``, FSDP and DeepSpeed; one fresh ``python`` process for LightGBM), median of ``--repeats``.
-``speedup`` is fresh_launch_s / warm_rerun_s. Horovod has no launch to compare with here
+TensorFlow's fresh launch is a pair of ``python`` processes with ``TF_CONFIG`` (how
+``MultiWorkerMirroredStrategy``'s users start it); its ``import_in_rank_s`` says what importing
+TensorFlow cost rank 0 in the first fit and in the warm re-run (nothing: the warm worker kept it).
+``speedup`` is fresh_launch_s / warm_rerun_s. Unless ``--quick`` or ``--skip-ray``,
+``ray_train`` has Ray Train's own ``TorchTrainer`` with Lightning and Transformers and its
+``TensorflowTrainer`` on a local Ray cluster: first fit and the next fits (``second_fit_s``,
+median), and ``over_raynb_warm`` = second_fit_s / raynb's warm_rerun_s. Horovod has no launch to compare with here
 (it does not build against this torch): raynb's figures only.
 
 Usage::
@@ -15,6 +21,7 @@ Usage::
     python -m benchmarks.frameworks                 # 3 repeats
     python -m benchmarks.frameworks --quick         # 1 repeat
     python -m benchmarks.frameworks --only lightning
+    python -m benchmarks.frameworks --only tensorflow --skip-ray
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from benchmarks._common import machine_info, private_cluster, raynb_cli, torchrun_cli  # noqa: E402
+from benchmarks._common import machine_info, private_cluster, raynb_cli, torchrun_cli
 
 WORKERS = 2
 
@@ -83,7 +90,26 @@ x = torch.randn(128, 16)
 for i in range(0, 128, 16):
     loss = torch.nn.functional.mse_loss(engine(x[i:i + 16]), x[i:i + 16, :1]); engine.backward(loss); engine.step()
 """
+# tf-keras Model.fit under MultiWorkerMirroredStrategy; ``import_s``: what importing
+# TensorFlow cost the rank (nothing on a warm rank, which keeps it imported).
+TENSORFLOW_BODY = """
+import time
+t0 = time.perf_counter()
+import numpy as np, tensorflow as tf
+import_s = time.perf_counter() - t0
+strategy = tf.distribute.MultiWorkerMirroredStrategy()
+with strategy.scope():
+    tf.keras.utils.set_random_seed(0)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(4,)),
+                                 tf.keras.layers.Dense(1)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05), loss="mse")
+rng = np.random.default_rng(0); x = rng.normal(size=(256, 4)).astype("float32"); y = x.sum(axis=1, keepdims=True)
+options = tf.data.Options()
+options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32).with_options(options), epochs=2, verbose=0)
+"""
 FRESH = {
+    "tensorflow": TENSORFLOW_BODY,
     "deepspeed": "import deepspeed.ops\ndeepspeed.ops.__compatible_ops__['deepspeed_shm_comm'] = False\n"
     + DEEPSPEED_BODY,
     "lightning": LIGHTNING_BODY
@@ -133,6 +159,14 @@ def fsdp_fn():
 
     scope["model"] = prepare_model(scope["model"], parallel_strategy="fsdp")
     exec(FSDP_STEPS, scope)
+
+
+def tensorflow_fn():
+    scope: dict = {}
+    exec(TENSORFLOW_BODY, scope)
+    import raynb.train
+
+    raynb.train.report({"import_s": scope["import_s"]})
 
 
 def deepspeed_fn():
@@ -190,6 +224,10 @@ def _trainer(name: str):
             scaling_config=sc,
             run_config=rc,
         )
+    if name == "tensorflow":
+        from raynb.train.tensorflow import TensorflowTrainer
+
+        return TensorflowTrainer(tensorflow_fn, scaling_config=sc, run_config=rc)
     if name == "horovod":
         from raynb.train.horovod import HorovodTrainer
 
@@ -206,13 +244,51 @@ def _trainer(name: str):
     )
 
 
-def _timed_fit(trainer) -> float:
+def _timed_fit(trainer, seen: dict | None = None) -> float:
+    """The fit's wall time (s); its last metrics go into ``seen`` when given."""
     t0 = time.perf_counter()
     result = trainer.fit()
     took = time.perf_counter() - t0
-    if result.state != "FINISHED":
+    if getattr(result, "error", None) is not None or getattr(result, "state", "FINISHED") != "FINISHED":
         raise RuntimeError(f"the run failed: {result.error}")
+    if seen is not None:
+        seen.update(result.metrics or {})
     return took
+
+
+def _run_fresh(cmds: list, cwd: str, envs: list, name: str) -> float:
+    """Start ``cmds`` together (one process each, with ``envs``), wait for all; wall time (s)."""
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for cmd, env in zip(cmds, envs)
+    ]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    took = time.perf_counter() - t0
+    for p, err in zip(procs, errors):
+        if p.returncode:
+            raise RuntimeError(f"the fresh {name} launch failed ({p.returncode}): {err[-3000:]}")
+    return took
+
+
+def _tf_pair_envs(env: dict) -> list:
+    """A fresh TF process pair's environments: TF_CONFIG on two free loopback ports, tf-keras."""
+    import socket
+
+    ports = []
+    for _ in range(WORKERS):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    return [
+        dict(
+            env,
+            TF_USE_LEGACY_KERAS="1",
+            TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+        )
+        for i in range(WORKERS)
+    ]
 
 
 def _fresh(name: str, repeats: int) -> float | None:
@@ -223,45 +299,116 @@ def _fresh(name: str, repeats: int) -> float | None:
         script = os.path.join(tmp, f"fresh_{name}.py")  # not {name}.py: it would shadow the package
         with open(script, "w") as f:
             f.write(LGB_FRESH if name == "lightgbm" else FRESH[name])
-        cmd = (
-            [sys.executable, script]
-            if name == "lightgbm"
-            else torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
-        )
         env = dict(os.environ, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu")
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            done = subprocess.run(
-                cmd,
-                cwd=tmp,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=600,
+            if name == "tensorflow":  # a fresh TF process pair, as MultiWorkerMirroredStrategy's users run
+                envs = _tf_pair_envs(env)
+                times.append(_run_fresh([[sys.executable, script]] * WORKERS, tmp, envs, name))
+                continue
+            cmd = (
+                [sys.executable, script]
+                if name == "lightgbm"
+                else torchrun_cli() + ["--standalone", f"--nproc_per_node={WORKERS}", script]
             )
-            if done.returncode:
-                raise RuntimeError(
-                    f"the fresh {name} launch failed ({done.returncode}): {done.stderr[:3000]}"
-                )
-            times.append(time.perf_counter() - t0)
+            times.append(_run_fresh([cmd], tmp, [env], name))
     return statistics.median(times)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="1 repeat")
-    ap.add_argument(
-        "--only",
-        action="append",
-        choices=["lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "horovod"],
-    )
-    a = ap.parse_args()
-    repeats = 1 if a.quick else a.repeats
-    names = a.only or ["lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "horovod"]
-    load = os.getloadavg()[0]
-    out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
+# Ray Train 2.60's side: the same fits through Ray's trainers on a local Ray cluster.
+RAY_FRAMEWORKS = ("lightning", "transformers", "tensorflow")
+
+
+def ray_lightning_fn():
+    scope: dict = {}
+    exec(LIGHTNING_BODY, scope)
+    from ray.train.lightning import RayDDPStrategy, RayLightningEnvironment, RayTrainReportCallback
+
+    scope["pl"].Trainer(
+        devices="auto",
+        strategy=RayDDPStrategy(),
+        plugins=[RayLightningEnvironment()],
+        callbacks=[RayTrainReportCallback()],
+        **scope["common"],
+    ).fit(scope["Regression"](), scope["loader"])
+
+
+def ray_transformers_fn():
+    scope: dict = {}
+    exec(TRANSFORMERS_BODY, scope)
+    from ray.train.huggingface.transformers import prepare_trainer
+
+    t = scope["transformers"].Trainer(model=scope["model"], args=scope["args"], train_dataset=scope["data"])
+    prepare_trainer(t).train()
+
+
+def ray_tensorflow_fn():
+    exec(TENSORFLOW_BODY, {})  # tf-keras: TF_USE_LEGACY_KERAS=1 in the workers' runtime_env
+
+
+def _ray_trainer(name: str, storage: str):
+    import ray.train
+
+    sc = ray.train.ScalingConfig(num_workers=WORKERS)
+    rc = ray.train.RunConfig(storage_path=storage)
+    if name == "tensorflow":
+        from ray.train.tensorflow import TensorflowTrainer
+
+        return TensorflowTrainer(ray_tensorflow_fn, scaling_config=sc, run_config=rc)
+    from ray.train.torch import TorchTrainer
+
+    fn = {"lightning": ray_lightning_fn, "transformers": ray_transformers_fn}[name]
+    return TorchTrainer(fn, scaling_config=sc, run_config=rc)
+
+
+def measure_ray(names: list, repeats: int) -> dict:
+    """Ray Train's first fit and its next fits (median of ``repeats``) of each framework, on a
+    local Ray cluster of our own (loopback; its temp dir removed). Ray starts each fit's
+    worker actors anew, so every fit imports the framework again."""
+    import shutil
+
+    import ray
+
+    tmp = tempfile.mkdtemp(prefix="rb-", dir="/tmp")  # ray's socket paths must stay short
+    out: dict = {}
+    try:
+        for attempt in range(2):  # Ray gives its raylet 30 s to start: a loaded machine misses it
+            try:
+                ray.init(
+                    num_cpus=WORKERS + 1,
+                    _temp_dir=tmp,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                    _node_ip_address="127.0.0.1",
+                    # tf-keras: Ray's TensorFlow backend imports TensorFlow before the function runs
+                    runtime_env={"env_vars": {"OMP_NUM_THREADS": "1", "TF_USE_LEGACY_KERAS": "1"}},
+                )
+                break
+            except Exception as e:  # noqa: BLE001 - recorded in the JSON, not fatal to raynb's figures
+                ray.shutdown()
+                if attempt:
+                    return {"error": f"ray.init failed twice: {e}"}
+        try:
+            for name in names:
+                storage = os.path.join(tmp, "results")
+                try:
+                    first = _timed_fit(_ray_trainer(name, storage))
+                    again = statistics.median(_timed_fit(_ray_trainer(name, storage)) for _ in range(repeats))
+                except Exception as e:  # noqa: BLE001 - one framework's failure is recorded, not fatal
+                    out[name] = {"error": f"{type(e).__name__}: {str(e)[-500:]}"}
+                    continue
+                out[name] = {"first_fit_s": round(first, 3), "second_fit_s": round(again, 3)}
+            out["version"] = ray.__version__
+        finally:
+            ray.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def measure_raynb(names: list, repeats: int) -> dict:
+    """raynb's figures of each framework on a private 2-worker cluster (see the module doc)."""
+    figures: dict = {}
     # The ranks' output (forwarded to this process's stdout) goes to stderr: stdout is the JSON.
     with private_cluster(), contextlib.redirect_stdout(sys.stderr):
         import cloudpickle
@@ -277,16 +424,56 @@ def main() -> None:
 
         raynb.connect()
         for name in names:
-            first = _timed_fit(_trainer(name))
-            warm = statistics.median(_timed_fit(_trainer(name)) for _ in range(repeats))
+            first_seen, warm_seen = {}, {}
+            first = _timed_fit(_trainer(name), first_seen)
+            warm = statistics.median(_timed_fit(_trainer(name), warm_seen) for _ in range(repeats))
             fresh = _fresh(name, repeats)
-            out["frameworks"][name] = {
+            figures[name] = {
                 "first_fit_s": round(first, 3),
                 "warm_rerun_s": round(warm, 3),
                 "fresh_launch_s": None if fresh is None else round(fresh, 3),
                 "speedup": None if fresh is None else round(fresh / warm, 1),
             }
+            if "import_s" in first_seen:  # what importing the framework cost rank 0
+                figures[name]["import_in_rank_s"] = {
+                    "first_fit": round(first_seen["import_s"], 3),
+                    "warm_rerun": round(warm_seen["import_s"], 4),
+                }
         raynb.disconnect()
+    return figures
+
+
+ALL = ("lightning", "transformers", "lightgbm", "fsdp", "deepspeed", "tensorflow", "horovod")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1 repeat")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=ALL,
+    )
+    ap.add_argument("--skip-ray", action="store_true", help="no Ray Train side (--quick skips it too)")
+    ap.add_argument("--ray-only", action="store_true", help="only Ray Train's side (no raynb cluster)")
+    a = ap.parse_args()
+    repeats = 1 if a.quick else a.repeats
+    names = a.only or list(ALL)
+    load = os.getloadavg()[0]
+    out: dict = {"machine": machine_info(load, workers=WORKERS), "repeats": repeats, "frameworks": {}}
+    if not a.ray_only:
+        out["frameworks"] = measure_raynb(names, repeats)
+    print(json.dumps(out["frameworks"]), file=sys.stderr)  # raynb's figures, should Ray's side fail
+    ray_names = [n for n in names if n in RAY_FRAMEWORKS]
+    if ray_names and not (a.quick or a.skip_ray):
+        with contextlib.redirect_stdout(sys.stderr):
+            out["ray_train"] = measure_ray(ray_names, repeats)
+        for name, figures in out["ray_train"].items():
+            if name in out["frameworks"] and isinstance(figures, dict) and "second_fit_s" in figures:
+                figures["over_raynb_warm"] = round(
+                    figures["second_fit_s"] / out["frameworks"][name]["warm_rerun_s"], 1
+                )
     out["load_avg_1m_at_end"] = os.getloadavg()[0]
     print(json.dumps(out, indent=2))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .client.status import format_status
@@ -102,6 +103,14 @@ def _add_start(sub) -> None:
         help="head-keys.json from `raynb keygen`: the same keys "
         "across restarts (node agents reconnect to a restarted head)",
     )
+    s.add_argument(
+        "--preload",
+        default=None,
+        metavar="NAMES",
+        help="frameworks the workers start with, imported once (comma-separated: lightning, "
+        "transformers): their first fit starts warm; a slower start, more memory on the node "
+        "(default $RAYNB_PRELOAD; a node that joins reads its own)",
+    )
 
 
 def _add_node(sub) -> None:
@@ -179,6 +188,9 @@ def _run(argv=None) -> int:
 def _cmd_start_on_ray(args, ap) -> int:
     from .cluster.launch.ray_engine import start_on_ray
 
+    if args.preload:
+        ap.error("--preload is for a local cluster, not --ray")
+
     try:
         info, started = start_on_ray(
             args.ray_address or "auto",
@@ -198,7 +210,14 @@ def _cmd_start_on_ray(args, ap) -> int:
 def _cmd_start(args, ap) -> int:
     from .cluster.connection_file import connection_file_path
     from .cluster.launch.local import join_command, start_and_keep
+    from .cluster.node.zygote import preload_modules
 
+    if args.preload is not None:
+        try:
+            preload_modules(args.preload)
+        except ValueError as e:
+            ap.error(f"--preload: {e}")
+        os.environ["RAYNB_PRELOAD"] = args.preload  # the node agent's zygote reads it
     try:
         info, started = start_and_keep(
             4 if args.workers is None else args.workers,
@@ -215,6 +234,8 @@ def _cmd_start(args, ap) -> int:
         f"raynb cluster {'started' if started else 'already running'} at {info['address']} "
         f"(head pid {info['pids']['head']}); connection file: {connection_file_path()}"
     )
+    if args.preload and not started:
+        print("--preload applies when a cluster starts: `raynb stop`, then start it again with --preload")
     join = join_command(info, connection_file_path())
     if join:
         print(f"CurveZMQ on; to join a host, copy the connection file there (mode 0600) and run:\n  {join}")

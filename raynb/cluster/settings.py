@@ -153,6 +153,14 @@ _TABLE = [
         "for the workers: `other` where other programs keep every core busy",
     ),
     Setting(
+        "RAYNB_PRELOAD",
+        None,
+        str,
+        "frameworks the zygote imports before it forks workers, comma-separated "
+        "(`lightning`, `transformers`; `raynb start --preload`): their first fit starts warm, "
+        "the start is slower and the node holds them in memory",
+    ),
+    Setting(
         "RAYNB_HEAD_GRACE_S",
         60.0,
         _nonneg_float,

@@ -26,6 +26,7 @@ context and a sampling thread, is a separate process.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import select
@@ -41,6 +42,49 @@ PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
 # It brings in scipy's OpenBLAS (threads, as numpy's already are) and pyarrow's jemalloc
 # background thread; both libraries take their locks across fork (pthread_atfork).
 OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
+# Frameworks a user may have the zygote import too (``raynb start --preload``, RAYNB_PRELOAD):
+# their first fit then starts warm, for a slower start and the node's memory. TensorFlow is
+# not one: it must never be imported into the zygote that forks torch's workers.
+PRELOADABLE = {
+    "lightning": ("lightning.pytorch", "raynb.train.lightning"),
+    "transformers": ("transformers", "transformers.trainer", "raynb.train.huggingface.transformers"),
+}
+
+
+def preload_modules(names: str | None) -> tuple:
+    """The modules the frameworks ``names`` (comma-separated, as ``RAYNB_PRELOAD``) stand for.
+
+    Raises:
+        ValueError: a name is not one of ``PRELOADABLE`` (TensorFlow is named as never preloaded).
+    """
+    out: list = []
+    for name in filter(None, (n.strip().lower() for n in (names or "").split(","))):
+        if name in ("tensorflow", "tf", "keras", "tf_keras", "tf-keras"):
+            raise ValueError(
+                f"{name!r} cannot be preloaded: TensorFlow is never imported into the zygote that "
+                "forks torch's workers; TensorflowTrainer's workers import it once and keep it"
+            )
+        if name not in PRELOADABLE:
+            raise ValueError(f"cannot preload {name!r}: choose from {', '.join(sorted(PRELOADABLE))}")
+        out += [m for m in PRELOADABLE[name] if m not in out]
+    return tuple(out)
+
+
+def _preload_asked() -> None:
+    """What RAYNB_PRELOAD asks for; a bad name or a missing package is logged, not fatal (a
+    zygote that failed to start would be restarted, and fail again, until the node gives up)."""
+    from .. import settings
+
+    try:
+        names = preload_modules(settings.get("RAYNB_PRELOAD"))
+    except ValueError as e:
+        print(f"RAYNB_PRELOAD ignored: {e}", file=sys.stderr)
+        return
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            print(f"RAYNB_PRELOAD: {name} not imported ({e})", file=sys.stderr)
 
 
 def _preload() -> None:
@@ -71,9 +115,14 @@ def _preload() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    _preload_asked()
     from ..worker.module_reload import warm
 
     warm()  # the ~2,000 modules above are classified once here, not in every worker
+    # Out of the collector's reach: a worker's first collection would otherwise write to
+    # every object's header above and copy each page of them into the worker (copy-on-write).
+    gc.collect()
+    gc.freeze()
 
 
 def _private_tmpdir(worker_id: str) -> None:
