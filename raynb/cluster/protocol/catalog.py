@@ -230,6 +230,12 @@ MESSAGES = (
         "1.0",
         doc_only("time", float, "the head's clock"),
         doc_only("registered", bool, "to a node: whether the head knows it (False: register again)"),
+        doc_only(
+            "stats_every",
+            float,
+            "to a node: send ``node_stats`` every this many seconds from now on (the head asks "
+            "fewer of an idle node; a faster ask is answered with one at once) (2.4)",
+        ),
         topic=RUNS,
         checked=False,
     ),
