@@ -154,7 +154,9 @@ def placement(args) -> list[dict]:
     sim = workers = None
     out = []
     try:
-        sim = SimNodes(info["address"], info["key"].encode(), workers_per_node=1)
+        sim = SimNodes(
+            info["address"], info["key"].encode(), workers_per_node=1, follow_pace=not args.no_pace
+        )
         workers = SimWorkers(info["address"], info["key"].encode())
         for n in args.place_sizes:
             first = len(sim.socks)
