@@ -163,7 +163,7 @@ def ray_train(sizes: list[int], fits: int) -> dict:
     import subprocess
 
     why = None
-    for attempt in range(2):  # Ray gives its raylet 30 s to start: a loaded machine may need a second go
+    for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine may need more goes
         tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths must stay under 107 bytes
         try:
             p = subprocess.run(

@@ -157,7 +157,7 @@ def ray_tune(n: int, timeout_s: float) -> dict:
         import ray  # noqa: F401 - is it there at all
     except ImportError:
         return {"skipped": "Ray is not installed"}
-    for attempt in range(2):  # Ray gives its raylet 30 s to start: a loaded machine may need a second go
+    for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine may need more goes
         tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths must stay under 107 bytes
         try:
             p = subprocess.run(
