@@ -154,9 +154,10 @@ def ray_data(paths: list[str]) -> dict:
         "out['map_batches']=stream(ds,t2);ray.shutdown();out['init_s']=round(t1-t0,2)\n"
         "print(json.dumps(out))"
     )
-    try:
-        p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
+    from _common import run_child
+
+    p = run_child([sys.executable, "-c", code, *paths], 600)  # its Ray ended with it on a timeout
+    if p is None:
         return {"skipped": "Ray did not start and stream within 600 s on this machine"}
     if p.returncode != 0:
         return {"skipped": f"Ray failed: {p.stderr.strip().splitlines()[-1:]}"}

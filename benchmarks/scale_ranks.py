@@ -93,9 +93,7 @@ def run(sizes: list[int], runs: int) -> dict:
 
 def torchrun(sizes: list[int], runs: int) -> list[dict]:
     """``torchrun --standalone`` of the all-reduce script at each size, end to end."""
-    import subprocess
-
-    from _common import torchrun_cli
+    from _common import run_child, torchrun_cli
     from rerun_latency import TORCHRUN_SCRIPT
 
     out = []
@@ -108,9 +106,9 @@ def torchrun(sizes: list[int], runs: int) -> list[dict]:
             times = []
             for _ in range(runs):
                 t0 = time.perf_counter()
-                p = subprocess.run(cmd, cwd=d, capture_output=True, timeout=600, start_new_session=True)
-                if p.returncode != 0:
-                    raise RuntimeError(f"torchrun failed at {n} ranks: {p.stderr.decode()[-1500:]}")
+                p = run_child(cmd, 600)
+                if p is None or p.returncode != 0:
+                    raise RuntimeError(f"torchrun failed at {n} ranks: {p and p.stderr[-1500:]}")
                 times.append(time.perf_counter() - t0)
             out.append({"ranks": n, "median_s": round(statistics.median(times), 3), "n": runs})
             print(json.dumps({"torchrun": out[-1]}), file=sys.stderr, flush=True)
@@ -160,38 +158,10 @@ def ray_train_child(sizes: list[int], fits: int, tmp: str) -> None:
 
 def ray_train(sizes: list[int], fits: int) -> dict:
     """Ray Train's fits in a child process (its own Ray), its folder removed after."""
-    import subprocess
+    from _common import ray_child
 
-    why = None
-    for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine may need more goes
-        tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths must stay under 107 bytes
-        try:
-            p = subprocess.run(
-                [
-                    sys.executable,
-                    os.path.abspath(__file__),
-                    "--ray-child",
-                    ",".join(map(str, sizes)),
-                    str(fits),
-                    tmp,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=1800,
-                start_new_session=True,
-            )
-        except subprocess.TimeoutExpired:
-            return {"skipped": "Ray Train did not finish within 1800 s on this machine"}
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        if p.returncode == 0 and lines:
-            return {**json.loads(lines[-1]), "attempts": attempt + 1}
-        why = p.stderr.strip().splitlines()[-1:]
-        if "timed out during startup" not in str(why):
-            break
-    return {"skipped": f"Ray Train failed: {why}"}
+    argv = [sys.executable, os.path.abspath(__file__), "--ray-child", ",".join(map(str, sizes)), str(fits)]
+    return ray_child(argv, 1800, "Ray Train")
 
 
 def main(argv=None) -> int:

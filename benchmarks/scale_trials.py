@@ -149,35 +149,15 @@ def ray_tune_child(n: int, tmp: str) -> None:
 
 def ray_tune(n: int, timeout_s: float) -> dict:
     """Ray Tune's sweep of ``n`` trials in a child process (its own Ray), cleaned up after."""
-    import shutil
-    import subprocess
-    import tempfile
+    from _common import ray_child
 
     try:
         import ray  # noqa: F401 - is it there at all
     except ImportError:
         return {"skipped": "Ray is not installed"}
-    for attempt in range(3):  # Ray gives its raylet 30 s to start: a loaded machine may need more goes
-        tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths must stay under 107 bytes
-        try:
-            p = subprocess.run(
-                [sys.executable, os.path.abspath(__file__), "--ray-child", str(n), tmp],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                start_new_session=True,
-            )
-        except subprocess.TimeoutExpired:
-            return {"skipped": f"Ray Tune did not finish {n} trials within {timeout_s:.0f} s on this machine"}
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
-        if p.returncode == 0 and lines:
-            return {**json.loads(lines[-1]), "attempts": attempt + 1}
-        why = p.stderr.strip().splitlines()[-1:]
-        if "timed out during startup" not in str(why):
-            break
-    return {"skipped": f"Ray Tune failed: {why}"}
+    return ray_child(
+        [sys.executable, os.path.abspath(__file__), "--ray-child", str(n)], timeout_s, "Ray Tune"
+    )
 
 
 def table_update_us(n: int, updates: int) -> dict:
