@@ -207,6 +207,8 @@ def ray_child(argv: list[str], timeout_s: float, what: str) -> dict:
             p = run_child([*argv, tmp], timeout_s)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            time.sleep(2)  # a Ray agent that had not yet exited may write one more file there
+            shutil.rmtree(tmp, ignore_errors=True)
         if p is None:
             return {"skipped": f"{what} did not finish within {timeout_s:.0f} s on this machine"}
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
