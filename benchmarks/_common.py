@@ -8,6 +8,7 @@ runs from the repository's root as ``python -m benchmarks.NAME``.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -165,3 +166,55 @@ def _torch_version() -> str:
         return version("torch")
     except PackageNotFoundError:
         return "?"
+
+
+def run_child(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
+    """``cmd`` in a session of its own, its output captured (text); None when it ran past
+    ``timeout_s``, after ending it and every process it started (a Ray child's raylet, GCS
+    and workers outlive a child killed alone)."""
+    import psutil
+
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        tree = [psutil.Process(proc.pid)]
+        with contextlib.suppress(psutil.Error):
+            tree += tree[0].children(recursive=True)
+        for p in tree:
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def ray_child(argv: list[str], timeout_s: float, what: str) -> dict:
+    """Run ``argv + [tmp]`` (a script's Ray side, which prints its JSON last on stdout) with
+    a private temporary folder, removed after; up to 3 tries while Ray's raylet misses its
+    30 s registration (a loaded machine). Returns that JSON plus ``attempts``, or
+    ``{"skipped": why}``."""
+    why = None
+    for attempt in range(3):
+        tmp = tempfile.mkdtemp(prefix="rt-")  # short: Ray's socket paths must stay under 107 bytes
+        try:
+            p = run_child([*argv, tmp], timeout_s)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            time.sleep(2)  # a Ray agent that had not yet exited may write one more file there
+            shutil.rmtree(tmp, ignore_errors=True)
+        if p is None:
+            return {"skipped": f"{what} did not finish within {timeout_s:.0f} s on this machine"}
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode == 0 and lines:
+            return {**json.loads(lines[-1]), "attempts": attempt + 1}
+        why = p.stderr.strip().splitlines()[-1:]
+        if "timed out during startup" not in str(why):
+            break
+    return {"skipped": f"{what} failed: {why}"}

@@ -102,11 +102,16 @@ def run(args, tmp: str) -> dict:
     sim = workers = None
     place = []
     try:
-        sim = SimNodes(info["address"], info["key"].encode(), workers_per_node=1 if args.place_ranks else 0)
+        sim = SimNodes(
+            info["address"],
+            info["key"].encode(),
+            workers_per_node=1 if args.place_ranks else 0,
+            follow_pace=not args.no_pace,
+        )
         reg = sim.grow(args.nodes, timeout=max(60.0, args.nodes / 10))
         if args.place_ranks:
             workers, place = _place(info, sim, args)
-        time.sleep(min(2.0, args.seconds))  # registrations settle; heartbeats steady
+        time.sleep(args.settle)  # registrations settle; the idle nodes asked for fewer heartbeats
         head = psutil.Process(proc.pid)
         sim.take_rtts()
         head.cpu_percent(None)
@@ -148,10 +153,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cprofile", action="store_true", help="the head's CPU without the profiler's")
     ap.add_argument("--place-ranks", type=int, default=0, help="then place runs of this many ranks")
     ap.add_argument("--place-runs", type=int, default=20)
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=13.0,
+        help="seconds before the CPU window: the head asks nodes idle 10 s for fewer heartbeats",
+    )
+    ap.add_argument("--no-pace", action="store_true", help="nodes ignore stats_every: one heartbeat a second")
     ap.add_argument("--quick", action="store_true", help="20 nodes, 2 s")
     args = ap.parse_args(argv)
     if args.quick:
-        args.nodes, args.seconds = 20, 2.0
+        args.nodes, args.seconds, args.settle = 20, 2.0, 1.0
     tmp = tempfile.mkdtemp(prefix="raynb-profile-head-")
     os.makedirs(os.path.join(tmp, "home"), mode=0o700)
     os.environ.update(RAYNB_HOME=os.path.join(tmp, "home"), RAYNB_STORAGE_PATH=os.path.join(tmp, "results"))

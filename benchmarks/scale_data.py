@@ -10,13 +10,18 @@ of ``--sizes`` (MiB):
   and bytes over the slowest rank's time), ``per_rank`` (the largest over the ranks of:
   ``peak_rss_mib``, the process's peak RSS, sampled every 5 ms, and ``peak_extra_mib``,
   that peak over the RSS when the function started).
+- ``map_batches``: the smallest size's files through ``map_batches(scale, batch_format="numpy",
+  batch_size=4096)`` (every column times 2: a per-batch function that touches every value)
+  and then the same ``iter_torch_batches`` loop, the same figures.
 - ``in_memory[i]``: ``raynb.data.from_numpy`` of a float32 array of the same size (32 columns)
   plus a label, the same loop; sizes over half of ``/dev/shm``'s free space are skipped.
 - ``ray_data``: Ray Data 2.60's ``read_parquet(...).iter_torch_batches`` over the smallest
   size's files in one process (``ray.init(num_cpus=2, include_dashboard=False)``), only with
   ``--ray`` and only if Ray starts within 60 s (else the reason): ``init_s``, ``rows_s``
   (from ``read_parquet`` to the last batch), ``rows_s_after_first_batch`` and
-  ``first_batch_s`` (its streaming executor's start-up).
+  ``first_batch_s`` (its streaming executor's start-up); then ``map_batches``: the same
+  ``map_batches(scale, ...)`` and ``iter_torch_batches`` over the same files, ``rows_s``,
+  ``rows_s_after_first_batch``, ``first_batch_s``.
 
 Usage::
 
@@ -83,6 +88,11 @@ def _stream(config):
     report({"rows": rows, "bytes": nbytes, "seconds": elapsed, "peak": peak_rss, "extra": extra})
 
 
+def scale(batch: dict) -> dict:
+    """The per-batch function both map_batches runs apply: every column times 2."""
+    return {k: v * 2 for k, v in batch.items()}
+
+
 def _fit(ds) -> dict:
     """Stream ``ds`` on 2 ranks; the figures over all ranks."""
     from raynb.train import RunConfig, ScalingConfig
@@ -128,19 +138,26 @@ def ray_data(paths: list[str]) -> dict:
     """Ray Data's iter_torch_batches over ``paths`` in a child process (its own Ray)."""
     code = (
         "import json,sys,time;t0=time.perf_counter();import ray;"
-        "ray.init(num_cpus=2,include_dashboard=False,log_to_driver=False);t1=time.perf_counter();"
-        "ds=ray.data.read_parquet(sys.argv[1:]);t2=time.perf_counter();n=0;tf=None\n"
-        "for b in ds.iter_torch_batches(batch_size=4096):\n"
-        " k=len(next(iter(b.values())));n+=k\n"
-        " if tf is None: tf,n0=time.perf_counter(),k\n"
-        "t3=time.perf_counter();ray.shutdown();"
-        "print(json.dumps({'init_s':round(t1-t0,2),'rows':n,'rows_s':round(n/(t3-t2)),"
-        "'rows_s_after_first_batch':round((n-n0)/max(t3-tf,1e-9)),'first_batch_s':round(tf-t2,2)}))"
+        "ray.init(num_cpus=2,include_dashboard=False,log_to_driver=False);t1=time.perf_counter()\n"
+        "def stream(ds,t2):\n"
+        " n=0;tf=None\n"
+        " for b in ds.iter_torch_batches(batch_size=4096):\n"
+        "  k=len(next(iter(b.values())));n+=k\n"
+        "  if tf is None: tf,n0=time.perf_counter(),k\n"
+        " t3=time.perf_counter()\n"
+        " return {'rows':n,'rows_s':round(n/(t3-t2)),"
+        "'rows_s_after_first_batch':round((n-n0)/max(t3-tf,1e-9)),'first_batch_s':round(tf-t2,2)}\n"
+        "t2=time.perf_counter();out=stream(ray.data.read_parquet(sys.argv[1:]),t2)\n"
+        "t2=time.perf_counter();ds=ray.data.read_parquet(sys.argv[1:]).map_batches("
+        "lambda b:{k:v*2 for k,v in b.items()},batch_format='numpy',batch_size=4096)\n"
+        "out['map_batches']=stream(ds,t2);ray.shutdown();out['init_s']=round(t1-t0,2)\n"
+        "print(json.dumps(out))"
     )
-    try:
-        p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        return {"skipped": "Ray did not start and stream within 180 s on this machine"}
+    from _common import run_child
+
+    p = run_child([sys.executable, "-c", code, *paths], 600)  # its Ray ended with it on a timeout
+    if p is None:
+        return {"skipped": "Ray did not start and stream within 600 s on this machine"}
     if p.returncode != 0:
         return {"skipped": f"Ray failed: {p.stderr.strip().splitlines()[-1:]}"}
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -157,9 +174,15 @@ def measure(sizes: list[int], tmp: str, with_ray: bool) -> dict:
     paths0 = None
     for mib in sizes:
         paths = write_parquet(mib, os.path.join(tmp, f"pq-{mib}"))
-        paths0 = paths0 or paths
         out["parquet"].append({"mib": mib, "files": len(paths), **_fit(rd.read_parquet(paths))})
         print(json.dumps(out["parquet"][-1]), file=sys.stderr, flush=True)
+        if paths0 is None:
+            paths0 = paths
+            ds = rd.read_parquet(paths).map_batches(scale, batch_format="numpy", batch_size=4096)
+            out["map_batches"] = {"mib": mib, "files": len(paths), **_fit(ds)}
+            print(json.dumps({"map_batches": out["map_batches"]}), file=sys.stderr, flush=True)
+        else:
+            shutil.rmtree(os.path.dirname(paths[0]), ignore_errors=True)  # disk: only the first is read again
         if mib * 2**20 * 2 > shm_free:
             out["in_memory"].append(
                 {"mib": mib, "skipped": f"over half of /dev/shm's {shm_free >> 20} MiB free"}

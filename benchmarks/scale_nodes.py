@@ -5,7 +5,11 @@ local workers; then simulated node agents (``sim_nodes.py``: one process, the re
 protocol, one socket and routing id each, a ``node_stats`` heartbeat a second) are added
 up to each of ``--sizes``. At each size, while every node heartbeats:
 
-- ``head_cpu_percent``: the head process's CPU over ``--window`` s (100 = one core);
+- ``head_cpu_percent``: the head process's CPU over ``--window`` s (100 = one core), taken
+  ``--settle`` s after that size's nodes registered (by then the head has asked the idle
+  ones for fewer heartbeats: ``head/node_pace.py``; ``--no-pace``: the simulated nodes
+  ignore the ask and send one a second, as agents before it did);
+- ``heartbeats_per_s``: the simulated nodes' heartbeats during that window;
 - ``head_rss_mb`` and ``rss_per_node_kb``: its resident memory, and what each node added
   to it over the head with no simulated nodes;
 - ``heartbeat_ms``: a node's ``node_stats`` sent -> the head's ``pong`` received, for the
@@ -93,16 +97,21 @@ def timed(fn, n: int) -> list[float]:
 
 def measure(head, client, sim, fit, args) -> dict:
     """The figures at the current node count (see the module's docstring)."""
+    if sim is not None and args.settle:
+        time.sleep(args.settle)
     sim and sim.take_rtts()
+    sent0 = sim.sent if sim else 0
     head.cpu_percent(None)
     time.sleep(args.window)
     cpu = head.cpu_percent(None)
+    beats = (sim.sent - sent0) / args.window if sim else 0.0
     rtts = sim.take_rtts() if sim else []
     ping = timed(lambda: client.request("ping", reply_types=("pong",), timeout=30), args.pings)
     st = timed(lambda: client.status(timeout=60), max(3, args.pings // 5))
     runs = timed(fit, args.runs)
     return {
         "head_cpu_percent": round(cpu, 1),
+        "heartbeats_per_s": round(beats, 1),
         "head_rss_mb": round(head.memory_info().rss / 2**20, 2),
         "heartbeat_ms": summary(rtts),
         "ping_ms": summary(ping),
@@ -144,7 +153,9 @@ def placement(args) -> list[dict]:
     sim = workers = None
     out = []
     try:
-        sim = SimNodes(info["address"], info["key"].encode(), workers_per_node=1)
+        sim = SimNodes(
+            info["address"], info["key"].encode(), workers_per_node=1, follow_pace=not args.no_pace
+        )
         workers = SimWorkers(info["address"], info["key"].encode())
         for n in args.place_sizes:
             first = len(sim.socks)
@@ -213,7 +224,12 @@ def run(args) -> dict:
             fit()  # the process group forms; what follows is warm
         out: dict = {"baseline": measure(head, client, None, fit, args), "sizes": []}
         base_rss = head.memory_info().rss
-        sim = SimNodes(info["address"], info["key"].encode(), reply_every_s=args.reply_every)
+        sim = SimNodes(
+            info["address"],
+            info["key"].encode(),
+            reply_every_s=args.reply_every,
+            follow_pace=not args.no_pace,
+        )
         for n in args.sizes:
             reg = sim.grow(n - len(sim.socks), timeout=max(60.0, n / 10))
             m = measure(head, client, sim, fit, args)
@@ -260,6 +276,18 @@ def main(argv=None) -> int:
         "from it (default: a real agent's, 5; 0: every heartbeat asks, as an agent before protocol "
         "2.3; --quick: 0, so its short windows see pongs)",
     )
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds between a size's nodes registered and its CPU window (default: long enough "
+        "for the head to ask the idle nodes for fewer heartbeats, 13; --quick: 0)",
+    )
+    ap.add_argument(
+        "--no-pace",
+        action="store_true",
+        help="simulated nodes ignore the head's stats_every and heartbeat every second",
+    )
     ap.add_argument("--quick", action="store_true", help="5 and 20 nodes, short windows (seconds)")
     args = ap.parse_args(argv)
     q = args.quick
@@ -272,6 +300,8 @@ def main(argv=None) -> int:
     if args.reply_every is None and q:
         args.reply_every = 0.0
     args.window = args.window or (1.0 if q else 5.0)
+    if args.settle is None:
+        args.settle = 0.0 if q else 13.0
     args.pings = args.pings or (10 if q else 50)
     args.runs = args.runs or (3 if q else 9)
     tmp = tempfile.mkdtemp(prefix="raynb-scale-nodes-")
@@ -295,6 +325,9 @@ def main(argv=None) -> int:
         "place_ranks": args.place_ranks,
         "place_runs": args.place_runs,
         "reply_every_s": args.reply_every,
+        "settle_s": args.settle,
+        "follow_pace": not args.no_pace,
+        "idle_heartbeat_s": os.environ.get("RAYNB_IDLE_HEARTBEAT_S", "default"),
         "quick": q,
     }
     out["machine"] = {

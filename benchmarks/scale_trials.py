@@ -14,12 +14,19 @@ On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
   summary the notebook's pane leaves when the sweep ends (the live table's 30 rows, the
   rest counted; without its plot), its render time and size.
 - ``overhead_ratio``, ``table_ratio``: the largest N's figure over the smallest's.
+- ``ray_tune`` (only with ``--ray N``): Ray Tune 2.60's ``Tuner(...).fit()`` of the same N
+  trivial trials with its ``ASHAScheduler``, in a child process
+  (``ray.init(num_cpus=2, include_dashboard=False)``, its temporary and storage folders
+  under a private directory removed after): ``init_s``, ``wall_s``, ``per_trial_overhead_ms``,
+  the driver's RSS (MiB) and CPU seconds, the experiment directory's bytes and files; or
+  ``skipped`` and why (not installed, a timeout of ``--ray-timeout`` s).
 
 Usage::
 
     python -m benchmarks.scale_trials                   # 100 and 1000 trials
     python -m benchmarks.scale_trials --trials 100,1000,10000
     python -m benchmarks.scale_trials --quick           # 10 and 30 trials (the tests)
+    python -m benchmarks.scale_trials --trials 1000 --ray 1000   # Ray Tune beside raynb
 """
 
 from __future__ import annotations
@@ -96,6 +103,62 @@ def sweep(n: int, head: psutil.Process, storage: str) -> dict:
     }
 
 
+def ray_tune_child(n: int, tmp: str) -> None:
+    """(in the child process) Ray Tune's sweep of ``n`` trivial trials; prints its JSON."""
+    t0 = time.perf_counter()
+    import ray
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler
+
+    ray.init(
+        num_cpus=WORKERS, include_dashboard=False, log_to_driver=False, _temp_dir=os.path.join(tmp, "ray")
+    )
+    t1 = time.perf_counter()
+    me = psutil.Process()
+    cpu0 = _cpu_s(me)
+
+    def ray_trivial(config):
+        tune.report({"score": config["x"]})
+
+    storage = os.path.join(tmp, "results")
+    grid = tune.Tuner(
+        ray_trivial,
+        param_space={"x": tune.uniform(0, 1)},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", num_samples=n, scheduler=ASHAScheduler(max_t=1, grace_period=1)
+        ),
+        run_config=tune.RunConfig(name=f"ray-{n}", storage_path=storage, verbose=0),
+    ).fit()
+    wall = time.perf_counter() - t1
+    done = sum(1 for r in grid if r.error is None)
+    rss, cpu = me.memory_info().rss, _cpu_s(me) - cpu0
+    ray.shutdown()
+    size, files = _dir_size(os.path.join(storage, f"ray-{n}"))
+    out = {
+        "trials": n,
+        "finished": done,
+        "init_s": round(t1 - t0, 2),
+        "wall_s": round(wall, 3),
+        "per_trial_overhead_ms": round(wall / n * 1000, 3),
+        "driver": {"rss_mib": round(rss / 2**20, 1), "cpu_s": round(cpu, 2)},
+        "experiment_dir": {"bytes": size, "files": files},
+    }
+    print(json.dumps(out), flush=True)
+
+
+def ray_tune(n: int, timeout_s: float) -> dict:
+    """Ray Tune's sweep of ``n`` trials in a child process (its own Ray), cleaned up after."""
+    from _common import ray_child
+
+    try:
+        import ray  # noqa: F401 - is it there at all
+    except ImportError:
+        return {"skipped": "Ray is not installed"}
+    return ray_child(
+        [sys.executable, os.path.abspath(__file__), "--ray-child", str(n)], timeout_s, "Ray Tune"
+    )
+
+
 def table_update_us(n: int, updates: int) -> dict:
     """One report into a `TuneProgress` of ``n`` trials and what a live redraw reads."""
     from raynb.notebook.trial_table.model import TuneProgress
@@ -169,7 +232,13 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", default=None, help="trial counts, comma-separated (default 100,1000)")
     ap.add_argument("--updates", type=int, default=None, help="table updates timed per size (default 200)")
     ap.add_argument("--quick", action="store_true", help="10 and 30 trials, 20 table updates (seconds)")
+    ap.add_argument("--ray", type=int, default=0, help="also Ray Tune 2.60 with this many trials (0: not)")
+    ap.add_argument("--ray-timeout", type=float, default=1800.0, help="seconds Ray Tune's sweep may take")
+    ap.add_argument("--ray-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.ray_child:
+        ray_tune_child(int(args.ray_child[0]), args.ray_child[1])
+        return 0
     sizes = [int(s) for s in (args.trials or ("10,30" if args.quick else "100,1000")).split(",")]
     updates = args.updates or (20 if args.quick else 200)
     if min(sizes) < 1 or updates < 1:
@@ -177,7 +246,15 @@ def main(argv=None) -> int:
     load0 = round(os.getloadavg()[0], 2)
     with private_cluster() as (home, storage):
         out = measure(sizes, updates, home, storage)
-    out["settings"] = {"trials": sizes, "updates": updates, "quick": args.quick, "workers": WORKERS}
+    if args.ray:
+        out["ray_tune"] = ray_tune(args.ray, args.ray_timeout)
+    out["settings"] = {
+        "trials": sizes,
+        "updates": updates,
+        "quick": args.quick,
+        "workers": WORKERS,
+        "ray_trials": args.ray,
+    }
     out["machine"] = machine_info(load0, loadavg_at_end=open("/proc/loadavg").read().split()[:3])
     print(json.dumps(out, indent=1))
     return 0

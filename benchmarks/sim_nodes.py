@@ -8,7 +8,10 @@ scheduler never places one there; with ``workers_per_node``, as many, which ``Si
 brings up), then a ``node_stats`` heartbeat every ``interval_s`` (its resource
 report: load average, zygote, workers' samples). As a real agent, a heartbeat asks for
 the head's ``pong`` (``"reply": True``) only when the node has not heard from the head for
-``reply_every_s`` (the agent's ``STATS_REPLY_S``). Every reply is verified with the
+``reply_every_s`` (the agent's ``STATS_REPLY_S``, scaled as the agent scales it by the
+interval the head asked for). As a real agent, a node follows the head's ``stats_every``
+(``head/node_pace.py``: fewer heartbeats from an idle node; a faster ask answered with one
+at once), unless ``follow_pace`` is False. Every reply is verified with the
 cluster's key (``protocol.Session``). The time from an asking heartbeat sent to the head's
 ``pong`` received is the heartbeat-to-handled latency.
 
@@ -40,6 +43,8 @@ class SimNodes:
         brings them up; 0: none, the node hosts no ranks).
     reply_every_s (float): a heartbeat asks for a pong when the node heard nothing from
         the head for this long (a real agent's: ``agent.STATS_REPLY_S``; 0: every one asks).
+    follow_pace (bool): take the head's ``stats_every`` as a real agent does (False: one
+        heartbeat every ``interval_s`` whatever the head asks, as an agent before it).
     """
 
     def __init__(
@@ -49,6 +54,7 @@ class SimNodes:
         interval_s: float = 1.0,
         reply_every_s: float | None = None,
         workers_per_node: int = 0,
+        follow_pace: bool = True,
     ):
         from raynb.cluster.node import agent
 
@@ -57,6 +63,10 @@ class SimNodes:
         self.address, self.key, self.interval_s = address, key, interval_s
         self.reply_every_s = getattr(agent, "STATS_REPLY_S", 0.0) if reply_every_s is None else reply_every_s
         self._heard: dict[int, float] = {}  # node -> when it last heard from the head (monotonic s)
+        self.follow_pace = follow_pace
+        self._every: dict[int, float] = {}  # node -> its heartbeat interval, as the head asked (s)
+        self._next: dict[int, float] = {}  # node -> when its next heartbeat is due (its heap entry)
+        self.paced = 0  # the head's stats_every asks received
         self.ctx = zmq.Context()
         self.ctx.set(zmq.MAX_SOCKETS, 8192)
         self.sessions: list[
@@ -146,7 +156,8 @@ class SimNodes:
 
     # -- the loop -----------------------------------------------------------------
     def _heartbeat(self, i: int, now: float) -> None:
-        reply = now - self._heard.get(i, 0.0) >= self.reply_every_s
+        wait = self.reply_every_s * self._every.get(i, self.interval_s) / self.interval_s
+        reply = now - self._heard.get(i, 0.0) >= wait
         self.sessions[i].send(
             self.socks[i],
             messages.NODE_STATS,
@@ -180,19 +191,38 @@ class SimNodes:
                 if msg.content.get("registered"):
                     self.registered.add(i)
                     self._pending.discard(i)
-                    heapq.heappush(self._due, (now + random.uniform(0, self.interval_s), i))
+                    self._schedule(i, now + random.uniform(0, self.interval_s))
+                continue
+            every = msg.content.get("stats_every")
+            if every is not None and self.follow_pace:
+                self._pace(i, float(every), now)
                 continue
             sent = self._sent_at.pop(i, None)
             if sent is not None and (self._flood is None or self._flood[0] != i):
                 self.rtts.append(time.monotonic() - sent)
 
+    def _schedule(self, i: int, at: float) -> None:
+        self._next[i] = at
+        heapq.heappush(self._due, (at, i))
+
+    def _pace(self, i: int, every: float, now: float) -> None:
+        """The head asked node ``i`` for a heartbeat every ``every`` s (an agent's ``on_pong``)."""
+        self.paced += 1
+        every = min(10.0, max(self.interval_s, every))
+        faster = every < self._every.get(i, self.interval_s)
+        self._every[i] = every
+        if faster:
+            self._schedule(i, now)  # one at once, as an agent does
+
     def _step(self) -> bool:
         now = time.monotonic()
         busy = False
         while self._due and self._due[0][0] <= now:
-            _, i = heapq.heappop(self._due)
+            at, i = heapq.heappop(self._due)
+            if self._next.get(i) != at:
+                continue  # replaced by a sooner one (the head asked for more)
             self._heartbeat(i, time.monotonic())
-            heapq.heappush(self._due, (now + self.interval_s, i))
+            self._schedule(i, now + self._every.get(i, self.interval_s))
             busy = True
         if self._flood is not None:
             i, until = self._flood

@@ -99,6 +99,14 @@ _TABLE = [
         "remote node lost and fails its ranks' attempts (at least 1)",
     ),
     Setting(
+        "RAYNB_IDLE_HEARTBEAT_S",
+        2.0,
+        _nonneg_float,
+        "seconds between the heartbeats the head asks of a remote node whose workers ran nothing "
+        "for 10 s (1 to 10; 1: every second, as a busy node's); such a node is held lost after "
+        "RAYNB_NODE_TIMEOUT_S times this",
+    ),
+    Setting(
         "RAYNB_REPLACEMENT_WAIT_S",
         300.0,
         _nonneg_float,

@@ -100,6 +100,8 @@ def test_scale_data_quick_prints_json_and_cleans_up(tmp_path):
         for m in out[kind]:
             assert m["rows"] == m["mib"] * 2**20 // 128, m  # every row once (128 bytes of features a row)
             assert m["rows_s"] > 0 and m["mb_s"] > 0 and m["per_rank"]["peak_rss_mib"] > 0, m
+    mb = out["map_batches"]  # the first size's files through map_batches, then the same loop
+    assert mb["mib"] == 32 and mb["rows"] == 32 * 2**20 // 128 and mb["rows_s"] > 0, mb
     assert out["ray_data"] == {"skipped": "not asked (--ray)"}
 
 

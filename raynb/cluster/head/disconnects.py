@@ -7,7 +7,8 @@ a node agent carries the descriptor it came on, ``zmq.SRCFD``). A closed connect
 proves nothing: a live agent's socket reconnects by itself after a network blip, and its
 next heartbeat (one a second) clears the suspicion. So a node whose connection closed is
 lost only when nothing came from it for ``DISCONNECT_GRACE_S`` after the close was seen
-(two and a half heartbeats). A node that stays connected is judged by its heartbeats alone,
+(two and a half heartbeats; times the node's interval where ``node_pace`` asked an idle node
+for fewer). A node that stays connected is judged by its heartbeats alone,
 however slow it is; a stall of the head's own loop counts as a sign of life of every node
 (``loop_stall.discount``), so a busy head turns no suspicion into a loss either.
 """
@@ -84,13 +85,14 @@ class Disconnects:
             node = listed.get(node_id)
             if node is None or node.last_seen > closed_at:  # forgotten, or reconnected
                 del self._closed[node_id]
-            elif now - closed_at >= self.grace_s:
+            # as many heartbeats' grace for a node asked to send fewer (node_pace.py)
+            elif now - closed_at >= (grace := self.grace_s * getattr(node, "beat_s", 1.0)):
                 del self._closed[node_id]
                 found.append(
                     (
                         node,
                         f"lost: its connection to the head closed and it was not heard from "
-                        f"within {self.grace_s:.1f}s (its host died, or its agent was killed)",
+                        f"within {grace:.1f}s (its host died, or its agent was killed)",
                     )
                 )
         for node_id in [n for n in self._fd_of if n not in listed]:

@@ -7,10 +7,10 @@ the run side that ``server.py`` keeps.
 Losing a node: the local node agent is the head's child (its exit is seen at once), and
 any other agent on this machine is watched (``node_exits``); a node whose connection to the
 head closed and that stays silent is lost after a short grace (``disconnects``); a node on
-another host sends stats every second (``node.STATS_INTERVAL_S``), and one silent
-``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``) is lost: its ranks fail their
-runs naming the node, and a run with ``FailureConfig(max_failures=...)`` restarts on the
-nodes that remain.
+another host sends stats every second (``node.STATS_INTERVAL_S``; less often while idle, as
+``node_pace`` asks), and one silent ``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``)
+times its interval is lost: its ranks fail their runs naming the node, and a run with
+``FailureConfig(max_failures=...)`` restarts on the nodes that remain.
 """
 
 from __future__ import annotations
@@ -277,12 +277,15 @@ class NodeEvents:
                 if now - node.last_seen > NODE_TIMEOUT_S and self.local_node.proc:
                     self.local_node.kill()  # hung: the check above restarts it next tick
                     node.last_seen = now
-            elif now - node.last_seen > remote_timeout:
+            elif now - node.last_seen > remote_timeout * node.beat_s:
+                # as many missed heartbeats for a node asked to send fewer (node_pace.py)
                 self._lose_node(
                     node,
-                    f"lost: no heartbeat for {remote_timeout:.0f}s (its host died, "
+                    f"lost: no heartbeat for {remote_timeout * node.beat_s:.0f}s (its host died, "
                     "or the network to it is down)",
                 )
+            else:
+                self.pace.check(node, now)
 
     def _node_exits(self) -> NodeExits:
         """The node agents on this machine whose exit the head watches (made at first use)."""
@@ -295,8 +298,9 @@ class NodeEvents:
         """A remote node that missed its last heartbeats (``SUSPECT_S``), or was not heard
         from since ``since`` (monotonic s; when its ranks were asked to stop: a heartbeat a
         moment before its host went makes it look alive for SUSPECT_S, longer than the
-        cancel grace): maybe lost."""
-        return time.monotonic() - node.last_seen > SUSPECT_S or node.last_seen < (since or 0.0)
+        cancel grace): maybe lost. Both scaled by the node's heartbeat interval (``node_pace``)."""
+        silent = time.monotonic() - node.last_seen
+        return silent > SUSPECT_S * node.beat_s or node.last_seen < (since or 0.0)
 
     # -- refusing a peer ----------------------------------------------------------
     def refuse_peer(self, identity: bytes) -> None:

@@ -95,12 +95,13 @@ class WorkerPool:
             node.spawning += missing
             self._send(node.identity, messages.SPAWN_WORKERS, {"count": missing})
 
-    def tick(self, now: float, runs_waiting: bool) -> None:
+    def tick(self, now: float, runs_waiting: bool) -> list[str]:
         """Note when the workers that became idle since the last tick did, update the thread
         shares of the nodes whose busy count changed, retire those idle too long beyond the
         warm count. Only what changed is looked at (``Registry.take_changes``), and the search
         for workers to retire runs when something changed or the next one is due: a tick
-        (up to 200 a second while messages arrive) costs the same whatever the cluster's size."""
+        (up to 200 a second while messages arrive) costs the same whatever the cluster's size.
+        Returns the nodes whose count of busy workers changed (``node_pace``)."""
         changed, nodes = self.registry.take_changes()
         for w in changed:
             if not w.busy and w.idle_since is None:
@@ -108,11 +109,12 @@ class WorkerPool:
         for node_id in nodes:
             self._share_threads(node_id, [w for w in self.registry.workers_of(node_id) if w.busy])
         if runs_waiting:
-            return
+            return nodes
         if self.registry.version == self._searched_at and now < self._next_retire:
-            return
+            return nodes
         for w in self.retirable(now):
             self.retire(w, now)
+        return nodes
 
     def _share_threads(self, node_id: str, busy: list[WorkerInfo]) -> None:
         share = self.registry.thread_share(node_id)

@@ -88,6 +88,10 @@ class NodeInfo:
     labels: dict = field(default_factory=dict)  # e.g. {"ray_node_id": ...}, for `raynb status`
     hosted: bool = False  # a worker joined from it since it registered (its /dev/shm may hold data)
     stats_at: float = -1e9  # when its last node_stats was taken (monotonic s)
+    # The heartbeat interval the head last asked of it (s; node_pace.py), and since when none
+    # of its workers ran a task (monotonic s; None while one does).
+    beat_s: float = 1.0
+    idle_at: float | None = field(default_factory=time.monotonic)
 
     @property
     def free_gpus(self) -> list:

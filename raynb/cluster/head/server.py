@@ -31,6 +31,7 @@ from .jobs import Jobs
 from .local_node import LOCAL_NODE_ID, LocalNode
 from .loop_stall import LoopWatch, discount
 from .node_events import NODE_TIMEOUT_S, NodeEvents, RefusalLog  # noqa: F401 - NODE_TIMEOUT_S: its old home
+from .node_pace import NodePace
 from .offloop import OffLoop
 from .pool import DEFAULT_IDLE_TIMEOUT_S, WorkerPool
 from .queue import RunQueue
@@ -106,6 +107,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         self.controller = RunController(self, self.store)
         self.queue = RunQueue(self.registry, self.runs, self.send, self.emit, self.controller, self.send_each)
         self.pool = WorkerPool(self.registry, self.send, self._note, idle_timeout_s)
+        self.pace = NodePace(self.registry, self.send)  # idle remote nodes heartbeat less often
         self.local_node: LocalNode | None = None
         self.connection_info: dict | None = None  # written to the connection file by main()
         self.started = time.time()
@@ -245,7 +247,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
                 self.store.flush(run)
         while self._write_failures:  # a run whose files cannot be written fails, not the head
             self.controller.storage_failed(self._write_failures.pop(0))
-        self.pool.tick(now, runs_waiting=len(self.queue) > 0)
+        self.pace.busy_changed(self.pool.tick(now, runs_waiting=len(self.queue) > 0), now)
         self.queue.gate.tick(now)
         if len(self.queue) and now >= self._next_schedule:  # a run waiting for room times out
             self._next_schedule = now + 1.0

@@ -61,8 +61,12 @@ HANDLERS: dict[str, str] = {
 }
 DATA_SOCKET_TYPES = frozenset({messages.DATA_PUT})
 STATS_INTERVAL_S = 1.0
+# The longest interval between stats the agent takes from the head's ``stats_every`` (s):
+# the head asks for fewer heartbeats from an idle node (``head/node_pace.py``).
+MAX_STATS_INTERVAL_S = 10.0
 # A node's stats ask the head for a pong (its sign of life) only when the agent has not heard
-# from it for this long (s), or a quarter of the grace it gives a silent head if less.
+# from it for this long (s; times the interval over STATS_INTERVAL_S while the head asked for
+# fewer), or a quarter of the grace it gives a silent head if less.
 STATS_REPLY_S = 5.0
 # The head answers every stats message. Once it is gone (``head_watch``: its process ended,
 # its connection closed, or silent past RAYNB_HEAD_GRACE_S and not known alive) this node
@@ -134,6 +138,9 @@ class NodeAgent:
         )  # segments from other hosts
         self.handlers = bind(self, HANDLERS)
         self.head_forgot = False  # a pong said the head does not know this node
+        # Seconds between stats, as the head last asked (a pong's stats_every); a faster ask
+        # sends one at once (stats_now), the head's sign that this node is there.
+        self.stats_every, self.stats_now = STATS_INTERVAL_S, False
         self.workers: dict[int, str] = {}  # pid -> worker_id
         self.procs: dict[int, psutil.Process] = {}
         self.gpus = GpuSampler()  # off (no columns) without an NVIDIA driver
@@ -326,6 +333,7 @@ class NodeAgent:
             kill_group(pid, signal.SIGKILL)
         self.sock.close(0)
         self._connect()
+        self.stats_every = STATS_INTERVAL_S  # a new registration: the head expects one a second
         self._register()
 
     def _on_head(self, msg: messages.Message) -> None:
@@ -366,6 +374,11 @@ class NodeAgent:
         ``serve`` starts over with it."""
         if msg.content.get("registered") is False:
             self.head_forgot = True
+        every = msg.content.get("stats_every")
+        if isinstance(every, (int, float)) and not isinstance(every, bool) and every == every:
+            every = min(MAX_STATS_INTERVAL_S, max(STATS_INTERVAL_S, float(every)))
+            self.stats_now = self.stats_now or every < self.stats_every
+            self.stats_every = every
 
     def _pids_of(self, worker_id: str) -> list[int]:
         return [pid for pid, wid in self.workers.items() if wid == worker_id]
@@ -412,7 +425,8 @@ class NodeAgent:
         from lately (a pong to every heartbeat of every node costs the head in proportion
         to its nodes; the grace on a silent head is many heartbeats long)."""
         watch = self.head_watch
-        return now - watch.last_heard >= min(STATS_REPLY_S, watch.grace_s / 4)
+        wait = STATS_REPLY_S * self.stats_every / STATS_INTERVAL_S
+        return now - watch.last_heard >= min(wait, watch.grace_s / 4)
 
     def serve(self) -> int:
         """Register, then serve the head until it says shutdown (0), refuses this node
@@ -428,7 +442,8 @@ class NodeAgent:
         lost_at: float | None = None
         try:
             while not self._stop:
-                timeout = max(0.0, next_stats - time.monotonic())
+                # at least once a second: a retired worker's SIGKILL is not put off by idle stats
+                timeout = min(STATS_INTERVAL_S, max(0.0, next_stats - time.monotonic()))
                 for sock, _ in poller.poll(timeout * 1000):
                     if watch.handle(sock, time.monotonic()):
                         continue
@@ -468,10 +483,11 @@ class NodeAgent:
                         poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
                         break
                 now = time.monotonic()
-                if now >= next_stats:
+                self._kill_late_retirees()
+                if now >= next_stats or self.stats_now:
                     self._send_stats()
-                    self._kill_late_retirees()
-                    next_stats = time.monotonic() + STATS_INTERVAL_S
+                    self.stats_now = False
+                    next_stats = time.monotonic() + self.stats_every
                 why = watch.gone(now) if lost_at is None else None
                 if why and self.reconnect_s <= 0:
                     log.error("%s (head %s): this node agent stops its workers and exits", why, self.address)

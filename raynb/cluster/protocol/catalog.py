@@ -14,7 +14,7 @@ from __future__ import annotations
 from .declaration import doc_only, message, opt, req, route
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.4"
+PROTOCOL_VERSION = "2.5"
 # What each version changed (the reference's history; a peer of another major version is refused).
 VERSIONS = (
     ("1.0", "the first: signed frames, every message type of 1.0 below"),
@@ -31,6 +31,7 @@ VERSIONS = (
         "``env`` and ``cpus_per_worker``; ``node_stats``' ``reply``; ``report_gate`` (an elastic grow stops "
         "the ranks inside ``report()``)",
     ),
+    ("2.5", "``pong``'s ``stats_every``: the head asks an idle node for fewer ``node_stats``"),
 )
 
 # Field types several messages share.
@@ -230,6 +231,13 @@ MESSAGES = (
         "1.0",
         doc_only("time", float, "the head's clock"),
         doc_only("registered", bool, "to a node: whether the head knows it (False: register again)"),
+        doc_only(
+            "stats_every",
+            float,
+            "to a node: send ``node_stats`` every this many seconds from now on (the head asks "
+            "fewer of an idle node; a faster ask is answered with one at once)",
+            since="2.5",
+        ),
         topic=RUNS,
         checked=False,
     ),

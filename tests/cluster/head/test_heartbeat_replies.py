@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import zmq
 
 from raynb.cluster.head.server import Head
-from raynb.cluster.node.agent import STATS_REPLY_S, NodeAgent
+from raynb.cluster.node.agent import STATS_INTERVAL_S, STATS_REPLY_S, NodeAgent
 from raynb.cluster.protocol import messages
 
 
@@ -84,7 +84,9 @@ def test_the_head_answers_a_heartbeat_only_when_asked_or_when_it_does_not_know_t
 
 def test_an_agent_asks_for_a_reply_when_it_has_not_heard_from_the_head_lately():
     def agent(last_heard: float, grace_s: float):
-        return SimpleNamespace(head_watch=SimpleNamespace(last_heard=last_heard, grace_s=grace_s))
+        return SimpleNamespace(
+            head_watch=SimpleNamespace(last_heard=last_heard, grace_s=grace_s), stats_every=STATS_INTERVAL_S
+        )
 
     ask = NodeAgent._reply_wanted
     assert not ask(agent(100.0, 60.0), 101.0)

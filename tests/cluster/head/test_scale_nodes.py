@@ -115,6 +115,7 @@ def test_head_stays_responsive_with_200_simulated_nodes(tmp_path):
 def test_scale_ranks_quick_prints_json(tmp_path):
     out = run_benchmark("scale_ranks.py", tmp_path, timeout=300)
     assert [m["ranks"] for m in out["sizes"]] == [1, 2] and out["ratio_to_smallest"]["1"] == 1.0
+    assert "torchrun" not in out and "ray_train" not in out  # full mode only: the quick one stays quick
     for m in out["sizes"]:
         w = m["warm_rerun_ms"]
         assert w["n"] == 3 and 0 < w["min"] <= w["median"] <= w["p90"], m
