@@ -31,6 +31,7 @@ from ..protocol import chunking, event_batch, messages
 from ..protocol.dispatch import bind
 from . import task_context, warning_registry
 from .head_link import HeadLink
+from .library_state import LibraryState
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
 from .rank_output import OutputBatch, RankStream
@@ -85,6 +86,7 @@ class Worker:
         self.threads = ThreadShare()
         # A run's env_vars, set from before its unpickling to its end; the environment as it was after.
         self.task_env = TaskEnv(keep=PROCESS_ENV)
+        self.library_state = LibraryState()
         self._sys_path_seen: tuple = ()
         self._umask = os.umask(0o077)  # the worker's own, restored for every task (_prepare)
         os.umask(self._umask)
@@ -289,7 +291,9 @@ class Worker:
                     self._cancel_requested = False
                 task_context.end(status)
                 # After the task's at_end functions (an MLflow run's end sets its variables back):
-                # a warm worker serves other runs next, in the environment it had before.
+                # a warm worker serves other runs next, in the environment it had before. A run
+                # left open ends first, while the task's tracking URI is still set.
+                self.library_state.restore(status)
                 self.task_env.restore()
                 self.threads.end()
                 # What the task started (a subprocess, a fork, a DataLoader's workers) ends
@@ -365,6 +369,7 @@ class Worker:
     def _prepare(self, task: dict) -> None:
         # Before the payload is unpickled: a module the function imports reads them then.
         self.task_env.set(task.get("env"))
+        self.library_state.note()
         group = task["group"]
         values = tuple(
             map(
