@@ -38,6 +38,9 @@ def ray_data():
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
+        # Ray's default shuffle starts aggregator actors (a process each) for every sort and
+        # groupby; the task-based sort shuffle reuses the worker and gives the same rows.
+        ctx.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
         yield ray.data
     finally:
         ray.shutdown()
