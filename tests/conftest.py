@@ -104,6 +104,27 @@ def warm(cluster):
     return cluster
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_in_home():
+    """What tests leave in the user's home goes with the session: Ray's ``ray.init`` and its
+    CLI make ``~/.ray`` (and its token file), TensorFlow ``~/.keras``, a kernel ``~/.ipython``.
+    Only what was not there before the session is removed."""
+    import shutil
+    from pathlib import Path
+
+    home = Path.home()
+    made_by_tests = [home / name for name in (".ray", ".keras", ".ipython")]
+    before = {path: path.exists() for path in made_by_tests}
+    token = home / ".ray" / "auth_token"
+    token_before = token.exists()
+    yield
+    if not token_before:
+        token.unlink(missing_ok=True)
+    for path, existed in before.items():
+        if not existed:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def shell(cluster, tmp_path_factory):
     """A real IPython shell (in-memory history) with raynb's magics loaded."""
