@@ -41,8 +41,9 @@ def run_one(path: str, rewrite) -> dict:
     if rewrite is not None:
         target = os.path.join(tmp, Path(path).name)
         Path(target).write_text(rewrite(Path(path).read_text()))
-    old_argv, old_cwd, old_path = sys.argv, os.getcwd(), list(sys.path)
+    old_argv, old_cwd, old_path, old_tempdir = sys.argv, os.getcwd(), list(sys.path), tempfile.tempdir
     sys.argv, status, reason = [target], "pass", ""
+    tempfile.tempdir = tmp  # what a script makes with mkdtemp() (Ray's pages do) goes with it
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     t0 = time.monotonic()
     try:
@@ -57,7 +58,7 @@ def run_one(path: str, rewrite) -> dict:
         traceback.print_exc()
     finally:
         os.chdir(old_cwd)
-        sys.argv, sys.path[:] = old_argv, old_path
+        sys.argv, sys.path[:], tempfile.tempdir = old_argv, old_path, old_tempdir
         shutil.rmtree(tmp, ignore_errors=True)
     return {
         "script": Path(path).name,
