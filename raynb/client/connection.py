@@ -204,14 +204,25 @@ def cluster_status(timeout: float = 10.0) -> dict:
     Raises:
         ClusterError: no cluster is running or it does not answer in ``timeout`` s.
     """
+    client = connection_of_its_own()
+    try:
+        return client.status(timeout=timeout)
+    finally:
+        client.close()
+
+
+def connection_of_its_own() -> Client:
+    """A new connection to the cluster this process uses (the caller closes it): a ZeroMQ
+    socket serves one thread, and the process's own connection may be in use by another
+    (a fit following its run while a thread asks about it).
+
+    Raises:
+        ClusterError: no cluster is running.
+    """
     from ..cluster.launch.local import running_cluster
 
     current = get_client(connect_if_needed=False)
     info = current.info if current is not None and "key" in current.info else running_cluster()
     if info is None:
         raise ClusterError("no raynb cluster is running; start one with raynb.connect() or `raynb start`")
-    client = Client(info["address"], info["key"].encode(), info)
-    try:
-        return client.status(timeout=timeout)
-    finally:
-        client.close()
+    return Client(info["address"], info["key"].encode(), info)

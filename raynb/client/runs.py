@@ -9,13 +9,14 @@ runs an earlier one started: ``runs()`` here; ``raynb.get_run(name)`` and
 from __future__ import annotations
 
 import datetime as _dt
+import threading
 import time
 from pathlib import Path
 
 from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..cluster.storage.rundir import read_reports
-from .connection import get_client
+from .connection import connection_of_its_own, get_client
 
 # Automatic fields left out of runs()'s metric columns (they are in metrics_dataframe).
 _AUTO_FIELDS = ("timestamp", "time_this_iter_s")
@@ -102,7 +103,16 @@ def fetch_record(msg_type: str, name: str) -> dict:
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"give a run's name (a str), got {name!r}; raynb.runs() lists them")
-    reply = get_client().request(msg_type, {"name": name}, reply_types=(messages.RUN_RECORD,))
+    if msg_type == messages.GET_RUN and threading.current_thread() is not threading.main_thread():
+        # another thread (a notebook's watcher) while the main one may follow a run on the
+        # process's connection: one socket serves one thread
+        client = connection_of_its_own()
+        try:
+            reply = client.request(msg_type, {"name": name}, reply_types=(messages.RUN_RECORD,))
+        finally:
+            client.close()
+    else:
+        reply = get_client().request(msg_type, {"name": name}, reply_types=(messages.RUN_RECORD,))
     if reply.msg_type == messages.ERROR:
         raise KeyError(reply.content.get("message", f"no run named {name!r}"))
     record = reply.content["record"]

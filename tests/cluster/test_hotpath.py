@@ -859,6 +859,7 @@ class _PrepareStub:
         self.threads = types.SimpleNamespace(start=lambda *a: None)
         self.rendezvous = types.SimpleNamespace(ensure=lambda *a: None)
         self.task_env = types.SimpleNamespace(set=lambda env: None, restore=lambda: None)
+        self.library_state = types.SimpleNamespace(note=lambda: None, restore=lambda status: None)
 
 
 def _rank_task(rank: int, cwd=None) -> dict:
