@@ -104,25 +104,34 @@ def warm(cluster):
     return cluster
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _nothing_left_in_home():
-    """What tests leave in the user's home goes with the session: Ray's ``ray.init`` and its
-    CLI make ``~/.ray`` (and its token file), TensorFlow ``~/.keras``, a kernel ``~/.ipython``.
-    Only what was not there before the session is removed."""
-    import shutil
+# Session hooks, not a fixture: a fixture's source would count toward every test's kind
+# (tests/support/markers.py reads what a test uses).
+_HOME_DIRS = (".ray", ".keras", ".ipython")
+_home_before: dict = {}
+
+
+def pytest_sessionstart(session):
+    """Note what of the home directory exists before the tests (see pytest_sessionfinish)."""
     from pathlib import Path
 
     home = Path.home()
-    made_by_tests = [home / name for name in (".ray", ".keras", ".ipython")]
-    before = {path: path.exists() for path in made_by_tests}
-    token = home / ".ray" / "auth_token"
-    token_before = token.exists()
-    yield
-    if not token_before:
-        token.unlink(missing_ok=True)
-    for path, existed in before.items():
-        if not existed:
+    _home_before.update({home / name: (home / name).exists() for name in _HOME_DIRS})
+    _home_before[home / ".ray" / "auth_token"] = (home / ".ray" / "auth_token").exists()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """What the tests left in the home directory goes with the session, only what was not
+    there before it: Ray's start makes ``~/.ray`` (and a token file in it), TensorFlow
+    ``~/.keras``, a kernel ``~/.ipython``."""
+    import shutil
+
+    for path, existed in _home_before.items():
+        if existed:
+            continue
+        if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")
