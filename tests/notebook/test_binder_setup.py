@@ -1,14 +1,19 @@
 """What a Binder user meets: torch's own dependencies still come from PyPI (postBuild
 adds PyTorch's CPU index, it does not replace PyPI), the example notebooks open on the
-*Python 3 (raynb)* kernel that postBuild installs, and their first cell
-(``%load_ext raynb``) loads quietly on that kernel."""
+*Python 3 (raynb)* kernel that postBuild installs, their first cell
+(``%load_ext raynb``) loads quietly on that kernel, and the notebooks' folder holds only
+notebooks."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
+import pytest
 from test_notebooks import KERNEL_EXT, NOTEBOOKS, ROOT, _run_in_kernel, jupyter_env  # noqa: F401
 
 
@@ -43,3 +48,24 @@ def test_load_ext_in_the_raynb_kernel_says_nothing(jupyter_env):  # noqa: F811
     out = _run_in_kernel("raynb", "%ray_cluster status\n%load_ext raynb\n%ray_cluster status")
     assert out.count("no cluster running") == 2, out
     assert "already loaded" not in out and "reload_ext" not in out, out
+
+
+def test_the_notebooks_folder_holds_only_notebooks():
+    """Binder's file browser opens on ``notebooks/``: no ``__init__.py`` or ``conftest.py`` there
+    (nbval's per-notebook cluster is ``tests/support/notebook_clusters.py``)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "notebooks"], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    if tracked.returncode != 0:
+        pytest.skip(f"not a git checkout: {tracked.stderr.strip()}")
+    names = [Path(p).name for p in tracked.stdout.split()]
+    assert names and all(n.endswith(".ipynb") for n in names), names
+
+
+def test_a_notebooks_only_run_loads_the_per_notebook_cluster_plugin(tmp_path):
+    """``pytest --nbval-lax notebooks/`` from anywhere, not only README's command with tests/."""
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    cmd += ["--nbval-lax", "--trace-config", str(ROOT / "notebooks" / "01_quickstart.ipynb")]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "PLUGIN registered: <module 'tests.support.notebook_clusters'" in out.stdout, out.stdout[-2000:]

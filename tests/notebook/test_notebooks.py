@@ -1,7 +1,7 @@
 """The notebooks are stored clean, and kernel_ext/ really loads the magics.
 
 The notebooks themselves are executed by ``pytest --nbval-lax notebooks/``
-(see notebooks/conftest.py); these tests check what that does not.
+(see tests/support/notebook_clusters.py); these tests check what that does not.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """``pytest --nbval-lax notebooks/``: every notebook gets a cluster of its own.
 
+A pytest plugin, loaded by the repository root's ``conftest.py`` (``pytest_plugins``) for
+every run from this checkout, so that ``notebooks/`` holds only the notebooks (what a
+Binder user sees in the file browser). Its hooks act on nbval's notebook items only.
+
 nbval starts each notebook's kernel from this process, and the kernel inherits
 this process's environment. While it starts, ``RAYNB_HOME`` and
 ``RAYNB_STORAGE_PATH`` point at fresh directories under pytest's temporary
