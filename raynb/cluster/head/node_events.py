@@ -177,6 +177,7 @@ class NodeEvents:
         if not known:
             return
         node.load = msg.content.get("load")
+        self.pool.reshare(node.node_id)  # a share held back while others took the cores
         by_run = self.pool.observe(msg.content, now)
         for run_id, workers in by_run.items():
             run = self.runs.get(run_id)

@@ -12,7 +12,10 @@ who is not responding.
   while a run waits in the queue (it may need them).
 - **Threads**: a rank's torch threads are its node's cores over the ranks busy there
   (at least 1): given at its start (``run_task``), updated (``set_threads``) when
-  that count changes, applied by the worker (``thread_share``).
+  that count changes, applied by the worker (``thread_share``). A running rank's
+  share shrinks at once, but grows only into cores that other work leaves idle
+  (:func:`room`): on a node oversubscribed by other processes, two OpenMP threads
+  wait on each other's descheduled slices and run slower than one.
 - **Not responding**: a worker whose process is stopped (SIGSTOP, a debugger: the
   node agent's sample says so) or that sent nothing, not even its I/O thread's
   heartbeat, for ``WORKER_SILENCE_S`` (a hang holding the GIL) is marked, in
@@ -116,17 +119,26 @@ class WorkerPool:
             self.retire(w, now)
         return nodes
 
+    def reshare(self, node_id: str) -> None:
+        """After a node's load changed (``node_stats``): grow the shares a busy node held
+        back while its cores were taken by other work, once they are idle."""
+        self._share_threads(node_id, [w for w in self.registry.workers_of(node_id) if w.busy])
+
     def _share_threads(self, node_id: str, busy: list[WorkerInfo]) -> None:
         share = self.registry.thread_share(node_id)
+        if share is None:
+            return
+        idle = room(self.registry, node_id)
         for w in busy:
-            if w.cpus:
+            if w.cpus or w.threads is None:
                 continue  # its run asked for its CPUs: its threads stay as many
-            if share is not None and w.threads is not None and w.threads != share:
-                w.threads = share
+            n = share if share <= w.threads else min(share, max(w.threads, idle))
+            if n != w.threads:
+                w.threads = n
                 self._send(
                     w.identity,
                     messages.SET_THREADS,
-                    {"run_id": w.run_id, "attempt": w.attempt, "num_threads": share},
+                    {"run_id": w.run_id, "attempt": w.attempt, "num_threads": n},
                 )
 
     def retirable(self, now: float) -> list[WorkerInfo]:
@@ -214,6 +226,18 @@ class WorkerPool:
             text = f"{who} responds again"
         if w.run_id is not None:
             self._note(w.run_id, text)
+
+
+def room(registry: Registry, node_id: str) -> int:
+    """Cores of ``node_id`` that other work than raynb's leaves idle, from its last 1-minute
+    load average: the load beyond what raynb's own workers there can make (at most one
+    runnable thread a core, or one a worker) is other processes'. All of its cores while
+    the node reported no load."""
+    node = registry.nodes.get(node_id)
+    if node is None or not node.cpus or node.load is None:
+        return node.cpus if node is not None else 0
+    own = max(node.cpus, len(registry.workers_of(node_id)))
+    return node.cpus - int(max(0.0, node.load - own))
 
 
 def _why_not_responding(w: WorkerInfo, st: dict, now: float) -> str | None:
