@@ -30,6 +30,7 @@ Usage::
     python -m benchmarks.elastic            # 5 grows and 5 shrinks
     python -m benchmarks.elastic --quick    # smoke test: 1 of each
     python -m benchmarks.elastic --ray      # and Ray Train v2's resize beside it (minutes)
+    python -m benchmarks.elastic --on-ray   # and raynb on Ray: a Ray node added / removed
 """
 
 from __future__ import annotations
@@ -302,6 +303,19 @@ def _ray_resize() -> dict:
     return json.loads(lines[-1])
 
 
+def _on_ray(args) -> dict:
+    from benchmarks.elastic_on_ray import on_ray
+
+    times = on_ray(args.cycles, args.epoch_ms / 1000, args.interval)
+    return {
+        "grow_s": _summary(times["grow_s"]),
+        "workers_up_s": _summary(times["workers_up_s"]),
+        "shrink_s": _summary(times["shrink_s"]),
+        "samples": {k: times[k] for k in ("grow_s", "workers_up_s", "shrink_s")},
+        "run_state": times["run_state"],
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="1 grow and 1 shrink")
@@ -310,6 +324,9 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=float, default=0.5, help="elastic_resize_monitor_interval_s")
     ap.add_argument("--ray", action="store_true", help="Ray Train v2's resize too (minutes)")
     ap.add_argument("--ray-child", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--on-ray", action="store_true", help="raynb on Ray's resize too (benchmarks/elastic_on_ray.py)"
+    )
     args = ap.parse_args(argv)
     if args.ray_child:
         _ray_child(args.ray_child)
@@ -353,6 +370,7 @@ def main(argv=None) -> int:
             raynb.disconnect()
         result = out.get("result")
     ray_side = _ray_resize() if args.ray else {"skipped": "not asked (--ray)"}
+    on_ray = _on_ray(args) if args.on_ray else {"skipped": "not asked (--on-ray)"}
     print(
         json.dumps(
             {
@@ -362,6 +380,7 @@ def main(argv=None) -> int:
                 "run_state": getattr(result, "state", None),
                 "settings": {"cycles": args.cycles, "epoch_ms": args.epoch_ms, "interval_s": args.interval},
                 "ray_train_v2": ray_side,
+                "raynb_on_ray": on_ray,
                 "machine": machine_info(load),
             }
         )

@@ -96,7 +96,8 @@ _TABLE = [
         5.0,
         _nonneg_float,
         "seconds of silence after which the head holds a "
-        "remote node lost and fails its ranks' attempts (at least 1)",
+        "remote node lost and fails its ranks' attempts (at least 1); half this when its node "
+        "agent and all its workers fell silent together (a host or network gone)",
     ),
     Setting(
         "RAYNB_IDLE_HEARTBEAT_S",

@@ -6,7 +6,8 @@ the run side that ``server.py`` keeps.
 
 Losing a node: the local node agent is the head's child (its exit is seen at once), and
 any other agent on this machine is watched (``node_exits``); a node whose connection to the
-head closed and that stays silent is lost after a short grace (``disconnects``); a node on
+head closed and that stays silent is lost after a short grace (``disconnects``); one whose
+agent and workers all fell silent together, after half the timeout (``host_silence``); a node on
 another host sends stats every second (``node.STATS_INTERVAL_S``; less often while idle, as
 ``node_pace`` asks), and one silent ``REMOTE_NODE_TIMEOUT_S`` (5 s; ``$RAYNB_NODE_TIMEOUT_S``)
 times its interval is lost: its ranks fail their runs naming the node, and a run with
@@ -22,6 +23,7 @@ import time
 from ..procutil import describe_exit, signal_name
 from ..protocol import messages
 from ..protocol.rejects import REFUSED
+from .host_silence import silent_hosts
 from .local_node import LOCAL_NODE_ID
 from .node_exits import NodeExits
 from .registry import NodeInfo, WorkerInfo
@@ -273,6 +275,8 @@ class NodeEvents:
         for node, why in self.disconnects.lost(remote, now):
             self._lose_node(node, why)  # its connection closed and it stayed silent
         remote_timeout = remote_node_timeout_s()
+        for node, why in list(silent_hosts(self.registry, remote, now, remote_timeout)):
+            self._lose_node(node, why)  # its agent and all its workers silent together
         for node in list(self.registry.nodes.values()):
             if node.node_id == LOCAL_NODE_ID and self.local_node is not None:
                 if now - node.last_seen > NODE_TIMEOUT_S and self.local_node.proc:
