@@ -150,3 +150,16 @@ def test_after_a_stop_the_trial_files_hold_what_the_result_returns(cluster):
         assert [row["training_iteration"] for row in on_disk] == [1, 2, 3]
         with open(Path(r.path) / "progress.csv", newline="") as f:
             assert [int(row["training_iteration"]) for row in csv.DictReader(f)] == [1, 2, 3]
+
+
+def test_the_trial_tables_curve_stays_bounded_and_keeps_its_ends():
+    from raynb.notebook.trial_table.model import SERIES_POINTS, TuneProgress
+
+    p = TuneProgress(metric="loss", mode="min", total_workers=1)
+    p.add_trial("t1", {"lr": 0.1})
+    for i in range(1, 5001):
+        p.add_result("t1", {"training_iteration": i, "loss": 1.0 / i})
+    (row,) = [r for r in p.rows() if r.trial_id == "t1"]
+    assert len(row.series) <= SERIES_POINTS + 1
+    assert row.series[0][0] == 1 and row.series[-1] == (5000, 1.0 / 5000)
+    assert row.reports == 5000 and row.best == 1.0 / 5000
