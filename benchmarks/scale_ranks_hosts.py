@@ -41,7 +41,7 @@ for n in SIZES:
     times = sorted(fit() for _ in range(RUNS))
     out.append({"ranks": n, "new_group_ms": round(first, 1), "median_ms": round(statistics.median(times), 2),
                 "p90_ms": round(times[int(0.9 * (len(times) - 1))], 2), "min_ms": round(times[0], 2), "n": RUNS})
-print(json.dumps(out))
+print(json.dumps({"sizes": out}))
 """
 
 
@@ -69,5 +69,5 @@ def over_hosts(sizes: list[int], host_counts: list[int], runs: int) -> dict:
                 res, _ = c.client(code, timeout=900)
         finally:
             shutil.rmtree(base, ignore_errors=True)
-        out.append({"hosts": h, "workers_per_host": per_host, "sizes": res})
+        out.append({"hosts": h, "workers_per_host": per_host, "sizes": res["sizes"]})
     return {"hosts": out}
