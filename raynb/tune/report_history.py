@@ -6,7 +6,8 @@ driver. The trial's run writes every rank-0 report to ``<trial dir>/result.json`
 :data:`WINDOW` reports and the count, and reads the older ones back from that file when an
 API asks for the whole history (``ResultGrid``'s ``metrics_dataframe``, ``get_best_result``
 scopes over all reports, a restore's replay), as Ray's ``Result.metrics_dataframe`` reads
-``progress.csv``. A trial without a directory keeps everything in memory.
+``progress.csv``. A trial without a directory, or whose ``result.json`` this process
+does not see, keeps everything in memory.
 
 The file can hold more rows than the trial accepted: reports a run made after a
 scheduler's STOP (they raced the cancel) are not the trial's in Ray. The driver cuts the
@@ -42,23 +43,32 @@ class ReportHistory:
             has a directory).
     """
 
-    __slots__ = ("_count", "_recent", "_owner")
+    __slots__ = ("_count", "_recent", "_owner", "_spill")
 
     def __init__(self, rows=()):
         self._recent: deque = deque(rows)
         self._count = len(self._recent)
         self._owner = None  # the Trial: its path and trial_id, read when needed
+        self._spill: bool | None = None  # its result.json is seen here (None: not looked yet)
 
     def bind(self, owner) -> None:
         """Tie to the trial whose ``path`` holds the older reports."""
         self._owner = owner
+        self._spill = None
         self._trim()
 
     def _path(self) -> str | None:
         return getattr(self._owner, "path", None)
 
     def _trim(self) -> None:
-        if self._path():
+        if len(self._recent) <= WINDOW:
+            return
+        if self._spill is None:
+            # A driver that does not see the run's directory (a client on another machine
+            # without the shared storage) keeps every report, as before.
+            path = self._path()
+            self._spill = bool(path) and os.path.exists(os.path.join(path, "result.json"))
+        if self._spill:
             while len(self._recent) > WINDOW:
                 self._recent.popleft()
 

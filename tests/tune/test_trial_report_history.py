@@ -163,3 +163,11 @@ def test_the_trial_tables_curve_stays_bounded_and_keeps_its_ends():
     assert len(row.series) <= SERIES_POINTS + 1
     assert row.series[0][0] == 1 and row.series[-1] == (5000, 1.0 / 5000)
     assert row.reports == 5000 and row.best == 1.0 / 5000
+
+
+def test_a_trial_whose_result_json_is_not_seen_here_keeps_every_report(tmp_path):
+    t = Trial("t_00003", {})
+    t.path = str(tmp_path / "elsewhere")  # the head's directory, not on this machine
+    for i in range(40):
+        t.results.append({"i": i})
+    assert len(t.results.recent) == 40 and [r["i"] for r in t.results] == list(range(40))
