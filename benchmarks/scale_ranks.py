@@ -16,14 +16,16 @@ running by then):
   ``--ray-train-fits`` more (s); ``ray_over_raynb``: that median over raynb's warm re-run
   at the same size. Skipped with the reason if Ray does not start (it gives its raylet 30 s).
 
-Spreading the ranks over several hosts (network namespaces, a node agent each) is
-``benchmarks/multihost.py``'s (2 hosts), not this script's.
+- ``over_hosts`` (only with ``--hosts 1,2,4``): the same warm re-run with the ranks spread
+  (SPREAD) over that many hosts, network namespaces with a node agent each and the head on
+  its own (``scale_ranks_hosts.py``; needs root).
 
 Usage::
 
     python -m benchmarks.scale_ranks                  # 1, 2, 4, 8, 16 ranks
     python -m benchmarks.scale_ranks --quick          # 1 and 2 ranks, 3 runs (the tests)
     python -m benchmarks.scale_ranks --sizes 4,16 --torchrun-runs 2 --ray-train 4,16
+    python -m benchmarks.scale_ranks --sizes 4,8 --hosts 1,2 --torchrun-runs 0 --ray-train ""
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--ray-train-fits", type=int, default=1, help="Ray Train fits after the first (default 1)"
     )
+    ap.add_argument(
+        "--hosts", default=None, help="also spread the ranks over this many hosts, e.g. 1,2,4 (needs root)"
+    )
     ap.add_argument("--ray-child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument(
         "--quick", action="store_true", help="1 and 2 ranks, 3 runs, no torchrun or Ray (seconds)"
@@ -192,6 +197,9 @@ def main(argv=None) -> int:
         if args.quick
         else [int(x) for x in (args.ray_train if args.ray_train is not None else "4,16").split(",") if x]
     )
+    hosts = [int(x) for x in (args.hosts or "").split(",") if x]
+    if any(h < 1 for h in hosts):
+        ap.error("--hosts takes host counts >= 1, e.g. --hosts 1,2,4")
     tmp = tempfile.mkdtemp(prefix="raynb-scale-ranks-")
     os.makedirs(os.path.join(tmp, "home"), mode=0o700)
     os.environ.update(RAYNB_HOME=os.path.join(tmp, "home"), RAYNB_STORAGE_PATH=os.path.join(tmp, "results"))
@@ -201,6 +209,10 @@ def main(argv=None) -> int:
         out = run(sizes, runs)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if hosts:
+        from benchmarks.scale_ranks_hosts import over_hosts
+
+        out["over_hosts"] = over_hosts(sizes, hosts, runs)
     if tr_runs:
         out["torchrun"] = torchrun(sizes, tr_runs)
     if ray_sizes:
@@ -218,6 +230,7 @@ def main(argv=None) -> int:
         "torchrun_runs": tr_runs,
         "ray_train": ray_sizes,
         "ray_train_fits": args.ray_train_fits,
+        "hosts": hosts,
     }
     out["machine"] = {
         "cpus": os.cpu_count(),

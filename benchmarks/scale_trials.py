@@ -3,10 +3,12 @@
 On a private cluster of 2 workers (its own temporary ``RAYNB_HOME`` and
 ``RAYNB_STORAGE_PATH``; stopped at the end whatever happens), for each N of ``--trials``:
 
-- ``sweeps[i]``: ``Tuner(trivial, ...).fit()`` of N trivial trials (one report each) with
-  ``ASHAScheduler``, 2 at a time. ``wall_s``; ``per_trial_overhead_ms`` = wall / N (ms);
-  ``driver`` and ``head``: RSS after the sweep (MiB) and CPU seconds the sweep took
-  (user + system); ``experiment_dir``: bytes and file count of the sweep's directory.
+- ``sweeps[i]``: ``Tuner(trivial, ...).fit()`` of N trivial trials (``--reports`` reports
+  each, one by default) with ``ASHAScheduler`` (``max_t`` = the reports), 2 at a time.
+  ``wall_s``; ``per_trial_overhead_ms`` = wall / N (ms); ``driver`` and ``head``: RSS after
+  the sweep (MiB) and CPU seconds the sweep took (user + system); the driver's
+  ``rss_growth_kib_per_trial``: its RSS growth over the sweep, the ResultGrid still held,
+  over N (KiB); ``experiment_dir``: bytes and file count of the sweep's directory.
 - ``table[i]``: the notebook's trial table model (`raynb.notebook.trial_table.model.TuneProgress`)
   holding N trials, measured directly: ``update_us`` is one report (``add_result``) plus
   what a live redraw reads (the header, the 30-row HTML table, errors and notes), median
@@ -32,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -46,10 +49,11 @@ WORKERS = 2
 
 
 def trivial(config):
-    """One report."""
+    """``config["reports"]`` reports (one by default)."""
     from raynb.tune import report
 
-    report({"score": config["x"]})
+    for i in range(config.get("reports", 1)):
+        report({"score": config["x"] + i})
 
 
 def _cpu_s(p: psutil.Process) -> float:
@@ -69,32 +73,44 @@ def _dir_size(path: str) -> tuple[int, int]:
     return size, files
 
 
-def sweep(n: int, head: psutil.Process, storage: str) -> dict:
-    """One ASHA sweep of ``n`` trivial trials; its wall time, memory, CPU and directory."""
+def sweep(n: int, head: psutil.Process, storage: str, reports: int = 1) -> dict:
+    """One ASHA sweep of ``n`` trivial trials of ``reports`` reports each; its wall time,
+    memory, CPU and directory."""
     import raynb
     from raynb import tune
     from raynb.tune.schedulers import ASHAScheduler
 
     me = psutil.Process()
-    cpu0, hcpu0 = _cpu_s(me), _cpu_s(head)
+    gc.collect()
+    cpu0, hcpu0, rss0 = _cpu_s(me), _cpu_s(head), me.memory_info().rss
     t0 = time.perf_counter()
     grid = tune.Tuner(
         trivial,
-        param_space={"x": tune.uniform(0, 1)},
+        param_space={"x": tune.uniform(0, 1), "reports": reports},
         tune_config=tune.TuneConfig(
-            metric="score", mode="max", num_samples=n, scheduler=ASHAScheduler(max_t=1, grace_period=1)
+            metric="score",
+            mode="max",
+            num_samples=n,
+            scheduler=ASHAScheduler(max_t=reports, grace_period=reports),
         ),
         run_config=raynb.RunConfig(name=f"scale-{n}", verbose=0),
     ).fit()
     wall = time.perf_counter() - t0
     if grid.num_terminated != n:
         raise RuntimeError(f"not every trial finished: {grid!r}")
+    gc.collect()
+    grown = me.memory_info().rss - rss0  # the grid (every trial) still held
     size, files = _dir_size(os.path.join(storage, f"scale-{n}"))
     return {
         "trials": n,
+        "reports_per_trial": reports,
         "wall_s": round(wall, 3),
         "per_trial_overhead_ms": round(wall / n * 1000, 3),
-        "driver": {"rss_mib": round(me.memory_info().rss / 2**20, 1), "cpu_s": round(_cpu_s(me) - cpu0, 2)},
+        "driver": {
+            "rss_mib": round(me.memory_info().rss / 2**20, 1),
+            "rss_growth_kib_per_trial": round(grown / n / 1024, 2),
+            "cpu_s": round(_cpu_s(me) - cpu0, 2),
+        },
         "head": {
             "rss_mib": round(head.memory_info().rss / 2**20, 1),
             "cpu_s": round(_cpu_s(head) - hcpu0, 2),
@@ -199,7 +215,7 @@ def _summary(p) -> tuple[float, int]:
     return statistics.median(times), len(html)
 
 
-def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:
+def measure(sizes: list[int], updates: int, home: str, storage: str, reports: int = 1) -> dict:
     import subprocess
 
     import raynb
@@ -217,7 +233,7 @@ def measure(sizes: list[int], updates: int, home: str, storage: str) -> dict:
     sweep(4, head, storage)  # warm-up: imports, process groups, the first directory
     out: dict = {"sweeps": [], "table": []}
     for n in sizes:
-        out["sweeps"].append(sweep(n, head, storage))
+        out["sweeps"].append(sweep(n, head, storage, reports))
         print(json.dumps(out["sweeps"][-1]), file=sys.stderr, flush=True)
     raynb.disconnect()
     out["table"] = [table_update_us(n, updates) for n in sizes]
@@ -231,6 +247,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", default=None, help="trial counts, comma-separated (default 100,1000)")
     ap.add_argument("--updates", type=int, default=None, help="table updates timed per size (default 200)")
+    ap.add_argument("--reports", type=int, default=1, help="reports per trial (default 1)")
     ap.add_argument("--quick", action="store_true", help="10 and 30 trials, 20 table updates (seconds)")
     ap.add_argument("--ray", type=int, default=0, help="also Ray Tune 2.60 with this many trials (0: not)")
     ap.add_argument("--ray-timeout", type=float, default=1800.0, help="seconds Ray Tune's sweep may take")
@@ -241,16 +258,17 @@ def main(argv=None) -> int:
         return 0
     sizes = [int(s) for s in (args.trials or ("10,30" if args.quick else "100,1000")).split(",")]
     updates = args.updates or (20 if args.quick else 200)
-    if min(sizes) < 1 or updates < 1:
-        ap.error("--trials and --updates must be >= 1")
+    if min(sizes) < 1 or updates < 1 or args.reports < 1:
+        ap.error("--trials, --updates and --reports must be >= 1")
     load0 = round(os.getloadavg()[0], 2)
     with private_cluster() as (home, storage):
-        out = measure(sizes, updates, home, storage)
+        out = measure(sizes, updates, home, storage, args.reports)
     if args.ray:
         out["ray_tune"] = ray_tune(args.ray, args.ray_timeout)
     out["settings"] = {
         "trials": sizes,
         "updates": updates,
+        "reports": args.reports,
         "quick": args.quick,
         "workers": WORKERS,
         "ray_trials": args.ray,

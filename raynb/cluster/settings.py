@@ -105,7 +105,7 @@ _TABLE = [
         _nonneg_float,
         "seconds between the heartbeats the head asks of a remote node whose workers ran nothing "
         "for 10 s (1 to 10; 1: every second, as a busy node's); such a node is held lost after "
-        "RAYNB_NODE_TIMEOUT_S times this",
+        "RAYNB_NODE_TIMEOUT_S times this. An idle worker (between tasks) beats this often too",
     ),
     Setting(
         "RAYNB_REPLACEMENT_WAIT_S",

@@ -24,6 +24,7 @@ from ..train.fit_with_callbacks import first_error_line
 from . import checkpoint_requests
 from .experiment_state import ExperimentState
 from .held_stops import HeldStops
+from .report_history import truncate_reports
 from .result_grid import AUTO_KEYS
 from .schedulers.trial_scheduler import CONTINUE, STOP, Exploit
 from .search.searcher import Searcher
@@ -305,7 +306,7 @@ class TuneController:
         ending = trial.extra.get("_ending")
         if ending in ("stop", "budget"):
             # Made before the STOP reached the run: as in Ray, the trial's results end where
-            # it was stopped (the run's own result.json keeps every report).
+            # it was stopped (its files are cut back to them when it ends: _on_done).
             return
         metrics["trial_id"] = trial.trial_id
         # Reports after an exploit or interrupt are kept: the resumed run counts them.
@@ -366,6 +367,8 @@ class TuneController:
             # "early_stopped" is False for a trial stopped at its whole budget (max_t).
             trial.extra["early_stopped"] = not (trial.extra.pop("_completed", False) and ending == "stop")
             trial.status = TERMINATED
+            # Its run's files hold the reports that raced the STOP too: not the trial's.
+            truncate_reports(trial.path, len(trial.results))
             if ending == "stop":
                 self._stop_freed.append(trial.extra["stop_requested_at"])
             self.scheduler.on_trial_complete(trial, trial.last_result)

@@ -47,7 +47,7 @@ class TrialResult(Result):
         if self._df is None:
             import pandas as pd
 
-            self._df = pd.DataFrame(self._trial.results)
+            self._df = pd.DataFrame(list(self._trial.results))  # read from disk beyond the newest
         return self._df
 
     @metrics_dataframe.setter
@@ -244,8 +244,14 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _score(results: list[dict], metric: str, mode: str, scope: str) -> float | None:
-    values = [float(r[metric]) for r in results if _is_number(r.get(metric))]
+def _score(results, metric: str, mode: str, scope: str) -> float | None:
+    """The score of a trial's reports (a ReportHistory or a list): "last" and the "last-N-avg"
+    scopes from the reports in memory when they hold enough values, else from all."""
+    need = {"last": 1, "last-5-avg": 5, "last-10-avg": 10}.get(scope)
+    recent = list(getattr(results, "recent", results))
+    values = [float(r[metric]) for r in recent if _is_number(r.get(metric))]
+    if need is None or (len(values) < need and len(recent) < len(results)):
+        values = [float(r[metric]) for r in results if _is_number(r.get(metric))]
     if not values:
         return None
     if scope == "last":

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .report_history import ReportHistory
+
 # Trial states, Ray 2.60's: TERMINATED is a trial that returned, or that the scheduler,
 # a stopper or the time budget stopped (``extra["early_stopped"]`` says which); ERROR: it
 # raised or its workers died. STOPPED is what experiments stored before read back as:
@@ -29,8 +31,10 @@ class Trial:
         trial_id (str): short unique id, e.g. ``"3f2a1_00004"``.
         config (dict): the sampled config (nested dicts as in the search space).
         status (str): one of PENDING, RUNNING, PAUSED, TERMINATED, ERROR.
-        results (list[dict]): every report, oldest first, each with
-            ``training_iteration`` (1-based, counted per report), ``time_total_s``.
+        results (ReportHistory): every report, oldest first, each with
+            ``training_iteration`` (1-based, counted per report), ``time_total_s``; a list
+            of dicts read as a list (assigning a list makes one). Only the newest are in
+            memory: the rest are read from the trial's ``result.json`` when asked for.
         checkpoint (str | None): path of the trial's latest committed checkpoint.
         path (str | None): the trial's directory.
         error (str | None): one line describing the failure when ERROR.
@@ -40,12 +44,21 @@ class Trial:
     trial_id: str
     config: dict
     status: str = PENDING
-    results: list = field(default_factory=list)
+    results: ReportHistory = field(default_factory=ReportHistory)
     checkpoint: str | None = None
     path: str | None = None
     error: str | None = None
     run_id: str | None = None
     extra: dict = field(default_factory=dict)  # scheduler/searcher bookkeeping
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "results" and not isinstance(value, ReportHistory):
+            value = ReportHistory(value)
+        object.__setattr__(self, name, value)
+        if name == "results":
+            value.bind(self)
+        elif name == "path" and isinstance(self.__dict__.get("results"), ReportHistory):
+            self.results.bind(self)  # a directory now holds what memory need not
 
     @property
     def last_result(self) -> dict:
@@ -91,7 +104,7 @@ def requeue(t: Trial, from_checkpoint: bool, wipe: bool = True) -> None:
     if from_checkpoint and t.checkpoint and Path(t.checkpoint).is_dir():
         return
     t.checkpoint = None
-    t.results = []
+    t.results = ReportHistory()
     if t.path and wipe:
         shutil.rmtree(t.path, ignore_errors=True)
     elif t.path:

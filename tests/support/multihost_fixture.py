@@ -78,7 +78,7 @@ def bench_args(argv=None):
 class Cluster:
     def __init__(self, net: netns.Net, base: Path):
         self.net, self.base = net, base
-        self.homes = {h: base / f"home-{h}" for h in HOSTS}
+        self.homes = {h: base / f"home-{h}" for h in net.ips}  # HOSTS unless made with others
         for home in self.homes.values():
             home.mkdir(mode=0o700)
         self.storage = base / "storage"
@@ -130,7 +130,7 @@ class Cluster:
         assert r.returncode == 0, r.stdout + r.stderr
         self.start_out = r.stdout
         self.info = json.loads((self.homes["head"] / "cluster.json").read_text())
-        for h in HOSTS[1:]:
+        for h in list(self.homes)[1:]:  # every host but the head (the first)
             shutil.copy(self.homes["head"] / "cluster.json", self.key_file(h))
             os.chmod(self.key_file(h), 0o600)
 
@@ -244,14 +244,19 @@ class Cluster:
 
 @contextmanager
 def hosts_up(
-    base: Path, nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)), tag: str = "", remove_base: bool = False
+    base: Path,
+    nodes: tuple = (("h1", "n1", 2), ("h2", "n2", 2)),
+    tag: str = "",
+    remove_base: bool = False,
+    hosts: list | None = None,
 ):
     """A running cluster: the head, a node agent per ``(host, node id, workers)`` in
     ``nodes``, and the client namespace, in namespaces named with ``tag``
     (``netns.Net``); torn down with every process in every namespace killed and the
-    namespaces deleted (and ``base`` removed, with ``remove_base``). For the tests and the
+    namespaces deleted (and ``base`` removed, with ``remove_base``). ``hosts``: the
+    namespaces to make (default ``HOSTS``: head, h1, h2, client). For the tests and the
     benchmarks alike; the caller checks ``netns.available()`` first."""
-    net = netns.Net(HOSTS, tag=tag)
+    net = netns.Net(hosts or HOSTS, tag=tag)
     try:
         c = Cluster(net, base)
     except BaseException:  # (a base that cannot hold the homes): no namespace left behind

@@ -29,13 +29,15 @@ import os
 from typing import Callable
 
 from ..protocol import messages
+from .node_pace import idle_heartbeat_s
 from .registry import Registry, WorkerInfo
 
 log = logging.getLogger("raynb.head")
 
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 IDLE_TIMEOUT_ENV = "RAYNB_WORKER_IDLE_TIMEOUT_S"
-# A worker's I/O thread sends a heartbeat every second (worker_link.HEARTBEAT_S).
+# A worker's I/O thread sends a heartbeat every second while it runs a task
+# (worker.head_link.HEARTBEAT_S), every $RAYNB_IDLE_HEARTBEAT_S between tasks.
 WORKER_SILENCE_S = 5.0
 
 
@@ -85,6 +87,7 @@ class WorkerPool:
     ):
         self.registry, self._send, self._note = registry, send, note
         self.idle_timeout_s = idle_timeout_s
+        self.idle_beat_s = idle_heartbeat_s()  # an idle worker's heartbeat interval (s)
         # The registry's version at the last search for workers to retire, and when a worker
         # then chosen is due: until either changes, tick skips the search.
         self._searched_at, self._next_retire = -1, 0.0
@@ -205,7 +208,7 @@ class WorkerPool:
             if w is None:
                 continue
             w.stats = {k: st.get(k) for k in STAT_FIELDS if k in st or k in ("cpu_percent", "rss")}
-            self._responding(w, _why_not_responding(w, st, now))
+            self._responding(w, _why_not_responding(w, st, now, self.idle_beat_s))
             if w.run_id is not None:
                 by_run.setdefault(w.run_id, {})[w.rank] = {"pid": w.pid, **w.stats}
         return by_run
@@ -240,10 +243,12 @@ def room(registry: Registry, node_id: str) -> int:
     return node.cpus - int(max(0.0, node.load - own))
 
 
-def _why_not_responding(w: WorkerInfo, st: dict, now: float) -> str | None:
+def _why_not_responding(w: WorkerInfo, st: dict, now: float, idle_s: float = 1.0) -> str | None:
     if st.get("frozen"):
         return "its process is stopped (SIGSTOP, or a debugger holds it); SIGCONT resumes it"
     silent = now - w.last_seen
-    if silent > WORKER_SILENCE_S:
+    # An idle worker beats every $RAYNB_IDLE_HEARTBEAT_S (worker.head_link): as many
+    # missed heartbeats; one running a task beats every second again.
+    if silent > WORKER_SILENCE_S * (1.0 if w.run_id is not None else idle_s):
         return f"no message from it, not even its heartbeat, for {silent:.0f}s (a hang that holds the GIL?)"
     return None

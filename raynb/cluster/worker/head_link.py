@@ -36,6 +36,20 @@ log = logging.getLogger("raynb.worker")
 # The I/O thread's sign of life to the head: a worker silent much longer than this (a
 # SIGSTOP, a hang that holds the GIL) is shown as not responding.
 HEARTBEAT_S = 1.0
+# An idle worker (its main thread waiting for a task) has nothing to say each second: it
+# beats every $RAYNB_IDLE_HEARTBEAT_S, within these bounds (s), as an idle node agent does
+# when the head asks; the head waits as many more seconds before it calls one silent.
+MAX_IDLE_HEARTBEAT_S = 10.0
+
+
+def idle_heartbeat_s() -> float:
+    """Seconds between an idle worker's heartbeats: ``$RAYNB_IDLE_HEARTBEAT_S`` within
+    [``HEARTBEAT_S``, ``MAX_IDLE_HEARTBEAT_S``]."""
+    from .. import settings
+
+    return min(MAX_IDLE_HEARTBEAT_S, max(HEARTBEAT_S, settings.get("RAYNB_IDLE_HEARTBEAT_S")))
+
+
 # A task running this long (s) lends the link to the I/O thread: until then nobody reads
 # it, so the first events (a report) wait this long at most, or ride in the task's end
 # (one message, no wake-up) when the function returns first; so does a cancel.
@@ -206,15 +220,18 @@ class HeadLink:
             self._count_sent(taken)
 
     # -- owning the link --------------------------------------------------------
-    def serve(self, until: Callable[[messages.Message | None], bool]) -> messages.Message | None:
-        """Poll the link as its owner: send the heartbeats and what is queued, act on the
-        head's messages (``dispatch``); return when ``until(msg)`` (msg: the message just
-        read, or None after sending) says so, with that message."""
+    def serve(
+        self, until: Callable[[messages.Message | None], bool], beat_s: float = HEARTBEAT_S
+    ) -> messages.Message | None:
+        """Poll the link as its owner: send the heartbeats (every ``beat_s`` seconds) and
+        what is queued, act on the head's messages (``dispatch``); return when ``until(msg)``
+        (msg: the message just read, or None after sending) says so, with that message."""
+        self._next_beat = min(self._next_beat, time.monotonic() + beat_s)
         while True:
             now = time.monotonic()
             if now >= self._next_beat:
                 self.session.send(self.dealer, messages.WORKER_ALIVE, {})
-                self._next_beat = now + HEARTBEAT_S
+                self._next_beat = now + beat_s
             # Whole ms, rounded up: pyzmq truncates, and a 0 ms poll would spin until the beat.
             for sock, _ in self._poller.poll(math.ceil(max(0.0, self._next_beat - time.monotonic()) * 1000)):
                 if sock is self._pull:

@@ -30,7 +30,7 @@ from ..procutil import batch_scheduling, become_subreaper, end_descendants, trim
 from ..protocol import chunking, event_batch, messages
 from ..protocol.dispatch import bind
 from . import task_context, warning_registry
-from .head_link import HeadLink
+from .head_link import HeadLink, idle_heartbeat_s
 from .library_state import LibraryState
 from .module_reload import user_modules
 from .notebook_main import load_payload, notebook_main
@@ -73,6 +73,7 @@ class Worker:
         self.node_id = os.environ.get("RAYNB_NODE_ID", "")
         self.node_ip = os.environ.get("RAYNB_NODE_IP", "127.0.0.1")
         self.tasks: queue.Queue = queue.Queue()
+        self.idle_beat_s = idle_heartbeat_s()  # between tasks (head_link)
         self.lock = threading.Lock()
         self.current_task: dict | None = None
         self._cancel_requested = False
@@ -251,7 +252,9 @@ class Worker:
         try:
             msg = self.tasks.get_nowait()  # come while the last task ran (the I/O thread's)
         except queue.Empty:
-            msg = self.link.serve(lambda m: m is not None and m.msg_type == messages.RUN_TASK)
+            msg = self.link.serve(
+                lambda m: m is not None and m.msg_type == messages.RUN_TASK, beat_s=self.idle_beat_s
+            )
         self.link.head_batches = event_batch.reads_batches(msg.header.get("version"))
         return msg
 

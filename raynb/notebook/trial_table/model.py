@@ -30,6 +30,10 @@ from . import render as _render
 from .index import TrialIndex
 from .render import STATUS_COLOURS, STATUSES, _param_labels
 
+# A trial's curve keeps at most this many points (+1): a plot a few hundred pixels wide shows
+# no more, and a sweep of long trials held one per report of each in the notebook's driver.
+SERIES_POINTS = 256
+
 # Rows of the summary a finished sweep leaves in the notebook: the live table's.
 SUMMARY_ROWS = 30
 
@@ -51,7 +55,9 @@ class TrialRow:
         time_total_s (float | None): seconds of training, from the newest report.
         latest (float | None), best (float | None): the metric's newest and best
             (mode-aware) values; None before the trial reported it.
-        series (list[tuple[int, float]]): (training_iteration, metric) per report.
+        series (list[tuple[int, float]]): (training_iteration, metric) of the reports, all
+            of them up to ``SERIES_POINTS``; past that, every other one of the older (the
+            plot's curve: its memory must not grow with a long trial's reports).
         order (int): when the trial was added (0 = first).
     """
 
@@ -186,6 +192,8 @@ class TuneProgress:
                 old, row.latest = row.latest, value
                 self._index.latest_changed(row, old)
                 row.series.append((row.iteration, value))
+                if len(row.series) > SERIES_POINTS:
+                    row.series = row.series[::2]  # keeps the first and this newest point
                 if row.best is None or self._better(value, row.best):
                     row.best = value
             self.version += 1

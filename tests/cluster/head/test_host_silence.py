@@ -62,6 +62,9 @@ class _Host:
 
 def test_a_node_silent_with_all_its_workers_is_lost_at_half_the_timeout(raynb_home, monkeypatch):
     monkeypatch.setenv("RAYNB_NODE_TIMEOUT_S", str(TIMEOUT_S))
+    # These workers hold no run, so the head would judge them at the idle interval; they beat
+    # every second, as a run's ranks do, and are judged so.
+    monkeypatch.setenv("RAYNB_IDLE_HEARTBEAT_S", "1")
     key = messages.new_key()
     head = Head(key)
     serving = threading.Thread(target=head.serve, daemon=True)
@@ -97,3 +100,14 @@ def test_a_node_silent_with_all_its_workers_is_lost_at_half_the_timeout(raynb_ho
         for h in hosts.values():
             h.close()
         ctx.term()
+
+
+def test_idle_workers_are_judged_at_the_idle_heartbeat_interval(monkeypatch):
+    from raynb.cluster.head.host_silence import _worker_beat_s
+    from raynb.cluster.head.registry import WorkerInfo
+
+    monkeypatch.setenv("RAYNB_IDLE_HEARTBEAT_S", "3")
+    idle = WorkerInfo("w0", b"w0", "n", 1, "h", "127.0.0.1")
+    busy = WorkerInfo("w1", b"w1", "n", 2, "h", "127.0.0.1", run_id="r")
+    assert _worker_beat_s(idle) == 3.0
+    assert _worker_beat_s(busy) == 1.0
