@@ -1,0 +1,8 @@
+"""Run at every Python start whose path has this folder first (the scripts of
+tests/compat/test_ray_examples_generated_data.py and the processes of the cluster they
+run on): Ray's example scripts get generated data where they would download it. Test-only;
+see _generated_data.py."""
+
+import _generated_data
+
+_generated_data.install()
