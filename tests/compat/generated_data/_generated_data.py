@@ -26,7 +26,6 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import types
 
 N_TRAIN = int(os.environ.get("RAYNB_GENERATED_TRAIN", "256"))
 N_TEST = int(os.environ.get("RAYNB_GENERATED_TEST", "64"))
