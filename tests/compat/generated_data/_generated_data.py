@@ -241,6 +241,25 @@ def _patch_real_torchvision(module):
     module.__dict__.update({k: v for k, v in _torchvision_datasets().items() if k != "FakeData"})
 
 
+def _placeholder(module_name: str, attr: str):
+    """What a stand-in module gives for a name it lacks (libraries such as torchmetrics
+    import torchvision's models when torchvision is found): a class that fails when used."""
+
+    def fail(*args, **kwargs):
+        raise NotImplementedError(f"the generated-data shim's {module_name} has no {attr}")
+
+    return type(attr, (), {"__init__": fail, "__call__": fail, "__getattr__": lambda self, a: fail()})
+
+
+def _standin_getattr(module_name: str):
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return _placeholder(module_name, attr)
+
+    return __getattr__
+
+
 class _StandInLoader(importlib.abc.Loader):
     def create_module(self, spec):
         return None
@@ -250,7 +269,10 @@ class _StandInLoader(importlib.abc.Loader):
         if name == "torchvision":
             module.__path__ = []
             module.__version__ = "0.0+generated"
-        module.__dict__.update(_STANDINS[name]())
+        elif name.startswith("torchvision."):
+            module.__path__ = []
+        module.__getattr__ = _standin_getattr(name)
+        module.__dict__.update(_STANDINS.get(name, dict)())
         if name == "torchvision":
             for sub in ("datasets", "transforms"):
                 setattr(module, sub, importlib.import_module(f"torchvision.{sub}"))
@@ -283,8 +305,8 @@ class GeneratedDataFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, name, path=None, target=None):
         top = name.split(".")[0]
-        if name in _STANDINS and self._is_missing(top):
-            return importlib.machinery.ModuleSpec(name, _StandInLoader(), is_package=name == "torchvision")
+        if (name in _STANDINS or top == "torchvision") and self._is_missing(top):
+            return importlib.machinery.ModuleSpec(name, _StandInLoader(), is_package=top == "torchvision")
         patch = _PATCHES.get(name) or (_patch_real_torchvision if name == "torchvision.datasets" else None)
         if patch is None:
             return None

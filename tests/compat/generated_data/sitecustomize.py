@@ -6,3 +6,9 @@ see _generated_data.py."""
 import _generated_data
 
 _generated_data.install()
+
+# This MLflow refuses a new ./mlruns file store unless told (Ray's CI has an older MLflow);
+# the MLflow examples log to one.
+import os  # noqa: E402
+
+os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
