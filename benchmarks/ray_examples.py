@@ -216,6 +216,22 @@ def rewrite_imports(source: str) -> str:
     return "".join(lines)
 
 
+_EXAMPLE_IMPORT = re.compile(r"\bray\.(?:tune|train)\.examples\.(\w+)\b")
+
+
+def _with_local_examples(source: str, folder: Path) -> str:
+    """``source`` with its imports changed, and each of Ray's example modules it imports
+    (``ray.tune.examples.mnist_pytorch``) copied beside it, changed too, and imported from
+    there (``mnist_pytorch``), as a user's own helper modules would be."""
+    base = ray_dir()
+    for name in sorted(set(_EXAMPLE_IMPORT.findall(source))):
+        for d in EXAMPLE_DIRS:
+            helper = base / d / f"{name}.py"
+            if helper.is_file() and not (folder / helper.name).exists():
+                (folder / helper.name).write_text(_with_local_examples(helper.read_text(), folder))
+    return rewrite_imports(_EXAMPLE_IMPORT.sub(lambda m: m.group(1), source))
+
+
 def _reason(stderr: str, stdout: str) -> str:
     lines = [ln.strip() for ln in (stderr or stdout).splitlines() if ln.strip()]
     errors = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception|Exit|Interrupt)\b", ln)]
@@ -232,7 +248,7 @@ def run_example(
             cmd = [sys.executable, "-m", "raynb.cli", "run", ex.path, *ex.args]
         else:
             copy = Path(tmp) / Path(ex.path).name
-            copy.write_text(rewrite_imports(Path(ex.path).read_text()))
+            copy.write_text(_with_local_examples(Path(ex.path).read_text(), Path(tmp)))
             cmd = [sys.executable, str(copy), *ex.args]
         full_env = {**os.environ, **(env or {})}
         first = (str(GENERATED_DATA_DIR), str(ROOT)) if ex.generated_data else (str(ROOT),)
