@@ -229,7 +229,13 @@ def _with_local_examples(source: str, folder: Path) -> str:
             helper = base / d / f"{name}.py"
             if helper.is_file() and not (folder / helper.name).exists():
                 (folder / helper.name).write_text(_with_local_examples(helper.read_text(), folder))
-    return rewrite_imports(_EXAMPLE_IMPORT.sub(lambda m: m.group(1), source))
+    names = sorted(set(_EXAMPLE_IMPORT.findall(source)))
+    source = _EXAMPLE_IMPORT.sub(lambda m: m.group(1), source)
+    if names:  # `ray.tune.examples.x.f(...)` after `import ray` needs `import x` now
+        first = re.search(r"^(?:import|from) ", source, re.M)
+        at = first.start() if first else 0
+        source = source[:at] + "".join(f"import {n}\n" for n in names) + source[at:]
+    return rewrite_imports(source)
 
 
 def _reason(stderr: str, stdout: str) -> str:
