@@ -16,7 +16,8 @@ itself (a torch rank must not import TensorFlow), and it acts only when a script
   of ``ray.data``): a generated local CSV of the same columns (``x000``..``x099``, ``y``).
 
 Sizes: ``RAYNB_GENERATED_TRAIN`` (default 256) training and ``RAYNB_GENERATED_TEST`` (64)
-test samples, so that every script takes seconds.
+test samples, so that every script takes seconds. The CSV is written once into
+``RAYNB_GENERATED_DIR`` (the test gives its temporary directory; default: the temp dir).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import sys
 N_TRAIN = int(os.environ.get("RAYNB_GENERATED_TRAIN", "256"))
 N_TEST = int(os.environ.get("RAYNB_GENERATED_TEST", "64"))
 REGRESSION_CSV = "s3://anonymous@air-example-data/regression.csv"
-_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _images(n, shape, seed):
@@ -193,7 +193,10 @@ def _hf_datasets():
 
 
 def _regression_csv() -> str:
-    path = os.path.join(os.environ.get("RAYNB_GENERATED_DIR", _HERE), f".regression-{os.getuid()}.csv")
+    import tempfile
+
+    folder = os.environ.get("RAYNB_GENERATED_DIR") or tempfile.gettempdir()
+    path = os.path.join(folder, f"raynb-generated-regression-{os.getuid()}-{N_TRAIN}.csv")
     if not os.path.exists(path):
         import numpy as np
         import pandas as pd
