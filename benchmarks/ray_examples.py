@@ -234,7 +234,7 @@ def _with_local_examples(source: str, folder: Path) -> str:
     names = sorted(set(_EXAMPLE_IMPORT.findall(source)))
     source = _EXAMPLE_IMPORT.sub(lambda m: m.group(1), source)
     if names:  # `ray.tune.examples.x.f(...)` after `import ray` needs `import x` now
-        first = re.search(r"^(?:import|from) ", source, re.M)
+        first = re.search(r"^(?:import |from (?!__future__ ))", source, re.M)  # after __future__
         at = first.start() if first else 0
         source = source[:at] + "".join(f"import {n}\n" for n in names) + source[at:]
     return rewrite_imports(source)
