@@ -58,12 +58,17 @@ def shim_cluster(tmp_path_factory):
         "RAYNB_STORAGE_PATH": str(tmp_path_factory.mktemp("gen_results")),
         "RAYNB_GENERATED_DIR": str(tmp_path_factory.mktemp("gen_data")),
         "RAYNB_PROGRESS": "text",
+        # The scripts' FileLocks (~/.data.lock, ...) and Keras's cache go there, not in ~.
+        "HOME": str(tmp_path_factory.mktemp("gen_user_home")),
         "PYTHONPATH": os.pathsep.join([str(C.GENERATED_DATA_DIR), str(ROOT)]),
     }
     cli = [sys.executable, "-m", "raynb.cli"]
     subprocess.run([*cli, "start", "--workers", "4"], env=env, check=True, capture_output=True, timeout=180)
     pids = set(cluster_pids(json.loads((home / "cluster.json").read_text())))
-    yield {k: env[k] for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_GENERATED_DIR", "RAYNB_PROGRESS")}
+    yield {
+        k: env[k]
+        for k in ("RAYNB_HOME", "RAYNB_STORAGE_PATH", "RAYNB_GENERATED_DIR", "RAYNB_PROGRESS", "HOME")
+    }
     subprocess.run([*cli, "stop"], env=env, check=True, capture_output=True, timeout=60)
     deadline = time.monotonic() + 10
     while alive(pids) and time.monotonic() < deadline:
