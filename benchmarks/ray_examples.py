@@ -11,6 +11,9 @@ as a copy with its imports changed (the name ``ray`` rewritten to ``raynb``); pe
 status (pass / fail / timeout), the seconds and, for a failure, the error line.
 
     python -m benchmarks.ray_examples --list              # the collected scripts, JSON
+    python -m benchmarks.ray_examples --list --generated-data
+        # also the scripts whose only exclusion is a download: run "with generated data"
+        # (tests/compat/generated_data/ first on PYTHONPATH of the script and of the cluster)
     python -m benchmarks.ray_examples --conformance       # run them all, JSON per script
         (--markdown: the tables of docs/coming-from-ray.md; --expected: the passing lists of
         tests/ray_examples_expected.json; start a cluster first, `raynb start`, to share it)
@@ -47,6 +50,9 @@ BENCH_DEFAULT = (
     "tune/examples/optuna_example.py",
     "train/examples/pytorch/torch_linear_example.py",
 )
+GENERATED_DATA_DIR = ROOT / "tests" / "compat" / "generated_data"
+# What the generated-data shim (GENERATED_DATA_DIR) stands in for when it is not installed.
+GENERATED_PACKAGES = ("torchvision", "datasets")
 RAY_ATTEMPTS = 2  # Ray's node start gives up after a fixed 30 s, which a loaded machine can pass
 
 _DOWNLOAD = re.compile(
@@ -54,6 +60,21 @@ _DOWNLOAD = re.compile(
     r"download=True|tensorflow_datasets|\btfds\.|keras\.datasets|load_dataset\(|"
     r"from_pretrained\(|urlretrieve|get_file\(|s3://|gs://"
 )
+# The downloads tests/compat/generated_data does not stand in for (text corpora, pretrained
+# weights, TensorFlow Datasets, other buckets).
+_NOT_GENERATED = re.compile(
+    r"tensorflow_datasets|\btfds\.|from_pretrained\(|urlretrieve|get_file\(|gs://|"
+    r"s3://(?!anonymous@air-example-data/regression\.csv)"
+)
+# Scripts that fail on Ray 2.60 itself with today's libraries (written for an older API).
+_BROKEN = {
+    "tune/examples/mnist_ptl_mini.py": "out of date: `pl.Trainer(gpus=...)` was removed in "
+    "Lightning 2.0 (it fails on Ray 2.60 too)",
+    "tune/examples/mlflow_ptl.py": "out of date: passes `num_workers=` to mnist_ptl_mini's "
+    "MNISTDataModule, which takes none (it fails on Ray 2.60 too)",
+    "tune/examples/tf_mnist_example.py": "written for Keras 2 (`Metric.reset_states()`): this "
+    "TensorFlow's Keras 3 has `reset_state()`, so it fails on Ray 2.60 here too",
+}
 _GPU = re.compile(r"use_gpu\s*=\s*True|[\"']gpu[\"']\s*:\s*[1-9]|num_gpus\s*=\s*[1-9]")
 # Tune's searchers and schedulers that need a package of their own (Ray imports it lazily).
 _EXTRA = {
@@ -82,6 +103,7 @@ class Example:
     path: str
     args: list[str] = field(default_factory=list)
     excluded: str | None = None  # why it is not run here
+    generated_data: bool = False  # its downloads are replaced by tests/compat/generated_data
 
 
 def ray_dir() -> Path:
@@ -102,9 +124,11 @@ def _imports(tree: ast.AST) -> set[str]:
     return out
 
 
-def exclusion(path: Path, base: Path, _seen: frozenset = frozenset()) -> str | None:
+def exclusion(path: Path, base: Path, _seen: frozenset = frozenset(), generated: bool = False) -> str | None:
     """Why ``path`` cannot run here (a download, a GPU, Ray core, a package not installed,
-    not a script), or None, read from its source and that of the examples it imports."""
+    not a script), or None, read from its source and that of the examples it imports.
+    ``generated``: downloads (and the packages that only fetch data) are not a reason, the
+    generated-data shim stands in for them."""
     source = path.read_text()
     if "__main__" not in source:
         return "a helper module of other examples, not a script"
@@ -112,13 +136,13 @@ def exclusion(path: Path, base: Path, _seen: frozenset = frozenset()) -> str | N
         if m.group(1):
             return f"trains an RLlib algorithm ({m.group(0)}): RLlib is Ray's"
         return f"uses Ray core (`{m.group(0).strip()}`): tasks, actors, RLlib, Serve and ray.util are Ray's"
-    if m := _DOWNLOAD.search(source):
+    if m := (_NOT_GENERATED if generated else _DOWNLOAD).search(source):
         return f"downloads its data (`{m.group(0)}`)"
     if m := _GPU.search(source):
         return f"needs a GPU (`{m.group(0)}`)"
     mods = _imports(ast.parse(source))
     for mod in sorted(mods):
-        if top := _missing(mod):
+        if top := _missing(mod, generated):
             return f"needs `{top}`, not installed here"
     for mod in sorted(
         m for m in mods if m.split(".")[:3] in (["ray", "tune", "examples"], ["ray", "train", "examples"])
@@ -126,33 +150,39 @@ def exclusion(path: Path, base: Path, _seen: frozenset = frozenset()) -> str | N
         dep = base.joinpath(*mod.split(".")[1:])
         dep = dep / "__init__.py" if dep.is_dir() else dep.with_suffix(".py")
         if dep.is_file() and dep not in _seen:
-            why = exclusion(dep, base, _seen | {path})
+            why = exclusion(dep, base, _seen | {path}, generated)
             if why and not why.startswith("a helper"):
                 return f"imports {mod}, which {why}"
-            if why and (w := _helper_needs(dep)):
+            if why and (w := _helper_needs(dep, generated)):
                 return f"imports {mod}, which {w}"
     return None
 
 
-def _missing(mod: str) -> str | None:
+def _missing(mod: str, generated: bool = False) -> str | None:
     top = _EXTRA.get(mod, mod.split(".")[0])
     if top in ("ray", "__future__") or importlib.util.find_spec(top) is not None:
+        return None
+    if mod == "horovod.torch":
+        return None  # raynb serves Horovod's PyTorch API (raynb.train.horovod.torch)
+    if generated and top in GENERATED_PACKAGES:
         return None
     return top
 
 
-def _helper_needs(path: Path) -> str | None:
+def _helper_needs(path: Path, generated: bool = False) -> str | None:
     source = path.read_text()
-    if m := _DOWNLOAD.search(source):
+    if m := (_NOT_GENERATED if generated else _DOWNLOAD).search(source):
         return f"downloads its data (`{m.group(0)}`)"
     for mod in sorted(_imports(ast.parse(source))):
-        if top := _missing(mod):
+        if top := _missing(mod, generated):
             return f"needs `{top}`, not installed here"
     return None
 
 
-def collect() -> list[Example]:
-    """Every ``.py`` under the wheel's tune/train examples but ``__init__.py``, sorted."""
+def collect(generated_data: bool = False) -> list[Example]:
+    """Every ``.py`` under the wheel's tune/train examples but ``__init__.py``, sorted.
+    ``generated_data``: a script whose only exclusion is a download is not excluded but
+    marked ``generated_data`` (run with tests/compat/generated_data's shim)."""
     base = ray_dir()
     out = []
     for d in EXAMPLE_DIRS:
@@ -161,24 +191,53 @@ def collect() -> list[Example]:
                 continue
             src = p.read_text()
             args = ["--smoke-test"] if "--smoke-test" in src else []
-            out.append(Example(str(p.relative_to(base)), str(p), args, exclusion(p, base)))
+            ex = Example(str(p.relative_to(base)), str(p), args, exclusion(p, base))
+            if generated_data and ex.excluded and exclusion(p, base, generated=True) is None:
+                ex.excluded, ex.generated_data = _BROKEN.get(ex.name), ex.name not in _BROKEN
+            out.append(ex)
     return out
 
 
 def rewrite_imports(source: str) -> str:
     """The script with the name ``ray`` (as code, not in strings or after a dot) made
-    ``raynb``: ``import ray`` -> ``import raynb``, ``ray.train.report`` -> ``raynb.train.report``."""
+    ``raynb``: ``import ray`` -> ``import raynb``, ``ray.train.report`` -> ``raynb.train.report``;
+    and ``horovod.torch`` -> ``raynb.train.horovod.torch`` (raynb's Horovod PyTorch API)."""
     lines = source.splitlines(keepends=True)
-    hits, prev = [], None
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.NAME and tok.string == "ray" and not (prev and prev.string == "."):
-            hits.append(tok.start)
+    hits, prev, toks = [], None, list(tokenize.generate_tokens(io.StringIO(source).readline))
+    for i, tok in enumerate(toks):
+        first = tok.type == tokenize.NAME and not (prev and prev.string == ".")
+        if first and tok.string == "ray":
+            hits.append((tok.start, 3, "raynb"))
+        elif first and tok.string == "horovod" and [t.string for t in toks[i + 1 : i + 3]] == [".", "torch"]:
+            hits.append((tok.start, 7, "raynb.train.horovod"))
         if tok.type not in (tokenize.NL, tokenize.COMMENT):
             prev = tok
-    for row, col in reversed(hits):
+    for (row, col), width, new in reversed(hits):
         line = lines[row - 1]
-        lines[row - 1] = line[:col] + "raynb" + line[col + 3 :]
+        lines[row - 1] = line[:col] + new + line[col + width :]
     return "".join(lines)
+
+
+_EXAMPLE_IMPORT = re.compile(r"\bray\.(?:tune|train)\.examples\.(\w+)\b")
+
+
+def _with_local_examples(source: str, folder: Path) -> str:
+    """``source`` with its imports changed, and each of Ray's example modules it imports
+    (``ray.tune.examples.mnist_pytorch``) copied beside it, changed too, and imported from
+    there (``mnist_pytorch``), as a user's own helper modules would be."""
+    base = ray_dir()
+    for name in sorted(set(_EXAMPLE_IMPORT.findall(source))):
+        for d in EXAMPLE_DIRS:
+            helper = base / d / f"{name}.py"
+            if helper.is_file() and not (folder / helper.name).exists():
+                (folder / helper.name).write_text(_with_local_examples(helper.read_text(), folder))
+    names = sorted(set(_EXAMPLE_IMPORT.findall(source)))
+    source = _EXAMPLE_IMPORT.sub(lambda m: m.group(1), source)
+    if names:  # `ray.tune.examples.x.f(...)` after `import ray` needs `import x` now
+        first = re.search(r"^(?:import |from (?!__future__ ))", source, re.M)  # after __future__
+        at = first.start() if first else 0
+        source = source[:at] + "".join(f"import {n}\n" for n in names) + source[at:]
+    return rewrite_imports(source)
 
 
 def _reason(stderr: str, stdout: str) -> str:
@@ -197,10 +256,11 @@ def run_example(
             cmd = [sys.executable, "-m", "raynb.cli", "run", ex.path, *ex.args]
         else:
             copy = Path(tmp) / Path(ex.path).name
-            copy.write_text(rewrite_imports(Path(ex.path).read_text()))
+            copy.write_text(_with_local_examples(Path(ex.path).read_text(), Path(tmp)))
             cmd = [sys.executable, str(copy), *ex.args]
         full_env = {**os.environ, **(env or {})}
-        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), full_env.get("PYTHONPATH")) if p)
+        first = (str(GENERATED_DATA_DIR), str(ROOT)) if ex.generated_data else (str(ROOT),)
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (*first, full_env.get("PYTHONPATH")) if p)
         t0 = time.monotonic()
         try:
             proc = subprocess.run(
@@ -358,13 +418,20 @@ def main(argv=None) -> int:
         action="store_true",
         help="with --conformance: the passing scripts per mode, as in tests/ray_examples_expected.json",
     )
+    ap.add_argument(
+        "--generated-data",
+        action="store_true",
+        help="with --list / --conformance: the scripts that run with generated data instead",
+    )
     ap.add_argument("--scripts", default=",".join(BENCH_DEFAULT), help="comma-separated, relative to ray/")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per script run")
     args = ap.parse_args(argv)
     if args.list:
-        print(json.dumps([asdict(e) for e in collect()], indent=1))
+        print(json.dumps([asdict(e) for e in collect(args.generated_data)], indent=1))
     elif args.conformance:
-        examples = collect()
+        examples = collect(args.generated_data)
+        if args.generated_data:
+            examples = [e for e in examples if e.generated_data]
         results = conformance(examples, timeout=args.timeout)
         if args.expected:
             print(

@@ -70,6 +70,8 @@ def _real_module_of(value) -> str | None:
     """The real Ray library ``value`` is, or comes from, e.g. ``"ray.tune"``; else None."""
     if isinstance(value, types.ModuleType):
         name = getattr(value, "__name__", "")
+        if _hook_active() and name.split(".")[2:3] == ["examples"]:
+            return None  # one of Ray's shipped examples, run under the hook
         return _served_name(name) if _real_file(value) else None
     owner = (
         getattr(value, "__module__", None)
@@ -77,6 +79,8 @@ def _real_module_of(value) -> str | None:
         else getattr(type(value), "__module__", None)
     )
     lib = _served_name(owner) if isinstance(owner, str) else None
+    if lib and _hook_active() and owner.split(".")[2:3] == ["examples"]:
+        return None  # Ray's shipped examples, read from the wheel and run under the hook
     return lib if lib and _real_file(sys.modules.get(owner)) else None
 
 

@@ -17,6 +17,8 @@ import importlib.util
 import sys
 import types
 
+from . import horovod_name
+
 DOCS = "docs/coming-from-ray.md"
 ON_RAY = "run the script on Ray itself (`raynb start --ray` shares a Ray cluster with raynb), or see " + DOCS
 RAY_API_VERSION = "2.60.0"  # the Ray release whose API names raynb follows
@@ -119,6 +121,8 @@ class RayFinder(importlib.abc.MetaPathFinder):
     """First on ``sys.meta_path``: ``ray`` and ``ray.*`` come from raynb, or fail naming why."""
 
     def find_spec(self, fullname, path=None, target=None):
+        if fullname in horovod_name.NAMES:
+            return horovod_name.find_spec(fullname)
         if fullname != "ray" and not fullname.startswith("ray."):
             return None
         if fullname.split(".")[:3] in (["ray", "tune", "examples"], ["ray", "train", "examples"]):

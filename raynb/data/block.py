@@ -168,13 +168,28 @@ def to_numpy_batch(value, what: str) -> dict:
         return columns_from(value, what)
     pd = _maybe("pandas")
     if pd is not None and isinstance(value, pd.DataFrame):
-        return columns_from({str(c): value[c].to_numpy() for c in value.columns}, what)
+        return columns_from({str(c): stacked_if_tensors(value[c].to_numpy()) for c in value.columns}, what)
     pa = _maybe("pyarrow")
     if pa is not None and isinstance(value, pa.Table):
         return table_to_numpy(value)
     raise TypeError(
         f"{what} returned {type(value).__name__}; return a dict of numpy arrays or a pandas DataFrame"
     )
+
+
+def stacked_if_tensors(a):
+    """A pandas object column whose every row is a list / tuple / array of numbers of one
+    shape, as one n-d numeric array (Ray makes it a tensor column, so torch gets one tensor);
+    any other column unchanged."""
+    import numpy as np
+
+    if a.dtype != object or len(a) == 0 or not all(isinstance(v, (list, tuple, np.ndarray)) for v in a):
+        return a
+    try:
+        stacked = np.asarray(list(a))
+    except ValueError:  # ragged
+        return a
+    return stacked if stacked.ndim >= 2 and stacked.dtype.kind in "biufc" else a
 
 
 def table_to_numpy(table) -> dict:

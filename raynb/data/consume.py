@@ -148,6 +148,13 @@ class ConsumeMixin:
         the arguments of ``DataIterator.iter_batches``."""
         return self._reader().iter_batches(**kwargs)
 
+    def to_tf(self, feature_columns, label_columns=None, **kwargs):
+        """All rows as a ``tf.data.Dataset`` of ``(features, labels)`` in this process (Ray's
+        ``Dataset.to_tf``; see ``raynb.data.tf_dataset.to_tf``)."""
+        from .tf_dataset import to_tf
+
+        return to_tf(self._reader(), feature_columns, label_columns, **kwargs)
+
     def iter_torch_batches(self, **kwargs):
         """All rows as torch batches in this process (``DataIterator.iter_torch_batches``)."""
         return self._reader().iter_torch_batches(**kwargs)

@@ -175,6 +175,13 @@ class DataIterator:
 
         return prefetched(make, int(prefetch_batches or 0))
 
+    def to_tf(self, feature_columns, label_columns=None, **kwargs):
+        """This shard as a ``tf.data.Dataset`` of ``(features, labels)`` (Ray's
+        ``DataIterator.to_tf``; see ``raynb.data.tf_dataset.to_tf``)."""
+        from .tf_dataset import to_tf
+
+        return to_tf(self, feature_columns, label_columns, **kwargs)
+
     def iter_batches(
         self,
         *,

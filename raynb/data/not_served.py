@@ -36,7 +36,6 @@ NOT_SERVED = {
         "to_pandas_refs",
         "to_random_access_dataset",
         "to_spark",
-        "to_tf",
         "with_column",
         "with_columns",
         "write_bigquery",
@@ -56,7 +55,7 @@ NOT_SERVED = {
         "write_webdataset",
         "write_orc",
     },
-    "DataIterator": {"get_context", "iter_jax_batches", "iter_tf_batches", "stats", "to_tf", "to_torch"},
+    "DataIterator": {"get_context", "iter_jax_batches", "iter_tf_batches", "stats", "to_torch"},
     "ray.data": {
         "from_arrow_refs",
         "from_blocks",

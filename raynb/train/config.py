@@ -398,6 +398,16 @@ class Result:
         return pick(scored, key=lambda vc: vc[0])[1]
 
     @property
+    def filesystem(self):
+        """The ``pyarrow.fs.FileSystem`` that reads ``path`` (Ray's ``Result.filesystem``):
+        the one of its URI for a ``scheme://`` path, else the local file system."""
+        import pyarrow.fs as pafs
+
+        if self.path and "://" in str(self.path):
+            return pafs.FileSystem.from_uri(str(self.path))[0]
+        return pafs.LocalFileSystem()
+
+    @property
     def config(self) -> dict | None:
         """The run's ``train_loop_config`` as recorded in ``params.json``."""
         try:

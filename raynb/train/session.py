@@ -8,6 +8,7 @@ silently doing nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -63,6 +64,14 @@ class TrainContext:
     def get_trial_name(self) -> str:
         """The run's name, as Ray Train's (a Tune trial's: ``<trainable>_<trial_id>``)."""
         return self._task["name"]
+
+    def get_trial_id(self) -> str:
+        """The Tune trial's id (``<experiment>_<index>``, as in ``Result.metrics["trial_id"]``);
+        in a run outside Tune, the last part of the run's name (its unique suffix)."""
+        name = self._task["name"]
+        if re.search(r"_[0-9a-f]+_\d{5}$", name):
+            return "_".join(name.rsplit("_", 2)[-2:])
+        return name.rsplit("_", 1)[-1]
 
     def get_trial_dir(self) -> str:
         """The run directory, as Ray Train's trial directory (``get_storage_path()``)."""

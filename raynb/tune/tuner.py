@@ -138,6 +138,7 @@ class Tuner:
         tune_config: TuneConfig | None = None,
         run_config: RunConfig | None = None,
         _restored: dict | None = None,
+        _tuner_kwargs: dict | None = None,
     ):
         from .schedulers import FIFOScheduler, TrialScheduler
 
@@ -152,7 +153,7 @@ class Tuner:
         self._trainable = trainable
         self._param_space = param_space
         self._tune_config = tune_config
-        self._run_config = run_config or trainer_rc or RunConfig()
+        self._run_config = _with_tuner_kwargs(run_config or trainer_rc or RunConfig(), _tuner_kwargs)
         # Saved now, before the searcher and scheduler are told metric/mode/space, so a restore
         # starts them afresh and replays the finished trials into them.
         try:
@@ -535,3 +536,27 @@ def _plan_concurrency(status: dict, scaling_config, max_concurrent: int | None) 
     if max_concurrent:
         concurrency = min(concurrency, max_concurrent)
     return total_workers, concurrency
+
+
+def _with_tuner_kwargs(run_config: RunConfig, kwargs: dict | None) -> RunConfig:
+    """Ray's internal ``Tuner(_tuner_kwargs=...)`` (Ray's own examples pass it): its
+    ``fail_fast`` becomes ``FailureConfig(fail_fast=...)``.
+
+    Raises:
+        TypeError: a key other than ``fail_fast`` (not served).
+    """
+    import dataclasses
+
+    kwargs = dict(kwargs or {})
+    fail_fast = kwargs.pop("fail_fast", None)
+    if kwargs:
+        raise TypeError(
+            f"Tuner(_tuner_kwargs=...): {sorted(kwargs)} not served (only 'fail_fast'); "
+            "use TuneConfig / RunConfig fields instead"
+        )
+    if fail_fast is None:
+        return run_config
+    from ..train.config import FailureConfig
+
+    failure = dataclasses.replace(run_config.failure_config or FailureConfig(), fail_fast=fail_fast)
+    return dataclasses.replace(run_config, failure_config=failure)

@@ -212,8 +212,8 @@ def test_a_shard_iter_rows_materialize_to_pandas():
     assert m.count() == 5 and m.take(1)[0]["l"] == [0, 1, 2, 3, 4]
     assert shards[0].to_pandas()["s"].tolist() == ["", "x", "xx", "xxx", "xxxx"]
     assert [len(b["a"]) for b in shards[0].iter_batches(batch_size=2)] == [2, 2, 1]
-    with pytest.raises(AttributeError, match="DataIterator.to_tf is Ray Data's.*coming-from-ray"):
-        shards[0].to_tf
+    with pytest.raises(AttributeError, match="DataIterator.to_torch is Ray Data's.*coming-from-ray"):
+        shards[0].to_torch
 
 
 def test_names_raynb_does_not_serve_raise_naming_them():

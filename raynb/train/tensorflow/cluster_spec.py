@@ -61,11 +61,24 @@ def stale_ranks(every: list[dict]) -> list[int]:
     """Ranks whose process already runs TensorFlow for another cluster than this run's.
 
     Args:
-        every: per rank, ``{"addr": "ip:port", "tf": TensorFlow imported, "spec": the
+        every: per rank, ``{"addr": "ip:port", "tf": TensorFlow's runtime started, "spec": the
             addresses it configured or None}``.
     """
     want = [e["addr"] for e in every]
     return [r for r, e in enumerate(every) if e["tf"] and e["spec"] != want]
+
+
+def _tf_runtime_started() -> bool:
+    """TensorFlow's runtime started in this process (its eager context initialized), so its
+    collectives can no longer be configured. An import alone does not start it: a script's
+    module-level ``import tensorflow`` is imported again when its function is unpickled."""
+    if "tensorflow" not in sys.modules:
+        return False
+    try:
+        from tensorflow.python.eager import context
+    except ImportError:
+        return True
+    return context.context()._context_handle is not None
 
 
 def setup() -> dict:
@@ -80,7 +93,7 @@ def setup() -> dict:
     global _configured
     task = _session._require("TensorflowTrainer")
     world, rank = task["world_size"], task["rank"]
-    mine = {"addr": own_address(), "tf": "tensorflow" in sys.modules, "spec": _configured}
+    mine = {"addr": own_address(), "tf": _tf_runtime_started(), "spec": _configured}
     every = _gather(mine, world)
     stale = stale_ranks(every)
     if stale:
