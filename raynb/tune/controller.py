@@ -31,6 +31,7 @@ from .search.searcher import Searcher
 from .trial import ERROR, PAUSED, PENDING, RUNNING, TERMINATED, Trial, pause
 from .trial_output import relay_output
 from .trial_setup import TrialSetup, adopt_first_checkpoint, newest_checkpoint, write_params
+from .trial_working_dir import in_trial_dir
 
 # After an interrupt or a fatal error, how long to wait for cancelled trials to end (s).
 # The head kills ranks that ignore the cancel after 1 s, so this is rarely reached.
@@ -236,6 +237,7 @@ class TuneController:
             extra=extra,
             data_key=r.data_key,
         )
+        in_trial_dir(spec, trial.path or str(Path(self.experiment_path) / trial.extra["dirname"]))
         trial.run_id = spec["run_id"]
         trial.status = RUNNING
         trial.extra["submitted_at"] = time.time()
