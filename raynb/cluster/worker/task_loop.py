@@ -104,6 +104,8 @@ class Worker:
                 "ip": self.node_ip,
                 "store_port": self.rendezvous.store_port,
                 **_own_stats(),
+                # Forked from a kind's zygote (node/kind_zygote.py): the head places its kind's runs here.
+                **({"kind": os.environ["RAYNB_WORKER_KIND"]} if os.environ.get("RAYNB_WORKER_KIND") else {}),
             },
         )
         self.link.start_io_thread()
