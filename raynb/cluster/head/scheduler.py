@@ -208,14 +208,14 @@ def _fork(missing: int, snapshot: Snapshot, kind: str = "torch", whole: Snapshot
         if k > 0:
             forks[node.node_id] = k
             missing -= k
-    retire = []
     others = [w for w in (whole.workers if whole is not None else ()) if not w.busy and w.kind != kind]
-    for node in order:
-        for w in [w for w in others if w.node_id == node.node_id][: max(0, missing)]:
-            retire.append(w.worker_id)
-            forks[node.node_id] = forks.get(node.node_id, 0) + 1
-            missing -= 1
-    return Fork(forks, max(0, missing), kind, tuple(retire))
+    if 0 < missing <= len(others):  # retired only if that is enough: no warm worker lost for a wait
+        retire = tuple(w.worker_id for node in order for w in others if w.node_id == node.node_id)[:missing]
+        for wid in retire:
+            node_id = next(w.node_id for w in others if w.worker_id == wid)
+            forks[node_id] = forks.get(node_id, 0) + 1
+        return Fork(forks, 0, kind, retire)
+    return Fork(forks, max(0, missing), kind)
 
 
 def _gpu_eligible(idle: list, snapshot: Snapshot) -> list:
