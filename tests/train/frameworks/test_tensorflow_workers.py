@@ -124,3 +124,24 @@ def test_a_killed_tensorflow_rank_is_replaced_by_a_tensorflow_worker(warm, tmp_p
     assert value["kind"] == "tensorflow" and all(tf for _, _, tf in ranks), value
     kinds = {w["pid"]: w.get("kind") for w in warm.status()["workers"]}
     assert all(kinds.get(pid) == "tensorflow" for pid, _, _ in ranks), kinds
+
+
+def test_a_dead_tensorflow_zygote_takes_its_workers_and_the_next_run_starts_another(warm, tmp_path):
+    import os
+    import signal
+    import time
+
+    result, value = _tf_fit(tmp_path / "before")
+    assert result.error is None
+    ((pid0, tf_zygote, _), _) = value["ranks"]
+    os.kill(tf_zygote, signal.SIGKILL)
+    # Its workers die with it and are reported (the torch zygote reaps them): the head forgets them.
+    deadline = time.monotonic() + 30
+    while any(w["pid"] == pid0 for w in warm.status()["workers"]):
+        assert time.monotonic() < deadline, warm.status()["workers"]
+        time.sleep(0.1)
+    assert not psutil.pid_exists(pid0)
+    result, value = _tf_fit(tmp_path / "after")
+    assert result.error is None and value["kind"] == "tensorflow"
+    new_zygotes = {ppid for _, ppid, _ in value["ranks"]}
+    assert tf_zygote not in new_zygotes and len(new_zygotes) == 1, new_zygotes
