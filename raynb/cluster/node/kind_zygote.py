@@ -31,7 +31,15 @@ KIND_ENV = "RAYNB_WORKER_KIND"
 DEFAULT_KIND = "torch"
 # What a kind's zygote imports, and the environment its workers inherit.
 KIND_MODULES = {
-    "tensorflow": ("tensorflow", "tf_keras", "raynb.train.tensorflow", "raynb.train.tensorflow.keras"),
+    "tensorflow": (
+        "tensorflow",
+        "tf_keras",
+        "raynb.train.tensorflow",
+        "raynb.train.tensorflow.keras",
+        # What a first Model.fit under the strategy imports lazily.
+        "tensorflow.python.data.ops.rebatch_op",
+        "tf_keras.src.engine.base_layer_v1",
+    ),
 }
 KIND_ENV_VARS = {
     # tf.keras is tf-keras: Keras 3's Model.fit does not run under MultiWorkerMirroredStrategy.
