@@ -145,3 +145,16 @@ def test_a_dead_tensorflow_zygote_takes_its_workers_and_the_next_run_starts_anot
     assert result.error is None and value["kind"] == "tensorflow"
     new_zygotes = {ppid for _, ppid, _ in value["ranks"]}
     assert tf_zygote not in new_zygotes and len(new_zygotes) == 1, new_zygotes
+
+
+def test_a_tuned_tensorflow_trainer_asks_for_tensorflow_workers():
+    from raynb.client.submit_and_follow import build_submission
+    from raynb.tune.tuner import _trainable_parts
+
+    trainer = TensorflowTrainer(_where_am_i, scaling_config=ScalingConfig(num_workers=2))
+    fn, scaling, config, _, _, name = _trainable_parts(trainer, {})
+    assert name == "TensorflowTrainer"
+    spec, _ = build_submission(fn, config, scaling, RunConfig(verbose=0), name_prefix=name)
+    assert spec["worker_kind"] == "tensorflow"
+    spec, _ = build_submission(_torch_where, None, scaling, RunConfig(verbose=0))
+    assert "worker_kind" not in spec
