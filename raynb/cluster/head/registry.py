@@ -249,6 +249,12 @@ class Registry:
             self.version += 1
         return w
 
+    def set_kind(self, w: WorkerInfo, kind: str) -> None:
+        """``w`` is of ``kind`` from now on (its task imported that framework)."""
+        if w.kind != kind:
+            w.kind = kind
+            self.version += 1  # the next snapshot shows it
+
     def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
         """A message came from this worker (``identity``, its routing id): it is alive."""
         w = self.workers.get(worker_id)

@@ -35,7 +35,8 @@ VERSIONS = (
     (
         "2.6",
         "worker kinds: ``worker_ready``'s and ``spawn_workers``' ``kind``, ``submit_run``'s ``worker_kind`` "
-        "(a TensorflowTrainer run on workers forked from a TensorFlow zygote); an older peer ignores them",
+        "(a TensorflowTrainer run on workers forked from a TensorFlow zygote), ``task_done``'s ``kind`` (a "
+        "torch worker whose function imported TensorFlow); an older peer ignores them",
     ),
 )
 
@@ -564,6 +565,7 @@ MESSAGES = (
         req("status", str, "ok, error or cancelled"),
         opt("error", (_ERROR, None), "what it raised (exc_type, message, traceback ...)"),
         opt("events", ListOf(_EVENT), "the task's last events", since="2.2"),
+        opt("kind", _STR, "the worker's kind, when its task changed it (imported TensorFlow)", since="2.6"),
         buffers="[0]: the cloudpickled return value",
         topic=TASKS,
         changes=(("2.2", "``events``: the last events ride in it"),),
