@@ -89,6 +89,10 @@ def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
     return expanded if os.path.isabs(expanded) else os.path.abspath(expanded)
 
 
+# The trainers whose ranks need workers of a kind of their own (node/kind_zygote.py).
+WORKER_KINDS = {"TensorflowTrainer": "tensorflow"}
+
+
 def build_submission(
     fn,
     config,
@@ -168,6 +172,8 @@ def build_submission(
         spec["max_failures"] = fc.max_failures
     if scope.used:  # written to the nodes the head places ranks on (data_needed)
         spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
+    if name_prefix in WORKER_KINDS:  # its ranks run on workers of their own kind
+        spec["worker_kind"] = WORKER_KINDS[name_prefix]
     runtime_env.apply(spec)  # raynb.init(runtime_env={"working_dir": ...})
     spec.update(extra or {})
     return spec, payload

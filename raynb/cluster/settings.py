@@ -230,6 +230,13 @@ _TABLE = [
     Setting("RAYNB_ADDRESS", None, str, "the head's address, given to workers and jobs", kind="internal"),
     Setting("RAYNB_NODE_ID", None, str, "the node a worker runs on", kind="internal"),
     Setting("RAYNB_WORKER_ID", None, str, "the worker's own id (names its transfers)", kind="internal"),
+    Setting(
+        "RAYNB_WORKER_KIND",
+        None,
+        str,
+        "the worker's kind when a kind's zygote forked it (`tensorflow`; unset: torch)",
+        kind="internal",
+    ),
     Setting("RAYNB_LOG_DIR", ".", str, "where a node agent's workers write their logs", kind="internal"),
     Setting(
         "RAYNB_RDZV_DIR",

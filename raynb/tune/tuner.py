@@ -46,6 +46,7 @@ from .tune_config import TuneConfig
 
 def _trainable_parts(trainable, param_space):
     """(fn, ScalingConfig, base config, nested key, trainer RunConfig, name) of a trainable."""
+    from ..client.submit_and_follow import WORKER_KINDS
     from ..train.torch import TorchTrainer
 
     tune_parts = getattr(type(trainable), "_tune_parts", None)
@@ -71,7 +72,8 @@ def _trainable_parts(trainable, param_space):
             trainable.train_loop_config,
             "train_loop_config",
             trainable.run_config,
-            "TorchTrainer",
+            # TensorflowTrainer's trials run on workers of their kind (submit_run's worker_kind).
+            trainable._name_prefix if trainable._name_prefix in WORKER_KINDS else "TorchTrainer",
         )
     if isinstance(trainable, type) and issubclass(trainable, Trainable):  # Tuner.restore's check
         trainable = class_trainable(trainable)

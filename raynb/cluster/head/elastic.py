@@ -49,6 +49,7 @@ def request(spec: dict, now: bool = False) -> scheduler.Request:
         spec.get("placement_strategy") or "PACK",
         min_workers=spec.get("min_workers"),
         now=now,
+        kind=spec.get("worker_kind") or "torch",
     )
 
 
@@ -58,7 +59,7 @@ def submit_request(spec: dict) -> scheduler.Request:
     req = request(spec)
     if req.min_workers is None:
         return req
-    return scheduler.Request(req.min_workers, req.use_gpu, req.strategy)
+    return scheduler.Request(req.min_workers, req.use_gpu, req.strategy, kind=req.kind)
 
 
 def waiting_note(run: Run, decision: scheduler.Fork) -> str:

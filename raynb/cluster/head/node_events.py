@@ -157,6 +157,7 @@ class NodeEvents:
                 c["hostname"],
                 c["ip"],
                 store_port=c.get("store_port"),
+                kind=c.get("kind") or "torch",
                 stats={k: c[k] for k in ("cpu_percent", "rss") if k in c},
             )
         )

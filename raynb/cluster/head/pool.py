@@ -98,8 +98,7 @@ class WorkerPool:
         missing = self.registry.missing_workers(node_id)
         if missing:
             node = self.registry.nodes[node_id]
-            node.spawning += missing
-            self._send(node.identity, messages.SPAWN_WORKERS, {"count": missing})
+            self._send(node.identity, messages.SPAWN_WORKERS, self.registry.asked(node, missing))
 
     def tick(self, now: float, runs_waiting: bool) -> list[str]:
         """Note when the workers that became idle since the last tick did, update the thread
@@ -146,9 +145,10 @@ class WorkerPool:
 
     def retirable(self, now: float) -> list[WorkerInfo]:
         """Of each node's idle workers, as many as it holds beyond its warm count, chosen
-        ungrouped first, then the newest (the original warm ones stay, with their process
-        group): those of them idle for the timeout. An older idle worker is not taken
-        for a newer one that is not idle long enough yet. Notes when the next one is due."""
+        of a kind other than torch first, ungrouped next, then the newest (the original
+        warm ones stay, with their process group): those of them idle for the timeout. An
+        older idle worker is not taken for a newer one that is not idle long enough yet.
+        Notes when the next one is due."""
         grouped: set | None = None
         out, due = [], float("inf")
         for node in self.registry.nodes_beyond_warm():  # not every node, on every tick
@@ -160,7 +160,8 @@ class WorkerPool:
                 grouped = {wid for members in self.registry.groups for wid in members}
             idle = sorted(
                 (i for i, w in enumerate(mine) if not w.busy and w.idle_since is not None),
-                key=lambda i: (mine[i].worker_id in grouped, -i),
+                # Workers of another kind (TensorFlow's) first: the warm count is torch's.
+                key=lambda i: (mine[i].kind == "torch", mine[i].worker_id in grouped, -i),
             )
             for w in (mine[i] for i in idle[:extra]):
                 if now - w.idle_since >= self.idle_timeout_s:

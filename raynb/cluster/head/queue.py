@@ -133,10 +133,7 @@ class RunQueue:
         else:
             run.spec.pop("_no_room_since", None)
             run.spec.pop("_no_room_noted", None)
-        for node_id, count in decision.forks.items():
-            node = self._registry.nodes[node_id]
-            node.spawning += count
-            self._send(node.identity, messages.SPAWN_WORKERS, {"count": count})
+        self._ask_nodes(decision)
         if decision.unplaceable > 0 and elastic.is_elastic(run.spec):
             if run.spec.get("_wait_noted") != decision.unplaceable:  # a new count: a new line
                 run.spec["_wait_noted"] = decision.unplaceable
@@ -156,6 +153,19 @@ class RunQueue:
                 },
             )
         return True
+
+    def _ask_nodes(self, decision: scheduler.Fork) -> None:
+        """Retire the idle workers of another kind the decision names (for room), then ask
+        each node for its forks of the decision's kind."""
+        for wid in decision.retire:
+            w = self._registry.remove_worker(wid)
+            node = self._registry.nodes.get(w.node_id) if w is not None else None
+            if node is not None:
+                self._send(node.identity, messages.RETIRE_WORKER, {"worker_id": wid})
+        for node_id, count in decision.forks.items():
+            node = self._registry.nodes[node_id]
+            content = self._registry.asked(node, count, decision.kind)
+            self._send(node.identity, messages.SPAWN_WORKERS, content)
 
     def _group_for(self, chosen: list[WorkerInfo], use_gpu: bool, timeout_s: float | None) -> dict:
         backend = "nccl" if use_gpu else "gloo"

@@ -35,6 +35,7 @@ class WorkerInfo:
     # tune.with_resources): its threads, fixed, and what it takes of its node's share.
     cpus: int | None = None
     attempt: int = 0  # of the run whose rank it holds
+    kind: str = "torch"  # what its zygote imported (node/kind_zygote.py): only its kind's runs go here
 
     @property
     def busy(self) -> bool:
@@ -74,6 +75,7 @@ class NodeInfo:
     num_workers: int
     max_workers: int
     spawning: int = 0  # forks asked for, not yet ready
+    spawning_kinds: dict = field(default_factory=dict)  # of those, per kind other than torch
     gpus: list = field(default_factory=list)  # CUDA device indices on this node
     gpus_in_use: set = field(default_factory=set)
     last_seen: float = field(default_factory=time.monotonic)
@@ -228,6 +230,8 @@ class Registry:
             node.hosted = True
         if node is not None and node.spawning > 0:
             node.spawning -= 1
+        if node is not None and node.spawning_kinds.get(w.kind, 0) > 0:
+            node.spawning_kinds[w.kind] -= 1
 
     def remove_worker(self, worker_id: str) -> WorkerInfo | None:
         self.forget_groups_with(worker_id)
@@ -245,11 +249,26 @@ class Registry:
             self.version += 1
         return w
 
+    def set_kind(self, w: WorkerInfo, kind: str) -> None:
+        """``w`` is of ``kind`` from now on (its task imported that framework)."""
+        if w.kind != kind:
+            w.kind = kind
+            self.version += 1  # the next snapshot shows it
+
     def worker_seen(self, worker_id: str, identity: bytes, now: float) -> None:
         """A message came from this worker (``identity``, its routing id): it is alive."""
         w = self.workers.get(worker_id)
         if w is not None and w.identity == identity:
             w.last_seen = now
+
+    def asked(self, node: NodeInfo, count: int, kind: str = "torch") -> dict:
+        """``count`` forks of ``kind`` asked of ``node``: counted in flight until ready.
+        Returns the ``spawn_workers`` content for its agent."""
+        node.spawning += count
+        if kind == "torch":
+            return {"count": count}
+        node.spawning_kinds[kind] = node.spawning_kinds.get(kind, 0) + count
+        return {"count": count, "kind": kind}
 
     def missing_workers(self, node_id: str | None) -> int:
         """How many workers ``node_id`` lacks of its warm count (forks in flight count)."""
@@ -291,8 +310,8 @@ class Registry:
         with ``version``: kept from one snapshot to the next until it moves (a submit and
         its placement take two)."""
         if self._views is None or self._views[0] != self.version:
-            workers = tuple(WorkerView(w.worker_id, w.node_id, w.busy) for w in self.workers.values())
-            self._views = (self.version, workers, tuple(self.groups))
+            workers = tuple(WorkerView(w.worker_id, w.node_id, w.busy, w.kind) for w in self.workers.values())
+            self._views = (self.version, workers, tuple(self.groups), sum(w.kind != "torch" for w in workers))
         count = self.workers_on
         return Snapshot(
             nodes=tuple(
@@ -303,11 +322,13 @@ class Registry:
                     tuple(n.free_gpus) if n.gpus else (),
                     count(n.node_id),
                     len(n.gpus),
+                    tuple(n.spawning_kinds.items()),
                 )
                 for n in self.nodes.values()
             ),
             workers=self._views[1],
             groups=self._views[2],
+            other_kinds=self._views[3],
         )
 
     def status_nodes(self) -> list[dict]:
@@ -346,6 +367,7 @@ class Registry:
                 "run_id": w.run_id,
                 "run": run_names.get(w.run_id),
                 "rank": w.rank,
+                "kind": w.kind,
                 "not_responding": w.not_responding,
                 **w.stats,
             }

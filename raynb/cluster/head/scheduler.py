@@ -33,12 +33,22 @@ class NodeView(NamedTuple):
     free_gpus: tuple = ()  # CUDA device indices not held by a run
     num_workers: int = 0  # workers it has now (idle or busy)
     gpus: int = 0  # CUDA devices it has, held or free
+    spawning_kinds: tuple = ()  # (kind, forks in flight) for kinds other than torch
+
+
+def spawning_of(node: NodeView, kind: str) -> int:
+    """The forks of ``kind`` in flight on ``node`` (torch's: those of no other kind)."""
+    others = dict(node.spawning_kinds)
+    if kind == "torch":
+        return max(0, node.spawning - sum(others.values()))
+    return others.get(kind, 0)
 
 
 class WorkerView(NamedTuple):
     worker_id: str
     node_id: str
     busy: bool = False
+    kind: str = "torch"  # what its zygote imported (node/kind_zygote.py)
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class Snapshot:
     nodes: tuple = ()  # NodeView, in registration order
     workers: tuple = ()  # WorkerView, in registration order
     groups: tuple = ()  # process groups that exist: worker ids in rank order
+    other_kinds: int = 0  # workers of a kind other than torch (none: no filtering)
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class Request:
     # from min_workers up that can be placed will do (see place_elastic).
     min_workers: int | None = None
     now: bool = False  # elastic: start on the idle workers now, forking none first
+    kind: str = "torch"  # the workers its ranks need: torch, or tensorflow (TensorflowTrainer)
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,9 @@ class Fork:
 
     forks: dict = field(default_factory=dict)
     unplaceable: int = 0
+    kind: str = "torch"  # of the workers to fork
+    # Idle workers of other kinds to retire first, for room on nodes at their max_workers.
+    retire: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +137,9 @@ def _per_node(snapshot: Snapshot, field: str, what: str) -> str:
 
 
 def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
-    """Where ``request``'s ranks go now, or what must happen first (see the module doc)."""
+    """Where ``request``'s ranks go now, or what must happen first (see the module doc).
+    Only workers of the request's kind are taken; it waits for forks of its kind."""
+    whole, snapshot = snapshot, of_kind(snapshot, request.kind)
     if request.min_workers is not None:
         sized = elastic_size(request, snapshot)
         if not isinstance(sized, int):
@@ -131,7 +148,7 @@ def place(request: Request, snapshot: Snapshot) -> Placement | Fork | Wait:
     n = request.num_workers
     idle = [w for w in snapshot.workers if not w.busy]
     if len(idle) < n:
-        return _fork(n - len(idle), snapshot)
+        return _fork(n - len(idle), snapshot, request.kind, whole)
     if request.use_gpu:
         idle = _gpu_eligible(idle, snapshot)
         if len(idle) < n:
@@ -165,23 +182,40 @@ def elastic_size(request: Request, snapshot: Snapshot, own: tuple = ()) -> int |
         if reachable < lo:
             return Wait(f"{reachable} of min {lo} GPUs free; waiting for {lo - reachable} more")
     if reachable < lo:
-        return Fork(_fork(lo - len(idle), snapshot).forks, lo - reachable)
+        return Fork(_fork(lo - len(idle), snapshot, request.kind).forks, lo - reachable, request.kind)
     return reachable
 
 
-def _fork(missing: int, snapshot: Snapshot) -> Fork:
-    """Fork what is missing beyond the forks already in flight, local node first, each
-    node up to its maximum."""
-    missing -= sum(node.spawning for node in snapshot.nodes)
+def of_kind(snapshot: Snapshot, kind: str) -> Snapshot:
+    """``snapshot`` with only the workers of ``kind`` (the nodes' counts keep them all)."""
+    if not snapshot.other_kinds and kind == "torch":
+        return snapshot
+    return replace(snapshot, workers=tuple(w for w in snapshot.workers if w.kind == kind))
+
+
+def _fork(missing: int, snapshot: Snapshot, kind: str = "torch", whole: Snapshot | None = None) -> Fork:
+    """Fork what is missing beyond the forks of ``kind`` already in flight, local node
+    first, each node up to its maximum. Where no node has room, idle workers of other
+    kinds in ``whole`` are retired for it (``Fork.retire``), their nodes' forks waiting
+    for their exits."""
+    missing -= sum(spawning_of(node, kind) for node in snapshot.nodes)
     forks = {}
-    for node in sorted(snapshot.nodes, key=lambda node: node.node_id != LOCAL_NODE_ID):
+    order = sorted(snapshot.nodes, key=lambda node: node.node_id != LOCAL_NODE_ID)
+    for node in order:
         if missing <= 0:
             break
         k = min(node.max_workers - node.num_workers - node.spawning, missing)
         if k > 0:
             forks[node.node_id] = k
             missing -= k
-    return Fork(forks, max(0, missing))
+    others = [w for w in (whole.workers if whole is not None else ()) if not w.busy and w.kind != kind]
+    if 0 < missing <= len(others):  # retired only if that is enough: no warm worker lost for a wait
+        retire = tuple(w.worker_id for node in order for w in others if w.node_id == node.node_id)[:missing]
+        for wid in retire:
+            node_id = next(w.node_id for w in others if w.worker_id == wid)
+            forks[node_id] = forks.get(node_id, 0) + 1
+        return Fork(forks, 0, kind, retire)
+    return Fork(forks, max(0, missing), kind)
 
 
 def _gpu_eligible(idle: list, snapshot: Snapshot) -> list:

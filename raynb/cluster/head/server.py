@@ -386,6 +386,8 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         worker = self.registry.workers.get(messages.routing_name(msg.identity))
         if worker is not None and worker.run_id == c["run_id"]:
             worker.run_id = worker.rank = None
+        if worker is not None and c.get("kind"):
+            self.registry.set_kind(worker, c["kind"])
         rank = self._rank_of(msg, run) if run is not None else None
         if rank is not None:
             if c["status"] != "ok" and worker is not None and run.world_size > 1 and rank not in run.done:

@@ -44,6 +44,7 @@ from .fork_requests import ForkRequests
 from .gpu_stats import GpuSampler
 from .head_watch import DISCONNECTED_S, HeadWatch
 from .host import _local_ip_for, _rendezvous_dir, _workers_tmp_dir, node_cpus, parse_args, visible_gpus
+from .kind_zygote import KINDS
 
 log = logging.getLogger("raynb.node")
 
@@ -229,15 +230,17 @@ class NodeAgent:
         self.zygote.stdin.write(line.encode() + b"\n")
         self.zygote.stdin.flush()
 
-    def spawn(self, count: int) -> None:
-        """Fork ``count`` workers: those without room yet at the next exits (``fork_requests``)."""
-        self.forks.ask(count)
+    def spawn(self, count: int, kind: str = "torch") -> None:
+        """Fork ``count`` workers of ``kind`` (``kind_zygote.KINDS``): those without room yet
+        at the next exits (``fork_requests``)."""
+        self.forks.ask(count, kind)
         self._fork_wanted()
 
     def _fork_wanted(self) -> None:
-        for _ in range(self.forks.take(self.max_workers, len(self.workers))):
+        for kind in self.forks.take(self.max_workers, len(self.workers)):
             self._next_index += 1
-            self._zygote_send(f"spawn {self.node_id}-w{self._next_index}")
+            suffix = "" if kind == "torch" else f" {kind}"
+            self._zygote_send(f"spawn {self.node_id}-w{self._next_index}{suffix}")
 
     def _on_zygote_line(self, line: str) -> None:
         parts = line.split()
@@ -350,7 +353,11 @@ class NodeAgent:
             self.handlers[msg.msg_type](msg)
 
     def on_spawn_workers(self, msg: messages.Message) -> None:
-        self.spawn(int(msg.content.get("count", 1)))
+        kind = msg.content.get("kind") or "torch"
+        if kind not in KINDS:
+            log.warning("spawn_workers of unknown kind %r: forking torch workers", kind)
+            kind = "torch"
+        self.spawn(int(msg.content.get("count", 1)), kind)
 
     def on_kill_worker(self, msg: messages.Message) -> None:
         for pid in self._pids_of(msg.content["worker_id"]):

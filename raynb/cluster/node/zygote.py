@@ -3,7 +3,7 @@
 The node agent starts one zygote per machine and talks to it over the zygote's
 stdin/stdout with one-line commands::
 
-    node -> zygote   spawn <worker_id>            fork a worker
+    node -> zygote   spawn <worker_id> [kind]     fork a worker (of a kind: kind_zygote.py)
     zygote -> node   ready                        torch is imported, forks are cheap
                      spawned <worker_id> <pid>
                      exited <pid> <exitcode> <signal>
@@ -35,6 +35,7 @@ import sys
 import tempfile
 
 from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_group
+from . import kind_zygote
 
 # Imported once in the zygote so every forked worker has them for free.
 PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
@@ -170,9 +171,11 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         os._exit(code or 0)
 
 
-def _reap(children: set[int], out) -> None:
+def _reap(children: set[int], out, subs: dict | None = None) -> None:
     """Report every worker that exited. Its process group is killed first, while its
-    zombie still holds the group's id, and then its orphans (re-parented here)."""
+    zombie still holds the group's id, and then its orphans (re-parented here). A worker
+    of a kind's zygote that died is re-parented here too, and reported here (``subs``)."""
+    subs = subs or {}
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
@@ -181,23 +184,37 @@ def _reap(children: set[int], out) -> None:
         if info is None:
             return
         pid = info.si_pid
-        if pid in children:
+        theirs = next((s for s in subs.values() if pid in s.workers), None)
+        mine = pid in children or theirs is not None
+        if mine:
             kill_group(pid)
-            _end_orphans(children)
+            _end_orphans(_kept(children, subs))
         try:
             _, status = os.waitpid(pid, 0)
         except ChildProcessError:
             continue
-        if pid in children:
+        if mine:
             children.discard(pid)
+            if theirs is not None:
+                theirs.workers.discard(pid)
             sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0
             code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -sig
             out.write(f"exited {pid} {code} {sig}\n")
 
 
+def _kept(children: set[int], subs: dict) -> set[int]:
+    """The zygote's children that are not orphans: its workers, its kinds' zygotes and
+    their workers (re-parented here once their zygote died)."""
+    kept = set(children)
+    for sub in subs.values():
+        kept.add(sub.pid)
+        kept.update(sub.workers)
+    return kept
+
+
 def _end_orphans(workers: set[int]) -> None:
-    """Kill the zygote's children that are not workers: what a dead worker's tasks left
-    in a session of their own (``setsid``), re-parented to this subreaper."""
+    """Kill the zygote's children that are not ``workers`` (see ``_kept``): what a dead
+    worker's tasks left in a session of their own (``setsid``), re-parented here."""
     import psutil
 
     try:
@@ -233,49 +250,82 @@ def _spawn(worker_id: str, log_dir: str, children: set[int], out) -> None:
     out.write(f"spawned {worker_id} {pid}\n")
 
 
-def main() -> int:
-    die_with_parent(signal.SIGTERM)
-    become_subreaper()
-    log_dir = os.environ.get("RAYNB_LOG_DIR", ".")
-    _preload()
-    out = sys.stdout
-    # SIGCHLD wakes the select loop through a pipe so deaths are seen at once.
+def _wake_pipe() -> int:
+    """SIGCHLD wakes the select loop through a pipe so deaths are seen at once; SIGTERM
+    ends the loop. Returns the pipe's read end."""
     rfd, wfd = os.pipe()
     os.set_blocking(wfd, False)
     signal.set_wakeup_fd(wfd)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    out.write("ready\n")
-    out.flush()
+    return rfd
+
+
+def main() -> int:
+    die_with_parent(signal.SIGTERM)
+    become_subreaper()
+    log_dir = os.environ.get("RAYNB_LOG_DIR", ".")
+    _preload()
+    wake = _wake_pipe()
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    return _serve(stdin.fileno(), sys.stdout, log_dir, wake, subs={})
+
+
+def _serve_kind(cmd_fd: int, out, log_dir: str) -> int:
+    """The fork loop of a kind's zygote (``kind_zygote``): it forks its own kind only."""
+    return _serve(cmd_fd, out, log_dir, _wake_pipe(), subs=None)
+
+
+def _serve(cmd_fd: int, out, log_dir: str, wake: int, subs: dict | None) -> int:
+    """Fork on ``spawn`` lines read from ``cmd_fd`` until EOF or ``exit``; report on ``out``.
+    ``subs``: the kinds' zygotes by kind (the torch zygote's), None in a kind's zygote."""
     pending = b""
     children: set[int] = set()
     try:
         while True:
+            fds = [cmd_fd, wake] + [s.lines for s in (subs or {}).values()]
             try:
-                ready, _, _ = select.select([stdin, rfd], [], [])
+                ready, _, _ = select.select(fds, [], [])
             except InterruptedError:
                 continue
-            if rfd in ready:
-                os.read(rfd, 4096)
-            _reap(children, out)  # everything that has exited, whatever woke us
+            if wake in ready:
+                os.read(wake, 4096)
+            for sub in [s for s in (subs or {}).values() if s.lines in ready]:
+                if not kind_zygote.relay(sub, out, children):
+                    del subs[sub.kind]  # died: the next spawn of its kind starts another
+            _reap(children, out, subs)  # everything that has exited, whatever woke us
             out.flush()
-            if stdin in ready:
-                chunk = os.read(stdin.fileno(), 65536)
+            if cmd_fd in ready:
+                chunk = os.read(cmd_fd, 65536)
                 if not chunk:
-                    break  # the node agent is gone
+                    break  # the node agent (or the torch zygote) is gone
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
-                    parts = line.decode().split()
-                    if len(parts) == 2 and parts[0] == "spawn":
-                        _spawn(parts[1], log_dir, children, out)
-                    elif parts and parts[0] == "exit":
+                    if not _command(line.decode().split(), log_dir, children, out, subs):
                         return 0
                 out.flush()
     finally:
         _end_all(children)
     return 0
+
+
+def _command(parts: list, log_dir: str, children: set[int], out, subs: dict | None) -> bool:
+    """Carry out one line: ``spawn <worker_id> [kind]`` or ``exit`` (returns False)."""
+    if parts and parts[0] == "exit":
+        return False
+    if len(parts) not in (2, 3) or parts[0] != "spawn":
+        return True
+    kind = parts[2] if len(parts) == 3 else kind_zygote.DEFAULT_KIND
+    if subs is None or kind not in kind_zygote.KIND_MODULES:
+        _spawn(parts[1], log_dir, children, out)
+        return True
+    if kind not in subs:
+        subs[kind] = kind_zygote.start(kind, log_dir, _serve_kind)
+    subs[kind].spawn(parts[1])
+    return True
 
 
 def _exit(code: int) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from .declaration import doc_only, message, opt, req, route
 from .schema import Int, ListOf, MapOf, Record
 
-PROTOCOL_VERSION = "2.5"
+PROTOCOL_VERSION = "2.6"
 # What each version changed (the reference's history; a peer of another major version is refused).
 VERSIONS = (
     ("1.0", "the first: signed frames, every message type of 1.0 below"),
@@ -32,6 +32,12 @@ VERSIONS = (
         "the ranks inside ``report()``)",
     ),
     ("2.5", "``pong``'s ``stats_every``: the head asks an idle node for fewer ``node_stats``"),
+    (
+        "2.6",
+        "worker kinds: ``worker_ready``'s and ``spawn_workers``' ``kind``, ``submit_run``'s ``worker_kind`` "
+        "(a TensorflowTrainer run on workers forked from a TensorFlow zygote), ``task_done``'s ``kind`` (a "
+        "torch worker whose function imported TensorFlow); an older peer ignores them",
+    ),
 )
 
 # Field types several messages share.
@@ -186,6 +192,7 @@ MESSAGES = (
         opt("min_workers", (Int(1), None), "elastic: the fewest ranks it may run on"),
         opt("env", (MapOf(str), None), "environment variables set on each rank for the run (2.4)"),
         opt("cpus_per_worker", (Int(1, 1 << 16), None), "each rank's torch threads (2.4)"),
+        opt("worker_kind", _STR, "the kind of worker its ranks need (absent: ``torch``)", since="2.6"),
         opt("shared_data", _SHARED_DATA, "the in-memory datasets' shared-memory blocks"),
         buffers="[0]: the cloudpickled (function, config)",
         topic=RUNS,
@@ -407,6 +414,7 @@ MESSAGES = (
         "Fork more workers.",
         "1.0",
         req("count", _COUNT, "how many"),
+        opt("kind", _STR, "their kind: ``torch`` (absent) or ``tensorflow``", since="2.6"),
         topic=CLUSTER,
     ),
     message(
@@ -447,6 +455,7 @@ MESSAGES = (
         opt("store_port", (Int(1, 65535), None), "a TCP store port it holds for its group"),
         opt("cpu_percent", _NUM, "its CPU use"),
         opt("rss", _INT, "its resident memory (bytes)"),
+        opt("kind", _STR, "``torch`` (absent) or ``tensorflow`` (forked from that zygote)", since="2.6"),
         topic=CLUSTER,
     ),
     message(
@@ -556,6 +565,7 @@ MESSAGES = (
         req("status", str, "ok, error or cancelled"),
         opt("error", (_ERROR, None), "what it raised (exc_type, message, traceback ...)"),
         opt("events", ListOf(_EVENT), "the task's last events", since="2.2"),
+        opt("kind", _STR, "the worker's kind, when its task changed it (imported TensorFlow)", since="2.6"),
         buffers="[0]: the cloudpickled return value",
         topic=TASKS,
         changes=(("2.2", "``events``: the last events ride in it"),),

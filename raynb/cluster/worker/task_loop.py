@@ -93,6 +93,7 @@ class Worker:
         os.umask(self._umask)
         self._env_left: tuple | None = None  # RANK_ENV's values as the last task left them
         self.rendezvous = Rendezvous(self.node_ip)
+        self.kind = os.environ.get("RAYNB_WORKER_KIND") or "torch"  # what its zygote imported
         self.handlers = bind(self, HANDLERS)
         self.link = HeadLink(worker_id, address, key, self._dispatch)
         self.link.send(
@@ -105,6 +106,8 @@ class Worker:
                 "ip": self.node_ip,
                 "store_port": self.rendezvous.store_port,
                 **_own_stats(),
+                # Forked from a kind's zygote (node/kind_zygote.py): the head places its kind's runs here.
+                **({"kind": self.kind} if self.kind != "torch" else {}),
             },
         )
         self.link.start_io_thread()
@@ -329,15 +332,25 @@ class Worker:
             # new group for the worker's next trial).
             self.rendezvous.group_key = None
         self.link.take_back()  # the end goes from this thread, with the events before it
-        self.send(
-            messages.TASK_DONE, {"run_id": run_id, "rank": rank, "status": status, "error": error}, buffers
-        )
+        done = {"run_id": run_id, "rank": rank, "status": status, "error": error, **self._kind_changed()}
+        self.send(messages.TASK_DONE, done, buffers)
         del buffers, ret
         if shipped_bytes > TRIM_AFTER_BYTES:
             trim_heap()  # what the payload's transfer left in malloc's arenas goes back too
         self._modules.note(started_ns)
         # Read now, the task's end sent: the next task's start compares one tuple with it.
         self._env_left = tuple(map(os.environ.get, RANK_ENV))
+
+    def _kind_changed(self) -> dict:
+        """``{"kind": ...}`` for the task's end when the task changed this worker's kind: a
+        torch worker whose function imported TensorFlow keeps it (its native library stays
+        loaded), so it is a ``tensorflow`` worker from then on and torch runs go elsewhere.
+        An import interrupted by a cancel leaves no ``tensorflow`` but its submodules (and the
+        library) behind: any of them counts."""
+        if self.kind == "torch" and any(n.partition(".")[0] == "tensorflow" for n in list(sys.modules)):
+            self.kind = "tensorflow"
+            return {"kind": self.kind}
+        return {}
 
     def _call(self, task: dict, msg: messages.Message):
         """Run the task's function; what it returned. Only while inside may a cancel's

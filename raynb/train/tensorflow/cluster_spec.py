@@ -62,10 +62,12 @@ def stale_ranks(every: list[dict]) -> list[int]:
 
     Args:
         every: per rank, ``{"addr": "ip:port", "tf": TensorFlow's runtime started, "spec": the
-            addresses it configured or None}``.
+            addresses it configured or None, "zygote": TensorFlow imported by the zygote that
+            forked it (not yet configured when ``spec`` is None)}``.
     """
     want = [e["addr"] for e in every]
-    return [r for r, e in enumerate(every) if e["tf"] and e["spec"] != want]
+    fresh = [e["spec"] is None and e.get("zygote") for e in every]
+    return [r for r, e in enumerate(every) if e["tf"] and e["spec"] != want and not fresh[r]]
 
 
 def _tf_runtime_started() -> bool:
@@ -93,7 +95,12 @@ def setup() -> dict:
     global _configured
     task = _session._require("TensorflowTrainer")
     world, rank = task["world_size"], task["rank"]
-    mine = {"addr": own_address(), "tf": _tf_runtime_started(), "spec": _configured}
+    mine = {
+        "addr": own_address(),
+        "tf": _tf_runtime_started(),
+        "spec": _configured,
+        "zygote": os.environ.get("RAYNB_WORKER_KIND") == "tensorflow",
+    }
     every = _gather(mine, world)
     stale = stale_ranks(every)
     if stale:

@@ -134,7 +134,9 @@ def test_two_ranks_fit_identical_weights_and_a_warm_refit_is_much_faster(warm, t
         assert len(again.metrics_dataframe) == 3
         # The same process, TensorFlow already imported: no fresh worker, no import.
         assert warm_value["tf_was_loaded"] and warm_value["pid"] == value["pid"], warm_value
-    assert statistics.median(warm_s) < 0.6 * first, (first, warm_s)
+    # TensorFlow's import is paid by the TensorFlow zygote (once, at the first fit that needs
+    # its workers, or before this test), not by the ranks: the re-fit saves less than it did.
+    assert statistics.median(warm_s) < first, (first, warm_s)
 
 
 def _torch_all_reduce():
