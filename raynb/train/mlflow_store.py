@@ -29,10 +29,17 @@ def is_file_store(uri: str | None) -> bool:
     return bool(uri) and (urlparse(uri).scheme in ("", "file") or (len(uri) > 1 and uri[1] == ":"))
 
 
+def driver_dir() -> str:
+    """The directory relative store paths mean: the driver's. A Tune trial runs in its trial
+    directory (``tune.trial_working_dir``) and finds the driver's in ``$TUNE_ORIG_WORKING_DIR``;
+    elsewhere the working directory is the driver's (or the notebook's, on a rank)."""
+    return os.environ.get("TUNE_ORIG_WORKING_DIR") or os.getcwd()
+
+
 def tracking_uri(uri: str | None, base: str | None = None) -> str | None:
     """``uri`` as the tracking URI every process reads alike: a file store's path made
-    absolute (against ``base``, default the working directory) as a ``file://`` URI;
-    other URIs (``sqlite:///``, ``http://``, ``databricks``) as given; None stays None."""
+    absolute (against ``base``, default :func:`driver_dir`) as a ``file://`` URI; other URIs
+    (``sqlite:///``, ``http://``, ``databricks``) as given; None stays None."""
     if not uri:
         return uri
     if not is_file_store(uri):
@@ -40,7 +47,7 @@ def tracking_uri(uri: str | None, base: str | None = None) -> str | None:
     path = urlparse(uri).path if uri.startswith("file:") else uri
     p = Path(path).expanduser()
     if not p.is_absolute():
-        p = Path(base or os.getcwd()) / p
+        p = Path(base or driver_dir()) / p
     return p.resolve().as_uri()
 
 
