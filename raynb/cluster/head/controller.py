@@ -27,6 +27,8 @@ Every transition there is, at a glance::
     CANCELLING   all_stopped     STOPPED      the cancel was a Tune scheduler's STOP (or time budget)
     PENDING      no_room         FAILED       a restarted run waited REPLACEMENT_WAIT_S for nodes with room for its ranks, in vain (or its in-memory data did not reach its nodes: head/data_gate.py)
     any active   head_stopping   FAILED       the cluster stopped under the run (or a queued run's files could not be written)
+    CANCELLING   head_stopping   CANCELLED    its client cancelled it before the stop (a script's SIGTERM cancels its run, then stops its cluster)
+    CANCELLING   head_stopping   STOPPED      the same, for a Tune STOP
 
 FAILING and CANCELLING give the ranks still running a grace period (a rank stuck
 in a collective never returns by itself); at its deadline they are killed and
@@ -75,6 +77,8 @@ TRANSITIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (CANCELLING, RANK_FAILED): (CANCELLING,),
     (CANCELLING, ALL_STOPPED): (CANCELLED, STOPPED),
     **{(state, HEAD_STOPPING): (FAILED,) for state in ACTIVE},
+    # A cancel asked before the stop: the stop only ends it sooner.
+    (CANCELLING, HEAD_STOPPING): (FAILED, CANCELLED, STOPPED),
 }
 
 # A cancelled or failed run's ranks get this long to return before they are
@@ -324,8 +328,11 @@ class RunController:
         """The cluster is stopping with the run active."""
         if run.state in TERMINAL:
             return
-        self._move(run, HEAD_STOPPING, FAILED)
-        run.errors.append({"message": why})
+        if run.state == CANCELLING:  # its client cancelled it first (a script's SIGTERM, then its stop)
+            self._move(run, HEAD_STOPPING, self._cancelled(run))
+        else:
+            self._move(run, HEAD_STOPPING, FAILED)
+            run.errors.append({"message": why})
         self._finish(run)
 
     # -- internals --------------------------------------------------------------

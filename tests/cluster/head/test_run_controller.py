@@ -74,7 +74,9 @@ def test_transitions_dict_has_exactly_the_rows_of_the_docstring_table():
         state, event, to = m.groups()
         for s in controller.ACTIVE if state == "any active" else (state,):
             table.setdefault((s, event), set()).add(to)
-    assert rows == 16  # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic)
+    # 14, PENDING no_room FAILED (a restart with no room), RUNNING resize FAILING (elastic),
+    # CANCELLING head_stopping CANCELLED / STOPPED (a cancel asked before the stop)
+    assert rows == 18
     assert table == {pair: set(targets) for pair, targets in controller.TRANSITIONS.items()}
     states = set(controller.ACTIVE) | set(controller.TERMINAL)
     assert all(to in states for targets in table.values() for to in targets)
@@ -494,9 +496,10 @@ def _drive(h: Harness, state: str) -> Run:
     return h.cancelling()
 
 
-@pytest.mark.parametrize("state", ["PENDING", "RUNNING", "FAILING", "CANCELLING"])
+@pytest.mark.parametrize("state", ["PENDING", "RUNNING", "FAILING"])
 def test_head_stopping_fails_every_active_run(h, state):
-    """any active --head_stopping--> FAILED: the last error says why, and the run ends."""
+    """any active run not being cancelled --head_stopping--> FAILED: the last error says why,
+    and the run ends."""
     run = _drive(h, state)
     h.reset()
     h.ctl.head_stopping(run, "the raynb cluster was stopped")
@@ -504,6 +507,18 @@ def test_head_stopping_fails_every_active_run(h, state):
     assert run.errors[-1] == {"message": "the raynb cluster was stopped"}
     assert h.effects.calls == _ended_calls()
     assert h.store.calls == [("run_ended", "FAILED")]
+
+
+def test_head_stopping_ends_a_run_being_cancelled_as_cancelled(h):
+    """CANCELLING --head_stopping--> CANCELLED: its client cancelled it before the stop (a
+    script's SIGTERM cancels its run, then stops the cluster it started); no error added."""
+    run = _drive(h, "CANCELLING")
+    errors = list(run.errors)
+    h.reset()
+    h.ctl.head_stopping(run, "the raynb cluster was stopped")
+    assert run.state == "CANCELLED"
+    assert run.errors == errors
+    assert h.store.calls == [("run_ended", "CANCELLED")]
 
 
 def _terminal(h: Harness, state: str) -> Run:
