@@ -108,8 +108,9 @@ def _add_start(sub) -> None:
         default=None,
         metavar="NAMES",
         help="frameworks the workers start with, imported once (comma-separated: lightning, "
-        "transformers): their first fit starts warm; a slower start, more memory on the node "
-        "(default $RAYNB_PRELOAD; a node that joins reads its own)",
+        "transformers, tensorflow; tensorflow in its workers' own zygote): their first fit "
+        "starts warm; a slower start, more memory on the node (default $RAYNB_PRELOAD; a node "
+        "that joins reads its own)",
     )
 
 

@@ -166,8 +166,9 @@ _TABLE = [
         None,
         str,
         "frameworks the zygote imports before it forks workers, comma-separated "
-        "(`lightning`, `transformers`; `raynb start --preload`): their first fit starts warm, "
-        "the start is slower and the node holds them in memory",
+        "(`lightning`, `transformers`, `tensorflow`; `raynb start --preload`): their first fit "
+        "starts warm, the start is slower and the node holds them in memory. `tensorflow` starts "
+        "the TensorFlow workers' own zygote with the node (never the torch zygote)",
     ),
     Setting(
         "RAYNB_HEAD_GRACE_S",

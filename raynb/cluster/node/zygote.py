@@ -44,31 +44,50 @@ PRELOAD_MODULES = ("raynb.train", "raynb.train.torch")
 # background thread; both libraries take their locks across fork (pthread_atfork).
 OPTIONAL_PRELOAD_MODULES = ("xgboost", "raynb.train.xgboost")
 # Frameworks a user may have the zygote import too (``raynb start --preload``, RAYNB_PRELOAD):
-# their first fit then starts warm, for a slower start and the node's memory. TensorFlow is
-# not one: it must never be imported into the zygote that forks torch's workers.
+# their first fit then starts warm, for a slower start and the node's memory.
 PRELOADABLE = {
     "lightning": ("lightning.pytorch", "raynb.train.lightning"),
     "transformers": ("transformers", "transformers.trainer", "raynb.train.huggingface.transformers"),
 }
+# Names that ask for a kind's zygote (kind_zygote.py) to start with the node instead: TensorFlow
+# is never imported into the zygote that forks torch's workers.
+PRELOADABLE_KINDS = {
+    "tensorflow": "tensorflow",
+    "tf": "tensorflow",
+    "keras": "tensorflow",
+    "tf_keras": "tensorflow",
+    "tf-keras": "tensorflow",
+}
+
+
+def _preload_names(names: str | None) -> list:
+    return list(filter(None, (n.strip().lower() for n in (names or "").split(","))))
 
 
 def preload_modules(names: str | None) -> tuple:
-    """The modules the frameworks ``names`` (comma-separated, as ``RAYNB_PRELOAD``) stand for.
+    """The modules the frameworks ``names`` (comma-separated, as ``RAYNB_PRELOAD``) stand for
+    in the torch zygote (a kind's name, see ``preload_kinds``, stands for none).
 
     Raises:
-        ValueError: a name is not one of ``PRELOADABLE`` (TensorFlow is named as never preloaded).
+        ValueError: a name is neither in ``PRELOADABLE`` nor in ``PRELOADABLE_KINDS``.
     """
     out: list = []
-    for name in filter(None, (n.strip().lower() for n in (names or "").split(","))):
-        if name in ("tensorflow", "tf", "keras", "tf_keras", "tf-keras"):
-            raise ValueError(
-                f"{name!r} cannot be preloaded: TensorFlow is never imported into the zygote that "
-                "forks torch's workers; TensorflowTrainer's workers import it once and keep it"
-            )
+    for name in _preload_names(names):
+        if name in PRELOADABLE_KINDS:
+            continue
         if name not in PRELOADABLE:
-            raise ValueError(f"cannot preload {name!r}: choose from {', '.join(sorted(PRELOADABLE))}")
+            choices = sorted(PRELOADABLE) + ["tensorflow"]
+            raise ValueError(f"cannot preload {name!r}: choose from {', '.join(choices)}")
         out += [m for m in PRELOADABLE[name] if m not in out]
     return tuple(out)
+
+
+def preload_kinds(names: str | None) -> tuple:
+    """The worker kinds whose zygotes ``names`` (as ``RAYNB_PRELOAD``) ask to start with the
+    node (``("tensorflow",)`` for ``tensorflow``): their first run's ranks then fork from a
+    zygote that already imported the framework."""
+    kinds = [PRELOADABLE_KINDS[n] for n in _preload_names(names) if n in PRELOADABLE_KINDS]
+    return tuple(dict.fromkeys(kinds))
 
 
 def _preload_asked() -> None:
@@ -270,7 +289,20 @@ def main() -> int:
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
-    return _serve(stdin.fileno(), sys.stdout, log_dir, wake, subs={})
+    return _serve(stdin.fileno(), sys.stdout, log_dir, wake, subs=_kinds_asked(log_dir))
+
+
+def _kinds_asked(log_dir: str) -> dict:
+    """The kinds' zygotes RAYNB_PRELOAD asks for, started now (each imports its framework in
+    its own process while this one serves); a bad setting is logged, not fatal."""
+    from .. import settings
+
+    try:
+        kinds = preload_kinds(settings.get("RAYNB_PRELOAD"))
+        preload_modules(settings.get("RAYNB_PRELOAD"))
+    except ValueError:
+        return {}  # _preload_asked logged it
+    return {kind: kind_zygote.start(kind, log_dir, _serve_kind) for kind in kinds}
 
 
 def _serve_kind(cmd_fd: int, out, log_dir: str) -> int:

@@ -1,7 +1,7 @@
 """What the zygote imports before it forks workers: its objects frozen out of the collector's
 reach (a worker's first collection would otherwise copy every page of them), and the
-frameworks a user asks for with ``raynb start --preload`` / ``RAYNB_PRELOAD`` (never
-TensorFlow)."""
+frameworks a user asks for with ``raynb start --preload`` / ``RAYNB_PRELOAD`` (TensorFlow in
+its workers' own zygote, started with the node, never in the torch zygote)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import cloudpickle
 import pytest
 from conftest import private_cluster
 
-from raynb.cluster.node.zygote import PRELOADABLE, preload_modules
+from raynb.cluster.node.zygote import PRELOADABLE, preload_kinds, preload_modules
 from raynb.train import RunConfig, ScalingConfig
 from raynb.train.fit_run import execute_run
 
@@ -26,23 +26,25 @@ def test_preload_names_map_to_their_modules_and_bad_names_are_named():
     assert preload_modules(" Lightning, transformers,lightning ") == (
         PRELOADABLE["lightning"] + PRELOADABLE["transformers"]
     )
-    with pytest.raises(ValueError, match="TensorFlow is never imported into the zygote"):
-        preload_modules("lightning,tensorflow")
-    with pytest.raises(ValueError, match="choose from lightning, transformers"):
+    # TensorFlow names a kind's zygote, never a module of the torch zygote.
+    assert preload_modules("lightning,tensorflow") == PRELOADABLE["lightning"]
+    assert preload_kinds("lightning,tensorflow,tf_keras") == ("tensorflow",)
+    assert preload_kinds("lightning") == ()
+    with pytest.raises(ValueError, match="choose from lightning, transformers, tensorflow"):
         preload_modules("jax")
 
 
-def test_start_refuses_to_preload_tensorflow_before_starting_anything(tmp_path):
+def test_start_refuses_an_unknown_framework_before_starting_anything(tmp_path):
     env = dict(os.environ, RAYNB_HOME=str(tmp_path / "home"), PYTHONPATH=REPO)
     done = subprocess.run(
-        [sys.executable, "-m", "raynb.cli", "start", "--preload", "tensorflow"],
+        [sys.executable, "-m", "raynb.cli", "start", "--preload", "jax"],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 2, done
-    assert "--preload: 'tensorflow' cannot be preloaded" in done.stderr
+    assert "--preload: cannot preload 'jax'" in done.stderr
     assert not (tmp_path / "home").exists() or not any((tmp_path / "home").iterdir())
 
 
@@ -77,3 +79,63 @@ def test_a_preloaded_framework_is_in_the_worker_before_its_first_fit(tmp_path, m
         state = _start_state(tmp_path / "results")
     assert "transformers.trainer" in state["modules"], state["modules"][:5]
     assert state["frozen"] > 10_000
+
+
+def _tensorflow_mapped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            return any("libtensorflow" in line or "_pywrap_tensorflow" in line for line in f)
+    except OSError:
+        return False
+
+
+def _tensorflow_zygote(pids: set, timeout: float = 180.0):
+    """``(tf_zygote, torch_zygote)`` psutil processes: the cluster's process with TensorFlow
+    mapped whose parent (the torch zygote) has none."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                for child in psutil.Process(pid).children(recursive=True):
+                    if _tensorflow_mapped(child.pid) and not _tensorflow_mapped(child.ppid()):
+                        return child, child.parent()
+            except psutil.Error:
+                pass
+        time.sleep(0.5)
+    raise AssertionError("no TensorFlow zygote started with the node")
+
+
+def _tf_at_start(config):
+    import os
+
+    return {"tf_at_start": "tensorflow" in sys.modules, "ppid": os.getppid()}
+
+
+def test_preloading_tensorflow_starts_its_zygote_with_the_node(tmp_path, monkeypatch):
+    pytest.importorskip("tensorflow")
+    from raynb.train.tensorflow import TensorflowTrainer
+
+    with private_cluster(tmp_path, monkeypatch, workers=1, env={"RAYNB_PRELOAD": "tensorflow"}) as (
+        _info,
+        _client,
+        pids,
+    ):
+        tf_zygote, torch_zygote = _tensorflow_zygote(pids)  # before any TensorFlow run
+        assert not _tensorflow_mapped(torch_zygote.pid)
+        trainer = TensorflowTrainer(
+            _tf_at_start,
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(verbose=0, storage_path=str(tmp_path / "results")),
+        )
+        _, value = execute_run(
+            trainer.train_loop_per_worker,
+            None,
+            trainer.scaling_config,
+            trainer.run_config,
+            name_prefix="TensorflowTrainer",
+        )
+        assert value == {"tf_at_start": True, "ppid": tf_zygote.pid}
