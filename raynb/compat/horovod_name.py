@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import types
 
 NAMES = ("horovod", "horovod.torch")
@@ -35,7 +36,9 @@ class _Loader(importlib.abc.Loader):
 
 
 def find_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
-    """The spec serving ``fullname`` (one of NAMES), or None where real Horovod is installed."""
-    if real_horovod_installed():
+    """The spec serving ``fullname`` (one of NAMES), or None where real Horovod is installed,
+    and on a worker: there ``HorovodTrainer`` serves the name for its run only, so a warm worker
+    the hook reached (a ``raynb run`` script's function) does not keep it for later runs."""
+    if os.environ.get("RAYNB_WORKER_ID") or real_horovod_installed():
         return None
     return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=fullname == "horovod")
