@@ -107,10 +107,9 @@ def _add_start(sub) -> None:
         "--preload",
         default=None,
         metavar="NAMES",
-        help="frameworks the workers start with, imported once (comma-separated: lightning, "
-        "transformers, tensorflow; tensorflow in its workers' own zygote): their first fit "
-        "starts warm; a slower start, more memory on the node (default $RAYNB_PRELOAD; a node "
-        "that joins reads its own)",
+        help="frameworks the workers start with (comma-separated: lightning, transformers, "
+        "tensorflow, this in its own zygote): their first fit starts warm; a slower start, more "
+        "memory (default $RAYNB_PRELOAD; a node that joins reads its own)",
     )
 
 
