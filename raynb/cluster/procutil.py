@@ -255,3 +255,16 @@ def trim_heap() -> bool:
     except (OSError, AttributeError):
         _libc = False
         return False
+
+
+def stdio_to_log(path: str) -> None:
+    """In a forked process: stdin from ``/dev/null``, stdout and stderr appended to ``path``
+    (made 0600, never opened through a symlink), line-buffered, off the parent's pipes."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.stdin = open(os.devnull)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)

@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..procutil import become_subreaper, die_with_parent
+from ..procutil import become_subreaper, die_with_parent, stdio_to_log
 
 KIND_ENV = "RAYNB_WORKER_KIND"
 DEFAULT_KIND = "torch"
@@ -103,18 +103,8 @@ def start(kind: str, log_dir: str, serve: Callable) -> KindZygote:
 def _child(kind: str, cmd_fd: int, line_fd: int, log_dir: str, serve: Callable) -> int:
     die_with_parent(signal.SIGTERM)
     become_subreaper()  # what its workers' tasks leave is re-parented here, and ended
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)  # off the agent's pipes: the agent sees its zygote's end as EOF
-    log = os.open(
-        os.path.join(log_dir, f"zygote-{kind}.log"),
-        os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
-        0o600,
-    )
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    sys.stdin = open(os.devnull)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
+    # Off the agent's pipes: the agent sees its zygote's end as EOF.
+    stdio_to_log(os.path.join(log_dir, f"zygote-{kind}.log"))
     os.environ[KIND_ENV] = kind
     os.environ.update(KIND_ENV_VARS.get(kind, {}))
     for name in KIND_MODULES.get(kind, ()):

@@ -34,7 +34,7 @@ import signal
 import sys
 import tempfile
 
-from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_group
+from ..procutil import become_subreaper, die_with_parent, end_descendants, kill_group, stdio_to_log
 from . import kind_zygote
 
 # Imported once in the zygote so every forked worker has them for free.
@@ -167,18 +167,7 @@ def _run_child(worker_id: str, log_dir: str) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         die_with_parent(signal.SIGKILL)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        log = os.open(
-            os.path.join(log_dir, f"worker-{worker_id}.log"),
-            os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
-            0o600,
-        )
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        sys.stdin = open(os.devnull)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
+        stdio_to_log(os.path.join(log_dir, f"worker-{worker_id}.log"))
         from ..worker.task_loop import main as worker_main
 
         code = worker_main(worker_id)
