@@ -174,8 +174,16 @@ def run_child(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess |
     and workers outlive a child killed alone)."""
     import psutil
 
+    # The child is often this checkout's script run by path: `benchmarks` must import there too.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": path},
     )
     try:
         out, err = proc.communicate(timeout=timeout_s)

@@ -153,7 +153,7 @@ def ray_data(paths: list[str]) -> dict:
         "out['map_batches']=stream(ds,t2);ray.shutdown();out['init_s']=round(t1-t0,2)\n"
         "print(json.dumps(out))"
     )
-    from _common import run_child
+    from benchmarks._common import run_child
 
     p = run_child([sys.executable, "-c", code, *paths], 600)  # its Ray ended with it on a timeout
     if p is None:

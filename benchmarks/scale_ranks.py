@@ -94,7 +94,7 @@ def run(sizes: list[int], runs: int) -> dict:
 
 def torchrun(sizes: list[int], runs: int) -> list[dict]:
     """``torchrun --standalone`` of the all-reduce script at each size, end to end."""
-    from _common import run_child, torchrun_cli
+    from benchmarks._common import run_child, torchrun_cli
     from rerun_latency import TORCHRUN_SCRIPT
 
     out = []
@@ -159,7 +159,7 @@ def ray_train_child(sizes: list[int], fits: int, tmp: str) -> None:
 
 def ray_train(sizes: list[int], fits: int) -> dict:
     """Ray Train's fits in a child process (its own Ray), its folder removed after."""
-    from _common import ray_child
+    from benchmarks._common import ray_child
 
     argv = [sys.executable, os.path.abspath(__file__), "--ray-child", ",".join(map(str, sizes)), str(fits)]
     return ray_child(argv, 1800, "Ray Train")

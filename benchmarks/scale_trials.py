@@ -164,7 +164,7 @@ def ray_tune_child(n: int, tmp: str) -> None:
 
 def ray_tune(n: int, timeout_s: float) -> dict:
     """Ray Tune's sweep of ``n`` trials in a child process (its own Ray), cleaned up after."""
-    from _common import ray_child
+    from benchmarks._common import ray_child
 
     try:
         import ray  # noqa: F401 - is it there at all
