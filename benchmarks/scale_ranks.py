@@ -95,7 +95,7 @@ def run(sizes: list[int], runs: int) -> dict:
 def torchrun(sizes: list[int], runs: int) -> list[dict]:
     """``torchrun --standalone`` of the all-reduce script at each size, end to end."""
     from benchmarks._common import run_child, torchrun_cli
-    from rerun_latency import TORCHRUN_SCRIPT
+    from benchmarks.rerun_latency import TORCHRUN_SCRIPT
 
     out = []
     with tempfile.TemporaryDirectory(prefix="raynb-scale-torchrun-") as d:
