@@ -71,14 +71,15 @@ def format_status(st: dict) -> str:
     # GPU columns only where NVML saw a worker on a GPU (absent on CPU machines).
     gpus = any(w.get("gpu") is not None for w in st["workers"])
     lines.append(
-        f"{'worker':<14}{'pid':>8}  {'state':<6}{'rank':>5}  {'cpu%':>6}{'rss':>9}"
+        f"{'worker':<14}{'pid':>8}  {'state':<6}{'kind':<11}{'rank':>5}  {'cpu%':>6}{'rss':>9}"
         + (f"  {'gpu':>3}{'util':>6}{'gpu mem':>16}" if gpus else "")
         + "  run"
     )
     for w in sorted(st["workers"], key=lambda w: w["worker_id"]):
         cpu = w.get("cpu_percent")
         lines.append(
-            f"{w['worker_id']:<14}{w['pid']:>8}  {w['state']:<6}"
+            # the framework its zygote imported (node/kind_zygote.py); a head before 2.6: torch
+            f"{w['worker_id']:<14}{w['pid']:>8}  {w['state']:<6}{w.get('kind') or 'torch':<11}"
             f"{'' if w['rank'] is None else w['rank']:>5}  "
             f"{'-' if cpu is None else f'{cpu:.0f}':>6}{_mib(w.get('rss')):>9}"
             + (f"  {_gpu_columns(w)}" if gpus else "")

@@ -231,6 +231,8 @@ class RunConfig:
             (``raynb.tune.stopper``), whose ``stop_all()`` ends the whole experiment.
         progress_reporter (CLIReporter | JupyterNotebookReporter | None): accepted as in
             Ray; raynb shows its own trial table (a line says so once).
+        logging_config (LoggingConfig | None): Ray's level for its controller's logs; accepted
+            with no effect here (raynb has no such logs).
         sync_config, log_to_file, storage_filesystem: Ray's; accepted with no effect here
             (the run directory is on the head's file system; rank output is kept per rank).
 
@@ -253,9 +255,11 @@ class RunConfig:
     sync_config: Any = None
     log_to_file: Any = False
     storage_filesystem: Any = None
+    logging_config: Any = None
 
     def __post_init__(self):
         check_callbacks(self.callbacks)
+        _check_logging_config(self.logging_config)
         if self.stop is not None and not isinstance(self.stop, dict) and not callable(self.stop):
             raise TypeError(
                 f"RunConfig(stop=...) takes a dict of result bounds, a function f(trial_id, "
@@ -275,6 +279,25 @@ class RunConfig:
             )
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"RunConfig(name={self.name!r}): the name must be a plain directory name")
+
+
+def _check_logging_config(lc) -> None:
+    """``RunConfig(logging_config=...)``: a ``LoggingConfig``, or None (Ray 2.60's field)."""
+    from .backend_config import LoggingConfig
+
+    if lc is None:
+        return
+    if not isinstance(lc, LoggingConfig):
+        raise TypeError(
+            f"RunConfig(logging_config=...) takes a raynb.train.LoggingConfig, got {type(lc).__name__}"
+        )
+    from ..client.no_effect import accepted_no_effect
+
+    accepted_no_effect(
+        "RunConfig(logging_config=...)",
+        "it sets the level of Ray Train's controller logs; raynb's run pane and Result.logs "
+        "show the ranks' output",
+    )
 
 
 def _ray_only_fields(rc: "RunConfig") -> None:

@@ -25,6 +25,15 @@ class CheckpointUploadMode(enum.Enum):
     NO_UPLOAD = "NO_UPLOAD"
 
 
+class CheckpointConsistencyMode(enum.Enum):
+    """What ``get_all_reported_checkpoints`` waits for (Ray's): ``COMMITTED`` (the latest
+    report's checkpoint saved) or ``VALIDATED`` (also validated). raynb runs no validation
+    tasks, so both wait for the same: every reported checkpoint committed."""
+
+    COMMITTED = "COMMITTED"
+    VALIDATED = "VALIDATED"
+
+
 RAY_KEYWORDS = (
     "checkpoint_dir_name",
     "checkpoint_upload_mode",
@@ -49,8 +58,11 @@ def take_ray_keywords(more: dict) -> dict:
         )
     if ray_args.get("validation"):
         raise NotImplementedError(
-            "report(validation=...) (Ray's asynchronous validation tasks) is not served by raynb: "
-            "compute validation metrics in the training function and report them"
+            "report(validation=...) is not served by raynb: Ray runs ValidationConfig's fn on the "
+            "checkpoint as a separate task while training goes on, and raynb has no process beside "
+            "the ranks to run it in. Call the function yourself on rank 0 (metrics = fn(checkpoint, "
+            "**kwargs)) and report its metrics with the checkpoint, or validate Result.best_checkpoints "
+            "after fit()"
         )
     if any(v is not None for k, v in ray_args.items() if k != "validation"):
         accepted_no_effect(

@@ -77,6 +77,19 @@ class TrainContext:
         """The run directory, as Ray Train's trial directory (``get_storage_path()``)."""
         return self._task["path"]
 
+    def get_metadata(self) -> dict:
+        """The trainer's ``metadata=`` dict ({} when none was given). Ray 2.60's default
+        (Train v2) refuses ``metadata=`` and raises here; raynb serves Ray's earlier meaning."""
+        from .trainer_metadata import current_metadata
+
+        return current_metadata()
+
+    def get_storage(self):
+        """The run's storage paths (``storage_context.StorageContext``; Ray's developer API)."""
+        from .storage_context import storage_of
+
+        return storage_of(self._task)
+
     def get_trial_resources(self):
         """The trial's resources as a ``PlacementGroupFactory`` (Ray Tune's): one bundle per
         rank of this run, each one CPU (a raynb worker is one process on one CPU slot) and,

@@ -14,9 +14,11 @@ from . import session as _session
 from .checkpoint import Checkpoint
 from .config import CheckpointConfig, FailureConfig, Result, RunConfig, ScalingConfig
 from .elastic import elastic_interval, recorded_num_workers
+from .framework_checkpoints import TorchCheckpoint  # noqa: F401 - Ray's (deprecated) name
 from .profiling import profile  # noqa: F401 - raynb.train.torch.profile(), as a context on the ranks
 from .torch_utils import (  # noqa: F401 - Ray's names at ray.train.torch
     TorchConfig,
+    accelerate,
     backward,
     enable_reproducibility,
     prepare_optimizer,
@@ -260,7 +262,8 @@ class TorchTrainer:
             in the first attempt (later restarts get the run's own latest checkpoint).
         dataset_config (DataConfig | None): which ``datasets`` are split between the ranks
             (all by default); the others are read whole by every rank.
-        metadata (dict | None): Ray's; kept as ``trainer.metadata``.
+        metadata (dict | None): Ray's; kept as ``trainer.metadata`` and returned on the ranks
+            by ``get_context().get_metadata()``. JSON values only (TypeError otherwise).
 
     ``fit()`` connects to the local cluster when this process has no connection
     (as ``raynb.connect()``).
@@ -305,7 +308,9 @@ class TorchTrainer:
                 f"dataset_config must be a raynb.train.DataConfig, got {type(dataset_config).__name__}"
             )
         self.dataset_config = dataset_config or DataConfig()
-        self.metadata = metadata
+        from .trainer_metadata import check_metadata
+
+        self.metadata = check_metadata(metadata)  # TypeError before anything ships
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise TypeError(
                 "train_loop_config must be a dict (train_loop_per_worker(config) gets it), "
@@ -442,6 +447,7 @@ class TorchTrainer:
         from ..cluster.storage.rundir import default_storage_path
         from ..data.ray_source import split_ray_datasets
         from .datasets import with_datasets
+        from .trainer_metadata import with_metadata
 
         datasets, split_dirs = split_ray_datasets(
             self.datasets,
@@ -458,6 +464,7 @@ class TorchTrainer:
             )
         try:
             fn = with_datasets(self.train_loop_per_worker, datasets, self.dataset_config.unsplit(datasets))
+            fn = with_metadata(fn, self.metadata)  # get_context().get_metadata() on the ranks
             result, _ = execute_run(
                 fn,
                 self.train_loop_config,

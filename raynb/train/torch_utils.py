@@ -12,11 +12,12 @@ import os
 import random
 
 from ..client.no_effect import accepted_no_effect
+from .backend_config import BackendConfig
 
 _BACKENDS = (None, "gloo", "nccl")
 
 
-class TorchConfig:
+class TorchConfig(BackendConfig):
     """Ray's process-group settings (``TorchTrainer(torch_config=...)``).
 
     Args:
@@ -37,6 +38,13 @@ class TorchConfig:
         if not timeout_s or timeout_s < 1:
             raise ValueError(f"TorchConfig(timeout_s={timeout_s!r}): give seconds >= 1")
         self.backend, self.init_method, self.timeout_s = backend, init_method, timeout_s
+
+    @property
+    def framework(self) -> str:
+        return "torch"
+
+    def to_dict(self) -> dict:
+        return {"backend": self.backend, "init_method": self.init_method, "timeout_s": self.timeout_s}
 
     def note(self) -> None:
         """Say once that these settings leave raynb's process group as it is."""
@@ -68,6 +76,19 @@ def enable_reproducibility(seed: int = 0) -> None:
     torch.backends.cudnn.benchmark = False
     # CUDA's deterministic cuBLAS needs a fixed workspace (torch's error says so otherwise).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+
+def accelerate(amp: bool = False) -> None:
+    """Ray's old mixed-precision switch: Ray 2.60 raises ``DeprecationWarning`` for it, and so
+    does raynb.
+
+    Raises:
+        DeprecationWarning: always; it names what to use instead."""
+    raise DeprecationWarning(
+        "raynb.train.torch.accelerate() is deprecated (Ray 2.60 raises for it too): use torch's "
+        "mixed precision directly (torch.autocast and torch.amp.GradScaler) in the training "
+        "function, or Lightning / Hugging Face Accelerate (raynb.train.lightning, Accelerator())"
+    )
 
 
 def prepare_optimizer(optimizer):

@@ -10,6 +10,7 @@ from ..checkpoint import Checkpoint
 from ..config import RunConfig, ScalingConfig
 from ..torch import TorchTrainer
 from .callback import RayTrainReportCallback
+from .config import check_lightgbm_config
 from .network import free_network, network_params
 
 
@@ -129,6 +130,7 @@ class LightGBMTrainer(TorchTrainer):
         from ._compat import import_lightgbm
 
         import_lightgbm()  # ImportError naming the extra, before anything ships
+        check_lightgbm_config(train_kwargs.pop("lightgbm_config", None))  # Ray's; raynb sets up the network
         inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)  # WithDatasets
         if isinstance(inner, _InNetwork):  # restore(): the saved function
             super().__init__(

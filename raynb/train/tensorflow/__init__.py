@@ -8,6 +8,13 @@ does); building a ``TensorflowTrainer`` without it raises an ImportError naming 
 (``pip install "raynb[tensorflow]"``).
 """
 
+from ..framework_checkpoints import TensorflowCheckpoint
 from .trainer import Keras3StrategyError, TensorflowConfig, TensorflowTrainer, prepare_dataset_shard
 
-__all__ = ["Keras3StrategyError", "TensorflowConfig", "TensorflowTrainer", "prepare_dataset_shard"]
+__all__ = [
+    "Keras3StrategyError",
+    "TensorflowCheckpoint",
+    "TensorflowConfig",
+    "TensorflowTrainer",
+    "prepare_dataset_shard",
+]

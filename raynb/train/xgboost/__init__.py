@@ -10,9 +10,18 @@ Importing this package imports xgboost when it is installed (the zygote preloads
 without xgboost, using its classes raises an ImportError naming the extra to install.
 """
 
+from ..framework_checkpoints import XGBoostCheckpoint
 from .callback import RayTrainReportCallback
 from .collective import communicator
+from .config import XGBoostConfig
 from .dmatrix import shard_frame
 from .trainer import XGBoostTrainer
 
-__all__ = ["XGBoostTrainer", "RayTrainReportCallback", "communicator", "shard_frame"]
+__all__ = [
+    "XGBoostTrainer",
+    "XGBoostCheckpoint",
+    "XGBoostConfig",
+    "RayTrainReportCallback",
+    "communicator",
+    "shard_frame",
+]

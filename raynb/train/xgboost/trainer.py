@@ -11,6 +11,7 @@ from ..config import RunConfig, ScalingConfig
 from ..torch import TorchTrainer
 from .callback import CHECKPOINT_NAME, RayTrainReportCallback
 from .collective import communicator
+from .config import check_xgboost_config
 from .dmatrix import check_columns, check_frame
 
 
@@ -148,6 +149,7 @@ class XGBoostTrainer(TorchTrainer):
         resume_from_checkpoint: Checkpoint | None = None,
         **train_kwargs,
     ):
+        check_xgboost_config(train_kwargs.pop("xgboost_config", None))  # Ray's; raynb sets up the collective
         timeout_s = scaling_config.timeout_s if isinstance(scaling_config, ScalingConfig) else None
         self.datasets = datasets
         inner = getattr(train_loop_per_worker, "__wrapped__", train_loop_per_worker)  # WithDatasets
