@@ -87,9 +87,12 @@ class CallbackList:
     def on_trial_result(self, trial, result: dict) -> None:
         self._post("on_trial_result", trial, {"result": dict(result)})
 
-    def on_checkpoint(self, trial, path: str | None) -> None:
+    def on_checkpoint(self, trial, path: str | None, metrics: dict | None = None) -> None:
         if path:
-            self._post("on_checkpoint", trial, {"checkpoint": Checkpoint(path)})
+            ckpt = Checkpoint(path)
+            # rank 0's metrics of the report that carried it: UserCallback pairs the two
+            ckpt._report_metrics = metrics
+            self._post("on_checkpoint", trial, {"checkpoint": ckpt})
 
     def on_trial_end(self, trial) -> None:
         """``on_trial_complete`` (TERMINATED, STOPPED) or ``on_trial_error`` (ERROR); nothing

@@ -31,7 +31,7 @@ class _RelayView:
                 self._callbacks.on_trial_result(self._trial, event["metrics"])
             elif kind == "checkpoint" and event.get("path"):
                 self._trial.checkpoint = event["path"]
-                self._callbacks.on_checkpoint(self._trial, event["path"])
+                self._callbacks.on_checkpoint(self._trial, event["path"], event.get("metrics"))
         except CallbackError as e:
             if self.error is None:
                 self.error = e

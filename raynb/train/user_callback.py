@@ -4,10 +4,15 @@ Ray calls ``after_report(run_context, metrics, checkpoint)`` on its controller o
 made a report, and ``after_exception(run_context, worker_exceptions)`` when ranks raised.
 raynb calls them in the notebook process, on the run's callback thread (as its Tune
 ``Callback`` hooks, which this class is built on): ``after_report`` once per report of
-rank 0, with its checkpoint once the head committed it, ``after_exception`` once the run
+rank 0, with its checkpoint once the head committed it; ``after_exception`` once the run
 failed. ``metrics`` holds rank 0's metrics (the other ranks' reports drive only their
 progress bars and are not sent to the notebook). ``run_context`` is the trial's
 ``TrialSnapshot`` (``config``, ``path``, ``trial_id``, ``results``).
+
+A report's checkpoint is committed once every rank made that report, so rank 0's metrics
+arrive first: a report is held until its checkpoint comes (matched by
+``training_iteration``), a later checkpoint comes, ``HOLD_REPORTS`` newer reports came, or
+the run ends; then it is passed on with ``checkpoint=None``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 from .checkpoint import Checkpoint
 from .experiment_callback import Callback
 
-_NONE = object()
+HOLD_REPORTS = 2  # reports held back waiting for their checkpoint (ranks that lag further: None)
 
 
 class UserCallback(Callback):
@@ -36,18 +41,33 @@ class UserCallback(Callback):
         Args:
             run_context (TrialSnapshot): the run as the notebook sees it.
             worker_exceptions (dict[int, Exception]): world rank -> what it raised (the
-                first failure, its rank's remote error as a ``RuntimeError``).
+                first failure, as a ``RuntimeError`` with its one-line message).
         """
 
-    # A report's checkpoint is committed after every rank made that report, so rank 0's
-    # metrics come first: they are held until the checkpoint or the next report comes.
+    def _held(self, trial) -> list:
+        """The trial's reports waiting for their checkpoint (a Tuner's trials share a callback)."""
+        if "_held_reports" not in self.__dict__:
+            self._held_reports = {}
+        return self._held_reports.setdefault(trial.trial_id, [])
+
     def on_trial_result(self, iteration, trials, trial, result: dict, **info) -> None:
-        self._flush(trial)
-        self._held = dict(result)
+        held = self._held(trial)
+        held.append(dict(result))
+        while len(held) > HOLD_REPORTS:
+            self.after_report(trial, [held.pop(0)], None)
 
     def on_checkpoint(self, iteration, trials, trial, checkpoint, **info) -> None:
-        held, self._held = getattr(self, "_held", _NONE), _NONE
-        self.after_report(trial, [held if held is not _NONE else {}], checkpoint)
+        metrics = getattr(checkpoint, "_report_metrics", None) or {}
+        held = self._held(trial)
+        step = metrics.get("training_iteration")
+        at = next((i for i, r in enumerate(held) if r.get("training_iteration") == step), None)
+        if at is None:  # its report was passed on already (a rank lagged), or a Tune restore
+            self.after_report(trial, [dict(metrics)], checkpoint)
+            return
+        for r in held[:at]:
+            self.after_report(trial, [r], None)
+        self.after_report(trial, [held[at]], checkpoint)
+        del held[: at + 1]
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
         self._flush(trial)
@@ -57,6 +77,6 @@ class UserCallback(Callback):
         self.after_exception(trial, {0: RuntimeError(trial.error or "the run failed")})
 
     def _flush(self, trial) -> None:
-        held, self._held = getattr(self, "_held", _NONE), _NONE
-        if held is not _NONE:
-            self.after_report(trial, [held], None)
+        held = self._held(trial)
+        while held:
+            self.after_report(trial, [held.pop(0)], None)

@@ -66,4 +66,4 @@ def normalize_pandas_for_lightgbm(df):
             mapping[column] = f"Float{t.bit_width}"
         elif pa.types.is_boolean(t):
             mapping[column] = "boolean"
-    return df.astype(mapping, copy=False) if mapping else df
+    return df.astype(mapping) if mapping else df
