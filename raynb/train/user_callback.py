@@ -9,10 +9,13 @@ failed. ``metrics`` holds rank 0's metrics (the other ranks' reports drive only 
 progress bars and are not sent to the notebook). ``run_context`` is the trial's
 ``TrialSnapshot`` (``config``, ``path``, ``trial_id``, ``results``).
 
-A report's checkpoint is committed once every rank made that report, so rank 0's metrics
-arrive first: a report is held until its checkpoint comes (matched by
-``training_iteration``), a later checkpoint comes, ``HOLD_REPORTS`` newer reports came, or
-the run ends; then it is passed on with ``checkpoint=None``.
+A report's checkpoint is committed once every rank made that report, and raynb's ranks do
+not wait for each other at a report, so rank 0's metrics arrive first and whether a
+checkpoint will follow is not known yet. A report is therefore held until its checkpoint
+comes (matched by ``training_iteration``), or a later report's checkpoint comes (the head
+commits in report order, so an earlier report still held had none), or the run ends, or
+``HOLD_REPORTS`` newer reports came; then it is passed on with ``checkpoint=None``. A run
+that saves no checkpoints thus sees ``after_report`` up to ``HOLD_REPORTS`` reports late.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 from .checkpoint import Checkpoint
 from .experiment_callback import Callback
 
-HOLD_REPORTS = 2  # reports held back waiting for their checkpoint (ranks that lag further: None)
+HOLD_REPORTS = 16  # reports held back waiting for a checkpoint (a rank that lags further: None)
 
 
 class UserCallback(Callback):

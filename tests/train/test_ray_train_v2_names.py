@@ -41,13 +41,17 @@ def _report(i: int, with_checkpoint: bool) -> None:
 
 
 def _refusals() -> dict:
-    """What the bad calls raise, by name."""
+    """What the bad calls raise, by name (none of them counts as a report)."""
+    import tempfile
+
     from raynb import train
 
+    here = train.Checkpoint.from_directory(tempfile.gettempdir())
     calls = {
         "mode": lambda: train.get_all_reported_checkpoints("COMMITTED"),
         "timeout": lambda: train.get_all_reported_checkpoints(timeout_s=0),
-        "validation": lambda: train.report({"x": 1}, validation=True),
+        "validation": lambda: train.report({"x": 1}, checkpoint=here, validation=True),
+        "validation_alone": lambda: train.report({"x": 1}, validation=True),
     }
     out = {}
     for name, call in calls.items():
@@ -142,6 +146,10 @@ def test_bad_calls_on_a_rank_name_the_problem_and_the_fix(two_rank_run):
     assert refusals["timeout"].startswith("ValueError") and "seconds > 0" in refusals["timeout"]
     assert refusals["validation"].startswith("NotImplementedError")
     assert "ValidationConfig" in refusals["validation"] and "rank 0" in refusals["validation"]
+    assert (
+        refusals["validation_alone"].startswith("ValueError")
+        and "checkpoint=" in refusals["validation_alone"]
+    )
 
 
 def test_user_callback_gets_each_report_with_its_committed_checkpoint(two_rank_run):
@@ -182,3 +190,79 @@ def test_outside_a_run_and_bad_trainer_input_are_refused():
         TorchTrainer(lambda: None, metadata={"f": object()})
     assert CheckpointConsistencyMode.VALIDATED.value == "VALIDATED"
     assert ReportedCheckpointStatus.COMMITTED.value == "COMMITTED"
+
+
+def test_status_shows_each_workers_kind(cluster):
+    from raynb.client.status import format_status
+
+    st = cluster.status()
+    table = format_status(st).splitlines()
+    header = next(i for i, line in enumerate(table) if line.startswith("worker"))
+    assert "kind" in table[header].split()
+    rows = [
+        line for line in table[header + 1 :] if line.split()[0] in {w["worker_id"] for w in st["workers"]}
+    ]
+    assert rows and all(line.split()[3] == "torch" for line in rows)  # worker, pid, state, kind
+    assert {w["kind"] for w in st["workers"]} == {"torch"}
+
+
+def test_error_classes_are_training_failed_errors_with_rays_fields():
+    import pickle
+
+    from raynb.train import (
+        ControllerError,
+        NCCLHangError,
+        PreemptionError,
+        PreemptionInfo,
+        TrainingFailedError,
+        WorkerGroupError,
+    )
+
+    wge = WorkerGroupError("rank 1 failed", {1: ValueError("bad")})
+    assert isinstance(wge, TrainingFailedError) and str(wge).startswith(
+        "Training failed due to worker errors"
+    )
+    again = pickle.loads(pickle.dumps(wge))
+    assert str(again.worker_failures[1]) == "bad" and str(again) == str(wge)
+    assert issubclass(NCCLHangError, WorkerGroupError)
+    ce = ControllerError(RuntimeError("lost head"))
+    assert "lost head" in str(ce) and isinstance(ce.controller_failure, RuntimeError)
+    info = PreemptionInfo(deadline_ms=5, preempted_node_to_ranks={"b": [3, 1], "a": [2]})
+    assert info.preempted_node_ids == ["a", "b"] and info.preempted_ranks == [1, 2, 3]
+    pe = pickle.loads(pickle.dumps(PreemptionError(info, drain_timed_out=True)))
+    assert "preempted_ranks=[1, 2, 3]" in str(pe) and pe.drain_timed_out
+
+
+def test_validation_and_logging_configs_check_their_arguments():
+    from raynb.train import LoggingConfig, ValidationConfig, ValidationTaskConfig
+
+    assert ValidationTaskConfig().fn_kwargs == {}
+    with pytest.raises(ValueError, match="seconds > 0"):
+        ValidationTaskConfig(timeout_s=0)
+    cfg = ValidationConfig(lambda checkpoint, **kw: {"score": 1})
+    assert cfg.task_config == ValidationTaskConfig() and cfg.ray_remote_kwargs == {}
+    with pytest.raises(TypeError, match="fn"):
+        ValidationConfig(fn=3)
+    assert LoggingConfig("debug").log_level == "DEBUG"
+    with pytest.raises(ValueError, match="WARNING"):
+        LoggingConfig("loud")
+    with pytest.raises(TypeError, match="LoggingConfig"):
+        RunConfig(logging_config="DEBUG")
+
+
+def test_user_callback_pairs_late_checkpoints_with_their_reports():
+    """The order raynb's events can come in when rank 1 lags: rank 0's reports 1-3 first."""
+    from raynb.train import Checkpoint
+    from raynb.train.experiment_callback import TrialSnapshot
+
+    trial = TrialSnapshot("t_00000", {})
+    rec = _Recorder()
+    for i in (1, 2, 3):
+        rec.on_trial_result(i, [], trial, {"i": i, "training_iteration": i})
+    assert rec.reports == []  # held: a checkpoint may still come for each
+    ck = Checkpoint("/x/checkpoint_000000")
+    ck._report_metrics = {"i": 2, "training_iteration": 2}
+    rec.on_checkpoint(4, [], trial, ck)
+    assert rec.reports == [(1, None), (2, "checkpoint_000000")]  # 1 had none: commits come in order
+    rec.on_trial_complete(5, [], trial)
+    assert rec.reports[-1] == (3, None)
