@@ -43,14 +43,17 @@ RAY_KEYWORDS = (
 )
 
 
-def take_ray_keywords(more: dict) -> dict:
+def take_ray_keywords(more: dict, has_checkpoint: bool = True) -> dict:
     """Take Ray's report keywords out of ``more`` (the rest are metrics, Ray's older
-    ``report(loss=...)`` form) and check them.
+    ``report(loss=...)`` form) and check them; ``has_checkpoint``: the report carries one.
 
     Raises:
+        ValueError: a true ``validation`` without a checkpoint (as Ray's).
         NotImplementedError: ``checkpoint_upload_fn`` or a true ``validation``.
     """
     ray_args = {k: more.pop(k) for k in RAY_KEYWORDS if k in more}
+    if ray_args.get("validation") and not has_checkpoint:
+        raise ValueError("report(validation=...) validates a checkpoint: pass checkpoint= with it")
     if ray_args.get("checkpoint_upload_fn") is not None:
         raise NotImplementedError(
             "report(checkpoint_upload_fn=...) is not served by raynb: report the checkpoint "

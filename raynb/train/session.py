@@ -253,9 +253,7 @@ def report(metrics: dict | None = None, checkpoint=None, **more_metrics) -> None
         RuntimeError: called outside a training function.
     """
     task = _require("report")
-    if more_metrics.get("validation") and checkpoint is None:  # Ray's check, before its own refusal
-        raise ValueError("report(validation=...) validates a checkpoint: pass checkpoint= with it")
-    take_ray_keywords(more_metrics)  # Ray 2.60's checkpoint_upload_mode=, ...: not metrics
+    take_ray_keywords(more_metrics, checkpoint is not None)  # Ray 2.60's upload_mode=...: not metrics
     if more_metrics or metrics is None:  # Ray's older tune.report(loss=..., acc=...)
         metrics = {**(metrics if isinstance(metrics, dict) else {}), **more_metrics}
     if not isinstance(metrics, dict):
