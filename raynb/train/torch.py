@@ -399,8 +399,11 @@ class TorchTrainer:
         if kwargs:
             raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
         from .datasets import WithDatasets
+        from .trainer_metadata import WithMetadata
 
         fn = train_loop_per_worker or saved["fn"]
+        metadata = fn.metadata if isinstance(fn, WithMetadata) else None  # saved with metadata=
+        fn = fn.__wrapped__ if isinstance(fn, WithMetadata) else fn
         if isinstance(fn, WithDatasets):  # saved with its datasets (function.pkl)
             fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
         trainer = cls(
@@ -411,6 +414,7 @@ class TorchTrainer:
             run_config=run_config,
         )
         trainer._resume = True
+        trainer.metadata = metadata
         return trainer
 
     @classmethod

@@ -266,3 +266,22 @@ def test_user_callback_pairs_late_checkpoints_with_their_reports():
     assert rec.reports == [(1, None), (2, "checkpoint_000000")]  # 1 had none: commits come in order
     rec.on_trial_complete(5, [], trial)
     assert rec.reports[-1] == (3, None)
+
+
+def _says_owner():
+    from raynb import train
+
+    train.report({"owner": train.get_context().get_metadata().get("owner", "none")})
+
+
+def test_a_restored_trainer_keeps_its_metadata(cluster):
+    first = TorchTrainer(
+        _says_owner,
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(verbose=0),
+        metadata={"owner": "b"},
+    ).fit()
+    assert first.metrics["owner"] == "b"
+    again = TorchTrainer.restore(first.path)
+    assert again.metadata == {"owner": "b"}
+    assert again.fit().metrics["owner"] == "b"
