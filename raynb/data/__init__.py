@@ -5,6 +5,10 @@ whole-dataset operations computed in the notebook. See docs/data.md."""
 from .compute import ActorPoolStrategy, ComputeStrategy, TaskPoolStrategy
 from .context import DataContext, DatasetContext, ExecutionOptions, ExecutionResources
 from .dataset import Dataset, MaterializedDataset, register_map_batches_executor
+from .datasink import Datasink
+from .datasource import BlockBasedFileDatasink, Datasource, ReadTask, RowBasedFileDatasink
+from .datasource_read import read_datasource
+from .file_shuffle import FileShuffleConfig
 from .grouped import GroupedData
 from .iterator import DataIterator, MapBatchesError
 from .more_sources import from_arrow, range_tensor, read_binary_files, read_images, read_numpy, read_text
@@ -19,21 +23,32 @@ from .read_api import (
     read_json,
     read_parquet,
 )
+from .save_mode import SaveMode
 from .sources import Schema
+
+DatasetIterator = DataIterator  # Ray's older name, kept as an alias there too
 
 __all__ = [
     "ActorPoolStrategy",
+    "BlockBasedFileDatasink",
     "ComputeStrategy",
     "DataContext",
     "DataIterator",
-    "DatasetContext",
     "Dataset",
+    "DatasetContext",
+    "DatasetIterator",
+    "Datasink",
+    "Datasource",
     "ExecutionOptions",
     "ExecutionResources",
+    "FileShuffleConfig",
     "GroupedData",
     "MapBatchesError",
     "MaterializedDataset",
     "Preprocessor",
+    "ReadTask",
+    "RowBasedFileDatasink",
+    "SaveMode",
     "Schema",
     "TaskPoolStrategy",
     "from_arrow",
@@ -45,6 +60,7 @@ __all__ = [
     "range_tensor",
     "read_binary_files",
     "read_csv",
+    "read_datasource",
     "read_images",
     "read_json",
     "read_numpy",

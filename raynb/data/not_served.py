@@ -40,7 +40,6 @@ NOT_SERVED = {
         "with_columns",
         "write_bigquery",
         "write_clickhouse",
-        "write_datasink",
         "write_delta",
         "write_iceberg",
         "write_images",
@@ -73,7 +72,6 @@ NOT_SERVED = {
         "read_bigquery",
         "read_clickhouse",
         "read_databricks_tables",
-        "read_datasource",
         "read_delta",
         "read_delta_sharing_tables",
         "read_hudi",
@@ -91,9 +89,6 @@ NOT_SERVED = {
         "read_videos",
         "read_webdataset",
         "read_zarr",
-        "Datasource",
-        "Datasink",
-        "ReadTask",
     },
 }
 
