@@ -5,6 +5,7 @@ Ray starts once for the module and is shut down after."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -70,7 +71,7 @@ def sorted_rows(ds, key):
 
 def datasource_classes(data):
     """Ray's documented ``Datasource`` subclass, built on ``data`` (ray.data or raynb.data)."""
-    from_block = data.block if hasattr(data, "block") else __import__(f"{data.__name__}.block").data.block
+    from_block = importlib.import_module(f"{data.__name__}.block")
 
     class RangeSquaresDatasource(data.Datasource):
         def __init__(self, n: int):
@@ -116,15 +117,15 @@ def sink_classes(data):
         def on_write_start(self, schema=None):
             self.calls.append(("start",))  # Ray gives the schema, or None when not known yet
 
-        def write(self, blocks, ctx):
-            n = 0
+        def write(self, blocks, ctx):  # runs in a Ray task: what it returns is what the driver sees
+            rows = []
             for b in blocks:
-                self.rows += b.to_pylist() if hasattr(b, "to_pylist") else b.to_dict("records")
-                n += len(b)
-            return n
+                rows += b.to_pylist() if hasattr(b, "to_pylist") else b.to_dict("records")
+            return rows
 
         def on_write_complete(self, write_result):
-            self.calls.append(("complete", write_result.num_rows, sum(write_result.write_returns)))
+            self.rows = sum(write_result.write_returns, [])
+            self.calls.append(("complete", write_result.num_rows, len(self.rows)))
 
     class CSVDatasink(data.BlockBasedFileDatasink):
         def __init__(self, path):
