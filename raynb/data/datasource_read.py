@@ -41,7 +41,7 @@ def _parallelism(datasource, parallelism: int, override_num_blocks) -> int:
 
 
 def _read_tasks(datasource, parallelism: int, read_args: dict) -> list:
-    from .datasource import Datasource
+    from .read_task import Datasource
 
     if not isinstance(datasource, Datasource) and not hasattr(datasource, "get_read_tasks"):
         raise TypeError(f"read_datasource() takes a raynb.data.Datasource, got {type(datasource).__name__}")

@@ -107,6 +107,30 @@ def test_a_custom_datasource_reads_the_same_rows(ray_data):
     assert mine.schema().names == ["id", "sq"]
 
 
+def file_datasource_class(data):
+    """Ray's documented ``FileBasedDatasource`` subclass: one row per line of .txt files."""
+
+    class LinesDatasource(data.datasource.FileBasedDatasource):
+        def __init__(self, paths):
+            super().__init__(paths, file_extensions=["txt"])
+
+        def _read_stream(self, f, path):
+            lines = f.readall().decode().splitlines()
+            yield pa.table({"line": lines, "n": [len(x) for x in lines]})
+
+    return LinesDatasource
+
+
+def test_a_custom_file_datasource_reads_the_same_rows(ray_data, tmp_path):
+    for i in range(3):
+        (tmp_path / f"{i}.txt").write_text("\n".join("ab" * (i + j) for j in range(4)))
+    (tmp_path / "skip.csv").write_text("not read")
+    mine, theirs = (d.read_datasource(file_datasource_class(d)(str(tmp_path))) for d in (rd, ray_data))
+    key = lambda r: (r["n"], r["line"])  # noqa: E731
+    assert sorted(norm(mine.take_all()), key=key) == sorted(norm(theirs.take_all()), key=key)
+    assert mine.count() == 12
+
+
 def sink_classes(data):
     """A collecting ``Datasink`` and a CSV ``BlockBasedFileDatasink``, as Ray's docs write them."""
 
