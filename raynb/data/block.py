@@ -11,6 +11,8 @@ lists, dicts, ragged arrays), as Ray Data's numpy batches hold them.
 
 from __future__ import annotations
 
+from .block_accessor import Block, BlockAccessor, BlockMetadata  # noqa: F401 - Ray's `ray.data.block` names
+
 BATCH_FORMATS = ("numpy", "pandas", "pyarrow", "default")
 
 

@@ -369,6 +369,17 @@ class Dataset(ConsumeMixin, GlobalOpsMixin):
             raise ValueError(f"streaming_split({n!r}): n must be >= 1")
         return [part.iterator() for part in self.split(n, equal=equal)]
 
+    def write_datasink(self, datasink, *, ray_remote_args=None, concurrency=None) -> None:
+        """Write every row to a custom ``Datasink`` (Ray's ``write_datasink``), in this
+        process; see ``raynb.data.datasink.write_datasink``.
+
+        Raises:
+            TypeError: not a Datasink. Whatever the sink raised (after ``on_write_failed``).
+        """
+        from .datasink import write_datasink
+
+        write_datasink(self, datasink, ray_remote_args=ray_remote_args, concurrency=concurrency)
+
     def iterator(self) -> DataIterator:
         """A ``DataIterator`` over every row (Ray's ``Dataset.iterator``)."""
         return DataIterator(self, 1, 0, False)

@@ -44,11 +44,12 @@ def from_arrow(tables, *, override_num_blocks: int | None = None) -> Dataset:
     return Dataset(InMemorySource(block.columns_from(block.table_to_numpy(tables), "from_arrow")))
 
 
-def _read_files(paths, what: str, suffixes: tuple = ()):
-    """(path, bytes) of each file ``paths`` names (directories, globs, URIs)."""
+def _read_files(paths, what: str, suffixes: tuple = (), shuffle=None):
+    """(path, bytes) of each file ``paths`` names (directories, globs, URIs), in the
+    order a ``FileShuffleConfig`` ``shuffle`` draws (as listed when None)."""
     from .read_api import _resolve
 
-    files, fs = _resolve(paths, what)
+    files, fs = _resolve(paths, what, shuffle)
     files = [f for f in files if not suffixes or f.endswith(suffixes)] or files
     for f in files:
         with fs.open_input_stream(f) as stream:
@@ -61,7 +62,7 @@ def read_text(
     """One row per line of the text files ``paths`` (column ``"text"``; ``"path"`` too with
     ``include_paths``), empty lines dropped by default, as Ray's ``read_text``."""
     text, where = [], []
-    for f, data in _read_files(paths, "read_text"):
+    for f, data in _read_files(paths, "read_text", (), kw.get("shuffle")):
         for line in data.decode(encoding).splitlines():
             if line or not drop_empty_lines:
                 text.append(line)
@@ -78,7 +79,7 @@ def read_numpy(paths, *, include_paths: bool = False, **kw) -> Dataset:
     import numpy as np
 
     arrays, where = [], []
-    for f, data in _read_files(paths, "read_numpy", (".npy",)):
+    for f, data in _read_files(paths, "read_numpy", (".npy",), kw.get("shuffle")):
         a = np.load(io.BytesIO(data), allow_pickle=False)
         arrays.append(a)
         where += [f] * len(a)
@@ -106,7 +107,7 @@ def read_images(
     from PIL import Image
 
     images, where = [], []
-    for f, data in _read_files(paths, "read_images", _IMAGE_SUFFIXES):
+    for f, data in _read_files(paths, "read_images", _IMAGE_SUFFIXES, kw.get("shuffle")):
         img = Image.open(io.BytesIO(data))
         if mode is not None:
             img = img.convert(mode)
@@ -124,7 +125,7 @@ def read_binary_files(paths, *, include_paths: bool = False, **kw) -> Dataset:
     """Each file ``paths`` names as one row of column ``"bytes"`` (``"path"`` too with
     ``include_paths``), as Ray's ``read_binary_files``."""
     data, where = [], []
-    for f, raw in _read_files(paths, "read_binary_files"):
+    for f, raw in _read_files(paths, "read_binary_files", (), kw.get("shuffle")):
         data.append(raw)
         where.append(f)
     cols = {"bytes": block.object_column(data), **({"path": where} if include_paths else {})}

@@ -127,8 +127,9 @@ def from_torch(dataset, column_names: list | None = None) -> Dataset:
     return Dataset(InMemorySource(block.columns_from(dict(zip(names, parts)), "from_torch")))
 
 
-def _resolve(paths, what: str):
-    """(files, filesystem) for local paths, globs, directories or ``pyarrow.fs`` URIs.
+def _resolve(paths, what: str, shuffle=None):
+    """(files, filesystem) for local paths, globs, directories or ``pyarrow.fs`` URIs,
+    in the order a ``FileShuffleConfig`` ``shuffle`` draws (as given when None).
 
     Raises:
         FileNotFoundError: a path (or glob) that matches nothing, named.
@@ -167,10 +168,12 @@ def _resolve(paths, what: str):
             files.append(path)
     if not files:
         raise FileNotFoundError(f"{what}: no files in {items}")
-    return files, fs
+    from .file_shuffle import shuffled_files
+
+    return shuffled_files(files, shuffle, what), fs
 
 
-def read_parquet(paths, *, columns: list | None = None) -> Dataset:
+def read_parquet(paths, *, columns: list | None = None, shuffle=None) -> Dataset:
     """A dataset streamed from parquet files (``pyarrow.dataset``): each rank reads only
     its own row groups, whole ones when they divide evenly among the ranks, row ranges
     otherwise, in a background thread (bounded memory: about a row group and
@@ -180,6 +183,7 @@ def read_parquet(paths, *, columns: list | None = None) -> Dataset:
         paths (str | list[str]): files, directories, globs (``data/*.parquet``) or
             ``pyarrow.fs`` URIs; every node must be able to read them.
         columns (list[str] | None): the columns to read.
+        shuffle (FileShuffleConfig | "files" | None): the files' order, drawn from its seed.
 
     Raises:
         FileNotFoundError: a path that does not exist (named), before any run starts.
@@ -188,12 +192,18 @@ def read_parquet(paths, *, columns: list | None = None) -> Dataset:
     """
     import pyarrow.dataset as ds
 
-    files, fs = _resolve(paths, "read_parquet")
+    files, fs = _resolve(paths, "read_parquet", shuffle)
     return Dataset(FileSource(files, fs, ds.ParquetFileFormat(), columns))
 
 
 def read_csv(
-    paths, *, columns: list | None = None, parse_options=None, convert_options=None, read_options=None
+    paths,
+    *,
+    columns: list | None = None,
+    parse_options=None,
+    convert_options=None,
+    read_options=None,
+    shuffle=None,
 ) -> Dataset:
     """A dataset streamed from csv files (``pyarrow.dataset``), each file a unit of
     sharding (its rows are counted once, here). Options are ``pyarrow.csv``'s.
@@ -203,7 +213,7 @@ def read_csv(
     """
     import pyarrow.dataset as ds
 
-    files, fs = _resolve(paths, "read_csv")
+    files, fs = _resolve(paths, "read_csv", shuffle)
     fmt = ds.CsvFileFormat(
         parse_options=parse_options, convert_options=convert_options, read_options=read_options
     )
@@ -211,7 +221,14 @@ def read_csv(
 
 
 def read_json(
-    paths, *, lines: bool = True, columns: list | None = None, read_options=None, parse_options=None, **kwargs
+    paths,
+    *,
+    lines: bool = True,
+    columns: list | None = None,
+    read_options=None,
+    parse_options=None,
+    shuffle=None,
+    **kwargs,
 ) -> Dataset:
     """A dataset streamed from JSON Lines files (one object a line; ``pyarrow.json``),
     each file a unit of sharding.
@@ -230,9 +247,23 @@ def read_json(
         )
     if kwargs:
         raise NotImplementedError(f"read_json(): {sorted(kwargs)} not served by raynb; see docs/data.md")
-    files, fs = _resolve(paths, "read_json")
+    files, fs = _resolve(paths, "read_json", shuffle)
     return Dataset(
         FileSource(
             files, fs, ds.JsonFileFormat(read_options=read_options, parse_options=parse_options), columns
         )
     )
+
+
+def read_orc(paths, *, columns: list | None = None, shuffle=None, **kwargs) -> Dataset:
+    """A dataset streamed from ORC files (``pyarrow.dataset``'s ORC format), each file a
+    unit of sharding, as Ray's ``read_orc``.
+
+    Raises:
+        FileNotFoundError: a path that does not exist (named), before any run starts.
+        ValueError: a column the files do not have.
+    """
+    import pyarrow.dataset as ds
+
+    files, fs = _resolve(paths, "read_orc", shuffle)
+    return Dataset(FileSource(files, fs, ds.OrcFileFormat(), columns))

@@ -221,8 +221,8 @@ def test_names_raynb_does_not_serve_raise_naming_them():
     for name in ("join", "mix", "write_numpy", "iter_tf_batches"):
         with pytest.raises(AttributeError, match=rf"Dataset\.{name} is Ray Data's.*coming-from-ray\.md"):
             getattr(ds, name)
-    with pytest.raises(AttributeError, match=r"ray\.data\.read_sql is Ray Data's.*coming-from-ray"):
-        rd.read_sql
+    with pytest.raises(AttributeError, match=r"ray\.data\.Catalog is Ray Data's.*coming-from-ray"):
+        rd.Catalog
     with pytest.raises(AttributeError, match="has no attribute 'nonsense'"):
         ds.nonsense
     with pytest.raises(NotImplementedError, match="stratify"):
