@@ -108,6 +108,13 @@ _TABLE = [
         "RAYNB_NODE_TIMEOUT_S times this. An idle worker (between tasks) beats this often too",
     ),
     Setting(
+        "RAYNB_CLIENT_GRACE_S",
+        10.0,
+        _nonneg_float,
+        "seconds a script's cluster, asked to stop once no one else uses it, stays up after "
+        "another client last connected, submitted or attached (one about to submit its first run)",
+    ),
+    Setting(
         "RAYNB_REPLACEMENT_WAIT_S",
         300.0,
         _nonneg_float,

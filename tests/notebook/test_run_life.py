@@ -368,6 +368,10 @@ def test_two_processes_starting_the_cluster_at_once_share_it(tmp_path):
         assert heads[0] == heads[1] and heads[0][1] == "FINISHED", heads  # one cluster, both ran
 
 
+# The grace after another client's last use that the clusters of the two tests below
+# wait out (the default is 10 s): shorter, so that waiting past it takes less time.
+CLIENT_GRACE_S = 3.0
+
 OWNER_SCRIPT = """
 import os, sys, time
 import raynb
@@ -412,13 +416,13 @@ def test_a_script_exiting_leaves_its_cluster_up_for_another_clients_run_then_it_
     # The owner's atexit stop failed the other script's active run ("the raynb cluster was
     # stopped ... while this run was active"): it now waits until no one else uses it.
     from raynb.cluster.connection_file import read_connection_file
-    from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     (tmp_path / "guest.py").write_text(textwrap.dedent(GUEST_SCRIPT))
     running = tmp_path / "guest-running"
     with _private_home(tmp_path) as (env, note_pids):
+        env["RAYNB_CLIENT_GRACE_S"] = str(CLIENT_GRACE_S)
         owner = subprocess.Popen(
             [sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(running)],
             env=env,
@@ -454,12 +458,12 @@ def test_raynb_start_keeps_a_scripts_cluster_up_after_the_script_exits(tmp_path)
     cluster outlives its drivers: the script's exit leaves it up past any grace, and
     `raynb stop` still ends it."""
     from raynb.cluster.connection_file import read_connection_file
-    from raynb.cluster.head.idle_stop import CLIENT_GRACE_S
     from raynb.cluster.launch import cluster_pids
 
     (tmp_path / "owner.py").write_text(textwrap.dedent(OWNER_SCRIPT))
     go = tmp_path / "go"
     with _private_home(tmp_path) as (env, note_pids):
+        env["RAYNB_CLIENT_GRACE_S"] = str(CLIENT_GRACE_S)
         owner = subprocess.Popen(
             [sys.executable, str(tmp_path / "owner.py"), str(tmp_path / "o"), str(go)],
             env=env,

@@ -10,7 +10,7 @@ its own connections (``owners``), and the head stops once
 - no run is active (queued or running) that a client other than the owners submitted
   or follows (the owners' own runs end with the cluster, as before),
 - no job's driver runs (``raynb submit``: a client of the cluster too), and
-- no other client has used it for ``CLIENT_GRACE_S`` (one that has just connected
+- no other client has used it for ``CLIENT_GRACE_S`` (``$RAYNB_CLIENT_GRACE_S``; one that has just connected
   and is about to submit its first run): connecting (``connect()``'s hello), submitting,
   attaching, cancelling count as use; pings and asking for the status, the runs or their
   logs do not, so an open dashboard or a ``watch raynb status`` does not keep it up for good.
@@ -24,6 +24,7 @@ as a ``ray start`` cluster outlives its drivers; ``raynb stop`` still ends it.
 
 from __future__ import annotations
 
+from .. import settings
 from ..protocol import messages
 from .run import TERMINAL
 
@@ -33,7 +34,8 @@ USE = frozenset(
     {messages.HELLO, messages.SUBMIT_RUN, messages.ATTACH_RUN, messages.CANCEL_RUN, messages.SUBMIT_JOB}
 )
 
-# A client submits right after it says hello; 10 s also covers a busy machine.
+# A client submits right after it says hello; 10 s also covers a busy machine. The
+# default of ``$RAYNB_CLIENT_GRACE_S``, which the head reads when it starts.
 CLIENT_GRACE_S = 10.0
 
 
@@ -44,6 +46,7 @@ class IdleStop:
         self.heard: dict[bytes, float] = {}  # client routing id -> when last heard (monotonic s)
         self.owners: set[bytes] | None = None
         self.kept = False  # `raynb start` attached: no stop when idle any more
+        self.grace_s: float = settings.get("RAYNB_CLIENT_GRACE_S")
 
     def keep(self) -> None:
         """Keep the cluster up until a plain ``shutdown``: a stop when idle asked before
@@ -62,7 +65,7 @@ class IdleStop:
     def forget_quiet(self, now: float) -> None:
         """Forget the clients not heard from within the grace (called each tick)."""
         for identity, when in list(self.heard.items()):
-            if now - when > CLIENT_GRACE_S:
+            if now - when > self.grace_s:
                 del self.heard[identity]
 
     def in_use(self, runs, jobs_running: int, now: float) -> str | None:
@@ -79,5 +82,5 @@ class IdleStop:
             return f"{jobs_running} running job(s)"
         others = [i for i in self.heard if i not in owners]
         if others:
-            return f"{len(others)} other client(s) connected in the last {CLIENT_GRACE_S:.0f}s"
+            return f"{len(others)} other client(s) connected in the last {self.grace_s:g}s"
         return None

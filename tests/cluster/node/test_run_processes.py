@@ -422,21 +422,49 @@ def test_a_stopped_worker_is_shown_not_responding_and_back(warm, tmp_path):
 
 
 def _holds_the_gil(config):
+    """A C call that keeps the GIL (poll(2) through ``PyDLL``) until the test writes to
+    the FIFO ``config["fifo"]`` or ``config["seconds"]`` pass: no thread of the worker runs."""
     import ctypes
+    import os
 
-    ctypes.PyDLL(None).sleep(config["seconds"])  # a C call that keeps the GIL
+    class PollFd(ctypes.Structure):
+        _fields_ = [("fd", ctypes.c_int), ("events", ctypes.c_short), ("revents", ctypes.c_short)]
+
+    # Opened for reading and writing: a FIFO with a writer of its own never reports a hang-up.
+    fd = os.open(config["fifo"], os.O_RDWR | os.O_NONBLOCK)
+    try:
+        ctypes.PyDLL(None).poll(ctypes.byref(PollFd(fd, 1, 0)), 1, int(config["seconds"] * 1000))
+    finally:
+        os.close(fd)
     return "woke"
 
 
+def _wake(fifo) -> None:
+    """Let ``_holds_the_gil`` return (it is reading ``fifo``; none is: a no-op)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # ENXIO: no reader (it has not opened it, or it has returned)
+        return
+    try:
+        os.write(fd, b"x")
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.timeout(90)
-def test_a_worker_hung_holding_the_gil_is_shown_not_responding(warm):
+def test_a_worker_hung_holding_the_gil_is_shown_not_responding(warm, tmp_path):
     """Its process runs (not stopped), but no thread of it can: no heartbeat."""
     pane = Pane()
-    t, out = _in_thread(_holds_the_gil, {"seconds": 9}, 1, pane)
-    busy = _wait(lambda: [w for w in warm.status()["workers"] if w["state"] == "busy"], 20, "the run")
-    w = _wait(
-        lambda: (w := _worker_state(warm, busy[0]["pid"]))["not_responding"] and w, 8.5, "not responding"
-    )
+    fifo = tmp_path / "wake"
+    os.mkfifo(fifo)
+    t, out = _in_thread(_holds_the_gil, {"seconds": 9, "fifo": str(fifo)}, 1, pane)
+    try:
+        busy = _wait(lambda: [w for w in warm.status()["workers"] if w["state"] == "busy"], 20, "the run")
+        w = _wait(
+            lambda: (w := _worker_state(warm, busy[0]["pid"]))["not_responding"] and w, 8.5, "not responding"
+        )
+    finally:
+        _wake(fifo)  # seen (or the test failed): the hang need not last its whole 9 s
     assert "heartbeat" in w["not_responding"]
     t.join(30)
     assert out["outcome"].value() == "woke"
