@@ -65,7 +65,6 @@ MAX_FUNCTION_LINES = 60
 # Functions allowed over MAX_FUNCTION_LINES, as {"raynb/path.py:name": "why it stays long"}.
 LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/cluster/head/queue.py:_start": "a placed run's start: elastic sizing, data gate, tasks, in order",
-    "raynb/train/session.py:_stage_checkpoint": "a checkpoint staged on the rank, step by step",
     "raynb/client/ray_init.py:init": "ray.init's arguments, each checked in turn",
     "raynb/client/runs.py:runs": "one DataFrame built column by column",
     "raynb/client/status.py:format_status": "the status table, section by section",
@@ -74,7 +73,6 @@ LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/data/dataset.py:map_batches": "Ray's map_batches arguments, each checked in turn",
     "raynb/notebook/magics/cell_function.py:build_cell_function": "the cell's code turned into a function, step by step",
     "raynb/notebook/magics/ray_tune.py:tune_parser": "the %%ray_tune options, one add_argument each",
-    "raynb/train/fit_with_callbacks.py:follow_with_callbacks": "the callbacks' follow loop",
     "raynb/train/tracking.py:setup_mlflow": "Ray's setup_mlflow arguments, each checked in turn",
     "raynb/client/connection.py:connect": "connect()'s three ways in (local, file, address, Ray) in one reading order",
     "raynb/client/submit_and_follow.py:build_submission": "one submission message, field by field",
