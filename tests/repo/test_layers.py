@@ -85,7 +85,6 @@ LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/notebook/magics/ray_train.py:ray_train": "the %%ray_train cell, option by option",
     "raynb/notebook/magics/ray_tune.py:ray_tune": "the %%ray_tune cell, option by option",
     "raynb/train/batch_inference.py:map_batches_on_workers": "one fan-out, step by step",
-    "raynb/train/fit_run.py:execute_run": "one fit, step by step",
 }
 
 
