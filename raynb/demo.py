@@ -101,12 +101,8 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
     Returns:
         0 when the last run reached 95 % validation accuracy, else 1.
     """
-    from functools import partial
-
     from .client.connection import connect, disconnect
     from .cluster.launch.local import running_cluster, stop_cluster
-    from .train import RunConfig, ScalingConfig
-    from .train.torch import TorchTrainer
 
     data = load_digits_split()  # once here, shipped to the workers with the function
     print(
@@ -123,23 +119,9 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
     results, overheads = [], []
     try:
         for i, rate in enumerate((lr, lr * 2)):
-            print(f"\n--- run {i + 1}: lr={rate:g}{' (warm re-run)' if i else ''}")
-            t = time.perf_counter()
-            trainer = TorchTrainer(
-                partial(train_digits, data=data),
-                train_loop_config={"lr": rate, "batch_size": 32, "epochs": epochs, "hidden": 64},
-                scaling_config=ScalingConfig(num_workers=num_workers),
-                run_config=RunConfig(name=None),
-            )
-            result = trainer.fit()
-            wall = time.perf_counter() - t
+            result, overhead = _timed_fit(i, data, rate, num_workers, epochs)
             results.append(result)
-            overheads.append(wall - (result.time_total_s or 0.0))
-            print(
-                f"run {i + 1} (lr={rate:g}): val_accuracy={result.metrics['val_accuracy']:.3f} "
-                f"in {wall:.1f}s ({result.time_total_s:.1f}s on the workers, "
-                f"{overheads[-1] * 1000:.0f} ms submit + collect); results in {result.path}"
-            )
+            overheads.append(overhead)
     finally:
         disconnect()
         if started:
@@ -153,3 +135,34 @@ def run_demo(num_workers: int = 4, epochs: int = 12, lr: float = 3e-3) -> int:
         f"final validation accuracy {acc:.3f} ({'>=' if acc >= 0.95 else 'below'} 0.95)"
     )
     return 0 if acc >= 0.95 else 1
+
+
+def _timed_fit(i: int, data, rate: float, num_workers: int, epochs: int):
+    """The demo's run ``i`` (0-based) at learning rate ``rate``, printed as it ends.
+
+    Returns:
+        (Result, float): the run's result and its overhead in seconds (wall time minus the
+        time on the workers: submit + collect).
+    """
+    from functools import partial
+
+    from .train import RunConfig, ScalingConfig
+    from .train.torch import TorchTrainer
+
+    print(f"\n--- run {i + 1}: lr={rate:g}{' (warm re-run)' if i else ''}")
+    t = time.perf_counter()
+    trainer = TorchTrainer(
+        partial(train_digits, data=data),
+        train_loop_config={"lr": rate, "batch_size": 32, "epochs": epochs, "hidden": 64},
+        scaling_config=ScalingConfig(num_workers=num_workers),
+        run_config=RunConfig(name=None),
+    )
+    result = trainer.fit()
+    wall = time.perf_counter() - t
+    overhead = wall - (result.time_total_s or 0.0)
+    print(
+        f"run {i + 1} (lr={rate:g}): val_accuracy={result.metrics['val_accuracy']:.3f} "
+        f"in {wall:.1f}s ({result.time_total_s:.1f}s on the workers, "
+        f"{overhead * 1000:.0f} ms submit + collect); results in {result.path}"
+    )
+    return result, overhead

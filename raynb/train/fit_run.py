@@ -82,10 +82,7 @@ def execute_run(
     scaling_config = scaling_config or ScalingConfig()
     run_config = run_config or RunConfig()
     callbacks = CallbackList(run_config.callbacks or ())  # a TypeError before anything ships
-    fn = fn.__wrapped__ if isinstance(fn, Profiled) else fn  # restore() of a profiled run's function.pkl
-    profile = profile_options(run_config.profile)
-    if profile is not None:
-        fn = Profiled(fn, profile)
+    fn, profile = _profiled(fn, run_config)
     spec, payload = build_submission(
         fn,
         config,
@@ -96,12 +93,48 @@ def execute_run(
         name_prefix=name_prefix,
         extra=extra,
     )
+    client, accepted = _submit(spec, payload)
+    view = _shown_view(client, spec, accepted, scaling_config, run_config, config, epochs)
+    outcome = _follow(client, spec, accepted, view, callbacks, all_ranks)
+    bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
+    if profile is not None and run_config.verbose:
+        _show_profile(
+            outcome.record.get("path"), outcome.record.get("world_size") or _max_workers(scaling_config)
+        )
+    return outcome_result(outcome)
+
+
+def _profiled(fn, run_config: RunConfig):
+    """``fn`` wrapped for ``run_config.profile`` (unwrapped first: restore() of a profiled
+    run's function.pkl), and the profile options (None: not profiled)."""
+    fn = fn.__wrapped__ if isinstance(fn, Profiled) else fn
+    profile = profile_options(run_config.profile)
+    return (Profiled(fn, profile) if profile is not None else fn), profile
+
+
+def _submit(spec: dict, payload):
+    """Send the run to the head: (the client, the head's acceptance).
+
+    Raises:
+        ValueError: the head refused the run (its shared-memory data is freed here).
+    """
     client = get_client()
     try:
-        accepted = submit_run_accepted(client, spec, payload)
+        return client, submit_run_accepted(client, spec, payload)
     except ValueError:
         bulk.forget(spec["run_id"])  # refused: no run will free its shared-memory data
         raise
+
+
+def _shown_view(
+    client, spec: dict, accepted: dict, scaling_config: ScalingConfig, run_config: RunConfig, config, epochs
+):
+    """The run's progress view, displayed. An interrupt while it is made cancels the run.
+
+    Raises:
+        RunInterrupted: a Ctrl-C landed first (its ``run_path`` is the run directory).
+        SystemExit: the script is ending (the run was cancelled).
+    """
     try:
         view = views.run_view(
             accepted["name"],
@@ -117,27 +150,29 @@ def execute_run(
         except KeyboardInterrupt as ki:
             ki.run_path = accepted.get("path")
             raise
+    return view
+
+
+def _follow(client, spec: dict, accepted: dict, view, callbacks: CallbackList, all_ranks: bool):
+    """Follow the accepted run to its end (through the callbacks if any); its RunOutcome.
+
+    Raises:
+        KeyboardInterrupt: with ``run_path`` set, for %%ray_train to bind the cancelled run's Result.
+    """
     try:
         if callbacks:
-            outcome = follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
-        else:
-            outcome = follow_run(
-                client,
-                spec["run_id"],
-                view,
-                all_ranks=all_ranks,
-                name=accepted["name"],
-                path=accepted.get("path"),
-            )
-    except KeyboardInterrupt as e:
-        e.run_path = accepted.get("path")  # %%ray_train binds the cancelled run's Result from it
-        raise
-    bulk.forget(spec["run_id"])  # it ended: its node agents freed its shared memory too
-    if profile is not None and run_config.verbose:
-        _show_profile(
-            outcome.record.get("path"), outcome.record.get("world_size") or _max_workers(scaling_config)
+            return follow_with_callbacks(client, spec, accepted, view, callbacks, all_ranks)
+        return follow_run(
+            client,
+            spec["run_id"],
+            view,
+            all_ranks=all_ranks,
+            name=accepted["name"],
+            path=accepted.get("path"),
         )
-    return outcome_result(outcome)
+    except KeyboardInterrupt as e:
+        e.run_path = accepted.get("path")
+        raise
 
 
 def _max_workers(scaling_config) -> int:

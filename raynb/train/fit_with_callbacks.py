@@ -50,21 +50,9 @@ def first_error_line(errors: list) -> str:
     return (text.splitlines() or ["failed"])[0][:300]
 
 
-def follow_with_callbacks(
-    client, spec: dict, accepted: dict, view, callbacks: CallbackList, all_ranks: bool = False
-) -> RunOutcome:
-    """Follow a submitted run (as ``follow_run``), calling ``callbacks`` as it goes.
-
-    Returns:
-        The run's :class:`RunOutcome`, after the callbacks caught up (at most
-        ``$RAYNB_CALLBACK_DRAIN_S`` s).
-
-    Raises:
-        CallbackError: a ``fail_on_error`` callback raised (the run was cancelled).
-        KeyboardInterrupt, ClusterError: as ``follow_run``; the callbacks get
-            ``on_experiment_end`` first (the trial no end event: it did not end), and
-            are waited for at most ``INTERRUPTED_DRAIN_S``.
-    """
+def _start_callbacks(spec: dict, accepted: dict, callbacks: CallbackList) -> TrialSnapshot:
+    """Set ``callbacks`` up for the run as one RUNNING trial of a one-trial experiment,
+    as Ray Train does; returns that trial."""
     params = spec.get("params")
     trial = TrialSnapshot(
         f"{spec['run_id'][:8]}_00000",
@@ -83,6 +71,25 @@ def follow_with_callbacks(
         total_num_samples=1,
     )
     callbacks.on_trial_start(trial)
+    return trial
+
+
+def follow_with_callbacks(
+    client, spec: dict, accepted: dict, view, callbacks: CallbackList, all_ranks: bool = False
+) -> RunOutcome:
+    """Follow a submitted run (as ``follow_run``), calling ``callbacks`` as it goes.
+
+    Returns:
+        The run's :class:`RunOutcome`, after the callbacks caught up (at most
+        ``$RAYNB_CALLBACK_DRAIN_S`` s).
+
+    Raises:
+        CallbackError: a ``fail_on_error`` callback raised (the run was cancelled).
+        KeyboardInterrupt, ClusterError: as ``follow_run``; the callbacks get
+            ``on_experiment_end`` first (the trial no end event: it did not end), and
+            are waited for at most ``INTERRUPTED_DRAIN_S``.
+    """
+    trial = _start_callbacks(spec, accepted, callbacks)
     relay = _RelayView(view, callbacks, trial, client)
     try:
         outcome = follow_run(

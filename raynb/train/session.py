@@ -130,6 +130,24 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
     final = stage / f"rank_{task['rank']}"
     tmp = stage / f".tmp_rank_{task['rank']}_{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
+    _make_stage(task, stage)
+    try:
+        shutil.copytree(src, tmp)
+    except (shutil.Error, OSError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # no half copy left behind
+        raise _copy_error(checkpoint, src, e) from None
+    if final.exists():  # the same report staged twice (a retried copy): the newer wins
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return str(final)
+
+
+def _make_stage(task: dict, stage: Path) -> None:
+    """Make the run's private ``.staging/<attempt>_<report>`` directory.
+
+    Raises:
+        OSError: the node cannot write the run directory (naming the node and the fix).
+    """
     try:
         stage.parent.mkdir(exist_ok=True, mode=0o700)  # private, as the run directory (pickled state)
         stage.mkdir(exist_ok=True, mode=0o700)
@@ -147,32 +165,27 @@ def _stage_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> 
             f"report(checkpoint=...): node {node} ({socket.gethostname()}) cannot write the run "
             f"directory {task['path']}: {e.strerror or e}. {fix}"
         ) from None
-    try:
-        shutil.copytree(src, tmp)
-    except (shutil.Error, OSError) as e:
-        # shutil.Error is a list of (src, dst, why) tuples, one per bad file: for a symlink
-        # loop, ~40 levels of them (16 kB), naming raynb's staging paths. Say it in one line,
-        # and leave no half copy behind.
-        shutil.rmtree(tmp, ignore_errors=True)
-        bad = e.args[0] if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) else None
-        first = f"{bad[0][0]}: {bad[0][2]}" if bad else str(e)
-        more = f" (and {len(bad) - 1} more)" if bad and len(bad) > 1 else ""
-        full = "No space left" in first or "Disk quota" in first or "Read-only" in first
-        hint = (
-            "The run directory's file system is full or read-only: free space, or give a "
-            "storage_path that can hold the checkpoints."
-            if full
-            else "A dangling symlink or a symlink loop in the checkpoint directory? Symlinks are "
-            "followed (their targets are copied)."
-        )
-        raise OSError(
-            f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
-            f"run directory: {first}{more}. {hint}"
-        ) from None
-    if final.exists():  # the same report staged twice (a retried copy): the newer wins
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return str(final)
+
+
+def _copy_error(checkpoint: Checkpoint, src: Path, e: OSError) -> OSError:
+    """The error for a checkpoint copy that failed: its first bad file and the likely fix."""
+    # shutil.Error is a list of (src, dst, why) tuples, one per bad file: for a symlink
+    # loop, ~40 levels of them (16 kB), naming raynb's staging paths. Say it in one line.
+    bad = e.args[0] if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) else None
+    first = f"{bad[0][0]}: {bad[0][2]}" if bad else str(e)
+    more = f" (and {len(bad) - 1} more)" if bad and len(bad) > 1 else ""
+    full = "No space left" in first or "Disk quota" in first or "Read-only" in first
+    hint = (
+        "The run directory's file system is full or read-only: free space, or give a "
+        "storage_path that can hold the checkpoints."
+        if full
+        else "A dangling symlink or a symlink loop in the checkpoint directory? Symlinks are "
+        "followed (their targets are copied)."
+    )
+    return OSError(
+        f"report(checkpoint={checkpoint!r}): could not copy checkpoint {src} into the "
+        f"run directory: {first}{more}. {hint}"
+    )
 
 
 def _stream_checkpoint(task: dict, checkpoint: Checkpoint, report_index: int) -> str:

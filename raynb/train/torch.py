@@ -78,7 +78,6 @@ def prepare_model(
         DDP broadcasts rank 0's initial parameters, so every rank starts equal.
     """
     import torch
-    from torch.nn.parallel import DistributedDataParallel
 
     task = _session._require("prepare_model")
     if not isinstance(model, torch.nn.Module):
@@ -93,18 +92,31 @@ def prepare_model(
     if parallel_strategy is None or task["world_size"] < 2:
         return model
     if parallel_strategy == "fsdp":
-        if gradient_compression is not None:
-            raise ValueError(
-                "gradient_compression is DDP's; for FSDP pass a MixedPrecisionPolicy as "
-                "parallel_strategy_kwargs={'mp_policy': ...}"
-            )
-        from .fsdp import shard_model
-
-        return shard_model(model, device, parallel_strategy_kwargs)
+        return _shard_fsdp(model, device, parallel_strategy_kwargs, gradient_compression)
     if parallel_strategy != "ddp":
         raise ValueError(
             f"parallel_strategy={parallel_strategy!r} is not supported; use 'ddp', 'fsdp' or None"
         )
+    return _wrap_ddp(model, device, parallel_strategy_kwargs, gradient_compression)
+
+
+def _shard_fsdp(model, device, parallel_strategy_kwargs: dict | None, gradient_compression: str | None):
+    """prepare_model's "fsdp" branch: ``model`` sharded over the ranks (FSDP2)."""
+    if gradient_compression is not None:
+        raise ValueError(
+            "gradient_compression is DDP's; for FSDP pass a MixedPrecisionPolicy as "
+            "parallel_strategy_kwargs={'mp_policy': ...}"
+        )
+    from .fsdp import shard_model
+
+    return shard_model(model, device, parallel_strategy_kwargs)
+
+
+def _wrap_ddp(model, device, parallel_strategy_kwargs: dict | None, gradient_compression: str | None):
+    """prepare_model's "ddp" branch: ``model`` in DistributedDataParallel, its gradients'
+    all-reduce compressed to half precision when asked."""
+    from torch.nn.parallel import DistributedDataParallel
+
     kwargs = dict(parallel_strategy_kwargs or {})
     if device.type == "cuda":
         kwargs.setdefault("device_ids", [device.index])
@@ -360,34 +372,14 @@ class TorchTrainer:
             raynb.rundir.CorruptRunDirectory: a file the run needs is missing or
                 unreadable (named in the message). Nothing in ``path`` is changed.
         """
-        import cloudpickle
-
-        from ..cluster.storage.rundir import FUNCTION_FILE, CorruptRunDirectory, read_run_dir
+        from ..cluster.storage.rundir import read_run_dir
 
         record = read_run_dir(path, with_reports=False)
         path = record["path"]
         saved = None
         if train_loop_per_worker is None or train_loop_config is None:
-            fpath = os.path.join(path, FUNCTION_FILE)
-            try:
-                with open(fpath, "rb") as f:
-                    saved = cloudpickle.load(f)
-            except FileNotFoundError:
-                raise CorruptRunDirectory(
-                    f"{fpath} is missing: pass train_loop_per_worker= to restore() to re-run the function"
-                ) from None
-            except Exception as e:  # noqa: BLE001 - any unpickling failure
-                raise CorruptRunDirectory(
-                    f"{fpath} cannot be loaded ({type(e).__name__}: {e}); "
-                    "pass train_loop_per_worker= to restore()"
-                ) from None
-        cc = record.get("checkpoint_config") or {}
-        run_config = kwargs.pop("run_config", None) or RunConfig(
-            name=os.path.basename(path),
-            storage_path=os.path.dirname(path),
-            checkpoint_config=CheckpointConfig(**cc) if cc else None,
-            failure_config=FailureConfig(record.get("max_failures") or 0),
-        )
+            saved = _load_saved_function(path)
+        run_config = kwargs.pop("run_config", None) or _saved_run_config(record, path)
         run_config.name, run_config.storage_path = os.path.basename(path), os.path.dirname(path)
         scaling_config = kwargs.pop("scaling_config", None) or ScalingConfig(
             num_workers=recorded_num_workers(record),
@@ -482,3 +474,38 @@ class TorchTrainer:
             for d in split_dirs:  # a Ray Dataset's per-rank files
                 shutil.rmtree(d, ignore_errors=True)
         return result
+
+
+def _load_saved_function(path: str) -> dict:
+    """The function and config saved with the run in ``path`` (its ``function.pkl``).
+
+    Raises:
+        raynb.rundir.CorruptRunDirectory: the file is missing or cannot be unpickled.
+    """
+    import cloudpickle
+
+    from ..cluster.storage.rundir import FUNCTION_FILE, CorruptRunDirectory
+
+    fpath = os.path.join(path, FUNCTION_FILE)
+    try:
+        with open(fpath, "rb") as f:
+            return cloudpickle.load(f)
+    except FileNotFoundError:
+        raise CorruptRunDirectory(
+            f"{fpath} is missing: pass train_loop_per_worker= to restore() to re-run the function"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - any unpickling failure
+        raise CorruptRunDirectory(
+            f"{fpath} cannot be loaded ({type(e).__name__}: {e}); pass train_loop_per_worker= to restore()"
+        ) from None
+
+
+def _saved_run_config(record: dict, path: str) -> RunConfig:
+    """The RunConfig the run in ``path`` was made with (its checkpoint and failure settings)."""
+    cc = record.get("checkpoint_config") or {}
+    return RunConfig(
+        name=os.path.basename(path),
+        storage_path=os.path.dirname(path),
+        checkpoint_config=CheckpointConfig(**cc) if cc else None,
+        failure_config=FailureConfig(record.get("max_failures") or 0),
+    )

@@ -109,11 +109,7 @@ class TuneController:
                 self._create_trials()
                 self._fill()
                 self._flush()
-                while (
-                    self._by_run
-                    or (self._pending and not self._budget_hit)
-                    or (not self.search_finished and not self._budget_hit)
-                ):
+                while self._work_left():
                     if self._interrupt_requested:
                         raise KeyboardInterrupt
                     reason = None if self._budget_hit else self._end_reason(deadline)
@@ -121,44 +117,10 @@ class TuneController:
                         self._time_budget_reached(reason)
                     self._held_stops.release_due()
                     if not self._by_run:
-                        if self._budget_hit:
+                        if self._start_more_or_end():
                             break
-                        self._fill()
-                        if not self._by_run:
-                            if self._pending:
-                                raise RuntimeError(
-                                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() "
-                                    f"picked none of "
-                                    f"{len(self._pending)} pending trials while none was running"
-                                )
-                            if self.search_finished:
-                                break
-                            raise RuntimeError(
-                                f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
-                                "was running: it waits for results that can never come"
-                            )
-                        self._flush()
                         continue
-                    timeout = PING_EVERY_S
-                    if deadline is not None and not self._budget_hit:
-                        timeout = max(0.0, min(timeout, deadline - time.monotonic()))
-                    if self._interrupt_requested:
-                        timeout = 0.0
-                    # Wake at least every 0.25 s: the table's clock, interrupt() (another thread's,
-                    # a noted Ctrl-C).
-                    msg = self.client.recv(min(timeout, 0.25))
-                    if msg is None:
-                        self._quiet()
-                    else:
-                        self._heard(msg)
-                        for _ in range(BATCH):
-                            msg = self.client.recv(0)
-                            if msg is None:
-                                break
-                            self._heard(msg)
-                    if not self._budget_hit:
-                        self._fill()
-                    self._flush()
+                    self._wait_and_handle(deadline)
             except KeyboardInterrupt:
                 self._cancel_all(PAUSED)
                 self.interrupted = True
@@ -167,6 +129,64 @@ class TuneController:
                 raise
             finally:
                 self._flush()
+
+    def _work_left(self) -> bool:
+        """Whether run()'s loop goes on: a trial runs, or one may still start or be created."""
+        return bool(
+            self._by_run
+            or (self._pending and not self._budget_hit)
+            or (not self.search_finished and not self._budget_hit)
+        )
+
+    def _start_more_or_end(self) -> bool:
+        """With no trial running: start pending ones. True when the loop should end.
+
+        Raises:
+            RuntimeError: nothing can start though trials are pending or the search is not
+                finished (a scheduler or searcher that would wait forever).
+        """
+        if self._budget_hit:
+            return True
+        self._fill()
+        if not self._by_run:
+            if self._pending:
+                raise RuntimeError(
+                    f"{self.scheduler.__class__.__name__}.choose_trial_to_run() "
+                    f"picked none of "
+                    f"{len(self._pending)} pending trials while none was running"
+                )
+            if self.search_finished:
+                return True
+            raise RuntimeError(
+                f"{type(self.search_alg).__name__}.suggest() returned None while no trial "
+                "was running: it waits for results that can never come"
+            )
+        self._flush()
+        return False
+
+    def _wait_and_handle(self, deadline: float | None) -> None:
+        """One turn of run()'s loop with trials running: wait for messages (until the next
+        ping, the deadline or a quarter second), handle a batch of them, start and flush."""
+        timeout = PING_EVERY_S
+        if deadline is not None and not self._budget_hit:
+            timeout = max(0.0, min(timeout, deadline - time.monotonic()))
+        if self._interrupt_requested:
+            timeout = 0.0
+        # Wake at least every 0.25 s: the table's clock, interrupt() (another thread's,
+        # a noted Ctrl-C).
+        msg = self.client.recv(min(timeout, 0.25))
+        if msg is None:
+            self._quiet()
+        else:
+            self._heard(msg)
+            for _ in range(BATCH):
+                msg = self.client.recv(0)
+                if msg is None:
+                    break
+                self._heard(msg)
+        if not self._budget_hit:
+            self._fill()
+        self._flush()
 
     # -- trials ---------------------------------------------------------------------------
     def _can_create(self) -> bool:

@@ -120,6 +120,21 @@ _NO_EFFECT = {
 }
 
 
+# tune.run's arguments that TuneConfig takes under the same names.
+_TUNE_CONFIG_ARGUMENTS = (
+    "metric",
+    "mode",
+    "search_alg",
+    "scheduler",
+    "num_samples",
+    "max_concurrent_trials",
+    "time_budget_s",
+    "reuse_actors",
+    "trial_name_creator",
+    "trial_dirname_creator",
+)
+
+
 def run(
     run_or_experiment,
     *,
@@ -158,6 +173,36 @@ def run(
         TypeError: an argument ``tune.run`` does not take (named, with what to use).
         ValueError: ``resume`` (use ``Tuner.restore``); as :class:`Tuner` does.
     """
+    arguments = locals()  # first, so it holds exactly tune.run's arguments
+    _refuse_ray_only(ray_only, resume)
+    trainable = run_or_experiment
+    if resources_per_trial is not None:
+        trainable = with_resources(trainable, resources_per_trial)
+    rc = RunConfig(
+        name=name,
+        storage_path=storage_path,
+        stop=stop,
+        verbose=1 if verbose is None else verbose,
+        progress_reporter=progress_reporter,
+        callbacks=list(callbacks) if callbacks else None,
+        checkpoint_config=checkpoint_config or CheckpointConfig(),
+        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+    )
+    tc = TuneConfig(**{key: arguments[key] for key in _TUNE_CONFIG_ARGUMENTS})
+    grid = Tuner(trainable, param_space=config, tune_config=tc, run_config=rc).fit()
+    if raise_on_failed_trial and grid.errors:
+        failed = [r.trial_id for r in grid if r.error is not None]
+        raise TuneError(f"trials did not complete: {failed}; the first error: {grid.errors[0]}")
+    return ExperimentAnalysis(grid, metric, mode)
+
+
+def _refuse_ray_only(ray_only: dict, resume) -> None:
+    """Note tune.run's arguments that have no effect in raynb; refuse the ones it does not serve.
+
+    Raises:
+        TypeError: an argument raynb does not serve (naming Tuner as the way).
+        ValueError: ``resume`` (Tuner.restore is the way).
+    """
     for key, value in ray_only.items():
         if key in ("sync_config", "export_formats", "log_to_file", "local_dir", "storage_filesystem"):
             if value:
@@ -175,33 +220,3 @@ def run(
             f"tune.run(resume={resume!r}) is not served: use "
             "tune.Tuner.restore(experiment_path, trainable).fit()"
         )
-    trainable = run_or_experiment
-    if resources_per_trial is not None:
-        trainable = with_resources(trainable, resources_per_trial)
-    rc = RunConfig(
-        name=name,
-        storage_path=storage_path,
-        stop=stop,
-        verbose=1 if verbose is None else verbose,
-        progress_reporter=progress_reporter,
-        callbacks=list(callbacks) if callbacks else None,
-        checkpoint_config=checkpoint_config or CheckpointConfig(),
-        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
-    )
-    tc = TuneConfig(
-        metric=metric,
-        mode=mode,
-        search_alg=search_alg,
-        scheduler=scheduler,
-        num_samples=num_samples,
-        max_concurrent_trials=max_concurrent_trials,
-        time_budget_s=time_budget_s,
-        reuse_actors=reuse_actors,
-        trial_name_creator=trial_name_creator,
-        trial_dirname_creator=trial_dirname_creator,
-    )
-    grid = Tuner(trainable, param_space=config, tune_config=tc, run_config=rc).fit()
-    if raise_on_failed_trial and grid.errors:
-        failed = [r.trial_id for r in grid if r.error is not None]
-        raise TuneError(f"trials did not complete: {failed}; the first error: {grid.errors[0]}")
-    return ExperimentAnalysis(grid, metric, mode)

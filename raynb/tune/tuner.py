@@ -142,8 +142,6 @@ class Tuner:
         _restored: dict | None = None,
         _tuner_kwargs: dict | None = None,
     ):
-        from .schedulers import FIFOScheduler, TrialScheduler
-
         tune_config = tune_config if tune_config is not None else TuneConfig()
         if not isinstance(tune_config, TuneConfig):
             raise TypeError(f"tune_config must be a TuneConfig, got {type(tune_config).__name__}")
@@ -158,41 +156,12 @@ class Tuner:
         self._run_config = _with_tuner_kwargs(run_config or trainer_rc or RunConfig(), _tuner_kwargs)
         # Saved now, before the searcher and scheduler are told metric/mode/space, so a restore
         # starts them afresh and replays the finished trials into them.
-        try:
-            self._settings_blob = cloudpickle.dumps(
-                {"param_space": param_space, "tune_config": tune_config, "run_config": self._run_config}
-            )
-            self._settings_warning = None
-        except Exception as e:  # noqa: BLE001 - only restore needs it
-            self._settings_blob = None
-            self._settings_warning = (
-                f"the Tuner's settings cannot be pickled for Tuner.restore ({type(e).__name__}: {e})"
-            )
+        self._settings_blob, self._settings_warning = _pickled_settings(
+            param_space, tune_config, self._run_config
+        )
         tc = tune_config
-        search_alg = tc.search_alg if tc.search_alg is not None else BasicVariantGenerator()
-        if not isinstance(search_alg, Searcher):
-            raise TypeError(
-                f"TuneConfig(search_alg=...) takes a raynb.tune.search Searcher (e.g. "
-                f"OptunaSearch, BasicVariantGenerator), got {type(search_alg).__name__}"
-            )
-        scheduler = tc.scheduler if tc.scheduler is not None else FIFOScheduler()
-        if not isinstance(scheduler, TrialScheduler):
-            raise TypeError(
-                f"TuneConfig(scheduler=...) takes a raynb.tune.schedulers scheduler (e.g. "
-                f"ASHAScheduler()), got {type(scheduler).__name__}"
-            )
-        if not search_alg.set_search_properties(tc.metric, tc.mode, param_space, num_samples=tc.num_samples):
-            raise ValueError(
-                f"{type(search_alg).__name__} was created with metric={search_alg.metric!r}, "
-                f"mode={search_alg.mode!r}, but TuneConfig says metric={tc.metric!r}, "
-                f"mode={tc.mode!r}: give them in one place"
-            )
-        if not scheduler.set_search_properties(tc.metric, tc.mode):
-            raise ValueError(
-                f"{type(scheduler).__name__} was created with metric={scheduler.metric!r}, "
-                f"mode={scheduler.mode!r}, but TuneConfig says metric={tc.metric!r}, "
-                f"mode={tc.mode!r}: give them in one place"
-            )
+        search_alg, scheduler = _search_alg_of(tc), _scheduler_of(tc)
+        _set_search_properties(search_alg, scheduler, tc, param_space)
         scheduler.validate()
         self._search_alg = search_alg
         self._scheduler = scheduler
@@ -439,18 +408,7 @@ class Tuner:
         settings = read_tuner_file(path) or {}
         if param_space is not None:
             settings["param_space"] = param_space
-        for t in trials:
-            if t.status == RUNNING:
-                _catch_up(t)
-        # Runs still live on the head from a kernel that died mid-fit: cancelled by fit().
-        orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
-        for t in trials:
-            if t.status in (RUNNING, PAUSED) and resume_unfinished:
-                _requeue(t, from_checkpoint=True, wipe=False)
-            elif t.status == ERROR and (restart_errored or resume_errored):
-                t.error = None
-                t.extra.pop("errors", None)
-                _requeue(t, from_checkpoint=not restart_errored, wipe=False)
+        orphans = _requeue_restored(trials, resume_unfinished, resume_errored, restart_errored)
         tune_config = settings.get("tune_config") or TuneConfig(
             metric=header.get("metric"), mode=header.get("mode"), num_samples=header.get("num_samples", 1)
         )
@@ -562,3 +520,83 @@ def _with_tuner_kwargs(run_config: RunConfig, kwargs: dict | None) -> RunConfig:
 
     failure = dataclasses.replace(run_config.failure_config or FailureConfig(), fail_fast=fail_fast)
     return dataclasses.replace(run_config, failure_config=failure)
+
+
+def _pickled_settings(
+    param_space, tune_config: TuneConfig, run_config: RunConfig
+) -> tuple[bytes | None, str | None]:
+    """The Tuner's settings pickled for Tuner.restore, or (None, why they cannot be)."""
+    try:
+        blob = cloudpickle.dumps(
+            {"param_space": param_space, "tune_config": tune_config, "run_config": run_config}
+        )
+        return blob, None
+    except Exception as e:  # noqa: BLE001 - only restore needs it
+        return None, f"the Tuner's settings cannot be pickled for Tuner.restore ({type(e).__name__}: {e})"
+
+
+def _search_alg_of(tc: TuneConfig) -> Searcher:
+    """TuneConfig's search_alg (BasicVariantGenerator if none); TypeError if not a Searcher."""
+    search_alg = tc.search_alg if tc.search_alg is not None else BasicVariantGenerator()
+    if not isinstance(search_alg, Searcher):
+        raise TypeError(
+            f"TuneConfig(search_alg=...) takes a raynb.tune.search Searcher (e.g. "
+            f"OptunaSearch, BasicVariantGenerator), got {type(search_alg).__name__}"
+        )
+    return search_alg
+
+
+def _scheduler_of(tc: TuneConfig):
+    """TuneConfig's scheduler (FIFOScheduler if none); TypeError if not a TrialScheduler."""
+    from .schedulers import FIFOScheduler, TrialScheduler
+
+    scheduler = tc.scheduler if tc.scheduler is not None else FIFOScheduler()
+    if not isinstance(scheduler, TrialScheduler):
+        raise TypeError(
+            f"TuneConfig(scheduler=...) takes a raynb.tune.schedulers scheduler (e.g. "
+            f"ASHAScheduler()), got {type(scheduler).__name__}"
+        )
+    return scheduler
+
+
+def _set_search_properties(search_alg: Searcher, scheduler, tc: TuneConfig, param_space) -> None:
+    """Tell the searcher and the scheduler TuneConfig's metric/mode (and the searcher the space).
+
+    Raises:
+        ValueError: either was created with a metric/mode other than TuneConfig's.
+    """
+    if not search_alg.set_search_properties(tc.metric, tc.mode, param_space, num_samples=tc.num_samples):
+        raise ValueError(
+            f"{type(search_alg).__name__} was created with metric={search_alg.metric!r}, "
+            f"mode={search_alg.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+            f"mode={tc.mode!r}: give them in one place"
+        )
+    if not scheduler.set_search_properties(tc.metric, tc.mode):
+        raise ValueError(
+            f"{type(scheduler).__name__} was created with metric={scheduler.metric!r}, "
+            f"mode={scheduler.mode!r}, but TuneConfig says metric={tc.metric!r}, "
+            f"mode={tc.mode!r}: give them in one place"
+        )
+
+
+def _requeue_restored(
+    trials: list[Trial], resume_unfinished: bool, resume_errored: bool, restart_errored: bool
+) -> list[str]:
+    """Tuner.restore's trials brought up to date and queued again as its flags say.
+
+    Returns:
+        list[str]: the run ids of trials that were RUNNING when the kernel died: runs that may
+        still be live on the head, for fit() to cancel.
+    """
+    for t in trials:
+        if t.status == RUNNING:
+            _catch_up(t)
+    orphans = [t.run_id for t in trials if t.status == RUNNING and t.run_id]
+    for t in trials:
+        if t.status in (RUNNING, PAUSED) and resume_unfinished:
+            _requeue(t, from_checkpoint=True, wipe=False)
+        elif t.status == ERROR and (restart_errored or resume_errored):
+            t.error = None
+            t.extra.pop("errors", None)
+            _requeue(t, from_checkpoint=not restart_errored, wipe=False)
+    return orphans

@@ -65,22 +65,15 @@ MAX_FUNCTION_LINES = 60
 # Functions allowed over MAX_FUNCTION_LINES, as {"raynb/path.py:name": "why it stays long"}.
 LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/cluster/head/queue.py:_start": "a placed run's start: elastic sizing, data gate, tasks, in order",
-    "raynb/train/session.py:_stage_checkpoint": "a checkpoint staged on the rank, step by step",
-    "raynb/train/torch.py:prepare_model": "DDP or FSDP, Ray's arguments each checked",
-    "raynb/tune/tuner.py:__init__": "Tuner's arguments, each checked and kept",
-    "raynb/tune/tuner.py:restore": "Tuner.restore's checks, one after another",
     "raynb/client/ray_init.py:init": "ray.init's arguments, each checked in turn",
     "raynb/client/runs.py:runs": "one DataFrame built column by column",
     "raynb/client/status.py:format_status": "the status table, section by section",
     "raynb/cluster/head/main.py:main": "the head process's arguments and start, in order",
     "raynb/cluster/launch/local.py:stop_cluster": "the stop sequence, step by step",
     "raynb/data/dataset.py:map_batches": "Ray's map_batches arguments, each checked in turn",
-    "raynb/demo.py:run_demo": "the demo script, top to bottom",
     "raynb/notebook/magics/cell_function.py:build_cell_function": "the cell's code turned into a function, step by step",
     "raynb/notebook/magics/ray_tune.py:tune_parser": "the %%ray_tune options, one add_argument each",
-    "raynb/train/fit_with_callbacks.py:follow_with_callbacks": "the callbacks' follow loop",
     "raynb/train/tracking.py:setup_mlflow": "Ray's setup_mlflow arguments, each checked in turn",
-    "raynb/tune/legacy.py:run": "tune.run's legacy arguments mapped to Tuner's, one by one",
     "raynb/client/connection.py:connect": "connect()'s three ways in (local, file, address, Ray) in one reading order",
     "raynb/client/submit_and_follow.py:build_submission": "one submission message, field by field",
     "raynb/cluster/head/server.py:__init__": "the head's wiring: every concern's object made once, in order",
@@ -92,9 +85,6 @@ LONG_FUNCTION_EXEMPTIONS: dict[str, str] = {
     "raynb/notebook/magics/ray_train.py:ray_train": "the %%ray_train cell, option by option",
     "raynb/notebook/magics/ray_tune.py:ray_tune": "the %%ray_tune cell, option by option",
     "raynb/train/batch_inference.py:map_batches_on_workers": "one fan-out, step by step",
-    "raynb/train/fit_run.py:execute_run": "one fit, step by step",
-    "raynb/train/torch.py:restore": "TorchTrainer.restore's checks, one after another",
-    "raynb/tune/controller.py:run": "Tune's event loop",
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from .trial_scheduler import CONTINUE, STOP, TrialScheduler
@@ -60,7 +62,7 @@ class MedianStoppingRule(TrialScheduler):
         self._min_samples_required = min_samples_required
         self._min_time_slice = min_time_slice
         self._hard_stop = hard_stop
-        self._results: dict[str, list] = {}  # trial_id -> its results, oldest first
+        self._history: dict[str, _History] = {}  # trial_id -> its (time, score) pairs
         self.would_stop: set[str] = set()  # trial ids the rule decided to stop
 
     def on_trial_result(self, trial, result: dict) -> str:
@@ -68,21 +70,19 @@ class MedianStoppingRule(TrialScheduler):
         if trial.trial_id in self.would_stop:
             return STOP if self._hard_stop else CONTINUE
         t = result[self._time_attr]
-        self._score(result)  # a clear error now if the metric is not a number
-        self._results.setdefault(trial.trial_id, []).append(result)
+        score = self._score(result)  # a clear error now if the metric is not a number
+        mine = self._history.setdefault(trial.trial_id, _History())
+        mine.add(t, score, result)
         if t < self._grace_period:
             return CONTINUE
-        others = [
-            tid for tid, rs in self._results.items() if tid != trial.trial_id and rs[-1][self._time_attr] >= t
-        ]
+        others = [h for tid, h in self._history.items() if tid != trial.trial_id and h.last_time >= t]
         if len(others) < self._min_samples_required:
             return CONTINUE
-        means = [m for m in (self._running_mean(tid, t) for tid in others) if m is not None]
+        means = [m for m in (h.running_mean(self._grace_period, t) for h in others) if m is not None]
         if len(means) < self._min_samples_required:
             return CONTINUE
         median = float(np.median(means))
-        best = max(self._score(r) for r in self._results[trial.trial_id])
-        if best < median and t > self._grace_period:
+        if mine.best < median and t > self._grace_period:
             self.would_stop.add(trial.trial_id)
             return STOP if self._hard_stop else CONTINUE
         return CONTINUE
@@ -90,16 +90,54 @@ class MedianStoppingRule(TrialScheduler):
     def on_trial_complete(self, trial, result: dict) -> None:
         # For a trial this rule stopped, the driver may pass a report made after the STOP:
         # only a trial that ended by itself adds its final result.
+        history = self._history.get(trial.trial_id)
         if trial.trial_id not in self.would_stop and self._usable(result, self._time_attr):
-            rs = self._results.setdefault(trial.trial_id, [])
-            if not rs or rs[-1] != result:  # the driver may pass the last report again
-                rs.append(result)
+            if history is None:
+                history = self._history[trial.trial_id] = _History()
+            if history.last_result is None or history.last_result != result:
+                # (the driver may pass the last report again)
+                history.add(result[self._time_attr], self._score(result), result)
+        if history is not None:
+            history.last_result = None  # a finished trial reports no more
 
-    def _running_mean(self, trial_id: str, t: float) -> float | None:
-        scoped = [
-            self._score(r) for r in self._results[trial_id] if self._grace_period <= r[self._time_attr] <= t
-        ]
-        return float(np.mean(scoped)) if scoped else None
+    def on_trial_error(self, trial) -> None:
+        history = self._history.get(trial.trial_id)
+        if history is not None:
+            history.last_result = None
+
+    on_trial_remove = on_trial_error
 
     def debug_string(self) -> str:
         return f"Using MedianStoppingRule: num_stopped={len(self.would_stop)}."
+
+
+class _History:
+    """One trial's reports as the rule needs them: ``time_attr`` and score (``metric_op *
+    metric``) as two float arrays (16 bytes a report), its best score so far, and its last
+    result only while it runs (to tell a repeated final result from a new one)."""
+
+    __slots__ = ("times", "scores", "best", "last_result")
+
+    def __init__(self):
+        self.times = array("d")
+        self.scores = array("d")
+        self.best: float | None = None
+        self.last_result: dict | None = None
+
+    def add(self, time: float, score: float, result: dict) -> None:
+        self.times.append(time)
+        self.scores.append(score)
+        # As max() over all scores would pick (NaN included): the first, then any greater.
+        if self.best is None or score > self.best:
+            self.best = score
+        self.last_result = result
+
+    @property
+    def last_time(self) -> float:
+        return self.times[-1]
+
+    def running_mean(self, grace_period: float, t: float) -> float | None:
+        """Mean score over reports with ``grace_period <= time <= t``; None if there are none."""
+        times = np.frombuffer(self.times, dtype=np.float64)
+        scoped = np.frombuffer(self.scores, dtype=np.float64)[(grace_period <= times) & (times <= t)]
+        return float(np.mean(scoped)) if scoped.size else None
