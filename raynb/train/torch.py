@@ -390,14 +390,7 @@ class TorchTrainer:
         datasets = kwargs.pop("datasets", None)
         if kwargs:
             raise TypeError(f"restore() got unexpected arguments: {', '.join(kwargs)}")
-        from .datasets import WithDatasets
-        from .trainer_metadata import WithMetadata
-
-        fn = train_loop_per_worker or saved["fn"]
-        metadata = fn.metadata if isinstance(fn, WithMetadata) else None  # saved with metadata=
-        fn = fn.__wrapped__ if isinstance(fn, WithMetadata) else fn
-        if isinstance(fn, WithDatasets):  # saved with its datasets (function.pkl)
-            fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
+        fn, datasets, metadata = _unwrap_saved_function(train_loop_per_worker or saved["fn"], datasets)
         trainer = cls(
             fn,
             datasets=datasets,
@@ -474,6 +467,19 @@ class TorchTrainer:
             for d in split_dirs:  # a Ray Dataset's per-rank files
                 shutil.rmtree(d, ignore_errors=True)
         return result
+
+
+def _unwrap_saved_function(fn, datasets):
+    """``(function, datasets, metadata)`` from a function saved with its run, whose wrappers
+    carry the trainer's ``metadata=`` and its datasets; ``datasets`` given again win."""
+    from .datasets import WithDatasets
+    from .trainer_metadata import WithMetadata
+
+    metadata = fn.metadata if isinstance(fn, WithMetadata) else None
+    fn = fn.__wrapped__ if isinstance(fn, WithMetadata) else fn
+    if isinstance(fn, WithDatasets):
+        fn, datasets = fn.__wrapped__, datasets if datasets is not None else fn.datasets
+    return fn, datasets, metadata
 
 
 def _load_saved_function(path: str) -> dict:
