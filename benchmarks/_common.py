@@ -170,10 +170,9 @@ def _torch_version() -> str:
 
 def run_child(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess | None:
     """``cmd`` in a session of its own, its output captured (text); None when it ran past
-    ``timeout_s``, after ending it and every process it started (a Ray child's raylet, GCS
-    and workers outlive a child killed alone)."""
-    import psutil
-
+    ``timeout_s``, after ending it and every process of its session (a Ray child's raylet,
+    GCS and workers outlive a child killed alone). The session is ended too when this
+    script is interrupted or sent SIGTERM while it waits."""
     # The child is often this checkout's script run by path: `benchmarks` must import there too.
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
@@ -185,22 +184,56 @@ def run_child(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess |
         start_new_session=True,
         env={**os.environ, "PYTHONPATH": path},
     )
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        tree = [psutil.Process(proc.pid)]
-        with contextlib.suppress(psutil.Error):
-            tree += tree[0].children(recursive=True)
-        for p in tree:
-            with contextlib.suppress(psutil.Error):
-                p.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        proc.communicate()
-        return None
+    # A SIGTERM to this script (a `timeout` around it) must end the child's session too.
+    with _sigterm_as_exit():
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _end_session(proc.pid)
+            proc.communicate()
+            return None
+        except BaseException:
+            _end_session(proc.pid)
+            raise
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit():
+    """SIGTERM raises SystemExit here (so `finally` and `except` blocks run), in the main thread."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _end_session(sid: int) -> None:
+    """End every process of session ``sid`` (a child started with ``start_new_session``): a
+    Ray child's raylet, GCS and workers stay in its session even when reparented."""
+    import psutil
+
+    def members():
+        out = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getsid(p.pid) == sid:
+                    out.append(p)
+        return out
+
+    tree = members()
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGTERM)
+    _, alive = psutil.wait_procs(tree, timeout=10)
+    for p in alive + members():
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 def ray_child(argv: list[str], timeout_s: float, what: str) -> dict:
