@@ -57,7 +57,7 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
 
 # An exception pickled past this stays behind: the notebook gets a stand-in with its
 # type name and traceback text (it rides in every record of the run's errors).
-MAX_EXC_PICKLE_BYTES = 64 << 10
+MAX_EXC_PICKLE_BYTES = 16 << 10
 
 
 def _pickled(exc: BaseException) -> dict:
