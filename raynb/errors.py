@@ -11,8 +11,16 @@ import traceback
 _INTERNAL_PACKAGES = ("raynb", "IPython", "ipykernel", "traitlets")
 
 
-class RunError(RuntimeError):
+class RayTrainError(Exception):
+    """The base of Ray Train's errors (Ray's ``RayTrainError``), so ``except`` naming it
+    catches a failed run as in Ray."""
+
+
+class RunError(RayTrainError, RuntimeError):
     """A distributed run failed (as Ray Train's ``TrainingFailedError``).
+
+    ``fit()`` raises one of its subclasses: ``raynb.train.WorkerGroupError`` when ranks
+    raised or died, ``raynb.train.ControllerError`` when the head ended the run.
 
     Attributes:
         run_name (str): the run's name (its directory under the storage path).
@@ -42,6 +50,10 @@ class RunError(RuntimeError):
             else:
                 parts.append(e.get("message", repr(e)))
         return f"run {self.run_name!r} failed: " + "; ".join(parts)
+
+    def __reduce__(self):
+        # The default reduce calls RunError(message): its arguments are these.
+        return (self.__class__, (self.run_name, self.errors, self.result, self.state))
 
     @property
     def rank(self) -> int | None:

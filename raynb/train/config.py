@@ -482,8 +482,8 @@ def _score_key(attr: str | None, order: str):
 def result_from_record(record: dict, reports: list | None = None) -> Result:
     """A :class:`Result` from a run record (``read_run_dir``, the head's ``run_record``,
     or ``run_done``), with ``reports`` (rank-0 rows) when the record lacks them."""
-    from ..errors import RunError
     from .checkpoint import Checkpoint
+    from .train_errors import run_error
 
     reports = reports if reports is not None else list(record.get("reports") or [])
     ckpts = [c for c in record.get("checkpoints") or [] if c.get("path")]
@@ -511,7 +511,7 @@ def result_from_record(record: dict, reports: list | None = None) -> Result:
         _reports=reports,
     )
     if record.get("state") in ("FAILED", "CANCELLED"):
-        result.error = RunError(
+        result.error = run_error(
             record.get("name", "?"), record.get("errors") or [], result=result, state=record["state"]
         )
     return result

@@ -113,9 +113,10 @@ class TrialSnapshot:
         checkpoint (str | None): its latest committed checkpoint's directory.
         error (str | None): one line of why it failed, when ERROR.
         run_id (str | None): the raynb run executing it.
+        errors (list[dict] | None): when ERROR, the run's failures (``RunError.errors``).
     """
 
-    __slots__ = ("trial_id", "config", "status", "path", "results", "checkpoint", "error", "run_id")
+    __slots__ = ("trial_id", "config", "status", "path", "results", "checkpoint", "error", "run_id", "errors")
 
     def __init__(
         self,
@@ -127,10 +128,12 @@ class TrialSnapshot:
         checkpoint: str | None = None,
         error: str | None = None,
         run_id: str | None = None,
+        errors: list | None = None,
     ):
         self.trial_id, self.config, self.status, self.path = trial_id, config, status, path
         self.results = results if results is not None else []
         self.checkpoint, self.error, self.run_id = checkpoint, error, run_id
+        self.errors = errors
 
     @classmethod
     def of(cls, trial) -> "TrialSnapshot":
@@ -145,6 +148,7 @@ class TrialSnapshot:
             trial.checkpoint,
             trial.error,
             trial.run_id,
+            _errors_of(trial),
         )
 
     @property
@@ -164,6 +168,14 @@ class TrialSnapshot:
 
     def __repr__(self) -> str:
         return f"Trial({str(self)!r}, status={self.status!r})"
+
+
+def _errors_of(trial) -> list | None:
+    """A trial's failures: a snapshot's ``errors``, a Tune ``Trial``'s ``extra["errors"]``."""
+    errors = getattr(trial, "errors", None)
+    if errors is None:
+        errors = (getattr(trial, "extra", None) or {}).get("errors")
+    return errors
 
 
 def flatten(config, prefix: str = "", sep: str = "/") -> dict:

@@ -106,9 +106,9 @@ def follow_with_callbacks(
         raise
     trial.status = "TERMINATED" if outcome.state == "FINISHED" else "ERROR"
     if trial.status == "ERROR":
-        trial.error = first_error_line(
-            outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}]
-        )
+        errors = outcome.record.get("errors") or [{"message": f"the run ended {outcome.state}"}]
+        trial.error = first_error_line(errors)
+        trial.errors = errors  # UserCallback.after_exception's exceptions
     trial.checkpoint = outcome.record.get("checkpoint") or trial.checkpoint
     try:
         callbacks.on_trial_end(trial)

@@ -5,9 +5,11 @@ made a report, and ``after_exception(run_context, worker_exceptions)`` when rank
 raynb calls them in the notebook process, on the run's callback thread (as its Tune
 ``Callback`` hooks, which this class is built on): ``after_report`` once per report of
 rank 0, with its checkpoint once the head committed it; ``after_exception`` once the run
-failed. ``metrics`` holds rank 0's metrics (the other ranks' reports drive only their
-progress bars and are not sent to the notebook). ``run_context`` is the trial's
-``TrialSnapshot`` (``config``, ``path``, ``trial_id``, ``results``).
+failed with ranks' errors, ``{world rank: exception}`` (Ray calls it after each failed
+attempt; raynb at the run's end, with each rank's first failure of its last fit).
+``metrics`` holds rank 0's metrics (the other ranks' reports drive only their progress bars
+and are not sent to the notebook). ``run_context`` is the trial's ``TrialSnapshot``
+(``config``, ``path``, ``trial_id``, ``results``).
 
 A report's checkpoint is committed once every rank made that report, and raynb's ranks do
 not wait for each other at a report, so rank 0's metrics arrive first and whether a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from .checkpoint import Checkpoint
 from .experiment_callback import Callback
+from .train_errors import worker_failures_of
 
 HOLD_REPORTS = 16  # reports held back waiting for a checkpoint (a rank that lags further: None)
 
@@ -43,8 +46,9 @@ class UserCallback(Callback):
 
         Args:
             run_context (TrialSnapshot): the run as the notebook sees it.
-            worker_exceptions (dict[int, Exception]): world rank -> what it raised (the
-                first failure, as a ``RuntimeError`` with its one-line message).
+            worker_exceptions (dict[int, Exception]): world rank -> what it raised: the
+                exception itself where it unpickles here, else a ``RemoteRankError``
+                with its type name and traceback text (also for a rank that died).
         """
 
     def _held(self, trial) -> list:
@@ -77,7 +81,11 @@ class UserCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         self._flush(trial)
-        self.after_exception(trial, {0: RuntimeError(trial.error or "the run failed")})
+        # Ray calls it for a worker group's errors only: a run the head ended (no rank
+        # failed: no room, the head stopped) gets no call, as a Ray controller's failure.
+        failures = worker_failures_of(trial.errors or [])
+        if failures:
+            self.after_exception(trial, failures)
 
     def _flush(self, trial) -> None:
         held = self._held(trial)

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from ..errors import RunError
 from ..train.config import Result
+from ..train.train_errors import run_error
 from .search.variant_generator import flatten
 from .trial import ERROR, TERMINATED, Trial
 
@@ -92,7 +93,7 @@ def _error_of(trial: Trial) -> RunError | None:
     if trial.status != ERROR:
         return None
     errors = trial.extra.get("errors") or [{"message": trial.error or "failed"}]
-    return RunError(trial.trial_id, errors, state="FAILED")
+    return run_error(trial.trial_id, errors, state="FAILED")
 
 
 class ResultGrid:

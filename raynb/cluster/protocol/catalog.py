@@ -54,6 +54,7 @@ _ERROR = Record(
         "traceback?": _STR,
         "signal?": (str, int, None),
         "exitcode?": _INT,
+        "exc_pickle?": _STR,  # base64 of the cloudpickled exception (WorkerGroupError.worker_failures)
     }
 )
 _EVENT = Record(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import traceback
+
+import cloudpickle
 
 from .notebook_main import with_pickling_hint
 
@@ -48,4 +51,23 @@ def format_remote_error(exc: BaseException, rank: int) -> dict:
         "exc_module": type(exc).__module__,
         "message": with_pickling_hint(exc, message),
         "traceback": "".join(tbe.format()),
+        **_pickled(exc),
     }
+
+
+# An exception pickled past this stays behind: the notebook gets a stand-in with its
+# type name and traceback text (it rides in every record of the run's errors).
+MAX_EXC_PICKLE_BYTES = 16 << 10
+
+
+def _pickled(exc: BaseException) -> dict:
+    """``{"exc_pickle": base64 text}``: the exception itself, for ``WorkerGroupError``'s
+    ``worker_failures`` in the notebook (cloudpickle: a class the notebook's cell defined
+    comes back as that class); empty when it does not pickle or is too large."""
+    try:
+        data = cloudpickle.dumps(exc, protocol=5)
+    except Exception:  # noqa: BLE001 - any exception may refuse pickling; the text still goes
+        return {}
+    if len(data) > MAX_EXC_PICKLE_BYTES:
+        return {}
+    return {"exc_pickle": base64.b64encode(data).decode("ascii")}
