@@ -131,8 +131,12 @@ class LibrarySearcher(Searcher):
         if self._metric is None or self._mode is None:
             raise ValueError(UNDEFINED_METRIC_MODE.format(cls=name, metric=self._metric, mode=self._mode))
         if not self._built:
-            self._build(self._leaves)
-            self._built = True
+            self._built = True  # before: a _build that registers earlier results calls back here
+            try:
+                self._build(self._leaves)
+            except BaseException:
+                self._built = False
+                raise
 
     # -- the loop the driver calls -----------------------------------------------
     def suggest(self, trial_id: str):
