@@ -153,7 +153,13 @@ class HyperOptSearch(LibrarySearcher):
         self._trials.refresh()
         doc = self._trials._dynamic_trials[-1]
         config = self._evaluate(doc)
-        return doc["tid"], config if self._native else {k: config[k] for k in self._leaves}
+        if self._native:
+            return doc["tid"], config
+        flat = {}
+        for key, leaf in self._leaves.items():  # a choice's own value (pyll turns lists into tuples)
+            is_choice = isinstance(leaf, Categorical)
+            flat[key] = leaf.categories[int(doc["misc"]["vals"][key][0])] if is_choice else config[key]
+        return doc["tid"], flat
 
     def suggest(self, trial_id: str):
         config = super().suggest(trial_id)
