@@ -46,7 +46,28 @@ def _zoopt(**kw):
     return ZOOptSearch(budget=60, **kw)
 
 
-MAKERS = {"hyperopt": _hyperopt, "bayesopt": _bayesopt, "nevergrad": _nevergrad, "zoopt": _zoopt}
+def _bohb(**kw):
+    pytest.importorskip("hpbandster")
+    from raynb.tune.search.bohb import TuneBOHB
+
+    return TuneBOHB(seed=0, **kw)
+
+
+def _ax(**kw):
+    pytest.importorskip("ax")
+    from raynb.tune.search.ax import AxSearch
+
+    return AxSearch(random_seed=0, **kw)
+
+
+MAKERS = {
+    "hyperopt": _hyperopt,
+    "bayesopt": _bayesopt,
+    "nevergrad": _nevergrad,
+    "zoopt": _zoopt,
+    "bohb": _bohb,
+    "ax": _ax,
+}
 
 
 def loss(c):
@@ -66,7 +87,9 @@ def run_searcher(s, n: int, start: int = 0) -> list[dict]:
     return configs
 
 
-@pytest.mark.parametrize("name", sorted(MAKERS))
+# Ax fits a BoTorch model for each suggestion after its Sobol points (seconds each): its
+# cycle is covered by the save/restore test's six trials.
+@pytest.mark.parametrize("name", sorted(set(MAKERS) - {"ax"}))
 def test_suggestions_lie_in_the_space_and_points_come_first(name):
     s = MAKERS[name](metric="loss", mode="min", points_to_evaluate=[{"x": 1.25, "y": 0.5}])
     assert s.set_search_properties(None, None, SPACE)
@@ -209,6 +232,22 @@ def test_hyperopt_on_the_cluster_with_a_concurrency_limiter(warm):
     assert grid.num_terminated == 6 and not grid.errors
     assert all(r.metrics["loss"] == pytest.approx(loss(r.config)) for r in grid)
     assert len(search.searcher._trials.losses()) == 6
+
+
+def test_bohb_learns_from_every_budget():
+    s = _bohb(space=SPACE, metric="loss", mode="max", bohb_config={"min_points_in_model": 3})
+    c = s.suggest("t0")
+    for it in (1, 2, 3):
+        s.on_trial_result("t0", {"loss": float(it), "training_iteration": it})
+    s.on_trial_complete("t0", {"loss": 3.0, "training_iteration": 3})
+    assert sorted(s.bohber.configs) == [1.0, 2.0, 3.0]  # one observation per budget
+    assert s.bohber.losses[3.0] == [-3.0]  # mode=max: told as a loss to minimize
+    assert c["k"] == 7
+
+
+def test_hebo_says_why_it_is_not_served():
+    with pytest.raises(ImportError, match="numpy<1.25"):
+        from raynb.tune.search.hebo import HEBOSearch  # noqa: F401
 
 
 def test_create_searcher_by_name():
