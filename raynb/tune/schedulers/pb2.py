@@ -18,7 +18,9 @@ import numpy as np
 
 from .pbt import PopulationBasedTraining
 
-_MAX_ROWS = 200  # the most recent rows the GP is fitted on: the landscape drifts in time
+# The most recent rows the GP is fitted on: the landscape drifts in time, and the fit (on
+# the Tune driver's thread, as in Ray) grows with the cube of the rows.
+_MAX_ROWS = 48
 _CANDIDATES = 256
 
 
@@ -30,7 +32,9 @@ def _sklearn_gp():
         raise ImportError(
             'PB2 needs scikit-learn: pip install "raynb[search]" (or pip install scikit-learn)'
         ) from None
-    kernel = ConstantKernel(1.0) * Matern(length_scale=1.0, nu=2.5) + WhiteKernel(1e-2)
+    kernel = ConstantKernel(1.0) * Matern(
+        length_scale=1.0, length_scale_bounds=(1e-2, 1e2), nu=2.5
+    ) + WhiteKernel(1e-2)
     return GaussianProcessRegressor(kernel=kernel, normalize_y=True, n_restarts_optimizer=0)
 
 
@@ -86,6 +90,7 @@ class PB2(PopulationBasedTraining):
             custom_explore_fn=custom_explore_fn,
             seed=seed,
         )
+        _sklearn_gp()  # imported now, not at the first exploit (seconds, on the driver's thread)
         self._bounds = bounds
         self._rows: list[tuple[float, list[float], float]] = []
         self._previous: dict[str, float] = {}
