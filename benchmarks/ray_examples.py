@@ -87,7 +87,7 @@ _EXTRA = {
     "ray.tune.search.optuna": "optuna",
     "ray.tune.search.zoopt": "zoopt",
     "ray.tune.search.hebo": "hebo",
-    "ray.tune.schedulers.pb2": "GPy",
+    "ray.tune.schedulers.pb2": "sklearn",  # Ray 2.60's PB2 fits scikit-learn's GP (GPy before)
     "ray.tune.integration.lightgbm": "lightgbm",
     "ray.tune.integration.xgboost": "xgboost",
 }

@@ -26,8 +26,10 @@ from . import (
     stopper,  # noqa: F401 - raynb.tune.stopper.MaximumIterationStopper
 )
 from .callback import Callback
+from .factories import ResumeConfig, TuneContext, create_scheduler, create_searcher
 from .legacy import ExperimentAnalysis, TuneError, run
 from .progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
+from .registry import register_env, register_trainable
 from .result_grid import ResultGrid, TrialResult
 from .search import (
     BasicVariantGenerator,
@@ -59,6 +61,10 @@ def __getattr__(name):
         from .search.optuna import OptunaSearch
 
         return OptunaSearch
+    if name in ("Experiment", "run_experiments"):
+        from . import experiments
+
+        return getattr(experiments, name)
     raise AttributeError(
         f"module {__name__!r} has no attribute {name!r}; the Ray Tune names raynb serves, "
         "and those it does not, are listed in docs/coming-from-ray.md"
@@ -113,4 +119,12 @@ __all__ = [
     "CLIReporter",
     "JupyterNotebookReporter",
     "ProgressReporter",
+    "register_trainable",
+    "register_env",
+    "create_searcher",
+    "create_scheduler",
+    "ResumeConfig",
+    "TuneContext",
+    "Experiment",
+    "run_experiments",
 ]

@@ -171,3 +171,16 @@ class CSVLoggerCallback(_AlwaysWritten):
 
 class JsonLoggerCallback(_AlwaysWritten):
     """``ray.tune.logger.JsonLoggerCallback``: each trial's ``result.json`` (always written)."""
+
+
+def pretty_print(result: dict, exclude: set | None = None) -> str:
+    """A result dict as readable YAML (Ray's ``tune.logger.pretty_print``): ``config`` and
+    ``exclude``'s keys left out, values that YAML cannot hold written as their repr."""
+    import json
+
+    import yaml
+
+    skip = {"config", "hist_stats", *(exclude or ())}
+    clean = {k: v for k, v in result.items() if k not in skip and v is not None}
+    plain = json.loads(json.dumps(clean, default=repr))
+    return yaml.safe_dump(plain, default_flow_style=False, sort_keys=True)

@@ -20,6 +20,7 @@ from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 from ..cluster.storage.rundir import make_private_dir, make_run_name, private_opener
 from ..train.callback_list import CallbackList
 from ..train.config import RunConfig, ScalingConfig
+from . import registry
 from .controller import TuneController
 from .experiment_state import (
     ExperimentState,
@@ -148,7 +149,7 @@ class Tuner:
         if run_config is not None and not isinstance(run_config, RunConfig):
             raise TypeError(f"run_config must be a RunConfig, got {type(run_config).__name__}")
         validate_space(param_space)
-        trainable = _function_of(trainable, run_config)
+        trainable = _function_of(registry.resolve(trainable), run_config)
         fn, scaling, base, nested, trainer_rc, name = _trainable_parts(trainable, param_space)
         self._trainable = trainable
         self._param_space = param_space

@@ -235,14 +235,7 @@ class PopulationBasedTraining(TrialScheduler):
         donor = self._trials[donor_id]
         if not getattr(donor, "checkpoint", None):
             return CONTINUE  # nothing to copy yet (Ray skips the exploit too)
-        new_config = explore(
-            donor.config,
-            self._mutations,
-            self._resample_probability,
-            self._rng,
-            self._perturbation_factors,
-            self._custom_explore_fn,
-        )
+        new_config = self._explore_config(donor.config, trial)
         donor_state = self._state[donor_id]
         # Its perturbation clock stays at t (Ray copies the donor's clock together with the
         # donor's iteration count; raynb's driver keeps the trial's own count, so copying
@@ -255,6 +248,17 @@ class PopulationBasedTraining(TrialScheduler):
             checkpoint=donor.checkpoint,
             donor_id=donor_id,
             donor_time=donor_state.last_time,
+        )
+
+    def _explore_config(self, config: dict, trial) -> dict:
+        """The new config of ``trial`` exploiting a donor's ``config`` (PB2 overrides it)."""
+        return explore(
+            config,
+            self._mutations,
+            self._resample_probability,
+            self._rng,
+            self._perturbation_factors,
+            self._custom_explore_fn,
         )
 
     def _forget(self, trial) -> None:

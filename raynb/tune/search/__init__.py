@@ -2,6 +2,8 @@
 
 from .basic_variant import BasicVariantGenerator
 from .concurrency_limiter import ConcurrencyLimiter
+from .library_searcher import UNDEFINED_METRIC_MODE, UNDEFINED_SEARCH_SPACE, UNRESOLVED_SEARCH_SPACE
+from .repeater import Repeater
 from .sample import (
     Categorical,
     Domain,
@@ -23,14 +25,27 @@ from .sample import (
     sample_from,
     uniform,
 )
+from .search_generator import SearchAlgorithm, SearchGenerator
 from .searcher import Searcher
+
+# Searchers over optional libraries: imported on use (slow imports, maybe not installed).
+_LIBRARY_SEARCHERS = {
+    "OptunaSearch": "optuna",
+    "HyperOptSearch": "hyperopt",
+    "BayesOptSearch": "bayesopt",
+    "NevergradSearch": "nevergrad",
+    "ZOOptSearch": "zoopt",
+    "TuneBOHB": "bohb",
+    "HEBOSearch": "hebo",
+    "AxSearch": "ax",
+}
 
 
 def __getattr__(name):
-    if name == "OptunaSearch":  # imported on use: optuna is an optional, slow-to-import library
-        from .optuna import OptunaSearch
+    if name in _LIBRARY_SEARCHERS:
+        import importlib
 
-        return OptunaSearch
+        return getattr(importlib.import_module(f".{_LIBRARY_SEARCHERS[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -38,6 +53,19 @@ __all__ = [
     "BasicVariantGenerator",
     "ConcurrencyLimiter",
     "OptunaSearch",
+    "HyperOptSearch",
+    "BayesOptSearch",
+    "NevergradSearch",
+    "ZOOptSearch",
+    "TuneBOHB",
+    "HEBOSearch",
+    "AxSearch",
+    "Repeater",
+    "SearchAlgorithm",
+    "SearchGenerator",
+    "UNRESOLVED_SEARCH_SPACE",
+    "UNDEFINED_SEARCH_SPACE",
+    "UNDEFINED_METRIC_MODE",
     "Searcher",
     "Domain",
     "Float",

@@ -54,3 +54,9 @@ class ConcurrencyLimiter(Searcher):
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         self.live.discard(trial_id)
         self.searcher.on_trial_complete(trial_id, result, error)
+
+    def add_evaluated_point(self, config: dict, result: dict | None, error: bool = False) -> None:
+        """Passed to the wrapped searcher (``Tuner.restore`` replays finished trials)."""
+        add = getattr(self.searcher, "add_evaluated_point", None)
+        if add is not None:
+            add(config, result, error=error)
