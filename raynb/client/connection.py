@@ -88,6 +88,63 @@ def check_head_alive(client: Client) -> None:
         )
 
 
+def _remote_info(address: str, key: str | bytes | None, key_file: str | None) -> dict:
+    """The connection info for ``address``: a ``tcp://`` head (with ``key_file`` or
+    ``key``/``$RAYNB_KEY``) or a connection file's path. Raises ClusterError naming what
+    is missing or unreadable."""
+    from ..cluster.connection_file import read_connection_file
+
+    if address.startswith("tcp://") and key_file:
+        info = read_connection_file(Path(key_file))
+        if info is None:
+            raise ClusterError(f"key_file={key_file!r} is not a readable raynb connection file")
+        info = {**info, "address": address}
+    elif address.startswith("tcp://"):
+        k = key or os.environ.get("RAYNB_KEY")
+        if not k:
+            raise ClusterError(
+                f"connecting to {address} needs the cluster key: pass key=... or set "
+                "RAYNB_KEY (it is in the head's connection file)"
+            )
+        info = {"address": address, "key": k.decode() if isinstance(k, bytes) else k}
+    else:
+        info = read_connection_file(Path(address))
+        if info is None:
+            raise ClusterError(f"{address} is not a readable raynb connection file")
+    return info
+
+
+def _attach(info: dict, address: str | None, key_file: str | None) -> Client:
+    """A connection to the head ``info`` names, once the head answered its hello.
+
+    Raises:
+        KeyRefused: the head refused the key (saying where this client's key came from).
+        ClusterError: the head does not answer.
+    """
+    client = Client(info["address"], info["key"].encode(), info)
+    if address in (None, "ray"):
+        client.local_token = info.get("token")
+    try:
+        answered = client.hello(raise_refused=True)
+    except KeyRefused as e:
+        client.close()
+        source = (
+            f"key_file={key_file!r}"
+            if key_file
+            else "key=... or $RAYNB_KEY"
+            if address and address.startswith("tcp://")
+            else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}"
+        )
+        raise KeyRefused(f"{e}. This client's key came from {source}") from None
+    if not answered:
+        client.close()
+        raise ClusterError(
+            f"the raynb head at {info['address']} does not answer; "
+            "check `raynb status`, or `raynb stop` and start again"
+        )
+    return client
+
+
 def connect(
     address: str | None = None,
     *,
@@ -122,7 +179,6 @@ def connect(
         ClusterError: the head cannot be reached or the cluster cannot start.
     """
     global _client
-    from ..cluster.connection_file import read_connection_file
     from ..cluster.launch.local import ensure_local_cluster
 
     message = None
@@ -141,44 +197,9 @@ def connect(
         address = "ray"
     elif address is None:
         info = ensure_local_cluster(num_workers=num_workers, timeout=timeout, message=message)
-    elif address.startswith("tcp://") and key_file:
-        info = read_connection_file(Path(key_file))
-        if info is None:
-            raise ClusterError(f"key_file={key_file!r} is not a readable raynb connection file")
-        info = {**info, "address": address}
-    elif address.startswith("tcp://"):
-        k = key or os.environ.get("RAYNB_KEY")
-        if not k:
-            raise ClusterError(
-                f"connecting to {address} needs the cluster key: pass key=... or set "
-                "RAYNB_KEY (it is in the head's connection file)"
-            )
-        info = {"address": address, "key": k.decode() if isinstance(k, bytes) else k}
     else:
-        info = read_connection_file(Path(address))
-        if info is None:
-            raise ClusterError(f"{address} is not a readable raynb connection file")
-    client = Client(info["address"], info["key"].encode(), info)
-    if address in (None, "ray"):
-        client.local_token = info.get("token")
-    try:
-        answered = client.hello(raise_refused=True)
-    except KeyRefused as e:
-        client.close()
-        source = (
-            f"key_file={key_file!r}"
-            if key_file
-            else "key=... or $RAYNB_KEY"
-            if address and address.startswith("tcp://")
-            else f"the connection file {info.get('path') or address or 'of RAYNB_HOME'}"
-        )
-        raise KeyRefused(f"{e}. This client's key came from {source}") from None
-    if not answered:
-        client.close()
-        raise ClusterError(
-            f"the raynb head at {info['address']} does not answer; "
-            "check `raynb status`, or `raynb stop` and start again"
-        )
+        info = _remote_info(address, key, key_file)
+    client = _attach(info, address, key_file)
     _client = client
     exit_on_sigterm()  # a script's SIGTERM cancels its run and stops the cluster it started
     return client

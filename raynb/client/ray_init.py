@@ -34,6 +34,23 @@ _NOT_SERVED = {
 }
 
 
+def _check_ray_args(ray_args: dict) -> None:
+    """``ray.init``'s other arguments: those not served raise ValueError, those with no
+    effect here say so in a line, and any other name raises TypeError."""
+    for key, value in ray_args.items():
+        if key in _NOT_SERVED:
+            if value:
+                raise ValueError(f"raynb.init({key}=...) is not served: {_NOT_SERVED[key]}")
+        elif key in _NO_EFFECT:
+            if value not in (None, True) or key not in ("configure_logging", "log_to_driver"):
+                accepted_no_effect(f"raynb.init({key}=...)", _NO_EFFECT[key])
+        else:
+            raise TypeError(
+                f"raynb.init() got an unexpected keyword argument {key!r}: it is not one of "
+                "ray.init's; see docs/coming-from-ray.md for the arguments raynb takes"
+            )
+
+
 def init(
     address: str | None = None,
     *,
@@ -74,18 +91,7 @@ def init(
             "raynb.init() was already called in this process; call raynb.shutdown() first, "
             "or pass ignore_reinit_error=True"
         )
-    for key, value in ray_args.items():
-        if key in _NOT_SERVED:
-            if value:
-                raise ValueError(f"raynb.init({key}=...) is not served: {_NOT_SERVED[key]}")
-        elif key in _NO_EFFECT:
-            if value not in (None, True) or key not in ("configure_logging", "log_to_driver"):
-                accepted_no_effect(f"raynb.init({key}=...)", _NO_EFFECT[key])
-        else:
-            raise TypeError(
-                f"raynb.init() got an unexpected keyword argument {key!r}: it is not one of "
-                "ray.init's; see docs/coming-from-ray.md for the arguments raynb takes"
-            )
+    _check_ray_args(ray_args)
     if num_cpus is not None and (not isinstance(num_cpus, int) or isinstance(num_cpus, bool) or num_cpus < 1):
         raise ValueError(
             f"raynb.init(num_cpus={num_cpus!r}): give the number of warm workers, an integer >= 1"

@@ -22,6 +22,29 @@ from .connection import connection_of_its_own, get_client
 _AUTO_FIELDS = ("timestamp", "time_this_iter_s")
 
 
+def _row(r: dict, now: float) -> dict:
+    """One run's row of runs(): its fields, then its last reported metrics."""
+    start = r.get("started") or r.get("submitted")
+    # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
+    end = r.get("ended") or (now if r.get("state") not in TERMINAL else None)
+    row = {
+        "name": r["name"],
+        "state": r["state"],
+        "kind": r.get("kind"),
+        "experiment": r.get("experiment"),
+        "start_time": _dt.datetime.fromtimestamp(start) if start else None,
+        "duration_s": (end - start) if start and end else None,
+        "world_size": r.get("world_size"),
+        "restarts": r.get("attempt", 0),
+        "checkpoints": len(r.get("checkpoints") or []),
+        "path": r.get("path"),
+    }
+    for k, v in (r.get("metrics") or {}).items():
+        if k not in _AUTO_FIELDS and k not in row:
+            row[k] = v
+    return row
+
+
 def runs(experiment: str | None = None, kind: str | None = None, trials: bool = True):
     """The runs the cluster knows, oldest first (``raynb.runs()``).
 
@@ -59,25 +82,7 @@ def runs(experiment: str | None = None, kind: str | None = None, trials: bool = 
             or (not trials and r.get("experiment"))
         ):
             continue
-        start = r.get("started") or r.get("submitted")
-        # Up to now for every run not ended yet: also FAILING / CANCELLING (had no duration).
-        end = r.get("ended") or (now if r.get("state") not in TERMINAL else None)
-        row = {
-            "name": r["name"],
-            "state": r["state"],
-            "kind": r.get("kind"),
-            "experiment": r.get("experiment"),
-            "start_time": _dt.datetime.fromtimestamp(start) if start else None,
-            "duration_s": (end - start) if start and end else None,
-            "world_size": r.get("world_size"),
-            "restarts": r.get("attempt", 0),
-            "checkpoints": len(r.get("checkpoints") or []),
-            "path": r.get("path"),
-        }
-        for k, v in (r.get("metrics") or {}).items():
-            if k not in _AUTO_FIELDS and k not in row:
-                row[k] = v
-        rows.append(row)
+        rows.append(_row(r, now))
     columns = [
         "name",
         "state",

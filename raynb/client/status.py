@@ -16,8 +16,8 @@ def _gpu_columns(w: dict) -> str:
     return f"{w['gpu']:>3}{'-' if util is None else f'{util:.0f}%':>6}{mem:>16}"
 
 
-def format_status(st: dict) -> str:
-    """Human-readable cluster status: nodes, workers, runs, rejected messages."""
+def _head_lines(st: dict) -> list[str]:
+    """The status's first lines: the head, how it stops, its local node agent and loop."""
     lines = [
         f"head {st['address']} (pid {st['pid']}), up {st['uptime_s']:.0f}s, "
         f"rejected messages: {st['rejected_messages']}"
@@ -48,7 +48,13 @@ def format_status(st: dict) -> str:
             f"the head's loop stalled {loop['stalls']} time(s), the longest {loop['longest_stall_s']:.1f}s "
             "(a stopped or starved head process; peers were not blamed)"
         )
-    for n in st["nodes"]:
+    return lines
+
+
+def _node_lines(nodes: list[dict]) -> list[str]:
+    """A line per node (and its labels and note, indented under it)."""
+    lines = []
+    for n in nodes:
         zygote = f", zygote pid {n['zygote_pid']}" if n.get("zygote_pid") else ""
         cpus = f", {n['cpus']} cores" if n.get("cpus") else ""
         load = f", load {n['load']:.2f}" if isinstance(n.get("load"), (int, float)) else ""
@@ -68,6 +74,13 @@ def format_status(st: dict) -> str:
             )
         if n.get("note"):
             lines.append(f"  note: {n['note']}")
+    return lines
+
+
+def format_status(st: dict) -> str:
+    """Human-readable cluster status: nodes, workers, runs, rejected messages."""
+    lines = _head_lines(st)
+    lines += _node_lines(st["nodes"])
     # GPU columns only where NVML saw a worker on a GPU (absent on CPU machines).
     gpus = any(w.get("gpu") is not None for w in st["workers"])
     lines.append(

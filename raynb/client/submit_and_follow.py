@@ -93,6 +93,47 @@ def _absolute(storage_path: "str | os.PathLike | None") -> str | None:
 WORKER_KINDS = {"TensorflowTrainer": "tensorflow"}
 
 
+def _run_spec(run_id: str, config, scaling_config, run_config, name_prefix: str, scope) -> dict:
+    """The run's spec from its configs (as build_submission reads them) and the shared
+    memory ``scope`` its payload's data went to."""
+    spec = {
+        "run_id": run_id,
+        "name": run_config.name,
+        "name_prefix": name_prefix,
+        "num_workers": scaling_config.num_workers,
+        "use_gpu": bool(scaling_config.use_gpu),
+        # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
+        "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
+        "storage_path": _absolute(run_config.storage_path),
+        # An object store's URI: the head uploads checkpoints there (cluster.head.uploads).
+        **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
+        "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
+        "params": _json_safe(config if config is not None else {}),
+        "cwd": os.getcwd(),
+        "sys_path": sys_path_dirs(),
+    }
+    cpus = getattr(scaling_config, "cpus_per_worker", None)
+    if cpus:  # resources_per_worker={"CPU": N}, tune.with_resources: N threads per rank
+        spec["cpus_per_worker"] = cpus
+    if getattr(scaling_config, "elasticity_enabled", False):  # the head places min..max (head/elastic.py)
+        spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
+        spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)
+    cc, fc = run_config.checkpoint_config, run_config.failure_config
+    if cc is not None:
+        spec["checkpoint_config"] = {
+            "num_to_keep": cc.num_to_keep,
+            "checkpoint_score_attribute": cc.checkpoint_score_attribute,
+            "checkpoint_score_order": cc.checkpoint_score_order,
+        }
+    if fc is not None:
+        spec["max_failures"] = fc.max_failures
+    if scope.used:  # written to the nodes the head places ranks on (data_needed)
+        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
+    if name_prefix in WORKER_KINDS:  # its ranks run on workers of their own kind
+        spec["worker_kind"] = WORKER_KINDS[name_prefix]
+    return spec
+
+
 def build_submission(
     fn,
     config,
@@ -139,41 +180,7 @@ def build_submission(
             f"the {limit / 2**20:.0f} MiB a message may carry. Load large data inside the function "
             "(from a file every worker can read), or raise RAYNB_MAX_MESSAGE_BYTES before `raynb start`."
         )
-    spec = {
-        "run_id": run_id,
-        "name": run_config.name,
-        "name_prefix": name_prefix,
-        "num_workers": scaling_config.num_workers,
-        "use_gpu": bool(scaling_config.use_gpu),
-        # Plain types, as protocol.SCHEMAS has them (a numpy number would be refused).
-        "timeout_s": None if scaling_config.timeout_s is None else float(scaling_config.timeout_s),
-        "storage_path": _absolute(run_config.storage_path),
-        # An object store's URI: the head uploads checkpoints there (cluster.head.uploads).
-        **({"storage_uri": run_config.storage_path} if is_storage_uri(run_config.storage_path) else {}),
-        "placement_strategy": getattr(scaling_config, "placement_strategy", "PACK"),
-        "params": _json_safe(config if config is not None else {}),
-        "cwd": os.getcwd(),
-        "sys_path": sys_path_dirs(),
-    }
-    cpus = getattr(scaling_config, "cpus_per_worker", None)
-    if cpus:  # resources_per_worker={"CPU": N}, tune.with_resources: N threads per rank
-        spec["cpus_per_worker"] = cpus
-    if getattr(scaling_config, "elasticity_enabled", False):  # the head places min..max (head/elastic.py)
-        spec["num_workers"], spec["min_workers"] = scaling_config.max_workers, scaling_config.min_workers
-        spec["elastic_resize_monitor_interval_s"] = float(scaling_config.elastic_resize_monitor_interval_s)
-    cc, fc = run_config.checkpoint_config, run_config.failure_config
-    if cc is not None:
-        spec["checkpoint_config"] = {
-            "num_to_keep": cc.num_to_keep,
-            "checkpoint_score_attribute": cc.checkpoint_score_attribute,
-            "checkpoint_score_order": cc.checkpoint_score_order,
-        }
-    if fc is not None:
-        spec["max_failures"] = fc.max_failures
-    if scope.used:  # written to the nodes the head places ranks on (data_needed)
-        spec["shared_data"] = {"key": scope.key, "blocks": list(scope.used), "written": scope.written()}
-    if name_prefix in WORKER_KINDS:  # its ranks run on workers of their own kind
-        spec["worker_kind"] = WORKER_KINDS[name_prefix]
+    spec = _run_spec(run_id, config, scaling_config, run_config, name_prefix, scope)
     runtime_env.apply(spec)  # raynb.init(runtime_env={"working_dir": ...})
     spec.update(extra or {})
     return spec, payload

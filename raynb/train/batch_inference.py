@@ -110,6 +110,56 @@ class _MapTask:
         return {"rows": done, "batches": batches} if task["rank"] == 0 else None
 
 
+def _check_fn(fn, ctor_args: tuple, ctor_kwargs: dict | None) -> None:
+    """``fn`` is a function, or a callable class (the only one constructor arguments are
+    for). Raises TypeError naming what is wrong."""
+    if not callable(fn):
+        raise TypeError(f"map_batches() takes a function or a callable class, got {type(fn).__name__}")
+    if not isinstance(fn, type) and (ctor_args or ctor_kwargs):
+        raise TypeError(
+            "fn_constructor_args / fn_constructor_kwargs are for a class (constructed once per "
+            f"worker); {getattr(fn, '__name__', fn)!r} is a function"
+        )
+    if isinstance(fn, type) and not callable(getattr(fn, "__call__", None)):
+        raise TypeError(f"map_batches({fn.__name__}): the class needs a __call__(self, batch)")
+
+
+def _check_sizes(num_workers: int, batch_size: int | None) -> None:
+    """Raises ValueError for a ``num_workers`` or ``batch_size`` that is no integer >= 1."""
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
+        raise ValueError(f"map_batches(num_workers={num_workers!r}): give an integer >= 1")
+    if batch_size is not None and (
+        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+    ):
+        raise ValueError(f"map_batches(batch_size={batch_size!r}): give an integer >= 1, or None")
+
+
+def _output_dir(output_path: str | None) -> str | None:
+    """``output_path`` made absolute (None stays None: the run directory's). Raises
+    FileExistsError when it already holds parquet files."""
+    if output_path is not None:
+        output_path = os.path.abspath(os.path.expanduser(output_path))
+        if os.path.isdir(output_path) and any(n.endswith(".parquet") for n in os.listdir(output_path)):
+            raise FileExistsError(
+                f"map_batches(output_path={output_path!r}) already holds parquet files; give a new directory"
+            )
+    return output_path
+
+
+def _read_output(out_dir: str, fn, dataset):
+    """The run's parquet files in ``out_dir`` as a lazy Dataset. Raises ValueError when
+    ``fn`` returned no rows at all (nothing was written)."""
+    from ..data import read_parquet
+
+    parts = [n for n in os.listdir(out_dir) if n.endswith(".parquet")] if os.path.isdir(out_dir) else []
+    if not parts:
+        raise ValueError(
+            f"map_batches({getattr(fn, '__qualname__', fn)!r}) returned no rows for any batch "
+            f"of the {dataset._source.num_rows()} rows; nothing was written to {out_dir}"
+        )
+    return read_parquet(out_dir)
+
+
 def map_batches_on_workers(
     dataset,
     fn,
@@ -157,31 +207,12 @@ def map_batches_on_workers(
         raynb.RunError: ``fn`` raised on a rank, or changed a batch's row count with
             ``preserve_order=True`` (the message names the batch index and both counts).
     """
-    from ..data import read_parquet
     from .datasets import with_datasets
     from .fit_run import execute_run
 
-    if not callable(fn):
-        raise TypeError(f"map_batches() takes a function or a callable class, got {type(fn).__name__}")
-    if not isinstance(fn, type) and (fn_constructor_args or fn_constructor_kwargs):
-        raise TypeError(
-            "fn_constructor_args / fn_constructor_kwargs are for a class (constructed once per "
-            f"worker); {getattr(fn, '__name__', fn)!r} is a function"
-        )
-    if isinstance(fn, type) and not callable(getattr(fn, "__call__", None)):
-        raise TypeError(f"map_batches({fn.__name__}): the class needs a __call__(self, batch)")
-    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
-        raise ValueError(f"map_batches(num_workers={num_workers!r}): give an integer >= 1")
-    if batch_size is not None and (
-        not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
-    ):
-        raise ValueError(f"map_batches(batch_size={batch_size!r}): give an integer >= 1, or None")
-    if output_path is not None:
-        output_path = os.path.abspath(os.path.expanduser(output_path))
-        if os.path.isdir(output_path) and any(n.endswith(".parquet") for n in os.listdir(output_path)):
-            raise FileExistsError(
-                f"map_batches(output_path={output_path!r}) already holds parquet files; give a new directory"
-            )
+    _check_fn(fn, fn_constructor_args, fn_constructor_kwargs)
+    _check_sizes(num_workers, batch_size)
+    output_path = _output_dir(output_path)
     opts = {
         "batch_size": batch_size,
         "batch_format": batch_format,
@@ -200,14 +231,7 @@ def map_batches_on_workers(
         run_config or RunConfig(),
         name_prefix="MapBatches",
     )
-    out_dir = output_path or os.path.join(result.path, OUTPUT_DIR)
-    parts = [n for n in os.listdir(out_dir) if n.endswith(".parquet")] if os.path.isdir(out_dir) else []
-    if not parts:
-        raise ValueError(
-            f"map_batches({getattr(fn, '__qualname__', fn)!r}) returned no rows for any batch "
-            f"of the {dataset._source.num_rows()} rows; nothing was written to {out_dir}"
-        )
-    return read_parquet(out_dir)
+    return _read_output(output_path or os.path.join(result.path, OUTPUT_DIR), fn, dataset)
 
 
 register_map_batches_executor(map_batches_on_workers)

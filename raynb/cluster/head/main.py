@@ -19,7 +19,8 @@ from .server import Head
 log = logging.getLogger("raynb.head")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The head process's command line."""
     ap = argparse.ArgumentParser(prog="python -m raynb.cluster.head")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--max-workers", type=int, default=None)
@@ -39,6 +40,27 @@ def main(argv=None) -> int:
         default=None,
         help=f"seconds an extra worker may stay idle (default ${IDLE_TIMEOUT_ENV}, else 60)",
     )
+    return ap
+
+
+def _publish(head: Head, key: bytes, workers: int, token: str) -> None:
+    """Write the connection file clients and `raynb stop` read: address, key, pids."""
+    head.connection_info = {
+        "address": head.address,
+        "key": key.decode(),
+        "workers": workers,
+        "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
+        "created": time.time(),
+        "version": messages.PROTOCOL_VERSION,
+        "token": token,
+    }
+    if head.curve_keys:  # the server's public key and the client keypair; never its secret
+        head.connection_info["curve"] = curve.client_part(head.curve_keys)
+    write_connection_file(head.connection_info)
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     try:
         idle_timeout = idle_timeout_s(args.idle_timeout)
@@ -73,18 +95,7 @@ def main(argv=None) -> int:
 
     if args.workers > 0:  # --workers 0: a head alone, its workers on the nodes that join
         head.start_local_node(node_started)
-    head.connection_info = {
-        "address": head.address,
-        "key": key.decode(),
-        "workers": args.workers,
-        "pids": {"head": os.getpid(), "node": head.local_node.pid if head.local_node else None},
-        "created": time.time(),
-        "version": messages.PROTOCOL_VERSION,
-        "token": args.token,
-    }
-    if head.curve_keys:  # the server's public key and the client keypair; never its secret
-        head.connection_info["curve"] = curve.client_part(head.curve_keys)
-    write_connection_file(head.connection_info)
+    _publish(head, key, args.workers, args.token)
     log.info("head listening on %s", head.address)
     spare_files.install(raynb_home() / "spare")  # run directories made ahead, where files are cheap
     try:

@@ -198,18 +198,49 @@ class RunQueue:
         group = self._group_for(chosen, bool(spec.get("use_gpu")), spec.get("timeout_s"))
         checkpoint = run.store.latest_path() or spec.get("resume_from_checkpoint")
         nodes = list(dict.fromkeys(w.node_id for w in chosen))
-        local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
-        seen: dict[str, int] = {}
         before = len(run.ranks)  # the last attempt's world size (0: the first)
         self._controller.placed(run, placement.worker_ids)
         cpus = spec.get("cpus_per_worker")
         for rank, w in enumerate(chosen):
             w.run_id, w.rank, w.cpus = run.run_id, rank, cpus
+        tasks = self._rank_tasks(run, chosen, placement.gpu_ids, nodes, group, checkpoint)
+        self._send_each(messages.RUN_TASK, tasks, run.payload)
+        # The restart's note went out when the attempt failed (controller._restart): one
+        # note per restart; where the new attempt runs is in the RUNNING event's ranks.
+        restart = run.spec.pop("_restart", None)
+        self._elastic_notes(run, before, nodes, restart, checkpoint)
+        self._emit(
+            run,
+            {
+                "kind": "state",
+                "state": "RUNNING",
+                "attempt": run.attempt,
+                "ranks": [
+                    {"rank": r, "worker_id": w.worker_id, "pid": w.pid, "hostname": w.hostname}
+                    for r, w in enumerate(chosen)
+                ],
+            },
+        )
+
+    def _rank_tasks(
+        self,
+        run: Run,
+        chosen: list[WorkerInfo],
+        gpu_ids: list,
+        nodes: list,
+        group: dict,
+        checkpoint: str | None,
+    ) -> list[tuple]:
+        """Each placed rank's RUN_TASK, as (worker identity, content); takes the ranks' GPUs."""
+        spec = run.spec
+        cpus = spec.get("cpus_per_worker")
+        local_counts = {nid: sum(1 for w in chosen if w.node_id == nid) for nid in nodes}
+        seen: dict[str, int] = {}
         # Each rank's share of its node's cores, counting every rank busy there now (this
         # run's too): four one-rank trials on two cores get a thread each, not two.
         threads = {nid: self._registry.thread_share(nid) for nid in nodes}
         tasks = []
-        for rank, (w, gpu_id) in enumerate(zip(chosen, placement.gpu_ids)):
+        for rank, (w, gpu_id) in enumerate(zip(chosen, gpu_ids)):
             w.threads, w.attempt = cpus or threads[w.node_id], run.attempt
             local_rank = seen.get(w.node_id, 0)
             seen[w.node_id] = local_rank + 1
@@ -243,23 +274,7 @@ class RunQueue:
                     },
                 )
             )
-        self._send_each(messages.RUN_TASK, tasks, run.payload)
-        # The restart's note went out when the attempt failed (controller._restart): one
-        # note per restart; where the new attempt runs is in the RUNNING event's ranks.
-        restart = run.spec.pop("_restart", None)
-        self._elastic_notes(run, before, nodes, restart, checkpoint)
-        self._emit(
-            run,
-            {
-                "kind": "state",
-                "state": "RUNNING",
-                "attempt": run.attempt,
-                "ranks": [
-                    {"rank": r, "worker_id": w.worker_id, "pid": w.pid, "hostname": w.hostname}
-                    for r, w in enumerate(chosen)
-                ],
-            },
-        )
+        return tasks
 
     def _elastic_notes(
         self, run: Run, before: int, nodes: list, restart: dict | None, checkpoint: str | None

@@ -73,32 +73,7 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
     ):
         self.key = key
         self.session = messages.Session(key, validate=True)
-        self.ctx = zmq.Context()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        messages.configure_socket(self.sock)
-        # No ROUTER_HANDOVER: routing ids are guessable (worker:local-w1), and with
-        # handover anyone who can connect, key or not, would take over a worker's or
-        # node's route and receive its tasks. A peer with an id already in use is
-        # ignored until the first one disconnects.
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-        # A ROUTER silently drops what it sends to a peer whose queue is at the high-water
-        # mark: a client slower than its run's output (a notebook's stdout is slow) would
-        # lose events and, worse, the run_done it waits for. Never drop; a gone peer's
-        # queue is freed when it disconnects.
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        if curve_keys is None and curve.needed(bind_host):
-            curve_keys = curve.new_keys()
-        self.curve_keys = curve_keys
-        self.disconnects = disconnects.Disconnects()  # a node's closed connection: lost sooner
-        closed = self.disconnects.fd_closed
-        self.gatekeeper = curve.Gatekeeper(self.ctx, self.sock, curve_keys, closed) if curve_keys else None
-        if self.gatekeeper is None:
-            self.disconnects.watch(self.sock)
-        if port:
-            self.sock.bind(f"tcp://{bind_host}:{port}")
-        else:
-            port = self.sock.bind_to_random_port(f"tcp://{bind_host}")
-        self.address = f"tcp://{bind_host}:{port}"
+        self._open_router(bind_host, port, curve_keys)
         self.num_workers = num_workers
         self.max_workers = max_workers
         self.registry = Registry(max_workers)
@@ -130,6 +105,37 @@ class Head(NodeEvents, ClientRequests, RunRecords, ResumedRuns):
         self.jobs = Jobs(self.send, self.offloop)  # `raynb submit` drivers, unpacked off the loop
         self.handlers = bind(self, HANDLERS)  # the head's one table (head/handlers.py)
         self.store.load_archive()
+
+    def _open_router(self, bind_host: str, port: int, curve_keys: dict | None) -> None:
+        """The ROUTER every peer talks to, bound, with CurveZMQ off loopback and its
+        disconnect watch; sets ``ctx``, ``sock``, ``curve_keys``, ``gatekeeper``,
+        ``disconnects`` and ``address``."""
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        messages.configure_socket(self.sock)
+        # No ROUTER_HANDOVER: routing ids are guessable (worker:local-w1), and with
+        # handover anyone who can connect, key or not, would take over a worker's or
+        # node's route and receive its tasks. A peer with an id already in use is
+        # ignored until the first one disconnects.
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        # A ROUTER silently drops what it sends to a peer whose queue is at the high-water
+        # mark: a client slower than its run's output (a notebook's stdout is slow) would
+        # lose events and, worse, the run_done it waits for. Never drop; a gone peer's
+        # queue is freed when it disconnects.
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        if curve_keys is None and curve.needed(bind_host):
+            curve_keys = curve.new_keys()
+        self.curve_keys = curve_keys
+        self.disconnects = disconnects.Disconnects()  # a node's closed connection: lost sooner
+        closed = self.disconnects.fd_closed
+        self.gatekeeper = curve.Gatekeeper(self.ctx, self.sock, curve_keys, closed) if curve_keys else None
+        if self.gatekeeper is None:
+            self.disconnects.watch(self.sock)
+        if port:
+            self.sock.bind(f"tcp://{bind_host}:{port}")
+        else:
+            port = self.sock.bind_to_random_port(f"tcp://{bind_host}")
+        self.address = f"tcp://{bind_host}:{port}"
 
     @property
     def runs(self) -> dict[str, Run]:

@@ -172,6 +172,25 @@ def start_cluster(
             not a number of seconds >= 0, or ``$RAYNB_WORKER_SCHED`` is not a policy.
         ClusterError: the head or its workers did not come up (with their log's tail).
     """
+    num_workers = _checked_start(num_workers, max_workers, host, idle_timeout_s, head_only)
+    with _start_lock():
+        info = _live_cluster()
+        if info is not None:
+            return info, False
+        token = uuid.uuid4().hex
+        _launch_head(_head_command(token, num_workers, max_workers, host, port, idle_timeout_s, key_file))
+        deadline = time.monotonic() + timeout
+        info = _wait_for_head(token, deadline)
+        # Still under the lock: a second start (or running_cluster) waits until it is usable.
+        wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
+    return info, True
+
+
+def _checked_start(
+    num_workers: int, max_workers: int | None, host: str, idle_timeout_s: float | None, head_only: bool
+) -> int:
+    """start_cluster's arguments checked before anything starts; returns the node's warm
+    worker count (0 for a head alone). Raises ValueError as start_cluster says."""
     if head_only:
         num_workers = 0
     elif not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 1:
@@ -184,54 +203,68 @@ def start_cluster(
     check_host(host)  # an address this machine does not have fails here, naming its interfaces
     _idle_timeout_s(idle_timeout_s)  # a bad value (or $RAYNB_WORKER_IDLE_TIMEOUT_S) fails here
     worker_sched_policy()  # so does a bad $RAYNB_WORKER_SCHED
-    with _start_lock():
-        info = _live_cluster()
-        if info is not None:
-            return info, False
-        token = uuid.uuid4().hex
-        log_dir = private_dir("logs")
-        cmd = [
-            sys.executable,
-            "-m",
-            HEAD_MODULE,
-            "--daemon",
-            "--token",
-            token,
-            "--workers",
-            str(num_workers),
-            "--host",
-            host,
-            "--port",
-            str(port),
-        ]
-        if max_workers:
-            cmd += ["--max-workers", str(max_workers)]
-        if idle_timeout_s is not None:
-            cmd += ["--idle-timeout", str(float(idle_timeout_s))]
-        if key_file:
-            cmd += ["--key-file", os.path.abspath(key_file)]
-        env = dict(os.environ, RAYNB_KEY=messages.new_key().decode(), RAYNB_HOME=str(raynb_home()))
-        with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
-            launcher = subprocess.Popen(
-                cmd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        launcher.wait(timeout=30)  # the launcher forks the daemon and exits at once
-        deadline = time.monotonic() + timeout
-        while True:
-            info = read_connection_file()
-            if info is not None and info.get("token") == token:
-                break
-            if time.monotonic() > deadline:
-                raise ClusterError("the raynb head did not start:\n" + _log_tail("head.log"))
-            time.sleep(0.02)
-        # Still under the lock: a second start (or running_cluster) waits until it is usable.
-        wait_for_workers(info, num_workers, max(1.0, deadline - time.monotonic()))
-    return info, True
+    return num_workers
+
+
+def _head_command(
+    token: str,
+    num_workers: int,
+    max_workers: int | None,
+    host: str,
+    port: int,
+    idle_timeout_s: float | None,
+    key_file: str | None,
+) -> list[str]:
+    """The command line that starts the head as a daemon."""
+    cmd = [
+        sys.executable,
+        "-m",
+        HEAD_MODULE,
+        "--daemon",
+        "--token",
+        token,
+        "--workers",
+        str(num_workers),
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]
+    if max_workers:
+        cmd += ["--max-workers", str(max_workers)]
+    if idle_timeout_s is not None:
+        cmd += ["--idle-timeout", str(float(idle_timeout_s))]
+    if key_file:
+        cmd += ["--key-file", os.path.abspath(key_file)]
+    return cmd
+
+
+def _launch_head(cmd: list[str]) -> None:
+    """Run the head's launcher with a fresh key, its output to logs/head.log (0600)."""
+    log_dir = private_dir("logs")
+    env = dict(os.environ, RAYNB_KEY=messages.new_key().decode(), RAYNB_HOME=str(raynb_home()))
+    with os.fdopen(open_private(log_dir / "head.log"), "ab") as log:
+        launcher = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    launcher.wait(timeout=30)  # the launcher forks the daemon and exits at once
+
+
+def _wait_for_head(token: str, deadline: float) -> dict:
+    """The connection file the head started with ``token`` writes, once it is there.
+    Raises ClusterError (with head.log's tail) past ``deadline`` (``time.monotonic()``)."""
+    while True:
+        info = read_connection_file()
+        if info is not None and info.get("token") == token:
+            return info
+        if time.monotonic() > deadline:
+            raise ClusterError("the raynb head did not start:\n" + _log_tail("head.log"))
+        time.sleep(0.02)
 
 
 def join_command(info: dict, key_file) -> str | None:
@@ -367,6 +400,44 @@ def _wait_gone(procs: list, timeout: float) -> list:
         time.sleep(0.02)
 
 
+def _head_stays_up(info: dict, when_idle: bool, owners) -> bool:
+    """Ask the head to shut down; True when it stays up (kept by `raynb start`, or, with
+    ``when_idle``, in use by another client), saying so on stderr. A head that does not
+    answer is False: it is then stopped by its pids."""
+    c = Client(info["address"], info["key"].encode(), info)
+    try:
+        # A stop when idle is not a kill: a head slow to answer (a busy machine) gets
+        # longer, so another client's run is not killed with it by mistake.
+        reply = c.request(
+            messages.SHUTDOWN,
+            {"when_idle": True, "owners": list(owners)} if when_idle else {},
+            reply_types=(messages.STATUS_REPLY,),
+            timeout=15.0 if when_idle else 3.0,
+        )
+        if reply.content.get("stopping") is False and reply.content.get("kept"):
+            print(
+                "raynb: the cluster this script started stays up: `raynb start` keeps it "
+                "(`raynb stop` ends it)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return True
+        if reply.content.get("stopping") is False:
+            print(
+                f"raynb: the cluster this script started stays up while another client uses it "
+                f"({reply.content.get('in_use')}); it stops by itself when they are done "
+                "(`raynb stop` ends it now)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return True
+    except ClusterError:
+        pass
+    finally:
+        c.close()
+    return False
+
+
 def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> bool:
     """Stop the local cluster and every process it started.
 
@@ -396,38 +467,8 @@ def stop_cluster(timeout: float = 10.0, when_idle: bool = False, owners=()) -> b
     if not procs and not head_alive(info):
         remove_connection_file()  # stale: nothing of that cluster runs any more
         return False
-    if head_alive(info):
-        c = Client(info["address"], info["key"].encode(), info)
-        try:
-            # A stop when idle is not a kill: a head slow to answer (a busy machine) gets
-            # longer, so another client's run is not killed with it by mistake.
-            reply = c.request(
-                messages.SHUTDOWN,
-                {"when_idle": True, "owners": list(owners)} if when_idle else {},
-                reply_types=(messages.STATUS_REPLY,),
-                timeout=15.0 if when_idle else 3.0,
-            )
-            if reply.content.get("stopping") is False and reply.content.get("kept"):
-                print(
-                    "raynb: the cluster this script started stays up: `raynb start` keeps it "
-                    "(`raynb stop` ends it)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return True
-            if reply.content.get("stopping") is False:
-                print(
-                    f"raynb: the cluster this script started stays up while another client uses it "
-                    f"({reply.content.get('in_use')}); it stops by itself when they are done "
-                    "(`raynb stop` ends it now)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                return True
-        except ClusterError:
-            pass
-        finally:
-            c.close()
+    if head_alive(info) and _head_stays_up(info, when_idle, owners):
+        return True
     alive = _wait_gone(procs, timeout)
     for p in alive:  # did not stop by itself: make sure (psutil checks the pid was not reused)
         try:

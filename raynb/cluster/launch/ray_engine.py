@@ -150,6 +150,60 @@ def _count_or_none(name: str, value) -> None:
         raise ValueError(f"{name} must be a whole number >= 0 or None, got {value!r}")
 
 
+def _check_start(workers_per_node, gpus_per_node, max_workers_per_node) -> None:
+    """start_on_ray's checks before Ray is reached: the counts, Ray itself, and no local
+    cluster in this RAYNB_HOME. Raises ValueError or ClusterError as start_on_ray says."""
+    for name, value in (
+        ("workers_per_node", workers_per_node),
+        ("gpus_per_node", gpus_per_node),
+        ("max_workers_per_node", max_workers_per_node),
+    ):
+        _count_or_none(name, value)
+    if workers_per_node == 0:
+        raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
+    import_ray()  # no Ray, or the wrong one: said first
+    current = read_connection_file()
+    if current is not None and not current.get("ray"):
+        if head_alive(current):
+            raise ClusterError(
+                f"a local raynb cluster runs in RAYNB_HOME {raynb_home()}: `raynb stop` "
+                "it first, or use another RAYNB_HOME for the Ray-backed one"
+            )
+
+
+def _new_head_actor(ray, workers_per_node, gpus_per_node, max_workers_per_node, port: int):
+    """The detached head actor, on Ray's head node where there is one (not started yet)."""
+    A = _actors()
+    env = {k: os.environ[k] for k in ENV_FORWARDED if k in os.environ}
+    env["RAYNB_HOME"] = str(raynb_home() / "ray")  # not this machine's local cluster's files
+    head_node = next(
+        (
+            n["NodeID"]
+            for n in ray.nodes()
+            if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {})
+        ),
+        None,
+    )
+    opts = {}
+    if head_node is not None:
+        opts["scheduling_strategy"] = A.NodeAffinitySchedulingStrategy(head_node, soft=False)
+    return A.HeadActor.options(
+        name=A.HEAD_ACTOR,
+        namespace=A.NAMESPACE,
+        lifetime="detached",
+        runtime_env=A.ACTOR_RUNTIME_ENV,
+        **opts,
+    ).remote(
+        {
+            "workers_per_node": workers_per_node,
+            "gpus_per_node": gpus_per_node,
+            "port": port,
+            "max_workers_per_node": max_workers_per_node,
+            "env": env,
+        }
+    )
+
+
 def start_on_ray(
     ray_address: str | None = "auto",
     workers_per_node: int | None = None,
@@ -180,56 +234,13 @@ def start_on_ray(
             runs in this RAYNB_HOME; the head or the workers did not come up.
         ValueError: a count is not a whole number >= 0.
     """
-    for name, value in (
-        ("workers_per_node", workers_per_node),
-        ("gpus_per_node", gpus_per_node),
-        ("max_workers_per_node", max_workers_per_node),
-    ):
-        _count_or_none(name, value)
-    if workers_per_node == 0:
-        raise ValueError("workers_per_node must be at least 1 (None: every free CPU of each node)")
-    import_ray()  # no Ray, or the wrong one: said first
-    current = read_connection_file()
-    if current is not None and not current.get("ray"):
-        if head_alive(current):
-            raise ClusterError(
-                f"a local raynb cluster runs in RAYNB_HOME {raynb_home()}: `raynb stop` "
-                "it first, or use another RAYNB_HOME for the Ray-backed one"
-            )
+    _check_start(workers_per_node, gpus_per_node, max_workers_per_node)
     ray, connected = init_ray(ray_address)
     try:
-        A = _actors()
         head = _head_actor(ray)
         started = head is None
         if started:
-            env = {k: os.environ[k] for k in ENV_FORWARDED if k in os.environ}
-            env["RAYNB_HOME"] = str(raynb_home() / "ray")  # not this machine's local cluster's files
-            head_node = next(
-                (
-                    n["NodeID"]
-                    for n in ray.nodes()
-                    if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {})
-                ),
-                None,
-            )
-            opts = {}
-            if head_node is not None:
-                opts["scheduling_strategy"] = A.NodeAffinitySchedulingStrategy(head_node, soft=False)
-            head = A.HeadActor.options(
-                name=A.HEAD_ACTOR,
-                namespace=A.NAMESPACE,
-                lifetime="detached",
-                runtime_env=A.ACTOR_RUNTIME_ENV,
-                **opts,
-            ).remote(
-                {
-                    "workers_per_node": workers_per_node,
-                    "gpus_per_node": gpus_per_node,
-                    "port": port,
-                    "max_workers_per_node": max_workers_per_node,
-                    "env": env,
-                }
-            )
+            head = _new_head_actor(ray, workers_per_node, gpus_per_node, max_workers_per_node, port)
         try:
             info = ray.get(head.start.remote(), timeout=timeout)
         except Exception as e:  # noqa: BLE001 - RayActorError, GetTimeoutError, the head's ClusterError

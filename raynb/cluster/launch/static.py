@@ -63,6 +63,54 @@ def run_node(
             ``gpus`` more than it has (names what it has), or
             ``$RAYNB_WORKER_SCHED`` not a policy.
     """
+    key, curve_keys, node_ip, visible = _checked_node_args(
+        address, key_file, key, workers, max_workers, node_ip, gpus
+    )
+    why = refused_by_head(address, key, curve_keys)
+    if why is None:
+        agent = NodeAgent(
+            address,
+            key,
+            workers,
+            max_workers or default_max_workers(),
+            node_id,
+            curve_keys,
+            node_ip,
+            None if gpus is None else visible[:gpus],
+            shared_storage,
+            reconnect_s,
+        )
+        code = agent.serve()
+        why = agent.refused if code == 3 else None
+        if why is None or "node id" in why:
+            return code  # served, or refused for its node id (the agent said so)
+    return _refused(why, key_file)
+
+
+def _refused(why: str, key_file: str | None) -> int:
+    """Log the head's refusal with the fix (its connection file); returns exit status 3."""
+    source = f"the key file {key_file}" if key_file else "the key given (--key or $RAYNB_KEY)"
+    log.error(
+        "%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
+        "on the head, mode 0600) here and pass it with --key-file; exit status 3",
+        why,
+        source,
+    )
+    return 3
+
+
+def _checked_node_args(
+    address: str,
+    key_file: str | None,
+    key: str | bytes | None,
+    workers: int,
+    max_workers: int | None,
+    node_ip: str | None,
+    gpus: int | None,
+) -> tuple[bytes, dict | None, str | None, list]:
+    """run_node's arguments checked, in order, before the head is reached: returns the
+    key (bytes), the Curve keys (None on loopback), the node's IP (None: the route's) and
+    the visible GPUs. Raises ClusterError as run_node says."""
     try:
         worker_sched_policy()
         check_worker_limit(workers, max_workers)
@@ -97,32 +145,7 @@ def run_node(
     if gpus is not None and gpus > len(visible):
         raise ClusterError(f"--gpus {gpus}: this machine has {len(visible)} visible CUDA device(s)")
     key = key.encode() if isinstance(key, str) else key
-    source = f"the key file {key_file}" if key_file else "the key given (--key or $RAYNB_KEY)"
-    why = refused_by_head(address, key, curve_keys)
-    if why is None:
-        agent = NodeAgent(
-            address,
-            key,
-            workers,
-            max_workers or default_max_workers(),
-            node_id,
-            curve_keys,
-            node_ip,
-            None if gpus is None else visible[:gpus],
-            shared_storage,
-            reconnect_s,
-        )
-        code = agent.serve()
-        why = agent.refused if code == 3 else None
-        if why is None or "node id" in why:
-            return code  # served, or refused for its node id (the agent said so)
-    log.error(
-        "%s; this node agent used %s: copy this head's connection file ($RAYNB_HOME/cluster.json "
-        "on the head, mode 0600) here and pass it with --key-file; exit status 3",
-        why,
-        source,
-    )
-    return 3
+    return key, curve_keys, node_ip, visible
 
 
 def refused_by_head(address: str, key: bytes, curve_keys: dict | None, timeout: float = 3.0) -> str | None:

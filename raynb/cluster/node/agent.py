@@ -439,12 +439,8 @@ class NodeAgent:
         """Register, then serve the head until it says shutdown (0), refuses this node
         (3), or is gone (``head_watch``) and, with ``reconnect_s``, the grace (1)."""
         self._register()
-        poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
-        poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
-        poller.register(self.data.sock, zmq.POLLIN)
+        poller = self._poller()
         watch = self.head_watch
-        watch.watch(self.sock, poller, time.monotonic())
         next_stats = time.monotonic() + STATS_INTERVAL_S
         lost_at: float | None = None
         try:
@@ -462,24 +458,11 @@ class NodeAgent:
                         if msg is not None:
                             watch.heard(now := time.monotonic())
                             if lost_at is not None:
-                                log.info(
-                                    "reconnected to the head at %s after %.1fs; spawning %d workers",
-                                    self.address,
-                                    now - lost_at,
-                                    self.num_workers,
-                                )
+                                self._reconnected(now - lost_at)
                                 lost_at = None
-                                self.spawn(self.num_workers)
                             self._on_head(msg)
                             if self.head_forgot:  # on_pong: start over with this head
-                                self.head_forgot = False
-                                log.warning(
-                                    "the head at %s does not know this node (it restarted?): "
-                                    "ending this node's workers and registering again",
-                                    self.address,
-                                )
-                                lost_at = time.monotonic()
-                                self._reconnect(poller)
+                                lost_at = self._start_over(poller)
                                 break
                     elif sock is self.data.sock:
                         self._on_data()
@@ -492,22 +475,14 @@ class NodeAgent:
                 now = time.monotonic()
                 self._kill_late_retirees()
                 if now >= next_stats or self.stats_now:
-                    self._send_stats()
-                    self.stats_now = False
-                    next_stats = time.monotonic() + self.stats_every
+                    next_stats = self._stats_tick()
                 why = watch.gone(now) if lost_at is None else None
                 if why and self.reconnect_s <= 0:
                     log.error("%s (head %s): this node agent stops its workers and exits", why, self.address)
                     return 1
                 if why:
-                    log.warning(
-                        "%s (head %s): ending this node's workers; registering again for up to %.0fs",
-                        why,
-                        self.address,
-                        self.reconnect_s,
-                    )
+                    self._lose_head(why, poller)
                     lost_at = now
-                    self._reconnect(poller)
                 elif lost_at is not None and now - lost_at > self.reconnect_s:
                     log.error(
                         "the head at %s did not come back within %.0fs; this node agent exits",
@@ -518,6 +493,56 @@ class NodeAgent:
         finally:
             self.close()
         return 0
+
+    def _poller(self) -> zmq.Poller:
+        """A poller on the head's socket, the zygote's stdout, the data socket and the
+        head watch."""
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self.zygote.stdout.fileno(), zmq.POLLIN)
+        poller.register(self.data.sock, zmq.POLLIN)
+        self.head_watch.watch(self.sock, poller, time.monotonic())
+        return poller
+
+    def _reconnected(self, after_s: float) -> None:
+        """The head answers again after ``after_s`` seconds lost: warm this node's workers again."""
+        log.info(
+            "reconnected to the head at %s after %.1fs; spawning %d workers",
+            self.address,
+            after_s,
+            self.num_workers,
+        )
+        self.spawn(self.num_workers)
+
+    def _start_over(self, poller: zmq.Poller) -> float:
+        """The head forgot this node (it restarted?): end the workers and register again.
+        Returns when the head was lost (``time.monotonic()``)."""
+        self.head_forgot = False
+        log.warning(
+            "the head at %s does not know this node (it restarted?): "
+            "ending this node's workers and registering again",
+            self.address,
+        )
+        lost_at = time.monotonic()
+        self._reconnect(poller)
+        return lost_at
+
+    def _lose_head(self, why: str, poller: zmq.Poller) -> None:
+        """The head is gone (``why``): end the workers and register again, for up to
+        ``reconnect_s``."""
+        log.warning(
+            "%s (head %s): ending this node's workers; registering again for up to %.0fs",
+            why,
+            self.address,
+            self.reconnect_s,
+        )
+        self._reconnect(poller)
+
+    def _stats_tick(self) -> float:
+        """Send this node's stats; returns when the next are due (``time.monotonic()``)."""
+        self._send_stats()
+        self.stats_now = False
+        return time.monotonic() + self.stats_every
 
     def _reconnect(self, poller: zmq.Poller) -> None:
         """End the workers, and register again on a fresh socket (``_lost_head``)."""

@@ -290,35 +290,11 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - SystemExit too: the worker lives on
                 status, error = "error", format_remote_error(exc, rank)
             finally:
-                for stream in self.streams:
-                    stream.drain()
-                with self.lock:
-                    self.current_task = None
-                    self._cancel_requested = False
-                task_context.end(status)
-                # After the task's at_end functions (an MLflow run's end sets its variables back):
-                # a warm worker serves other runs next, in the environment it had before. A run
-                # left open ends first, while the task's tracking URI is still set.
-                self.library_state.restore(status)
-                self.task_env.restore()
-                self.threads.end()
-                # What the task started (a subprocess, a fork, a DataLoader's workers) ends
-                # with it, as on cancel: nothing of a run outlives it.
-                killed = end_descendants()
-                if killed:
-                    log.info("run %s: ended %d process(es) it left: %s", run_id, len(killed), killed)
+                self._end_task(run_id, status)
         buffers = []
         if status == "ok" and ret is not None and rank == 0:
             try:
-                buffers = [cloudpickle.dumps(ret, protocol=5)]
-                size, limit = len(buffers[0]), messages.max_message_bytes() - (1 << 20)
-                if size > limit:
-                    buffers = []
-                    raise ValueError(
-                        f"it pickles to {size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB a "
-                        "message may carry; save it to a file instead, or raise "
-                        "RAYNB_MAX_MESSAGE_BYTES before `raynb start`"
-                    )
+                buffers = _pickled_return(ret)
             except Exception as exc:  # noqa: BLE001
                 status, error = (
                     "error",
@@ -340,6 +316,27 @@ class Worker:
         self._modules.note(started_ns)
         # Read now, the task's end sent: the next task's start compares one tuple with it.
         self._env_left = tuple(map(os.environ.get, RANK_ENV))
+
+    def _end_task(self, run_id: str, status: str) -> None:
+        """What ends with every task that ran, whatever its status: its output flushed, the
+        task context's at_end functions, and the worker's state as it was before it."""
+        for stream in self.streams:
+            stream.drain()
+        with self.lock:
+            self.current_task = None
+            self._cancel_requested = False
+        task_context.end(status)
+        # After the task's at_end functions (an MLflow run's end sets its variables back):
+        # a warm worker serves other runs next, in the environment it had before. A run
+        # left open ends first, while the task's tracking URI is still set.
+        self.library_state.restore(status)
+        self.task_env.restore()
+        self.threads.end()
+        # What the task started (a subprocess, a fork, a DataLoader's workers) ends
+        # with it, as on cancel: nothing of a run outlives it.
+        killed = end_descendants()
+        if killed:
+            log.info("run %s: ended %d process(es) it left: %s", run_id, len(killed), killed)
 
     def _kind_changed(self) -> dict:
         """``{"kind": ...}`` for the task's end when the task changed this worker's kind: a
@@ -435,6 +432,21 @@ class Worker:
             task.get("num_threads") or max(1, (os.cpu_count() or 1) // max(1, task["local_world_size"])),
         )
         self.rendezvous.ensure(task, self.worker_id)
+
+
+def _pickled_return(ret) -> list:
+    """The training function's return value as one message buffer (rank 0's, sent back).
+    Raises ValueError when it is over what a message may carry, pickle's errors else."""
+    data = cloudpickle.dumps(ret, protocol=5)
+    size, limit = len(data), messages.max_message_bytes() - (1 << 20)
+    if size > limit:
+        del data  # not kept alive by the error's traceback while the error is sent
+        raise ValueError(
+            f"it pickles to {size / 2**20:.0f} MiB, over the {limit / 2**20:.0f} MiB a "
+            "message may carry; save it to a file instead, or raise "
+            "RAYNB_MAX_MESSAGE_BYTES before `raynb start`"
+        )
+    return [data]
 
 
 def _own_stats() -> dict:

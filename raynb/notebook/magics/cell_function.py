@@ -79,6 +79,48 @@ def _read_names(tree: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
+def _return_out(out: list[str], last: int) -> list[ast.stmt]:
+    """The statements that return the ``out`` names the body assigned, numbered after the
+    body's ``last`` line (none without ``out``)."""
+    # __raynb_locals__ = locals(); return {n: __raynb_locals__[n] for n in out if n in it}
+    tail = (
+        ast.parse(
+            f"{_LOCALS} = locals()\n"
+            f"return {{__n: {_LOCALS}[__n] for __n in {list(out)!r} if __n in {_LOCALS}}}",
+            mode="exec",
+        ).body
+        if out
+        else []
+    )
+    for stmt in tail:
+        ast.increment_lineno(stmt, last - 1)
+    return tail
+
+
+def _function_module(func_name: str, body: list[ast.stmt]) -> ast.Module:
+    """A module holding ``def func_name(config): body``, the def on the magic's line 1."""
+    extra = {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
+    func = ast.FunctionDef(
+        name=func_name,
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg="config")],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=body,
+        decorator_list=[],
+        returns=None,
+        lineno=1,
+        col_offset=0,
+        **extra,
+    )
+    return ast.Module(body=[func], type_ignores=[])
+
+
 def build_cell_function(
     cell: str,
     user_ns: dict,
@@ -106,38 +148,8 @@ def build_cell_function(
     ast.increment_lineno(tree, 1)  # body line 1 is cell line 2
     body = tree.body or [ast.Pass(lineno=2, col_offset=0)]
     last = body[-1].end_lineno or 2
-    # __raynb_locals__ = locals(); return {n: __raynb_locals__[n] for n in out if n in it}
-    tail = (
-        ast.parse(
-            f"{_LOCALS} = locals()\n"
-            f"return {{__n: {_LOCALS}[__n] for __n in {list(out)!r} if __n in {_LOCALS}}}",
-            mode="exec",
-        ).body
-        if out
-        else []
-    )
-    for stmt in tail:
-        ast.increment_lineno(stmt, last - 1)
-    extra = {"type_params": []} if "type_params" in ast.FunctionDef._fields else {}
-    func = ast.FunctionDef(
-        name=func_name,
-        args=ast.arguments(
-            posonlyargs=[],
-            args=[ast.arg(arg="config")],
-            vararg=None,
-            kwonlyargs=[],
-            kw_defaults=[],
-            kwarg=None,
-            defaults=[],
-        ),
-        body=body + tail,
-        decorator_list=[],
-        returns=None,
-        lineno=1,
-        col_offset=0,
-        **extra,
-    )
-    module = ast.Module(body=[func], type_ignores=[])
+    tail = _return_out(out, last)
+    module = _function_module(func_name, body + tail)
     ast.fix_missing_locations(module)
     code = compile(module, filename, "exec")
 

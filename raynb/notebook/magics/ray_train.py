@@ -143,6 +143,87 @@ def _datasets(expr: str, ns: dict) -> dict:
     return check_datasets(out)
 
 
+def _parse_train_line(line: str) -> argparse.Namespace:
+    """The %%ray_train line's options; ``--config`` and ``--data`` may hold spaces.
+    Raises UsageError for a bad option or a --resume without --name."""
+    line_rest, config_expr = split_expression(line, "--config")
+    line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
+    args = _train_parser().parse_line(line_rest)
+    if config_expr is not None:
+        args.config = config_expr
+    if data_expr is not None:
+        args.data = data_expr
+    if args.resume and not args.name:
+        raise UsageError("--resume continues a run by name: add --name NAME (raynb.runs() lists the runs)")
+    return args
+
+
+def _out_names(args: argparse.Namespace) -> list[str]:
+    """The --out names; raises UsageError for one (or --result) that is no Python name."""
+    out = [n.strip() for n in args.out.split(",") if n.strip()]
+    for n in out + [args.result]:
+        if not n.isidentifier():
+            raise UsageError(f"{n!r} is not a valid Python name (in --out / --result)")
+    return out
+
+
+def _train_config(args: argparse.Namespace, ns: dict) -> dict:
+    """--config evaluated in the notebook (a dict; {} when not given), with --epochs as
+    its ``epochs`` unless set. Raises UsageError when it fails or is no dict."""
+    config = {}
+    if args.config:
+        try:
+            config = eval(args.config, ns)  # noqa: S307 - the user's own expression, in their kernel
+        except Exception as e:
+            raise UsageError(
+                f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}"
+            ) from None
+        if not isinstance(config, dict):
+            raise UsageError(
+                f"--config must be a dict, the cell's `config` (e.g. --config "
+                f"{{'lr': 0.01}}); {args.config!r} is a {type(config).__name__}"
+            )
+    if args.epochs and isinstance(config, dict):
+        config.setdefault("epochs", args.epochs)
+    return config
+
+
+def _run_settings(args: argparse.Namespace) -> tuple:
+    """(workers, gpu, timeout, max_failures, elastic interval, checkpoint config): as
+    given, and for --resume the resumed run's own where not given again."""
+    from ...train.config import CheckpointConfig
+
+    workers, gpu, timeout, max_failures = args.workers, args.gpu, args.timeout, args.max_failures
+    interval: dict = {}  # a resumed elastic run's resize interval
+    checkpoint_config = CheckpointConfig(num_to_keep=args.keep) if args.keep else None
+    if args.resume:
+        # As TorchTrainer.restore: the run's own world size, restarts and checkpoint settings
+        # unless given again. (A bare --resume ran on the default 4 ranks, a sharded
+        # checkpoint's 2 ranks notwithstanding, with no restarts and no pruning.) A run
+        # that cannot be read is left to the head, which refuses it naming the file.
+        rec = _resumed_record(args.storage_path, args.name)
+        from ...train.elastic import elastic_interval, recorded_num_workers
+
+        if rec is not None:
+            interval = {} if workers else elastic_interval(rec)
+            workers = workers or recorded_num_workers(rec)  # an elastic run's (min, max) again
+            gpu = gpu or bool(rec.get("use_gpu"))
+            timeout = timeout if timeout is not None else rec.get("timeout_s")
+            max_failures = max_failures if max_failures is not None else rec.get("max_failures")
+            if checkpoint_config is None and rec.get("checkpoint_config"):
+                checkpoint_config = CheckpointConfig(**rec["checkpoint_config"])
+    return workers, gpu, timeout, max_failures, interval, checkpoint_config
+
+
+def _bind_out(ns: dict, out: list[str], ret: dict | None) -> None:
+    """Bind what rank 0 sent back in the notebook; say which --out names it never assigned."""
+    missing = [n for n in out if n not in (ret or {})]
+    for n, v in (ret or {}).items():
+        ns[n] = v
+    if missing:
+        print(f"--out: rank 0 never assigned {', '.join(missing)}; left unchanged in the notebook")
+
+
 def _cluster_parser() -> MagicParser:
     p = MagicParser(prog="%ray_cluster", description="Start, inspect or stop the local raynb cluster.")
     p.add_argument("action", nargs="?", default="status", choices=["start", "status", "stop", "dashboard"])
@@ -156,40 +237,13 @@ class RayNBMagics(Magics):
     def ray_train(self, line: str, cell: str):
         """%%ray_train --workers 4 [--gpu] [--config EXPR] [--epochs N] [--name NAME]
         [--out NAMES] [--result NAME] [--all-ranks]: run the cell body on N ranks."""
-        from ...train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+        from ...train.config import FailureConfig, RunConfig, ScalingConfig
         from ...train.fit_run import execute_run
 
-        line_rest, config_expr = split_expression(line, "--config")
-        line_rest, data_expr = split_expression(line_rest, "--data", call="dict")
-        args = _train_parser().parse_line(line_rest)
-        if config_expr is not None:
-            args.config = config_expr
-        if data_expr is not None:
-            args.data = data_expr
-        if args.resume and not args.name:
-            raise UsageError(
-                "--resume continues a run by name: add --name NAME (raynb.runs() lists the runs)"
-            )
+        args = _parse_train_line(line)
         ns = self.shell.user_ns
-        out = [n.strip() for n in args.out.split(",") if n.strip()]
-        for n in out + [args.result]:
-            if not n.isidentifier():
-                raise UsageError(f"{n!r} is not a valid Python name (in --out / --result)")
-        config = {}
-        if args.config:
-            try:
-                config = eval(args.config, ns)  # noqa: S307 - the user's own expression, in their kernel
-            except Exception as e:
-                raise UsageError(
-                    f"--config {args.config!r} failed to evaluate: {type(e).__name__}: {e}"
-                ) from None
-            if not isinstance(config, dict):
-                raise UsageError(
-                    f"--config must be a dict, the cell's `config` (e.g. --config "
-                    f"{{'lr': 0.01}}); {args.config!r} is a {type(config).__name__}"
-                )
-        if args.epochs and isinstance(config, dict):
-            config.setdefault("epochs", args.epochs)
+        out = _out_names(args)
+        config = _train_config(args, ns)
         datasets = _datasets(args.data, ns) if args.data else None
         # The cell's In [n]: IPython 9 advances execution_count before the cell runs, 8 after.
         count = self.shell.displayhook.prompt_count
@@ -198,25 +252,7 @@ class RayNBMagics(Magics):
         import linecache
 
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
-        workers, gpu, timeout, max_failures = args.workers, args.gpu, args.timeout, args.max_failures
-        interval: dict = {}  # a resumed elastic run's resize interval
-        checkpoint_config = CheckpointConfig(num_to_keep=args.keep) if args.keep else None
-        if args.resume:
-            # As TorchTrainer.restore: the run's own world size, restarts and checkpoint settings
-            # unless given again. (A bare --resume ran on the default 4 ranks, a sharded
-            # checkpoint's 2 ranks notwithstanding, with no restarts and no pruning.) A run
-            # that cannot be read is left to the head, which refuses it naming the file.
-            rec = _resumed_record(args.storage_path, args.name)
-            from ...train.elastic import elastic_interval, recorded_num_workers
-
-            if rec is not None:
-                interval = {} if workers else elastic_interval(rec)
-                workers = workers or recorded_num_workers(rec)  # an elastic run's (min, max) again
-                gpu = gpu or bool(rec.get("use_gpu"))
-                timeout = timeout if timeout is not None else rec.get("timeout_s")
-                max_failures = max_failures if max_failures is not None else rec.get("max_failures")
-                if checkpoint_config is None and rec.get("checkpoint_config"):
-                    checkpoint_config = CheckpointConfig(**rec["checkpoint_config"])
+        workers, gpu, timeout, max_failures, interval, checkpoint_config = _run_settings(args)
         from ...train.datasets import with_datasets
 
         try:
@@ -246,11 +282,7 @@ class RayNBMagics(Magics):
             _bind_interrupted(ns, args.result, getattr(e, "run_path", None))
             raise
         ns[args.result] = result
-        missing = [n for n in out if n not in (ret or {})]
-        for n, v in (ret or {}).items():
-            ns[n] = v
-        if missing:
-            print(f"--out: rank 0 never assigned {', '.join(missing)}; left unchanged in the notebook")
+        _bind_out(ns, out, ret)
 
     @line_magic
     def ray_attach(self, line: str):

@@ -66,13 +66,8 @@ def _positive_float(text: str) -> float:
     return x
 
 
-def tune_parser() -> MagicParser:
-    """The ``%%ray_tune`` options (argparse; errors raise IPython's UsageError)."""
-    p = MagicParser(
-        prog="%%ray_tune",
-        description="Tune the cell body: each trial runs it with "
-        "`config` holding that trial's sampled values, on the warm workers.",
-    )
+def _add_search_options(p: MagicParser) -> None:
+    """What is searched and how: samples, metric and mode, scheduler, search, space."""
     p.add_argument(
         "--samples",
         "--num-samples",
@@ -100,6 +95,10 @@ def tune_parser() -> MagicParser:
         default=None,
         help="search space: a Python dict expression, e.g. {'lr': loguniform(1e-4, 1e-1)}",
     )
+
+
+def _add_trial_options(p: MagicParser) -> None:
+    """Each trial's resources, the experiment's limits, and the schedulers' settings."""
     p.add_argument(
         "--workers-per-trial",
         type=positive_int,
@@ -133,6 +132,17 @@ def tune_parser() -> MagicParser:
         help="pbt: iterations between exploit/explore steps (default 4)",
     )
     p.add_argument("--seed", type=int, default=None, help="seed of the search algorithm (and PBT)")
+
+
+def tune_parser() -> MagicParser:
+    """The ``%%ray_tune`` options (argparse; errors raise IPython's UsageError)."""
+    p = MagicParser(
+        prog="%%ray_tune",
+        description="Tune the cell body: each trial runs it with "
+        "`config` holding that trial's sampled values, on the warm workers.",
+    )
+    _add_search_options(p)
+    _add_trial_options(p)
     p.add_argument("--name", default=None, help="experiment name (its directory name)")
     p.add_argument(
         "--resume",
@@ -272,8 +282,6 @@ class RayTuneMagics(Magics):
         [--scheduler fifo|asha|hyperband|median|pbt] [--search random|optuna] [--space EXPR]
         [--workers-per-trial N] [--max-concurrent N] [--result NAME] [--name NAME [--resume]]:
         tune the cell body (``config`` holds each trial's sampled values)."""
-        from ...train.config import RunConfig, ScalingConfig
-
         args = parse_line(line)
         ns = self.shell.user_ns
         space = eval_space(args.space, ns)
@@ -287,56 +295,9 @@ class RayTuneMagics(Magics):
         # In linecache, the cell's source ships with every trial (shipping.notebook_sources),
         # so a trial's traceback shows the cell's lines.
         linecache.cache[filename] = (len(cf.source), None, cf.source.splitlines(True), filename)
-        if args.workers_per_trial > 1 or args.gpu:
-            from ...train.torch import TorchTrainer
-
-            trainable = TorchTrainer(
-                cf.fn, scaling_config=ScalingConfig(num_workers=args.workers_per_trial, use_gpu=args.gpu)
-            )
-            param_space = {"train_loop_config": space}
-        else:
-            trainable, param_space = cf.fn, space
-        from ...tune import TuneConfig, Tuner
-        from ...tune.experiment_state import experiment_dir
-
-        try:
-            path = experiment_dir(args.name, args.storage_path) if args.name else None
-        except ValueError as e:  # an object store's URI
-            raise UsageError(f"%%ray_tune --storage-path: {e}") from None
-        exists = path is not None and Tuner.can_restore(str(path))
-        if args.resume and not exists:
-            raise UsageError(
-                f"no experiment named {args.name!r} in {path.parent} to resume: drop --resume to start it"
-            )
-        if exists and not args.resume:  # as %%ray_train refuses a run's name: nothing is overwritten
-            raise UsageError(
-                f"an experiment named {args.name!r} already exists in {path.parent}: add "
-                "--resume to continue it (its unfinished trials resume from their "
-                "checkpoints), or choose another --name"
-            )
-        try:
-            if args.resume:  # as Tuner.restore(path, trainable): the experiment's own settings
-                _check_resume_line(path, args)
-                tuner = Tuner.restore(str(path), trainable)
-            else:
-                tuner = Tuner(
-                    trainable,
-                    param_space=param_space,
-                    tune_config=TuneConfig(
-                        metric=args.metric,
-                        mode=args.mode,
-                        num_samples=args.samples,
-                        max_concurrent_trials=args.max_concurrent,
-                        scheduler=scheduler,
-                        search_alg=search_alg,
-                        time_budget_s=args.time_budget,
-                    ),
-                    run_config=RunConfig(
-                        name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1
-                    ),
-                )
-        except (ValueError, TypeError) as e:  # a bad space (empty choice, lower >= upper) names its key
-            raise UsageError(f"%%ray_tune: {e}") from None
+        trainable, param_space = _trainable(cf.fn, args, space)
+        path = _experiment_path(args)
+        tuner = _make_tuner(args, path, trainable, param_space, scheduler, search_alg)
         tuner._carry_on = "re-run this cell with --name {name} --resume"
         bound = args.result or "_ray_tune_result"
         tuner._results_at = f"`{bound}`"
@@ -350,6 +311,79 @@ class RayTuneMagics(Magics):
             ns[args.result] = grid
             return None
         return grid  # shown as the cell's output; `_` holds it
+
+
+def _trainable(fn, args, space: dict) -> tuple:
+    """(trainable, param_space): the cell's function, or a TorchTrainer of it for more
+    than one rank or a GPU per trial (its config under ``train_loop_config``)."""
+    from ...train.config import ScalingConfig
+
+    if args.workers_per_trial > 1 or args.gpu:
+        from ...train.torch import TorchTrainer
+
+        trainable = TorchTrainer(
+            fn, scaling_config=ScalingConfig(num_workers=args.workers_per_trial, use_gpu=args.gpu)
+        )
+        param_space = {"train_loop_config": space}
+    else:
+        trainable, param_space = fn, space
+    return trainable, param_space
+
+
+def _experiment_path(args):
+    """The experiment's directory (None without --name). Raises UsageError for a
+    --resume of an experiment that is not there, or a new one whose name is taken."""
+    from ...tune import Tuner
+    from ...tune.experiment_state import experiment_dir
+
+    try:
+        path = experiment_dir(args.name, args.storage_path) if args.name else None
+    except ValueError as e:  # an object store's URI
+        raise UsageError(f"%%ray_tune --storage-path: {e}") from None
+    exists = path is not None and Tuner.can_restore(str(path))
+    if args.resume and not exists:
+        raise UsageError(
+            f"no experiment named {args.name!r} in {path.parent} to resume: drop --resume to start it"
+        )
+    if exists and not args.resume:  # as %%ray_train refuses a run's name: nothing is overwritten
+        raise UsageError(
+            f"an experiment named {args.name!r} already exists in {path.parent}: add "
+            "--resume to continue it (its unfinished trials resume from their "
+            "checkpoints), or choose another --name"
+        )
+    return path
+
+
+def _make_tuner(args, path, trainable, param_space: dict, scheduler, search_alg):
+    """The Tuner of the line's options, or the one --resume restores from ``path``.
+    Raises UsageError for a bad space or a resume line that does not match."""
+    from ...train.config import RunConfig
+    from ...tune import TuneConfig, Tuner
+
+    try:
+        if args.resume:  # as Tuner.restore(path, trainable): the experiment's own settings
+            _check_resume_line(path, args)
+            tuner = Tuner.restore(str(path), trainable)
+        else:
+            tuner = Tuner(
+                trainable,
+                param_space=param_space,
+                tune_config=TuneConfig(
+                    metric=args.metric,
+                    mode=args.mode,
+                    num_samples=args.samples,
+                    max_concurrent_trials=args.max_concurrent,
+                    scheduler=scheduler,
+                    search_alg=search_alg,
+                    time_budget_s=args.time_budget,
+                ),
+                run_config=RunConfig(
+                    name=args.name, storage_path=args.storage_path, verbose=0 if args.quiet else 1
+                ),
+            )
+    except (ValueError, TypeError) as e:  # a bad space (empty choice, lower >= upper) names its key
+        raise UsageError(f"%%ray_tune: {e}") from None
+    return tuner
 
 
 def _check_resume_line(path, args) -> None:
