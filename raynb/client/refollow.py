@@ -13,17 +13,13 @@ A run that ended meanwhile is answered by its record, turned into its ``run_done
 
 from __future__ import annotations
 
-import os
-
+from ..cluster import settings
 from ..cluster.protocol import messages
 from ..cluster.protocol.run_states import RUN_TERMINAL as TERMINAL
 
 
 def reconnect_s() -> float:
-    try:
-        return float(os.environ.get("RAYNB_CLIENT_RECONNECT_S", "600"))
-    except ValueError:
-        return 600.0
+    return settings.get("RAYNB_CLIENT_RECONNECT_S")  # NaN or negative: the default, not 0
 
 
 def reattach(client, run_id: str) -> None:

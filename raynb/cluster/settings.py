@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -38,7 +39,8 @@ def _flag(raw: str) -> bool:
 
 def _nonneg_float(raw: str) -> float:
     value = float(raw)
-    if value != value or value < 0:  # NaN or negative
+    # NaN, negative, or past what a wait can take (a thread's join(inf) raises OverflowError)
+    if not 0 <= value <= threading.TIMEOUT_MAX:
         raise ValueError(raw)
     return value
 
@@ -282,8 +284,25 @@ def get(name: str) -> Any:
         return setting.default
     try:
         return setting.parse(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        _say_ignored(name, raw, setting.default)
         return setting.default
+
+
+_IGNORED: set = set()
+
+
+def _say_ignored(name: str, raw: str, default) -> None:
+    """Say once per process and value that ``name``'s value is not used (on stderr: the
+    process's log for the head and nodes), so a typo is not silently the default."""
+    if (name, raw) in _IGNORED:
+        return
+    _IGNORED.add((name, raw))
+    print(
+        f"raynb: {name}={raw[:40]!r} is not a valid value (see docs/environment.md); "
+        f"using the default {default!r}",
+        file=sys.stderr,
+    )
 
 
 def markdown() -> str:

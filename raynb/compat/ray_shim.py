@@ -25,7 +25,22 @@ RAY_API_VERSION = "2.60.0"  # the Ray release whose API names raynb follows
 
 
 def not_served_message(what: str) -> str:
-    return f"{what} is not served by raynb (it serves Ray Train, Tune, Data and AIR): {ON_RAY}"
+    return f"{what} is not served by raynb (it serves Ray Train, Tune, Data and AIR): {_hint(what)}{ON_RAY}"
+
+
+def _hint(what: str) -> str:
+    """What to import instead, where raynb serves it under another name."""
+    parts = what.strip("`").split(".")
+    if parts[:3] == ["ray", "train", "v2"]:
+        return (
+            "import Ray Train v2's public names from `ray.train` "
+            "(`from ray.train import RunConfig, UserCallback`), or "
+        )
+    private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+    if private:
+        inner, public = ".".join(parts[: private + 1]), ".".join(parts[:private])
+        return f"`{inner}` is Ray's internals: use the public names of `{public}`, or "
+    return ""
 
 
 class ServedModule(types.ModuleType):
@@ -34,8 +49,10 @@ class ServedModule(types.ModuleType):
     def __init__(self, ray_name: str, target: types.ModuleType):
         super().__init__(ray_name, getattr(target, "__doc__", None))
         self.__dict__["_raynb_target"] = target
-        if hasattr(target, "__path__"):
-            self.__dict__["__path__"] = []  # a package: its submodules come from the finder
+        # Submodules come from the finder; a plain module gets a path too, so `from
+        # ray.x.y import Missing` asks the finder for `ray.x.y.Missing`, whose error names
+        # what is not served (not only "cannot import name ... (unknown location)").
+        self.__dict__["__path__"] = []
 
     def __getattr__(self, name: str):
         target = self.__dict__["_raynb_target"]

@@ -8,6 +8,8 @@ when a write (or the completion) raises, and the error is raised again."""
 
 from __future__ import annotations
 
+import logging
+import numbers
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Generic, Iterable, List, Optional, TypeVar
@@ -15,6 +17,7 @@ from typing import Any, Dict, Generic, Iterable, List, Optional, TypeVar
 from . import block as block_ops
 
 WriteReturnType = TypeVar("WriteReturnType")
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -110,6 +113,15 @@ def write_datasink(dataset, datasink: Datasink, *, ray_remote_args=None, concurr
     if not isinstance(datasink, Datasink):
         raise TypeError(f"write_datasink() takes a raynb.data.Datasink, got {type(datasink).__name__}")
     rows_per_task = datasink.min_rows_per_write
+    if rows_per_task is not None and (
+        isinstance(rows_per_task, bool)
+        or not isinstance(rows_per_task, numbers.Integral)
+        or rows_per_task < 1
+    ):
+        raise ValueError(
+            f"{type(datasink).__name__}.min_rows_per_write is {rows_per_task!r}: give a number of "
+            "rows >= 1, or None for one write task per block"
+        )
     blocks = getattr(dataset, "_num_blocks", None)
     if blocks and rows_per_task is None:
         rows_per_task = max(1, -(-dataset.count() // blocks))
@@ -127,8 +139,21 @@ def write_datasink(dataset, datasink: Datasink, *, ray_remote_args=None, concurr
             datasink.on_write_start(None)
         datasink.on_write_complete(WriteResult(rows, size, returns))
     except Exception as e:
-        datasink.on_write_failed(e)
+        _tell_failed(datasink, e)
         raise
+
+
+def _tell_failed(datasink: Datasink, error: Exception) -> None:
+    """``on_write_failed(error)``; what it raises is logged, so the write's own error
+    (what the user must see) is the one raised."""
+    try:
+        datasink.on_write_failed(error)
+    except Exception:
+        logger.exception(
+            "%s.on_write_failed() raised while handling the write's error %r (raised below)",
+            type(datasink).__name__,
+            error,
+        )
 
 
 __all__ = ["Datasink", "TaskContext", "WriteResult", "WriteReturnType", "write_datasink"]

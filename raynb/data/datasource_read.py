@@ -8,6 +8,8 @@ yields is run once here to count them."""
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 from . import block as block_ops
@@ -33,7 +35,7 @@ def _parallelism(datasource, parallelism: int, override_num_blocks) -> int:
     except NotImplementedError:
         size = None
     p = max(ctx.read_op_min_num_blocks, 2 * (os.cpu_count() or 1))
-    if isinstance(size, (int, float)) and size == size:
+    if isinstance(size, (int, float)) and math.isfinite(size) and size >= 0:
         if ctx.target_max_block_size:
             p = max(p, int(size / ctx.target_max_block_size))
         p = min(p, max(1, int(size / ctx.target_min_block_size)))
@@ -49,7 +51,30 @@ def _read_tasks(datasource, parallelism: int, read_args: dict) -> list:
         tasks = datasource.create_reader(**read_args).get_read_tasks(parallelism)
     else:
         tasks = datasource.get_read_tasks(parallelism)
-    return list(tasks)
+    name = type(datasource).__name__
+    if tasks is None or not hasattr(tasks, "__iter__"):
+        raise TypeError(f"{name}.get_read_tasks() returned {type(tasks).__name__}; return a list of ReadTask")
+    tasks = list(tasks)
+    for i, t in enumerate(tasks):
+        if not (callable(t) and hasattr(t, "metadata")):
+            raise TypeError(
+                f"{name}.get_read_tasks()[{i}] is a {type(t).__name__}, not a ReadTask; "
+                "wrap the read function: ReadTask(read_fn, BlockMetadata(num_rows=...))"
+            )
+    return tasks
+
+
+def _count(task, i: int, name: str) -> int:
+    """Task ``i``'s rows: its metadata's ``num_rows``, else counted by running it here."""
+    n = getattr(task.metadata, "num_rows", None) if task.metadata is not None else None
+    if n is None:
+        return sum(block_ops.num_rows(b) for b in _numpy_blocks(task))
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ValueError(
+            f"{name}: read task {i}'s BlockMetadata(num_rows={n!r}) is not a row count; "
+            "give the rows it yields (an int >= 0), or None to have them counted"
+        )
+    return int(n)
 
 
 def _numpy_blocks(task):
@@ -91,19 +116,24 @@ class DatasourceSource:
         Raises:
             ValueError: the task yielded fewer rows than its metadata said.
         """
-        pos = 0
-        for batch in _numpy_blocks(self.tasks[unit]):
+        pos, blocks = 0, _numpy_blocks(self.tasks[unit])
+        for batch in blocks:
             n = block_ops.num_rows(batch)
             lo, hi = max(first - pos, 0), min(end - pos, n)
             pos += n
             for s in range(lo, hi, chunk):
                 yield block_ops.take_rows(batch, slice(s, min(s + chunk, hi)))
             if pos >= end:
-                return
-        raise ValueError(
-            f"{self.name}: read task {unit} yielded {pos} rows, but its metadata said "
-            f"{self.counts[unit]}; give BlockMetadata(num_rows=...) the rows it yields, or None"
-        )
+                break
+        # The piece that ends the task sees whether it yields more rows than said: they
+        # would be lost without a word.
+        if end == self.counts[unit] and pos >= end:
+            pos += sum(block_ops.num_rows(b) for b in blocks)
+        if pos != end and (pos < end or end == self.counts[unit]):
+            raise ValueError(
+                f"{self.name}: read task {unit} yielded {pos} rows, but its metadata said "
+                f"{self.counts[unit]}; give BlockMetadata(num_rows=...) the rows it yields, or None"
+            )
 
     def rank_stream(self, world_size: int, rank: int, seed, epoch: int, pad: bool, chunk: int):
         """This rank's rows of the epoch: its pieces of the (shuffled) read tasks."""
@@ -142,12 +172,7 @@ def read_datasource(
     p = _parallelism(datasource, parallelism, override_num_blocks)
     tasks = _read_tasks(datasource, p, read_args)
     name = datasource.get_name() if hasattr(datasource, "get_name") else type(datasource).__name__
-    counts = [
-        t.metadata.num_rows
-        if t.metadata is not None and t.metadata.num_rows is not None
-        else sum(block_ops.num_rows(b) for b in _numpy_blocks(t))
-        for t in tasks
-    ]
+    counts = [_count(t, i, name) for i, t in enumerate(tasks)]
     return Dataset(DatasourceSource(name, tasks, counts))
 
 

@@ -91,7 +91,10 @@ class _FileDatasink(Datasink):
                 self.filesystem.delete_dir_contents(self.path)
             return
         if self.try_create_dir:
-            self.filesystem.create_dir(self.path, recursive=True)
+            if isinstance(self.filesystem, pafs.LocalFileSystem):
+                os.makedirs(self.path, mode=0o700, exist_ok=True)  # private, as write_parquet's
+            else:
+                self.filesystem.create_dir(self.path, recursive=True)
             self.has_created_dir = True
 
     def write(self, blocks, ctx: TaskContext) -> None:

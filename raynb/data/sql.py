@@ -14,6 +14,11 @@ from .sources import InMemorySource
 def _fetch(sql: str, connection_factory: Callable) -> tuple[list, list]:
     """(column names, rows) of ``sql``; the connection is closed after."""
     conn = connection_factory()
+    if not hasattr(conn, "cursor"):
+        raise TypeError(
+            f"read_sql: connection_factory() returned {type(conn).__name__}, not a DB-API connection; "
+            "return one, e.g. lambda: sqlite3.connect(path)"
+        )
     try:
         cursor = conn.cursor()
         try:
@@ -21,6 +26,12 @@ def _fetch(sql: str, connection_factory: Callable) -> tuple[list, list]:
             if cursor.description is None:
                 raise ValueError(f"read_sql({sql!r}): the statement returns no rows (it is not a query)")
             names = [d[0] for d in cursor.description]
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:  # one would overwrite the other's values
+                raise ValueError(
+                    f"read_sql({sql!r}): the query returns column(s) {twice} more than once; "
+                    "give each a name of its own (SELECT a, a AS a2 ...)"
+                )
             rows = []
             while True:
                 part = cursor.fetchmany(10_000)
@@ -54,9 +65,10 @@ def read_sql(
         shard_keys: Ray's parallel read by hashed keys; raynb reads once, so it is refused.
 
     Raises:
-        TypeError: ``connection_factory`` not callable.
+        TypeError: ``connection_factory`` not callable, or returning no connection.
         NotImplementedError: ``shard_keys`` given.
-        ValueError: a statement that returns no rows, or a query of no rows (named).
+        ValueError: a statement that returns no rows, or a query of no rows (named), or
+            one returning a column name twice.
     """
     if not callable(connection_factory):
         raise TypeError("read_sql(sql, connection_factory): give a function returning a DB-API connection")

@@ -105,6 +105,18 @@ def _arrow_table(examples: list):
     return pa.table(arrays)
 
 
+def _parse(Example, rec: bytes, path: str, index: int):
+    from google.protobuf.message import DecodeError
+
+    try:
+        return Example.FromString(rec)
+    except DecodeError as e:
+        raise ValueError(
+            f"read_tfrecords: {path}: record {index} is not a tf.train.Example ({e}); the file is "
+            "corrupt or holds another message (read it with read_binary_files)"
+        ) from e
+
+
 def read_tfrecords(
     paths, *, include_paths: bool = False, shuffle=None, file_extensions=None, **kw
 ) -> Dataset:
@@ -115,7 +127,8 @@ def read_tfrecords(
     Raises:
         FileNotFoundError: a path that does not exist.
         NotImplementedError: ``tf_schema`` (a TensorFlow Metadata schema) given.
-        google.protobuf.message.DecodeError: a record that is not a ``tf.train.Example``.
+        ValueError: a record that is not a ``tf.train.Example`` (file and record named),
+            a file that ends inside a record, or no records at all.
     """
     from .more_sources import _read_files
 
@@ -128,10 +141,12 @@ def read_tfrecords(
     examples, where = [], []
     suffixes = tuple(f".{e.lstrip('.')}" for e in file_extensions or ())
     for f, data in _read_files(paths, "read_tfrecords", suffixes, shuffle):
-        for rec in records(data, f):
-            examples.append(Example.FromString(rec))
+        for i, rec in enumerate(records(data, f)):
+            examples.append(_parse(Example, rec, f, i))
             where.append(f)
-    cols = block.table_to_numpy(_arrow_table(examples)) if examples else {}
+    if not examples:
+        raise ValueError(f"read_tfrecords({paths!r}): the files hold no records")
+    cols = block.table_to_numpy(_arrow_table(examples))
     if include_paths:
         cols["path"] = block.object_column(where)
     return Dataset(InMemorySource(block.columns_from(cols, "read_tfrecords")))

@@ -68,8 +68,19 @@ def samples(data: bytes, url: str, suffixes=None, fileselect=None):
     """The samples of one shard's bytes, in order: dicts of suffix -> bytes.
 
     Raises:
-        ValueError: a key's members not next to each other, or a suffix twice in a sample.
+        ValueError: a key's members not next to each other, a suffix twice in a sample, or
+            a shard that is not a whole tar file (named).
     """
+    try:
+        yield from _samples(data, url, suffixes, fileselect)
+    except tarfile.TarError as e:
+        raise ValueError(
+            f"read_webdataset: {url} is not a whole tar file ({e}); check the shard (tar -tf) "
+            "or leave it out of paths"
+        ) from e
+
+
+def _samples(data: bytes, url: str, suffixes, fileselect):
     current, seen = None, set()
     with tarfile.open(fileobj=io.BytesIO(data), mode="r|*") as tar:
         for member in tar:
@@ -98,8 +109,21 @@ def samples(data: bytes, url: str, suffixes=None, fileselect=None):
 
 
 def _decoded(sample: dict, decoder) -> dict:
+    """``sample`` through ``decoder``; a member the default decoder cannot read is named."""
     if decoder is None or decoder is False:
         return sample
+    try:
+        return _decode(sample, decoder)
+    except (ValueError, UnicodeError, OSError) as e:
+        if str(e).startswith("read_webdataset"):
+            raise
+        raise ValueError(
+            f"read_webdataset: {sample.get('__url__')}: sample {sample.get('__key__')!r} does not "
+            f"decode ({type(e).__name__}: {e}); pass decoder=None for bytes, or a decoder of your own"
+        ) from e
+
+
+def _decode(sample: dict, decoder) -> dict:
     if decoder is True:
         return decode_default(sample)
     for fn in decoder if isinstance(decoder, (list, tuple)) else [decoder]:

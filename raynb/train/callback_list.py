@@ -9,7 +9,6 @@ the queue to drain, at most ``$RAYNB_CALLBACK_DRAIN_S`` seconds.
 
 from __future__ import annotations
 
-import os
 import queue
 import sys
 import threading
@@ -27,10 +26,9 @@ _CLOSE = object()
 
 def drain_timeout_s() -> float:
     """``$RAYNB_CALLBACK_DRAIN_S`` (seconds, >= 0), else :data:`DRAIN_TIMEOUT_S`."""
-    try:
-        return max(0.0, float(os.environ.get("RAYNB_CALLBACK_DRAIN_S", DRAIN_TIMEOUT_S)))
-    except ValueError:
-        return DRAIN_TIMEOUT_S
+    from ..cluster import settings
+
+    return settings.get("RAYNB_CALLBACK_DRAIN_S")  # NaN, inf, negative: the default, not 0
 
 
 _SHOULD_CHECKPOINT_NOTED = []

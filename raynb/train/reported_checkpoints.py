@@ -25,6 +25,9 @@ from .checkpoint import Checkpoint
 from .report_options import CheckpointConsistencyMode
 
 POLL_S = 0.005  # between looks at the run directory while the head commits
+# A run.json that does not read as a record this long is not one being replaced: an error.
+CORRUPT_GRACE_S = 1.0
+_CORRUPT = object()
 
 
 class ReportedCheckpointStatus(enum.Enum):
@@ -131,8 +134,20 @@ def _meet(task: dict) -> None:
 def _committed(run_dir: Path, attempt: int, deadline: float | None) -> list:
     """``run.json``'s checkpoints once no report of this attempt waits to be committed and
     every checkpoint directory is listed there (the head writes it right after each commit)."""
+    corrupt_since = None
     while True:
         entries = _listed(run_dir)
+        if entries is _CORRUPT:
+            corrupt_since = corrupt_since or time.monotonic()
+            if time.monotonic() - corrupt_since > CORRUPT_GRACE_S:
+                raise ValueError(
+                    f"get_all_reported_checkpoints(): {run_dir / 'run.json'} is not a run record "
+                    "(not JSON, or its checkpoints are not a list of {name, index}); the head "
+                    "writes that file: do not write it from the training function"
+                )
+            entries = None
+        else:
+            corrupt_since = None
         if entries is not None and not _staged(run_dir, attempt):
             names = {c["name"] for c in entries}
             on_disk = {p.name for p in run_dir.glob("checkpoint_[0-9][0-9][0-9][0-9][0-9][0-9]")}
@@ -148,12 +163,25 @@ def _committed(run_dir: Path, attempt: int, deadline: float | None) -> list:
         time.sleep(POLL_S)
 
 
-def _listed(run_dir: Path) -> list | None:
+def _listed(run_dir: Path):
+    """``run.json``'s checkpoint entries; None when not written yet, ``_CORRUPT`` when
+    it does not read as a run record (the head replaces it whole, so that lasts)."""
     try:
         with open(run_dir / "run.json") as f:
-            return list(json.load(f).get("checkpoints") or [])
-    except (OSError, ValueError):
-        return None  # not written yet, or replaced as we read
+            record = json.load(f)
+    except OSError:
+        return None
+    except ValueError:
+        return _CORRUPT
+    entries = record.get("checkpoints") if isinstance(record, dict) else None
+    if not isinstance(entries or [], list):
+        return _CORRUPT
+    entries = list(entries or [])
+    ok = all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) and isinstance(c.get("index"), int)
+        for c in entries
+    )
+    return entries if ok and isinstance(record, dict) else _CORRUPT
 
 
 def _staged(run_dir: Path, attempt: int) -> bool:

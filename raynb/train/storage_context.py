@@ -35,8 +35,19 @@ class StorageContext:
         return pyarrow.fs.LocalFileSystem()
 
     def build_checkpoint_path_from_name(self, checkpoint_name: str) -> str:
-        """``experiment_fs_path/checkpoint_name``."""
-        return os.path.join(self.experiment_fs_path, checkpoint_name)
+        """``experiment_fs_path/checkpoint_name``.
+
+        Raises:
+            ValueError: a name that leads out of the run directory (absolute, ``..``).
+        """
+        base = os.path.normpath(self.experiment_fs_path)
+        path = os.path.normpath(os.path.join(base, str(checkpoint_name)))
+        if path == base or os.path.commonpath([base, path]) != base or "\0" in path:
+            raise ValueError(
+                f"build_checkpoint_path_from_name({checkpoint_name!r}): a checkpoint's name is "
+                f"a directory name inside the run directory {self.experiment_fs_path}"
+            )
+        return path
 
 
 def storage_of(task: dict) -> StorageContext:

@@ -61,10 +61,18 @@ class TrialSetup:
         dirname = f"{self.name_prefix}_{trial_id}"
         if self.dirname_creator is not None:
             dirname = str(self.dirname_creator(trial))
-            if not dirname or "/" in dirname or dirname in (".", ".."):
+            if not dirname or "/" in dirname or "\0" in dirname or dirname in (".", ".."):
                 raise ValueError(
                     f"TuneConfig(trial_dirname_creator=...) returned {dirname!r} for trial "
                     f"{trial_id}: return a plain directory name, unique per trial"
+                )
+            given = self.__dict__.setdefault("_dirnames", {})
+            if given.setdefault(dirname, trial_id) != trial_id:
+                # Two trials in one directory overwrite each other's results and checkpoints.
+                raise ValueError(
+                    f"TuneConfig(trial_dirname_creator=...) returned {dirname!r} for trial "
+                    f"{trial_id} and for trial {given[dirname]}: return a name unique per trial "
+                    "(include trial.trial_id)"
                 )
         trial.extra["dirname"] = dirname
         trial.path = str(Path(experiment_path) / dirname)

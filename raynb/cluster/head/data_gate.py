@@ -21,13 +21,13 @@ drops a key when the head tells the nodes to free it (``free_data``).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import zmq
 
+from .. import settings
 from ..protocol import messages
 from .registry import Registry
 from .run import Run
@@ -36,10 +36,7 @@ from .run import Run
 def data_wait_s() -> float:
     """How long a placed attempt waits for its client to write the run's data to its
     nodes (``$RAYNB_DATA_WAIT_S``, seconds; default 120)."""
-    try:
-        return max(0.1, float(os.environ.get("RAYNB_DATA_WAIT_S", "120")))
-    except ValueError:
-        return 120.0
+    return max(0.1, settings.get("RAYNB_DATA_WAIT_S"))  # NaN or garbage: the default, not 0.1
 
 
 @dataclass

@@ -17,9 +17,9 @@ times its interval is lost: its ranks fail their runs naming the node, and a run
 from __future__ import annotations
 
 import logging
-import os
 import time
 
+from .. import settings
 from ..procutil import describe_exit, signal_name
 from ..protocol import messages
 from ..protocol.rejects import REFUSED
@@ -50,10 +50,7 @@ EXIT_GRACE_S = 0.05
 
 def remote_node_timeout_s() -> float:
     """Seconds of silence after which a node on another host is lost (default 5)."""
-    try:
-        return max(1.0, float(os.environ.get("RAYNB_NODE_TIMEOUT_S", "5")))
-    except ValueError:
-        return 5.0
+    return max(1.0, settings.get("RAYNB_NODE_TIMEOUT_S"))  # NaN or garbage: the default
 
 
 # A node id whose agent was heard from this recently is live: another agent registering

@@ -13,6 +13,7 @@ import socket
 import time
 from typing import Callable
 
+from .. import settings
 from ..protocol import messages
 from . import elastic, scheduler
 from .controller import RunController
@@ -23,10 +24,7 @@ from .run import Run
 def replacement_wait_s() -> float:
     """How long a restarted run that the remaining nodes cannot hold waits for a node
     with room to join (``$RAYNB_REPLACEMENT_WAIT_S``, seconds; default 300)."""
-    try:
-        return max(0.0, float(os.environ.get("RAYNB_REPLACEMENT_WAIT_S", "300")))
-    except ValueError:
-        return 300.0
+    return settings.get("RAYNB_REPLACEMENT_WAIT_S")  # NaN, negative or garbage: the default
 
 
 class RunQueue:

@@ -59,6 +59,11 @@ class Snapshot:
     other_kinds: int = 0  # workers of a kind other than torch (none: no filtering)
 
 
+# The worker kinds a node agent can fork (node/kind_zygote.KINDS, which the head may not
+# import): a run asking for another would wait for workers no node ever starts.
+KINDS = ("torch", "tensorflow")
+
+
 @dataclass(frozen=True)
 class Request:
     num_workers: int
@@ -105,6 +110,11 @@ def check(request: Request, snapshot: Snapshot, capacity: int, total_gpus: int) 
         total_gpus: GPUs over all nodes.
     """
     n = request.num_workers
+    if request.kind not in KINDS:
+        return (
+            f"worker_kind={request.kind!r} is not a kind of worker raynb starts ({', '.join(KINDS)}); "
+            "use TorchTrainer (torch) or TensorflowTrainer (tensorflow)"
+        )
     if request.strategy not in STRATEGIES:
         return (
             f"placement_strategy={request.strategy!r} is not one of {', '.join(STRATEGIES)}; "

@@ -273,6 +273,9 @@ def main() -> int:
     die_with_parent(signal.SIGTERM)
     become_subreaper()
     log_dir = os.environ.get("RAYNB_LOG_DIR", ".")
+    # This zygote's workers are torch's, whatever the node's environment says: a kind's
+    # zygote sets the variable for its own (a stray one made every torch run wait for good).
+    os.environ.pop(kind_zygote.KIND_ENV, None)
     _preload()
     wake = _wake_pipe()
     sys.stdout.write("ready\n")

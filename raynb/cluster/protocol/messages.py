@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 import zmq
 
+from .. import settings
 from . import catalog, chunking, signing
 from .catalog import PROTOCOL_VERSION
 from .declaration import constants, schemas
@@ -326,10 +327,7 @@ def routing_name(identity: bytes) -> str:
 
 def max_message_bytes() -> int:
     """The most one message may carry, its frames together (``$RAYNB_MAX_MESSAGE_BYTES``, bytes)."""
-    try:
-        return int(os.environ.get("RAYNB_MAX_MESSAGE_BYTES", DEFAULT_MAX_MESSAGE_BYTES))
-    except ValueError:
-        return DEFAULT_MAX_MESSAGE_BYTES
+    return settings.get("RAYNB_MAX_MESSAGE_BYTES")  # not a positive int: the default
 
 
 def buffer_bytes(buf) -> bytes:
