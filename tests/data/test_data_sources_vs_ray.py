@@ -9,60 +9,23 @@ import importlib
 import io
 import json
 import os
-import shutil
 import sqlite3
 import struct
 import tarfile
-import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from support.ray_data_session import norm, ray_data_session
 
 import raynb.data as rd
 
 
 @pytest.fixture(scope="module")
 def ray_data():
-    ray = pytest.importorskip("ray")
-    tmp = tempfile.mkdtemp(prefix="rds.")  # short: Ray's socket paths must stay < 108 bytes
-    try:
-        for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s raylet start wait once
-            try:
-                ray.init(
-                    num_cpus=1,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                    _temp_dir=os.path.join(tmp, f"ray{attempt}"),
-                )
-                break
-            except Exception:  # noqa: BLE001 - Ray's own "timed out during startup"
-                ray.shutdown()
-                if attempt == 2:
-                    raise
-        import ray.data
-
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        yield ray.data
-    finally:
-        ray.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def norm(value):
-    """Rows as plain Python (numpy arrays and scalars as lists and numbers)."""
-    if isinstance(value, dict):
-        return {k: norm(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [norm(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [norm(v) for v in value.tolist()] if value.dtype.hasobject else value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+    pytest.importorskip("ray")
+    with ray_data_session("rds.") as data:
+        yield data
 
 
 def sorted_rows(ds, key):

@@ -4,60 +4,18 @@ is shut down after; its session files go to a temp dir of ours."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import numpy as np
 import pytest
+from support.ray_data_session import norm, ray_data_session
 
 import raynb.data as rd
 
 
 @pytest.fixture(scope="module")
 def ray_data():
-    ray = pytest.importorskip("ray")
-    tmp = tempfile.mkdtemp(prefix="rdv.")  # short: Ray's socket paths must stay < 108 bytes
-    try:
-        for attempt in (1, 2):  # a loaded machine can miss Ray's fixed 30 s raylet start wait once
-            try:
-                ray.init(
-                    num_cpus=1,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    logging_level="ERROR",
-                    _temp_dir=os.path.join(tmp, f"ray{attempt}"),
-                )
-                break
-            except Exception:  # noqa: BLE001 - Ray's own "timed out during startup"
-                ray.shutdown()
-                if attempt == 2:
-                    raise
-        import ray.data
-
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        ctx.print_on_execution_start = False
-        # Ray's default shuffle starts aggregator actors (a process each) for every sort and
-        # groupby; the task-based sort shuffle reuses the worker and gives the same rows.
-        ctx.shuffle_strategy = ray.data.context.ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-        yield ray.data
-    finally:
-        ray.shutdown()
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def norm(value):
-    """Rows / batches as plain Python (numpy arrays and scalars as lists and numbers)."""
-    if isinstance(value, dict):
-        return {k: norm(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [norm(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return [norm(v) for v in value.tolist()] if value.dtype.hasobject else value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+    pytest.importorskip("ray")
+    with ray_data_session("rdv.", sort_shuffle=True) as data:
+        yield data
 
 
 def rows(n=12):

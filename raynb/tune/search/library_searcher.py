@@ -57,21 +57,21 @@ def import_library(module: str, searcher: str, pip_name: str):
         ) from None
 
 
+def domain_name(leaf) -> str:
+    """What a search-space leaf is, as an error message names it (``grid_search``, ...)."""
+    if is_grid(leaf):
+        return "grid_search"
+    if isinstance(leaf, Function):
+        return "sample_from"
+    if isinstance(leaf, Normal):
+        return "randn"
+    return repr(leaf) if isinstance(leaf, Domain) else type(leaf).__name__
+
+
 def unsupported(searcher: str, key: str, leaf) -> ValueError:
     """The error for a domain ``searcher`` cannot translate, naming the key and the way out."""
-    what = (
-        "grid_search"
-        if is_grid(leaf)
-        else "sample_from"
-        if isinstance(leaf, Function)
-        else "randn"
-        if isinstance(leaf, Normal)
-        else repr(leaf)
-        if isinstance(leaf, Domain)
-        else type(leaf).__name__
-    )
     return ValueError(
-        f"{searcher}: key {key!r}: {what} is not supported by this searcher; use the "
+        f"{searcher}: key {key!r}: {domain_name(leaf)} is not supported by this searcher; use the "
         "domains its docstring lists, or the default BasicVariantGenerator for grids and sample_from"
     )
 

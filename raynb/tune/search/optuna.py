@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .sample import Categorical, Domain, Float, Function, Integer, Normal
+from .library_searcher import domain_name
+from .sample import Categorical, Float, Integer
 from .searcher import Searcher
-from .variant_generator import flatten, is_grid, path_str, unflatten, validate_space, walk
+from .variant_generator import flatten, path_str, unflatten, validate_space, walk
 
 _PLAIN = (type(None), bool, int, float, str)
 
@@ -139,19 +140,8 @@ class OptunaSearch(Searcher):
                 return d.CategoricalDistribution(leaf.categories)
             index_maps[key] = leaf.categories  # Optuna stores plain values: choose by index
             return d.CategoricalDistribution(list(range(len(leaf.categories))))
-        what = (
-            "grid_search"
-            if is_grid(leaf)
-            else "sample_from"
-            if isinstance(leaf, Function)
-            else "randn"
-            if isinstance(leaf, Normal)
-            else repr(leaf)
-            if isinstance(leaf, Domain)
-            else type(leaf).__name__
-        )
         raise ValueError(
-            f"OptunaSearch: key {key!r}: {what} cannot be translated to an Optuna "
+            f"OptunaSearch: key {key!r}: {domain_name(leaf)} cannot be translated to an Optuna "
             "distribution; use uniform/loguniform/randint/choice, or the default "
             "BasicVariantGenerator for grids and sample_from"
         )
