@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Generic, Iterable, List, Optional, TypeVar
 
 from . import block as block_ops
+from .write import rows_per_block
 
 WriteReturnType = TypeVar("WriteReturnType")
 logger = logging.getLogger(__name__)
@@ -122,9 +123,8 @@ def write_datasink(dataset, datasink: Datasink, *, ray_remote_args=None, concurr
             f"{type(datasink).__name__}.min_rows_per_write is {rows_per_task!r}: give a number of "
             "rows >= 1, or None for one write task per block"
         )
-    blocks = getattr(dataset, "_num_blocks", None)
-    if blocks and rows_per_task is None:
-        rows_per_task = max(1, -(-dataset.count() // blocks))
+    if rows_per_task is None:
+        rows_per_task = rows_per_block(dataset)
     write_uuid, returns, rows, size = uuid.uuid4().hex, [], 0, 0
     started = False
     try:

@@ -10,6 +10,13 @@ from . import block
 from .block import batch_to_table  # noqa: F401 - its old home; batch inference imports it here
 
 
+def rows_per_block(dataset) -> int | None:
+    """Rows per piece when the dataset was repartitioned into blocks (one file or write task
+    per block, as Ray writes them), else None."""
+    blocks = getattr(dataset, "_num_blocks", None)
+    return max(1, -(-dataset.count() // blocks)) if blocks else None
+
+
 def to_pandas(dataset, limit: int | None = None):
     """Every row (or the first ``limit``) as one ``pandas.DataFrame``, read in this process.
 
@@ -59,9 +66,8 @@ def write_files(
             f"write_{file_format}({path!r}): the directory already holds {suffix} files; "
             "write to a new directory (or remove them first)"
         )
-    blocks = getattr(dataset, "_num_blocks", None)
-    if rows_per_file is None and blocks:
-        rows_per_file = max(1, -(-dataset.count() // blocks))
+    if rows_per_file is None:
+        rows_per_file = rows_per_block(dataset)
     files, writer, in_file = [], None, 0
     try:
         for batch in dataset.iter_batches(batch_size=rows_per_file, prefetch_batches=1):
